@@ -1,0 +1,293 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Config describes a local cluster.
+type Config struct {
+	// Dir holds the cluster: data/ (PGDATA), run/ (socket), postgres.log.
+	// Required.
+	Dir string
+	// Port is the TCP port on 127.0.0.1. Defaults to a free port, chosen at
+	// each Start.
+	Port int
+	// Settings are extra `-c name=value` server settings.
+	Settings map[string]string
+	// Install allows installing PostgreSQL with apt-get when absent (root only).
+	Install bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Cluster is a PostgreSQL server running from the machine's binaries, as a
+// child process of this one.
+type Cluster struct {
+	cfg    Config
+	binDir string
+	uid    int
+	gid    int
+	asUser bool
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	port int
+}
+
+// New finds the binaries and prepares (initdb) the cluster directory if it is
+// new. It does not start the server.
+func New(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("pgcluster: Dir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dir = dir
+	bin, err := FindBinaries(ctx, FindOptions{Install: cfg.Install, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, binDir: bin}
+	if os.Geteuid() == 0 {
+		uid, gid, err := serverUser(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.uid, c.gid, c.asUser = uid, gid, true
+	}
+	if err := c.initdb(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// BinDir is where the server binaries were found.
+func (c *Cluster) BinDir() string { return c.binDir }
+
+func (c *Cluster) dataDir() string   { return filepath.Join(c.cfg.Dir, "data") }
+func (c *Cluster) socketDir() string { return filepath.Join(c.cfg.Dir, "run") }
+func (c *Cluster) logPath() string   { return filepath.Join(c.cfg.Dir, "postgres.log") }
+
+// serverUser returns the account to run the server as when we are root: the
+// postgres user, created when missing.
+func serverUser(ctx context.Context) (int, int, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		out, err := exec.CommandContext(ctx, "useradd", "--system", "--user-group", "--no-create-home",
+			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "postgres").CombinedOutput()
+		if err != nil {
+			return 0, 0, fmt.Errorf("PostgreSQL refuses to run as root and there is no postgres user; creating one failed: %v: %s", err, out)
+		}
+		if u, err = user.Lookup("postgres"); err != nil {
+			return 0, 0, fmt.Errorf("look up postgres user after creating it: %w", err)
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uid, gid, nil
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	cmd.Dir = c.cfg.Dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.asUser {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}
+	}
+	return cmd
+}
+
+func (c *Cluster) chown(path string) error {
+	if !c.asUser {
+		return nil
+	}
+	return os.Chown(path, c.uid, c.gid)
+}
+
+func (c *Cluster) initdb(ctx context.Context) error {
+	for _, d := range []string{c.cfg.Dir, c.socketDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("create cluster directory %s: %w", d, err)
+		}
+		if err := c.chown(d); err != nil {
+			return fmt.Errorf("give cluster directory %s to the postgres user: %w", d, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dataDir(), "PG_VERSION")); err == nil {
+		return nil
+	}
+	_ = os.RemoveAll(c.dataDir()) // a half-made one from an interrupted initdb
+	cmd := c.command(ctx, "initdb", "--pgdata", c.dataDir(), "--username", "postgres",
+		"--auth", "trust", "--encoding", "UTF8", "--locale", "C", "--no-sync")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", c.dataDir(), err, out)
+	}
+	return nil
+}
+
+// Start launches the server and waits until it accepts connections.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		return errors.New("pgcluster: already started")
+	}
+	port := c.cfg.Port
+	if port == 0 {
+		if c.port != 0 {
+			port = c.port // keep the port across restarts, so clients reconnect
+		} else {
+			p, err := freePort()
+			if err != nil {
+				return err
+			}
+			port = p
+		}
+	}
+	args := []string{"-D", c.dataDir(), "-p", strconv.Itoa(port), "-k", c.socketDir(),
+		"-c", "listen_addresses=127.0.0.1", "-c", "logging_collector=off"}
+	for k, v := range c.cfg.Settings {
+		args = append(args, "-c", k+"="+v)
+	}
+	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open server log: %w", err)
+	}
+	// The child gets its own context: the server must outlive the caller's ctx.
+	cmd := c.command(context.Background(), "postgres", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	c.cmd, c.done, c.port = cmd, done, port
+	if err := c.waitReady(ctx, done); err != nil {
+		_ = c.stopLocked(syscall.SIGQUIT, 10*time.Second)
+		return fmt.Errorf("postgres did not start (log %s): %w\n%s", c.logPath(), err, c.logTail())
+	}
+	return nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context, done <-chan struct{}) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, urlFor(c.port, "postgres"))
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		select {
+		case <-done:
+			return errors.New("server exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not accepting connections after 60s: %w", err)
+		}
+	}
+}
+
+func (c *Cluster) logTail() string {
+	b, _ := os.ReadFile(c.logPath())
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Stop shuts the server down (fast shutdown: sessions are disconnected, then a
+// clean checkpoint) and waits for it to exit.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopLocked(syscall.SIGINT, 60*time.Second)
+}
+
+// Kill stops the server with SIGKILL, as a crash would.
+func (c *Cluster) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopLocked(syscall.SIGKILL, 60*time.Second)
+}
+
+func (c *Cluster) stopLocked(sig syscall.Signal, wait time.Duration) error {
+	if c.cmd == nil {
+		return nil
+	}
+	cmd, done := c.cmd, c.done
+	c.cmd, c.done = nil, nil
+	if sig == syscall.SIGKILL {
+		// The whole process group: a killed postmaster leaves its backends otherwise.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	} else {
+		_ = cmd.Process.Signal(sig)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(wait):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("postgres did not stop within %s; killed", wait)
+	}
+}
+
+// Running reports whether the server process is up.
+func (c *Cluster) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd != nil
+}
+
+// Port is the TCP port of the running (or last running) server.
+func (c *Cluster) Port() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.port
+}
+
+// URL is a superuser connection string for database db.
+func (c *Cluster) URL(db string) string { return urlFor(c.Port(), db) }
+
+func urlFor(port int, db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, db)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,152 @@
+package schema
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Name is the PostgreSQL schema every Inlet object lives in.
+const Name = "webhook_ingress"
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrateLockKey serialises concurrent migrators (several replicas starting at
+// once). An arbitrary constant: "inlet" in ASCII.
+const migrateLockKey int64 = 0x696e6c6574
+
+// Migration is one versioned, embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+var migrationName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.up\.sql$`)
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migration file %q: name must look like 001_name.up.sql", e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		b, err := migrationFS.ReadFile(path.Join("migrations", e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read migration %q: %w", e.Name(), err)
+		}
+		out = append(out, Migration{Version: v, Name: m[2], SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migration %03d_%s: versions must run 1, 2, 3… without gaps", m.Version, m.Name)
+		}
+	}
+	return out, nil
+}
+
+// Latest is the newest embedded migration version.
+func Latest() int {
+	ms, err := Migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
+}
+
+// Migrate applies every embedded migration not yet recorded in
+// webhook_ingress.schema_migrations, each in its own transaction, under an
+// advisory lock so concurrent callers apply each migration once. It returns the
+// migrations it applied; none when the schema is current (running it twice is a
+// no-op).
+func Migrate(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		return nil, fmt.Errorf("take migration lock: %w", err)
+	}
+	defer func() {
+		// A fresh context: the caller's may be done, and the lock must go.
+		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrateLockKey)
+	}()
+
+	if _, err := conn.Exec(ctx, `
+CREATE SCHEMA IF NOT EXISTS webhook_ingress;
+CREATE TABLE IF NOT EXISTS webhook_ingress.schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);`); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+
+	current, err := appliedVersion(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if current > len(ms) {
+		return nil, fmt.Errorf("database schema is at version %d, newer than this binary's %d: upgrade inlet", current, len(ms))
+	}
+	var applied []Migration
+	for _, m := range ms[current:] {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("apply migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m)
+	}
+	return applied, nil
+}
+
+// Querier is what Check needs: any pgx connection, pool or transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrSchemaNotCurrent means the database lacks migrations this binary expects.
+var ErrSchemaNotCurrent = errors.New("database schema is not current")
+
+// Check reports whether the database has every embedded migration applied.
+func Check(ctx context.Context, q Querier) error {
+	v, err := appliedVersion(ctx, q)
+	if err != nil {
+		return err
+	}
+	if latest := Latest(); v < latest {
+		return fmt.Errorf("%w: at version %d, want %d (run inlet migrate)", ErrSchemaNotCurrent, v, latest)
+	}
+	return nil
+}
+
+func appliedVersion(ctx context.Context, q Querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM webhook_ingress.schema_migrations`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read applied schema version: %w", err)
+	}
+	return v, nil
+}

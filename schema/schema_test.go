@@ -1,0 +1,265 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewEmptyDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	if err := schema.Check(ctx, conn); err == nil {
+		t.Fatal("Check on an empty database: want an error")
+	}
+	applied, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		t.Fatalf("first migrate: %v", err)
+	}
+	if len(applied) != schema.Latest() || schema.Latest() == 0 {
+		t.Fatalf("first migrate applied %d migrations, want %d", len(applied), schema.Latest())
+	}
+	again, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	if len(again) != 0 {
+		t.Fatalf("second migrate applied %d migrations, want none", len(again))
+	}
+	if err := schema.Check(ctx, conn); err != nil {
+		t.Fatalf("Check after migrate: %v", err)
+	}
+}
+
+func TestQueriesLoad(t *testing.T) {
+	t.Parallel()
+	if q := schema.Query("InsertEvent"); !strings.Contains(q, "ON CONFLICT") {
+		t.Fatalf("InsertEvent = %q", q)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Query of an unknown name did not panic")
+		}
+	}()
+	schema.Query("NoSuchQuery")
+}
+
+// asRole runs f in a transaction with SET LOCAL ROLE role, rolled back after.
+func asRole(t *testing.T, pool *pgxpool.Pool, role string, f func(tx pgx.Tx) error) error {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if role != "" {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+			t.Fatalf("set role %s: %v", role, err)
+		}
+	}
+	return f(tx)
+}
+
+func exec(sql string, args ...any) func(pgx.Tx) error {
+	return func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), sql, args...)
+		return err
+	}
+}
+
+func query(sql string) func(pgx.Tx) error {
+	return func(tx pgx.Tx) error {
+		rows, err := tx.Query(context.Background(), sql)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+}
+
+const insertEvent = `INSERT INTO webhook_ingress.events
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
+    VALUES ('stripe', 'stripe', $1, 'invoice.paid', '{}', '\x7b7d', true)`
+
+func seed(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('audit-log')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, insertEvent, "evt_seed"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+func TestPrivileges(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	seed(t, pool)
+
+	cases := []struct {
+		role  string
+		what  string
+		do    func(pgx.Tx) error
+		allow bool
+	}{
+		{"webhook_ingress_writer", "insert an event", exec(insertEvent, "evt_ingress"), true},
+		{"webhook_ingress_writer", "insert a duplicate event", exec(insertEvent+` ON CONFLICT (provider, external_event_id) DO NOTHING`, "evt_seed"), true},
+		{"webhook_ingress_writer", "read raw_body", query(`SELECT raw_body FROM webhook_ingress.events`), false},
+		{"webhook_ingress_writer", "read headers", query(`SELECT headers FROM webhook_ingress.events`), false},
+		{"webhook_ingress_writer", "read event ids", query(`SELECT id FROM webhook_ingress.events`), false},
+		{"webhook_ingress_writer", "read jobs", query(`SELECT id FROM webhook_ingress.jobs`), false},
+		{"webhook_ingress_writer", "insert a job", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider) SELECT 1, 'x', 'stripe'`), false},
+		{"webhook_ingress_writer", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('evil')`), false},
+		{"webhook_ingress_writer", "read schema version", query(`SELECT max(version) FROM webhook_ingress.schema_migrations`), true},
+
+		{"webhook_streamer", "read event metadata", query(`SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events`), true},
+		{"webhook_streamer", "read raw_body", query(`SELECT raw_body FROM webhook_ingress.events`), false},
+		{"webhook_streamer", "read headers", query(`SELECT headers FROM webhook_ingress.events`), false},
+		{"webhook_streamer", "insert an event", exec(insertEvent, "evt_streamer"), false},
+		{"webhook_streamer", "lease a job", exec(`UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's1', lease_expires_at = now(), attempt_count = attempt_count + 1`), true},
+		{"webhook_streamer", "repoint a job at another handler", exec(`UPDATE webhook_ingress.jobs SET handler = 'other'`), false},
+		{"webhook_streamer", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
+
+		{"webhook_worker", "read raw_body", query(`SELECT raw_body, headers FROM webhook_ingress.events`), true},
+		{"webhook_worker", "insert an event", exec(insertEvent, "evt_worker"), false},
+		{"webhook_worker", "complete a job", exec(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), updated_at = now()`), true},
+		{"webhook_worker", "change a job's event", exec(`UPDATE webhook_ingress.jobs SET event_id = event_id`), false},
+		{"webhook_worker", "change a job's attempt count", exec(`UPDATE webhook_ingress.jobs SET attempt_count = 0`), false},
+		{"webhook_worker", "record an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) SELECT id, 1, now(), 'completed' FROM webhook_ingress.jobs`), true},
+		{"webhook_worker", "rewrite attempt history", exec(`UPDATE webhook_ingress.job_attempts SET outcome = 'completed'`), false},
+		{"webhook_worker", "register a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('billing', 'stripe')`), true},
+		{"webhook_worker", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
+
+		{"webhook_auditor", "read everything", query(`SELECT e.raw_body, e.headers, j.*, a.* FROM webhook_ingress.events e, webhook_ingress.jobs j, webhook_ingress.job_attempts a, webhook_ingress.subscriptions s`), true},
+		{"webhook_auditor", "insert an event", exec(insertEvent, "evt_auditor"), false},
+		{"webhook_auditor", "update a job", exec(`UPDATE webhook_ingress.jobs SET status = 'pending'`), false},
+		{"webhook_auditor", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
+		{"webhook_auditor", "insert an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) VALUES (1, 1, now(), 'completed')`), false},
+	}
+	for _, c := range cases {
+		err := asRole(t, pool, c.role, c.do)
+		switch {
+		case c.allow && err != nil:
+			t.Errorf("%s may %s, but: %v", c.role, c.what, err)
+		case !c.allow && err == nil:
+			t.Errorf("%s must not %s, but it succeeded", c.role, c.what)
+		case !c.allow && !isPermissionDenied(err):
+			t.Errorf("%s %s: want permission denied (42501), got %v", c.role, c.what, err)
+		}
+	}
+}
+
+func TestEventsAreAppendOnlyForEveryRole(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	seed(t, pool)
+	// "" is the owner/superuser itself: the triggers stop it too.
+	roles := []string{"", "webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_auditor"}
+	stmts := map[string]string{
+		"UPDATE":   `UPDATE webhook_ingress.events SET event_type = 'forged'`,
+		"DELETE":   `DELETE FROM webhook_ingress.events`,
+		"TRUNCATE": `TRUNCATE webhook_ingress.events CASCADE`,
+	}
+	for _, role := range roles {
+		for op, sql := range stmts {
+			if err := asRole(t, pool, role, exec(sql)); !isPermissionDenied(err) {
+				t.Errorf("role %q: %s on events: want permission denied, got %v", role, op, err)
+			}
+		}
+	}
+	// Replication mode must not switch the triggers off.
+	err := asRole(t, pool, "", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(context.Background(), "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(context.Background(), stmts["DELETE"])
+		return err
+	})
+	if !isPermissionDenied(err) {
+		t.Errorf("DELETE with session_replication_role=replica: want permission denied, got %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("events after the attempts: %d rows (%v), want 1", n, err)
+	}
+}
+
+func TestFanOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern) VALUES
+		('billing', 'stripe', 'invoice.*'),
+		('billing', 'stripe', 'invoice.paid'),     -- overlaps: still one job
+		('everything', '*', '*'),
+		('github-push', 'github', 'push'),
+		('literal', 'str_pe', '*')                 -- '_' is not a wildcard`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, enabled) VALUES ('disabled', false)`); err != nil {
+		t.Fatal(err)
+	}
+	// Several events in one statement: the statement trigger handles them all.
+	_, err = pool.Exec(ctx, `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, raw_body, signature_verified) VALUES
+		('stripe', 'stripe', 'evt_1', 'invoice.paid', 'a', true),
+		('stripe', 'stripe', 'evt_2', 'customer.created', 'b', true),
+		('github', 'github', 'gh_1', 'push', 'c', true)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT e.external_event_id || ':' || j.handler
+		FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+		WHERE j.status = 'pending' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"evt_1:billing", "evt_1:everything", "evt_2:everything", "gh_1:everything", "gh_1:github-push"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("jobs = %v, want %v", got, want)
+	}
+
+	// No subscriber: still stored, no job.
+	if _, err := pool.Exec(ctx, `DELETE FROM webhook_ingress.subscriptions`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, insertEvent, "evt_lonely"); err != nil {
+		t.Fatal(err)
+	}
+	var events, jobs int
+	_ = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhook_ingress.events WHERE external_event_id = 'evt_lonely'),
+		(SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id WHERE e.external_event_id = 'evt_lonely')`).Scan(&events, &jobs)
+	if events != 1 || jobs != 0 {
+		t.Fatalf("event without subscriber: %d events, %d jobs; want 1, 0", events, jobs)
+	}
+}
