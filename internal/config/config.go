@@ -1,0 +1,264 @@
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole file. Every section is optional; defaults make `inlet dev`
+// work with none.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. Defaults to $DATABASE_URL.
+	DatabaseURL string `yaml:"database_url"`
+	// Ingress configures the webhook receiver.
+	Ingress Ingress `yaml:"ingress"`
+	// Sources are the webhook senders Inlet accepts, one per URL path
+	// (POST /webhooks/{name}).
+	Sources []Source `yaml:"sources"`
+	// Log configures logging.
+	Log Log `yaml:"log"`
+}
+
+// Ingress configures the HTTP receiver.
+type Ingress struct {
+	// Listen is the address of the webhook listener. Defaults to ":8080".
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes is the largest body accepted; larger requests get 413
+	// without being read whole. Defaults to 1 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadTimeout bounds reading one request, headers and body. Defaults to 10s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds handling and answering one request. Defaults to 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes idle keep-alive connections. Defaults to 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// StoreTimeout bounds the database write of one webhook; past it the
+	// answer is 503 so the provider retries. Defaults to 5s.
+	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// DBRole is the role ingress assumes (SET ROLE) after connecting, so it
+	// runs with the ingress privileges even when the login role has more.
+	// Empty string keeps the login role. Defaults to "webhook_ingress_writer".
+	DBRole *string `yaml:"db_role"`
+}
+
+// Source is one configured webhook sender.
+type Source struct {
+	// Name is the URL path segment and the events.provider value. Required;
+	// lower-case letters, digits, '-' and '_'.
+	Name string `yaml:"name"`
+	// Type is the signature scheme: stripe, github, standard-webhooks (svix).
+	// Required.
+	Type string `yaml:"type"`
+	// Secrets are the signing secrets; each is tried, so a rotation lists the
+	// new one beside the old. At least one is required.
+	Secrets []string `yaml:"secrets"`
+	// Tolerance is how far a signed timestamp may be from now, either way.
+	// Defaults to the scheme's own (5m for Stripe and Standard Webhooks).
+	Tolerance time.Duration `yaml:"tolerance"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	// Level is debug, info, warn or error. Defaults to info.
+	Level string `yaml:"level"`
+	// Format is json or text. Defaults to json for services, text for `inlet dev`.
+	Format string `yaml:"format"`
+}
+
+// DefaultIngressRole is the database role ingress runs as by default.
+const DefaultIngressRole = "webhook_ingress_writer"
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = os.Getenv("DATABASE_URL")
+	}
+	c.Ingress.Listen = or(c.Ingress.Listen, ":8080")
+	c.Ingress.MaxBodyBytes = or(c.Ingress.MaxBodyBytes, 1<<20)
+	c.Ingress.ReadTimeout = or(c.Ingress.ReadTimeout, 10*time.Second)
+	c.Ingress.WriteTimeout = or(c.Ingress.WriteTimeout, 10*time.Second)
+	c.Ingress.IdleTimeout = or(c.Ingress.IdleTimeout, 120*time.Second)
+	c.Ingress.StoreTimeout = or(c.Ingress.StoreTimeout, 5*time.Second)
+	if c.Ingress.DBRole == nil {
+		r := DefaultIngressRole
+		c.Ingress.DBRole = &r
+	}
+	c.Log.Level = or(c.Log.Level, "info")
+	return c
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+var sourceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate checks the configuration (after WithDefaults) and names the first
+// bad field. Scheme-specific checks of a source (secret formats) are the
+// verifier's, made when ingress starts.
+func (c Config) Validate() error {
+	if c.Ingress.MaxBodyBytes < 0 {
+		return errors.New("ingress.max_body_bytes: must be positive")
+	}
+	for name, d := range map[string]time.Duration{
+		"ingress.read_timeout": c.Ingress.ReadTimeout, "ingress.write_timeout": c.Ingress.WriteTimeout,
+		"ingress.idle_timeout": c.Ingress.IdleTimeout, "ingress.store_timeout": c.Ingress.StoreTimeout,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%s: must not be negative, got %s", name, d)
+		}
+	}
+	if c.Ingress.StoreTimeout >= c.Ingress.WriteTimeout {
+		return fmt.Errorf("ingress.store_timeout (%s) must be shorter than ingress.write_timeout (%s), or no answer is written", c.Ingress.StoreTimeout, c.Ingress.WriteTimeout)
+	}
+	seen := map[string]int{}
+	for i, s := range c.Sources {
+		field := fmt.Sprintf("sources[%d]", i)
+		if !sourceName.MatchString(s.Name) {
+			return fmt.Errorf("%s.name: %q must be 1-63 lower-case letters, digits, '-' or '_'", field, s.Name)
+		}
+		if j, dup := seen[s.Name]; dup {
+			return fmt.Errorf("%s.name: %q is already the name of sources[%d]", field, s.Name, j)
+		}
+		seen[s.Name] = i
+		if s.Type == "" {
+			return fmt.Errorf("%s.type: required", field)
+		}
+		if len(s.Secrets) == 0 {
+			return fmt.Errorf("%s.secrets: at least one secret is required", field)
+		}
+		for k, sec := range s.Secrets {
+			if strings.TrimSpace(sec) == "" {
+				return fmt.Errorf("%s.secrets[%d]: empty", field, k)
+			}
+		}
+		if s.Tolerance < 0 {
+			return fmt.Errorf("%s.tolerance: must not be negative", field)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "", "json", "text":
+	default:
+		return fmt.Errorf("log.format: %q is not json or text", c.Log.Format)
+	}
+	return nil
+}
+
+// Source returns the source named name.
+func (c Config) Source(name string) (Source, bool) {
+	for _, s := range c.Sources {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Source{}, false
+}
+
+// Load reads, expands, parses, defaults and validates the file at path.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b, os.LookupEnv)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+//go:embed dev.yaml
+var devYAML []byte
+
+// Dev is the embedded configuration of `inlet dev` when no file is given: three
+// demo sources with development secrets (overridable by the same environment
+// variables a real file would use).
+func Dev() (Config, error) {
+	c, err := Parse(devYAML, os.LookupEnv)
+	if err != nil {
+		return Config{}, fmt.Errorf("embedded dev config: %w", err)
+	}
+	return c, nil
+}
+
+// Parse is Load on bytes, with lookup resolving ${VAR}.
+func Parse(b []byte, lookup func(string) (string, bool)) (Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return Config{}, err
+	}
+	if err := expandNode(&root, lookup); err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if len(root.Content) > 0 {
+		// Re-encode the expanded tree and decode strictly, so unknown fields fail.
+		var buf bytes.Buffer
+		enc := yaml.NewEncoder(&buf)
+		if err := enc.Encode(&root); err != nil {
+			return Config{}, err
+		}
+		dec := yaml.NewDecoder(&buf)
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil {
+			return Config{}, err
+		}
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
+
+// expandNode replaces ${VAR} and ${VAR:-default} in every scalar value. It
+// works on parsed values, not the raw text, so a secret with YAML syntax in it
+// stays one string.
+func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+		var missing string
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			m := envRef.FindStringSubmatch(ref)
+			if v, ok := lookup(m[1]); ok && v != "" {
+				return v
+			}
+			if strings.Contains(ref, ":-") {
+				return m[2]
+			}
+			if missing == "" {
+				missing = m[1]
+			}
+			return ""
+		})
+		if missing != "" {
+			return fmt.Errorf("line %d: environment variable %s is not set (write ${%s:-default} for a default)", n.Line, missing, missing)
+		}
+		n.Tag = "" // let the decoder resolve the expanded text's type afresh
+		n.Style = 0
+	}
+	for _, c := range n.Content {
+		if err := expandNode(c, lookup); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseExpandsEnvironment(t *testing.T) {
+	t.Parallel()
+	doc := `
+database_url: ${DB}
+ingress:
+  listen: "${LISTEN:-:9090}"
+  max_body_bytes: 2048
+sources:
+  - name: stripe
+    type: stripe
+    secrets: ["${STRIPE}"]
+    tolerance: 2m
+`
+	c, err := Parse([]byte(doc), env(map[string]string{"DB": "postgres://x/y", "STRIPE": `whsec_a: "b" # c`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "postgres://x/y" || c.Ingress.Listen != ":9090" || c.Ingress.MaxBodyBytes != 2048 {
+		t.Fatalf("got %+v", c)
+	}
+	if got := c.Sources[0].Secrets[0]; got != `whsec_a: "b" # c` {
+		t.Fatalf("secret with YAML syntax became %q", got)
+	}
+	if c.Sources[0].Tolerance != 2*time.Minute {
+		t.Fatalf("tolerance = %s", c.Sources[0].Tolerance)
+	}
+	if *c.Ingress.DBRole != DefaultIngressRole || c.Ingress.ReadTimeout != 10*time.Second {
+		t.Fatalf("defaults not applied: %+v", c.Ingress)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, doc, want string }{
+		{"unset variable", "sources:\n  - name: s\n    type: stripe\n    secrets: [\"${NOPE}\"]\n", "line 4: environment variable NOPE is not set"},
+		{"unknown field", "ingress:\n  listne: \":1\"\n", "field listne not found"},
+		{"bad name", "sources:\n  - name: Bad/Name\n    type: stripe\n    secrets: [x]\n", "sources[0].name"},
+		{"duplicate name", "sources:\n  - {name: a, type: stripe, secrets: [x]}\n  - {name: a, type: github, secrets: [y]}\n", "sources[1].name: \"a\" is already the name of sources[0]"},
+		{"no type", "sources:\n  - {name: a, secrets: [x]}\n", "sources[0].type: required"},
+		{"no secrets", "sources:\n  - {name: a, type: github}\n", "sources[0].secrets: at least one"},
+		{"empty secret", "sources:\n  - {name: a, type: github, secrets: [\"${E:-}\"]}\n", "sources[0].secrets[0]: empty"},
+		{"bad duration", "ingress:\n  read_timeout: soon\n", "soon"},
+		{"bad level", "log:\n  level: loud\n", "log.level"},
+		{"store timeout", "ingress:\n  store_timeout: 20s\n", "ingress.store_timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(c.doc), env(nil))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestExampleFileLoads(t *testing.T) {
+	for _, k := range []string{"DATABASE_URL", "STRIPE_WEBHOOK_SECRET", "GITHUB_WEBHOOK_SECRET", "ACME_WEBHOOK_SECRET"} {
+		t.Setenv(k, "x-"+k)
+	}
+	c, err := Load("../../inlet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sources) != 3 || c.Sources[1].Secrets[0] != "x-GITHUB_WEBHOOK_SECRET" {
+		t.Fatalf("example sources = %+v", c.Sources)
+	}
+}
+
+func TestDevConfig(t *testing.T) {
+	c, err := Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Source("stripe"); !ok || len(c.Sources) != 3 {
+		t.Fatalf("dev sources = %+v", c.Sources)
+	}
+}
