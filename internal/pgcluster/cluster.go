@@ -127,6 +127,12 @@ func (c *Cluster) chown(path string) error {
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(c.cfg.Dir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(c.cfg.Dir), err)
+	}
+	if c.asUser && !reachable(filepath.Dir(c.cfg.Dir), c.uid, c.gid) {
+		return fmt.Errorf("%w: %s (the postgres user must be able to enter every directory above it)", ErrUnreachableDir, c.cfg.Dir)
+	}
 	for _, d := range []string{c.cfg.Dir, c.socketDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create cluster directory %s: %w", d, err)
@@ -145,6 +151,41 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		return fmt.Errorf("initdb %s: %w\n%s", c.dataDir(), err, out)
 	}
 	return nil
+}
+
+// ErrUnreachableDir means the server's user cannot reach the cluster directory.
+var ErrUnreachableDir = errors.New("the PostgreSQL server user cannot reach the cluster directory")
+
+// reachable reports whether uid/gid may search every directory from / to dir.
+func reachable(dir string, uid, gid int) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return false
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true
+		}
+		mode := st.Mode().Perm()
+		switch {
+		case int(sys.Uid) == uid:
+			if mode&0o100 == 0 {
+				return false
+			}
+		case int(sys.Gid) == gid:
+			if mode&0o010 == 0 {
+				return false
+			}
+		default:
+			if mode&0o001 == 0 {
+				return false
+			}
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 // Start launches the server and waits until it accepts connections.

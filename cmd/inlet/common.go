@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+const defaultConfigPath = "inlet.yaml"
+
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", defaultConfigPath, "path of the YAML configuration file")
+}
+
+// loadConfig reads path. When the path is the default and the file does not
+// exist, fallback (if non-nil) supplies the configuration instead.
+func loadConfig(path string, fallback func() (config.Config, error)) (config.Config, string, error) {
+	c, err := config.Load(path)
+	if err == nil {
+		return c, path, nil
+	}
+	if fallback != nil && path == defaultConfigPath && errors.Is(err, fs.ErrNotExist) {
+		c, err := fallback()
+		return c, "embedded defaults", err
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return config.Config{}, "", fmt.Errorf("config file %s does not exist (copy inlet.example.yaml, or pass --config)", path)
+	}
+	return config.Config{}, "", err
+}
+
+func newLogger(w io.Writer, c config.Log, defaultFormat string) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	format := c.Format
+	if format == "" {
+		format = defaultFormat
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func stderrLogger(c config.Config, defaultFormat string) *slog.Logger {
+	return newLogger(os.Stderr, c.Log, defaultFormat)
+}
+
+func splitHostPort(addr string) (string, string, error) { return net.SplitHostPort(addr) }

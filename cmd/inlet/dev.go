@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgcluster"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+func runDev(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "dev", "", `
+Run Inlet in one process for local use. Without --config (and without an
+./inlet.yaml) it uses embedded defaults: sources stripe, github and acme
+(Standard Webhooks) with development secrets, listening on :8080.
+
+Without a database URL (database_url / DATABASE_URL) it starts a throwaway
+PostgreSQL from this machine's binaries with its data under --data-dir
+(installing the binaries with apt-get first when they are missing and you are
+root). Migrations are applied at start. Delete the data directory to start
+over.`)
+	cfgPath := configFlag(fs)
+	dataDir := fs.String("data-dir", ".inlet", "directory for the local PostgreSQL when no database URL is set")
+	listen := fs.String("listen", "", "listen address (overrides ingress.listen)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, from, err := loadConfig(*cfgPath, config.Dev)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Ingress.Listen = *listen
+	}
+	log := stderrLogger(cfg, "text")
+	log.Info("configuration loaded", slog.String("from", from), slog.Int("sources", len(cfg.Sources)))
+
+	if cfg.DatabaseURL == "" {
+		pgDir := filepath.Join(*dataDir, "pg")
+		cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: pgDir, Install: true, Logger: log})
+		if errors.Is(err, pgcluster.ErrUnreachableDir) {
+			// As root in a home directory the postgres user cannot enter: keep
+			// the cluster in a machine-wide place named after this directory.
+			abs, _ := filepath.Abs(pgDir)
+			sum := sha256.Sum256([]byte(abs))
+			pgDir = filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]), "pg")
+			log.Warn("the postgres user cannot reach the data directory; using another", slog.String("wanted", abs), slog.String("using", pgDir))
+			cluster, err = pgcluster.New(ctx, pgcluster.Config{Dir: pgDir, Install: true, Logger: log})
+		}
+		if err != nil {
+			return fmt.Errorf("local PostgreSQL: %w", err)
+		}
+		if err := cluster.Start(ctx); err != nil {
+			return fmt.Errorf("local PostgreSQL: %w", err)
+		}
+		defer func() {
+			log.Info("stopping local PostgreSQL")
+			if err := cluster.Stop(); err != nil {
+				log.Error("stop local PostgreSQL", slog.String("error", err.Error()))
+			}
+		}()
+		cfg.DatabaseURL = cluster.URL("postgres")
+		_ = os.MkdirAll(*dataDir, 0o755)
+		_ = os.WriteFile(filepath.Join(*dataDir, "database_url"), []byte(cfg.DatabaseURL+"\n"), 0o600)
+		log.Info("local PostgreSQL started", slog.String("bin", cluster.BinDir()),
+			slog.String("data", pgDir), slog.String("url", cfg.DatabaseURL))
+	}
+
+	if err := migrateURL(ctx, cfg.DatabaseURL, log); err != nil {
+		return err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-dev-ingress"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	srv, err := startIngress(ctx, cfg, pool, log.With(slog.String("service", "ingress")))
+	if err != nil {
+		return err
+	}
+	printWalkthrough(env, cfg, srv.Addr().String(), from)
+	<-ctx.Done()
+	return stopIngress(srv, 10*time.Second, log)
+}
+
+func migrateURL(ctx context.Context, url string, log *slog.Logger) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	applied, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	log.Info("schema current", slog.Int("version", schema.Latest()), slog.Int("applied_now", len(applied)))
+	return nil
+}
+
+func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
+	_, port, _ := splitHostPort(addr)
+	base := "http://localhost:" + port
+	fmt.Fprintf(env.stdout, "\nInlet is running on %s (config: %s).\n\nSend a signed test webhook (in another terminal):\n\n", base, from)
+	for _, s := range cfg.Sources {
+		fmt.Fprintf(env.stdout, "  go run ./cmd/inlet send %s --url %s\n", s.Name, base)
+	}
+	if gh, ok := firstOfType(cfg, "github"); ok && from == "embedded defaults" {
+		body := `{"zen":"Keep it logically awesome."}`
+		h, _, _ := signTest(gh, "00000000-0000-0000-0000-000000000001", []byte(body), time.Now())
+		fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n"+
+			"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
+			base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)
+	}
+	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql '%s' -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n\nCtrl-C stops.\n\n", cfg.DatabaseURL)
+}
+
+func firstOfType(cfg config.Config, typ string) (config.Source, bool) {
+	for _, s := range cfg.Sources {
+		if s.Type == typ {
+			return s, true
+		}
+	}
+	return config.Source{}, false
+}

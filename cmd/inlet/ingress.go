@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+)
+
+func runIngress(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "ingress", "", `
+Run the webhook receiver: POST /webhooks/{source} for every source in the
+config file, plus GET /healthz and GET /readyz. Each webhook is verified and
+committed to Postgres before the 2xx. SIGTERM stops accepting, drains in-flight
+requests for --drain-timeout, then exits.`)
+	cfgPath := configFlag(fs)
+	listen := fs.String("listen", "", "listen address (overrides ingress.listen)")
+	drain := fs.Duration("drain-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := loadConfig(*cfgPath, nil)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Ingress.Listen = *listen
+	}
+	log := stderrLogger(cfg, "json").With(slog.String("service", "ingress"))
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-ingress"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	srv, err := startIngress(ctx, cfg, pool, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return stopIngress(srv, *drain, log)
+}
+
+func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (*ingress.Server, error) {
+	srv, err := ingress.New(ingress.Config{
+		Ingress: cfg.Ingress,
+		Sources: cfg.Sources,
+		Store:   ingress.NewPGStore(pool),
+		Ready:   database.Ready(pool),
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func stopIngress(srv *ingress.Server, drain time.Duration, log *slog.Logger) error {
+	log.Info("draining ingress", slog.Duration("deadline", drain))
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		return fmt.Errorf("drain ingress: %w", err)
+	}
+	log.Info("ingress stopped")
+	return nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+func runMigrate(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "migrate", "", `
+Apply every schema migration the database lacks, as the connecting role (which
+becomes the owner of webhook_ingress and must be allowed to create roles the
+first time). Running it again is a no-op. The database comes from
+--database-url, else database_url in the config file, else DATABASE_URL.`)
+	cfgPath := configFlag(fs)
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (overrides the config file)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	url := *dbURL
+	if url == "" {
+		c, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+		if err != nil {
+			return err
+		}
+		url = c.DatabaseURL
+	}
+	if url == "" {
+		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, *cfgPath)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	applied, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(env.stdout, "schema %s is current (version %d); nothing to do\n", schema.Name, schema.Latest())
+		return nil
+	}
+	for _, m := range applied {
+		fmt.Fprintf(env.stdout, "applied %03d_%s\n", m.Version, m.Name)
+	}
+	fmt.Fprintf(env.stdout, "schema %s is at version %d\n", schema.Name, schema.Latest())
+	return nil
+}

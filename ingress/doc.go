@@ -1,0 +1,11 @@
+// Package ingress is Inlet's webhook receiver: POST /webhooks/{source} verifies
+// the source's signature over the exact raw bytes, stores the event (and, by the
+// schema's fan-out trigger, one job per subscribed handler) in one transaction,
+// and answers 2xx only after that transaction commits. Nothing else happens
+// inside the request: delivery to handlers is the streamer's.
+//
+// Answers: 200 stored or duplicate, 401 bad/missing/stale signature (nothing
+// stored, body never echoed), 400 verified but unreadable event, 404 unknown
+// source, 405 wrong method, 413 body over the limit, 503 + Retry-After when the
+// database cannot take the write, so the provider retries.
+package ingress

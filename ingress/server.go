@@ -1,0 +1,281 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+)
+
+// Verifier checks one request's signature and says which event it carries.
+type Verifier interface {
+	Verify(req *verify.Request) (verify.Result, error)
+}
+
+// Readiness reports whether the service can do its work (database reachable,
+// schema current). Nil means ready.
+type Readiness func(ctx context.Context) error
+
+// Config configures a Server.
+type Config struct {
+	// Ingress holds the listener, limits and timeouts (see config.Ingress for
+	// each field's default). WithDefaults is applied by New.
+	config.Ingress
+	// Sources are the accepted senders. At least one is required.
+	Sources []config.Source
+	// Store persists verified events. Required.
+	Store Store
+	// Ready backs GET /readyz. Defaults to always ready.
+	Ready Readiness
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for signature windows. Defaults to time.Now.
+	Now func() time.Time
+}
+
+type source struct {
+	name     string
+	scheme   string
+	verifier Verifier
+}
+
+// Server is the webhook HTTP service.
+type Server struct {
+	cfg     Config
+	sources map[string]*source
+	mux     *http.ServeMux
+
+	mu   sync.Mutex
+	srv  *http.Server
+	addr net.Addr
+	done chan error
+}
+
+// New builds the server and a verifier per source. Errors name the bad source
+// field (`sources[1] "github": secrets[0]: must not be empty`).
+func New(cfg Config) (*Server, error) {
+	cfg.Ingress = config.Config{Ingress: cfg.Ingress}.WithDefaults().Ingress
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(context.Context) error { return nil }
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("ingress: Store is required")
+	}
+	if len(cfg.Sources) == 0 {
+		return nil, errors.New("sources: at least one source is required to receive webhooks")
+	}
+	s := &Server{cfg: cfg, sources: map[string]*source{}}
+	for i, sc := range cfg.Sources {
+		v, err := verify.New(verify.Config{Type: sc.Type, Secrets: sc.Secrets, Tolerance: sc.Tolerance})
+		if err != nil {
+			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
+		}
+		s.sources[sc.Name] = &source{name: sc.Name, scheme: sc.Type, verifier: v}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux = mux
+	return s, nil
+}
+
+// Handler is the HTTP handler (for tests and for embedding).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Start listens on cfg.Listen and serves in the background.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return errors.New("ingress: already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("ingress listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.srv = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: min(5*time.Second, s.cfg.ReadTimeout),
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.addr = ln.Addr()
+	s.done = make(chan error, 1)
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	s.cfg.Logger.Info("ingress listening", slog.String("addr", s.addr.String()), slog.Int("sources", len(s.sources)))
+	return nil
+}
+
+// Addr is the bound address once started.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Stop stops accepting requests and waits for in-flight ones until ctx is done;
+// requests still running then are cut off.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	if serveErr := <-done; serveErr != nil && err == nil {
+		err = serveErr
+	}
+	return err
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Ready(ctx); err != nil {
+		s.cfg.Logger.Warn("not ready", slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": readinessReason(err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func readinessReason(err error) string {
+	if database.IsUnavailable(err) {
+		return "database_unavailable"
+	}
+	return "not_ready"
+}
+
+// Answer bodies: short, fixed texts; never the request body.
+type answer struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name := r.PathValue("source")
+	src, ok := s.sources[name]
+	if !ok {
+		writeJSON(w, http.StatusNotFound, answer{Status: "rejected", Reason: "unknown_source"})
+		s.cfg.Logger.Info("webhook rejected", slog.String("source", name), slog.String("reason", "unknown_source"))
+		return
+	}
+	log := s.cfg.Logger.With(slog.String("source", name))
+	reject := func(code int, reason string) {
+		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
+		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
+	}
+
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			reject(http.StatusRequestEntityTooLarge, "body_too_large")
+			return
+		}
+		reject(http.StatusBadRequest, "body_unreadable")
+		return
+	}
+
+	res, err := src.verifier.Verify(&verify.Request{
+		Header: r.Header,
+		Body:   body,
+		URL:    requestURL(r),
+		Now:    s.cfg.Now(),
+	})
+	if err != nil {
+		reason := verify.Reason(err)
+		if errors.Is(err, verify.ErrMalformedPayload) {
+			reject(http.StatusBadRequest, reason)
+			return
+		}
+		reject(http.StatusUnauthorized, reason)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	defer cancel()
+	stored, err := s.cfg.Store.Insert(ctx, &Event{
+		Provider:    src.name,
+		Scheme:      src.scheme,
+		ExternalID:  res.EventID,
+		EventType:   res.EventType,
+		Headers:     r.Header,
+		RawBody:     body,
+		SecretIndex: res.SecretIndex,
+	})
+	if err != nil {
+		// Not committed, so not acknowledged: the provider will retry.
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "database_unavailable"})
+		log.Error("webhook not stored", slog.String("event_type", res.EventType),
+			slog.Bool("database_unavailable", database.IsUnavailable(err)), slog.String("error", err.Error()))
+		return
+	}
+	status := "stored"
+	if !stored {
+		status = "duplicate"
+	}
+	writeJSON(w, http.StatusOK, answer{Status: status})
+	log.Debug("webhook accepted", slog.String("status", status), slog.String("event_type", res.EventType),
+		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))
+}
+
+// requestURL reconstructs the URL the sender used, for schemes that sign it.
+func requestURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

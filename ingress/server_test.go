@@ -1,0 +1,345 @@
+package ingress_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgcluster"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const (
+	stripeSecret = "whsec_test_ingress_secret"
+	githubSecret = "github-test-secret"
+)
+
+type testBundle struct {
+	admin *pgxpool.Pool // superuser, for assertions
+	url   string        // base URL of the running ingress
+	logs  *syncWriter
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	return setupOn(t, url, 1<<10)
+}
+
+func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	// Ingress runs as its own least-privilege role, as in production.
+	pool, err := database.Open(ctx, dbURL, database.Options{Role: config.DefaultIngressRole})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	logs := &syncWriter{buf: &bytes.Buffer{}}
+	srv, err := ingress.New(ingress.Config{
+		Ingress: config.Ingress{MaxBodyBytes: maxBody, StoreTimeout: 2 * time.Second},
+		Sources: []config.Source{
+			{Name: "stripe", Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}},
+			{Name: "github", Type: "github", Secrets: []string{githubSecret}},
+		},
+		Store:  ingress.NewPGStore(pool),
+		Ready:  database.Ready(pool),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &testBundle{admin: admin, url: hs.URL, logs: logs}
+}
+
+// syncWriter lets the handler goroutines and the test share the log buffer.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func stripeRequest(t *testing.T, url string, body []byte, ts time.Time) *http.Request {
+	t.Helper()
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeSecret, Timestamp: ts})
+	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Stripe-Signature", signed.Header)
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+func do(t *testing.T, req *http.Request) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestStoredBytesEqualSentBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Odd spacing, escapes, non-ASCII and a trailing newline: a JSON re-encode would change it.
+	body := []byte("{\"id\":\"evt_bytes\",  \"type\":\"invoice.paid\",\n\"note\":\"caf\u00e9 \\u00e9 \\/\"}\n")
+	code, answer, _ := do(t, stripeRequest(t, b.url, body, time.Now()))
+	if code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+		t.Fatalf("answer %d %s", code, answer)
+	}
+	var raw []byte
+	var headers map[string][]string
+	var verified bool
+	var secretIndex int
+	var typ string
+	err := b.admin.QueryRow(context.Background(), `SELECT raw_body, headers, signature_verified, secret_index, event_type
+		FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = 'evt_bytes'`).Scan(&raw, &headers, &verified, &secretIndex, &typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw, body) {
+		t.Fatalf("stored body differs:\n got %q\nwant %q", raw, body)
+	}
+	if !verified || secretIndex != 1 || typ != "invoice.paid" {
+		t.Fatalf("verified=%v secret_index=%d type=%q", verified, secretIndex, typ)
+	}
+	if len(headers["Stripe-Signature"]) != 1 || headers["Content-Type"][0] != "application/json" {
+		t.Fatalf("stored headers = %v", headers)
+	}
+}
+
+func TestDuplicateDeliveryStoresOneRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"id":"evt_dup","type":"charge.succeeded"}`)
+	for i, want := range []string{"stored", "duplicate", "duplicate"} {
+		// A retry is signed anew with another timestamp; the event id is the key.
+		code, answer, _ := do(t, stripeRequest(t, b.url, body, time.Now().Add(-time.Duration(i)*time.Second)))
+		if code != http.StatusOK || !strings.Contains(answer, want) {
+			t.Fatalf("delivery %d: %d %s, want 200 %s", i, code, answer, want)
+		}
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE external_event_id = 'evt_dup'`); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const canary = "CANARY-7d1f"
+	body := []byte(`{"id":"evt_rej","type":"x","secret":"` + canary + `"}`)
+
+	tampered := stripeRequest(t, b.url, body, time.Now())
+	tampered.Body = io.NopCloser(bytes.NewReader(bytes.Replace(body, []byte("x"), []byte("y"), 1)))
+
+	stale := stripeRequest(t, b.url, body, time.Now().Add(-10*time.Minute))
+	future := stripeRequest(t, b.url, body, time.Now().Add(10*time.Minute))
+
+	unsigned, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/stripe", bytes.NewReader(body))
+
+	notJSON := stripeRequest(t, b.url, []byte("not json "+canary), time.Now())
+
+	big := bytes.Repeat([]byte("a"), 2<<10)
+	tooLarge := stripeRequest(t, b.url, big, time.Now())
+	chunked := stripeRequest(t, b.url, big, time.Now())
+	chunked.Body = io.NopCloser(bytes.NewReader(big)) // no length known: limit enforced while reading
+	chunked.ContentLength = -1
+
+	unknown, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/nope", bytes.NewReader(body))
+	wrongMethod, _ := http.NewRequest(http.MethodGet, b.url+"/webhooks/stripe", nil)
+
+	cases := []struct {
+		name   string
+		req    *http.Request
+		code   int
+		reason string
+	}{
+		{"tampered body", tampered, 401, "signature_mismatch"},
+		{"stale timestamp", stale, 401, "timestamp_outside_tolerance"},
+		{"future timestamp", future, 401, "timestamp_outside_tolerance"},
+		{"no signature", unsigned, 401, "signature_missing"},
+		{"verified but not JSON", notJSON, 400, "malformed_payload"},
+		{"too large", tooLarge, 413, "body_too_large"},
+		{"too large, chunked", chunked, 413, "body_too_large"},
+		{"unknown source", unknown, 404, "unknown_source"},
+		{"wrong method", wrongMethod, 405, ""},
+	}
+	for _, c := range cases {
+		code, answer, _ := do(t, c.req)
+		if code != c.code || !strings.Contains(answer, c.reason) {
+			t.Errorf("%s: %d %q, want %d with %q", c.name, code, answer, c.code, c.reason)
+		}
+		if strings.Contains(answer, canary) {
+			t.Errorf("%s: the answer echoes the body", c.name)
+		}
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events`); n != 0 {
+		t.Fatalf("%d events stored after only rejected requests", n)
+	}
+	if strings.Contains(b.logs.String(), canary) {
+		t.Fatal("the logs contain the body")
+	}
+	if !strings.Contains(b.logs.String(), `"reason":"timestamp_outside_tolerance"`) {
+		t.Fatalf("no log line with the rejection reason:\n%s", b.logs.String())
+	}
+}
+
+func TestGitHubEventFromHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"zen":"Design for failure."}`)
+	req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/github", bytes.NewReader(body))
+	for k, v := range verify.SignGitHub(githubSecret, "a1b2c3", "ping", body) {
+		req.Header[k] = v
+	}
+	if code, answer, _ := do(t, req); code != 200 {
+		t.Fatalf("%d %s", code, answer)
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'github' AND external_event_id = 'a1b2c3' AND event_type = 'ping'`); n != 1 {
+		t.Fatalf("github event not stored with its delivery id and type")
+	}
+}
+
+func TestFanOutJobsCommitWithTheEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern)
+		VALUES ('billing', 'stripe', 'invoice.*'), ('audit', '*', '*')`); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_fan","type":"invoice.paid"}`)
+	if code, answer, _ := do(t, stripeRequest(t, b.url, body, time.Now())); code != 200 {
+		t.Fatalf("%d %s", code, answer)
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+		WHERE e.external_event_id = 'evt_fan' AND j.status = 'pending'`); n != 2 {
+		t.Fatalf("%d jobs, want 2", n)
+	}
+}
+
+// Postgres stopped: 503 with Retry-After and nothing acknowledged; back up: the
+// same ingress stores again without a restart.
+func TestDatabaseDownThenRecovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Its own cluster: stopping the shared one would break the other tests.
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(tempDir(t), "pg"), Install: true,
+		Settings: map[string]string{"fsync": "off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	if err := migrateAll(ctx, cluster.URL("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	b := setupOn(t, cluster.URL("postgres"), 1<<10)
+
+	send := func(id string) (int, string, http.Header) {
+		return do(t, stripeRequest(t, b.url, []byte(fmt.Sprintf(`{"id":%q,"type":"t"}`, id)), time.Now()))
+	}
+	if code, answer, _ := send("evt_before"); code != 200 {
+		t.Fatalf("before: %d %s", code, answer)
+	}
+	if err := cluster.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	code, answer, hdr := send("evt_during")
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Fatalf("database down: %d %s Retry-After=%q, want 503 with Retry-After", code, answer, hdr.Get("Retry-After"))
+	}
+	resp, err := http.Get(b.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with the database down: %d", resp.StatusCode)
+	}
+	if err := cluster.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, answer, _ = send("evt_during") // the provider's retry
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after restart: %d %s", code, answer)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events`); n != 2 {
+		t.Fatalf("%d events after recovery, want 2", n)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(b.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+}

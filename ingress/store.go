@@ -1,0 +1,54 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Event is one verified webhook, ready to store.
+type Event struct {
+	Provider    string // source name
+	Scheme      string // verifier type
+	ExternalID  string
+	EventType   string
+	Headers     map[string][]string
+	RawBody     []byte
+	SecretIndex int
+}
+
+// Store writes events. Insert reports whether the event was new (false: a
+// duplicate delivery, nothing written). It returns only after COMMIT.
+type Store interface {
+	Insert(ctx context.Context, e *Event) (stored bool, err error)
+}
+
+// PGStore stores events with one INSERT … ON CONFLICT DO NOTHING each; an
+// autocommit statement is its own transaction, and the fan-out trigger runs
+// inside it.
+type PGStore struct {
+	pool *pgxpool.Pool
+}
+
+// NewPGStore returns a Store over pool (which should run as the ingress role).
+func NewPGStore(pool *pgxpool.Pool) *PGStore { return &PGStore{pool: pool} }
+
+var insertEventSQL = schema.Query("InsertEvent")
+
+// Insert implements Store.
+func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
+	headers, err := json.Marshal(e.Headers)
+	if err != nil {
+		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
+	}
+	tag, err := s.pool.Exec(ctx, insertEventSQL,
+		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, true, int16(e.SecretIndex))
+	if err != nil {
+		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -1,0 +1,108 @@
+// Package database opens Inlet's PostgreSQL connection pools: one per service,
+// each assuming that service's least-privilege role (SET ROLE) on every new
+// connection, so a service can do only what its role's grants allow even when
+// its login role could do more.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Options tunes Open.
+type Options struct {
+	// Role is assumed with SET ROLE on every new connection. Empty keeps the
+	// login role.
+	Role string
+	// MaxConns caps the pool. Defaults to pgxpool's (max(4, cores)).
+	MaxConns int32
+	// AppName is reported as application_name (visible in pg_stat_activity).
+	// Defaults to "inlet".
+	AppName string
+}
+
+// Open returns a pool for url. It does not wait for the server: a pool opened
+// while Postgres is down connects once it is back.
+func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) {
+	if url == "" {
+		return nil, errors.New("no database URL: set database_url in the config file or DATABASE_URL")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's message may quote the URL, password included: say only what is wrong.
+		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		name := opts.AppName
+		if name == "" {
+			name = "inlet"
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = name
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	cfg.HealthCheckPeriod = 5 * time.Second
+	if opts.Role != "" {
+		role := opts.Role
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if _, err := c.Exec(ctx, "SET ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
+				return fmt.Errorf("set role %s (is the login role a member of it? GRANT %s TO <login role>): %w", role, role, err)
+			}
+			return nil
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// IsUnavailable reports whether err means the database could not be reached or
+// went away (as opposed to a statement the server rejected), the case where a
+// caller should answer "try again later".
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 08: connection exception; 57P: operator intervention (shutdown);
+		// 53: insufficient resources; 40001/40P01 transient conflicts.
+		c := pgErr.Code
+		return len(c) >= 2 && (c[:2] == "08" || c[:2] == "53" || (len(c) >= 3 && c[:3] == "57P") || c == "40001" || c == "40P01")
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// Ready returns a readiness check for pool: the server answers and the schema
+// has every migration this binary expects.
+func Ready(pool *pgxpool.Pool) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		return schema.Check(ctx, pool)
+	}
+}
