@@ -66,7 +66,7 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 			{Name: "stripe", Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}},
 			{Name: "github", Type: "github", Secrets: []string{githubSecret}},
 		},
-		Store:  ingress.NewPGStore(pool),
+		Store:  ingress.NewPGStore(pool, nil),
 		Ready:  database.Ready(pool),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	})

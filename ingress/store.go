@@ -31,11 +31,20 @@ type Store interface {
 // autocommit statement is its own transaction, and the fan-out trigger runs
 // inside it.
 type PGStore struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	hinter Hinter
 }
 
+// Hinter is told after each commit that stored an event, so streamers wake
+// (notify.Hinter debounces it into an occasional NOTIFY outside the insert
+// transaction).
+type Hinter interface{ Hint() }
+
 // NewPGStore returns a Store over pool (which should run as the ingress role).
-func NewPGStore(pool *pgxpool.Pool) *PGStore { return &PGStore{pool: pool} }
+// hinter may be nil: streamers then find new jobs by polling.
+func NewPGStore(pool *pgxpool.Pool, hinter Hinter) *PGStore {
+	return &PGStore{pool: pool, hinter: hinter}
+}
 
 var insertEventSQL = schema.Query("InsertEvent")
 
@@ -50,5 +59,9 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	stored := tag.RowsAffected() == 1
+	if stored && s.hinter != nil {
+		s.hinter.Hint()
+	}
+	return stored, nil
 }

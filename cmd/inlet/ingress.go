@@ -50,7 +50,7 @@ func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, lo
 	srv, err := ingress.New(ingress.Config{
 		Ingress: cfg.Ingress,
 		Sources: cfg.Sources,
-		Store:   ingress.NewPGStore(pool),
+		Store:   ingress.NewPGStore(pool, nil),
 		Ready:   database.Ready(pool),
 		Logger:  log,
 	})

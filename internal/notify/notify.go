@@ -1,0 +1,211 @@
+// Package notify carries the "jobs are due" hint from writers to streamers over
+// PostgreSQL LISTEN/NOTIFY. The hint is debounced at the writer (at most one
+// NOTIFY per interval, sent outside the ingest transaction), because a NOTIFY
+// inside every insert transaction serialises commits on a global lock. A lost
+// hint costs latency only: streamers also poll.
+package notify
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Channel is the NOTIFY channel streamers LISTEN on.
+const Channel = "webhook_ingress_jobs"
+
+// Hinter sends debounced NOTIFYs: the first Hint after a quiet spell is sent
+// at once, later ones within Interval are folded into one sent when it ends.
+type Hinter struct {
+	pool     *pgxpool.Pool
+	interval time.Duration
+	logger   *slog.Logger
+	hints    chan struct{}
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// NewHinter returns a started Hinter; Stop it when done. interval defaults to
+// 100ms.
+func NewHinter(pool *pgxpool.Pool, interval time.Duration, logger *slog.Logger) *Hinter {
+	if interval <= 0 {
+		interval = 100 * time.Millisecond
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	h := &Hinter{pool: pool, interval: interval, logger: logger,
+		hints: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go h.run()
+	return h
+}
+
+// Hint says new jobs may be due. It never blocks.
+func (h *Hinter) Hint() {
+	if h == nil {
+		return
+	}
+	select {
+	case h.hints <- struct{}{}:
+	default:
+	}
+}
+
+// Stop sends a last pending hint and stops.
+func (h *Hinter) Stop() {
+	h.stopOnce.Do(func() { close(h.stop) })
+	<-h.done
+}
+
+func (h *Hinter) run() {
+	defer close(h.done)
+	for {
+		select {
+		case <-h.hints:
+		case <-h.stop:
+			select {
+			case <-h.hints:
+				h.send()
+			default:
+			}
+			return
+		}
+		h.send()
+		select {
+		case <-time.After(h.interval):
+		case <-h.stop:
+		}
+	}
+}
+
+func (h *Hinter) send() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := h.pool.Exec(ctx, "SELECT pg_notify($1, '')", Channel); err != nil {
+		h.logger.Debug("notify failed; streamers will poll", slog.String("error", err.Error()))
+	}
+}
+
+// ListenerConfig configures a Listener.
+type ListenerConfig struct {
+	// Connect opens the dedicated LISTEN connection. Required.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// OnNotify is called for every notification, and once after each
+	// (re)connect to cover what was missed while disconnected. Required; it
+	// must not block.
+	OnNotify func()
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the reconnect delay, which doubles per
+	// failed attempt. Default 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Listener holds one LISTEN connection and reconnects with exponential backoff
+// whenever it is lost.
+type Listener struct {
+	cfg ListenerConfig
+
+	mu         sync.Mutex
+	connected  bool
+	reconnects int
+}
+
+// NewListener returns a Listener; Run starts it.
+func NewListener(cfg ListenerConfig) *Listener {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	return &Listener{cfg: cfg}
+}
+
+// Connected reports whether the LISTEN connection is up, and how many times it
+// has connected after the first.
+func (l *Listener) Connected() (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.connected, l.reconnects
+}
+
+// Run listens until ctx is done.
+func (l *Listener) Run(ctx context.Context) {
+	delay := l.cfg.MinBackoff
+	first := true
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		err := l.session(ctx, first)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil { // session ended after being up: start the backoff afresh
+			delay, attempt = l.cfg.MinBackoff, 1
+		}
+		first = false
+		wait := delay/2 + rand.N(delay/2+1)
+		l.cfg.Logger.Warn("LISTEN connection lost; polling covers the gap until it is back",
+			slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.String("error", errString(err)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		delay = min(delay*2, l.cfg.MaxBackoff)
+	}
+}
+
+// session connects, listens and waits for notifications. It returns nil if it
+// was connected and then lost the connection, or the connect error.
+func (l *Listener) session(ctx context.Context, first bool) error {
+	conn, err := l.cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.connected = true
+	if !first {
+		l.reconnects++
+	}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.connected = false
+		l.mu.Unlock()
+	}()
+	if !first {
+		l.cfg.Logger.Info("LISTEN connection restored", slog.String("channel", Channel))
+	}
+	l.cfg.OnNotify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			l.cfg.Logger.Debug("LISTEN connection error", slog.String("error", err.Error()))
+			return nil
+		}
+		l.cfg.OnNotify()
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "connection closed"
+	}
+	return err.Error()
+}

@@ -1,0 +1,125 @@
+-- Queries on webhook_ingress.jobs: claim-and-lease (streamer), reaping expired
+-- leases (streamer), heartbeats and outcomes (consumers).
+
+-- name: ClaimJobs
+-- Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
+-- statement. SKIP LOCKED lets any number of streamers claim side by side
+-- without waiting on or double-leasing each other's rows. The attempt number
+-- is taken here; outcomes are fenced on it.
+WITH due AS (
+    SELECT id
+    FROM webhook_ingress.jobs
+    WHERE status IN ('pending', 'failed')
+      AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_ingress.jobs j
+SET status           = 'leased',
+    attempt_count    = j.attempt_count + 1,
+    lease_holder_id  = $2,
+    lease_expires_at = now() + $3::interval,
+    attempted_at     = now(),
+    updated_at       = now()
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at
+
+-- name: ReleaseJobs
+-- Give back leases that were taken but never handed out (the publish failed):
+-- pending again at once, and the attempt does not count.
+UPDATE webhook_ingress.jobs
+SET status           = 'pending',
+    attempt_count    = attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = now(),
+    updated_at       = now()
+WHERE id = ANY($1::bigint[])
+  AND status = 'leased'
+  AND lease_holder_id = $2
+
+-- name: ReapExpiredLeases
+-- Leases that ran out without an outcome (consumer died, message lost): back
+-- to pending, or to dead_letter when that was the last attempt; each closes
+-- its attempt in job_attempts as lease_expired. At most $1 per call.
+WITH expired AS (
+    SELECT id, attempt_count, lease_holder_id, attempted_at
+    FROM webhook_ingress.jobs
+    WHERE status = 'leased'
+      AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = CASE WHEN j.attempt_count >= j.max_attempts THEN 'dead_letter' ELSE 'pending' END,
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at  = now(),
+        last_error_class = 'lease_expired',
+        updated_at       = now()
+    FROM expired
+    WHERE j.id = expired.id
+    RETURNING j.id, j.status, expired.attempt_count, expired.lease_holder_id, expired.attempted_at
+), history AS (
+    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_class)
+    SELECT id, attempt_count, lease_holder_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
+    FROM reaped
+)
+SELECT id, status FROM reaped
+
+-- name: ExtendLease
+-- Heartbeat of a long handler: push the lease out to now() + $3 while attempt
+-- $2 of job $1 still holds it. No row: the lease was lost.
+UPDATE webhook_ingress.jobs
+SET lease_expires_at = now() + $3::interval,
+    updated_at       = now()
+WHERE id = $1
+  AND status = 'leased'
+  AND attempt_count = $2
+
+-- name: CompleteJob
+-- Attempt $2 of job $1 succeeded. Fenced on the attempt: a consumer whose
+-- lease was reaped and re-leased cannot overwrite the newer attempt.
+UPDATE webhook_ingress.jobs
+SET status           = 'completed',
+    completed_at     = now(),
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    last_error       = NULL,
+    last_error_class = NULL,
+    updated_at       = now()
+WHERE id = $1
+  AND status = 'leased'
+  AND attempt_count = $2
+
+-- name: FailJob
+-- Attempt $2 of job $1 failed with error $3 of class $4. Retried at $5 unless
+-- attempts are spent or $6 (permanent) is true: then dead_letter.
+UPDATE webhook_ingress.jobs
+SET status           = CASE WHEN $6::boolean OR attempt_count >= max_attempts THEN 'dead_letter' ELSE 'failed' END,
+    next_attempt_at  = $5,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    last_error       = $3,
+    last_error_class = $4,
+    updated_at       = now()
+WHERE id = $1
+  AND status = 'leased'
+  AND attempt_count = $2
+RETURNING status
+
+-- name: InsertAttempt
+-- History row of one finished attempt.
+INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
+VALUES ($1, $2, $3, $4, now(), $5, $6, $7)
+
+-- name: FetchJobEvent
+-- What a handler gets: the job's state and its event, raw bytes and headers.
+SELECT j.status, j.attempt_count, j.max_attempts, e.id, e.provider, e.scheme, e.external_event_id, e.event_type,
+       e.received_at, e.headers, e.raw_body
+FROM webhook_ingress.jobs j
+JOIN webhook_ingress.events e ON e.id = j.event_id
+WHERE j.id = $1

@@ -1,0 +1,17 @@
+-- name: UpsertSubscription
+-- Register (or refresh) one (handler, provider pattern, event type pattern).
+INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at)
+VALUES ($1, $2, $3, $4, true, now())
+ON CONFLICT (handler, provider_pattern, event_type_pattern)
+DO UPDATE SET max_attempts = excluded.max_attempts, enabled = true, updated_at = now()
+WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts OR NOT subscriptions.enabled
+
+-- name: DisableOtherSubscriptions
+-- A handler's patterns changed: switch off its rows not in the new set
+-- ($2, $3: parallel arrays of provider and event type patterns).
+UPDATE webhook_ingress.subscriptions s
+SET enabled = false, updated_at = now()
+WHERE s.handler = $1
+  AND s.enabled
+  AND (s.provider_pattern, s.event_type_pattern) NOT IN (
+      SELECT p, t FROM unnest($2::text[], $3::text[]) AS u(p, t))

@@ -1,0 +1,373 @@
+package streamer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/notify"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Config configures a Streamer.
+type Config struct {
+	// Pool runs the claims and the reaper, as role webhook_streamer. Required.
+	Pool *pgxpool.Pool
+	// Publisher carries references to consumers. Required.
+	Publisher message.Publisher
+	// ListenConnect opens the dedicated LISTEN connection. Nil: no LISTEN,
+	// the poll tick alone wakes the streamer.
+	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
+	// ID names this streamer as lease holder (jobs.lease_holder_id).
+	// Defaults to "streamer-<hostname>-<pid>-<random>".
+	ID string
+	// BatchSize is the most jobs one claim statement leases. Defaults to 100.
+	BatchSize int
+	// LeaseDuration is how long a consumer has to report (or extend) before
+	// the reaper takes the job back. Defaults to 60s.
+	LeaseDuration time.Duration
+	// PollInterval is the fallback wake-up; also how soon a retry whose
+	// backoff ended is noticed. Defaults to 1s.
+	PollInterval time.Duration
+	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
+	ReapInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("streamer-%s-%d-%04x", host, os.Getpid(), rand.N(1<<16))
+	}
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("streamer: Pool is required")
+	case c.Publisher == nil:
+		return errors.New("streamer: Publisher is required")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("streamer: BatchSize %d must be between 1 and 10000", c.BatchSize)
+	case c.LeaseDuration < time.Second:
+		return fmt.Errorf("streamer: LeaseDuration %s must be at least 1s", c.LeaseDuration)
+	case c.PollInterval < 0 || c.ReapInterval < 0:
+		return errors.New("streamer: PollInterval and ReapInterval must not be negative")
+	}
+	return nil
+}
+
+// Stats are counters since Start, for metrics and tests.
+type Stats struct {
+	Claims        int64 // claim statements run
+	Claimed       int64 // jobs leased
+	Published     int64 // references published
+	PublishFailed int64 // references not published (leases given back)
+	Reaped        int64 // expired leases returned to pending
+	DeadLettered  int64 // expired leases on their last attempt
+	NotifyWakeups int64
+	PollWakeups   int64
+}
+
+// Streamer claims due jobs and publishes references to them.
+type Streamer struct {
+	cfg      Config
+	listener *notify.Listener
+	wake     chan struct{}
+
+	claims, claimed, published, publishFailed atomic.Int64
+	reaped, deadLettered                       atomic.Int64
+	notifyWakeups, pollWakeups                 atomic.Int64
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started bool
+}
+
+// New validates cfg and returns a Streamer; Start runs it.
+func New(cfg Config) (*Streamer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1)}
+	if cfg.ListenConnect != nil {
+		s.listener = notify.NewListener(notify.ListenerConfig{
+			Connect: cfg.ListenConnect,
+			OnNotify: func() {
+				s.notifyWakeups.Add(1)
+				s.Wake()
+			},
+			Logger: cfg.Logger,
+		})
+	}
+	return s, nil
+}
+
+// ID is this streamer's lease holder id.
+func (s *Streamer) ID() string { return s.cfg.ID }
+
+// Listener is the LISTEN connection holder, nil when LISTEN is off.
+func (s *Streamer) Listener() *notify.Listener { return s.listener }
+
+// Stats returns the counters.
+func (s *Streamer) Stats() Stats {
+	return Stats{
+		Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
+		PublishFailed: s.publishFailed.Load(), Reaped: s.reaped.Load(), DeadLettered: s.deadLettered.Load(),
+		NotifyWakeups: s.notifyWakeups.Load(), PollWakeups: s.pollWakeups.Load(),
+	}
+}
+
+// Wake asks for a claim round now. It never blocks.
+func (s *Streamer) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the wake sources, the claim loop and the reaper in the
+// background until Stop.
+func (s *Streamer) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("streamer: already started")
+	}
+	s.started = true
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	run := func(f func(context.Context)) {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			f(ctx)
+		}()
+	}
+	if s.listener != nil {
+		run(s.listener.Run)
+	}
+	run(s.pollLoop)
+	run(s.claimLoop)
+	run(s.reapLoop)
+	s.cfg.Logger.Info("streamer started", slog.String("id", s.cfg.ID), slog.Bool("listen", s.listener != nil),
+		slog.Int("batch_size", s.cfg.BatchSize), slog.Duration("poll_interval", s.cfg.PollInterval))
+	s.Wake()
+	return nil
+}
+
+// Stop ends the loops and waits for a claim round in progress to publish what
+// it leased. Jobs it leased stay leased until consumers report or the lease
+// expires; nothing is lost.
+func (s *Streamer) Stop() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+func (s *Streamer) pollLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.pollWakeups.Add(1)
+			s.Wake()
+		}
+	}
+}
+
+func (s *Streamer) claimLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		// Claim until a batch comes back short: a backlog drains at full speed.
+		for ctx.Err() == nil {
+			n, err := s.ClaimOnce(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.cfg.Logger.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(backoff*2, 5*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			if n < s.cfg.BatchSize {
+				break
+			}
+		}
+	}
+}
+
+var (
+	claimSQL   = schema.Query("ClaimJobs")
+	releaseSQL = schema.Query("ReleaseJobs")
+	reapSQL    = schema.Query("ReapExpiredLeases")
+)
+
+// ClaimOnce leases one batch of due jobs and publishes them; it returns how
+// many it leased. The lease commits before anything is published, so a crash
+// in between leaves leased jobs that the reaper returns.
+func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
+	s.claims.Add(1)
+	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration)
+	if err != nil {
+		return 0, fmt.Errorf("claim jobs: %w", err)
+	}
+	var refs []bus.Ref
+	for rows.Next() {
+		var r bus.Ref
+		var maxAttempts int
+		var leaseExpires time.Time
+		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("claim jobs: scan: %w", err)
+		}
+		refs = append(refs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("claim jobs: %w", err)
+	}
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	s.claimed.Add(int64(len(refs)))
+	s.publish(ctx, refs)
+	return len(refs), nil
+}
+
+// publish sends refs grouped by topic; leases of refs that could not be
+// published are given back at once (the attempt does not count).
+func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) {
+	byTopic := map[string][]*message.Message{}
+	byTopicIDs := map[string][]int64{}
+	for _, r := range refs {
+		msg, err := bus.NewMessage(r)
+		if err != nil {
+			s.cfg.Logger.Error("encode reference", slog.Int64("job_id", r.JobID), slog.String("error", err.Error()))
+			continue
+		}
+		t := bus.Topic(r.Handler)
+		byTopic[t] = append(byTopic[t], msg)
+		byTopicIDs[t] = append(byTopicIDs[t], r.JobID)
+	}
+	var failed []int64
+	for topic, msgs := range byTopic {
+		if err := s.cfg.Publisher.Publish(topic, msgs...); err != nil {
+			s.cfg.Logger.Warn("publish failed; giving the leases back", slog.String("topic", topic),
+				slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
+			failed = append(failed, byTopicIDs[topic]...)
+			continue
+		}
+		s.published.Add(int64(len(msgs)))
+	}
+	if len(failed) == 0 {
+		return
+	}
+	s.publishFailed.Add(int64(len(failed)))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Pool.Exec(rctx, releaseSQL, failed, s.cfg.ID); err != nil {
+		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", len(failed)), slog.String("error", err.Error()))
+	}
+}
+
+func (s *Streamer) reapLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := s.ReapOnce(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Warn("reap expired leases failed", slog.String("error", err.Error()))
+				}
+				break
+			}
+			if n < reapBatch {
+				break
+			}
+		}
+	}
+}
+
+const reapBatch = 1000
+
+// ReapOnce returns up to 1000 expired leases to pending (or dead_letter after
+// the last attempt) and reports how many it handled.
+func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
+	rows, err := s.cfg.Pool.Query(ctx, reapSQL, reapBatch)
+	if err != nil {
+		return 0, fmt.Errorf("reap expired leases: %w", err)
+	}
+	var n, dead int
+	for rows.Next() {
+		var id int64
+		var status string
+		if err := rows.Scan(&id, &status); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("reap expired leases: scan: %w", err)
+		}
+		n++
+		if status == "dead_letter" {
+			dead++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("reap expired leases: %w", err)
+	}
+	if n > 0 {
+		s.reaped.Add(int64(n - dead))
+		s.deadLettered.Add(int64(dead))
+		s.cfg.Logger.Info("expired leases reaped", slog.Int("pending_again", n-dead), slog.Int("dead_letter", dead))
+		if n > dead {
+			s.Wake()
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,357 @@
+package streamer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/notify"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+type testBundle struct {
+	url    string
+	admin  *pgxpool.Pool
+	pool   *pgxpool.Pool // as webhook_streamer
+	pubsub bus.PubSub
+	// refuseListen makes the LISTEN connection's (re)connects fail, as while
+	// the network to Postgres is cut.
+	refuseListen atomic.Bool
+}
+
+func setup(t *testing.T, handlers ...string) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	pool, err := database.Open(ctx, url, database.Options{Role: "webhook_streamer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, h := range handlers {
+		if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ($1)`, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps := bus.NewGoChannel(slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { ps.Close() })
+	return &testBundle{url: url, admin: admin, pool: pool, pubsub: ps}
+}
+
+// insertEvents stores n events in one statement (so in one transaction).
+func (b *testBundle) insertEvents(t *testing.T, n int) {
+	t.Helper()
+	_, err := b.admin.Exec(context.Background(), `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+		SELECT 'stripe', 'stripe', 'evt_' || g || '_' || md5(random()::text), 'invoice.paid', 'x', true
+		FROM generate_series(1, $1) g`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *testBundle) newStreamer(t *testing.T, cfg streamer.Config) *streamer.Streamer {
+	t.Helper()
+	cfg.Pool = b.pool
+	if cfg.Publisher == nil {
+		cfg.Publisher = b.pubsub
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := streamer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (b *testBundle) listenConnect(ctx context.Context) (*pgx.Conn, error) {
+	if b.refuseListen.Load() {
+		return nil, errors.New("connection refused (test)")
+	}
+	cfg, err := pgx.ParseConfig(b.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = "inlet-test-listen"
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// collector subscribes to handler topics and records every reference.
+type collector struct {
+	mu   sync.Mutex
+	refs []bus.Ref
+	got  chan bus.Ref
+}
+
+func (b *testBundle) collect(t *testing.T, handlers ...string) *collector {
+	t.Helper()
+	c := &collector{got: make(chan bus.Ref, 100000)}
+	for _, h := range handlers {
+		msgs, err := b.pubsub.Subscribe(context.Background(), bus.Topic(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func(msgs <-chan *message.Message) {
+			for m := range msgs {
+				r, err := bus.ParseMessage(m)
+				m.Ack()
+				if err != nil {
+					t.Errorf("bad message: %v", err)
+					continue
+				}
+				c.mu.Lock()
+				c.refs = append(c.refs, r)
+				c.mu.Unlock()
+				c.got <- r
+			}
+		}(msgs)
+	}
+	return c
+}
+
+func (c *collector) wait(t *testing.T, n int, within time.Duration) []bus.Ref {
+	t.Helper()
+	deadline := time.After(within)
+	var out []bus.Ref
+	for len(out) < n {
+		select {
+		case r := <-c.got:
+			out = append(out, r)
+		case <-deadline:
+			t.Fatalf("got %d references within %s, want %d", len(out), within, n)
+		}
+	}
+	return out
+}
+
+func (b *testBundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.admin.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPublishesOneReferencePerJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "billing", "audit")
+	c := b.collect(t, "billing", "audit")
+	b.insertEvents(t, 3)
+	s := b.newStreamer(t, streamer.Config{PollInterval: 50 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	refs := c.wait(t, 6, 10*time.Second)
+	perHandler := map[string]int{}
+	for _, r := range refs {
+		perHandler[r.Handler]++
+		if r.Attempt != 1 || r.Provider != "stripe" || r.EventType != "invoice.paid" || r.EventID == 0 {
+			t.Errorf("reference %+v", r)
+		}
+	}
+	if perHandler["billing"] != 3 || perHandler["audit"] != 3 {
+		t.Fatalf("per handler = %v", perHandler)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased' AND attempt_count = 1 AND lease_holder_id = $1`, s.ID()); n != 6 {
+		t.Fatalf("%d jobs leased by the streamer, want 6", n)
+	}
+}
+
+func TestTwoStreamersNeverLeaseAJobTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	const jobs = 5000
+	b.insertEvents(t, jobs)
+	var streamers []*streamer.Streamer
+	for i := 0; i < 2; i++ {
+		s := b.newStreamer(t, streamer.Config{ID: fmt.Sprintf("s%d", i), BatchSize: 100, PollInterval: 20 * time.Millisecond, LeaseDuration: 10 * time.Minute})
+		streamers = append(streamers, s)
+	}
+	for _, s := range streamers {
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs := c.wait(t, jobs, 60*time.Second)
+	for _, s := range streamers {
+		s.Stop()
+	}
+	seen := map[int64]bool{}
+	for _, r := range refs {
+		if seen[r.JobID] {
+			t.Fatalf("job %d published twice", r.JobID)
+		}
+		seen[r.JobID] = true
+	}
+	// Nothing more arrives: the lease keeps the others off.
+	select {
+	case r := <-c.got:
+		t.Fatalf("extra reference %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	s0, s1 := streamers[0].Stats(), streamers[1].Stats()
+	if s0.Claimed+s1.Claimed != jobs || s0.Claimed == 0 || s1.Claimed == 0 {
+		t.Fatalf("claimed %d + %d, want both to share %d", s0.Claimed, s1.Claimed, jobs)
+	}
+	t.Logf("streamer shares: %d / %d", s0.Claimed, s1.Claimed)
+}
+
+func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET max_attempts = 2`); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "h")
+	b.insertEvents(t, 1)
+	// Nobody reports: each lease expires.
+	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Second, ReapInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	refs := c.wait(t, 2, 15*time.Second)
+	if refs[0].Attempt != 1 || refs[1].Attempt != 2 || refs[0].JobID != refs[1].JobID {
+		t.Fatalf("references %+v, want attempts 1 then 2 of one job", refs)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter' AND last_error_class = 'lease_expired'`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("job not dead-lettered after its last lease expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired'`); n != 2 {
+		t.Fatalf("%d lease_expired attempts in history, want 2", n)
+	}
+	select {
+	case r := <-c.got:
+		t.Fatalf("dead letter published again: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if st := s.Stats(); st.Reaped != 1 || st.DeadLettered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestNotifyWakesWithinMilliseconds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	// Polling effectively off: only the NOTIFY can deliver in time.
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, ListenConnect: b.listenConnect})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitConnected(t, s, 0)
+	hinter := notify.NewHinter(b.admin, 0, nil)
+	defer hinter.Stop()
+	for i := 0; i < 3; i++ {
+		b.insertEvents(t, 1)
+		start := time.Now()
+		hinter.Hint()
+		c.wait(t, 1, 2*time.Second)
+		t.Logf("hint to reference: %s", time.Since(start))
+	}
+	if s.Stats().NotifyWakeups < 3 {
+		t.Fatalf("stats %+v: want NOTIFY wake-ups", s.Stats())
+	}
+}
+
+func waitConnected(t *testing.T, s *streamer.Streamer, reconnects int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		up, n := s.Listener().Connected()
+		if up && n >= reconnects {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listener connected=%v reconnects=%d, want connected with %d", up, n, reconnects)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestListenerKilledPollingCoversAndItReconnects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	s := b.newStreamer(t, streamer.Config{PollInterval: 300 * time.Millisecond, ListenConnect: b.listenConnect})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitConnected(t, s, 0)
+	b.refuseListen.Store(true)
+	if n := b.count(t, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'inlet-test-listen' AND datname = current_database()`); n != 1 {
+		t.Fatalf("terminated %d listener backends, want 1", n)
+	}
+	b.insertEvents(t, 1) // no hint, no listener: only polling can find it
+	c.wait(t, 1, 5*time.Second)
+	if up, _ := s.Listener().Connected(); up {
+		t.Fatal("listener reconnected while connects were refused")
+	}
+	if s.Stats().PollWakeups == 0 {
+		t.Fatal("delivered without a poll wake-up")
+	}
+	b.refuseListen.Store(false)
+	waitConnected(t, s, 1)
+	// And NOTIFY works again on the new connection.
+	s2wake := s.Stats().NotifyWakeups
+	hinter := notify.NewHinter(b.admin, 0, nil)
+	defer hinter.Stop()
+	hinter.Hint()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().NotifyWakeups == s2wake {
+		if time.Now().After(deadline) {
+			t.Fatal("no NOTIFY wake-up after reconnecting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPublishFailureGivesTheLeaseBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	closed := bus.NewGoChannel(slog.New(slog.DiscardHandler))
+	closed.Close() // a real transport that refuses every publish
+	b.insertEvents(t, 5)
+	s := b.newStreamer(t, streamer.Config{Publisher: closed})
+	n, err := s.ClaimOnce(context.Background())
+	if err != nil || n != 5 {
+		t.Fatalf("ClaimOnce = %d, %v", n, err)
+	}
+	if st := s.Stats(); st.PublishFailed != 5 || st.Published != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending' AND attempt_count = 0 AND lease_holder_id IS NULL`); n != 5 {
+		t.Fatalf("%d jobs given back, want 5", n)
+	}
+}
