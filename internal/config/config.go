@@ -23,8 +23,78 @@ type Config struct {
 	// Sources are the webhook senders Inlet accepts, one per URL path
 	// (POST /webhooks/{name}).
 	Sources []Source `yaml:"sources"`
+	// Streamer configures the service that hands due jobs to consumers.
+	Streamer Streamer `yaml:"streamer"`
+	// Consumer configures the ready consumers this process runs.
+	Consumer Consumer `yaml:"consumer"`
+	// Bus selects the transport between streamer and consumers.
+	Bus Bus `yaml:"bus"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
+}
+
+// Streamer configures claiming and publishing.
+type Streamer struct {
+	// Wake is what wakes the streamer besides its poll tick: "notify"
+	// (LISTEN/NOTIFY) or "poll" (the tick alone). Defaults to "notify".
+	Wake string `yaml:"wake"`
+	// BatchSize is the most jobs one claim leases. Defaults to 100.
+	BatchSize int `yaml:"batch_size"`
+	// LeaseDuration is how long a consumer has to report or extend before
+	// the job is taken back. Defaults to 60s.
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// PollInterval is the fallback wake-up. Defaults to 1s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
+	ReapInterval time.Duration `yaml:"reap_interval"`
+	// DBRole is assumed after connecting. "" keeps the login role. Defaults
+	// to "webhook_streamer".
+	DBRole *string `yaml:"db_role"`
+}
+
+// Consumer configures the ready consumers.
+type Consumer struct {
+	// Handlers are the ready consumers to run, each its own subscription and
+	// its own jobs.
+	Handlers []Handler `yaml:"handlers"`
+	// LeaseExtend is how far each heartbeat of a running handler pushes its
+	// lease. Defaults to 30s.
+	LeaseExtend time.Duration `yaml:"lease_extend"`
+	// DBRole is assumed after connecting. "" keeps the login role. Defaults
+	// to "webhook_worker".
+	DBRole *string `yaml:"db_role"`
+}
+
+// Handler is one ready consumer.
+type Handler struct {
+	// Name is the handler (jobs.handler, the topic). Required; lower-case
+	// letters, digits, '-' and '_'.
+	Name string `yaml:"name"`
+	// Type is "log" (metadata to the log) or "http-forward" (POST the raw
+	// body and provider headers to URL, signed). Required.
+	Type string `yaml:"type"`
+	// Provider is a glob over the source name. Defaults to "*".
+	Provider string `yaml:"provider"`
+	// EventType is a glob over the event type. Defaults to "*".
+	EventType string `yaml:"event_type"`
+	// MaxAttempts before dead_letter. Defaults to 25.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Concurrency is the handler's in-flight attempts in this process.
+	// Defaults to 8.
+	Concurrency int `yaml:"concurrency"`
+	// Timeout bounds one attempt. Defaults to 60s (http-forward: 10s).
+	Timeout time.Duration `yaml:"timeout"`
+	// URL is where http-forward POSTs. Required for http-forward.
+	URL string `yaml:"url"`
+	// Secret signs http-forward requests (Inlet-Signature). Required for
+	// http-forward, at least 16 bytes.
+	Secret string `yaml:"secret"`
+}
+
+// Bus selects the transport.
+type Bus struct {
+	// Kind is "gochannel" (in one process: inlet dev). Defaults to "gochannel".
+	Kind string `yaml:"kind"`
 }
 
 // Ingress configures the HTTP receiver.
@@ -73,8 +143,12 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
-// DefaultIngressRole is the database role ingress runs as by default.
-const DefaultIngressRole = "webhook_ingress_writer"
+// The database roles the services run as by default.
+const (
+	DefaultIngressRole  = "webhook_ingress_writer"
+	DefaultStreamerRole = "webhook_streamer"
+	DefaultWorkerRole   = "webhook_worker"
+)
 
 // WithDefaults returns a copy with every unset field at its default.
 func (c Config) WithDefaults() Config {
@@ -91,6 +165,32 @@ func (c Config) WithDefaults() Config {
 		r := DefaultIngressRole
 		c.Ingress.DBRole = &r
 	}
+	c.Streamer.Wake = or(c.Streamer.Wake, "notify")
+	c.Streamer.BatchSize = or(c.Streamer.BatchSize, 100)
+	c.Streamer.LeaseDuration = or(c.Streamer.LeaseDuration, 60*time.Second)
+	c.Streamer.PollInterval = or(c.Streamer.PollInterval, time.Second)
+	c.Streamer.ReapInterval = or(c.Streamer.ReapInterval, 5*time.Second)
+	if c.Streamer.DBRole == nil {
+		r := DefaultStreamerRole
+		c.Streamer.DBRole = &r
+	}
+	c.Consumer.LeaseExtend = or(c.Consumer.LeaseExtend, 30*time.Second)
+	if c.Consumer.DBRole == nil {
+		r := DefaultWorkerRole
+		c.Consumer.DBRole = &r
+	}
+	for i := range c.Consumer.Handlers {
+		h := &c.Consumer.Handlers[i]
+		h.Provider = or(h.Provider, "*")
+		h.EventType = or(h.EventType, "*")
+		h.MaxAttempts = or(h.MaxAttempts, 25)
+		h.Concurrency = or(h.Concurrency, 8)
+		if h.Type == "http-forward" {
+			h.Timeout = or(h.Timeout, 10*time.Second)
+		}
+		h.Timeout = or(h.Timeout, 60*time.Second)
+	}
+	c.Bus.Kind = or(c.Bus.Kind, "gochannel")
 	c.Log.Level = or(c.Log.Level, "info")
 	return c
 }
@@ -147,6 +247,9 @@ func (c Config) Validate() error {
 		if s.Tolerance < 0 {
 			return fmt.Errorf("%s.tolerance: must not be negative", field)
 		}
+	}
+	if err := c.validatePipeline(); err != nil {
+		return err
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -259,6 +362,65 @@ func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
 		if err := expandNode(c, lookup); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+var handlerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func (c Config) validatePipeline() error {
+	switch c.Streamer.Wake {
+	case "notify", "poll":
+	default:
+		return fmt.Errorf("streamer.wake: %q is not notify or poll", c.Streamer.Wake)
+	}
+	if c.Streamer.BatchSize < 1 || c.Streamer.BatchSize > 10000 {
+		return fmt.Errorf("streamer.batch_size: %d must be between 1 and 10000", c.Streamer.BatchSize)
+	}
+	if c.Streamer.LeaseDuration < time.Second {
+		return fmt.Errorf("streamer.lease_duration: %s must be at least 1s", c.Streamer.LeaseDuration)
+	}
+	if c.Streamer.PollInterval <= 0 || c.Streamer.ReapInterval <= 0 {
+		return errors.New("streamer.poll_interval and streamer.reap_interval: must be positive")
+	}
+	if c.Consumer.LeaseExtend < time.Second {
+		return fmt.Errorf("consumer.lease_extend: %s must be at least 1s", c.Consumer.LeaseExtend)
+	}
+	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
+		return fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration)
+	}
+	seen := map[string]int{}
+	for i, h := range c.Consumer.Handlers {
+		field := fmt.Sprintf("consumer.handlers[%d]", i)
+		if !handlerName.MatchString(h.Name) {
+			return fmt.Errorf("%s.name: %q must be 1-63 lower-case letters, digits, '-' or '_'", field, h.Name)
+		}
+		if j, dup := seen[h.Name]; dup {
+			return fmt.Errorf("%s.name: %q is already the name of consumer.handlers[%d]", field, h.Name, j)
+		}
+		seen[h.Name] = i
+		switch h.Type {
+		case "log":
+		case "http-forward":
+			if !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://") {
+				return fmt.Errorf("%s.url: %q must be an http:// or https:// URL", field, h.URL)
+			}
+			if len(h.Secret) < 16 {
+				return fmt.Errorf("%s.secret: at least 16 bytes required to sign forwarded requests", field)
+			}
+		case "":
+			return fmt.Errorf("%s.type: required (log or http-forward)", field)
+		default:
+			return fmt.Errorf("%s.type: %q is not log or http-forward", field, h.Type)
+		}
+		if h.MaxAttempts < 1 || h.Concurrency < 1 || h.Timeout <= 0 {
+			return fmt.Errorf("%s: max_attempts, concurrency and timeout must be positive", field)
+		}
+	}
+	switch c.Bus.Kind {
+	case "gochannel":
+	default:
+		return fmt.Errorf("bus.kind: %q is not gochannel", c.Bus.Kind)
 	}
 	return nil
 }

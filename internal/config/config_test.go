@@ -54,6 +54,13 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad duration", "ingress:\n  read_timeout: soon\n", "soon"},
 		{"bad level", "log:\n  level: loud\n", "log.level"},
 		{"store timeout", "ingress:\n  store_timeout: 20s\n", "ingress.store_timeout"},
+		{"wake", "streamer:\n  wake: smoke\n", "streamer.wake"},
+		{"batch", "streamer:\n  batch_size: 0\n  lease_duration: 10ms\n", "streamer.lease_duration"},
+		{"handler type", "consumer:\n  handlers:\n    - {name: a, type: carrier-pigeon}\n", "consumer.handlers[0].type"},
+		{"handler name", "consumer:\n  handlers:\n    - {name: a, type: log}\n    - {name: a, type: log}\n", "consumer.handlers[1].name"},
+		{"forward url", "consumer:\n  handlers:\n    - {name: a, type: http-forward, secret: 0123456789abcdef}\n", "consumer.handlers[0].url"},
+		{"forward secret", "consumer:\n  handlers:\n    - {name: a, type: http-forward, url: 'http://x', secret: short}\n", "consumer.handlers[0].secret"},
+		{"bus", "bus:\n  kind: carrier-pigeon\n", "bus.kind"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+func TestHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	env := cleanEnv()
+	out, _, code := runInlet(t, env, "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, c := range []string{"dev", "ingress", "migrate", "send"} {
+		if !strings.Contains(out, "  "+c+" ") {
+			t.Errorf("--help does not list %s:\n%s", c, out)
+		}
+		cout, _, code := runInlet(t, env, c, "--help")
+		if code != 0 || !strings.Contains(cout, "Usage: inlet "+c) || !strings.Contains(cout, "-config") {
+			t.Errorf("%s --help: exit %d\n%s", c, code, cout)
+		}
+	}
+	_, errOut, code := runInlet(t, env, "frobnicate")
+	if code != 2 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "unknown command") {
+		t.Fatalf("unknown command: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestBadConfigFailsAtStartNamingTheField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "inlet.yaml", "database_url: postgres://127.0.0.1:1/x\nsources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${INLET_TEST_UNSET_SECRET:-}\"]\n")
+	_, errOut, code := runInlet(t, cleanEnv(), "ingress", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, "sources[0].secrets[0]") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("exit %d, stderr %q: want exit 1 and one line naming sources[0].secrets[0]", code, errOut)
+	}
+	cfg = writeFile(t, dir, "bad-acme.yaml", "sources:\n  - name: acme\n    type: standard-webhooks\n    secrets: [\"whsec_!!!notbase64\"]\n")
+	_, errOut, code = runInlet(t, cleanEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), "ingress", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, `sources[0] "acme"`) || strings.Contains(errOut, "notbase64") {
+		t.Fatalf("exit %d, stderr %q: want the field named and the secret not echoed", code, errOut)
+	}
+	_, errOut, code = runInlet(t, cleanEnv(), "ingress", "--config", filepath.Join(dir, "missing.yaml"))
+	if code != 1 || !strings.Contains(errOut, "does not exist") {
+		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestMigrateTwiceIsANoOp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyDatabase(t)
+	out, errOut, code := runInlet(t, cleanEnv("DATABASE_URL="+url), "migrate")
+	if code != 0 || !strings.Contains(out, "applied 001_initial") {
+		t.Fatalf("first migrate: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = runInlet(t, cleanEnv(), "migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "nothing to do") {
+		t.Fatalf("second migrate: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// The first README command: inlet dev on embedded defaults, with no database
+// configured, starts its own PostgreSQL, and the printed example is stored.
+func TestDevOnEmbeddedDefaults(t *testing.T) {
+	t.Parallel()
+	data := worldDir(t)
+	addr := freeAddr(t)
+	env := cleanEnv()
+	p := start(t, env, "dev", "--data-dir", data, "--listen", addr)
+	p.waitOutput("Send a signed test webhook", 3*time.Minute)
+	if !strings.Contains(p.out(), "inlet send stripe") || !strings.Contains(p.out(), "X-Hub-Signature-256: sha256=") {
+		t.Fatalf("walkthrough lacks the example commands:\n%s", p.out())
+	}
+	base := "http://" + addr
+	for _, src := range []string{"stripe", "github", "acme"} {
+		out, errOut, code := runInlet(t, env, "send", src, "--url", base)
+		if code != 0 || !strings.Contains(out, `"stored"`) {
+			t.Fatalf("send %s: exit %d\n%s%s", src, code, out, errOut)
+		}
+	}
+	out, _, code := runInlet(t, env, "send", "github", "--url", base, "--id", "dup-1")
+	out2, _, code2 := runInlet(t, env, "send", "github", "--url", base, "--id", "dup-1")
+	if code != 0 || code2 != 0 || !strings.Contains(out, `"stored"`) || !strings.Contains(out2, `"duplicate"`) {
+		t.Fatalf("duplicate: %q then %q", out, out2)
+	}
+
+	urlBytes, err := os.ReadFile(filepath.Join(data, "database_url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, strings.TrimSpace(string(urlBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events WHERE signature_verified`).Scan(&n)
+	conn.Close(ctx)
+	if err != nil || n != 4 {
+		t.Fatalf("%d verified events stored (%v), want 4", n, err)
+	}
+	if err := p.stop(); err != nil {
+		t.Fatalf("inlet dev after SIGTERM: %v\n%s", err, p.errOut())
+	}
+	// Its PostgreSQL stopped with it.
+	if _, err := os.Stat(filepath.Join(data, "pg", "data", "postmaster.pid")); !os.IsNotExist(err) {
+		t.Fatalf("postmaster.pid still there after inlet dev exited: %v", err)
+	}
+}
+
+// inlet ingress as its own service: stores, then drains on SIGTERM and exits 0.
+func TestIngressServiceDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	cfg := writeFile(t, dir, "inlet.yaml", `
+database_url: ${DATABASE_URL}
+ingress:
+  listen: "`+addr+`"
+sources:
+  - name: github
+    type: github
+    secrets: ["${GH_SECRET}"]
+`)
+	env := cleanEnv("DATABASE_URL="+url, "GH_SECRET=e2e-github-secret")
+	p := start(t, env, "ingress", "--config", cfg)
+	p.waitLog("ingress listening", 30*time.Second)
+	out, errOut, code := runInlet(t, env, "send", "github", "--config", cfg, "--url", "http://"+addr)
+	if code != 0 || !strings.Contains(out, `"stored"`) {
+		t.Fatalf("send: exit %d\n%s%s", code, out, errOut)
+	}
+	if err := p.stop(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	if !strings.Contains(p.errOut(), "ingress stopped") {
+		t.Fatalf("no drain log:\n%s", p.errOut())
+	}
+}

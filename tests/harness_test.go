@@ -1,0 +1,225 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+var inletBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "inlet-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	inletBin = filepath.Join(dir, "inlet")
+	build := exec.Command("go", "build", "-race", "-o", inletBin, "../cmd/inlet")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build inlet:", err)
+		os.Exit(1)
+	}
+	code := pgtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running inlet process with its output captured.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+	err    error
+}
+
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// cleanEnv is the environment without DATABASE_URL and with extra set.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, lines: make(chan string, 1000), done: make(chan struct{})}
+	p.cmd = exec.Command(inletBin, args...)
+	p.cmd.Env = env
+	p.cmd.Dir = t.TempDir()
+	outR, outW := io.Pipe()
+	p.cmd.Stdout = outW
+	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stdout.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		p.err = p.cmd.Wait()
+		outW.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("inlet %s stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.out(), p.errOut())
+		}
+	})
+	return p
+}
+
+func (p *proc) out() string    { p.mu.Lock(); defer p.mu.Unlock(); return p.stdout.String() }
+func (p *proc) errOut() string { p.mu.Lock(); defer p.mu.Unlock(); return p.stderr.String() }
+
+// waitOutput waits for a stdout line containing s.
+func (p *proc) waitOutput(s string, within time.Duration) {
+	p.t.Helper()
+	deadline := time.After(within)
+	for {
+		if strings.Contains(p.out(), s) {
+			return
+		}
+		select {
+		case <-p.lines:
+		case <-p.done:
+			if strings.Contains(p.out(), s) {
+				return
+			}
+			p.t.Fatalf("inlet exited (%v) before printing %q\nstderr:\n%s", p.err, s, p.errOut())
+		case <-deadline:
+			p.t.Fatalf("no %q on stdout within %s", s, within)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitLog waits for stderr to contain s.
+func (p *proc) waitLog(s string, within time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.errOut(), s) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("no %q in the log within %s", s, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (p *proc) stop() error {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(60 * time.Second):
+		p.t.Fatal("inlet did not exit within 60s of SIGTERM")
+		return nil
+	}
+}
+
+// runInlet runs a short command to completion.
+func runInlet(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, inletBin, args...)
+	cmd.Env = env
+	cmd.Dir = t.TempDir()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run inlet %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// worldDir is a temporary directory the postgres server user can enter.
+func worldDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "inlet-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
