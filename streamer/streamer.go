@@ -98,8 +98,8 @@ type Streamer struct {
 	wake     chan struct{}
 
 	claims, claimed, published, publishFailed atomic.Int64
-	reaped, deadLettered                       atomic.Int64
-	notifyWakeups, pollWakeups                 atomic.Int64
+	reaped, deadLettered                      atomic.Int64
+	notifyWakeups, pollWakeups                atomic.Int64
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
