@@ -75,7 +75,7 @@ func TestDevOnEmbeddedDefaults(t *testing.T) {
 	addr := freeAddr(t)
 	env := cleanEnv()
 	p := start(t, env, "dev", "--data-dir", data, "--listen", addr)
-	p.waitOutput("Send a signed test webhook", 3*time.Minute)
+	p.waitOutput("Ctrl-C stops.", 3*time.Minute)
 	if !strings.Contains(p.out(), "inlet send stripe") || !strings.Contains(p.out(), "X-Hub-Signature-256: sha256=") {
 		t.Fatalf("walkthrough lacks the example commands:\n%s", p.out())
 	}
