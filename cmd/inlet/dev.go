@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -80,18 +82,51 @@ over.`)
 	if err := migrateURL(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
+	ps := bus.NewGoChannel(log)
+	defer ps.Close()
+
+	cons, closeCons, err := newConsumers(ctx, cfg, ps, log.With(slog.String("service", "consumer")))
+	if err != nil {
+		return err
+	}
+	defer closeCons()
+	if cons != nil {
+		if err := cons.Start(ctx); err != nil {
+			return err
+		}
+	}
+	str, closeStr, err := newStreamer(ctx, cfg, ps, log.With(slog.String("service", "streamer")))
+	if err != nil {
+		return err
+	}
+	defer closeStr()
+	if err := str.Start(ctx); err != nil {
+		return err
+	}
+
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-dev-ingress"})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	srv, err := startIngress(ctx, cfg, pool, log.With(slog.String("service", "ingress")))
+	hinter := notify.NewHinter(pool, 0, log)
+	defer hinter.Stop()
+	srv, err := startIngress(ctx, cfg, pool, hinter, log.With(slog.String("service", "ingress")))
 	if err != nil {
 		return err
 	}
 	printWalkthrough(env, cfg, srv.Addr().String(), from)
 	<-ctx.Done()
-	return stopIngress(srv, 10*time.Second, log)
+	err = stopIngress(srv, 10*time.Second, log)
+	str.Stop()
+	if cons != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cerr := cons.Stop(dctx); cerr != nil && err == nil {
+			err = fmt.Errorf("drain consumers: %w", cerr)
+		}
+	}
+	return err
 }
 
 func migrateURL(ctx context.Context, url string, log *slog.Logger) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/notify"
 )
 
 func runIngress(ctx context.Context, env *environment, args []string) error {
@@ -38,7 +39,9 @@ requests for --drain-timeout, then exits.`)
 		return err
 	}
 	defer pool.Close()
-	srv, err := startIngress(ctx, cfg, pool, log)
+	hinter := notify.NewHinter(pool, 0, log)
+	defer hinter.Stop()
+	srv, err := startIngress(ctx, cfg, pool, hinter, log)
 	if err != nil {
 		return err
 	}
@@ -46,11 +49,11 @@ requests for --drain-timeout, then exits.`)
 	return stopIngress(srv, *drain, log)
 }
 
-func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (*ingress.Server, error) {
+func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hinter ingress.Hinter, log *slog.Logger) (*ingress.Server, error) {
 	srv, err := ingress.New(ingress.Config{
 		Ingress: cfg.Ingress,
 		Sources: cfg.Sources,
-		Store:   ingress.NewPGStore(pool, nil),
+		Store:   ingress.NewPGStore(pool, hinter),
 		Ready:   database.Ready(pool),
 		Logger:  log,
 	})

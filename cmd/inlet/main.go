@@ -27,7 +27,7 @@ type environment struct {
 }
 
 var commands = map[string]command{
-	"dev":     {"run ingress (and everything else that exists) in one process on embedded defaults", runDev},
+	"dev":     {"run ingress, streamer and the configured consumers in one process on embedded defaults", runDev},
 	"ingress": {"run the webhook receiver (POST /webhooks/{source})", runIngress},
 	"migrate": {"apply the database schema migrations (idempotent)", runMigrate},
 	"send":    {"sign a test webhook with a configured source's secret and POST it", runSend},

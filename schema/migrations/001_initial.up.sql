@@ -124,6 +124,7 @@ CREATE TABLE webhook_ingress.jobs (
     lease_holder_id  text,
     lease_expires_at timestamptz,
     attempted_at     timestamptz,
+    worker_id        text,
     last_error       text,
     last_error_class text,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -141,6 +142,8 @@ COMMENT ON COLUMN webhook_ingress.jobs.status IS
     'pending: waiting to be claimed. leased: claimed by a streamer and handed to a consumer until lease_expires_at. completed: handler succeeded. failed: last attempt failed, retried at next_attempt_at. dead_letter: attempts spent or permanently failed; only a replay revives it.';
 COMMENT ON COLUMN webhook_ingress.jobs.attempted_at IS
     'When the current (or last) attempt''s lease was taken: the start of that attempt in job_attempts.';
+COMMENT ON COLUMN webhook_ingress.jobs.worker_id IS
+    'The consumer that took the current attempt; NULL until one does. Only one consumer can take an attempt, even if the bus delivers its reference twice.';
 COMMENT ON COLUMN webhook_ingress.jobs.attempt_count IS
     'Attempts started so far; incremented when a lease is taken.';
 COMMENT ON COLUMN webhook_ingress.jobs.last_error IS
@@ -231,7 +234,7 @@ GRANT SELECT (provider, external_event_id) ON webhook_ingress.events TO webhook_
 GRANT SELECT (id, provider, scheme, external_event_id, event_type, received_at, signature_verified)
     ON webhook_ingress.events TO webhook_streamer;
 GRANT SELECT ON webhook_ingress.jobs TO webhook_streamer;
-GRANT UPDATE (status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, last_error, last_error_class, updated_at)
+GRANT UPDATE (status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at)
     ON webhook_ingress.jobs TO webhook_streamer;
 GRANT SELECT, INSERT (job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
     ON webhook_ingress.job_attempts TO webhook_streamer;
@@ -240,7 +243,7 @@ GRANT SELECT, INSERT (job_id, attempt, worker_id, started_at, finished_at, outco
 -- register their own subscriptions.
 GRANT SELECT ON webhook_ingress.events TO webhook_worker;
 GRANT SELECT ON webhook_ingress.jobs TO webhook_worker;
-GRANT UPDATE (status, next_attempt_at, lease_expires_at, lease_holder_id, last_error, last_error_class, updated_at, completed_at)
+GRANT UPDATE (status, next_attempt_at, lease_expires_at, lease_holder_id, worker_id, last_error, last_error_class, updated_at, completed_at)
     ON webhook_ingress.jobs TO webhook_worker;
 GRANT SELECT, INSERT (job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
     ON webhook_ingress.job_attempts TO webhook_worker;

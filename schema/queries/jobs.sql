@@ -21,6 +21,7 @@ SET status           = 'leased',
     lease_holder_id  = $2,
     lease_expires_at = now() + $3::interval,
     attempted_at     = now(),
+    worker_id        = NULL,
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
@@ -45,7 +46,7 @@ WHERE id = ANY($1::bigint[])
 -- to pending, or to dead_letter when that was the last attempt; each closes
 -- its attempt in job_attempts as lease_expired. At most $1 per call.
 WITH expired AS (
-    SELECT id, attempt_count, lease_holder_id, attempted_at
+    SELECT id, attempt_count, coalesce(worker_id, lease_holder_id) AS holder, attempted_at
     FROM webhook_ingress.jobs
     WHERE status = 'leased'
       AND lease_expires_at < now()
@@ -62,10 +63,10 @@ WITH expired AS (
         updated_at       = now()
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.status, expired.attempt_count, expired.lease_holder_id, expired.attempted_at
+    RETURNING j.id, j.status, expired.attempt_count, expired.holder, expired.attempted_at
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_class)
-    SELECT id, attempt_count, lease_holder_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
+    SELECT id, attempt_count, holder, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
     FROM reaped
 )
 SELECT id, status FROM reaped
@@ -96,11 +97,12 @@ WHERE id = $1
   AND attempt_count = $2
 
 -- name: FailJob
--- Attempt $2 of job $1 failed with error $3 of class $4. Retried at $5 unless
--- attempts are spent or $6 (permanent) is true: then dead_letter.
+-- Attempt $2 of job $1 failed with error $3 of class $4. Retried $5 (an
+-- interval, on the database's clock) from now unless attempts are spent or
+-- $6 (permanent) is true: then dead_letter.
 UPDATE webhook_ingress.jobs
 SET status           = CASE WHEN $6::boolean OR attempt_count >= max_attempts THEN 'dead_letter' ELSE 'failed' END,
-    next_attempt_at  = $5,
+    next_attempt_at  = now() + $5::interval,
     lease_holder_id  = NULL,
     lease_expires_at = NULL,
     last_error       = $3,
@@ -116,10 +118,26 @@ RETURNING status
 INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
 VALUES ($1, $2, $3, $4, now(), $5, $6, $7)
 
--- name: FetchJobEvent
--- What a handler gets: the job's state and its event, raw bytes and headers.
-SELECT j.status, j.attempt_count, j.max_attempts, e.id, e.provider, e.scheme, e.external_event_id, e.event_type,
-       e.received_at, e.headers, e.raw_body
-FROM webhook_ingress.jobs j
-JOIN webhook_ingress.events e ON e.id = j.event_id
-WHERE j.id = $1
+-- name: TakeJob
+-- Consumer $4 takes attempt $2 of job $1 (handler $3, event $5) and fetches
+-- its event.
+-- Only one consumer can take an attempt (worker_id is set once per lease), so
+-- a reference the bus delivers twice runs the handler once. No row: stale,
+-- misrouted or already taken. A NULL event id: the event is gone.
+WITH taken AS (
+    UPDATE webhook_ingress.jobs
+    SET worker_id  = $4,
+        updated_at = now()
+    WHERE id = $1
+      AND attempt_count = $2
+      AND handler = $3
+      AND event_id = $5
+      AND status = 'leased'
+      AND worker_id IS NULL
+    RETURNING event_id, attempt_count, max_attempts, updated_at
+)
+SELECT t.attempt_count, t.max_attempts, t.updated_at,
+       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
+       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
+FROM taken t
+LEFT JOIN webhook_ingress.events e ON e.id = t.event_id

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/httpforward"
+	logconsumer "github.com/inlet-dev/inlet/consumers/log"
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+// newStreamer builds the streamer of cfg over its own pool (closed by the
+// returned func).
+func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *slog.Logger) (*streamer.Streamer, func(), error) {
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, AppName: "inlet-streamer"})
+	if err != nil {
+		return nil, nil, err
+	}
+	sc := streamer.Config{
+		Pool:          pool,
+		Publisher:     pub,
+		BatchSize:     cfg.Streamer.BatchSize,
+		LeaseDuration: cfg.Streamer.LeaseDuration,
+		PollInterval:  cfg.Streamer.PollInterval,
+		ReapInterval:  cfg.Streamer.ReapInterval,
+		Logger:        log,
+	}
+	if cfg.Streamer.Wake == "notify" {
+		url := cfg.DatabaseURL
+		sc.ListenConnect = func(ctx context.Context) (*pgx.Conn, error) {
+			c, err := pgx.ParseConfig(url)
+			if err != nil {
+				return nil, fmt.Errorf("database URL is not a valid PostgreSQL connection string")
+			}
+			c.RuntimeParams["application_name"] = "inlet-streamer-listen"
+			return pgx.ConnectConfig(ctx, c)
+		}
+	}
+	s, err := streamer.New(sc)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return s, pool.Close, nil
+}
+
+// newConsumers builds the ready consumers of cfg (nil when none are
+// configured) over their own pool (closed by the returned func).
+func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *slog.Logger) (*consumers.Service, func(), error) {
+	if len(cfg.Consumer.Handlers) == 0 {
+		return nil, func() {}, nil
+	}
+	handlers, err := readyHandlers(cfg.Consumer.Handlers, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Consumer.DBRole, AppName: "inlet-consumer"})
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := newConsumerService(pool, sub, handlers, cfg.Consumer, log)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return svc, pool.Close, nil
+}
+
+func newConsumerService(pool *pgxpool.Pool, sub bus.PubSub, handlers []consumers.Handler, cc config.Consumer, log *slog.Logger) (*consumers.Service, error) {
+	return consumers.New(consumers.Config{
+		Pool:        pool,
+		Subscriber:  sub,
+		Handlers:    handlers,
+		LeaseExtend: cc.LeaseExtend,
+		Logger:      log,
+	})
+}
+
+// readyHandlers turns the configured ready consumers into SDK handlers.
+func readyHandlers(hs []config.Handler, log *slog.Logger) ([]consumers.Handler, error) {
+	out := make([]consumers.Handler, 0, len(hs))
+	for i, h := range hs {
+		var f consumers.HandlerFunc
+		switch h.Type {
+		case "log":
+			f = logconsumer.New(log.With(slog.String("handler", h.Name)))
+		case "http-forward":
+			var err error
+			f, err = httpforward.New(httpforward.Config{URL: h.URL, Secret: h.Secret, Timeout: h.Timeout})
+			if err != nil {
+				return nil, fmt.Errorf("consumer.handlers[%d] %q: %w", i, h.Name, err)
+			}
+		default:
+			return nil, fmt.Errorf("consumer.handlers[%d].type: %q is not log or http-forward", i, h.Type)
+		}
+		out = append(out, consumers.Handler{
+			Name:        h.Name,
+			Provider:    h.Provider,
+			EventType:   h.EventType,
+			MaxAttempts: h.MaxAttempts,
+			Concurrency: h.Concurrency,
+			Timeout:     h.Timeout,
+			Func:        f,
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,268 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+const (
+	// maxErrorText bounds the error text stored per attempt.
+	maxErrorText = 2000
+	// recordTimeout bounds writing one outcome, retries included.
+	recordTimeout = 15 * time.Second
+)
+
+// attempt runs one job reference end to end: fetch, run with heartbeat,
+// record. It never returns an error: whatever it cannot record is left to
+// lease expiry.
+func (s *Service) attempt(h Handler, ref bus.Ref) {
+	ctx := s.workCtx
+	attrs := []slog.Attr{
+		slog.Int64("job_id", ref.JobID),
+		slog.Int64("event_id", ref.EventID),
+		slog.String("handler", ref.Handler),
+		slog.String("provider", ref.Provider),
+		slog.String("event_type", ref.EventType),
+		slog.Int("attempt", ref.Attempt),
+	}
+
+	ev, started, err := s.take(ctx, ref)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Stale (a newer attempt exists), already taken by another consumer
+		// (the bus delivered the reference twice), misrouted, or finished.
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: not this attempt's to take", attrs...)
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "take job failed; the lease will expire",
+				append(attrs, slog.String("error", err.Error()))...)
+		}
+		return
+	case ev == nil:
+		// Taken, but its event is gone: no attempt can succeed.
+		herr := Permanent(WithClass(fmt.Errorf("event %d of job %d does not exist", ref.EventID, ref.JobID), ClassEventMissing))
+		s.finish(h, ref, started, herr, ClassEventMissing, attrs)
+		return
+	}
+
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		s.heartbeat(hbCtx, ref, attrs)
+	}()
+	herr, timedOut := s.run(ctx, h, ev)
+	stopHeartbeat()
+	<-hbDone
+
+	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
+		// Not the handler's fault: do not spend a failure on it.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; its lease will expire", attrs...)
+		return
+	}
+
+	var class ErrorClass
+	if herr != nil {
+		class = ClassOf(herr)
+		if class == ClassHandlerError && timedOut {
+			class = ClassTimeout
+		}
+	}
+	s.finish(h, ref, started, herr, class, attrs)
+}
+
+// finish records the outcome and logs it (metadata and error class only).
+func (s *Service) finish(h Handler, ref bus.Ref, started time.Time, herr error, class ErrorClass, attrs []slog.Attr) {
+	ctx := s.workCtx
+	outcome, err := s.record(h, ref, started, herr, class)
+	attrs = append(attrs, slog.Duration("duration", time.Since(started)))
+	if class != "" {
+		attrs = append(attrs, slog.String("error_class", string(class)))
+	}
+	switch {
+	case err != nil:
+		s.logger.LogAttrs(ctx, slog.LevelError, "record attempt outcome failed; the lease will expire",
+			append(attrs, slog.String("error", err.Error()))...)
+	case outcome == "":
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt outcome not recorded: the job's lease was lost", attrs...)
+	default:
+		level := slog.LevelInfo
+		if outcome == "dead_letter" {
+			level = slog.LevelWarn
+		}
+		s.logger.LogAttrs(ctx, level, "attempt finished", append(attrs, slog.String("outcome", outcome))...)
+	}
+}
+
+// take claims this attempt for this consumer and loads its event, in one
+// statement. It returns the attempt's start on the database's clock (so
+// job_attempts durations use one clock), and a nil event when the job's event
+// no longer exists.
+func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, time.Time, error) {
+	ev := &Event{JobID: ref.JobID, Handler: ref.Handler}
+	var (
+		started time.Time
+		eventID *int64
+		headers map[string][]string
+	)
+	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID).Scan(
+		&ev.Attempt, &ev.MaxAttempts, &started, &eventID, &ev.Provider, &ev.Scheme,
+		&ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+	}
+	if eventID == nil {
+		return nil, started, nil
+	}
+	ev.EventID = *eventID
+	ev.Headers = http.Header(headers)
+	if ev.Headers == nil {
+		ev.Headers = http.Header{}
+	}
+	if ev.Body == nil {
+		ev.Body = []byte{}
+	}
+	return ev, started, nil
+}
+
+var takeJobSQL = schema.Query("TakeJob")
+
+// run calls the handler under its timeout, turning a panic into an error. It
+// reports whether the attempt's own deadline passed.
+func (s *Service) run(ctx context.Context, h Handler, ev *Event) (err error, timedOut bool) {
+	actx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	err = call(actx, h.Func, ev)
+	return err, errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+}
+
+func call(ctx context.Context, f HandlerFunc, ev *Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return f(ctx, ev)
+}
+
+// panicError is a recovered panic; its text (value and stack) stays in Postgres.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string          { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
+func (e *panicError) errorClass() ErrorClass { return ClassPanic }
+
+// heartbeat pushes the lease out every LeaseExtend/3 until ctx ends or the
+// lease is lost. The handler keeps running either way: a lost lease only
+// means its outcome will not be recorded.
+func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, attrs []slog.Attr) {
+	t := time.NewTicker(s.cfg.LeaseExtend / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseExtend)
+		tag, err := s.cfg.Pool.Exec(cctx, schema.Query("ExtendLease"), ref.JobID, ref.Attempt, s.cfg.LeaseExtend)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "extend lease failed",
+				append(attrs, slog.String("error", err.Error()))...)
+		case tag.RowsAffected() == 0:
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "lease lost while the handler runs; its outcome will not be recorded", attrs...)
+			return
+		}
+	}
+}
+
+// record writes the attempt's outcome on its job and its history row, in one
+// transaction; the history row is written only when the job update matched,
+// i.e. this attempt still held the lease. It returns the outcome recorded, ""
+// when the lease was lost.
+func (s *Service) record(h Handler, ref bus.Ref, started time.Time, herr error, class ErrorClass) (string, error) {
+	// Its own deadline: the handler's may have passed, and a forced shutdown
+	// should not throw away a success.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
+	defer cancel()
+
+	var text string
+	var retryIn time.Duration
+	if herr != nil {
+		text = errorText(herr)
+		retryIn = max(h.Backoff(ref.Attempt), 0)
+	}
+	for try := 0; ; try++ {
+		var outcome string
+		err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+			outcome = ""
+			var errClass, errText *string
+			if herr == nil {
+				tag, err := tx.Exec(ctx, schema.Query("CompleteJob"), ref.JobID, ref.Attempt)
+				if err != nil || tag.RowsAffected() == 0 {
+					return err
+				}
+				outcome = "completed"
+			} else {
+				err := tx.QueryRow(ctx, schema.Query("FailJob"),
+					ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr)).Scan(&outcome)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				c := string(class)
+				errClass, errText = &c, &text
+			}
+			_, err := tx.Exec(ctx, schema.Query("InsertAttempt"),
+				ref.JobID, ref.Attempt, s.cfg.WorkerID, started, outcome, errClass, errText)
+			return err
+		})
+		if err == nil {
+			return outcome, nil
+		}
+		if try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
+			return "", fmt.Errorf("record outcome of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
+		}
+	}
+}
+
+// errorText makes err's text storable: valid UTF-8 without NUL (Postgres text
+// accepts neither), at most maxErrorText bytes.
+func errorText(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,95 @@
+package consumers
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a [Service].
+type Config struct {
+	// Pool is the consumer's database pool, connected as (or SET ROLE to)
+	// webhook_worker, e.g. database.Open(ctx, url, database.Options{Role:
+	// "webhook_worker"}). Required.
+	Pool *pgxpool.Pool
+	// Subscriber receives the streamer's job references (bus.NewGoChannel in
+	// one process, NATS JetStream across processes). Required.
+	Subscriber message.Subscriber
+	// Handlers are the handlers this service runs: at least one, unique
+	// names.
+	Handlers []Handler
+	// WorkerID is recorded in job_attempts.worker_id. Defaults to
+	// "<hostname>-<pid>".
+	WorkerID string
+	// LeaseExtend is the heartbeat of a running attempt: every LeaseExtend/3
+	// the job's lease is pushed to now()+LeaseExtend. The streamer's lease
+	// must outlast LeaseExtend/3 plus delivery delay. Defaults to 30s.
+	LeaseExtend time.Duration
+	// Logger receives metadata-only log lines. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultLeaseExtend = 30 * time.Second
+	minLeaseExtend     = 30 * time.Millisecond
+)
+
+// WithDefaults returns c with every unset field, its handlers' included, at
+// its default. It does not modify c's Handlers slice.
+func (c Config) WithDefaults() Config {
+	hs := make([]Handler, len(c.Handlers))
+	for i, h := range c.Handlers {
+		hs[i] = h.WithDefaults()
+	}
+	c.Handlers = hs
+	c.WorkerID = cmp.Or(c.WorkerID, defaultWorkerID())
+	c.LeaseExtend = cmp.Or(c.LeaseExtend, defaultLeaseExtend)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func defaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "consumer"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// validate checks c after WithDefaults and names the bad field.
+func (c Config) validate() error {
+	if c.Pool == nil {
+		return errors.New("pool: required")
+	}
+	if c.Subscriber == nil {
+		return errors.New("subscriber: required")
+	}
+	if len(c.Handlers) == 0 {
+		return errors.New("handlers: at least one is required")
+	}
+	for i, h := range c.Handlers {
+		if err := h.validate(); err != nil {
+			return fmt.Errorf("handlers[%d].%w", i, err)
+		}
+		if j := slices.IndexFunc(c.Handlers[:i], func(o Handler) bool { return o.Name == h.Name }); j >= 0 {
+			return fmt.Errorf("handlers[%d].name: %q is also handlers[%d]", i, h.Name, j)
+		}
+	}
+	if c.LeaseExtend < minLeaseExtend {
+		return fmt.Errorf("lease_extend: %s is shorter than %s", c.LeaseExtend, minLeaseExtend)
+	}
+	if len(c.WorkerID) > 200 {
+		return fmt.Errorf("worker_id: %d bytes, longer than 200", len(c.WorkerID))
+	}
+	return nil
+}

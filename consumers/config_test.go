@@ -1,0 +1,83 @@
+package consumers_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/internal/bus"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	// New only checks the pool is set; a zero pool is never used here.
+	pool := new(pgxpool.Pool)
+	sub := bus.NewGoChannel(nil)
+	h := func(name string) consumers.Handler { return consumers.Handler{Name: name, Func: ok} }
+	cases := []struct {
+		name string
+		cfg  consumers.Config
+		want string // "" = valid
+	}{
+		{"valid", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("billing")}}, ""},
+		{"no pool", consumers.Config{Subscriber: sub, Handlers: []consumers.Handler{h("billing")}}, "pool: required"},
+		{"no subscriber", consumers.Config{Pool: pool, Handlers: []consumers.Handler{h("billing")}}, "subscriber: required"},
+		{"no handlers", consumers.Config{Pool: pool, Subscriber: sub}, "handlers: at least one"},
+		{"duplicate name", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("billing"), h("billing")}},
+			`handlers[1].name: "billing" is also handlers[0]`},
+		{"empty name", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Func: ok}}}, "handlers[0].name: required"},
+		{"bad name", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("ok"), h("Bad.Name")}}, `handlers[1].name: handler name "Bad.Name"`},
+		{"no func", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x"}}}, "handlers[0].func: required"},
+		{"negative attempts", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, MaxAttempts: -1}}},
+			"handlers[0].max_attempts"},
+		{"negative timeout", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Timeout: -time.Second}}},
+			"handlers[0].timeout"},
+		{"negative concurrency", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Concurrency: -2}}},
+			"handlers[0].concurrency"},
+		{"duplicate pattern", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok,
+			Patterns: []consumers.Pattern{{Provider: "stripe"}, {Provider: "github"}, {Provider: "stripe", EventType: "*"}}}}},
+			`handlers[0].patterns[2]: {"stripe", "*"} is also patterns[0]`},
+		{"control char", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, EventType: "a\nb"}}},
+			"handlers[0].patterns[0].event_type"},
+		{"tiny lease", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, LeaseExtend: time.Millisecond},
+			"lease_extend"},
+	}
+	for _, c := range cases {
+		_, err := consumers.New(c.cfg)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want it to contain %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	in := consumers.Config{Handlers: []consumers.Handler{
+		{Name: "a", Func: ok},
+		{Name: "b", Func: ok, Provider: "ignored", Patterns: []consumers.Pattern{{Provider: "stripe"}, {EventType: "push"}}},
+	}}
+	c := in.WithDefaults()
+	if c.LeaseExtend != 30*time.Second || c.Logger == nil || c.WorkerID == "" {
+		t.Errorf("defaults: lease_extend %s, logger %v, worker id %q", c.LeaseExtend, c.Logger, c.WorkerID)
+	}
+	a := c.Handlers[0]
+	if a.MaxAttempts != 25 || a.Timeout != 60*time.Second || a.Concurrency != 8 || a.Backoff == nil {
+		t.Errorf("handler defaults: %+v", a)
+	}
+	if len(a.Patterns) != 1 || a.Patterns[0] != (consumers.Pattern{Provider: "*", EventType: "*"}) {
+		t.Errorf("default patterns: %+v", a.Patterns)
+	}
+	want := []consumers.Pattern{{Provider: "stripe", EventType: "*"}, {Provider: "*", EventType: "push"}}
+	if b := c.Handlers[1].Patterns; len(b) != 2 || b[0] != want[0] || b[1] != want[1] {
+		t.Errorf("explicit patterns: %+v, want %+v", b, want)
+	}
+	if in.Handlers[1].Patterns[0].EventType != "" {
+		t.Error("WithDefaults modified the caller's patterns")
+	}
+}

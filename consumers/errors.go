@@ -1,0 +1,104 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"slices"
+)
+
+// ErrorClass is the coarse kind of a failed attempt. Classes are the only
+// error information that may leave Postgres (logs, metrics, reports); the
+// error text itself stays in jobs.last_error and job_attempts.error.
+type ErrorClass string
+
+// The fixed list of error classes. [Classes] returns it.
+const (
+	ClassHandlerError ErrorClass = "handler_error" // the handler returned an unclassified error
+	ClassTimeout      ErrorClass = "timeout"       // the attempt or a call inside it ran out of time
+	ClassPanic        ErrorClass = "panic"         // the handler panicked
+	ClassPermanent    ErrorClass = "permanent"     // the handler said retrying cannot help
+	ClassHTTP4xx      ErrorClass = "http_4xx"      // a downstream HTTP service answered 4xx
+	ClassHTTP5xx      ErrorClass = "http_5xx"      // a downstream HTTP service answered 5xx
+	ClassNetwork      ErrorClass = "network"       // a downstream service could not be reached
+	ClassEventMissing ErrorClass = "event_missing" // the job's event is gone
+	ClassLeaseExpired ErrorClass = "lease_expired" // no outcome before the lease ran out (set by the streamer's reaper)
+)
+
+var classes = []ErrorClass{
+	ClassHandlerError, ClassTimeout, ClassPanic, ClassPermanent,
+	ClassHTTP4xx, ClassHTTP5xx, ClassNetwork, ClassEventMissing, ClassLeaseExpired,
+}
+
+// Classes returns every error class, a fresh slice each call.
+func Classes() []ErrorClass { return slices.Clone(classes) }
+
+func (c ErrorClass) valid() bool { return slices.Contains(classes, c) }
+
+// classer is implemented by the errors that carry a class; the outermost one
+// in an error's chain decides the class.
+type classer interface {
+	error
+	errorClass() ErrorClass
+}
+
+type classError struct {
+	err   error
+	class ErrorClass
+}
+
+func (e *classError) Error() string          { return e.err.Error() }
+func (e *classError) Unwrap() error          { return e.err }
+func (e *classError) errorClass() ErrorClass { return e.class }
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string          { return e.err.Error() }
+func (e *permanentError) Unwrap() error          { return e.err }
+func (e *permanentError) errorClass() ErrorClass { return ClassPermanent }
+
+// WithClass attaches class to err; the job's attempt is recorded with it. A
+// class not in [Classes] becomes [ClassHandlerError]. WithClass(nil, c) is nil.
+func WithClass(err error, class ErrorClass) error {
+	if err == nil {
+		return nil
+	}
+	if !class.valid() {
+		class = ClassHandlerError
+	}
+	return &classError{err: err, class: class}
+}
+
+// Permanent marks err as one retrying cannot fix: the job goes to dead_letter
+// after this attempt, with class [ClassPermanent] (unless an outer
+// [WithClass] names another). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was made by
+// [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// ClassOf returns the class an attempt failing with err is recorded with: the
+// outermost class attached by [WithClass] or [Permanent]; otherwise
+// [ClassTimeout] for a context deadline and [ClassHandlerError] for anything
+// else. ClassOf(nil) is "".
+func ClassOf(err error) ErrorClass {
+	if err == nil {
+		return ""
+	}
+	var c classer
+	if errors.As(err, &c) {
+		return c.errorClass()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ClassTimeout
+	}
+	return ClassHandlerError
+}

@@ -1,0 +1,16 @@
+// Package httpforward is a ready consumer that forwards each event to an
+// internal HTTP service: a POST of the exact raw body, with the provider's
+// original headers (hop-by-hop and transport headers removed) and Inlet's own:
+//
+//	Inlet-Job-Id, Inlet-Event-Id, Inlet-Provider, Inlet-Event-Type,
+//	Inlet-Attempt, Idempotency-Key (= Event.IdempotencyKey())
+//	Inlet-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<job id>.<body>")>
+//
+// The internal service then trusts one shared secret instead of every
+// provider's scheme; Go services check requests with [Verify]. Any non-2xx
+// answer fails the attempt and is retried by the handler's backoff (class
+// http_4xx or http_5xx); unreachable services fail with class network,
+// slow ones with timeout. Redirects are not followed. Only the status and
+// at most 200 bytes of the answer go into the error text, which stays in
+// Postgres; the URL never does, as it may carry credentials.
+package httpforward

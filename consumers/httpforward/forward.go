@@ -1,0 +1,187 @@
+package httpforward
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inlet-dev/inlet/consumers"
+)
+
+// Config configures a forwarder.
+type Config struct {
+	// URL is where events are POSTed; http or https. Required.
+	URL string
+	// Secret signs every request (Inlet-Signature); at least 16 bytes.
+	// Required.
+	Secret string
+	// Timeout bounds one request, answer included. Defaults to 10s.
+	Timeout time.Duration
+	// Client sends the requests. Defaults to a client of its own. Its
+	// redirect policy is overridden: redirects are never followed.
+	Client *http.Client
+}
+
+const (
+	defaultTimeout = 10 * time.Second
+	minSecretLen   = 16
+	// maxAnswerText is how much of a failed answer goes into the error text.
+	maxAnswerText = 200
+	// drainLimit is how much of an answer is read to reuse the connection.
+	drainLimit = 64 << 10
+)
+
+// WithDefaults returns c with unset fields at their defaults.
+func (c Config) WithDefaults() Config {
+	c.Timeout = cmp.Or(c.Timeout, defaultTimeout)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.URL == "" {
+		return errors.New("url: required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url's message quotes the URL, credentials and all.
+		return errors.New("url: not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("url: scheme %q must be http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return errors.New("url: no host")
+	}
+	if len(c.Secret) < minSecretLen {
+		return fmt.Errorf("secret: %d bytes, need at least %d", len(c.Secret), minSecretLen)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("timeout: %s must be positive", c.Timeout)
+	}
+	return nil
+}
+
+type forwarder struct {
+	url     string
+	secret  string
+	timeout time.Duration
+	client  *http.Client
+	now     func() time.Time
+}
+
+// New returns a handler that forwards each event as described in the package
+// documentation.
+func New(cfg Config) (consumers.HandlerFunc, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("httpforward config: %w", err)
+	}
+	var client http.Client
+	if cfg.Client != nil {
+		client = *cfg.Client
+	} else {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Answers are read for at most a few bytes: no point asking for gzip,
+		// and no Accept-Encoding the provider did not send either.
+		t.DisableCompression = true
+		client.Transport = t
+	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	f := &forwarder{url: cfg.URL, secret: cfg.Secret, timeout: cfg.Timeout, client: &client, now: time.Now}
+	return f.forward, nil
+}
+
+func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(e.Body))
+	if err != nil {
+		return fmt.Errorf("forward job %d: build request: %w", e.JobID, unwrapURL(err))
+	}
+	req.Header = forwardHeaders(e.Headers)
+	req.Header.Set(HeaderJobID, strconv.FormatInt(e.JobID, 10))
+	req.Header.Set(HeaderEventID, strconv.FormatInt(e.EventID, 10))
+	req.Header.Set(HeaderProvider, e.Provider)
+	req.Header.Set(HeaderEventType, e.EventType)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(e.Attempt))
+	req.Header.Set(HeaderIdempotencyKey, e.IdempotencyKey())
+	req.Header.Set(HeaderSignature, Sign(f.secret, f.now(), e.JobID, e.Body))
+
+	resp, err := f.client.Do(req)
+	if err != nil {
+		err = unwrapURL(err)
+		class := consumers.ClassNetwork
+		var netErr net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+			class = consumers.ClassTimeout
+		}
+		return consumers.WithClass(fmt.Errorf("forward job %d: %w", e.JobID, err), class)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+		return nil
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerText))
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	err = fmt.Errorf("forward job %d: answered %s: %q", e.JobID, resp.Status, answer)
+	switch {
+	case resp.StatusCode >= 500:
+		return consumers.WithClass(err, consumers.ClassHTTP5xx)
+	case resp.StatusCode >= 400:
+		return consumers.WithClass(err, consumers.ClassHTTP4xx)
+	default: // 1xx, 3xx: a redirect is not followed
+		return err
+	}
+}
+
+// unwrapURL drops *url.Error's "Post \"<url>\":" prefix: the URL may carry
+// credentials and the error text is stored.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// hopByHop are the headers that describe one connection (RFC 9110 §7.6.1),
+// plus those the outgoing request sets itself.
+var hopByHop = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Host": true, "Content-Length": true, "Accept-Encoding": true,
+}
+
+// forwardHeaders copies the provider's headers minus hop-by-hop ones, those
+// the Connection header names, and any claiming Inlet's own names: only
+// Inlet sets Inlet-* and Idempotency-Key.
+func forwardHeaders(in http.Header) http.Header {
+	drop := map[string]bool{}
+	for _, v := range in.Values("Connection") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				drop[textproto.CanonicalMIMEHeaderKey(f)] = true
+			}
+		}
+	}
+	out := make(http.Header, len(in))
+	for k, vs := range in {
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		if hopByHop[ck] || drop[ck] || strings.HasPrefix(ck, "Inlet-") || ck == HeaderIdempotencyKey {
+			continue
+		}
+		out[ck] = append(out[ck], vs...)
+	}
+	return out
+}

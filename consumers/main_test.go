@@ -1,0 +1,115 @@
+package consumers_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+type testBundle struct {
+	*consumertest.Bundle
+	logs *consumertest.LockedBuffer
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{Bundle: consumertest.New(t), logs: &consumertest.LockedBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("service logs:\n%s", b.logs.String())
+		}
+	})
+	return b
+}
+
+// config fills in what every test's service needs.
+func (b *testBundle) config(handlers ...consumers.Handler) consumers.Config {
+	return consumers.Config{
+		Pool:       b.Worker,
+		Subscriber: b.Bus,
+		Handlers:   handlers,
+		WorkerID:   "test-worker",
+		Logger:     slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// start runs a service on cfg until the test ends.
+func (b *testBundle) start(t *testing.T, cfg consumers.Config) *consumers.Service {
+	t.Helper()
+	svc, err := consumers.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return svc
+}
+
+// call is one handler invocation.
+type call struct {
+	ev         consumers.Event
+	start, end time.Time
+}
+
+// recorder wraps a handler func and keeps every call.
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (r *recorder) wrap(f consumers.HandlerFunc) consumers.HandlerFunc {
+	return func(ctx context.Context, e *consumers.Event) error {
+		c := call{ev: *e, start: time.Now()}
+		defer func() {
+			c.end = time.Now()
+			r.mu.Lock()
+			r.calls = append(r.calls, c)
+			r.mu.Unlock()
+		}()
+		return f(ctx, e)
+	}
+}
+
+func (r *recorder) Calls() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]call(nil), r.calls...)
+}
+
+func (r *recorder) callsOf(jobID int64) []call {
+	var out []call
+	for _, c := range r.Calls() {
+		if c.ev.JobID == jobID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func ok(context.Context, *consumers.Event) error { return nil }
+
+func noBackoff(int) time.Duration { return 0 }
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

@@ -1,0 +1,134 @@
+package consumers_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+)
+
+type subRow struct {
+	ID        int64
+	Handler   string
+	Provider  string
+	EventType string
+	Max       int
+	Enabled   bool
+	UpdatedAt time.Time
+}
+
+func (r subRow) key() string {
+	return fmt.Sprintf("%s %s %s max=%d enabled=%v", r.Handler, r.Provider, r.EventType, r.Max, r.Enabled)
+}
+
+func subscriptions(t *testing.T, b *testBundle) []subRow {
+	t.Helper()
+	rows, err := b.Admin.Query(context.Background(), `SELECT id, handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
+		FROM webhook_ingress.subscriptions ORDER BY handler, provider_pattern, event_type_pattern`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[subRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subs
+}
+
+func keys(rs []subRow) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.key())
+	}
+	return out
+}
+
+func register(t *testing.T, b *testBundle, hs ...consumers.Handler) {
+	t.Helper()
+	svc, err := consumers.New(b.config(hs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	billing := consumers.Handler{Name: "billing", Provider: "stripe", EventType: "invoice.*", Func: ok}
+	audit := consumers.Handler{Name: "audit", Func: ok}
+
+	// Start registers.
+	b.start(t, b.config(billing, audit))
+	first := subscriptions(t, b)
+	want := []string{"audit * * max=25 enabled=true", "billing stripe invoice.* max=25 enabled=true"}
+	if !slices.Equal(keys(first), want) {
+		t.Fatalf("after Start: %v, want %v", keys(first), want)
+	}
+
+	// Registering the same set again changes nothing, not even updated_at.
+	register(t, b, billing, audit)
+	if again := subscriptions(t, b); !slices.Equal(again, first) {
+		t.Fatalf("re-registering changed rows:\n%v\nwant\n%v", again, first)
+	}
+
+	// billing's patterns change (and its attempts); audit is not declared by
+	// this service and keeps its row.
+	billing2 := billing
+	billing2.Patterns = []consumers.Pattern{{Provider: "stripe", EventType: "customer.*"}, {Provider: "github", EventType: "push"}}
+	billing2.MaxAttempts = 5
+	register(t, b, billing2)
+	want = []string{
+		"audit * * max=25 enabled=true",
+		"billing github push max=5 enabled=true",
+		"billing stripe customer.* max=5 enabled=true",
+		"billing stripe invoice.* max=25 enabled=false",
+	}
+	if got := subscriptions(t, b); !slices.Equal(keys(got), want) {
+		t.Fatalf("after changing patterns: %v, want %v", keys(got), want)
+	}
+
+	// Fan-out follows the new set: no billing job for an invoice any more.
+	inv := b.InsertEvent(t, consumertest.EventParams{EventType: "invoice.paid"})
+	cust := b.InsertEvent(t, consumertest.EventParams{EventType: "customer.created"})
+	var handlers []string
+	if err := b.Admin.QueryRow(ctx, `SELECT coalesce(array_agg(handler || ':' || max_attempts ORDER BY handler), '{}')
+		FROM webhook_ingress.jobs WHERE event_id = $1`, inv).Scan(&handlers); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(handlers, []string{"audit:25"}) {
+		t.Errorf("jobs of invoice event: %v", handlers)
+	}
+	if err := b.Admin.QueryRow(ctx, `SELECT array_agg(handler || ':' || max_attempts ORDER BY handler)
+		FROM webhook_ingress.jobs WHERE event_id = $1`, cust).Scan(&handlers); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(handlers, []string{"audit:25", "billing:5"}) {
+		t.Errorf("jobs of customer event: %v", handlers)
+	}
+
+	// Going back re-enables the old row (same id) and disables the others.
+	register(t, b, billing)
+	got := subscriptions(t, b)
+	want = []string{
+		"audit * * max=25 enabled=true",
+		"billing github push max=5 enabled=false",
+		"billing stripe customer.* max=5 enabled=false",
+		"billing stripe invoice.* max=25 enabled=true",
+	}
+	if !slices.Equal(keys(got), want) {
+		t.Fatalf("after reverting: %v, want %v", keys(got), want)
+	}
+	if got[3].ID != first[1].ID {
+		t.Errorf("reverting made a new row %d instead of re-enabling %d", got[3].ID, first[1].ID)
+	}
+}

@@ -1,0 +1,190 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+)
+
+// Service runs a set of handlers: it registers their subscriptions, takes
+// job references off their topics and records each attempt's outcome.
+type Service struct {
+	cfg     Config
+	logger  *slog.Logger
+	runners []*runner
+
+	mu    sync.Mutex
+	state int // stateNew, stateStarted, stateStopped
+
+	subCancel  context.CancelFunc      // ends the subscriptions
+	workCtx    context.Context         // parent of every attempt
+	workCancel context.CancelCauseFunc // forced shutdown of attempts
+	readers    sync.WaitGroup          // one per handler topic
+	attempts   sync.WaitGroup          // one per in-flight attempt
+	inFlight   atomic.Int64            // attempts holding a slot
+}
+
+const (
+	stateNew = iota
+	stateStarted
+	stateStopped
+)
+
+// errShutdown is the cause of attempt contexts cancelled because Stop's
+// deadline passed before they finished.
+var errShutdown = errors.New("consumer service stopped before the attempt finished")
+
+// runner is one handler with its concurrency slots.
+type runner struct {
+	h     Handler
+	slots chan struct{}
+}
+
+// New checks cfg (after WithDefaults) and returns a service ready to Start.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("consumers config: %w", err)
+	}
+	s := &Service{
+		cfg:    cfg,
+		logger: cfg.Logger.With(slog.String("component", "consumers")),
+	}
+	for _, h := range cfg.Handlers {
+		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
+	}
+	return s, nil
+}
+
+// Start registers the subscriptions (see Register), subscribes to every
+// handler's topic and starts processing; it returns once subscribed. ctx
+// bounds registering and subscribing only (its values reach the handlers):
+// the service then runs until Stop. A service starts once.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != stateNew {
+		return errors.New("start consumers: the service was already started")
+	}
+	if err := s.Register(ctx); err != nil {
+		return fmt.Errorf("start consumers: %w", err)
+	}
+
+	base := context.WithoutCancel(ctx)
+	subCtx, subCancel := context.WithCancel(base)
+	chans := make([]<-chan *message.Message, len(s.runners))
+	for i, r := range s.runners {
+		ch, err := s.cfg.Subscriber.Subscribe(subCtx, bus.Topic(r.h.Name))
+		if err != nil {
+			subCancel()
+			return fmt.Errorf("start consumers: subscribe to topic of handler %q: %w", r.h.Name, err)
+		}
+		chans[i] = ch
+	}
+	s.subCancel = subCancel
+	s.workCtx, s.workCancel = context.WithCancelCause(base)
+	for i, r := range s.runners {
+		s.readers.Go(func() { s.read(subCtx, r, chans[i]) })
+	}
+	s.state = stateStarted
+	s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers started",
+		slog.Int("handlers", len(s.runners)), slog.String("worker_id", s.cfg.WorkerID))
+	return nil
+}
+
+// Stop stops taking messages and waits for the attempts in flight to finish
+// and record their outcomes. They keep running under their own Timeout until
+// ctx is done; then their contexts are cancelled and Stop returns ctx's
+// error. An attempt cut short that way records nothing (unless its handler
+// still succeeds): its lease expires and the streamer's reaper retries it.
+// Stop on a service that is not running returns nil.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.state != stateStarted {
+		s.mu.Unlock()
+		return nil
+	}
+	s.state = stateStopped
+	s.mu.Unlock()
+
+	s.subCancel()
+	// Readers return promptly: every place they block also watches subCtx.
+	s.readers.Wait()
+
+	done := make(chan struct{})
+	go func() {
+		s.attempts.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.workCancel(nil)
+		s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers stopped")
+		return nil
+	case <-ctx.Done():
+		n := s.inFlight.Load()
+		s.workCancel(errShutdown)
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; their leases will expire",
+			slog.Int64("attempts", n))
+		return fmt.Errorf("stop consumers: %d attempts still running: %w", n, ctx.Err())
+	}
+}
+
+// read takes r's messages until ctx ends. A message is acknowledged once a
+// slot is free and the attempt runs on its own goroutine: Postgres, not the
+// bus, remembers the job, and the slots are the backpressure.
+func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
+	for {
+		var msg *message.Message
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				if ctx.Err() == nil {
+					s.logger.LogAttrs(ctx, slog.LevelError, "subscription closed by the transport",
+						slog.String("handler", r.h.Name))
+				}
+				return
+			}
+			msg = m
+		}
+
+		ref, err := bus.ParseMessage(msg)
+		if err != nil {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped malformed job reference",
+				slog.String("handler", r.h.Name), slog.String("error", err.Error()))
+			msg.Ack()
+			continue
+		}
+		if ref.Handler != r.h.Name {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped job reference for another handler",
+				slog.String("handler", r.h.Name), slog.String("ref_handler", ref.Handler), slog.Int64("job_id", ref.JobID))
+			msg.Ack()
+			continue
+		}
+
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			msg.Nack()
+			return
+		}
+		msg.Ack()
+		s.inFlight.Add(1)
+		s.attempts.Go(func() {
+			defer func() {
+				s.inFlight.Add(-1)
+				<-r.slots
+			}()
+			s.attempt(r.h, ref)
+		})
+	}
+}

@@ -1,0 +1,638 @@
+package consumers_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+const wait = 15 * time.Second
+
+func TestHandlerGetsTheStoredEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &recorder{}
+	var n atomic.Int32
+	b.start(t, b.config(consumers.Handler{
+		Name: "capture", Provider: "stripe", Backoff: noBackoff,
+		Func: rec.wrap(func(context.Context, *consumers.Event) error {
+			if n.Add(1) == 1 {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		}),
+	}))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	body := []byte("{\"id\":\"evt_1\"}\r\n\x00\xff\xfe not utf-8 \x80")
+	headers := map[string][]string{
+		"Stripe-Signature": {"t=1700000000,v1=abc"},
+		"X-Multi":          {"a", "b"},
+		"Content-Type":     {"application/json; charset=utf-8"},
+	}
+	eventID := b.InsertEvent(t, consumertest.EventParams{
+		Provider: "stripe", ExternalID: "evt_exact", EventType: "invoice.paid", Headers: headers, Body: body,
+	})
+	jobID := b.JobID(t, eventID, "capture")
+	b.WaitJobStatus(t, jobID, "completed", wait)
+
+	var receivedAt time.Time
+	if err := b.Admin.QueryRow(context.Background(), `SELECT received_at FROM webhook_ingress.events WHERE id = $1`, eventID).Scan(&receivedAt); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("%d calls, want 2", len(calls))
+	}
+	for i, c := range calls {
+		e := c.ev
+		want := consumers.Event{
+			JobID: jobID, EventID: eventID, Handler: "capture", Provider: "stripe", Scheme: "stripe",
+			ExternalID: "evt_exact", EventType: "invoice.paid", ReceivedAt: receivedAt,
+			Headers: http.Header(headers), Body: body, Attempt: i + 1, MaxAttempts: 25,
+		}
+		if !e.ReceivedAt.Equal(receivedAt) {
+			t.Errorf("call %d: ReceivedAt %v, want %v", i, e.ReceivedAt, receivedAt)
+		}
+		e.ReceivedAt = receivedAt
+		if !bytes.Equal(e.Body, body) {
+			t.Errorf("call %d: body %q, want %q", i, e.Body, body)
+		}
+		if !reflect.DeepEqual(e, want) {
+			t.Errorf("call %d: event\n%+v\nwant\n%+v", i, e, want)
+		}
+		if key := e.IdempotencyKey(); key != fmt.Sprintf("inlet-job-%d", jobID) {
+			t.Errorf("call %d: idempotency key %q", i, key)
+		}
+	}
+	if k0, k1 := calls[0].ev.IdempotencyKey(), calls[1].ev.IdempotencyKey(); k0 != k1 {
+		t.Errorf("idempotency key changed between attempts: %q, %q", k0, k1)
+	}
+}
+
+func TestRetriesArePerHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const backoff = 300 * time.Millisecond
+	recA, recB := &recorder{}, &recorder{}
+	var nA atomic.Int32
+	b.start(t, b.config(
+		consumers.Handler{
+			Name:    "a",
+			Backoff: func(int) time.Duration { return backoff },
+			Func: recA.wrap(func(context.Context, *consumers.Event) error {
+				if n := nA.Add(1); n <= 2 {
+					return fmt.Errorf("a fails, try %d", n)
+				}
+				return nil
+			}),
+		},
+		consumers.Handler{Name: "b", Func: recB.wrap(ok)},
+	))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	eventID := b.InsertEvent(t, consumertest.EventParams{EventType: "invoice.paid"})
+	jobA, jobB := b.JobID(t, eventID, "a"), b.JobID(t, eventID, "b")
+	b.WaitJobStatus(t, jobA, "completed", wait)
+	b.WaitJobStatus(t, jobB, "completed", wait)
+
+	if n := len(recB.Calls()); n != 1 {
+		t.Errorf("b called %d times, want 1", n)
+	}
+	callsA := recA.Calls()
+	if len(callsA) != 3 {
+		t.Fatalf("a called %d times, want 3", len(callsA))
+	}
+	for i := 1; i < len(callsA); i++ {
+		if gap := callsA[i].start.Sub(callsA[i-1].end); gap < backoff {
+			t.Errorf("attempt %d of a started %s after attempt %d ended, before its %s backoff", i+1, gap, i, backoff)
+		}
+	}
+	if got := b.Outcomes(t, jobA); !slices.Equal(got, []string{"failed", "failed", "completed"}) {
+		t.Errorf("a's attempts: %v", got)
+	}
+	if got := b.Outcomes(t, jobB); !slices.Equal(got, []string{"completed"}) {
+		t.Errorf("b's attempts: %v", got)
+	}
+	for i, a := range b.Attempts(t, jobA) {
+		if a.Attempt != i+1 || deref(a.WorkerID) != "test-worker" {
+			t.Errorf("a attempt row %d: attempt %d worker %s", i, a.Attempt, deref(a.WorkerID))
+		}
+		if i < 2 && (deref(a.ErrorClass) != "handler_error" || deref(a.Error) != fmt.Sprintf("a fails, try %d", i+1)) {
+			t.Errorf("a attempt %d: class %s error %s", i+1, deref(a.ErrorClass), deref(a.Error))
+		}
+		if i == 2 && (a.ErrorClass != nil || a.Error != nil) {
+			t.Errorf("a's completed attempt has an error: %s %s", deref(a.ErrorClass), deref(a.Error))
+		}
+		if a.FinishedAt.Before(a.StartedAt) {
+			t.Errorf("a attempt %d finished %v before it started %v", i+1, a.FinishedAt, a.StartedAt)
+		}
+	}
+	if j := b.Job(t, jobA); j.AttemptCount != 3 || j.LastError != nil || j.LastErrorClass != nil || j.LeaseExpiresAt != nil {
+		t.Errorf("a's job after success: %+v", j)
+	}
+}
+
+func TestDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	always, perm, fine := &recorder{}, &recorder{}, &recorder{}
+	b.start(t, b.config(
+		consumers.Handler{Name: "always", MaxAttempts: 3, Backoff: noBackoff,
+			Func: always.wrap(func(context.Context, *consumers.Event) error { return errors.New("never works") })},
+		consumers.Handler{Name: "perm", Backoff: noBackoff,
+			Func: perm.wrap(func(context.Context, *consumers.Event) error {
+				return fmt.Errorf("validate: %w", consumers.Permanent(errors.New("unknown customer")))
+			})},
+		consumers.Handler{Name: "fine", Func: fine.wrap(ok)},
+	))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	eventID := b.InsertEvent(t, consumertest.EventParams{})
+	jobAlways, jobPerm, jobFine := b.JobID(t, eventID, "always"), b.JobID(t, eventID, "perm"), b.JobID(t, eventID, "fine")
+	ja := b.WaitJobStatus(t, jobAlways, "dead_letter", wait)
+	jp := b.WaitJobStatus(t, jobPerm, "dead_letter", wait)
+	b.WaitJobStatus(t, jobFine, "completed", wait)
+	time.Sleep(200 * time.Millisecond) // a dead letter must stay put
+
+	if n := len(always.Calls()); n != 3 || ja.AttemptCount != 3 || ja.MaxAttempts != 3 {
+		t.Errorf("always: %d calls, job %+v; want 3 attempts of max 3", n, ja)
+	}
+	if got := b.Outcomes(t, jobAlways); !slices.Equal(got, []string{"failed", "failed", "dead_letter"}) {
+		t.Errorf("always's attempts: %v", got)
+	}
+	if deref(ja.LastError) != "never works" || deref(ja.LastErrorClass) != "handler_error" {
+		t.Errorf("always's last error: %s (%s)", deref(ja.LastError), deref(ja.LastErrorClass))
+	}
+
+	if n := len(perm.Calls()); n != 1 || jp.AttemptCount != 1 {
+		t.Errorf("perm: %d calls, %d attempts; want 1", n, jp.AttemptCount)
+	}
+	as := b.Attempts(t, jobPerm)
+	if len(as) != 1 || as[0].Outcome != "dead_letter" || deref(as[0].ErrorClass) != "permanent" ||
+		deref(as[0].Error) != "validate: unknown customer" {
+		t.Errorf("perm's attempts: %+v", as)
+	}
+	if deref(jp.LastErrorClass) != "permanent" {
+		t.Errorf("perm's job class %s", deref(jp.LastErrorClass))
+	}
+
+	if n := len(fine.Calls()); n != 1 {
+		t.Errorf("fine called %d times, want 1", n)
+	}
+	if got := b.Outcomes(t, jobFine); !slices.Equal(got, []string{"completed"}) {
+		t.Errorf("fine's attempts: %v", got)
+	}
+}
+
+func TestPanicIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var n atomic.Int32
+	b.start(t, b.config(consumers.Handler{Name: "flaky", Backoff: noBackoff,
+		Func: func(context.Context, *consumers.Event) error {
+			if n.Add(1) == 1 {
+				panic("boom in handler")
+			}
+			return nil
+		}}))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "flaky")
+	b.WaitJobStatus(t, jobID, "completed", wait)
+	as := b.Attempts(t, jobID)
+	if len(as) != 2 || as[0].Outcome != "failed" || deref(as[0].ErrorClass) != "panic" || as[1].Outcome != "completed" {
+		t.Fatalf("attempts: %+v", as)
+	}
+	if e := deref(as[0].Error); !strings.HasPrefix(e, "panic: boom in handler") || len(e) > 2000 {
+		t.Errorf("panic's stored error (%d bytes): %.200s", len(e), e)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var n atomic.Int32
+	b.start(t, b.config(consumers.Handler{Name: "slow", Backoff: noBackoff, Timeout: 100 * time.Millisecond,
+		Func: func(ctx context.Context, _ *consumers.Event) error {
+			switch n.Add(1) {
+			case 1: // respects its context
+				<-ctx.Done()
+				return fmt.Errorf("call crm: %w", ctx.Err())
+			case 2: // ignores it, then returns an unrelated error
+				time.Sleep(150 * time.Millisecond)
+				return errors.New("gave up")
+			}
+			return nil
+		}}))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "slow")
+	b.WaitJobStatus(t, jobID, "completed", wait)
+	as := b.Attempts(t, jobID)
+	if len(as) != 3 {
+		t.Fatalf("attempts: %+v", as)
+	}
+	for i := range 2 {
+		if as[i].Outcome != "failed" || deref(as[i].ErrorClass) != "timeout" {
+			t.Errorf("attempt %d: %s class %s, want failed timeout", i+1, as[i].Outcome, deref(as[i].ErrorClass))
+		}
+	}
+}
+
+func TestHeartbeatKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const lease = 300 * time.Millisecond
+	rec := &recorder{}
+	running := make(chan struct{}, 1)
+	cfg := b.config(consumers.Handler{Name: "long", Func: rec.wrap(func(context.Context, *consumers.Event) error {
+		running <- struct{}{}
+		time.Sleep(1200 * time.Millisecond)
+		return nil
+	})})
+	cfg.LeaseExtend = lease
+	b.start(t, cfg)
+	// The streamer's own lease is as short as the heartbeat's, and its reaper
+	// runs every tick: without heartbeats the job would be re-leased.
+	st := b.StartStreamer(t, consumertest.StreamerOptions{Lease: lease})
+
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "long")
+	<-running
+	claims := st.ClaimsOf(jobID)
+	if len(claims) != 1 {
+		t.Fatalf("claims: %+v", claims)
+	}
+	firstExpiry := claims[0].At.Add(lease)
+	var latest time.Time
+	var statuses []string
+	consumertest.WaitFor(t, wait, "job completed", func() bool {
+		j := b.Job(t, jobID)
+		if !slices.Contains(statuses, j.Status) {
+			statuses = append(statuses, j.Status)
+		}
+		if j.LeaseExpiresAt != nil && j.LeaseExpiresAt.After(latest) {
+			latest = *j.LeaseExpiresAt
+		}
+		return j.Status == "completed"
+	})
+	if !slices.Equal(statuses, []string{"leased", "completed"}) {
+		t.Errorf("job went through %v, want leased then completed", statuses)
+	}
+	if moved := latest.Sub(firstExpiry); moved < 600*time.Millisecond {
+		t.Errorf("lease moved only %s past the claim's expiry", moved)
+	}
+	if n := len(rec.Calls()); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"completed"}) {
+		t.Errorf("attempts: %v", got)
+	}
+	if j := b.Job(t, jobID); j.AttemptCount != 1 {
+		t.Errorf("attempt count %d, want 1", j.AttemptCount)
+	}
+}
+
+func TestStaleReferencesAreSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &recorder{}
+	b.start(t, b.config(consumers.Handler{Name: "h", Func: rec.wrap(ok)}))
+
+	eventID := b.InsertEvent(t, consumertest.EventParams{EventType: "x"})
+	refs := b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %+v", refs)
+	}
+	ref := refs[0]
+	if ref.EventID != eventID || ref.Attempt != 1 {
+		t.Fatalf("claimed %+v", ref)
+	}
+	future, past, missing, otherEvent := ref, ref, ref, ref
+	future.Attempt = 2
+	past.Attempt = 0 // ParseMessage rejects it: malformed
+	missing.JobID = ref.JobID + 1000
+	otherEvent.EventID = ref.EventID + 1
+	for _, r := range []bus.Ref{future, past, missing, otherEvent} {
+		if err := b.Publish(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Bus.Publish(bus.Topic("h"), message.NewMessage("junk", []byte("not json"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(rec.Calls()); n != 0 {
+		t.Fatalf("handler ran %d times on stale references", n)
+	}
+	if j := b.Job(t, ref.JobID); j.Status != "leased" {
+		t.Fatalf("job is %s after stale references, want leased", j.Status)
+	}
+
+	// The right reference runs; a duplicate of it afterwards does not.
+	if err := b.Publish(ref); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJobStatus(t, ref.JobID, "completed", wait)
+	if err := b.Publish(ref); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(rec.Calls()); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	if got := b.Outcomes(t, ref.JobID); !slices.Equal(got, []string{"completed"}) {
+		t.Errorf("attempts: %v", got)
+	}
+}
+
+func TestLostLeaseIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	started := make(chan int, 2)
+	release := make(chan struct{})
+	b.start(t, b.config(consumers.Handler{Name: "h", Func: rec.wrap(func(_ context.Context, e *consumers.Event) error {
+		started <- e.Attempt
+		if e.Attempt == 1 {
+			<-release
+		}
+		return nil
+	})}))
+
+	b.InsertEvent(t, consumertest.EventParams{})
+	refs := b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %+v", refs)
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-started; a != 1 {
+		t.Fatalf("started attempt %d", a)
+	}
+
+	// While attempt 1 runs, its lease expires, the reaper closes it and a
+	// streamer leases attempt 2.
+	jobID := refs[0].JobID
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, schema.Query("ReapExpiredLeases"), 10)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := b.ClaimOnce(t, 10*time.Second)
+	if len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("re-claimed %+v", again)
+	}
+
+	// Attempt 1 finishes: it must not touch attempt 2's job state or history.
+	close(release)
+	consumertest.WaitFor(t, wait, "attempt 1 to finish", func() bool { return len(rec.Calls()) == 1 })
+	consumertest.WaitFor(t, wait, "the lost-lease log line", func() bool {
+		return strings.Contains(b.logs.String(), "lease was lost")
+	})
+	if j := b.Job(t, jobID); j.Status != "leased" || j.AttemptCount != 2 {
+		t.Fatalf("stale attempt changed the job: %+v", j)
+	}
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"lease_expired"}) {
+		t.Fatalf("attempts after the stale outcome: %v", got)
+	}
+
+	if err := b.Publish(again[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJobStatus(t, jobID, "completed", wait)
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"lease_expired", "completed"}) {
+		t.Fatalf("attempts: %v", got)
+	}
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var cur, peak atomic.Int32
+	b.start(t, b.config(consumers.Handler{Name: "h", Concurrency: 2, Func: func(context.Context, *consumers.Event) error {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		return nil
+	}}))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	var jobs []int64
+	for range 6 {
+		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
+	}
+	for _, id := range jobs {
+		b.WaitJobStatus(t, id, "completed", wait)
+	}
+	if p := peak.Load(); p != 2 {
+		t.Errorf("peak concurrency %d, want 2", p)
+	}
+}
+
+func TestStopDrainsInFlightAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &recorder{}
+	started := make(chan struct{}, 10)
+	svc, err := consumers.New(b.config(consumers.Handler{Name: "h", Func: rec.wrap(func(ctx context.Context, _ *consumers.Event) error {
+		started <- struct{}{}
+		select {
+		case <-time.After(500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h")
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := svc.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	// Recorded by the time Stop returns, not some time after.
+	if j := b.Job(t, jobID); j.Status != "completed" {
+		t.Fatalf("job is %s right after Stop, want completed", j.Status)
+	}
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"completed"}) {
+		t.Fatalf("attempts: %v", got)
+	}
+
+	// A stopped service takes no more work.
+	later := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h")
+	time.Sleep(300 * time.Millisecond)
+	if n := len(rec.Calls()); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	if j := b.Job(t, later); j.Status == "completed" {
+		t.Errorf("a job was completed after Stop")
+	}
+	if err := svc.Stop(ctx); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if err := svc.Start(context.Background()); err == nil {
+		t.Error("Start after Stop succeeded")
+	}
+}
+
+func TestStopDeadlineAbandonsAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	returned := make(chan error, 1)
+	started := make(chan struct{}, 1)
+	svc, err := consumers.New(b.config(consumers.Handler{Name: "h", Func: func(ctx context.Context, _ *consumers.Event) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		returned <- ctx.Err()
+		return ctx.Err()
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h")
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = svc.Stop(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	if herr := <-returned; !errors.Is(herr, context.Canceled) {
+		t.Fatalf("handler's context ended with %v, want canceled", herr)
+	}
+	time.Sleep(200 * time.Millisecond)
+	// Not counted as a failure: the lease expires and the reaper retries it.
+	if j := b.Job(t, jobID); j.Status != "leased" || j.LastErrorClass != nil {
+		t.Errorf("abandoned job: %+v", j)
+	}
+	if got := b.Outcomes(t, jobID); len(got) != 0 {
+		t.Errorf("abandoned attempt recorded: %v", got)
+	}
+}
+
+func TestLogsCarryMetadataOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const (
+		bodyMark   = "BODY-MARK-7f3a"
+		headerMark = "HEADER-MARK-91cd"
+		errMark    = "ERROR-MARK-c0de"
+		extMark    = "EXT-MARK-5eed"
+	)
+	var n atomic.Int32
+	var mu sync.Mutex
+	b.start(t, b.config(consumers.Handler{Name: "leaky", MaxAttempts: 3, Backoff: noBackoff,
+		Func: func(context.Context, *consumers.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch n.Add(1) {
+			case 1:
+				return errors.New("customer said " + errMark)
+			case 2:
+				panic("panic with " + errMark)
+			}
+			return consumers.Permanent(errors.New(errMark))
+		}}))
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+
+	eventID := b.InsertEvent(t, consumertest.EventParams{ExternalID: extMark, EventType: "invoice.paid",
+		Headers: map[string][]string{"X-Secret": {headerMark}}, Body: []byte(bodyMark)})
+	jobID := b.JobID(t, eventID, "leaky")
+	b.WaitJobStatus(t, jobID, "dead_letter", wait)
+	consumertest.WaitFor(t, wait, "the dead-letter log line", func() bool { return strings.Contains(b.logs.String(), `"outcome":"dead_letter"`) })
+
+	logs := b.logs.String()
+	for _, mark := range []string{bodyMark, headerMark, errMark, extMark} {
+		if strings.Contains(logs, mark) {
+			t.Errorf("logs contain %s:\n%s", mark, logs)
+		}
+	}
+	for _, want := range []string{fmt.Sprintf(`"job_id":%d`, jobID), fmt.Sprintf(`"event_id":%d`, eventID),
+		`"handler":"leaky"`, `"provider":"stripe"`, `"event_type":"invoice.paid"`, `"error_class":"handler_error"`,
+		`"error_class":"panic"`, `"error_class":"permanent"`, `"outcome":"failed"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s", want)
+		}
+	}
+	// The text is kept where it belongs.
+	if j := b.Job(t, jobID); deref(j.LastError) != errMark {
+		t.Errorf("last_error %q", deref(j.LastError))
+	}
+}
+
+// Two consumer services on one bus both receive every reference (gochannel
+// fans out): the attempt is taken by exactly one of them, so the handler runs
+// once per attempt.
+func TestTwoConsumersOneBusRunEachAttemptOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls sync.Map
+	var n atomic.Int64
+	h := func(ctx context.Context, e *consumers.Event) error {
+		if _, dup := calls.LoadOrStore(e.JobID, true); dup {
+			t.Errorf("job %d handled twice", e.JobID)
+		}
+		n.Add(1)
+		return nil
+	}
+	for i := 0; i < 2; i++ {
+		cfg := b.config(consumers.Handler{Name: "h", Func: h})
+		cfg.WorkerID = fmt.Sprintf("w%d", i)
+		b.start(t, cfg)
+	}
+	b.StartStreamer(t, consumertest.StreamerOptions{})
+	var jobs []int64
+	for i := 0; i < 50; i++ {
+		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{EventType: "x"}), "h"))
+	}
+	for _, id := range jobs {
+		b.WaitJobStatus(t, id, "completed", wait)
+	}
+	if n.Load() != int64(len(jobs)) {
+		t.Fatalf("handler ran %d times for %d jobs", n.Load(), len(jobs))
+	}
+}
