@@ -275,7 +275,9 @@ func TestAlwaysFailingHandlerEndsInDeadLetterAlone(t *testing.T) {
 	var ok callLog
 	p.startConsumers(t, "w1",
 		consumers.Handler{Name: "broken", MaxAttempts: 3, Backoff: func(int) time.Duration { return 10 * time.Millisecond },
-			Func: func(context.Context, *consumers.Event) error { return consumers.WithClass(errors.New("500 from billing"), consumers.ClassHTTP5xx) }},
+			Func: func(context.Context, *consumers.Event) error {
+				return consumers.WithClass(errors.New("500 from billing"), consumers.ClassHTTP5xx)
+			}},
 		consumers.Handler{Name: "fine", Func: func(_ context.Context, e *consumers.Event) error { ok.add(e); return nil }},
 	)
 	p.startStreamer(t, streamer.Config{PollInterval: 50 * time.Millisecond})
