@@ -83,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, sources: map[string]*source{}}
 	for i, sc := range cfg.Sources {
-		v, err := verify.New(verify.Config{Type: sc.Type, Secrets: sc.Secrets, Tolerance: sc.Tolerance})
+		v, err := verify.New(sc.Config)
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
 		}

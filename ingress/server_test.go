@@ -63,8 +63,8 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	srv, err := ingress.New(ingress.Config{
 		Ingress: config.Ingress{MaxBodyBytes: maxBody, StoreTimeout: 2 * time.Second},
 		Sources: []config.Source{
-			{Name: "stripe", Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}},
-			{Name: "github", Type: "github", Secrets: []string{githubSecret}},
+			{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}}},
+			{Name: "github", Config: verify.Config{Type: "github", Secrets: []string{githubSecret}}},
 		},
 		Store:  ingress.NewPGStore(pool, nil),
 		Ready:  database.Ready(pool),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
@@ -55,7 +56,7 @@ func newPipeline(t *testing.T) *pipeline {
 	hinter := notify.NewHinter(ingPool, 0, p.quiet)
 	t.Cleanup(hinter.Stop)
 	srv, err := ingress.New(ingress.Config{
-		Sources: []config.Source{{Name: "stripe", Type: "stripe", Secrets: []string{pipelineStripeSecret}}},
+		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{pipelineStripeSecret}}}},
 		Store:   ingress.NewPGStore(ingPool, hinter),
 		Logger:  p.quiet,
 	})

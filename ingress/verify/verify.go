@@ -108,16 +108,16 @@ const defaultTolerance = 5 * time.Minute
 type Config struct {
 	// Type is the signing scheme: "github", "standard-webhooks" (alias
 	// "svix") or "stripe". Required.
-	Type string
+	Type string `yaml:"type"`
 	// Secrets are the signing secrets. Every one is tried, so a new secret
 	// can be added before the old one is removed. Required: at least one, and
 	// none may be empty. Standard Webhooks secrets are "whsec_" followed by
 	// base64 (plain base64 is accepted too).
-	Secrets []string
+	Secrets []string `yaml:"secrets"`
 	// Tolerance is how far a signed timestamp may be from now, in either
 	// direction. Defaults to 5m for stripe and standard-webhooks; github signs
 	// no timestamp and ignores it. Must not be negative.
-	Tolerance time.Duration
+	Tolerance time.Duration `yaml:"tolerance"`
 }
 
 func (c Config) withDefaults() Config {

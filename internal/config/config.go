@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
 )
 
 // Config is the whole file. Every section is optional; defaults make `inlet dev`
@@ -119,20 +121,14 @@ type Ingress struct {
 	DBRole *string `yaml:"db_role"`
 }
 
-// Source is one configured webhook sender.
+// Source is one configured webhook sender: its name plus the verifier's
+// settings (type, secrets, tolerance and the scheme's own fields; see
+// verify.Config for each one and its default).
 type Source struct {
 	// Name is the URL path segment and the events.provider value. Required;
 	// lower-case letters, digits, '-' and '_'.
-	Name string `yaml:"name"`
-	// Type is the signature scheme: stripe, github, standard-webhooks (svix).
-	// Required.
-	Type string `yaml:"type"`
-	// Secrets are the signing secrets; each is tried, so a rotation lists the
-	// new one beside the old. At least one is required.
-	Secrets []string `yaml:"secrets"`
-	// Tolerance is how far a signed timestamp may be from now, either way.
-	// Defaults to the scheme's own (5m for Stripe and Standard Webhooks).
-	Tolerance time.Duration `yaml:"tolerance"`
+	Name          string `yaml:"name"`
+	verify.Config `yaml:",inline"`
 }
 
 // Log configures log/slog output.
