@@ -272,13 +272,21 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	s.claimed.Add(int64(len(refs)))
-	s.publish(ctx, refs)
+	if failed := s.publish(ctx, refs); failed > 0 {
+		// The bus is away: say so, so the loop backs off instead of leasing
+		// and giving back the same jobs in a tight loop.
+		return len(refs), fmt.Errorf("publish %d of %d references: %w", failed, len(refs), ErrPublish)
+	}
 	return len(refs), nil
 }
 
+// ErrPublish means references could not be published; their leases were given back.
+var ErrPublish = errors.New("bus refused the references; leases given back")
+
 // publish sends refs grouped by topic; leases of refs that could not be
-// published are given back at once (the attempt does not count).
-func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) {
+// published are given back at once (the attempt does not count). It returns
+// how many were not published.
+func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) int {
 	byTopic := map[string][]*message.Message{}
 	byTopicIDs := map[string][]int64{}
 	for _, r := range refs {
@@ -302,7 +310,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) {
 		s.published.Add(int64(len(msgs)))
 	}
 	if len(failed) == 0 {
-		return
+		return 0
 	}
 	s.publishFailed.Add(int64(len(failed)))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -310,6 +318,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) {
 	if _, err := s.cfg.Pool.Exec(rctx, releaseSQL, failed, s.cfg.ID); err != nil {
 		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", len(failed)), slog.String("error", err.Error()))
 	}
+	return len(failed)
 }
 
 func (s *Streamer) reapLoop(ctx context.Context) {

@@ -345,8 +345,8 @@ func TestPublishFailureGivesTheLeaseBack(t *testing.T) {
 	b.insertEvents(t, 5)
 	s := b.newStreamer(t, streamer.Config{Publisher: closed})
 	n, err := s.ClaimOnce(context.Background())
-	if err != nil || n != 5 {
-		t.Fatalf("ClaimOnce = %d, %v", n, err)
+	if !errors.Is(err, streamer.ErrPublish) || n != 5 {
+		t.Fatalf("ClaimOnce = %d, %v; want 5 and ErrPublish", n, err)
 	}
 	if st := s.Stats(); st.PublishFailed != 5 || st.Published != 0 {
 		t.Fatalf("stats %+v", st)

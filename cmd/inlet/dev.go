@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
@@ -82,24 +82,29 @@ over.`)
 	if err := migrateURL(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
-	ps := bus.NewGoChannel(log)
+	ps, err := openBus(ctx, cfg, "dev", log)
+	if err != nil {
+		return err
+	}
 	defer ps.Close()
 
-	cons, closeCons, err := newConsumers(ctx, cfg, ps, log.With(slog.String("service", "consumer")))
-	if err != nil {
-		return err
-	}
-	defer closeCons()
-	if cons != nil {
-		if err := cons.Start(ctx); err != nil {
+	var cons *consumers.Service
+	if len(cfg.Consumer.Handlers) > 0 {
+		svc, cpool, err := newConsumers(ctx, cfg, ps, log.With(slog.String("service", "consumer")))
+		if err != nil {
 			return err
 		}
+		defer cpool.Close()
+		if err := svc.Start(ctx); err != nil {
+			return err
+		}
+		cons = svc
 	}
-	str, closeStr, err := newStreamer(ctx, cfg, ps, log.With(slog.String("service", "streamer")))
+	str, spool, err := newStreamer(ctx, cfg, ps, log.With(slog.String("service", "streamer")))
 	if err != nil {
 		return err
 	}
-	defer closeStr()
+	defer spool.Close()
 	if err := str.Start(ctx); err != nil {
 		return err
 	}

@@ -27,10 +27,12 @@ type environment struct {
 }
 
 var commands = map[string]command{
-	"dev":     {"run ingress, streamer and the configured consumers in one process on embedded defaults", runDev},
-	"ingress": {"run the webhook receiver (POST /webhooks/{source})", runIngress},
-	"migrate": {"apply the database schema migrations (idempotent)", runMigrate},
-	"send":    {"sign a test webhook with a configured source's secret and POST it", runSend},
+	"dev":      {"run ingress, streamer and the configured consumers in one process on embedded defaults", runDev},
+	"ingress":  {"run the webhook receiver (POST /webhooks/{source})", runIngress},
+	"migrate":  {"apply the database schema migrations (idempotent)", runMigrate},
+	"streamer": {"run the streamer: lease due jobs and publish references on the bus", runStreamer},
+	"consumer": {"run the ready consumers (log, http-forward) of the config file", runConsumer},
+	"send":     {"sign a test webhook with a configured source's secret and POST it", runSend},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

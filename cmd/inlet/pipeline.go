@@ -17,9 +17,9 @@ import (
 	"github.com/inlet-dev/inlet/streamer"
 )
 
-// newStreamer builds the streamer of cfg over its own pool (closed by the
-// returned func).
-func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *slog.Logger) (*streamer.Streamer, func(), error) {
+// newStreamer builds the streamer of cfg over its own pool, which the caller
+// closes.
+func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, AppName: "inlet-streamer"})
 	if err != nil {
 		return nil, nil, err
@@ -49,15 +49,12 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 		pool.Close()
 		return nil, nil, err
 	}
-	return s, pool.Close, nil
+	return s, pool, nil
 }
 
-// newConsumers builds the ready consumers of cfg (nil when none are
-// configured) over their own pool (closed by the returned func).
-func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *slog.Logger) (*consumers.Service, func(), error) {
-	if len(cfg.Consumer.Handlers) == 0 {
-		return nil, func() {}, nil
-	}
+// newConsumers builds the ready consumers of cfg over their own pool, which
+// the caller closes. Call it only with handlers configured.
+func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *slog.Logger) (*consumers.Service, *pgxpool.Pool, error) {
 	handlers, err := readyHandlers(cfg.Consumer.Handlers, log)
 	if err != nil {
 		return nil, nil, err
@@ -66,22 +63,18 @@ func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *s
 	if err != nil {
 		return nil, nil, err
 	}
-	svc, err := newConsumerService(pool, sub, handlers, cfg.Consumer, log)
+	svc, err := consumers.New(consumers.Config{
+		Pool:        pool,
+		Subscriber:  sub,
+		Handlers:    handlers,
+		LeaseExtend: cfg.Consumer.LeaseExtend,
+		Logger:      log,
+	})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	return svc, pool.Close, nil
-}
-
-func newConsumerService(pool *pgxpool.Pool, sub bus.PubSub, handlers []consumers.Handler, cc config.Consumer, log *slog.Logger) (*consumers.Service, error) {
-	return consumers.New(consumers.Config{
-		Pool:        pool,
-		Subscriber:  sub,
-		Handlers:    handlers,
-		LeaseExtend: cc.LeaseExtend,
-		Logger:      log,
-	})
+	return svc, pool, nil
 }
 
 // readyHandlers turns the configured ready consumers into SDK handlers.

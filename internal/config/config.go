@@ -52,6 +52,9 @@ type Streamer struct {
 	// DBRole is assumed after connecting. "" keeps the login role. Defaults
 	// to "webhook_streamer".
 	DBRole *string `yaml:"db_role"`
+	// HealthListen serves GET /healthz and /readyz for `inlet streamer`.
+	// Defaults to ":8081".
+	HealthListen string `yaml:"health_listen"`
 }
 
 // Consumer configures the ready consumers.
@@ -65,6 +68,9 @@ type Consumer struct {
 	// DBRole is assumed after connecting. "" keeps the login role. Defaults
 	// to "webhook_worker".
 	DBRole *string `yaml:"db_role"`
+	// HealthListen serves GET /healthz and /readyz for `inlet consumer`.
+	// Defaults to ":8082".
+	HealthListen string `yaml:"health_listen"`
 }
 
 // Handler is one ready consumer.
@@ -95,8 +101,17 @@ type Handler struct {
 
 // Bus selects the transport.
 type Bus struct {
-	// Kind is "gochannel" (in one process: inlet dev). Defaults to "gochannel".
+	// Kind is "gochannel" (in-process: streamer and consumers in one process,
+	// as in inlet dev) or "nats" (NATS JetStream: separate processes and
+	// hosts). Defaults to "gochannel".
 	Kind string `yaml:"kind"`
+	// URL of the NATS server(s), comma-separated. Required for nats.
+	URL string `yaml:"url"`
+	// AckWait is how long JetStream waits for a consumer to acknowledge a
+	// reference before redelivering it. Defaults to 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+	// Replicas of the INLET_JOBS stream in a NATS cluster. Defaults to 1.
+	Replicas int `yaml:"replicas"`
 }
 
 // Ingress configures the HTTP receiver.
@@ -170,6 +185,10 @@ func (c Config) WithDefaults() Config {
 		r := DefaultStreamerRole
 		c.Streamer.DBRole = &r
 	}
+	c.Streamer.HealthListen = or(c.Streamer.HealthListen, ":8081")
+	c.Consumer.HealthListen = or(c.Consumer.HealthListen, ":8082")
+	c.Bus.AckWait = or(c.Bus.AckWait, 30*time.Second)
+	c.Bus.Replicas = or(c.Bus.Replicas, 1)
 	c.Consumer.LeaseExtend = or(c.Consumer.LeaseExtend, 30*time.Second)
 	if c.Consumer.DBRole == nil {
 		r := DefaultWorkerRole
@@ -415,8 +434,12 @@ func (c Config) validatePipeline() error {
 	}
 	switch c.Bus.Kind {
 	case "gochannel":
+	case "nats":
+		if c.Bus.URL == "" {
+			return errors.New("bus.url: required for bus.kind nats (e.g. nats://127.0.0.1:4222)")
+		}
 	default:
-		return fmt.Errorf("bus.kind: %q is not gochannel", c.Bus.Kind)
+		return fmt.Errorf("bus.kind: %q is not gochannel or nats", c.Bus.Kind)
 	}
 	return nil
 }

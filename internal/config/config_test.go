@@ -61,6 +61,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"forward url", "consumer:\n  handlers:\n    - {name: a, type: http-forward, secret: 0123456789abcdef}\n", "consumer.handlers[0].url"},
 		{"forward secret", "consumer:\n  handlers:\n    - {name: a, type: http-forward, url: 'http://x', secret: short}\n", "consumer.handlers[0].secret"},
 		{"bus", "bus:\n  kind: carrier-pigeon\n", "bus.kind"},
+		{"nats url", "bus:\n  kind: nats\n", "bus.url"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

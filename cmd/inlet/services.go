@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// openBus opens the configured transport. Separate services need one that
+// crosses processes.
+func openBus(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (bus.PubSub, error) {
+	switch cfg.Bus.Kind {
+	case "nats":
+		return bus.NewNATS(ctx, bus.NATSConfig{
+			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Logger: log,
+		})
+	case "gochannel":
+		if service != "dev" {
+			return nil, fmt.Errorf("bus.kind: gochannel connects streamer and consumers only inside one process; "+
+				"run inlet dev, or set bus.kind: nats to run inlet %s on its own", service)
+		}
+		return bus.NewGoChannel(log), nil
+	}
+	return nil, fmt.Errorf("bus.kind: %q is not gochannel or nats", cfg.Bus.Kind)
+}
+
+func runStreamer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "streamer", "", `
+Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
+lease due jobs in batches, and publish a reference per job to its handler's
+topic on the bus (bus.kind: nats). Any number of streamers may run at once.
+Serves GET /healthz and /readyz on streamer.health_listen. SIGTERM finishes
+the claim round in progress and exits; jobs it leased stay leased until their
+consumers report or the lease expires.`)
+	cfgPath := configFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := loadConfig(*cfgPath, nil)
+	if err != nil {
+		return err
+	}
+	log := stderrLogger(cfg, "json").With(slog.String("service", "streamer"))
+	ps, err := openBus(ctx, cfg, "streamer", log)
+	if err != nil {
+		return err
+	}
+	defer ps.Close()
+	str, pool, err := newStreamer(ctx, cfg, ps, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, log)
+	if err != nil {
+		return err
+	}
+	if err := str.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("stopping streamer")
+	str.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Stop(sctx)
+	log.Info("streamer stopped")
+	return nil
+}
+
+func runConsumer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "consumer", "", `
+Run the ready consumers of consumer.handlers (log, http-forward): register
+their subscriptions, take their jobs from the bus (bus.kind: nats), and record
+each outcome on its job. Replicas of the same handlers share the work.
+Serves GET /healthz and /readyz on consumer.health_listen. SIGTERM stops
+taking jobs and waits up to --drain-timeout for running attempts.
+
+Your own consumers: build a binary with the consumers package (see
+consumers/example).`)
+	cfgPath := configFlag(fs)
+	drain := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM waits for running attempts")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := loadConfig(*cfgPath, nil)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Consumer.Handlers) == 0 {
+		return errors.New("consumer.handlers: none configured, nothing to run")
+	}
+	log := stderrLogger(cfg, "json").With(slog.String("service", "consumer"))
+	ps, err := openBus(ctx, cfg, "consumer", log)
+	if err != nil {
+		return err
+	}
+	defer ps.Close()
+	svc, pool, err := newConsumers(ctx, cfg, ps, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, log)
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("draining consumer", slog.Duration("deadline", *drain))
+	dctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	err = svc.Stop(dctx)
+	_ = hs.Stop(dctx)
+	if err != nil {
+		return fmt.Errorf("drain consumer: %w", err)
+	}
+	log.Info("consumer stopped")
+	return nil
+}
