@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
@@ -35,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := pgtest.Main(m)
+	natstest.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -1,0 +1,186 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/consumers/httpforward"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+// sendGitHub posts a GitHub-signed webhook and requires 200.
+func sendGitHub(t *testing.T, base, secret, delivery string, body []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
+	for k, v := range verify.SignGitHub(secret, delivery, "push", body) {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("delivery %s: ingress answered %d", delivery, resp.StatusCode)
+	}
+}
+
+// servicesConfig is a config for ingress, streamer and consumer as separate
+// processes over NATS, forwarding every event to target.
+func servicesConfig(t *testing.T, natsURL, target, secret string) (path, ingressAddr string) {
+	t.Helper()
+	ingressAddr = freeAddr(t)
+	path = writeFile(t, t.TempDir(), "inlet.yaml", fmt.Sprintf(`
+database_url: ${DATABASE_URL}
+ingress:
+  listen: %q
+sources:
+  - name: github
+    type: github
+    secrets: ["e2e-services-secret"]
+bus:
+  kind: nats
+  url: %q
+streamer:
+  lease_duration: 3s
+  reap_interval: 250ms
+  poll_interval: 250ms
+  health_listen: "127.0.0.1:0"
+consumer:
+  lease_extend: 1s
+  health_listen: "127.0.0.1:0"
+  handlers:
+    - name: forward
+      type: http-forward
+      url: %q
+      secret: %q
+      timeout: 5s
+      concurrency: 16
+`, ingressAddr, natsURL, target, secret))
+	return path, ingressAddr
+}
+
+// countingTarget answers 204 and counts deliveries per idempotency key.
+type countingTarget struct {
+	mu   sync.Mutex
+	keys map[string]int
+	bad  int
+}
+
+func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
+	ct := &countingTarget{keys: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := make([]byte, r.ContentLength)
+		_, _ = r.Body.Read(body)
+		ct.mu.Lock()
+		if httpforward.Verify(secret, r.Header, body, 0, time.Now()) != nil {
+			ct.bad++
+		}
+		ct.keys[r.Header.Get(httpforward.HeaderIdempotencyKey)]++
+		ct.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	return ct, srv.URL
+}
+
+func (c *countingTarget) distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.keys)
+}
+
+// inlet ingress, inlet streamer and two inlet consumer replicas, each its own
+// process, over a real NATS: every stored webhook reaches the internal
+// service, signed; the replicas share the work.
+func TestSeparateServicesOverNATS(t *testing.T) {
+	t.Parallel()
+	nats := natstest.Start(t)
+	dbURL := pgtest.NewDatabase(t)
+	const secret = "services-forward-secret"
+	target, targetURL := newCountingTarget(t, secret)
+	cfg, addr := servicesConfig(t, nats.URL(), targetURL, secret)
+	env := cleanEnv("DATABASE_URL=" + dbURL)
+
+	// Consumers first: they register the subscription that fans events out.
+	c1 := start(t, env, "consumer", "--config", cfg)
+	c2 := start(t, env, "consumer", "--config", cfg)
+	c1.waitLog("consumers started", 30*time.Second)
+	c2.waitLog("consumers started", 30*time.Second)
+	st := start(t, env, "streamer", "--config", cfg)
+	st.waitLog("streamer started", 30*time.Second)
+	ing := start(t, env, "ingress", "--config", cfg)
+	ing.waitLog("ingress listening", 30*time.Second)
+
+	const n = 200
+	out, errOut, code := runInlet(t, env, "send", "github", "--config", cfg, "--url", "http://"+addr, "--id", "svc-0")
+	if code != 0 || !strings.Contains(out, "stored") {
+		t.Fatalf("inlet send: %s %s", out, errOut)
+	}
+	for i := 1; i < n; i++ {
+		sendGitHub(t, "http://"+addr, "e2e-services-secret", fmt.Sprintf("svc-%d", i), []byte(`{"zen":"e2e"}`))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for target.distinct() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events reached the internal service", target.distinct(), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var completed, workers int
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(DISTINCT worker_id) FROM webhook_ingress.jobs`).Scan(&completed, &workers); err != nil {
+			t.Fatal(err)
+		}
+		if completed == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if completed != n {
+		t.Fatalf("%d of %d jobs completed", completed, n)
+	}
+	if workers != 2 {
+		t.Errorf("jobs done by %d consumer replicas, want 2 sharing the work", workers)
+	}
+	target.mu.Lock()
+	bad := target.bad
+	target.mu.Unlock()
+	if bad != 0 {
+		t.Fatalf("%d deliveries failed the Inlet-Signature check", bad)
+	}
+	for _, p := range []*proc{ing, st, c1, c2} {
+		if err := p.stop(); err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, p.errOut())
+		}
+	}
+}
+
+func TestSeparateServiceRefusesTheInProcessBus(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, t.TempDir(), "inlet.yaml", "database_url: postgres://127.0.0.1:1/x\nconsumer:\n  handlers:\n    - {name: l, type: log}\n")
+	for _, svc := range []string{"streamer", "consumer"} {
+		_, errOut, code := runInlet(t, cleanEnv(), svc, "--config", cfg)
+		if code != 1 || !strings.Contains(errOut, "bus.kind") {
+			t.Errorf("%s with bus gochannel: exit %d, %q", svc, code, errOut)
+		}
+	}
+}
