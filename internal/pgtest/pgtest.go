@@ -85,7 +85,9 @@ func setup() error {
 			Dir:     filepath.Join(dir, "cluster"),
 			Install: true,
 			// A throwaway cluster: durability across an OS crash is not needed, speed is.
-			Settings: map[string]string{"fsync": "off", "full_page_writes": "off", "max_connections": "300"},
+			// wal_level=logical: the replication wake source is tested too.
+			Settings: map[string]string{"fsync": "off", "full_page_writes": "off", "max_connections": "300",
+				"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20"},
 		})
 		if err != nil {
 			return err
