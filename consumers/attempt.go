@@ -119,7 +119,7 @@ func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, time.Time, err
 		eventID *int64
 		headers map[string][]string
 	)
-	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID).Scan(
+	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend).Scan(
 		&ev.Attempt, &ev.MaxAttempts, &started, &eventID, &ev.Provider, &ev.Scheme,
 		&ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
 	if err != nil {

@@ -120,19 +120,23 @@ VALUES ($1, $2, $3, $4, now(), $5, $6, $7)
 
 -- name: TakeJob
 -- Consumer $4 takes attempt $2 of job $1 (handler $3, event $5) and fetches
--- its event.
+-- its event, pushing the lease out to now() + $6 so the handler starts with a
+-- whole lease ahead of it (it may have waited in the bus). A lease that has
+-- already expired is not taken: the reaper gives it to a new attempt.
 -- Only one consumer can take an attempt (worker_id is set once per lease), so
 -- a reference the bus delivers twice runs the handler once. No row: stale,
 -- misrouted or already taken. A NULL event id: the event is gone.
 WITH taken AS (
     UPDATE webhook_ingress.jobs
-    SET worker_id  = $4,
-        updated_at = now()
+    SET worker_id        = $4,
+        lease_expires_at = greatest(lease_expires_at, now() + $6::interval),
+        updated_at       = now()
     WHERE id = $1
       AND attempt_count = $2
       AND handler = $3
       AND event_id = $5
       AND status = 'leased'
+      AND lease_expires_at > now()
       AND worker_id IS NULL
     RETURNING event_id, attempt_count, max_attempts, updated_at
 )
