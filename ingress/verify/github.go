@@ -22,11 +22,12 @@ const (
 // hex encoded. GitHub signs no timestamp, so there is no replay window to
 // check; deduplication on the delivery id is what stops replays.
 type githubVerifier struct {
-	keys []*macKey
+	keys  []*macKey
+	ident *identity
 }
 
-func newGitHub(cfg Config) *githubVerifier {
-	v := &githubVerifier{}
+func newGitHub(cfg Config, ident *identity) *githubVerifier {
+	v := &githubVerifier{ident: ident}
 	for _, s := range cfg.Secrets {
 		v.keys = append(v.keys, newMACKey([]byte(s)))
 	}
@@ -65,15 +66,19 @@ func (v *githubVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("github: %w", ErrSignatureMismatch)
 	}
 
-	delivery := req.Header.Get(githubDeliveryHeader)
-	if err := checkEventID("github", githubDeliveryHeader+" header", delivery); err != nil {
+	id, typ, err := v.ident.resolve("github", req, nil, func(needID bool) (string, string, error) {
+		delivery := req.Header.Get(githubDeliveryHeader)
+		if needID {
+			if err := checkEventID("github", githubDeliveryHeader+" header", delivery); err != nil {
+				return "", "", err
+			}
+		}
+		return delivery, req.Header.Get(githubEventHeader), nil
+	})
+	if err != nil {
 		return Result{}, err
 	}
-	return Result{
-		EventID:     delivery,
-		EventType:   req.Header.Get(githubEventHeader),
-		SecretIndex: index,
-	}, nil
+	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }
 
 // SignGitHub returns the headers GitHub would send for body when signing with

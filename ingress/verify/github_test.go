@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-github/v75/github"
 )
 
 const (
@@ -225,5 +227,47 @@ func BenchmarkGitHubVerify(b *testing.B) {
 		if _, err := v.Verify(req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestGitHubMatchesGoGitHub uses go-github's ValidatePayloadFromBody and
+// ValidateSignature as the oracle both ways, and pins its traps that the
+// verifier must not share.
+func TestGitHubMatchesGoGitHub(t *testing.T) {
+	t.Parallel()
+	v := mustNew(t, Config{Type: "github", Secrets: []string{githubSecret}})
+	for _, body := range [][]byte{githubBody, {}, []byte("\x00\xff")} {
+		h := SignGitHub(githubSecret, githubDelivery, "push", body)
+		sig := h.Get("X-Hub-Signature-256")
+		if err := github.ValidateSignature(sig, body, []byte(githubSecret)); err != nil {
+			t.Errorf("go-github rejects SignGitHub output: %v", err)
+		}
+		got, err := github.ValidatePayloadFromBody("application/json", bytes.NewReader(body), sig, []byte(githubSecret))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Errorf("go-github ValidatePayloadFromBody = %q, %v", got, err)
+		}
+		if err := github.ValidateSignature(sig, body, []byte(githubOldSecret)); err == nil {
+			t.Error("go-github accepts a wrong secret")
+		}
+		if _, err := v.Verify(&Request{Header: h, Body: body}); err != nil {
+			t.Errorf("Verify: %v", err)
+		}
+	}
+
+	// Trap 1: go-github accepts an empty signature with an empty secret;
+	// an empty secret cannot even be configured here.
+	if _, err := github.ValidatePayloadFromBody("application/json", bytes.NewReader(githubBody), "", nil); err != nil {
+		t.Logf("go-github no longer accepts empty secret and signature: %v", err)
+	}
+	if _, err := New(Config{Type: "github", Secrets: []string{""}}); err == nil {
+		t.Error("New accepts an empty GitHub secret")
+	}
+	// Trap 2: go-github falls back to SHA-1 signatures; we never do.
+	sha1Sig := "sha1=" + hex.EncodeToString(hmacOf(sha1.New, githubSecret, string(githubBody)))
+	if err := github.ValidateSignature(sha1Sig, githubBody, []byte(githubSecret)); err != nil {
+		t.Logf("go-github no longer accepts SHA-1: %v", err)
+	}
+	if _, err := v.Verify(&Request{Header: githubHeaders(sha1Sig, githubDelivery, "push"), Body: githubBody}); !errors.Is(err, ErrSignatureMalformed) {
+		t.Errorf("Verify SHA-1 in the SHA-256 header: %v, want malformed", err)
 	}
 }

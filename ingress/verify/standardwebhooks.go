@@ -1,7 +1,7 @@
 package verify
 
 import (
-	"bytes"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -26,31 +26,59 @@ var (
 )
 
 const (
-	standardSecretPrefix = "whsec_"
-	standardVersion      = "v1"
+	standardSecretPrefix  = "whsec_" // HMAC secret, v1
+	standardPublicPrefix  = "whpk_"  // Ed25519 public key, v1a
+	standardPrivatePrefix = "whsk_"  // Ed25519 private key: the sender's, never configured here
+	standardVersion       = "v1"
+	standardVersionEd     = "v1a"
 )
 
 // standardSigEncoding is strict so that each MAC has exactly one accepted
 // spelling, as when comparing encoded strings.
 var standardSigEncoding = base64.StdEncoding.Strict()
 
-// standardVerifier implements Standard Webhooks (and Svix): HMAC-SHA256 over
-// "{id}.{timestamp}.{body}", base64 encoded, keyed with the base64-decoded
-// secret. The signature header is a space-separated list of
-// "<version>,<signature>" entries; only v1 is understood so far.
+// standardVerifier implements Standard Webhooks (and Svix): the signed
+// content is "{id}.{timestamp}.{body}"; a v1 signature is its HMAC-SHA256
+// keyed with the base64-decoded "whsec_" secret, a v1a signature its Ed25519
+// signature checked with a "whpk_" public key, both base64 encoded. The
+// signature header is a space-separated list of "<version>,<signature>"
+// entries; any one matching any configured key is enough.
 type standardVerifier struct {
-	keys      []*macKey
+	keys      []standardKey // one per Config.Secrets entry, same index
+	haveMAC   bool
+	havePub   bool
 	tolerance time.Duration
+	ident     *identity
 }
 
-func newStandardWebhooks(cfg Config) (*standardVerifier, error) {
-	v := &standardVerifier{tolerance: cfg.Tolerance}
+// standardKey is one configured secret: an HMAC key or a public key.
+type standardKey struct {
+	mac *macKey
+	pub ed25519.PublicKey
+}
+
+func newStandardWebhooks(cfg Config, ident *identity) (*standardVerifier, error) {
+	v := &standardVerifier{tolerance: cfg.Tolerance, ident: ident}
 	for i, s := range cfg.Secrets {
-		key, err := decodeStandardSecret(s)
-		if err != nil {
-			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+		switch {
+		case strings.HasPrefix(s, standardPublicPrefix):
+			pub, err := decodeStandardPublicKey(s)
+			if err != nil {
+				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+			}
+			v.keys = append(v.keys, standardKey{pub: pub})
+			v.havePub = true
+		case strings.HasPrefix(s, standardPrivatePrefix):
+			return nil, fmt.Errorf("secrets[%d]: is a %q private signing key; configure the sender's %q public key instead",
+				i, standardPrivatePrefix, standardPublicPrefix)
+		default:
+			key, err := decodeStandardSecret(s)
+			if err != nil {
+				return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+			}
+			v.keys = append(v.keys, standardKey{mac: newMACKey(key)})
+			v.haveMAC = true
 		}
-		v.keys = append(v.keys, newMACKey(key))
 	}
 	return v, nil
 }
@@ -66,6 +94,18 @@ func decodeStandardSecret(secret string) ([]byte, error) {
 		return nil, errors.New("decodes to an empty key")
 	}
 	return key, nil
+}
+
+// decodeStandardPublicKey turns "whpk_<base64>" into an Ed25519 public key.
+func decodeStandardPublicKey(secret string) (ed25519.PublicKey, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, standardPublicPrefix))
+	if err != nil {
+		return nil, fmt.Errorf("not valid base64 (want %q followed by the base64 Ed25519 public key)", standardPublicPrefix)
+	}
+	if len(key) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%q key decodes to %d bytes, an Ed25519 public key has %d", standardPublicPrefix, len(key), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(key), nil
 }
 
 func (v *standardVerifier) Verify(req *Request) (Result, error) {
@@ -94,16 +134,27 @@ func (v *standardVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("standard-webhooks: %w: %s is not a Unix timestamp",
 			ErrSignatureMalformed, names.timestamp)
 	}
-	if countStandardV1(sigList) == 0 {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: %s has no well-formed %s entry",
-			ErrSignatureMalformed, names.signature, standardVersion)
+	if !(v.haveMAC && countStandard(sigList, decodeStandardV1OK) > 0) && !(v.havePub && countStandard(sigList, decodeStandardV1aOK) > 0) {
+		return Result{}, fmt.Errorf("standard-webhooks: %w: %s has no well-formed entry of a version this source has keys for (%s)",
+			ErrSignatureMalformed, names.signature, v.versions())
 	}
 
 	// Signature before timestamp, as for Stripe: only an authentic event
 	// learns that it is stale.
+	var signed []byte // "{id}.{ts}.{body}" for Ed25519, built once if needed
 	index := -1
 	for i, k := range v.keys {
-		if standardMatches(sigList, k.sum(req.Body, id, ".", ts, ".")) {
+		if k.mac != nil {
+			if standardMatches(sigList, k.mac.sum(req.Body, id, ".", ts, ".")) {
+				index = i
+				break
+			}
+			continue
+		}
+		if signed == nil {
+			signed = standardSignedContent(id, ts, req.Body)
+		}
+		if standardMatchesEd25519(sigList, k.pub, signed) {
 			index = i
 			break
 		}
@@ -116,14 +167,41 @@ func (v *standardVerifier) Verify(req *Request) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if err := checkEventID("standard-webhooks", names.id+" header", id); err != nil {
+	evID, typ, err := v.ident.resolve("standard-webhooks", req, nil, func(needID bool) (string, string, error) {
+		if needID {
+			if err := checkEventID("standard-webhooks", names.id+" header", id); err != nil {
+				return "", "", err
+			}
+		}
+		return id, standardEventType(req.Body), nil
+	})
+	if err != nil {
 		return Result{}, err
 	}
-	return Result{EventID: id, EventType: standardEventType(req.Body), SecretIndex: index}, nil
+	return Result{EventID: evID, EventType: typ, SecretIndex: index}, nil
 }
 
-// decodeStandardV1 decodes one "v1,<base64>" entry. Other versions (v1a is
-// Ed25519) and undecodable entries report false and are skipped.
+func (v *standardVerifier) versions() string {
+	switch {
+	case v.haveMAC && v.havePub:
+		return standardVersion + " and " + standardVersionEd
+	case v.havePub:
+		return standardVersionEd
+	}
+	return standardVersion
+}
+
+func standardSignedContent(id, ts string, body []byte) []byte {
+	b := make([]byte, 0, len(id)+len(ts)+2+len(body))
+	b = append(b, id...)
+	b = append(b, '.')
+	b = append(b, ts...)
+	b = append(b, '.')
+	return append(b, body...)
+}
+
+// decodeStandardV1 decodes one "v1,<base64>" entry. Other versions and
+// undecodable entries report false and are skipped.
 func decodeStandardV1(entry string) (sig [sha256.Size]byte, ok bool) {
 	b64, ok := strings.CutPrefix(entry, standardVersion+",")
 	// The decoder silently skips CR and LF; refuse them so that exactly the
@@ -142,16 +220,56 @@ func decodeStandardV1(entry string) (sig [sha256.Size]byte, ok bool) {
 	return sig, true
 }
 
-func countStandardV1(list string) int {
+func decodeStandardV1OK(entry string) bool {
+	_, ok := decodeStandardV1(entry)
+	return ok
+}
+
+func decodeStandardV1aOK(entry string) bool {
+	_, ok := decodeStandardV1a(entry)
+	return ok
+}
+
+// countStandard counts the entries of list that decode.
+func countStandard(list string, decodes func(string) bool) int {
 	n := 0
 	for rest := list; rest != ""; {
 		var entry string
 		entry, rest, _ = strings.Cut(rest, " ")
-		if _, ok := decodeStandardV1(entry); ok {
+		if decodes(entry) {
 			n++
 		}
 	}
 	return n
+}
+
+// decodeStandardV1a decodes one "v1a,<base64>" entry holding an Ed25519
+// signature, with the same strictness as decodeStandardV1.
+func decodeStandardV1a(entry string) (sig [ed25519.SignatureSize]byte, ok bool) {
+	b64, ok := strings.CutPrefix(entry, standardVersionEd+",")
+	if !ok || len(b64) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) || strings.ContainsAny(b64, "\r\n") {
+		return sig, false
+	}
+	var buf [ed25519.SignatureSize + 2]byte
+	n, err := standardSigEncoding.Decode(buf[:], []byte(b64))
+	if err != nil || n != ed25519.SignatureSize {
+		return sig, false
+	}
+	copy(sig[:], buf[:n])
+	return sig, true
+}
+
+// standardMatchesEd25519 reports whether any v1a entry of list is pub's
+// signature of signed.
+func standardMatchesEd25519(list string, pub ed25519.PublicKey, signed []byte) bool {
+	for rest := list; rest != ""; {
+		var entry string
+		entry, rest, _ = strings.Cut(rest, " ")
+		if sig, ok := decodeStandardV1a(entry); ok && ed25519.Verify(pub, signed, sig[:]) {
+			return true
+		}
+	}
+	return false
 }
 
 // standardMatches reports whether any v1 entry of list equals mac.
@@ -169,7 +287,7 @@ func standardMatches(list string, mac [sha256.Size]byte) bool {
 // standardEventType returns the body's string "type" when the body is a JSON
 // object that has one; the scheme does not require JSON bodies.
 func standardEventType(body []byte) string {
-	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+	if !jsonObject(body) {
 		return ""
 	}
 	var ev struct {
@@ -198,5 +316,26 @@ func SignStandardWebhooks(secret string, msgID string, t time.Time, body []byte)
 	h.Set(webhookHeaders.id, msgID)
 	h.Set(webhookHeaders.timestamp, ts)
 	h.Set(webhookHeaders.signature, standardVersion+","+base64.StdEncoding.EncodeToString(mac[:]))
+	return h, nil
+}
+
+// SignStandardWebhooksEd25519 returns the webhook-id, webhook-timestamp and
+// webhook-signature headers of a Standard Webhooks sender that signs with
+// the asymmetric v1a scheme: "v1a," + base64 of the Ed25519 signature of
+// "{msgID}.{timestamp}.{body}". The receiver configures the matching
+// "whpk_" + base64(public key).
+func SignStandardWebhooksEd25519(key ed25519.PrivateKey, msgID string, t time.Time, body []byte) (http.Header, error) {
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("key: %d bytes, an Ed25519 private key has %d", len(key), ed25519.PrivateKeySize)
+	}
+	if msgID == "" {
+		return nil, errors.New("msgID: must not be empty")
+	}
+	ts := strconv.FormatInt(t.Unix(), 10)
+	sig := ed25519.Sign(key, standardSignedContent(msgID, ts, body))
+	h := make(http.Header, 3)
+	h.Set(webhookHeaders.id, msgID)
+	h.Set(webhookHeaders.timestamp, ts)
+	h.Set(webhookHeaders.signature, standardVersionEd+","+base64.StdEncoding.EncodeToString(sig))
 	return h, nil
 }

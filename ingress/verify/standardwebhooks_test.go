@@ -2,7 +2,9 @@ package verify
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -310,7 +312,9 @@ func FuzzStandardWebhooks(f *testing.F) {
 		at := time.Unix(unix%(1<<40), 0)
 		good := standardOracle(t, standardSecret, "msg_1", at, body)
 		req = &Request{Header: standardHeadersOf(family, "msg_1", unixString(at), good), Body: body, Now: at}
-		if res, err := v.Verify(req); err != nil || res.SecretIndex != 1 {
+		// A body type that is not text ("\u0000") is refused as a
+		// malformed payload, after the signature passed.
+		if res, err := v.Verify(req); err != nil && !errors.Is(err, ErrMalformedPayload) || err == nil && res.SecretIndex != 1 {
 			t.Fatalf("genuine signature: %+v, %v", res, err)
 		}
 		if len(body) > 0 {
@@ -342,4 +346,157 @@ func BenchmarkStandardWebhooksVerify(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// standardEdKeys generates an Ed25519 key pair in the test and returns the
+// private key and the whpk_ secret a receiver configures.
+func standardEdKeys(t testing.TB) (ed25519.PrivateKey, string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, "whpk_" + base64.StdEncoding.EncodeToString(pub)
+}
+
+// standardEdOracle signs with crypto/ed25519 directly, independently of
+// the package: "v1a," + base64(Ed25519(priv, "{id}.{ts}.{body}")). The
+// standard-webhooks Go library has no v1a to use as the oracle.
+func standardEdOracle(priv ed25519.PrivateKey, id, ts string, body []byte) string {
+	return "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(priv, []byte(id+"."+ts+"."+string(body))))
+}
+
+func TestStandardWebhooksEd25519Verify(t *testing.T) {
+	t.Parallel()
+	priv, whpk := standardEdKeys(t)
+	oldPriv, oldWhpk := standardEdKeys(t)
+	ts := unixString(testNow)
+	valid := standardEdOracle(priv, standardMsgID, ts, standardBody)
+	hmacValid := standardOracle(t, standardSecret, standardMsgID, testNow, standardBody)
+	wrong := "v1a," + changeBase64At(strings.TrimPrefix(valid, "v1a,"), 10)
+	at := func(d time.Duration) http.Header {
+		s := unixString(testNow.Add(d))
+		return standardHeadersOf("webhook", standardMsgID, s, standardEdOracle(priv, standardMsgID, s, standardBody))
+	}
+	ours, err := SignStandardWebhooksEd25519(priv, standardMsgID, testNow, standardBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := Result{EventID: standardMsgID, EventType: "invoice.paid"}
+	h := func(sig string) http.Header { return standardHeadersOf("webhook", standardMsgID, ts, sig) }
+
+	runVerifyCases(t, Config{Type: "standard-webhooks", Secrets: []string{whpk}}, standardBody, []verifyCase{
+		{name: "v1a", header: h(valid), wantRes: ok},
+		{name: "our signer", header: ours, wantRes: ok},
+		{name: "svix headers", header: standardHeadersOf("svix", standardMsgID, ts, valid), wantRes: ok},
+		{name: "rotation new key", secrets: []string{oldWhpk, whpk}, header: h(valid), wantRes: Result{EventID: standardMsgID, EventType: "invoice.paid", SecretIndex: 1}},
+		{name: "rotation old key", secrets: []string{oldWhpk, whpk}, header: h(standardEdOracle(oldPriv, standardMsgID, ts, standardBody)), wantRes: ok},
+		{name: "mixed secrets, v1 matches", secrets: []string{whpk, standardSecret}, header: h(hmacValid), wantRes: Result{EventID: standardMsgID, EventType: "invoice.paid", SecretIndex: 1}},
+		{name: "mixed secrets, v1a matches", secrets: []string{standardSecret, whpk}, header: h(valid), wantRes: Result{EventID: standardMsgID, EventType: "invoice.paid", SecretIndex: 1}},
+		{name: "mixed secrets, both entries", secrets: []string{standardSecret, whpk}, header: h(valid + " " + hmacValid), wantRes: ok},
+		{name: "several v1a second valid", header: h(wrong + " " + valid), wantRes: ok},
+		{name: "v1 entry ignored without whsec", header: h(hmacValid + " " + valid), wantRes: ok},
+
+		{name: "body byte changed", header: h(valid), body: flipBit(standardBody, 11), wantErr: ErrSignatureMismatch},
+		{name: "timestamp plus one second", header: standardHeadersOf("webhook", standardMsgID, unixString(testNow.Add(time.Second)), valid), wantErr: ErrSignatureMismatch},
+		{name: "id changed", header: standardHeadersOf("webhook", standardMsgID+"x", ts, valid), wantErr: ErrSignatureMismatch},
+		{name: "signature char changed", header: h(wrong), wantErr: ErrSignatureMismatch},
+		{name: "other key", secrets: []string{oldWhpk}, header: h(valid), wantErr: ErrSignatureMismatch},
+		{name: "v1a signature under v1", header: h("v1," + strings.TrimPrefix(valid, "v1a,")), wantErr: ErrSignatureMalformed},
+		{name: "only v1 entries", header: h(hmacValid), wantErr: ErrSignatureMalformed},
+		{name: "short v1a", header: h("v1a," + base64.StdEncoding.EncodeToString(make([]byte, 63))), wantErr: ErrSignatureMalformed},
+		{name: "unpadded v1a", header: h(strings.TrimSuffix(valid, "==")), wantErr: ErrSignatureMalformed},
+
+		{name: "stale beyond tolerance", header: at(-5*time.Minute - time.Second), wantErr: ErrTimestampOutsideTolerance},
+		{name: "future beyond tolerance", header: at(5*time.Minute + time.Second), wantErr: ErrTimestampOutsideTolerance},
+		{name: "stale ignored when re-verifying", header: at(-72 * time.Hour), ignore: true, wantRes: ok},
+		{name: "no signature", header: standardHeadersOf("webhook", standardMsgID, ts, ""), wantErr: ErrSignatureMissing},
+		{name: "no id", header: standardHeadersOf("webhook", "", ts, valid), wantErr: ErrSignatureMissing},
+	})
+}
+
+func TestSignStandardWebhooksEd25519Errors(t *testing.T) {
+	t.Parallel()
+	priv, _ := standardEdKeys(t)
+	if _, err := SignStandardWebhooksEd25519(priv[:32], "m", testNow, nil); err == nil || !strings.Contains(err.Error(), "key:") {
+		t.Errorf("short key: %v", err)
+	}
+	if _, err := SignStandardWebhooksEd25519(priv, "", testNow, nil); err == nil || !strings.Contains(err.Error(), "msgID") {
+		t.Errorf("empty id: %v", err)
+	}
+	h, err := SignStandardWebhooksEd25519(priv, "m", testNow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.Get("webhook-signature"), standardEdOracle(priv, "m", unixString(testNow), nil); got != want {
+		t.Errorf("signature = %s, want %s", got, want)
+	}
+}
+
+// standardEdReallySigned is the fuzz oracle for v1a: some entry is a valid
+// Ed25519 signature of "{id}.{ts}.{body}" under pub.
+func standardEdReallySigned(pub ed25519.PublicKey, id, ts, list string, body []byte) bool {
+	for _, e := range strings.Split(list, " ") {
+		b64, ok := strings.CutPrefix(e, "v1a,")
+		if !ok {
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err == nil && base64.StdEncoding.EncodeToString(sig) == b64 && len(sig) == ed25519.SignatureSize &&
+			ed25519.Verify(pub, []byte(id+"."+ts+"."+string(body)), sig) {
+			return true
+		}
+	}
+	return false
+}
+
+func FuzzStandardWebhooksEd25519(f *testing.F) {
+	// A fixed seed keeps the keys, and so the corpus, stable across runs.
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	oldPriv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, ed25519.SeedSize))
+	pubs := []ed25519.PublicKey{oldPriv.Public().(ed25519.PublicKey), priv.Public().(ed25519.PublicKey)}
+	secrets := []string{
+		"whpk_" + base64.StdEncoding.EncodeToString(pubs[0]),
+		"whpk_" + base64.StdEncoding.EncodeToString(pubs[1]),
+		standardSecret,
+	}
+	ts := unixString(testNow)
+	f.Add(standardMsgID, ts, standardEdOracle(priv, standardMsgID, ts, standardBody), standardBody, uint(0))
+	f.Add("id", "1", "v1a,"+strings.Repeat("A", 86)+"== v1,x", []byte{}, uint(3))
+	f.Add("", "", "v1a,", []byte("x"), uint(1<<22))
+	v := mustNew(f, Config{Type: "standard-webhooks", Secrets: secrets})
+
+	f.Fuzz(func(t *testing.T, id, ts, sig string, body []byte, flip uint) {
+		h := http.Header{"Webhook-Id": {id}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {sig}}
+		req := &Request{Header: h, Body: body, IgnoreTolerance: true}
+		res, err := v.Verify(req)
+		if err == nil {
+			genuine := false
+			if res.SecretIndex < 2 {
+				genuine = standardEdReallySigned(pubs[res.SecretIndex], id, ts, sig, body)
+			} else {
+				genuine = standardReallySigned(t, standardSecret, id, ts, sig, body)
+			}
+			if !genuine {
+				t.Fatalf("accepted id %q ts %q sig %q body %q: not genuine", id, ts, sig, body)
+			}
+		} else {
+			if Reason(err) == "unknown" {
+				t.Fatalf("error without sentinel: %v", err)
+			}
+			checkErrorSafe(t, err, secrets, req)
+		}
+		good, err := SignStandardWebhooksEd25519(priv, "msg_1", testNow, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := v.Verify(&Request{Header: good, Body: body, Now: testNow}); err != nil && !errors.Is(err, ErrMalformedPayload) || err == nil && res.SecretIndex != 1 {
+			t.Fatalf("genuine: %+v, %v", res, err)
+		}
+		if len(body) > 0 {
+			if _, err := v.Verify(&Request{Header: good, Body: flipBit(body, flip), Now: testNow}); !errors.Is(err, ErrSignatureMismatch) {
+				t.Fatalf("flipped body: %v", err)
+			}
+		}
+	})
 }

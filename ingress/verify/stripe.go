@@ -19,10 +19,11 @@ const stripeHeader = "Stripe-Signature"
 type stripeVerifier struct {
 	keys      []*macKey
 	tolerance time.Duration
+	ident     *identity
 }
 
-func newStripe(cfg Config) *stripeVerifier {
-	v := &stripeVerifier{tolerance: cfg.Tolerance}
+func newStripe(cfg Config, ident *identity) *stripeVerifier {
+	v := &stripeVerifier{tolerance: cfg.Tolerance, ident: ident}
 	for _, s := range cfg.Secrets {
 		v.keys = append(v.keys, newMACKey([]byte(s)))
 	}
@@ -57,7 +58,9 @@ func (v *stripeVerifier) Verify(req *Request) (Result, error) {
 		}
 	}
 
-	id, typ, err := stripeEvent(req.Body)
+	id, typ, err := v.ident.resolve("stripe", req, nil, func(needID bool) (string, string, error) {
+		return stripeEvent(req.Body, needID)
+	})
 	if err != nil {
 		return Result{}, err
 	}
@@ -129,15 +132,22 @@ func (s stripeSignature) matches(mac [32]byte) bool {
 }
 
 // stripeEvent reads only id and type from a verified body; everything else,
-// api_version included, is the consumers' business.
-func stripeEvent(body []byte) (id, typ string, err error) {
+// api_version included, is the consumers' business. Without needID (the
+// source names its own id) a body that is not an event just has no type.
+func stripeEvent(body []byte, needID bool) (id, typ string, err error) {
 	var ev struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`
 	}
 	// The json error is dropped on purpose: its text quotes body bytes.
 	if json.Unmarshal(body, &ev) != nil {
+		if !needID {
+			return "", "", nil
+		}
 		return "", "", fmt.Errorf("stripe: %w: body is not a JSON event object with string id and type", ErrMalformedPayload)
+	}
+	if !needID {
+		return "", ev.Type, nil
 	}
 	if err := checkEventID("stripe", "event id", ev.ID); err != nil {
 		return "", "", err

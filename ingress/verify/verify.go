@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -22,24 +23,31 @@ type Request struct {
 	// Body is the exact raw body. Signatures are computed over these bytes;
 	// never pass a re-encoded body.
 	Body []byte
-	// URL is the full public URL of the request. No current scheme signs it;
-	// it may be empty.
+	// URL is the full URL of the request as received,
+	// scheme://host/path?query. Only twilio signs it (and uses
+	// Config.PublicURL in place of its scheme, host and path when set);
+	// other schemes ignore it and it may be empty.
 	URL string
 	// Now is the time timestamps are checked against. Defaults to time.Now().
 	Now time.Time
 	// IgnoreTolerance skips the timestamp window check but still checks the
-	// signature. Set it only when re-verifying a stored event.
+	// signature. Set it only when re-verifying a stored event (see
+	// [Reverify]).
 	IgnoreTolerance bool
 }
 
 // Result describes a verified event.
 type Result struct {
-	// EventID is the provider's unique event id; together with the source name
-	// it is the dedupe key.
+	// EventID is the provider's unique event id, or the id taken from where
+	// the source's configuration says (Config.EventIDHeader,
+	// Config.EventIDJSON), or a synthetic "sha256:<hex>" of the raw body;
+	// together with the source name it is the dedupe key.
 	EventID string
 	// EventType is the provider's event type, "" if the provider has none.
 	EventType string
-	// SecretIndex is the index into Config.Secrets of the secret that matched.
+	// SecretIndex is the index into Config.Secrets of the secret (or public
+	// key) that matched. Log it, never the secret, so operators can tell
+	// when a rotated-out secret is no longer in use.
 	SecretIndex int
 }
 
@@ -95,42 +103,127 @@ func Reason(err error) string {
 // Scheme names accepted in Config.Type.
 const (
 	typeGitHub           = "github"
+	typeGitLab           = "gitlab"
+	typeHMAC             = "hmac"
+	typePaddle           = "paddle"
+	typeShopify          = "shopify"
+	typeSlack            = "slack"
 	typeStandardWebhooks = "standard-webhooks"
 	typeStripe           = "stripe"
 	typeSvix             = "svix" // alias of typeStandardWebhooks
+	typeTwilio           = "twilio"
 )
 
 // defaultTolerance is the timestamp window of the schemes that sign a
-// timestamp (Stripe and Standard Webhooks both document 5 minutes).
+// timestamp (Stripe, Standard Webhooks and Slack all document 5 minutes).
 const defaultTolerance = 5 * time.Minute
 
-// Config configures the Verifier of one source.
+// Config configures the Verifier of one source. Every field is also a key of
+// the source's entry in the YAML configuration file.
 type Config struct {
-	// Type is the signing scheme: "github", "standard-webhooks" (alias
-	// "svix") or "stripe". Required.
+	// Type is the signing scheme: "github", "gitlab", "hmac", "paddle",
+	// "shopify", "slack", "standard-webhooks" (alias "svix"), "stripe" or
+	// "twilio". Required.
 	Type string `yaml:"type"`
-	// Secrets are the signing secrets. Every one is tried, so a new secret
-	// can be added before the old one is removed. Required: at least one, and
-	// none may be empty. Standard Webhooks secrets are "whsec_" followed by
-	// base64 (plain base64 is accepted too).
+	// Secrets are the signing secrets (the Twilio auth token, the GitLab
+	// secret token). Every one is tried, so a new secret can be added before
+	// the old one is removed; Result.SecretIndex says which matched.
+	// Required: at least one, and none may be empty. Standard Webhooks
+	// secrets are "whsec_" followed by base64 (plain base64 is accepted too)
+	// for v1 HMAC signatures, or "whpk_" followed by the base64 Ed25519
+	// public key for v1a signatures; a source may list both kinds.
 	Secrets []string `yaml:"secrets"`
 	// Tolerance is how far a signed timestamp may be from now, in either
-	// direction. Defaults to 5m for stripe and standard-webhooks; github signs
-	// no timestamp and ignores it. Must not be negative.
+	// direction. Defaults to 5m for stripe, standard-webhooks, slack, paddle
+	// and hmac with a timestamp_header; github, gitlab, shopify and twilio
+	// sign no timestamp and ignore it. Must not be negative.
 	Tolerance time.Duration `yaml:"tolerance"`
+
+	// PublicURL is, for twilio only, the URL Twilio is configured to call
+	// (scheme://host[:port]/path), for when Inlet runs behind a proxy and
+	// the URL it receives differs from the public one. Twilio signs the URL
+	// it requests: this URL's scheme, host, port and path, followed by the
+	// query string of the request as received (it carries bodySHA256 for JSON
+	// webhooks and any query you configured in Twilio). So PublicURL must not
+	// have a query string of its own; a #fragment (Twilio's connection
+	// overrides) is not signed and is dropped. Defaults to "": the request's
+	// own URL is used, which is right only when nothing between Twilio and
+	// Inlet changes the scheme, host or path.
+	PublicURL string `yaml:"public_url"`
+
+	// EventIDHeader names a request header whose value is the event id,
+	// replacing the scheme's default (see the package documentation for
+	// each scheme's). A verified request without it is rejected with
+	// ErrMalformedPayload. Defaults to "": the scheme's default.
+	EventIDHeader string `yaml:"event_id_header"`
+	// EventIDJSON is a dotted path into the JSON body ("data.id",
+	// "events.0.id") whose string or number value is the event id, replacing
+	// the scheme's default. For form-encoded bodies (twilio, Slack slash
+	// commands and interactivity) the first segment names a form field and
+	// any further segments go into that field's value as JSON
+	// ("payload.trigger_id"). A verified request without it is rejected with
+	// ErrMalformedPayload. At most one of EventIDHeader and EventIDJSON may
+	// be set. Defaults to "": the scheme's default.
+	EventIDJSON string `yaml:"event_id_json"`
+	// EventTypeHeader names a request header whose value is the event type,
+	// replacing the scheme's default. Defaults to "": the scheme's default.
+	EventTypeHeader string `yaml:"event_type_header"`
+	// EventTypeJSON is a dotted path, as for EventIDJSON, to the event type.
+	// A request without it has type "". At most one of EventTypeHeader and
+	// EventTypeJSON may be set. Defaults to "": the scheme's default.
+	EventTypeJSON string `yaml:"event_type_json"`
+
+	// HMAC configures type "hmac", the generic scheme for providers without
+	// a scheme of their own. Only for type hmac.
+	HMAC HMACConfig `yaml:"hmac"`
+}
+
+// HMACConfig describes a generic HMAC signature: the header carries
+// prefix + encoding(HMAC-algorithm(secret, signed payload)), where the
+// signed payload is SignedPayload with {timestamp} replaced by the
+// timestamp header's value and {body} by the raw body. The secret is used
+// as the key byte for byte.
+type HMACConfig struct {
+	// Header is the signature header, e.g. "X-Signature". Required.
+	Header string `yaml:"header"`
+	// Algorithm is the hash: "sha1", "sha256" or "sha512". Defaults to
+	// "sha256".
+	Algorithm string `yaml:"algorithm"`
+	// Encoding of the MAC in the header: "hex" (either case accepted) or
+	// "base64" (standard alphabet, padded). Defaults to "hex".
+	Encoding string `yaml:"encoding"`
+	// Prefix precedes the encoded MAC in the header, e.g. "sha256=" or
+	// "v1=". Matched exactly. Defaults to "".
+	Prefix string `yaml:"prefix"`
+	// TimestampHeader names a header carrying the signing time in Unix
+	// seconds. When set, the timestamp must be part of SignedPayload and is
+	// checked against Config.Tolerance. Defaults to "": no timestamp.
+	TimestampHeader string `yaml:"timestamp_header"`
+	// SignedPayload is the template of the signed string, with the
+	// placeholders {body} (required, exactly once) and {timestamp}
+	// (required exactly once when TimestampHeader is set, not allowed
+	// otherwise). Defaults to "{body}", or "{timestamp}.{body}" when
+	// TimestampHeader is set.
+	SignedPayload string `yaml:"signed_payload"`
 }
 
 func (c Config) withDefaults() Config {
 	c.Tolerance = cmp.Or(c.Tolerance, defaultTolerance)
+	if c.Type == typeHMAC {
+		c.HMAC = c.HMAC.withDefaults()
+	}
 	return c
 }
 
 func (c Config) validate() error {
-	switch c.Type {
-	case typeGitHub, typeStandardWebhooks, typeStripe, typeSvix:
-	case "":
+	known := false
+	for _, t := range append(Types(), typeSvix) {
+		known = known || c.Type == t
+	}
+	switch {
+	case c.Type == "":
 		return fmt.Errorf("type: must be set (known: %s)", strings.Join(Types(), ", "))
-	default:
+	case !known:
 		return fmt.Errorf("type %q: unknown (known: %s)", c.Type, strings.Join(Types(), ", "))
 	}
 	if len(c.Secrets) == 0 {
@@ -144,6 +237,23 @@ func (c Config) validate() error {
 	if c.Tolerance < 0 {
 		return fmt.Errorf("tolerance %s: must not be negative", c.Tolerance)
 	}
+	if c.PublicURL != "" {
+		if c.Type != typeTwilio {
+			return fmt.Errorf("public_url: only used by type twilio, not %s", c.Type)
+		}
+		if _, err := twilioBaseURL(c.PublicURL); err != nil {
+			return fmt.Errorf("public_url: %w", err)
+		}
+	}
+	if err := validateIdentity(c); err != nil {
+		return err
+	}
+	if c.Type == typeHMAC {
+		return c.HMAC.withDefaults().validate()
+	}
+	if c.HMAC != (HMACConfig{}) {
+		return fmt.Errorf("hmac: only used by type hmac, not %s", c.Type)
+	}
 	return nil
 }
 
@@ -154,22 +264,52 @@ func New(cfg Config) (Verifier, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	ident := newIdentity(cfg)
 	switch cfg.Type {
 	case typeGitHub:
-		return newGitHub(cfg), nil
+		return newGitHub(cfg, ident), nil
+	case typeGitLab:
+		return newGitLab(cfg, ident), nil
+	case typeHMAC:
+		return newHMAC(cfg, ident), nil
+	case typePaddle:
+		return newPaddle(cfg, ident), nil
+	case typeShopify:
+		return newShopify(cfg, ident), nil
+	case typeSlack:
+		return newSlack(cfg, ident), nil
 	case typeStandardWebhooks, typeSvix:
-		return newStandardWebhooks(cfg)
+		return newStandardWebhooks(cfg, ident)
+	case typeTwilio:
+		return newTwilio(cfg, ident)
 	default: // typeStripe; validate rejected everything else
-		return newStripe(cfg), nil
+		return newStripe(cfg, ident), nil
 	}
 }
 
 // Types returns the sorted list of known type names. Aliases ("svix") are
 // accepted by New but not listed.
 func Types() []string {
-	types := []string{typeGitHub, typeStandardWebhooks, typeStripe}
+	types := []string{typeGitHub, typeGitLab, typeHMAC, typePaddle, typeShopify,
+		typeSlack, typeStandardWebhooks, typeStripe, typeTwilio}
 	slices.Sort(types)
 	return types
+}
+
+// Reverify checks a stored event's signature again from its stored headers
+// and raw body, as `inlet events verify` does: the signature, body hash and
+// event id are checked exactly as at ingestion, but the timestamp window is
+// not (Request.IgnoreTolerance), since a stored event is old by nature. url
+// is the request URL as received; only twilio needs it (with
+// Config.PublicURL set it supplies just the query string, so "" works for
+// form webhooks). The Result has the same event id and type as at
+// ingestion, so it can be compared with the stored row.
+func Reverify(cfg Config, header http.Header, body []byte, url string) (Result, error) {
+	v, err := New(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	return v.Verify(&Request{Header: header, Body: body, URL: url, IgnoreTolerance: true})
 }
 
 // macKey computes HMAC-SHA256 with one key. Keyed states are pooled: a state
@@ -297,4 +437,38 @@ func fromHex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// hashKey is macKey for any hash (SHA-1 for Twilio, the generic scheme's
+// choice): pooled keyed states, the MAC appended to a caller's buffer.
+type hashKey struct {
+	pool sync.Pool
+	size int
+}
+
+func newHashKey(h func() hash.Hash, key []byte) *hashKey {
+	key = slices.Clone(key)
+	k := &hashKey{size: h().Size()}
+	k.pool.New = func() any { return hmac.New(h, key) }
+	return k
+}
+
+// sum appends the HMAC over the concatenation of parts to dst.
+func (k *hashKey) sum(dst []byte, parts ...[]byte) []byte {
+	h := k.pool.Get().(hash.Hash)
+	h.Reset()
+	for _, p := range parts {
+		h.Write(p)
+	}
+	dst = h.Sum(dst)
+	k.pool.Put(h)
+	return dst
+}
+
+// syntheticID is the event id of schemes (or requests) that carry none:
+// the SHA-256 of the raw body, so a provider's retry of the same bytes
+// deduplicates and any different body is a different event.
+func syntheticID(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -1,10 +1,15 @@
 package verify
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,18 +96,61 @@ func TestNew(t *testing.T) {
 		{"github ignores tolerance", Config{Type: "github", Secrets: []string{"s3cret-value"}, Tolerance: time.Hour}, ""},
 		{"several secrets", Config{Type: "stripe", Secrets: []string{"old", "new"}}, ""},
 
-		{"unknown type", Config{Type: "foo", Secrets: []string{"s3cret-value"}}, `type "foo": unknown (known: github, standard-webhooks, stripe)`},
+		{"gitlab", Config{Type: "gitlab", Secrets: []string{"glpat-token"}}, ""},
+		{"shopify", Config{Type: "shopify", Secrets: []string{"shpss_abc"}}, ""},
+		{"slack", Config{Type: "slack", Secrets: []string{"8f742231b10e8888abcd99yyyzzz85a5"}}, ""},
+		{"paddle", Config{Type: "paddle", Secrets: []string{"pdl_ntfset_abc"}}, ""},
+		{"twilio", Config{Type: "twilio", Secrets: []string{"auth-token"}}, ""},
+		{"twilio public_url", Config{Type: "twilio", Secrets: []string{"auth-token"}, PublicURL: "https://hooks.example.com/twilio"}, ""},
+		{"twilio public_url with fragment", Config{Type: "twilio", Secrets: []string{"auth-token"}, PublicURL: "https://hooks.example.com/twilio#rc=3&rp=all"}, ""},
+		{"hmac minimal", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Signature"}}, ""},
+		{"hmac full", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", Algorithm: "sha512", Encoding: "base64", Prefix: "v1=", TimestampHeader: "X-Ts", SignedPayload: "{timestamp}:{body}"}}, ""},
+		{"standard public key", Config{Type: "standard-webhooks", Secrets: []string{"whpk_" + strings.Repeat("A", 43) + "="}}, ""},
+		{"identity fields", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventIDJSON: "data.id", EventTypeHeader: "X-Kind"}, ""},
+
+		{"unknown type", Config{Type: "foo", Secrets: []string{"s3cret-value"}}, `type "foo": unknown (known: github, gitlab, hmac, paddle, shopify, slack, standard-webhooks, stripe, twilio)`},
 		{"type is case sensitive", Config{Type: "Stripe", Secrets: []string{"s3cret-value"}}, `type "Stripe": unknown`},
-		{"empty type", Config{Secrets: []string{"s3cret-value"}}, "type: must be set (known: github, standard-webhooks, stripe)"},
+		{"empty type", Config{Secrets: []string{"s3cret-value"}}, "type: must be set (known: github, gitlab, hmac, paddle, shopify, slack, standard-webhooks, stripe, twilio)"},
 		{"nil secrets", Config{Type: "stripe"}, "secrets: at least one secret is required"},
 		{"empty secrets", Config{Type: "github", Secrets: []string{}}, "secrets: at least one secret is required"},
 		{"empty secret stripe", Config{Type: "stripe", Secrets: []string{""}}, "secrets[0]: must not be empty"},
 		{"empty secret github", Config{Type: "github", Secrets: []string{""}}, "secrets[0]: must not be empty"},
+		{"empty secret gitlab", Config{Type: "gitlab", Secrets: []string{""}}, "secrets[0]: must not be empty"},
+		{"empty secret twilio", Config{Type: "twilio", Secrets: []string{"s3cret-value", ""}}, "secrets[1]: must not be empty"},
 		{"second secret empty", Config{Type: "github", Secrets: []string{"old", ""}}, "secrets[1]: must not be empty"},
 		{"empty secret standard", Config{Type: "standard-webhooks", Secrets: []string{""}}, "secrets[0]: must not be empty"},
 		{"negative tolerance", Config{Type: "stripe", Secrets: []string{"s3cret-value"}, Tolerance: -time.Second}, "tolerance -1s: must not be negative"},
 		{"standard bad base64", Config{Type: "standard-webhooks", Secrets: []string{goodStandard, "whsec_not*base64!"}}, "secrets[1]: not valid base64"},
 		{"standard empty key", Config{Type: "svix", Secrets: []string{"whsec_"}}, "secrets[0]: decodes to an empty key"},
+		{"standard public key bad base64", Config{Type: "standard-webhooks", Secrets: []string{goodStandard, "whpk_***"}}, "secrets[1]: not valid base64"},
+		{"standard public key short", Config{Type: "standard-webhooks", Secrets: []string{"whpk_c2hvcnQ="}}, "secrets[0]: \"whpk_\" key decodes to 5 bytes"},
+		{"standard private key", Config{Type: "standard-webhooks", Secrets: []string{"whsk_c2VjcmV0LXNpZ25pbmcta2V5LWJ5dGVz"}}, "secrets[0]: is a \"whsk_\" private signing key"},
+
+		{"public_url on other type", Config{Type: "github", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/y"}, "public_url: only used by type twilio, not github"},
+		{"public_url relative", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "/webhooks/twilio"}, "public_url: must be an absolute http:// or https:// URL"},
+		{"public_url ftp", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "ftp://x.example/y"}, "public_url: must be an absolute http:// or https:// URL"},
+		{"public_url query", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/y?a=1"}, "public_url: must not have a query string"},
+		{"public_url credentials", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "https://user:hunter2-pass@x.example/y"}, "public_url: must not contain user:password@"},
+		{"public_url unparsable", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/%zz"}, "public_url: not a valid URL"},
+
+		{"id header and json", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventIDHeader: "X-Id", EventIDJSON: "id"}, "event_id_header and event_id_json: set at most one"},
+		{"type header and json", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventTypeHeader: "X-T", EventTypeJSON: "type"}, "event_type_header and event_type_json: set at most one"},
+		{"bad id header", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventIDHeader: "X Id"}, `event_id_header: "X Id" is not a valid header name`},
+		{"bad type header", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventTypeHeader: "X:T"}, `event_type_header: "X:T" is not a valid header name`},
+		{"empty id path segment", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventIDJSON: "data..id"}, `event_id_json: "data..id" has an empty segment`},
+		{"empty type path segment", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventTypeJSON: ".type"}, `event_type_json: ".type" has an empty segment`},
+
+		{"hmac on other type", Config{Type: "stripe", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig"}}, "hmac: only used by type hmac, not stripe"},
+		{"hmac no header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}}, "hmac.header: required for type hmac"},
+		{"hmac bad header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X Sig"}}, `hmac.header: "X Sig" is not a valid header name`},
+		{"hmac md5", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", Algorithm: "md5"}}, `hmac.algorithm: "md5" is not sha1, sha256 or sha512`},
+		{"hmac algorithm case", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", Algorithm: "SHA256"}}, `hmac.algorithm: "SHA256" is not sha1, sha256 or sha512`},
+		{"hmac encoding", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", Encoding: "b32"}}, `hmac.encoding: "b32" is not hex or base64`},
+		{"hmac bad timestamp header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", TimestampHeader: "X Ts"}}, `hmac.timestamp_header: "X Ts" is not a valid header name`},
+		{"hmac payload without body", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{timestamp}"}}, `hmac.signed_payload: "{timestamp}" must contain {body} exactly once`},
+		{"hmac payload body twice", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{body}{body}"}}, "must contain {body} exactly once"},
+		{"hmac timestamp without header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{timestamp}.{body}"}}, "hmac.signed_payload: \"{timestamp}.{body}\" uses {timestamp} but hmac.timestamp_header is not set"},
+		{"hmac timestamp header unsigned", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", TimestampHeader: "X-Ts", SignedPayload: "{body}"}}, "must contain {timestamp} exactly once when hmac.timestamp_header is set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,7 +176,7 @@ func TestNew(t *testing.T) {
 func TestTypes(t *testing.T) {
 	t.Parallel()
 	got := Types()
-	want := []string{"github", "standard-webhooks", "stripe"}
+	want := []string{"github", "gitlab", "hmac", "paddle", "shopify", "slack", "standard-webhooks", "stripe", "twilio"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Types() = %q, want %q", got, want)
 	}
@@ -249,4 +297,280 @@ func TestConcurrentVerify(t *testing.T) {
 		}
 		wg.Wait()
 	}
+}
+
+// verifyCase is one row of a scheme's table test; zero fields take the
+// table's defaults.
+type verifyCase struct {
+	name      string
+	secrets   []string
+	cfg       func(*Config) // adjusts the table's Config
+	header    http.Header
+	body      []byte
+	url       string
+	now       time.Time
+	ignore    bool
+	wantErr   error
+	wantRes   Result
+	wantInErr string
+}
+
+// runVerifyCases runs cases against New(base) with base.Secrets and body
+// as defaults, checking the error sentinel, the error's safety and the
+// Result (zero on failure).
+func runVerifyCases(t *testing.T, base Config, body []byte, cases []verifyCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := base
+			if tt.secrets != nil {
+				cfg.Secrets = tt.secrets
+			}
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			v := mustNew(t, cfg)
+			req := &Request{Header: tt.header, Body: tt.body, URL: tt.url, Now: tt.now, IgnoreTolerance: tt.ignore}
+			if req.Body == nil {
+				req.Body = body
+			}
+			if req.Now.IsZero() {
+				req.Now = testNow
+			}
+			res, err := v.Verify(req)
+			checkErr(t, err, tt.wantErr, cfg.Secrets, req)
+			if tt.wantInErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantInErr)) {
+				t.Errorf("error %v does not mention %q", err, tt.wantInErr)
+			}
+			if res != tt.wantRes {
+				t.Errorf("Verify = %+v, want %+v", res, tt.wantRes)
+			}
+		})
+	}
+}
+
+// flipBit returns a copy of b with one bit, chosen by n, inverted.
+func flipBit(b []byte, n uint) []byte {
+	out := bytes.Clone(b)
+	out[n%uint(len(out))] ^= 1 << (n / uint(len(out)) % 8)
+	return out
+}
+
+// hmacOf is an independent HMAC for test oracles.
+func hmacOf(h func() hash.Hash, key string, parts ...string) []byte {
+	m := hmac.New(h, []byte(key))
+	for _, p := range parts {
+		m.Write([]byte(p))
+	}
+	return m.Sum(nil)
+}
+
+func TestSyntheticID(t *testing.T) {
+	t.Parallel()
+	// sha256("") is the well-known e3b0c442...
+	if got := syntheticID(nil); got != "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" {
+		t.Errorf("syntheticID(empty) = %s", got)
+	}
+	if syntheticID([]byte("a")) == syntheticID([]byte("b")) {
+		t.Error("different bodies share a synthetic id")
+	}
+}
+
+// TestReverify checks that a stored event verifies long after its
+// timestamp window, still fails when tampered, and reports the same Result
+// as at ingestion.
+func TestReverify(t *testing.T) {
+	t.Parallel()
+	old := testNow.Add(-400 * 24 * time.Hour)
+	body := []byte(`{"id":"evt_stored","type":"invoice.paid"}`)
+	cfg := Config{Type: "stripe", Secrets: []string{"whsec_rotated_out", stripeSecret}}
+	h := SignStripe(stripeSecret, old, body)
+
+	v := mustNew(t, cfg)
+	if _, err := v.Verify(&Request{Header: h, Body: body, Now: testNow}); !errors.Is(err, ErrTimestampOutsideTolerance) {
+		t.Fatalf("live Verify of a stale event: %v, want ErrTimestampOutsideTolerance", err)
+	}
+	res, err := Reverify(cfg, h, body, "")
+	if err != nil {
+		t.Fatalf("Reverify: %v", err)
+	}
+	if want := (Result{EventID: "evt_stored", EventType: "invoice.paid", SecretIndex: 1}); res != want {
+		t.Errorf("Reverify = %+v, want %+v", res, want)
+	}
+	if _, err := Reverify(cfg, h, flipBit(body, 3), ""); !errors.Is(err, ErrSignatureMismatch) {
+		t.Errorf("Reverify of a tampered body: %v, want mismatch", err)
+	}
+	if _, err := Reverify(Config{Type: "stripe"}, h, body, ""); err == nil || !strings.Contains(err.Error(), "secrets:") {
+		t.Errorf("Reverify with a bad config: %v", err)
+	}
+
+	// Twilio needs the URL; with public_url the stored query suffices.
+	tw := Config{Type: "twilio", Secrets: []string{twilioToken}, PublicURL: "https://hooks.example.com/twilio"}
+	form := []byte("MessageSid=SM1&MessageStatus=sent")
+	th, err := SignTwilio(twilioToken, "https://hooks.example.com/twilio", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Reverify(tw, th, form, ""); err != nil {
+		t.Errorf("Reverify twilio without URL: %v", err)
+	}
+	if _, err := Reverify(tw, th, form, "http://10.0.0.1:8080/webhooks/twilio?x=1"); !errors.Is(err, ErrSignatureMismatch) {
+		t.Errorf("Reverify twilio with a different query: %v, want mismatch", err)
+	}
+}
+
+// TestIdentityOverrides runs every scheme with each identity setting.
+func TestIdentityOverrides(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"evt_1","type":"a.b","data":{"id":"obj_7","kind":"created","n":42,"list":[{"id":"first"}]}}`)
+	for _, typ := range Types() {
+		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
+			base := signTestConfig(typ)
+			tests := []struct {
+				name    string
+				adjust  func(*Config)
+				header  map[string]string
+				body    []byte
+				wantID  string
+				wantTyp string
+				wantErr error
+			}{
+				{name: "id header", adjust: func(c *Config) { c.EventIDHeader = "x-request-id" }, header: map[string]string{"X-Request-Id": "req-9"}, wantID: "req-9"},
+				{name: "id header missing", adjust: func(c *Config) { c.EventIDHeader = "X-Request-Id" }, header: map[string]string{"X-Request-Id": ""}, wantErr: ErrMalformedPayload},
+				{name: "id header not UTF-8", adjust: func(c *Config) { c.EventIDHeader = "X-Request-Id" }, header: map[string]string{"X-Request-Id": "\xff"}, wantErr: ErrMalformedPayload},
+				{name: "id json", adjust: func(c *Config) { c.EventIDJSON = "data.id" }, wantID: "obj_7"},
+				{name: "id json number", adjust: func(c *Config) { c.EventIDJSON = "data.n" }, wantID: "42"},
+				{name: "id json array index", adjust: func(c *Config) { c.EventIDJSON = "data.list.0.id" }, wantID: "first"},
+				{name: "id json missing", adjust: func(c *Config) { c.EventIDJSON = "data.nope" }, wantErr: ErrMalformedPayload},
+				{name: "id json object", adjust: func(c *Config) { c.EventIDJSON = "data" }, wantErr: ErrMalformedPayload},
+				{name: "id json body not JSON", adjust: func(c *Config) { c.EventIDJSON = "id" }, body: []byte("not json"), wantErr: ErrMalformedPayload},
+				{name: "type header", adjust: func(c *Config) { c.EventTypeHeader = "X-Kind"; c.EventIDJSON = "id" }, header: map[string]string{"X-Kind": "k1"}, wantID: "evt_1", wantTyp: "k1"},
+				{name: "type json", adjust: func(c *Config) { c.EventTypeJSON = "data.kind"; c.EventIDJSON = "id" }, wantID: "evt_1", wantTyp: "created"},
+				{name: "type json missing", adjust: func(c *Config) { c.EventTypeJSON = "data.nope"; c.EventIDJSON = "id" }, wantID: "evt_1"},
+				{name: "type not UTF-8", adjust: func(c *Config) { c.EventTypeHeader = "X-Kind"; c.EventIDJSON = "id" }, header: map[string]string{"X-Kind": "\xfe"}, wantErr: ErrMalformedPayload},
+			}
+			for _, tt := range tests {
+				cfg := base
+				tt.adjust(&cfg)
+				b := body
+				if tt.body != nil {
+					b = tt.body
+				}
+				u := twilioPublicURL
+				if cfg.Type == "twilio" {
+					u, _ = SignTwilioJSON(cfg.Secrets[0], twilioPublicURL, b)
+				}
+				h, b, err := SignTest(cfg, "evt_signtest", b, u, testNow)
+				if err != nil {
+					t.Fatalf("%s: SignTest: %v", tt.name, err)
+				}
+				for k, v := range tt.header {
+					if h.Set(k, v); v == "" {
+						h.Del(k)
+					}
+				}
+				res, err := mustNew(t, cfg).Verify(&Request{Header: h, Body: b, URL: u, Now: testNow})
+				if tt.wantErr != nil {
+					if !errors.Is(err, tt.wantErr) {
+						t.Errorf("%s: error = %v, want %v", tt.name, err, tt.wantErr)
+					}
+					checkErrorSafe(t, err, cfg.Secrets, &Request{Header: h, Body: b})
+					continue
+				}
+				if err != nil {
+					t.Errorf("%s: Verify: %v", tt.name, err)
+					continue
+				}
+				if res.EventID != tt.wantID {
+					t.Errorf("%s: EventID = %q, want %q", tt.name, res.EventID, tt.wantID)
+				}
+				if tt.wantTyp != "" && res.EventType != tt.wantTyp {
+					t.Errorf("%s: EventType = %q, want %q", tt.name, res.EventType, tt.wantTyp)
+				}
+			}
+		})
+	}
+}
+
+func TestLookupJSON(t *testing.T) {
+	t.Parallel()
+	doc := []byte(` {"a":{"b":"x","n":-1.5e3,"t":true,"z":null,"arr":[1,{"c":"deep"}],"esc":"\u00e9\n"},"dup":"1","dup":"2"}`)
+	tests := []struct {
+		path string
+		want string
+		ok   bool
+	}{
+		{"a.b", "x", true},
+		{"a.n", "-1.5e3", true},
+		{"a.arr.1.c", "deep", true},
+		{"a.arr.0", "1", true},
+		{"a.esc", "é\n", true},
+		{"dup", "2", true},
+		{"a.t", "", false},
+		{"a.z", "", false},
+		{"a", "", false},
+		{"a.arr.2", "", false},
+		{"a.arr.-1", "", false},
+		{"a.arr.x", "", false},
+		{"a.b.c", "", false},
+		{"missing", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := lookupJSON(doc, strings.Split(tt.path, "."))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("lookupJSON(%s) = %q, %v; want %q, %v", tt.path, got, ok, tt.want, tt.ok)
+		}
+	}
+	for _, bad := range []string{"", "{", `{"a":}`, `{"a":"x"} trailing`, "[]", `"str"`} {
+		if got, ok := lookupJSON([]byte(bad), []string{"a"}); ok {
+			t.Errorf("lookupJSON(%q) = %q, want not found", bad, got)
+		}
+	}
+}
+
+func FuzzLookupJSON(f *testing.F) {
+	f.Add([]byte(`{"data":{"id":"x"}}`), "data.id")
+	f.Add([]byte(`{"a":[{"b":1}]}`), "a.0.b")
+	f.Add([]byte(`[`), "0")
+	f.Fuzz(func(t *testing.T, doc []byte, path string) {
+		got, ok := lookupJSON(doc, strings.Split(path, "."))
+		if !ok {
+			return
+		}
+		// Whatever is found is what encoding/json finds on the same path.
+		var v any
+		d := json.NewDecoder(bytes.NewReader(doc))
+		d.UseNumber()
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("found %q in invalid JSON %q", got, doc)
+		}
+		for _, seg := range strings.Split(path, ".") {
+			switch x := v.(type) {
+			case map[string]any:
+				v = x[seg]
+			case []any:
+				i, err := strconv.Atoi(seg)
+				if err != nil || i < 0 || i >= len(x) {
+					t.Fatalf("found %q at bad index %q", got, seg)
+				}
+				v = x[i]
+			default:
+				t.Fatalf("found %q through a %T", got, v)
+			}
+		}
+		switch x := v.(type) {
+		case string:
+			if x != got {
+				t.Fatalf("lookupJSON = %q, encoding/json = %q", got, x)
+			}
+		case json.Number:
+			if x.String() != got {
+				t.Fatalf("lookupJSON = %q, encoding/json = %q", got, x)
+			}
+		default:
+			t.Fatalf("lookupJSON found %q where encoding/json has %T", got, v)
+		}
+	})
 }

@@ -1,0 +1,171 @@
+package verify
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// signTestConfig is a valid source configuration of each type, with a
+// rotated-out secret first where the scheme allows one to sign.
+func signTestConfig(typ string) Config {
+	switch typ {
+	case "standard-webhooks":
+		return Config{Type: typ, Secrets: []string{standardSecret, standardOldSecret}}
+	case "hmac":
+		return Config{Type: typ, Secrets: []string{hmacSecret}, HMAC: HMACConfig{Header: "X-Acme-Signature", Prefix: "sha256=", TimestampHeader: "X-Acme-Timestamp"}}
+	case "twilio":
+		return Config{Type: typ, Secrets: []string{twilioToken}}
+	default:
+		return Config{Type: typ, Secrets: []string{"test-secret-for-" + typ}}
+	}
+}
+
+// TestSignTest checks that every scheme's SignTest output passes its own
+// verifier with the given id, with a sample body and with a given one.
+func TestSignTest(t *testing.T) {
+	t.Parallel()
+	for _, typ := range append(Types(), "svix") {
+		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
+			cfg := signTestConfig(typ)
+			if typ == "svix" {
+				cfg = signTestConfig("standard-webhooks")
+				cfg.Type = "svix"
+			}
+			v := mustNew(t, cfg)
+			h, body, err := SignTest(cfg, "evt_test_42", nil, twilioPublicURL, testNow)
+			if err != nil {
+				t.Fatalf("SignTest: %v", err)
+			}
+			if len(body) == 0 || h.Get("Content-Type") == "" {
+				t.Fatalf("SignTest body %q, headers %q", body, h)
+			}
+			res, err := v.Verify(&Request{Header: h, Body: body, URL: twilioPublicURL, Now: testNow})
+			if err != nil {
+				t.Fatalf("Verify(SignTest): %v", err)
+			}
+			wantID := "evt_test_42"
+			if typ == "hmac" {
+				wantID = syntheticID(body)
+			}
+			if res.EventID != wantID || res.SecretIndex != 0 {
+				t.Errorf("Verify(SignTest) = %+v, want id %s, secret 0", res, wantID)
+			}
+
+			// A configured id location gets the id too.
+			for _, adjust := range []func(*Config){
+				func(c *Config) { c.EventIDHeader = "X-Test-Id" },
+				func(c *Config) { c.EventIDJSON = "meta.trace.id" },
+			} {
+				c := cfg
+				adjust(&c)
+				h, body, err := SignTest(c, "evt_custom", nil, twilioPublicURL, testNow)
+				if err != nil {
+					t.Fatalf("SignTest custom id: %v", err)
+				}
+				res, err := mustNew(t, c).Verify(&Request{Header: h, Body: body, URL: twilioPublicURL, Now: testNow})
+				if err != nil || res.EventID != "evt_custom" {
+					t.Errorf("custom id %+v: Verify = %+v, %v", c, res, err)
+				}
+			}
+
+			// A given body is signed as is.
+			given := []byte(`{"id":"evt_given","event_id":"evt_given","type":"x"}`)
+			u := twilioPublicURL
+			if typ == "twilio" {
+				given = []byte("MessageSid=SM1&MessageStatus=sent")
+			}
+			h, body, err = SignTest(cfg, "evt_given", given, u, testNow)
+			if err != nil {
+				t.Fatalf("SignTest given body: %v", err)
+			}
+			if string(body) != string(given) {
+				t.Errorf("SignTest changed the given body to %q", body)
+			}
+			if _, err := v.Verify(&Request{Header: h, Body: body, URL: u, Now: testNow}); err != nil {
+				t.Errorf("Verify(SignTest given body): %v", err)
+			}
+		})
+	}
+}
+
+func TestSignTestErrors(t *testing.T) {
+	t.Parallel()
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whpk := "whpk_" + base64.StdEncoding.EncodeToString(pub)
+	tests := []struct {
+		name string
+		cfg  Config
+		id   string
+		body []byte
+		url  string
+		want string
+	}{
+		{"bad config", Config{Type: "nope", Secrets: []string{"s3cret-value"}}, "e", nil, "", `type "nope": unknown`},
+		{"empty id", signTestConfig("stripe"), "", nil, "", "id: must not be empty"},
+		{"only public keys", Config{Type: "standard-webhooks", Secrets: []string{whpk}}, "e", nil, "", "secrets: only \"whpk_\" public keys"},
+		{"twilio without URL", signTestConfig("twilio"), "e", nil, "", "url: required for twilio"},
+		{"twilio JSON without bodySHA256", signTestConfig("twilio"), "e", []byte(`{"a":1}`), twilioPublicURL, "url: a JSON body for twilio needs the bodySHA256"},
+		{"id path into a non-object body", func() Config { c := signTestConfig("stripe"); c.EventIDJSON = "a"; return c }(), "e", nil, "", ""},
+	}
+	for _, tt := range tests {
+		_, _, err := SignTest(tt.cfg, tt.id, tt.body, tt.url, testNow)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tt.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: SignTest error %v, want %q", tt.name, err, tt.want)
+		}
+		checkErrorSafe(t, err, tt.cfg.Secrets, nil)
+	}
+	// With public keys listed first, SignTest signs with the whsec_ secret
+	// and the verifier reports its index.
+	cfg := Config{Type: "standard-webhooks", Secrets: []string{whpk, standardSecret}}
+	h, body, err := SignTest(cfg, "msg_x", nil, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := mustNew(t, cfg).Verify(&Request{Header: h, Body: body, Now: testNow}); err != nil || res.SecretIndex != 1 {
+		t.Errorf("Verify = %+v, %v; want secret 1", res, err)
+	}
+}
+
+// TestConcurrentVerifyAll shares one Verifier of every scheme across
+// goroutines; run under -race it checks the pooled MAC states.
+func TestConcurrentVerifyAll(t *testing.T) {
+	t.Parallel()
+	for _, typ := range Types() {
+		cfg := signTestConfig(typ)
+		h, body, err := SignTest(cfg, "evt_concurrent", nil, twilioPublicURL, testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := mustNew(t, cfg)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for i := range 100 {
+					req := &Request{Header: h, Body: body, URL: twilioPublicURL, Now: testNow}
+					if i%2 == 1 {
+						req.Body = flipBit(body, uint(i))
+					}
+					_, err := v.Verify(req)
+					if (err == nil) != (i%2 == 0) && typ != "gitlab" {
+						t.Errorf("%s: Verify #%d: %v", typ, i, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
