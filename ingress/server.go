@@ -235,6 +235,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	headers := r.Header
+	if red, ok := src.verifier.(verify.StorageRedactor); ok {
+		headers = red.RedactForStorage(headers)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
 	defer cancel()
 	stored, err := s.cfg.Store.Insert(ctx, &Event{
@@ -242,7 +246,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		Scheme:      src.scheme,
 		ExternalID:  res.EventID,
 		EventType:   res.EventType,
-		Headers:     r.Header,
+		Headers:     headers,
+		RequestURI:  r.URL.RequestURI(),
 		RawBody:     body,
 		SecretIndex: res.SecretIndex,
 	})
@@ -258,7 +263,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if !stored {
 		status = "duplicate"
 	}
-	writeJSON(w, http.StatusOK, answer{Status: status})
+	if res.Challenge != "" {
+		// The provider checks the endpoint by having its challenge echoed.
+		writeJSON(w, http.StatusOK, map[string]string{"challenge": res.Challenge})
+	} else {
+		writeJSON(w, http.StatusOK, answer{Status: status})
+	}
 	log.Debug("webhook accepted", slog.String("status", status), slog.String("event_type", res.EventType),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))
 }

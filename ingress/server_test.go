@@ -31,6 +31,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 const (
 	stripeSecret = "whsec_test_ingress_secret"
 	githubSecret = "github-test-secret"
+	gitlabToken  = "gitlab-test-token-4f1d"
+	slackSecret  = "slack-test-signing-secret"
 )
 
 type testBundle struct {
@@ -65,6 +67,8 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 		Sources: []config.Source{
 			{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}}},
 			{Name: "github", Config: verify.Config{Type: "github", Secrets: []string{githubSecret}}},
+			{Name: "gitlab", Config: verify.Config{Type: "gitlab", Secrets: []string{gitlabToken}}},
+			{Name: "slack", Config: verify.Config{Type: "slack", Secrets: []string{slackSecret}}},
 		},
 		Store:  ingress.NewPGStore(pool, nil),
 		Ready:  database.Ready(pool),
@@ -341,5 +345,51 @@ func TestReadyz(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d", path, resp.StatusCode)
 		}
+	}
+}
+
+// GitLab sends its secret token itself: only its digest is stored, and the
+// stored event still re-verifies.
+func TestGitLabTokenIsNotStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"object_kind":"push"}`)
+	req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/gitlab?x=1", bytes.NewReader(body))
+	for k, v := range verify.SignGitLab(gitlabToken, "gl-uuid-1", "Push Hook") {
+		req.Header[k] = v
+	}
+	if code, answer, _ := do(t, req); code != 200 {
+		t.Fatalf("%d %s", code, answer)
+	}
+	var headers map[string][]string
+	var uri string
+	var raw []byte
+	if err := b.admin.QueryRow(context.Background(), `SELECT headers, request_uri, raw_body FROM webhook_ingress.events WHERE provider = 'gitlab'`).Scan(&headers, &uri, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if tok := headers["X-Gitlab-Token"]; len(tok) != 1 || strings.Contains(tok[0], gitlabToken) || !strings.HasPrefix(tok[0], "sha256:") {
+		t.Fatalf("stored X-Gitlab-Token = %q", tok)
+	}
+	if uri != "/webhooks/gitlab?x=1" {
+		t.Fatalf("request_uri = %q", uri)
+	}
+	res, err := verify.Reverify(verify.Config{Type: "gitlab", Secrets: []string{gitlabToken}}, http.Header(headers), raw, "")
+	if err != nil || res.EventID != "gl-uuid-1" {
+		t.Fatalf("re-verify the stored event: %+v, %v", res, err)
+	}
+}
+
+// Slack checks a new endpoint with url_verification: the answer echoes the challenge.
+func TestSlackChallengeIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"token":"t","challenge":"c-123","type":"url_verification"}`)
+	req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/slack", bytes.NewReader(body))
+	for k, v := range verify.SignSlack(slackSecret, time.Now(), body) {
+		req.Header[k] = v
+	}
+	code, answer, _ := do(t, req)
+	if code != 200 || strings.TrimSpace(answer) != `{"challenge":"c-123"}` {
+		t.Fatalf("%d %s", code, answer)
 	}
 }

@@ -17,6 +17,7 @@ type Event struct {
 	ExternalID  string
 	EventType   string
 	Headers     map[string][]string
+	RequestURI  string // path and query as received
 	RawBody     []byte
 	SecretIndex int
 }
@@ -55,7 +56,7 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
 	tag, err := s.pool.Exec(ctx, insertEventSQL,
-		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, true, int16(e.SecretIndex))
+		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, true, int16(e.SecretIndex), e.RequestURI)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
@@ -157,7 +158,7 @@ func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
 	}
 	if gh, ok := firstOfType(cfg, "github"); ok && from == "embedded defaults" {
 		body := `{"zen":"Keep it logically awesome."}`
-		h, _, _ := signTest(gh, "00000000-0000-0000-0000-000000000001", []byte(body), time.Now())
+		h := verify.SignGitHub(gh.Secrets[0], "00000000-0000-0000-0000-000000000001", "ping", []byte(body))
 		fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n"+
 			"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
 			base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)

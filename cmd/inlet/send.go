@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,17 +56,16 @@ running ingress. Prints the answer's status and body.
 			return fmt.Errorf("read --body-file: %w", err)
 		}
 	}
-	hdr, payload, err := signTest(src, id, payload, time.Now())
-	if err != nil {
-		return err
-	}
 	url := strings.TrimRight(*target, "/") + "/webhooks/" + name
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(payload)))
+	hdr, payload, err := verify.SignTest(src.Config, id, payload, url, time.Now())
+	if err != nil {
+		return fmt.Errorf("sign a test webhook for source %q: %w", name, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header = hdr
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("send to %s: %w", url, err)
@@ -77,28 +77,4 @@ running ingress. Prints the answer's status and body.
 		return fmt.Errorf("ingress answered %s", resp.Status)
 	}
 	return nil
-}
-
-// signTest builds a sample body (when none is given) and the scheme's headers.
-func signTest(src config.Source, id string, body []byte, now time.Time) (http.Header, []byte, error) {
-	secret := src.Secrets[0]
-	switch src.Type {
-	case "stripe":
-		if len(body) == 0 {
-			body = fmt.Appendf(nil, `{"id":%q,"object":"event","type":"invoice.paid","data":{"object":{"id":"in_test","amount_paid":4200}}}`, id)
-		}
-		return verify.SignStripe(secret, now, body), body, nil
-	case "github":
-		if len(body) == 0 {
-			body = []byte(`{"ref":"refs/heads/main","repository":{"full_name":"octo/hello"}}`)
-		}
-		return verify.SignGitHub(secret, id, "push", body), body, nil
-	case "standard-webhooks", "svix":
-		if len(body) == 0 {
-			body = []byte(`{"type":"order.created","timestamp":"` + now.UTC().Format(time.RFC3339) + `","data":{"id":1}}`)
-		}
-		h, err := verify.SignStandardWebhooks(secret, id, now, body)
-		return h, body, err
-	}
-	return nil, nil, fmt.Errorf("inlet send cannot sign for source type %q yet", src.Type)
 }

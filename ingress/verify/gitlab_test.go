@@ -1,7 +1,9 @@
 package verify
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,4 +74,34 @@ func FuzzGitLab(f *testing.F) {
 			checkErrorSafe(t, err, secrets, req)
 		}
 	})
+}
+
+func TestGitLabStoredTokenIsADigestThatReverifies(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Type: "gitlab", Secrets: []string{"old-token", "gitlab-token-1"}}
+	v, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := SignGitLab("gitlab-token-1", "uuid-1", "Push Hook")
+	stored := v.(StorageRedactor).RedactForStorage(h)
+	if got := stored.Get("X-Gitlab-Token"); !strings.HasPrefix(got, "sha256:") || strings.Contains(got, "gitlab-token-1") {
+		t.Fatalf("stored token %q", got)
+	}
+	if h.Get("X-Gitlab-Token") != "gitlab-token-1" {
+		t.Fatal("RedactForStorage changed the request's own headers")
+	}
+	res, err := Reverify(cfg, stored, []byte(`{}`), "")
+	if err != nil || res.SecretIndex != 1 {
+		t.Fatalf("Reverify of the stored digest: %+v, %v", res, err)
+	}
+	// The digest is no credential on a live request.
+	if _, err := v.Verify(&Request{Header: stored, Body: []byte(`{}`)}); !errors.Is(err, ErrSignatureMismatch) {
+		t.Fatalf("live request with the stored digest: %v, want mismatch", err)
+	}
+	// A digest of another token does not re-verify.
+	other := v.(StorageRedactor).RedactForStorage(SignGitLab("forged", "uuid-1", "Push Hook"))
+	if _, err := Reverify(cfg, other, []byte(`{}`), ""); !errors.Is(err, ErrSignatureMismatch) {
+		t.Fatalf("Reverify of a wrong digest: %v", err)
+	}
 }

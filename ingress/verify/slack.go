@@ -88,7 +88,17 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
+	res := Result{EventID: id, EventType: typ, SecretIndex: index}
+	if form == nil {
+		var check struct {
+			Type      string `json:"type"`
+			Challenge string `json:"challenge"`
+		}
+		if json.Unmarshal(req.Body, &check) == nil && check.Type == "url_verification" {
+			res.Challenge = check.Challenge
+		}
+	}
+	return res, nil
 }
 
 // slackEvent returns Slack's own identity of a verified request. The id is

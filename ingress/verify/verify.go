@@ -49,6 +49,18 @@ type Result struct {
 	// key) that matched. Log it, never the secret, so operators can tell
 	// when a rotated-out secret is no longer in use.
 	SecretIndex int
+	// Challenge is set when the request is a provider's endpoint check that
+	// must be answered with it (Slack's url_verification): the receiver
+	// replies {"challenge": Challenge}.
+	Challenge string
+}
+
+// StorageRedactor is implemented by verifiers whose scheme sends the secret
+// itself in a header (GitLab's token). RedactForStorage returns the headers
+// to store: the secret replaced by its SHA-256, which re-verification
+// (Reverify) still checks, but which cannot be replayed as the secret.
+type StorageRedactor interface {
+	RedactForStorage(h http.Header) http.Header
 }
 
 // Verifier checks one request against the secrets of one configured source.

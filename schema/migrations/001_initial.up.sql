@@ -31,6 +31,7 @@ CREATE TABLE webhook_ingress.events (
     event_type         text        NOT NULL DEFAULT '',
     received_at        timestamptz NOT NULL DEFAULT now(),
     headers            jsonb       NOT NULL DEFAULT '{}',
+    request_uri        text        NOT NULL DEFAULT '',
     raw_body           bytea       NOT NULL,
     body_sha256        bytea       GENERATED ALWAYS AS (sha256(raw_body)) STORED,
     signature_verified boolean     NOT NULL,
@@ -49,7 +50,9 @@ COMMENT ON COLUMN webhook_ingress.events.scheme IS
 COMMENT ON COLUMN webhook_ingress.events.external_event_id IS
     'The provider''s own event id (Stripe id, X-GitHub-Delivery, webhook-id); with provider, the dedupe key.';
 COMMENT ON COLUMN webhook_ingress.events.headers IS
-    'Request headers as received: {"Canonical-Name": ["value", ...]}. Kept so signatures can be re-verified.';
+    'Request headers as received: {"Canonical-Name": ["value", ...]}. Kept so signatures can be re-verified. A secret sent as a header (GitLab''s X-Gitlab-Token) is stored as its sha256 only.';
+COMMENT ON COLUMN webhook_ingress.events.request_uri IS
+    'Path and query string as received; schemes that sign the URL (Twilio) need it to re-verify.';
 COMMENT ON COLUMN webhook_ingress.events.raw_body IS
     'The exact bytes the provider signed. Never rewritten; the only input to re-verification.';
 COMMENT ON COLUMN webhook_ingress.events.body_sha256 IS
@@ -226,7 +229,7 @@ GRANT USAGE ON SCHEMA webhook_ingress
     TO webhook_ingress_writer, webhook_streamer, webhook_worker, webhook_auditor;
 
 -- Ingress: insert events; read only the dedupe key that ON CONFLICT and RETURNING need.
-GRANT INSERT (provider, scheme, external_event_id, event_type, received_at, headers, raw_body, signature_verified, secret_index)
+GRANT INSERT (provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index)
     ON webhook_ingress.events TO webhook_ingress_writer;
 GRANT SELECT (provider, external_event_id) ON webhook_ingress.events TO webhook_ingress_writer;
 

@@ -6,6 +6,6 @@
 -- nothing; RowsAffected tells stored (1) from duplicate (0). No RETURNING: the
 -- ingress role may read only the dedupe key.
 INSERT INTO webhook_ingress.events
-    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (provider, external_event_id) DO NOTHING

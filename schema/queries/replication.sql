@@ -1,0 +1,24 @@
+-- Queries of the streamer's replication wake source (streamer.wake:
+-- replication). They run on its replication=database connection, which speaks
+-- only the simple query protocol: no parameters here.
+
+-- name: JobsPublication
+-- Is the publication the streamer follows there, and does it carry what it
+-- needs? No row: it is missing. has_jobs false: it exists without the jobs
+-- table (then it wakes nobody).
+SELECT p.pubinsert,
+       p.pubupdate,
+       EXISTS (SELECT 1
+               FROM pg_catalog.pg_publication_tables t
+               WHERE t.pubname = p.pubname
+                 AND t.schemaname = 'webhook_ingress'
+                 AND t.tablename = 'jobs') AS has_jobs
+FROM pg_catalog.pg_publication p
+WHERE p.pubname = 'inlet_jobs'
+
+-- name: CreateJobsPublication
+-- Only the owner of webhook_ingress.jobs (or a superuser) may run this; the
+-- streamer does when its replication role is allowed to, otherwise it stops
+-- and names this statement for an operator to run. Inserts wake streamers;
+-- updates do too when they make a job pending again (reaper, replay).
+CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')
