@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
@@ -48,6 +49,23 @@ type source struct {
 	name     string
 	scheme   string
 	verifier Verifier
+	// secretLogged is when each secret's use was last logged (unix seconds),
+	// so rotations are visible without a line per webhook.
+	secretLogged []atomic.Int64
+}
+
+// secretLogEvery is how often the use of each secret is logged again.
+const secretLogEvery = time.Hour
+
+func (src *source) noteSecret(idx int, now time.Time, log *slog.Logger) {
+	if idx < 0 || idx >= len(src.secretLogged) {
+		return
+	}
+	last := src.secretLogged[idx].Load()
+	if now.Unix()-last < int64(secretLogEvery/time.Second) || !src.secretLogged[idx].CompareAndSwap(last, now.Unix()) {
+		return
+	}
+	log.Info("signing secret in use", slog.Int("secret_index", idx), slog.Int("secrets", len(src.secretLogged)))
 }
 
 // Server is the webhook HTTP service.
@@ -87,7 +105,8 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
 		}
-		s.sources[sc.Name] = &source{name: sc.Name, scheme: sc.Type, verifier: v}
+		s.sources[sc.Name] = &source{name: sc.Name, scheme: sc.Type, verifier: v,
+			secretLogged: make([]atomic.Int64, len(sc.Secrets))}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
@@ -263,6 +282,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if !stored {
 		status = "duplicate"
 	}
+	src.noteSecret(res.SecretIndex, s.cfg.Now(), log)
 	if res.Challenge != "" {
 		// The provider checks the endpoint by having its challenge echoed.
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": res.Challenge})

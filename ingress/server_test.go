@@ -160,6 +160,10 @@ func TestStoredBytesEqualSentBytes(t *testing.T) {
 	if len(headers["Stripe-Signature"]) != 1 || headers["Content-Type"][0] != "application/json" {
 		t.Fatalf("stored headers = %v", headers)
 	}
+	// Rotation visibility: the log names the index that matched, never the secret.
+	if logs := b.logs.String(); !strings.Contains(logs, `"msg":"signing secret in use","source":"stripe","secret_index":1`) || strings.Contains(logs, stripeSecret) {
+		t.Fatalf("log lacks the matched secret index (or shows the secret):\n%s", logs)
+	}
 }
 
 func TestDuplicateDeliveryStoresOneRow(t *testing.T) {
