@@ -101,9 +101,10 @@ func (c *countingTarget) distinct() int {
 	return len(c.keys)
 }
 
-// inlet ingress, inlet streamer and two inlet consumer replicas, each its own
-// process, over a real NATS: every stored webhook reaches the internal
-// service, signed; the replicas share the work.
+// inlet ingress, two inlet streamer and three inlet consumer replicas, each
+// its own process, over a real NATS: every stored webhook reaches the
+// internal service, signed; the replicas share the work and no job is leased
+// twice (one attempt each).
 func TestSeparateServicesOverNATS(t *testing.T) {
 	t.Parallel()
 	nats := natstest.Start(t)
@@ -114,16 +115,22 @@ func TestSeparateServicesOverNATS(t *testing.T) {
 	env := cleanEnv("DATABASE_URL=" + dbURL)
 
 	// Consumers first: they register the subscription that fans events out.
-	c1 := start(t, env, "consumer", "--config", cfg)
-	c2 := start(t, env, "consumer", "--config", cfg)
-	c1.waitLog("consumers started", 30*time.Second)
-	c2.waitLog("consumers started", 30*time.Second)
-	st := start(t, env, "streamer", "--config", cfg)
-	st.waitLog("streamer started", 30*time.Second)
+	var procs []*proc
+	for i := 0; i < 3; i++ {
+		c := start(t, env, "consumer", "--config", cfg)
+		c.waitLog("consumers started", 30*time.Second)
+		procs = append(procs, c)
+	}
+	for i := 0; i < 2; i++ {
+		st := start(t, env, "streamer", "--config", cfg)
+		st.waitLog("streamer started", 30*time.Second)
+		procs = append(procs, st)
+	}
 	ing := start(t, env, "ingress", "--config", cfg)
 	ing.waitLog("ingress listening", 30*time.Second)
+	procs = append(procs, ing)
 
-	const n = 200
+	const n = 600
 	out, errOut, code := runInlet(t, env, "send", "github", "--config", cfg, "--url", "http://"+addr, "--id", "svc-0")
 	if code != 0 || !strings.Contains(out, "stored") {
 		t.Fatalf("inlet send: %s %s", out, errOut)
@@ -147,7 +154,8 @@ func TestSeparateServicesOverNATS(t *testing.T) {
 	var completed, workers int
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(DISTINCT worker_id) FROM webhook_ingress.jobs`).Scan(&completed, &workers); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(DISTINCT worker_id)
+			FROM webhook_ingress.jobs`).Scan(&completed, &workers); err != nil {
 			t.Fatal(err)
 		}
 		if completed == n || time.Now().After(deadline) {
@@ -158,8 +166,25 @@ func TestSeparateServicesOverNATS(t *testing.T) {
 	if completed != n {
 		t.Fatalf("%d of %d jobs completed", completed, n)
 	}
-	if workers != 2 {
-		t.Errorf("jobs done by %d consumer replicas, want 2 sharing the work", workers)
+	if workers != 3 {
+		t.Errorf("jobs done by %d consumer replicas, want 3 sharing the work", workers)
+	}
+	var attempts, onePerJob int
+	if err := conn.QueryRow(ctx, `SELECT count(*), (SELECT count(*) FROM (SELECT job_id FROM webhook_ingress.job_attempts
+		GROUP BY job_id HAVING count(*) = 1) x) FROM webhook_ingress.job_attempts`).Scan(&attempts, &onePerJob); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != n || onePerJob != n {
+		t.Errorf("%d attempts, %d jobs with exactly one: a job was leased twice", attempts, onePerJob)
+	}
+	target.mu.Lock()
+	dups := 0
+	for _, c := range target.keys {
+		dups += c - 1
+	}
+	target.mu.Unlock()
+	if dups != 0 {
+		t.Errorf("%d duplicate deliveries without any failure", dups)
 	}
 	target.mu.Lock()
 	bad := target.bad
@@ -167,7 +192,7 @@ func TestSeparateServicesOverNATS(t *testing.T) {
 	if bad != 0 {
 		t.Fatalf("%d deliveries failed the Inlet-Signature check", bad)
 	}
-	for _, p := range []*proc{ing, st, c1, c2} {
+	for _, p := range procs {
 		if err := p.stop(); err != nil {
 			t.Errorf("exit after SIGTERM: %v\n%s", err, p.errOut())
 		}
