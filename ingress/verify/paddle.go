@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"crypto/hmac"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -43,7 +42,7 @@ func (v *paddleVerifier) Verify(req *Request) (Result, error) {
 	}
 	index := -1
 	for i, k := range v.keys {
-		if paddleMatches(header, k.sum(req.Body, ts, ":")) {
+		if anyHexMAC(header, ";", "h1=", k.sum(req.Body, ts, ":")) {
 			index = i
 			break
 		}
@@ -98,22 +97,6 @@ func parsePaddleSignature(header string) (ts string, unix int64, err error) {
 		return "", 0, fmt.Errorf("paddle: %w: %s has no well-formed h1=", ErrSignatureMalformed, paddleHeader)
 	}
 	return ts, unix, nil
-}
-
-// paddleMatches reports whether any h1 element of header equals mac.
-func paddleMatches(header string, mac [32]byte) bool {
-	for rest := header; rest != ""; {
-		var elem string
-		elem, rest, _ = strings.Cut(rest, ";")
-		val, ok := strings.CutPrefix(elem, "h1=")
-		if !ok {
-			continue
-		}
-		if got, ok := decodeHex32(val); ok && hmac.Equal(got[:], mac[:]) {
-			return true
-		}
-	}
-	return false
 }
 
 // paddleEvent reads event_id and event_type from a verified notification.

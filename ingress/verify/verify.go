@@ -484,3 +484,21 @@ func syntheticID(body []byte) string {
 	sum := sha256.Sum256(body)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// anyHexMAC reports whether any element of a sep-separated signature header
+// that starts with prefix is the hex of mac (Stripe's v1=, Paddle's h1=:
+// several may come during a rotation), in constant time per element.
+func anyHexMAC(header, sep, prefix string, mac [sha256.Size]byte) bool {
+	for rest := header; rest != ""; {
+		var elem string
+		elem, rest, _ = strings.Cut(rest, sep)
+		val, ok := strings.CutPrefix(elem, prefix)
+		if !ok {
+			continue
+		}
+		if got, ok := decodeHex32(val); ok && hmac.Equal(got[:], mac[:]) {
+			return true
+		}
+	}
+	return false
+}
