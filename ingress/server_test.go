@@ -283,7 +283,7 @@ func TestDatabaseDownThenRecovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// Its own cluster: stopping the shared one would break the other tests.
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(tempDir(t), "pg"), Install: true,
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(pgtest.TempDir(t), "pg"), Install: true,
 		Settings: map[string]string{"fsync": "off"}})
 	if err != nil {
 		t.Fatal(err)

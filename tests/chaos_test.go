@@ -18,6 +18,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
+	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -55,7 +56,7 @@ func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	const ghSecret = "chaos-github-secret"
 	const fwdSecret = "chaos-forward-secret-0123"
 
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(worldDir(t), "pg"), Install: true,
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(pgtest.TempDir(t), "pg"), Install: true,
 		Settings: map[string]string{"max_connections": "200"}})
 	if err != nil {
 		t.Fatal(err)

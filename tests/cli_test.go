@@ -71,7 +71,7 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 // configured, starts its own PostgreSQL, and the printed example is stored.
 func TestDevOnEmbeddedDefaults(t *testing.T) {
 	t.Parallel()
-	data := worldDir(t)
+	data := pgtest.TempDir(t)
 	addr := freeAddr(t)
 	env := cleanEnv()
 	p := start(t, env, "dev", "--data-dir", data, "--listen", addr)

@@ -203,20 +203,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// worldDir is a temporary directory the postgres server user can enter.
-func worldDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "inlet-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)

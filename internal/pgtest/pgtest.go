@@ -196,3 +196,19 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// TempDir is a temporary directory the PostgreSQL server user can enter, for
+// a test's own cluster (t.TempDir's parents are private to the test's user).
+// It is removed when the test ends.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "inlet-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
