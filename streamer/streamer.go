@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/internal/bus"
@@ -30,6 +31,15 @@ type Config struct {
 	// ListenConnect opens the dedicated LISTEN connection. Nil: no LISTEN,
 	// the poll tick alone wakes the streamer.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
+	// ReplicationConnect opens the logical replication connection
+	// (replication=database, a role with REPLICATION; see
+	// ConnectReplication) the replication wake source streams on. Nil: off.
+	// Not together with ListenConnect.
+	ReplicationConnect func(ctx context.Context) (*pgconn.PgConn, error)
+	// SlotName is the replication slot this streamer reads. A slot has one
+	// reader and keeps its position across restarts, so every replica needs
+	// its own stable name. Defaults to "inlet_streamer".
+	SlotName string
 	// ID names this streamer as lease holder (jobs.lease_holder_id).
 	// Defaults to "streamer-<hostname>-<pid>-<random>".
 	ID string
@@ -57,6 +67,7 @@ func (c Config) WithDefaults() Config {
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
+	c.SlotName = cmp.Or(c.SlotName, DefaultSlotName)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -75,6 +86,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("streamer: LeaseDuration %s must be at least 1s", c.LeaseDuration)
 	case c.PollInterval < 0 || c.ReapInterval < 0:
 		return errors.New("streamer: PollInterval and ReapInterval must not be negative")
+	case c.ListenConnect != nil && c.ReplicationConnect != nil:
+		return errors.New("streamer: ListenConnect and ReplicationConnect are exclusive: wake on LISTEN or on replication, not both")
+	case !slotNameRE.MatchString(c.SlotName):
+		return fmt.Errorf("streamer: SlotName %q must be 1 to 63 of a-z, 0-9 and _", c.SlotName)
 	}
 	return nil
 }
@@ -89,17 +104,22 @@ type Stats struct {
 	DeadLettered  int64 // expired leases on their last attempt
 	NotifyWakeups int64
 	PollWakeups   int64
+	// ReplicationWakeups counts committed transactions on the replication
+	// stream that woke the claim loop.
+	ReplicationWakeups int64
 }
 
 // Streamer claims due jobs and publishes references to them.
 type Streamer struct {
-	cfg      Config
-	listener *notify.Listener
-	wake     chan struct{}
+	cfg         Config
+	listener    *notify.Listener
+	replication *Replication
+	wake        chan struct{}
 
 	claims, claimed, published, publishFailed atomic.Int64
 	reaped, deadLettered                      atomic.Int64
 	notifyWakeups, pollWakeups                atomic.Int64
+	replicationWakeups                        atomic.Int64
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -124,6 +144,12 @@ func New(cfg Config) (*Streamer, error) {
 			Logger: cfg.Logger,
 		})
 	}
+	if cfg.ReplicationConnect != nil {
+		s.replication = newReplication(cfg, func() {
+			s.replicationWakeups.Add(1)
+			s.Wake()
+		}, s.Wake)
+	}
 	return s, nil
 }
 
@@ -133,12 +159,16 @@ func (s *Streamer) ID() string { return s.cfg.ID }
 // Listener is the LISTEN connection holder, nil when LISTEN is off.
 func (s *Streamer) Listener() *notify.Listener { return s.listener }
 
+// Replication is the replication wake source, nil when it is off.
+func (s *Streamer) Replication() *Replication { return s.replication }
+
 // Stats returns the counters.
 func (s *Streamer) Stats() Stats {
 	return Stats{
 		Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		PublishFailed: s.publishFailed.Load(), Reaped: s.reaped.Load(), DeadLettered: s.deadLettered.Load(),
 		NotifyWakeups: s.notifyWakeups.Load(), PollWakeups: s.pollWakeups.Load(),
+		ReplicationWakeups: s.replicationWakeups.Load(),
 	}
 }
 
@@ -151,12 +181,20 @@ func (s *Streamer) Wake() {
 }
 
 // Start runs the wake sources, the claim loop and the reaper in the
-// background until Stop.
+// background until Stop. With ReplicationConnect it first opens the
+// replication stream (up to 15s), and fails with ErrReplicationSetup when it
+// cannot work as configured; when Postgres is merely unreachable it starts
+// anyway and polls until the stream opens.
 func (s *Streamer) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return errors.New("streamer: already started")
+	}
+	if s.replication != nil {
+		if err := s.replication.prepare(ctx); err != nil {
+			return err
+		}
 	}
 	s.started = true
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -171,10 +209,14 @@ func (s *Streamer) Start(ctx context.Context) error {
 	if s.listener != nil {
 		run(s.listener.Run)
 	}
+	if s.replication != nil {
+		run(s.replication.run)
+	}
 	run(s.pollLoop)
 	run(s.claimLoop)
 	run(s.reapLoop)
 	s.cfg.Logger.Info("streamer started", slog.String("id", s.cfg.ID), slog.Bool("listen", s.listener != nil),
+		slog.Bool("replication", s.replication != nil),
 		slog.Int("batch_size", s.cfg.BatchSize), slog.Duration("poll_interval", s.cfg.PollInterval))
 	s.Wake()
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,9 +39,19 @@ func sendGitHub(t *testing.T, base, secret, delivery string, body []byte) {
 
 // servicesConfig is a config for ingress, streamer and consumer as separate
 // processes over NATS, forwarding every event to target.
-func servicesConfig(t *testing.T, natsURL, target, secret string) (path, ingressAddr string) {
+func servicesConfig(t *testing.T, natsURL, target, secret string, streamerExtra ...string) (path, ingressAddr string) {
 	t.Helper()
 	ingressAddr = freeAddr(t)
+	// streamer settings: these defaults, overridden by streamerExtra ("key: value").
+	settings := map[string]string{"lease_duration": "3s", "reap_interval": "250ms", "poll_interval": "250ms", "health_listen": `"127.0.0.1:0"`}
+	for _, l := range streamerExtra {
+		k, v, _ := strings.Cut(l, ": ")
+		settings[k] = v
+	}
+	extra := ""
+	for k, v := range settings {
+		extra += "\n  " + k + ": " + v
+	}
 	path = writeFile(t, t.TempDir(), "inlet.yaml", fmt.Sprintf(`
 database_url: ${DATABASE_URL}
 ingress:
@@ -52,11 +63,7 @@ sources:
 bus:
   kind: nats
   url: %q
-streamer:
-  lease_duration: 3s
-  reap_interval: 250ms
-  poll_interval: 250ms
-  health_listen: "127.0.0.1:0"
+streamer:%s
 consumer:
   lease_extend: 1s
   health_listen: "127.0.0.1:0"
@@ -67,7 +74,7 @@ consumer:
       secret: %q
       timeout: 5s
       concurrency: 16
-`, ingressAddr, natsURL, target, secret))
+`, ingressAddr, natsURL, extra, target, secret))
 	return path, ingressAddr
 }
 
@@ -208,4 +215,64 @@ func TestSeparateServiceRefusesTheInProcessBus(t *testing.T) {
 			t.Errorf("%s with bus gochannel: exit %d, %q", svc, code, errOut)
 		}
 	}
+}
+
+// streamer.wake: replication, with polling effectively off: jobs reach
+// consumers through the WAL wake-up, and a streamer killed and restarted on
+// the same slot misses none of the jobs created while it was down.
+func TestReplicationWakeSurvivesStreamerRestart(t *testing.T) {
+	t.Parallel()
+	nats := natstest.Start(t)
+	dbURL := pgtest.NewDatabase(t)
+	const secret = "replication-forward-secret"
+	target, targetURL := newCountingTarget(t, secret)
+	cfg, addr := servicesConfig(t, nats.URL(), targetURL, secret,
+		"wake: replication", "slot_name: inlet_e2e_"+strings.ReplaceAll(strings.ToLower(t.Name()), "/", "_")[:20], "poll_interval: 1h")
+	env := cleanEnv("DATABASE_URL=" + dbURL)
+	c := start(t, env, "consumer", "--config", cfg)
+	c.waitLog("consumers started", 30*time.Second)
+	st := start(t, env, "streamer", "--config", cfg)
+	st.waitLog("streamer started", 30*time.Second)
+	ing := start(t, env, "ingress", "--config", cfg)
+	ing.waitLog("ingress listening", 30*time.Second)
+	base := "http://" + addr
+	waitDelivered := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for target.distinct() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d delivered", target.distinct(), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		sendGitHub(t, base, "e2e-services-secret", fmt.Sprintf("repl-%d", i), []byte(`{"n":1}`))
+		waitDelivered(i + 1)
+		t.Logf("webhook %d delivered %s after the 200 (polling every hour)", i, time.Since(start))
+	}
+	_ = st.cmd.Process.Signal(syscall.SIGKILL)
+	<-st.done
+	for i := 5; i < 15; i++ {
+		sendGitHub(t, base, "e2e-services-secret", fmt.Sprintf("repl-%d", i), []byte(`{"n":1}`))
+	}
+	st2 := start(t, env, "streamer", "--config", cfg)
+	st2.waitLog("streamer started", 60*time.Second)
+	waitDelivered(15)
+	sendGitHub(t, base, "e2e-services-secret", "repl-after", []byte(`{"n":1}`))
+	waitDelivered(16)
+	for _, p := range []*proc{ing, st2, c} {
+		if err := p.stop(); err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	}
+	// The slot outlives the streamer; drop it so the test database can go.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active`)
 }

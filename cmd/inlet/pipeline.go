@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
@@ -33,7 +34,14 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 		ReapInterval:  cfg.Streamer.ReapInterval,
 		Logger:        log,
 	}
-	if cfg.Streamer.Wake == "notify" {
+	switch cfg.Streamer.Wake {
+	case "replication":
+		url := cfg.DatabaseURL
+		sc.SlotName = cfg.Streamer.SlotName
+		sc.ReplicationConnect = func(ctx context.Context) (*pgconn.PgConn, error) {
+			return streamer.ConnectReplication(ctx, url)
+		}
+	case "notify":
 		url := cfg.DatabaseURL
 		sc.ListenConnect = func(ctx context.Context) (*pgx.Conn, error) {
 			c, err := pgx.ParseConfig(url)

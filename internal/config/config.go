@@ -38,8 +38,14 @@ type Config struct {
 // Streamer configures claiming and publishing.
 type Streamer struct {
 	// Wake is what wakes the streamer besides its poll tick: "notify"
-	// (LISTEN/NOTIFY) or "poll" (the tick alone). Defaults to "notify".
+	// (LISTEN/NOTIFY), "replication" (logical replication of the jobs table:
+	// needs wal_level=logical and a role with REPLICATION) or "poll" (the
+	// tick alone). Defaults to "notify".
 	Wake string `yaml:"wake"`
+	// SlotName is the replication slot of streamer.wake replication. A slot
+	// has one reader: every streamer replica needs its own stable name.
+	// Defaults to "inlet_streamer".
+	SlotName string `yaml:"slot_name"`
 	// BatchSize is the most jobs one claim leases. Defaults to 100.
 	BatchSize int `yaml:"batch_size"`
 	// LeaseDuration is how long a consumer has to report or extend before
@@ -177,6 +183,7 @@ func (c Config) WithDefaults() Config {
 		c.Ingress.DBRole = &r
 	}
 	c.Streamer.Wake = or(c.Streamer.Wake, "notify")
+	c.Streamer.SlotName = or(c.Streamer.SlotName, "inlet_streamer")
 	c.Streamer.BatchSize = or(c.Streamer.BatchSize, 100)
 	c.Streamer.LeaseDuration = or(c.Streamer.LeaseDuration, 60*time.Second)
 	c.Streamer.PollInterval = or(c.Streamer.PollInterval, time.Second)
@@ -385,9 +392,9 @@ var handlerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 func (c Config) validatePipeline() error {
 	switch c.Streamer.Wake {
-	case "notify", "poll":
+	case "notify", "poll", "replication":
 	default:
-		return fmt.Errorf("streamer.wake: %q is not notify or poll", c.Streamer.Wake)
+		return fmt.Errorf("streamer.wake: %q is not notify, replication or poll", c.Streamer.Wake)
 	}
 	if c.Streamer.BatchSize < 1 || c.Streamer.BatchSize > 10000 {
 		return fmt.Errorf("streamer.batch_size: %d must be between 1 and 10000", c.Streamer.BatchSize)

@@ -1,0 +1,527 @@
+package streamer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Publication is the publication the replication wake source follows:
+// webhook_ingress.jobs, inserts and updates. It is per database; the streamer
+// creates it when its replication role may (the owner of the jobs table or a
+// superuser), otherwise Start fails naming the statement to run (schema
+// query CreateJobsPublication).
+const Publication = "inlet_jobs"
+
+// DefaultSlotName is Config.SlotName's default. A slot has one reader: every
+// streamer replica that uses replication needs its own, stable name.
+const DefaultSlotName = "inlet_streamer"
+
+// Postgres's own rule for slot names, and it keeps the name safe to inline in
+// replication commands, which take no parameters.
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+var (
+	jobsPublicationSQL       = schema.Query("JobsPublication")
+	createJobsPublicationSQL = schema.Query("CreateJobsPublication")
+)
+
+// ErrReplicationSetup means the replication wake source cannot work as
+// configured (missing publication, role without REPLICATION, wal_level not
+// logical, a connection without replication=database, …); its text says what
+// to change. Start returns it; retrying does not help until that is fixed.
+var ErrReplicationSetup = errors.New("streamer: replication wake source is not set up")
+
+// ConnectReplication opens a logical replication connection to the database
+// at url (it adds replication=database). Its role needs the REPLICATION
+// attribute; pg_hba.conf matches it by database name, like any connection.
+// It suits Config.ReplicationConnect:
+//
+//	cfg.ReplicationConnect = func(ctx context.Context) (*pgconn.PgConn, error) {
+//		return streamer.ConnectReplication(ctx, url)
+//	}
+func ConnectReplication(ctx context.Context, url string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse replication connection URL: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "inlet-streamer-replication"
+	}
+	return pgconn.ConnectConfig(ctx, cfg)
+}
+
+const (
+	replicationMinBackoff = 100 * time.Millisecond
+	replicationMaxBackoff = 10 * time.Second
+	// How often the processed position is confirmed while it moves, and how
+	// often a status is sent anyway (well inside wal_sender_timeout, 60s by
+	// default).
+	statusInterval     = time.Second
+	idleStatusInterval = 10 * time.Second
+	// A transaction reaches the stream once its commit record is flushed,
+	// which can be a moment before its rows are visible to other sessions
+	// (seen in this package's tests, under -race: a claim right on the
+	// wake-up missed the row a few times in a thousand), and longer with a
+	// synchronous standby, which the commit waits for in between. Two trailing wake-ups after the
+	// last relevant commit catch what a too-early claim missed.
+	recheckSoon  = 10 * time.Millisecond
+	recheckLater = 100 * time.Millisecond
+	// How long Start waits for the first stream to open.
+	setupTimeout = 15 * time.Second
+)
+
+// Replication follows logical replication of webhook_ingress.jobs (pgoutput,
+// publication inlet_jobs) and wakes the claim loop on every committed
+// transaction that inserted a job, or updated one to pending (reaper, replay,
+// a publish failure's give-back). Updates to failed are not wake-ups: their
+// retry is due later, and the poll tick notices it. It confirms the positions
+// it has processed, so a restarted streamer resumes at its slot's confirmed
+// position; it reconnects with exponential backoff while the poll tick covers
+// the gap.
+type Replication struct {
+	connect func(ctx context.Context) (*pgconn.PgConn, error)
+	slot    string
+	logger  *slog.Logger
+	// wake is a counted wake-up (a relevant commit), nudge an uncounted one
+	// (a trailing recheck, a fresh connection).
+	wake, nudge func()
+
+	prepared *pgconn.PgConn // opened by Start, handed to run
+
+	mu         sync.Mutex
+	connected  bool
+	reconnects int
+	confirmed  atomic.Uint64
+}
+
+func newReplication(cfg Config, wake, nudge func()) *Replication {
+	return &Replication{connect: cfg.ReplicationConnect, slot: cfg.SlotName, logger: cfg.Logger, wake: wake, nudge: nudge}
+}
+
+// Slot is the replication slot's name.
+func (r *Replication) Slot() string { return r.slot }
+
+// Connected reports whether the replication stream is up, and how many times
+// it has connected after the first.
+func (r *Replication) Connected() (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.connected, r.reconnects
+}
+
+// Confirmed is the last WAL position this streamer reported to the server as
+// processed ("0/0" before the first).
+func (r *Replication) Confirmed() string { return pglogrepl.LSN(r.confirmed.Load()).String() }
+
+// prepare opens the first stream for Start. A setup error is returned: the
+// streamer should not start on a configuration that cannot work. Anything
+// else (Postgres unreachable, the slot still held by a dying predecessor) is
+// logged, and run keeps trying while the poll tick covers.
+func (r *Replication) prepare(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	conn, err := r.open(ctx)
+	if errors.Is(err, ErrReplicationSetup) {
+		return err
+	}
+	if err != nil {
+		r.logger.Warn("replication stream not open yet; polling covers until it is",
+			slog.String("slot", r.slot), slog.String("error", err.Error()))
+		return nil
+	}
+	r.prepared = conn
+	return nil
+}
+
+// run streams until ctx is done, reconnecting with exponential backoff.
+func (r *Replication) run(ctx context.Context) {
+	conn := r.prepared
+	r.prepared = nil
+	delay := replicationMinBackoff
+	first := true
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		var err error
+		if conn == nil {
+			conn, err = r.open(ctx)
+		}
+		if err == nil {
+			err = r.stream(ctx, conn, first)
+			conn = nil
+			first = false
+			if ctx.Err() != nil {
+				return
+			}
+			// It was up: start the backoff afresh.
+			delay, attempt = replicationMinBackoff, 1
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		level := slog.LevelWarn
+		if errors.Is(err, ErrReplicationSetup) {
+			level = slog.LevelError
+		}
+		r.logger.Log(ctx, level, "replication stream lost; polling covers the gap until it is back",
+			slog.String("slot", r.slot), slog.Int("attempt", attempt), slog.Duration("retry_in", wait),
+			slog.String("error", errText(err)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		delay = min(delay*2, replicationMaxBackoff)
+	}
+}
+
+// open connects, makes sure the publication and the slot exist, and starts
+// streaming from the slot's confirmed position.
+func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
+	conn, err := r.connect(ctx)
+	if err != nil {
+		return nil, explain(fmt.Errorf("connect for replication: %w", err))
+	}
+	defer func() {
+		if err != nil {
+			closeConn(conn)
+		}
+	}()
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return nil, explain(fmt.Errorf("identify system (is replication=database in the connection string?): %w", err))
+	}
+	if sys.DBName == "" {
+		return nil, fmt.Errorf("%w: the replication connection must be a logical one, to the Inlet database: set replication=database, not replication=true",
+			ErrReplicationSetup)
+	}
+	if err := ensurePublication(ctx, conn); err != nil {
+		return nil, err
+	}
+	if err := r.ensureSlot(ctx, conn); err != nil {
+		return nil, err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, r.slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + Publication + "'"},
+	})
+	if err != nil {
+		return nil, explain(fmt.Errorf("start replication from slot %q: %w", r.slot, err))
+	}
+	return conn, nil
+}
+
+func ensurePublication(ctx context.Context, conn *pgconn.PgConn) error {
+	results, err := conn.Exec(ctx, jobsPublicationSQL).ReadAll()
+	if err != nil {
+		return explain(fmt.Errorf("look up publication %s: %w", Publication, err))
+	}
+	if len(results) != 1 {
+		return fmt.Errorf("look up publication %s: %d results, want 1", Publication, len(results))
+	}
+	if rows := results[0].Rows; len(rows) == 1 {
+		if string(rows[0][2]) != "t" {
+			return fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s ADD TABLE webhook_ingress.jobs",
+				ErrReplicationSetup, Publication, Publication)
+		}
+		if string(rows[0][0]) != "t" {
+			return fmt.Errorf("%w: publication %s does not publish inserts; as its owner run: ALTER PUBLICATION %s SET (publish = 'insert, update')",
+				ErrReplicationSetup, Publication, Publication)
+		}
+		return nil
+	}
+	_, err = conn.Exec(ctx, createJobsPublicationSQL).ReadAll()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: another replica was quicker
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return fmt.Errorf("%w: publication %s is missing and the replication role may not create it; as the owner of webhook_ingress.jobs run: %s: %w",
+			ErrReplicationSetup, Publication, statement(createJobsPublicationSQL), err)
+	default:
+		return explain(fmt.Errorf("create publication %s: %w", Publication, err))
+	}
+}
+
+// ensureSlot creates the slot unless it exists. A new slot starts at the
+// current position; what was committed before is found by the claim every
+// start runs.
+func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	_, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		r.logger.Info("replication slot created; drop it if this streamer is retired, or it retains WAL",
+			slog.String("slot", r.slot), slog.String("drop_with", "SELECT pg_drop_replication_slot('"+r.slot+"')"))
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: resume it
+		return nil
+	default:
+		return explain(fmt.Errorf("create replication slot %q: %w", r.slot, err))
+	}
+}
+
+// stream reads the replication stream until ctx is done (then it confirms
+// what it processed and returns nil) or the connection fails. It closes conn.
+func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first bool) error {
+	defer closeConn(conn)
+	r.mu.Lock()
+	r.connected = true
+	if !first {
+		r.reconnects++
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.connected = false
+		r.mu.Unlock()
+	}()
+	if first {
+		r.logger.Info("replication stream open", slog.String("slot", r.slot), slog.String("publication", Publication))
+	} else {
+		r.logger.Info("replication stream restored", slog.String("slot", r.slot))
+		// The slot keeps what happened meanwhile, unless it was dropped and
+		// created afresh: one claim covers that too.
+		r.nudge()
+	}
+
+	soon, later := time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge)
+	soon.Stop()
+	later.Stop()
+	defer soon.Stop()
+	defer later.Stop()
+
+	d := decoder{statusColumn: map[uint32]int{}}
+	var reported pglogrepl.LSN
+	lastReport := time.Now()
+	report := func() error {
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: d.processed})
+		if err != nil {
+			return fmt.Errorf("confirm position %s: %w", d.processed, err)
+		}
+		reported, lastReport = d.processed, time.Now()
+		r.confirmed.Store(uint64(reported))
+		return nil
+	}
+	for {
+		if since := time.Since(lastReport); (d.processed > reported && since >= statusInterval) || since >= idleStatusInterval {
+			if err := report(); err != nil {
+				return err
+			}
+		}
+		next := lastReport.Add(idleStatusInterval)
+		if d.processed > reported {
+			next = lastReport.Add(statusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			// Stopping: confirm what was processed, so the next start
+			// resumes there.
+			r.confirmFinal(conn, d.processed)
+			return nil
+		}
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from replication stream: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			woke, replyNow, err := d.handle(msg.Data)
+			if err != nil {
+				return err
+			}
+			if woke {
+				r.wake()
+				soon.Reset(recheckSoon)
+				later.Reset(recheckLater)
+			}
+			if replyNow {
+				if err := report(); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return explain(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg)))
+		case *pgproto3.CopyDone:
+			return errors.New("server ended the replication stream")
+		}
+	}
+}
+
+// confirmFinal reports lsn, then ends the stream (CopyDone) and waits for
+// the server to finish it: the server handles messages in order, so the slot
+// holds the position before Stop returns.
+func (r *Replication) confirmFinal(conn *pgconn.PgConn, lsn pglogrepl.LSN) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn})
+	if err == nil {
+		conn.Frontend().Send(&pgproto3.CopyDone{})
+		err = conn.Frontend().Flush()
+	}
+	for err == nil {
+		var msg pgproto3.BackendMessage
+		if msg, err = conn.ReceiveMessage(ctx); err != nil {
+			break
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			err = pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.ReadyForQuery:
+			r.confirmed.Store(uint64(lsn))
+			return
+		}
+	}
+	r.logger.Warn("replication position not confirmed at stop; the next start replays from the last one (wake-ups only)",
+		slog.String("slot", r.slot), slog.String("lsn", lsn.String()), slog.String("error", err.Error()))
+}
+
+// decoder follows pgoutput messages far enough to tell which commits should
+// wake the claim loop, and how far the stream has been processed.
+type decoder struct {
+	statusColumn map[uint32]int // relation id → index of its status column
+	inTx         bool
+	wakeAtCommit bool
+	processed    pglogrepl.LSN
+}
+
+// handle takes one CopyData payload. It reports whether a commit that should
+// wake the claim loop ended, and whether the server asked for a status now.
+func (d *decoder) handle(data []byte) (woke, replyNow bool, err error) {
+	if len(data) == 0 {
+		return false, false, errors.New("empty message on the replication stream")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, false, fmt.Errorf("parse keepalive: %w", err)
+		}
+		// Everything up to the server's sent position has reached us, and
+		// between transactions all of it is handled: it can be confirmed, so
+		// the slot does not hold WAL for changes that are not ours.
+		if !d.inTx && k.ServerWALEnd > d.processed {
+			d.processed = k.ServerWALEnd
+		}
+		return false, k.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return false, false, fmt.Errorf("parse WAL data: %w", err)
+		}
+		m, err := pglogrepl.Parse(x.WALData)
+		if err != nil {
+			return false, false, fmt.Errorf("decode pgoutput message: %w", err)
+		}
+		return d.apply(m), false, nil
+	}
+	return false, false, nil
+}
+
+func (d *decoder) apply(m pglogrepl.Message) (woke bool) {
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		d.statusColumn[m.RelationID] = -1
+		for i, c := range m.Columns {
+			if c.Name == "status" {
+				d.statusColumn[m.RelationID] = i
+			}
+		}
+	case *pglogrepl.BeginMessage:
+		d.inTx, d.wakeAtCommit = true, false
+	case *pglogrepl.InsertMessage:
+		d.wakeAtCommit = true
+	case *pglogrepl.UpdateMessage:
+		if d.claimable(m.RelationID, m.NewTuple) {
+			d.wakeAtCommit = true
+		}
+	case *pglogrepl.CommitMessage:
+		woke = d.wakeAtCommit
+		d.inTx, d.wakeAtCommit = false, false
+		d.processed = max(d.processed, m.TransactionEndLSN)
+	}
+	return woke
+}
+
+// claimable reports whether a new row version is pending. A failed job is
+// claimable only once its backoff ends, which the poll tick notices.
+func (d *decoder) claimable(rel uint32, t *pglogrepl.TupleData) bool {
+	i, ok := d.statusColumn[rel]
+	if !ok || i < 0 || t == nil || i >= len(t.Columns) {
+		return false
+	}
+	c := t.Columns[i]
+	return c.DataType == pglogrepl.TupleDataTypeText && string(c.Data) == "pending"
+}
+
+// explain marks errors that retrying cannot fix as ErrReplicationSetup and
+// adds what to do about the usual ones. Connection trouble, a server shutting
+// down and a slot still held by another process stay plain errors: retried.
+func explain(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	code := pgErr.Code
+	switch {
+	case code == "55006": // object_in_use: the slot has a reader
+		return fmt.Errorf("%w (each streamer replica needs its own slot_name; a crashed predecessor's session ends within wal_sender_timeout)", err)
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "57"), code == "53300", code == "40001", code == "40P01":
+		return err
+	}
+	hint := ""
+	switch {
+	case code == "42501": // insufficient_privilege
+		hint = "; the replication connection's role needs the REPLICATION attribute (ALTER ROLE … REPLICATION)"
+	case code == "55000": // object_not_in_prerequisite_state
+		hint = "; logical replication needs wal_level = logical (a restart) and a slot created in this database"
+	case code == "53400": // configuration_limit_exceeded
+		hint = "; raise max_replication_slots / max_wal_senders, or drop unused slots"
+	}
+	return fmt.Errorf("%w: %w%s", ErrReplicationSetup, err, hint)
+}
+
+// statement is a named query without its comment lines, for a message.
+func statement(q string) string {
+	var out []string
+	for _, line := range strings.Split(q, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func closeConn(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "connection closed"
+	}
+	return err.Error()
+}

@@ -1,0 +1,426 @@
+package streamer_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+// replTarget is one test's replication slot and the way to reach it.
+type replTarget struct {
+	url  string // the test database's superuser URL plus replication=database
+	slot string
+	// refuse makes (re)connects fail, as while the network to Postgres is cut.
+	refuse atomic.Bool
+}
+
+// replication names a slot for this test (slots are cluster-wide: it is
+// named after the test database) and drops it when the test ends, before the
+// database's own cleanup (registered earlier, so it runs later). DROP
+// DATABASE drops a database's inactive slots with it, but fails, even WITH
+// (FORCE), while a slot is active, and pgtest ignores that error: so the slot
+// is dropped here, waiting out a walsender that lingers after Stop, and a
+// slot left behind fails the test.
+func (b *testBundle) replication(t *testing.T) *replTarget {
+	t.Helper()
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := strings.TrimPrefix(u.Path, "/")
+	q := u.Query()
+	q.Set("replication", "database")
+	u.RawQuery = q.Encode()
+	r := &replTarget{url: u.String(), slot: slot}
+	t.Cleanup(func() { b.dropSlot(t, slot) })
+	return r
+}
+
+func (b *testBundle) dropSlot(t *testing.T, slot string) {
+	t.Helper()
+	ctx := context.Background()
+	// The streamer has stopped, but its walsender may take a moment to
+	// release the slot.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := b.admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("drop replication slot %s: %v", slot, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var n int
+	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil || n != 0 {
+		t.Errorf("replication slot %s still there (%d, %v): its database cannot be dropped", slot, n, err)
+	}
+}
+
+func (r *replTarget) connect(ctx context.Context) (*pgconn.PgConn, error) {
+	if r.refuse.Load() {
+		return nil, errors.New("connection refused (test)")
+	}
+	return pgconn.Connect(ctx, r.url)
+}
+
+func (r *replTarget) config(poll time.Duration) streamer.Config {
+	return streamer.Config{PollInterval: poll, ReplicationConnect: r.connect, SlotName: r.slot}
+}
+
+func waitReplicationConnected(t *testing.T, s *streamer.Streamer, reconnects int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		up, n := s.Replication().Connected()
+		if up && n >= reconnects {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replication connected=%v reconnects=%d, want connected with %d", up, n, reconnects)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// walLSN is a pg_lsn query's result as text.
+func (b *testBundle) walLSN(t *testing.T, sql string, args ...any) string {
+	t.Helper()
+	var lsn string
+	if err := b.admin.QueryRow(context.Background(), sql, args...).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+func (b *testBundle) lsnAtLeast(t *testing.T, a, c string) bool {
+	t.Helper()
+	var ok bool
+	if err := b.admin.QueryRow(context.Background(), `SELECT $1::pg_lsn >= $2::pg_lsn`, a, c).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+const confirmedFlushSQL = `SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1`
+
+func TestReplicationConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	connect := func(context.Context) (*pgconn.PgConn, error) { return nil, errors.New("unused") }
+	tests := []struct {
+		name string
+		cfg  streamer.Config
+		want string
+	}{
+		{"with LISTEN", streamer.Config{ReplicationConnect: connect, ListenConnect: b.listenConnect}, "exclusive"},
+		{"slot name with capitals", streamer.Config{ReplicationConnect: connect, SlotName: "Inlet"}, "SlotName"},
+		{"slot name with a quote", streamer.Config{ReplicationConnect: connect, SlotName: "a'b"}, "SlotName"},
+		{"slot name too long", streamer.Config{ReplicationConnect: connect, SlotName: strings.Repeat("a", 64)}, "SlotName"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Pool, cfg.Publisher = b.pool, b.pubsub
+			if _, err := streamer.New(cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+	s, err := streamer.New(streamer.Config{Pool: b.pool, Publisher: b.pubsub, ReplicationConnect: connect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Replication().Slot(); got != streamer.DefaultSlotName {
+		t.Fatalf("default slot %q, want %q", got, streamer.DefaultSlotName)
+	}
+}
+
+func TestReplicationWakesWithinMilliseconds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	r := b.replication(t)
+	c := b.collect(t, "h")
+	// Polling effectively off: only the replication stream can deliver in time.
+	s := b.newStreamer(t, r.config(time.Hour))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitReplicationConnected(t, s, 0)
+	const rounds = 20
+	var took []time.Duration
+	for i := 0; i < rounds; i++ {
+		// Past the trailing rechecks of the last wake-up: this commit's own
+		// wake-up delivers.
+		time.Sleep(150 * time.Millisecond)
+		before := s.Stats()
+		start := time.Now()
+		b.insertEvents(t, 1)
+		select {
+		case <-c.got:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: no reference within 2s; stats before %+v, after %+v", i, before, s.Stats())
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("insert to reference over %d rounds: min %s, median %s, worst %s", rounds, took[0], took[rounds/2], took[rounds-1])
+	waitFor(t, 2*time.Second, "a wake-up per insert", func() bool { return s.Stats().ReplicationWakeups >= rounds })
+	if st := s.Stats(); st.ReplicationWakeups != rounds || st.PollWakeups != 0 {
+		t.Fatalf("stats %+v: want %d replication wake-ups and no poll", st, rounds)
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND schemaname = 'webhook_ingress' AND tablename = 'jobs'`, streamer.Publication); n != 1 {
+		t.Fatalf("publication %s has %d jobs tables, want 1", streamer.Publication, n)
+	}
+}
+
+// Only commits that make work claimable wake the claim loop: inserts, and
+// updates back to pending; not the claim's own update to leased, nor a
+// failure whose retry is due later.
+func TestReplicationWakesOnInsertAndPendingAgainOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	r := b.replication(t)
+	c := b.collect(t, "h")
+	s := b.newStreamer(t, r.config(time.Hour))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitReplicationConnected(t, s, 0)
+	wakeups := func() int64 { return s.Stats().ReplicationWakeups }
+
+	b.insertEvents(t, 1)
+	first := c.wait(t, 1, 2*time.Second)[0]
+	// A later insert orders after the claim's update in the stream: when it
+	// has been counted, the claim has been seen.
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	waitFor(t, 2*time.Second, "second insert counted", func() bool { return wakeups() >= 2 })
+	if n := wakeups(); n != 2 {
+		t.Fatalf("%d wake-ups after two inserts and their claims, want 2", n)
+	}
+
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'failed', lease_holder_id = NULL,
+		lease_expires_at = NULL, next_attempt_at = now() + interval '1 hour' WHERE id = $1`, first.JobID); err != nil {
+		t.Fatal(err)
+	}
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	waitFor(t, 2*time.Second, "third insert counted", func() bool { return wakeups() >= 3 })
+	if n := wakeups(); n != 3 {
+		t.Fatalf("%d wake-ups, want 3: an update to failed is no wake-up", n)
+	}
+
+	// As a replay would: pending again, due now. After the trailing
+	// rechecks of the last wake-up, so only this update's can deliver.
+	time.Sleep(150 * time.Millisecond)
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'pending', next_attempt_at = now() WHERE id = $1`, first.JobID); err != nil {
+		t.Fatal(err)
+	}
+	again := c.wait(t, 1, 2*time.Second)[0]
+	if again.JobID != first.JobID || again.Attempt != 2 {
+		t.Fatalf("reference %+v, want job %d's second attempt", again, first.JobID)
+	}
+	waitFor(t, 2*time.Second, "the update counted", func() bool { return wakeups() >= 4 })
+	if n := wakeups(); n != 4 {
+		t.Fatalf("%d wake-ups, want 4", n)
+	}
+}
+
+func TestReplicationResumesFromConfirmedPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	r := b.replication(t)
+	c := b.collect(t, "h")
+	ctx := context.Background()
+
+	s1 := b.newStreamer(t, r.config(time.Hour))
+	if err := s1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Stop() // if the test fails before it is stopped below; Stop is idempotent
+	waitReplicationConnected(t, s1, 0)
+	before := b.walLSN(t, `SELECT pg_current_wal_lsn()::text`)
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	s1.Stop()
+	confirmed1 := b.walLSN(t, confirmedFlushSQL, r.slot)
+	t.Logf("slot confirmed %s after the first streamer (it reported %s); WAL was at %s before its insert",
+		confirmed1, s1.Replication().Confirmed(), before)
+	if !b.lsnAtLeast(t, confirmed1, before) || confirmed1 == before {
+		t.Fatalf("confirmed_flush_lsn %s did not pass %s: the first streamer's position was not confirmed", confirmed1, before)
+	}
+
+	// Three transactions while no streamer runs.
+	const missed = 3
+	for i := 0; i < missed; i++ {
+		b.insertEvents(t, 1)
+	}
+	after := b.walLSN(t, `SELECT pg_current_wal_lsn()::text`)
+
+	s2 := b.newStreamer(t, r.config(time.Hour))
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	start := time.Now()
+	c.wait(t, missed, 5*time.Second)
+	t.Logf("restart to %d references: %s", missed, time.Since(start))
+	// The slot replays exactly the three transactions after its confirmed
+	// position (the start's own claim delivered them first); had it started
+	// before it, the first streamer's insert would wake a fourth time.
+	waitFor(t, 5*time.Second, "the missed inserts replayed from the slot", func() bool {
+		return s2.Stats().ReplicationWakeups >= missed
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n := s2.Stats().ReplicationWakeups; n != missed {
+		t.Fatalf("%d replication wake-ups after the restart, want %d", n, missed)
+	}
+	waitFor(t, 10*time.Second, "confirmed_flush_lsn past the missed inserts", func() bool {
+		return b.lsnAtLeast(t, b.walLSN(t, confirmedFlushSQL, r.slot), after)
+	})
+	t.Logf("slot confirmed %s, past %s", b.walLSN(t, confirmedFlushSQL, r.slot), after)
+}
+
+func TestReplicationKilledPollingCoversAndItReconnects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	r := b.replication(t)
+	c := b.collect(t, "h")
+	s := b.newStreamer(t, r.config(300*time.Millisecond))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitReplicationConnected(t, s, 0)
+	// One delivery first: then the start's own claim is surely done, and
+	// the trailing recheck after its wake-up has passed before the kill.
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	time.Sleep(250 * time.Millisecond)
+
+	r.refuse.Store(true)
+	if n := b.count(t, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE backend_type = 'walsender' AND datname = current_database()`); n != 1 {
+		t.Fatalf("terminated %d walsenders, want 1", n)
+	}
+	waitFor(t, 5*time.Second, "the streamer to notice its stream is gone", func() bool {
+		up, _ := s.Replication().Connected()
+		return !up
+	})
+	wakeups := s.Stats().ReplicationWakeups
+	start := time.Now()
+	b.insertEvents(t, 1) // no stream: only polling can find it
+	c.wait(t, 1, 5*time.Second)
+	t.Logf("insert to reference by polling: %s", time.Since(start))
+	if up, _ := s.Replication().Connected(); up {
+		t.Fatal("reconnected while connects were refused")
+	}
+	if st := s.Stats(); st.PollWakeups == 0 || st.ReplicationWakeups != wakeups {
+		t.Fatalf("stats %+v: want delivery by a poll wake-up", st)
+	}
+
+	r.refuse.Store(false)
+	waitReplicationConnected(t, s, 1)
+	// The slot kept the insert made while disconnected: it is replayed (a
+	// wake-up, though polling already delivered it).
+	waitFor(t, 5*time.Second, "the insert made while disconnected replayed", func() bool {
+		return s.Stats().ReplicationWakeups > wakeups
+	})
+	// And the new stream wakes the claim loop again, faster than the poll.
+	wakeups = s.Stats().ReplicationWakeups
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	waitFor(t, 2*time.Second, "a replication wake-up on the new stream", func() bool {
+		return s.Stats().ReplicationWakeups > wakeups
+	})
+}
+
+// A configuration that cannot work fails Start with a message saying what to
+// do; once an operator has done it, a role that is not the owner streams too.
+func TestReplicationSetupErrorsFailStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	slot := db
+	t.Cleanup(func() { b.dropSlot(t, slot) })
+	roleURL := func(role string) string {
+		c := *u
+		c.User = url.UserPassword(role, "pw")
+		return c.String()
+	}
+	newRole := func(name, attrs string) string {
+		t.Helper()
+		if _, err := b.admin.Exec(ctx, `CREATE ROLE `+name+` LOGIN PASSWORD 'pw' `+attrs); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = b.admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+name) })
+		return roleURL(name)
+	}
+	start := func(roleURL string) (*streamer.Streamer, error) {
+		s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, SlotName: slot,
+			ReplicationConnect: func(ctx context.Context) (*pgconn.PgConn, error) {
+				return streamer.ConnectReplication(ctx, roleURL)
+			}})
+		return s, s.Start(ctx)
+	}
+
+	plain := newRole(db+"_plain", "")
+	if _, err := start(plain); !errors.Is(err, streamer.ErrReplicationSetup) || !strings.Contains(err.Error(), "REPLICATION") {
+		t.Fatalf("Start without REPLICATION = %v, want ErrReplicationSetup naming REPLICATION", err)
+	}
+
+	repl := newRole(db+"_repl", "REPLICATION")
+	_, err = start(repl)
+	if !errors.Is(err, streamer.ErrReplicationSetup) ||
+		!strings.Contains(err.Error(), "CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')") {
+		t.Fatalf("Start without the publication = %v, want ErrReplicationSetup naming the statement", err)
+	}
+	t.Logf("the operator is told: %v", err)
+
+	if _, err := b.admin.Exec(ctx, `CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')`); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "h")
+	s, err := start(repl)
+	if err != nil {
+		t.Fatalf("Start once the publication exists: %v", err)
+	}
+	defer s.Stop()
+	waitReplicationConnected(t, s, 0)
+	b.insertEvents(t, 1)
+	c.wait(t, 1, 2*time.Second)
+	if s.Stats().ReplicationWakeups == 0 {
+		t.Fatal("no replication wake-up")
+	}
+}
