@@ -46,10 +46,14 @@ type NATSConfig struct {
 // handlers each get their own.
 type NATS struct {
 	conn    *nats.Conn
-	js      nats.JetStreamContext
+	js      jetstream.JetStream
 	ackWait time.Duration
 	pub     *wmnats.Publisher
-	sub     *wmnats.Subscriber
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	closing chan struct{}
+	subs    sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -110,15 +114,6 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 		// No server-side dedupe by message id: consumers fence duplicates in
 		// Postgres (one take per attempt), and ids are not unique across topics.
 		TrackMsgId: false,
-		DurableCalculator: func(_, topic string) string {
-			return DurableName(topic)
-		},
-		SubscribeOptions: []nats.SubOpt{
-			nats.ManualAck(),
-			nats.AckExplicit(),
-			nats.AckWait(cfg.AckWait),
-			nats.DeliverAll(),
-		},
 	}
 	subjects := func(_, topic string) *wmnats.SubjectDetail {
 		return &wmnats.SubjectDetail{Primary: topic, QueueGroup: DurableName(topic)}
@@ -130,21 +125,12 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 		conn.Close()
 		return nil, fmt.Errorf("NATS publisher: %w", err)
 	}
-	sub, err := wmnats.NewSubscriberWithNatsConn(conn, wmnats.SubscriberSubscriptionConfig{
-		Unmarshaler: &wmnats.NATSMarshaler{}, SubjectCalculator: subjects, JetStream: js,
-		SubscribersCount: 1, AckWaitTimeout: cfg.AckWait, CloseTimeout: 5 * time.Second,
-		SubscribeTimeout: 30 * time.Second,
-	}, wlog)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("NATS subscriber: %w", err)
-	}
-	jsc, err := conn.JetStream()
+	js2, err := jetstream.New(conn)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("JetStream: %w", err)
 	}
-	return &NATS{conn: conn, js: jsc, ackWait: cfg.AckWait, pub: pub, sub: sub}, nil
+	return &NATS{conn: conn, js: js2, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
 }
 
 func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
@@ -177,49 +163,109 @@ func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
 	return n.pub.Publish(topic, msgs...)
 }
 
-// Subscribe implements message.Subscriber. The topic's durable consumer is
-// created here, not by the subscription: a consumer the client library
-// creates is deleted when that subscription ends, which would cut off the
-// other replicas sharing it.
+// Subscribe implements message.Subscriber with a pull consumer on the
+// topic's durable consumer, which Inlet creates (or updates) itself: replicas
+// subscribing to the same topic pull from the same durable and so share its
+// references. The returned channel is closed after ctx is done or Close, once
+// no delivery is in flight.
+//
+// (watermill-nats' own subscriber closes its output channel while a delivery
+// may still be sending on it, a data race the race detector reports; this
+// one holds a lock across each delivery instead.)
 func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if err := n.ensureConsumer(topic); err != nil {
-		return nil, err
+	n.mu.Lock()
+	select {
+	case <-n.closing:
+		n.mu.Unlock()
+		return nil, errors.New("subscribe " + topic + ": NATS transport closed")
+	default:
 	}
-	return n.sub.Subscribe(ctx, topic)
-}
+	n.subs.Add(1)
+	n.mu.Unlock()
 
-func (n *NATS) ensureConsumer(topic string) error {
 	name := DurableName(topic)
-	cfg := &nats.ConsumerConfig{
-		Durable:        name,
-		Description:    "Inlet consumers of " + topic,
-		DeliverSubject: "_INLET.deliver." + name,
-		DeliverGroup:   name,
-		FilterSubject:  topic,
-		DeliverPolicy:  nats.DeliverAllPolicy,
-		AckPolicy:      nats.AckExplicitPolicy,
-		AckWait:        n.ackWait,
-		MaxAckPending:  1000,
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cons, err := n.js.CreateOrUpdateConsumer(cctx, StreamName, jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "Inlet consumers of " + topic,
+		FilterSubject: topic,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       n.ackWait,
+		MaxAckPending: 1000,
+	})
+	cancel()
+	if err != nil {
+		n.subs.Done()
+		return nil, fmt.Errorf("create or update JetStream consumer %s: %w", name, err)
 	}
-	if _, err := n.js.ConsumerInfo(StreamName, name); err == nil {
-		if _, err := n.js.UpdateConsumer(StreamName, cfg); err != nil {
-			return fmt.Errorf("update JetStream consumer %s: %w", name, err)
+
+	out := make(chan *message.Message)
+	stop := make(chan struct{})
+	var sending sync.RWMutex // held (read) by each delivery, (write) by the closer
+	closed := false
+	unmarshal := &wmnats.NATSMarshaler{}
+	cc, err := cons.Consume(func(jm jetstream.Msg) {
+		msg, err := unmarshal.Unmarshal(&nats.Msg{Subject: jm.Subject(), Data: jm.Data(), Header: jm.Headers()})
+		if err != nil {
+			n.log.Warn("drop undecodable bus message", slog.String("topic", topic), slog.String("error", err.Error()))
+			_ = jm.Term()
+			return
 		}
-		return nil
-	}
-	if _, err := n.js.AddConsumer(StreamName, cfg); err != nil && !errors.Is(err, nats.ErrConsumerNameAlreadyInUse) {
-		if _, infoErr := n.js.ConsumerInfo(StreamName, name); infoErr == nil {
-			return nil // another replica made it at the same moment
+		mctx, mcancel := context.WithCancel(ctx)
+		defer mcancel()
+		msg.SetContext(mctx)
+		sending.RLock()
+		if closed {
+			sending.RUnlock()
+			_ = jm.Nak()
+			return
 		}
-		return fmt.Errorf("create JetStream consumer %s: %w", name, err)
+		select {
+		case out <- msg:
+			sending.RUnlock()
+		case <-stop:
+			sending.RUnlock()
+			_ = jm.Nak()
+			return
+		}
+		select {
+		case <-msg.Acked():
+			_ = jm.Ack()
+		case <-msg.Nacked():
+			_ = jm.Nak()
+		case <-stop:
+			_ = jm.Nak()
+		}
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		n.subs.Done()
+		return nil, fmt.Errorf("consume JetStream consumer %s: %w", name, err)
 	}
-	return nil
+	go func() {
+		defer n.subs.Done()
+		select {
+		case <-ctx.Done():
+		case <-n.closing:
+		}
+		close(stop)
+		cc.Stop()
+		sending.Lock()
+		closed = true
+		close(out)
+		sending.Unlock()
+	}()
+	return out, nil
 }
 
-// Close closes the subscriptions and the connection.
+// Close ends every subscription and closes the connection.
 func (n *NATS) Close() error {
 	n.closeOnce.Do(func() {
-		n.closeErr = errors.Join(n.sub.Close(), n.pub.Close())
+		n.mu.Lock()
+		close(n.closing)
+		n.mu.Unlock()
+		n.subs.Wait()
+		n.closeErr = n.pub.Close()
 		n.conn.Close()
 	})
 	return n.closeErr
