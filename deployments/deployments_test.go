@@ -1,0 +1,504 @@
+package deployments
+
+// What every deployment's test shares: the inlet command line as cmd/inlet
+// defines it (read from its source, so these tests follow it), Inlet's own
+// config loader, and database URL checks.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+// services are the long-running subcommands every deployment runs, each as
+// its own process, plus migrate.
+var services = []string{"ingress", "streamer", "consumer"}
+
+// streamerStop is how long `inlet streamer` takes to stop after SIGTERM at
+// most (it finishes its claim round, then stops its health listener with a
+// 5s deadline; it has no --drain-timeout).
+const streamerStop = 5 * time.Second
+
+// flagSpec is one flag of a subcommand.
+type flagSpec struct {
+	isBool bool
+	// def is the default of a duration flag (zero when not a duration or not
+	// a literal the test can read).
+	def time.Duration
+}
+
+// inletCLI is what the inlet binary accepts: subcommand → flag name → spec.
+type inletCLI map[string]map[string]flagSpec
+
+var (
+	cliCache  = map[string]inletCLI{}
+	cliSource = "../cmd/inlet"
+)
+
+// readInletCLI reads the subcommands (the commands map of cmd/inlet) and each
+// one's flags (the fs.String/fs.Duration/... calls of its run function and of
+// the helpers it passes fs to) from cmd/inlet's source.
+func readInletCLI(t *testing.T) inletCLI {
+	t.Helper()
+	if cli, ok := cliCache[cliSource]; ok {
+		return cli
+	}
+	files, err := filepath.Glob(filepath.Join(cliSource, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", cliSource, err)
+	}
+	fset := token.NewFileSet()
+	funcs := map[string]*ast.FuncDecl{}
+	var commands *ast.CompositeLit
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", f, err)
+		}
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					funcs[d.Name.Name] = d
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					vs, ok := s.(*ast.ValueSpec)
+					if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "commands" || len(vs.Values) != 1 {
+						continue
+					}
+					if cl, ok := vs.Values[0].(*ast.CompositeLit); ok {
+						commands = cl
+					}
+				}
+			}
+		}
+	}
+	if commands == nil {
+		t.Fatalf("%s: no `var commands = map[string]command{...}` found; update readInletCLI", cliSource)
+	}
+	cli := inletCLI{}
+	for _, e := range commands.Elts {
+		kv, ok := e.(*ast.KeyValueExpr)
+		if !ok {
+			continue
+		}
+		lit, ok := kv.Key.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			continue
+		}
+		name, _ := strconv.Unquote(lit.Value)
+		flags := map[string]flagSpec{"h": {isBool: true}, "help": {isBool: true}}
+		if cl, ok := kv.Value.(*ast.CompositeLit); ok {
+			for _, el := range cl.Elts {
+				if id, ok := el.(*ast.Ident); ok && funcs[id.Name] != nil {
+					collectFlags(funcs, funcs[id.Name], flags, map[string]bool{})
+				}
+			}
+		}
+		cli[name] = flags
+	}
+	for _, want := range append([]string{"migrate"}, services...) {
+		if _, ok := cli[want]; !ok {
+			t.Fatalf("cmd/inlet has no %q subcommand (found %v)", want, sortedKeys(cli))
+		}
+	}
+	cliCache[cliSource] = cli
+	return cli
+}
+
+var flagMethods = map[string]bool{
+	"String": false, "Duration": false, "Int": false, "Int64": false, "Uint": false, "Uint64": false,
+	"Float64": false, "Func": false, "Bool": true, "BoolFunc": true,
+}
+
+var flagVarMethods = map[string]bool{
+	"StringVar": false, "DurationVar": false, "IntVar": false, "Int64Var": false, "UintVar": false,
+	"Uint64Var": false, "Float64Var": false, "TextVar": false, "Var": false, "BoolVar": true,
+}
+
+// collectFlags adds the flags fn defines on its *flag.FlagSet (a variable
+// named fs) to flags, following calls of package functions it passes fs to.
+func collectFlags(funcs map[string]*ast.FuncDecl, fn *ast.FuncDecl, flags map[string]flagSpec, seen map[string]bool) {
+	if seen[fn.Name.Name] || fn.Body == nil {
+		return
+	}
+	seen[fn.Name.Name] = true
+	ast.Inspect(fn.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		switch f := call.Fun.(type) {
+		case *ast.SelectorExpr:
+			if x, ok := f.X.(*ast.Ident); !ok || x.Name != "fs" {
+				return true
+			}
+			nameArg, isBool := -1, false
+			if b, ok := flagMethods[f.Sel.Name]; ok {
+				nameArg, isBool = 0, b
+			} else if b, ok := flagVarMethods[f.Sel.Name]; ok {
+				nameArg, isBool = 1, b
+			}
+			if nameArg < 0 || len(call.Args) <= nameArg {
+				return true
+			}
+			lit, ok := call.Args[nameArg].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			name, _ := strconv.Unquote(lit.Value)
+			spec := flagSpec{isBool: isBool}
+			if (f.Sel.Name == "Duration" || f.Sel.Name == "DurationVar") && len(call.Args) > nameArg+1 {
+				spec.def = durationLiteral(call.Args[nameArg+1])
+			}
+			flags[name] = spec
+		case *ast.Ident:
+			for _, a := range call.Args {
+				if id, ok := a.(*ast.Ident); ok && id.Name == "fs" && funcs[f.Name] != nil {
+					collectFlags(funcs, funcs[f.Name], flags, seen)
+				}
+			}
+		}
+		return true
+	})
+}
+
+// durationLiteral evaluates `N * time.Unit` and `time.Unit`; anything else is 0.
+func durationLiteral(e ast.Expr) time.Duration {
+	units := map[string]time.Duration{
+		"Nanosecond": time.Nanosecond, "Microsecond": time.Microsecond, "Millisecond": time.Millisecond,
+		"Second": time.Second, "Minute": time.Minute, "Hour": time.Hour,
+	}
+	switch e := e.(type) {
+	case *ast.SelectorExpr:
+		if x, ok := e.X.(*ast.Ident); ok && x.Name == "time" {
+			return units[e.Sel.Name]
+		}
+	case *ast.BinaryExpr:
+		if e.Op != token.MUL {
+			return 0
+		}
+		l, r := e.X, e.Y
+		if _, ok := l.(*ast.SelectorExpr); ok {
+			l, r = r, l
+		}
+		lit, ok := l.(*ast.BasicLit)
+		if !ok || lit.Kind != token.INT {
+			return 0
+		}
+		n, err := strconv.Atoi(lit.Value)
+		if err != nil {
+			return 0
+		}
+		return time.Duration(n) * durationLiteral(r)
+	}
+	return 0
+}
+
+// invocation is one parsed inlet command line.
+type invocation struct {
+	sub        string
+	flags      map[string]string
+	positional []string
+}
+
+// parseInvocation checks args (without the program name) against the CLI: a
+// known subcommand and only its flags, each with a value unless boolean.
+func parseInvocation(cli inletCLI, args []string) (invocation, error) {
+	if len(args) == 0 {
+		return invocation{}, fmt.Errorf("no subcommand")
+	}
+	specs, ok := cli[args[0]]
+	if !ok {
+		return invocation{}, fmt.Errorf("%q is not an inlet subcommand (have %v)", args[0], sortedKeys(cli))
+	}
+	inv := invocation{sub: args[0], flags: map[string]string{}}
+	rest := args[1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			inv.positional = append(inv.positional, a)
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		value, hasValue := "", false
+		if k, v, ok := strings.Cut(name, "="); ok {
+			name, value, hasValue = k, v, true
+		}
+		spec, ok := specs[name]
+		if !ok {
+			return inv, fmt.Errorf("inlet %s has no flag -%s (have %v)", inv.sub, name, sortedKeys(specs))
+		}
+		if !hasValue && !spec.isBool {
+			if i+1 >= len(rest) {
+				return inv, fmt.Errorf("inlet %s: flag -%s needs a value", inv.sub, name)
+			}
+			i++
+			value = rest[i]
+		}
+		if spec.def != 0 || name == "drain-timeout" {
+			if _, err := time.ParseDuration(value); err != nil {
+				return inv, fmt.Errorf("inlet %s: -%s %q: %v", inv.sub, name, value, err)
+			}
+		}
+		inv.flags[name] = value
+	}
+	return inv, nil
+}
+
+// stopDeadline is how long the invocation may take to stop after SIGTERM:
+// its --drain-timeout (or that flag's default), or the streamer's fixed stop.
+func stopDeadline(t *testing.T, cli inletCLI, inv invocation) time.Duration {
+	t.Helper()
+	if v, ok := inv.flags["drain-timeout"]; ok {
+		d, _ := time.ParseDuration(v)
+		return d
+	}
+	if spec, ok := cli[inv.sub]["drain-timeout"]; ok {
+		if spec.def == 0 {
+			t.Fatalf("inlet %s: cannot read the default of --drain-timeout from cmd/inlet; pass it explicitly", inv.sub)
+		}
+		return spec.def
+	}
+	if inv.sub == "streamer" {
+		return streamerStop
+	}
+	return 0
+}
+
+// parseConfig loads b with Inlet's own loader, ${VAR}s from env only, and
+// checks what running the services as separate processes needs.
+func parseConfig(t *testing.T, where string, b []byte, env map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse(b, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatalf("%s: inlet.yaml does not load: %v", where, err)
+	}
+	if cfg.Bus.Kind != "nats" {
+		t.Errorf("%s: bus.kind is %q: separate ingress/streamer/consumer processes need nats", where, cfg.Bus.Kind)
+	}
+	if len(cfg.Consumer.Handlers) == 0 {
+		t.Errorf("%s: consumer.handlers is empty: inlet consumer refuses to start", where)
+	}
+	if len(cfg.Sources) == 0 {
+		t.Errorf("%s: no sources: ingress would accept nothing", where)
+	}
+	return cfg
+}
+
+// configVars are the names of the ${VAR}s in an inlet.yaml's values (not
+// its comments).
+func configVars(t *testing.T, b []byte) []string {
+	t.Helper()
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		t.Fatalf("inlet.yaml: %v", err)
+	}
+	seen := map[string]bool{}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode {
+			for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(n.Value, -1) {
+				seen[m[1]] = true
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&root)
+	return sortedKeys(seen)
+}
+
+// listenPort is the port of a service's listener in cfg.
+func listenPort(t *testing.T, where string, cfg config.Config, service string) int {
+	t.Helper()
+	addr := map[string]string{
+		"ingress": cfg.Ingress.Listen, "streamer": cfg.Streamer.HealthListen, "consumer": cfg.Consumer.HealthListen,
+	}[service]
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s: %s listen address %q: %v", where, service, addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("%s: %s listen address %q has no numeric port", where, service, addr)
+	}
+	return n
+}
+
+// loginRole is the login role each service is expected to connect as.
+var loginRole = map[string]string{
+	"ingress": "inlet_ingress", "streamer": "inlet_streamer", "consumer": "inlet_consumer",
+}
+
+// checkDatabaseURL checks that url is one pgx accepts, as the service's own
+// login role (when wantUser is set), with an explicit pool size for the
+// long-running services (pgx's default follows the host's CPU count, not a
+// container's limit). It returns the pool size.
+func checkDatabaseURL(t *testing.T, where, service, url, wantUser string) int {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Errorf("%s: DATABASE_URL for %s does not parse: %v", where, service, err)
+		return 0
+	}
+	if wantUser != "" && pc.ConnConfig.User != wantUser {
+		t.Errorf("%s: %s connects as %q, want its own login role %q (deployments/postgres/roles.sql)", where, service, pc.ConnConfig.User, wantUser)
+	}
+	if service != "migrate" && !strings.Contains(url, "pool_max_conns=") {
+		t.Errorf("%s: DATABASE_URL for %s has no pool_max_conns: pgx's default is the host's CPU count", where, service)
+	}
+	return int(pc.MaxConns)
+}
+
+// readEnvFile reads KEY=VALUE lines (systemd EnvironmentFile, docker .env):
+// '#' comments, blank lines, optional single or double quotes.
+func readEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) {
+			t.Errorf("%s:%d: not KEY=VALUE: %q", path, n, line)
+			continue
+		}
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		if _, dup := env[k]; dup {
+			t.Errorf("%s:%d: %s set twice", path, n, k)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// maxConnections is max_connections in deployments/postgres/inlet.conf.
+func maxConnections(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("postgres/inlet.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*max_connections\s*=\s*(\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("postgres/inlet.conf sets no max_connections")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func TestPostgresSettings(t *testing.T) {
+	b, err := os.ReadFile("postgres/inlet.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Errorf("inlet.conf:%d: not name = value: %q", n+1, line)
+			continue
+		}
+		v, _, _ = strings.Cut(v, "#")
+		settings[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), "'")
+	}
+	// The 2xx-after-commit contract: an acknowledged webhook survives a crash.
+	if v := settings["synchronous_commit"]; v != "on" && v != "remote_apply" && v != "remote_write" {
+		t.Errorf("synchronous_commit = %q: an acknowledged webhook could be lost", v)
+	}
+	if v := settings["fsync"]; v != "on" {
+		t.Errorf("fsync = %q: must be on", v)
+	}
+	// logical WAL only for the replication wake source, so it stays commented.
+	if v, ok := settings["wal_level"]; ok {
+		t.Errorf("wal_level = %q is set: it is needed only for streamer.wake: replication; keep it commented", v)
+	}
+	if !regexp.MustCompile(`(?m)^#\s*wal_level\s*=\s*logical`).Match(b) {
+		t.Error("inlet.conf should show `# wal_level = logical` for streamer.wake: replication")
+	}
+	maxConnections(t)
+
+	// roles.sql makes each service's login role a member of its group role.
+	roles, err := os.ReadFile("postgres/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for svc, group := range map[string]string{"ingress": config.DefaultIngressRole, "streamer": config.DefaultStreamerRole, "consumer": config.DefaultWorkerRole} {
+		grant := fmt.Sprintf("GRANT %s TO %s;", group, loginRole[svc])
+		if !bytes.Contains(roles, []byte(grant)) {
+			t.Errorf("postgres/roles.sql lacks %q", grant)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func TestReadInletCLI(t *testing.T) {
+	cli := readInletCLI(t)
+	for _, svc := range append([]string{"migrate"}, services...) {
+		if _, ok := cli[svc]["config"]; !ok {
+			t.Errorf("inlet %s: no --config flag found in cmd/inlet", svc)
+		}
+	}
+	for _, svc := range []string{"ingress", "consumer"} {
+		if d := cli[svc]["drain-timeout"].def; d <= 0 {
+			t.Errorf("inlet %s: the default of --drain-timeout was not read from cmd/inlet", svc)
+		}
+	}
+	if _, err := parseInvocation(cli, []string{"ingress", "--no-such-flag", "x"}); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+	if _, err := parseInvocation(cli, []string{"ingres"}); err == nil {
+		t.Error("an unknown subcommand was accepted")
+	}
+	inv, err := parseInvocation(cli, []string{"consumer", "--config=/x.yaml", "-drain-timeout", "31s"})
+	if err != nil || inv.flags["config"] != "/x.yaml" || stopDeadline(t, cli, inv) != 31*time.Second {
+		t.Errorf("parseInvocation = %+v, %v", inv, err)
+	}
+}

@@ -1,0 +1,55 @@
+-- Login roles for Inlet's services: one per service, each a member of the
+-- group role that holds that service's privileges (created by inlet migrate,
+-- which grants them column by column). The services then SET ROLE to that
+-- group role (ingress.db_role, streamer.db_role, consumer.db_role), so even a
+-- login role given more by mistake runs with only its service's grants.
+--
+-- Run it with psql as a superuser or as the role that owns the schema (the
+-- one inlet migrate connects as: it created the group roles, so it may grant
+-- them), before or after the first inlet migrate; running it again only
+-- resets the passwords:
+--
+--   psql "$OWNER_DATABASE_URL" \
+--     -v ingress_password="$INGRESS_PW" \
+--     -v streamer_password="$STREAMER_PW" \
+--     -v consumer_password="$CONSUMER_PW" \
+--     -f deployments/postgres/roles.sql
+--
+-- deployments/compose runs it when the postgres container first starts.
+
+\set ON_ERROR_STOP on
+
+-- The group roles, NOLOGIN and without privileges, when inlet migrate has not
+-- made them yet (it creates only the missing ones and grants to them).
+SELECT format('CREATE ROLE %I NOLOGIN', r)
+FROM unnest(ARRAY['webhook_ingress_writer', 'webhook_streamer', 'webhook_worker', 'webhook_auditor']) AS r
+WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r)
+\gexec
+
+-- The login roles.
+SELECT format('CREATE ROLE %I LOGIN', r)
+FROM unnest(ARRAY['inlet_ingress', 'inlet_streamer', 'inlet_consumer']) AS r
+WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r)
+\gexec
+
+ALTER ROLE inlet_ingress PASSWORD :'ingress_password';
+ALTER ROLE inlet_streamer PASSWORD :'streamer_password';
+ALTER ROLE inlet_consumer PASSWORD :'consumer_password';
+
+GRANT webhook_ingress_writer TO inlet_ingress;
+GRANT webhook_streamer TO inlet_streamer;
+GRANT webhook_worker TO inlet_consumer;
+
+GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_consumer;
+-- Optionally keep every other role out of this database:
+-- REVOKE CONNECT, TEMPORARY ON DATABASE :"DBNAME" FROM PUBLIC;
+
+-- Only for streamer.wake: replication. A logical replication connection needs
+-- the REPLICATION attribute (powerful: keep it to the streamer), and the
+-- publication must exist; the streamer creates it when its role may, else
+-- run this as the owner of webhook_ingress.jobs after inlet migrate:
+-- ALTER ROLE inlet_streamer REPLICATION;
+-- CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update');
+
+-- An auditor (reads everything in webhook_ingress, writes nothing):
+-- CREATE ROLE alice LOGIN PASSWORD '…' IN ROLE webhook_auditor;
