@@ -160,6 +160,32 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_auditor", "update a job", exec(`UPDATE webhook_ingress.jobs SET status = 'pending'`), false},
 		{"webhook_auditor", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
 		{"webhook_auditor", "insert an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) VALUES (1, 1, now(), 'completed')`), false},
+
+		{"webhook_operator", "read everything", query(`SELECT e.raw_body, e.headers, e.request_uri, j.*, a.*, s.* FROM webhook_ingress.events e, webhook_ingress.jobs j, webhook_ingress.job_attempts a, webhook_ingress.subscriptions s`), true},
+		{"webhook_operator", "read schema version", query(`SELECT max(version) FROM webhook_ingress.schema_migrations`), true},
+		{"webhook_operator", "requeue a job", exec(`UPDATE webhook_ingress.jobs SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+			lease_holder_id = NULL, lease_expires_at = NULL, worker_id = NULL, last_error = NULL, last_error_class = NULL,
+			completed_at = NULL, updated_at = now()`), true},
+		{"webhook_operator", "lock a job for replay", query(`SELECT id FROM webhook_ingress.jobs FOR UPDATE`), true},
+		{"webhook_operator", "create a job for a late handler", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider, event_type, max_attempts)
+			SELECT id, 'late', provider, event_type, 25 FROM webhook_ingress.events`), true},
+		{"webhook_operator", "record a replay", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
+			SELECT id, attempt_count, session_user, now(), now(), 'replayed' FROM webhook_ingress.jobs`), true},
+		{"webhook_operator", "change an event", exec(`UPDATE webhook_ingress.events SET raw_body = '\x00'`), false},
+		{"webhook_operator", "insert an event", exec(insertEvent, "evt_operator"), false},
+		{"webhook_operator", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
+		{"webhook_operator", "truncate jobs", exec(`TRUNCATE webhook_ingress.jobs`), false},
+		{"webhook_operator", "repoint a job at another handler", exec(`UPDATE webhook_ingress.jobs SET handler = 'other'`), false},
+		{"webhook_operator", "change a job's event", exec(`UPDATE webhook_ingress.jobs SET event_id = event_id`), false},
+		{"webhook_operator", "raise a job's max attempts", exec(`UPDATE webhook_ingress.jobs SET max_attempts = 1000`), false},
+		{"webhook_operator", "create a job already finished", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider, status)
+			SELECT id, 'forged', provider, 'completed' FROM webhook_ingress.events`), false},
+		{"webhook_operator", "rewrite attempt history", exec(`UPDATE webhook_ingress.job_attempts SET outcome = 'completed'`), false},
+		{"webhook_operator", "delete attempt history", exec(`DELETE FROM webhook_ingress.job_attempts`), false},
+		{"webhook_operator", "record an error text", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome, error)
+			SELECT id, 1, now(), 'replayed', 'x' FROM webhook_ingress.jobs`), false},
+		{"webhook_operator", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
+		{"webhook_operator", "change a subscription", exec(`UPDATE webhook_ingress.subscriptions SET enabled = false`), false},
 	}
 	for _, c := range cases {
 		err := asRole(t, pool, c.role, c.do)
@@ -179,7 +205,7 @@ func TestEventsAreAppendOnlyForEveryRole(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	seed(t, pool)
 	// "" is the owner/superuser itself: the triggers stop it too.
-	roles := []string{"", "webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_auditor"}
+	roles := []string{"", "webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_auditor", "webhook_operator"}
 	stmts := map[string]string{
 		"UPDATE":   `UPDATE webhook_ingress.events SET event_type = 'forged'`,
 		"DELETE":   `DELETE FROM webhook_ingress.events`,

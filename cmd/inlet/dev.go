@@ -117,6 +117,11 @@ over.`)
 	defer pool.Close()
 	hinter := notify.NewHinter(pool, 0, log)
 	defer hinter.Stop()
+	adm, err := startAdmin(ctx, cfg, log) // admin.listen: the admin API, on its own listener
+	if err != nil {
+		return err
+	}
+	defer adm.stop()
 	srv, err := startIngress(ctx, cfg, pool, hinter, log.With(slog.String("service", "ingress")))
 	if err != nil {
 		return err

@@ -19,7 +19,10 @@ func runIngress(ctx context.Context, env *environment, args []string) error {
 Run the webhook receiver: POST /webhooks/{source} for every source in the
 config file, plus GET /healthz and GET /readyz. Each webhook is verified and
 committed to Postgres before the 2xx. SIGTERM stops accepting, drains in-flight
-requests for --drain-timeout, then exits.`)
+requests for --drain-timeout, then exits.
+
+With admin.listen set it also serves the admin HTTP API (events, dead letters,
+replay; bearer admin.token) on that listener, as admin.db_role.`)
 	cfgPath := configFlag(fs)
 	listen := fs.String("listen", "", "listen address (overrides ingress.listen)")
 	drain := fs.Duration("drain-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
@@ -41,6 +44,11 @@ requests for --drain-timeout, then exits.`)
 	defer pool.Close()
 	hinter := notify.NewHinter(pool, 0, log)
 	defer hinter.Stop()
+	adm, err := startAdmin(ctx, cfg, stderrLogger(cfg, "json")) // admin.listen: the admin API, on its own listener
+	if err != nil {
+		return err
+	}
+	defer adm.stop()
 	srv, err := startIngress(ctx, cfg, pool, hinter, log)
 	if err != nil {
 		return err

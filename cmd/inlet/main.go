@@ -33,6 +33,9 @@ var commands = map[string]command{
 	"streamer": {"run the streamer: lease due jobs and publish references on the bus", runStreamer},
 	"consumer": {"run the ready consumers (log, http-forward) of the config file", runConsumer},
 	"send":     {"sign a test webhook with a configured source's secret and POST it", runSend},
+	"events":   {"query the event log: list, show (exact bytes), re-verify signatures", runEvents},
+	"dlq":      {"inspect dead-lettered jobs: list, show", runDLQ},
+	"replay":   {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

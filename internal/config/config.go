@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -31,6 +32,9 @@ type Config struct {
 	Consumer Consumer `yaml:"consumer"`
 	// Bus selects the transport between streamer and consumers.
 	Bus Bus `yaml:"bus"`
+	// Admin configures the operator tools: inlet events, dlq and replay, and
+	// the admin HTTP API.
+	Admin Admin `yaml:"admin"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 }
@@ -120,6 +124,24 @@ type Bus struct {
 	Replicas int `yaml:"replicas"`
 }
 
+// Admin configures the operator tools and the admin HTTP API.
+type Admin struct {
+	// Listen is the address of the admin HTTP API, served by inlet ingress
+	// and inlet dev on a listener of its own (never the webhook port).
+	// Defaults to "": no admin API.
+	Listen string `yaml:"listen"`
+	// Token is the bearer token of the admin API. Required when Listen is
+	// set, at least 16 bytes.
+	Token string `yaml:"token"`
+	// DatabaseURL is the connection string of the operator tools, for a
+	// login role of its own (a member of DBRole) so the ingress login need
+	// not be one. Defaults to "": DatabaseURL.
+	DatabaseURL string `yaml:"database_url"`
+	// DBRole is assumed after connecting. "" keeps the login role. Defaults
+	// to "webhook_operator".
+	DBRole *string `yaml:"db_role"`
+}
+
 // Ingress configures the HTTP receiver.
 type Ingress struct {
 	// Listen is the address of the webhook listener. Defaults to ":8080".
@@ -165,6 +187,7 @@ const (
 	DefaultIngressRole  = "webhook_ingress_writer"
 	DefaultStreamerRole = "webhook_streamer"
 	DefaultWorkerRole   = "webhook_worker"
+	DefaultOperatorRole = "webhook_operator"
 )
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -213,6 +236,10 @@ func (c Config) WithDefaults() Config {
 		h.Timeout = or(h.Timeout, 60*time.Second)
 	}
 	c.Bus.Kind = or(c.Bus.Kind, "gochannel")
+	if c.Admin.DBRole == nil {
+		r := DefaultOperatorRole
+		c.Admin.DBRole = &r
+	}
 	c.Log.Level = or(c.Log.Level, "info")
 	return c
 }
@@ -271,6 +298,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.validatePipeline(); err != nil {
+		return err
+	}
+	if err := c.validateAdmin(); err != nil {
 		return err
 	}
 	switch c.Log.Level {
@@ -449,4 +479,35 @@ func (c Config) validatePipeline() error {
 		return fmt.Errorf("bus.kind: %q is not gochannel or nats", c.Bus.Kind)
 	}
 	return nil
+}
+
+// minAdminToken is the shortest admin.token accepted (admin.MinTokenBytes).
+const minAdminToken = 16
+
+func (c Config) validateAdmin() error {
+	if c.Admin.Listen == "" {
+		return nil
+	}
+	if len(c.Admin.Token) < minAdminToken {
+		return fmt.Errorf("admin.token: at least %d bytes required when admin.listen is set", minAdminToken)
+	}
+	if sameListener(c.Admin.Listen, c.Ingress.Listen) {
+		return fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen)
+	}
+	return nil
+}
+
+// sameListener reports whether two listen addresses would collide: the same
+// port on the same host, or on every interface ("" or an unspecified IP).
+func sameListener(a, b string) bool {
+	ah, ap, err1 := net.SplitHostPort(a)
+	bh, bp, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return a == b
+	}
+	if ap != bp || ap == "0" { // port 0: each gets a free port of its own
+		return false
+	}
+	everywhere := func(h string) bool { ip := net.ParseIP(h); return h == "" || (ip != nil && ip.IsUnspecified()) }
+	return ah == bh || everywhere(ah) || everywhere(bh)
 }

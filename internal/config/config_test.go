@@ -62,6 +62,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"forward secret", "consumer:\n  handlers:\n    - {name: a, type: http-forward, url: 'http://x', secret: short}\n", "consumer.handlers[0].secret"},
 		{"bus", "bus:\n  kind: carrier-pigeon\n", "bus.kind"},
 		{"nats url", "bus:\n  kind: nats\n", "bus.url"},
+		{"admin token missing", "admin:\n  listen: \"127.0.0.1:9091\"\n", "admin.token: at least 16 bytes"},
+		{"admin token short", "admin:\n  listen: \"127.0.0.1:9091\"\n  token: short\n", "admin.token: at least 16 bytes"},
+		{"admin on the webhook port", "admin:\n  listen: \"127.0.0.1:8080\"\n  token: 0123456789abcdef\n", "admin.listen: \"127.0.0.1:8080\" is the webhook listener"},
+		{"admin on the webhook listener", "ingress:\n  listen: \"127.0.0.1:9000\"\nadmin:\n  listen: \"127.0.0.1:9000\"\n  token: 0123456789abcdef\n", "admin.listen"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,5 +98,43 @@ func TestDevConfig(t *testing.T) {
 	}
 	if _, ok := c.Source("stripe"); !ok || len(c.Sources) != 3 {
 		t.Fatalf("dev sources = %+v", c.Sources)
+	}
+}
+
+func TestParseAdmin(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("database_url: postgres://x/y\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Listen != "" || c.Admin.DBRole == nil || *c.Admin.DBRole != DefaultOperatorRole {
+		t.Fatalf("admin defaults = %+v", c.Admin)
+	}
+	doc := `
+ingress:
+  listen: ":8080"
+admin:
+  listen: "127.0.0.1:9091"
+  token: "${ADMIN_TOKEN}"
+  database_url: postgres://operator@x/y
+  db_role: ""
+`
+	c, err = Parse([]byte(doc), env(map[string]string{"ADMIN_TOKEN": "0123456789abcdef0123"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Listen != "127.0.0.1:9091" || c.Admin.Token != "0123456789abcdef0123" ||
+		c.Admin.DatabaseURL != "postgres://operator@x/y" || *c.Admin.DBRole != "" {
+		t.Fatalf("admin = %+v", c.Admin)
+	}
+	for _, l := range [][2]string{{":9091", "127.0.0.1:9091"}, {"0.0.0.0:80", "10.0.0.1:80"}, {"[::]:80", ":80"}} {
+		if !sameListener(l[0], l[1]) {
+			t.Errorf("sameListener(%q, %q) = false", l[0], l[1])
+		}
+	}
+	for _, l := range [][2]string{{":9091", ":8080"}, {"127.0.0.1:80", "10.0.0.1:80"}, {":0", ":0"}} {
+		if sameListener(l[0], l[1]) {
+			t.Errorf("sameListener(%q, %q) = true", l[0], l[1])
+		}
 	}
 }

@@ -1,0 +1,154 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DB is what the functions need: a *pgxpool.Pool (or *pgx.Conn) connected as
+// webhook_operator (database.Open with Options.Role).
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Errors callers branch on (the API maps them to 404, 400 and 409).
+var (
+	// ErrNotFound means the event, job or handler asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid means the request itself is wrong: a bad filter, a missing
+	// or contradictory argument.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict means the request is valid but the state forbids it now
+	// (replaying a job that is leased), or it is larger than allowed.
+	ErrConflict = errors.New("conflict")
+)
+
+// kindError is one of the sentinel errors (errors.Is) whose message is only
+// what is wrong, so it reads well after the flag or id it is about.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func invalid(format string, args ...any) error {
+	return &kindError{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &kindError{kind: ErrNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+func conflict(format string, args ...any) error {
+	return &kindError{kind: ErrConflict, msg: fmt.Sprintf(format, args...)}
+}
+
+// Page sizes.
+const (
+	// DefaultLimit is the page size of the list functions when none is given.
+	DefaultLimit = 50
+	// MaxLimit is the largest page a list function returns.
+	MaxLimit = 1000
+	// batchSize bounds the rows one statement of a replay or a
+	// re-verification touches.
+	batchSize = 500
+)
+
+func pageLimit(n int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultLimit, nil
+	case n < 0 || n > MaxLimit:
+		return 0, invalid("limit %d: must be between 1 and %d", n, MaxLimit)
+	}
+	return n, nil
+}
+
+// readTx runs f in a read-only REPEATABLE READ transaction: everything f reads
+// is one snapshot.
+func readTx(ctx context.Context, db DB, f func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := customPlans(ctx, tx); err != nil {
+			return err
+		}
+		return f(tx)
+	})
+}
+
+// writeTx runs f in a READ COMMITTED read-write transaction, so row locks
+// (FOR UPDATE) see and wait for concurrent streamers and consumers.
+func writeTx(ctx context.Context, db DB, f func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := customPlans(ctx, tx); err != nil {
+			return err
+		}
+		return f(tx)
+	})
+}
+
+// customPlans makes the optional-filter queries ($1 = ” OR col = $1) be
+// planned for the values given, never with a generic plan that must serve
+// every combination.
+func customPlans(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+		return fmt.Errorf("set plan_cache_mode: %w", err)
+	}
+	return nil
+}
+
+// nullTime is t for a timestamptz parameter, NULL when zero.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// globLike turns a glob ('*' matches any run of characters, nothing else is
+// special) into a LIKE pattern, escaping as the subscriptions table does.
+// "" stays "" (no filter).
+func globLike(glob string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`)
+	return r.Replace(glob)
+}
+
+// ParseTime reads a time bound as operators write it: an RFC 3339 time
+// ("2026-03-03T09:00:00Z", "2026-03-03T09:00:00+01:00"), a date
+// ("2026-03-03", midnight UTC), or a duration back from now ("24h", "90m",
+// "7d"). "" is the zero time (no bound).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, invalid("time %q: want RFC 3339 (2026-03-03T09:00:00Z), a date (2026-03-03) or a duration back from now (24h, 7d)", s)
+}
+
+func checkRange(since, until time.Time) error {
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return invalid("since (%s) must be before until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))
+	}
+	return nil
+}

@@ -1,0 +1,461 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inlet-dev/inlet/internal/database"
+)
+
+// MinTokenBytes is the shortest bearer token the API accepts.
+const MinTokenBytes = 16
+
+// APIConfig configures the admin HTTP API.
+type APIConfig struct {
+	// Listen is the address of its own listener (never the webhook port).
+	// Required for Start.
+	Listen string
+	// Token is the bearer token every request must carry
+	// (Authorization: Bearer <token>). Required, at least MinTokenBytes.
+	Token string
+	// DB is a pool connected as webhook_operator. Required.
+	DB DB
+	// Sources are the configured sources, for re-verification.
+	Sources Sources
+	// Logger defaults to slog.Default(). Request lines carry method, route,
+	// status and duration; never a token, a body or a header value.
+	Logger *slog.Logger
+	// Now is the clock of relative time bounds ("24h"). Defaults to time.Now.
+	Now func() time.Time
+	// RequestTimeout bounds one request's database work. Defaults to 60s.
+	RequestTimeout time.Duration
+}
+
+func (c APIConfig) withDefaults() APIConfig {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 60 * time.Second
+	}
+	return c
+}
+
+func (c APIConfig) validate() error {
+	if len(c.Token) < MinTokenBytes {
+		return fmt.Errorf("admin.token: at least %d bytes required", MinTokenBytes)
+	}
+	if c.DB == nil {
+		return errors.New("admin API: no database")
+	}
+	return nil
+}
+
+// API is the admin HTTP API: JSON over the functions of this package, behind
+// a bearer token.
+//
+//	GET  /api/events             ?source= &type= &since= &until= &external_id= &before= &limit=
+//	GET  /api/events/{id}        the event, its headers, raw_body (base64) and jobs with attempts
+//	GET  /api/events/{id}/raw    the exact stored bytes, application/octet-stream
+//	POST /api/events/verify      {"id": N} | {"since": "24h", "until": …, "source": …}
+//	GET  /api/dlq                ?handler= &source= &error_class= &since= &until= &before= &limit=
+//	GET  /api/dlq/{job_id}       the job with attempts, error text and event metadata
+//	POST /api/replay             {"job_id": N} | {"handler": H, "dead_letters": true} |
+//	                             {"handler": H, "source": …, "event_type": …, "since": …, "until": …}, "dry_run": bool
+//
+// Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
+// with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
+// (replay refused), 503 (database unavailable) or 500.
+type API struct {
+	cfg     APIConfig
+	token   [sha256.Size]byte
+	handler http.Handler
+	srv     *http.Server
+	ln      net.Listener
+	done    chan error
+}
+
+// NewAPI checks cfg and returns the API; Start serves it on cfg.Listen, or
+// mount Handler on a server of your own.
+func NewAPI(cfg APIConfig) (*API, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &API{cfg: cfg, token: sha256.Sum256([]byte(cfg.Token))}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/events", a.listEvents)
+	mux.HandleFunc("GET /api/events/{id}", a.getEvent)
+	mux.HandleFunc("GET /api/events/{id}/raw", a.getEventRaw)
+	mux.HandleFunc("POST /api/events/verify", a.verifyEvents)
+	mux.HandleFunc("GET /api/dlq", a.listDeadLetters)
+	mux.HandleFunc("GET /api/dlq/{job_id}", a.getJob)
+	mux.HandleFunc("POST /api/replay", a.replay)
+	a.handler = a.authenticate(mux)
+	return a, nil
+}
+
+// Handler is the API's http.Handler, authentication included.
+func (a *API) Handler() http.Handler { return a.handler }
+
+// Start listens on cfg.Listen and serves until Stop.
+func (a *API) Start(ctx context.Context) error {
+	if a.cfg.Listen == "" {
+		return errors.New("admin.listen: no address to listen on")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("admin API listener on %s: %w", a.cfg.Listen, err)
+	}
+	a.ln = ln
+	a.srv = &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      a.cfg.RequestTimeout + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	a.done = make(chan error, 1)
+	go func() {
+		err := a.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		a.done <- err
+	}()
+	a.cfg.Logger.Info("admin API listening", slog.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// Addr is the bound address once started.
+func (a *API) Addr() string {
+	if a == nil || a.ln == nil {
+		return ""
+	}
+	return a.ln.Addr().String()
+}
+
+// Stop finishes in-flight requests (until ctx is done) and closes the
+// listener. Safe on a nil or unstarted API.
+func (a *API) Stop(ctx context.Context) error {
+	if a == nil || a.srv == nil {
+		return nil
+	}
+	err := a.srv.Shutdown(ctx)
+	return errors.Join(err, <-a.done)
+}
+
+func (a *API) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		w = rec
+		w.Header().Set("Cache-Control", "no-store")
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		// Compare digests: constant time, and no length leak either.
+		got := sha256.Sum256([]byte(token))
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="inlet-admin"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		} else {
+			next.ServeHTTP(w, r)
+		}
+		a.cfg.Logger.Info("admin request", slog.String("method", r.Method), slog.String("route", r.Pattern),
+			slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (a *API) context(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+}
+
+func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
+	var f EventFilter
+	p := params{q: r.URL.Query(), now: a.cfg.Now()}
+	f.Provider = p.str("source", "provider")
+	f.EventType = p.str("type", "event_type")
+	f.ExternalEventID = p.str("external_id", "external_event_id")
+	f.Since, f.Until = p.time("since"), p.time("until")
+	f.Before, f.Limit = p.int64("before"), int(p.int64("limit"))
+	if p.err != nil {
+		a.fail(w, p.err)
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	page, err := ListEvents(ctx, a.cfg.DB, f)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (a *API) getEvent(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	e, err := GetEvent(ctx, a.cfg.DB, id)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (a *API) getEventRaw(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	e, err := GetEvent(ctx, a.cfg.DB, id)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="event-%d.bin"`, e.ID))
+	h.Set("Content-Length", strconv.Itoa(len(e.RawBody)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(e.RawBody)
+}
+
+// verifyBody is the JSON of POST /api/events/verify.
+type verifyBody struct {
+	ID     int64  `json:"id"`
+	Since  string `json:"since"`
+	Until  string `json:"until"`
+	Source string `json:"source"`
+}
+
+func (a *API) verifyEvents(w http.ResponseWriter, r *http.Request) {
+	var b verifyBody
+	if !a.decode(w, r, &b) {
+		return
+	}
+	p := params{now: a.cfg.Now()}
+	req := VerifyRequest{ID: b.ID, Provider: b.Source, Since: p.parseTime("since", b.Since), Until: p.parseTime("until", b.Until)}
+	if p.err != nil {
+		a.fail(w, p.err)
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	rep, err := Reverify(ctx, a.cfg.DB, a.cfg.Sources, req)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	p := params{q: r.URL.Query(), now: a.cfg.Now()}
+	f := DeadLetterFilter{
+		Handler:    p.str("handler"),
+		Provider:   p.str("source", "provider"),
+		ErrorClass: p.str("error_class"),
+		Since:      p.time("since"),
+		Until:      p.time("until"),
+		Before:     p.int64("before"),
+		Limit:      int(p.int64("limit")),
+	}
+	if p.err != nil {
+		a.fail(w, p.err)
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	page, err := ListDeadLetters(ctx, a.cfg.DB, f)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.pathID(w, r, "job_id")
+	if !ok {
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	j, err := GetJob(ctx, a.cfg.DB, id)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// replayBody is the JSON of POST /api/replay.
+type replayBody struct {
+	JobID       int64  `json:"job_id"`
+	Handler     string `json:"handler"`
+	DeadLetters bool   `json:"dead_letters"`
+	Source      string `json:"source"`
+	EventType   string `json:"event_type"`
+	Since       string `json:"since"`
+	Until       string `json:"until"`
+	DryRun      bool   `json:"dry_run"`
+	MaxJobs     int    `json:"max_jobs"`
+}
+
+func (a *API) replay(w http.ResponseWriter, r *http.Request) {
+	var b replayBody
+	if !a.decode(w, r, &b) {
+		return
+	}
+	p := params{now: a.cfg.Now()}
+	req := ReplayRequest{
+		JobID: b.JobID, Handler: b.Handler, DeadLetters: b.DeadLetters,
+		Provider: b.Source, EventType: b.EventType,
+		Since: p.parseTime("since", b.Since), Until: p.parseTime("until", b.Until),
+		DryRun: b.DryRun, MaxJobs: b.MaxJobs,
+	}
+	if p.err != nil {
+		a.fail(w, p.err)
+		return
+	}
+	ctx, cancel := a.context(r)
+	defer cancel()
+	res, err := Replay(ctx, a.cfg.DB, req)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	if !res.DryRun {
+		a.cfg.Logger.Info("replay", slog.Int64("job_id", b.JobID), slog.String("handler", b.Handler),
+			slog.Bool("dead_letters", b.DeadLetters), slog.Int("requeued", res.Requeued), slog.Int("created", res.Created))
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// maxRequestBody bounds the JSON bodies the API reads.
+const maxRequestBody = 64 << 10
+
+func (a *API) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		a.fail(w, invalid("request body: %v", err))
+		return false
+	}
+	return true
+}
+
+func (a *API) pathID(w http.ResponseWriter, r *http.Request, name string) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil || id <= 0 {
+		a.fail(w, invalid("%s %q: must be a positive integer", name, r.PathValue(name)))
+		return 0, false
+	}
+	return id, true
+}
+
+func (a *API) fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		code = http.StatusConflict
+	case database.IsUnavailable(err):
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "5")
+	}
+	if code >= 500 {
+		a.cfg.Logger.Error("admin request failed", slog.String("error", err.Error()))
+	}
+	writeError(w, code, err.Error())
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// params reads query parameters, keeping the first error.
+type params struct {
+	q   url.Values
+	now time.Time
+	err error
+}
+
+// str is the first of names that is set.
+func (p *params) str(names ...string) string {
+	for _, n := range names {
+		if v := p.q.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (p *params) int64(name string) int64 {
+	s := p.q.Get(name)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil && p.err == nil {
+		p.err = invalid("%s %q: not an integer", name, s)
+	}
+	return n
+}
+
+func (p *params) time(name string) time.Time { return p.parseTime(name, p.q.Get(name)) }
+
+func (p *params) parseTime(name, s string) time.Time {
+	t, err := ParseTime(s, p.now)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("%s: %w", name, err)
+	}
+	return t
+}

@@ -1,0 +1,42 @@
+// Package admin is what operators and auditors do with Inlet day to day, as
+// plain functions over a PostgreSQL pool that the CLI (inlet events, inlet
+// dlq, inlet replay) and the admin HTTP API ([API]) both call:
+//
+//   - the event log: [ListEvents] filtered by source, event type glob, time
+//     range and external id, paged newest first by id; [GetEvent] with its
+//     headers, the exact stored bytes, and every handler's job with its
+//     attempt history;
+//   - re-verification: [Reverify] recomputes the signatures of stored events
+//     from their stored bytes, headers and request URI with the configured
+//     sources' secrets (tolerance ignored) and reports the ones that no longer
+//     verify;
+//   - dead letters: [ListDeadLetters] by handler, source, time range and error
+//     class; [GetJob] with attempts, error text and event metadata;
+//   - [Replay]: one job, all dead letters of a handler, or every event
+//     matching a filter to one handler (creating the jobs a handler subscribed
+//     after the events arrived never got), with a dry run.
+//
+// The functions run as webhook_operator (schema migration 002): they read
+// everything and may re-queue or create jobs, but no statement here, and no
+// grant of that role, can change an event. Each operation is one transaction
+// (reads REPEATABLE READ READ ONLY, so a page and its jobs agree), working in
+// bounded batches.
+//
+// # Replay semantics
+//
+// A replayed job goes back to pending, due now, with its lease, worker and
+// last error cleared and attempt_count set back to 0, so the handler gets its
+// full max_attempts again. Its earlier attempts stay in job_attempts, and the
+// replay itself adds a row with outcome 'replayed' (attempt: the count the job
+// had; worker_id: the login role, session_user, that replayed it). Jobs
+// created from the log by a replay get such a row with attempt 0. A job that
+// is leased (in flight) is never touched: replaying it alone is an error
+// ([ErrConflict]); in a batch it is counted as skipped. Replay never changes
+// events, and it sends one NOTIFY hint (delivered at COMMIT) so streamers
+// pick the jobs up at once rather than at their next poll.
+//
+// A replay to a handler creates jobs only for events one of the handler's
+// enabled subscriptions matches, exactly as fan-out would have: to send it
+// other events, change its subscription first. A replay touching more than
+// [ReplayRequest].MaxJobs jobs is refused as a whole, never done in part.
+package admin

@@ -1,0 +1,235 @@
+package admin
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// EventMeta is an event's metadata: everything but its headers and body.
+type EventMeta struct {
+	ID                int64     `json:"id"`
+	Provider          string    `json:"provider"` // the configured source name
+	Scheme            string    `json:"scheme"`
+	ExternalEventID   string    `json:"external_event_id"`
+	EventType         string    `json:"event_type"`
+	ReceivedAt        time.Time `json:"received_at"`
+	SignatureVerified bool      `json:"signature_verified"`
+	SecretIndex       *int16    `json:"secret_index"`
+	BodySize          int64     `json:"body_size"`
+	BodySHA256        string    `json:"body_sha256"` // hex
+}
+
+// JobState is one handler's job of an event, in a list.
+type JobState struct {
+	Handler string `json:"handler"`
+	Status  string `json:"status"`
+}
+
+// EventSummary is one row of [ListEvents].
+type EventSummary struct {
+	EventMeta
+	Jobs []JobState `json:"jobs"`
+}
+
+// EventFilter selects events. Zero fields do not filter.
+type EventFilter struct {
+	// Provider is the exact source name (events.provider).
+	Provider string
+	// EventType is a glob: "invoice.*"; "*" matches any run of characters.
+	EventType string
+	// Since (inclusive) and Until (exclusive) bound received_at.
+	Since, Until time.Time
+	// ExternalEventID is the provider's event id, exactly.
+	ExternalEventID string
+	// Before is the keyset cursor: only events with a smaller id. 0 starts at
+	// the newest; pass the previous page's NextBefore for the next.
+	Before int64
+	// Limit is the page size. Defaults to DefaultLimit, at most MaxLimit.
+	Limit int
+}
+
+// EventPage is one page of events, newest first.
+type EventPage struct {
+	Events []EventSummary `json:"events"`
+	// NextBefore is the Before of the next page; 0 when this is the last.
+	NextBefore int64 `json:"next_before,omitempty"`
+}
+
+// ListEvents returns a page of the events matching f, newest first.
+func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return EventPage{}, err
+	}
+	if f.Before < 0 {
+		return EventPage{}, invalid("before %d: must be a positive event id", f.Before)
+	}
+	if err := checkRange(f.Since, f.Until); err != nil {
+		return EventPage{}, err
+	}
+	page := EventPage{Events: []EventSummary{}}
+	err = readTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, schema.Query("AdminListEvents"),
+			f.Provider, globLike(f.EventType), nullTime(f.Since), nullTime(f.Until), f.ExternalEventID, f.Before, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e EventSummary
+			var sum []byte
+			var handlers, statuses []string
+			if err := rows.Scan(&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
+				&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &handlers, &statuses); err != nil {
+				return err
+			}
+			e.BodySHA256 = hex.EncodeToString(sum)
+			e.Jobs = make([]JobState, len(handlers))
+			for i := range handlers {
+				e.Jobs[i] = JobState{Handler: handlers[i], Status: statuses[i]}
+			}
+			page.Events = append(page.Events, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return EventPage{}, fmt.Errorf("list events: %w", err)
+	}
+	if len(page.Events) == limit {
+		page.NextBefore = page.Events[len(page.Events)-1].ID
+	}
+	return page, nil
+}
+
+// Job is one (event, handler) job with its attempt history.
+type Job struct {
+	ID             int64      `json:"id"`
+	EventID        int64      `json:"event_id"`
+	Handler        string     `json:"handler"`
+	Provider       string     `json:"provider"`
+	EventType      string     `json:"event_type"`
+	Status         string     `json:"status"`
+	AttemptCount   int        `json:"attempt_count"`
+	MaxAttempts    int        `json:"max_attempts"`
+	NextAttemptAt  time.Time  `json:"next_attempt_at"`
+	LeaseHolderID  *string    `json:"lease_holder_id"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	AttemptedAt    *time.Time `json:"attempted_at"`
+	WorkerID       *string    `json:"worker_id"`
+	LastError      *string    `json:"last_error"`
+	LastErrorClass *string    `json:"last_error_class"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	CompletedAt    *time.Time `json:"completed_at"`
+	Attempts       []Attempt  `json:"attempts"`
+}
+
+// Attempt is one job_attempts row: a finished attempt, or a replay marker
+// (Outcome "replayed").
+type Attempt struct {
+	ID         int64     `json:"id"`
+	Attempt    int       `json:"attempt"`
+	WorkerID   *string   `json:"worker_id"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Outcome    string    `json:"outcome"`
+	ErrorClass *string   `json:"error_class"`
+	Error      *string   `json:"error"`
+	DurationMS float64   `json:"duration_ms"`
+}
+
+// EventDetail is one event whole: [GetEvent].
+type EventDetail struct {
+	EventMeta
+	// Headers as received ({"Canonical-Name": ["value", ...]}).
+	Headers map[string][]string `json:"headers"`
+	// RequestURI is the path and query as received.
+	RequestURI string `json:"request_uri"`
+	// RawBody is the exact stored bytes (base64 in JSON).
+	RawBody []byte `json:"raw_body"`
+	// Jobs are the event's jobs, one per handler, each with its attempts.
+	Jobs []Job `json:"jobs"`
+}
+
+// GetEvent returns event id with its headers, body, jobs and attempts.
+func GetEvent(ctx context.Context, db DB, id int64) (EventDetail, error) {
+	var e EventDetail
+	err := readTx(ctx, db, func(tx pgx.Tx) error {
+		var sum []byte
+		err := tx.QueryRow(ctx, schema.Query("AdminGetEvent"), id).Scan(
+			&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
+			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.Headers, &e.RequestURI, &e.RawBody)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("no such event")
+		}
+		if err != nil {
+			return err
+		}
+		e.BodySHA256 = hex.EncodeToString(sum)
+		if e.RawBody == nil {
+			e.RawBody = []byte{}
+		}
+		rows, err := tx.Query(ctx, schema.Query("AdminEventJobs"), id)
+		if err != nil {
+			return err
+		}
+		e.Jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+		if err != nil {
+			return err
+		}
+		return attachAttempts(ctx, tx, e.Jobs)
+	})
+	if err != nil {
+		return EventDetail{}, fmt.Errorf("show event %d: %w", id, err)
+	}
+	return e, nil
+}
+
+// scanJob reads the job columns of AdminEventJobs / AdminGetJob, in order,
+// followed by extra destinations.
+func scanJob(r pgx.Row, extra ...any) (Job, error) {
+	var j Job
+	dest := append([]any{&j.ID, &j.EventID, &j.Handler, &j.Provider, &j.EventType, &j.Status, &j.AttemptCount, &j.MaxAttempts,
+		&j.NextAttemptAt, &j.LeaseHolderID, &j.LeaseExpiresAt, &j.AttemptedAt, &j.WorkerID,
+		&j.LastError, &j.LastErrorClass, &j.CreatedAt, &j.UpdatedAt, &j.CompletedAt}, extra...)
+	err := r.Scan(dest...)
+	j.Attempts = []Attempt{}
+	return j, err
+}
+
+// attachAttempts fills in each job's attempt history.
+func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(jobs))
+	byID := make(map[int64]*Job, len(jobs))
+	for i := range jobs {
+		ids[i] = jobs[i].ID
+		byID[jobs[i].ID] = &jobs[i]
+	}
+	rows, err := tx.Query(ctx, schema.Query("AdminJobAttempts"), ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a Attempt
+		var jobID int64
+		if err := rows.Scan(&a.ID, &jobID, &a.Attempt, &a.WorkerID, &a.StartedAt, &a.FinishedAt,
+			&a.Outcome, &a.ErrorClass, &a.Error, &a.DurationMS); err != nil {
+			return err
+		}
+		if j := byID[jobID]; j != nil {
+			j.Attempts = append(j.Attempts, a)
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,248 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/notify"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// DefaultMaxJobs is the most jobs one replay touches unless
+// ReplayRequest.MaxJobs says otherwise.
+const DefaultMaxJobs = 10000
+
+// ReplayRequest says what to replay. Exactly one of three shapes:
+//
+//   - JobID: that one job;
+//   - Handler with DeadLetters: every dead letter of the handler;
+//   - Handler with at least one of Provider, EventType, Since, Until: every
+//     event matching the filter, to that handler: its existing jobs are
+//     re-queued (except leased ones), and the events its enabled
+//     subscriptions match but that have no job of it yet get one.
+type ReplayRequest struct {
+	JobID       int64
+	Handler     string
+	DeadLetters bool
+	// Provider (exact source name), EventType (glob), Since (inclusive) and
+	// Until (exclusive, on received_at) filter the events of a handler
+	// replay.
+	Provider     string
+	EventType    string
+	Since, Until time.Time
+	// DryRun counts what the replay would do and changes nothing.
+	DryRun bool
+	// MaxJobs refuses (ErrConflict) a replay that would touch more jobs, so
+	// a mistyped filter cannot re-run a whole history. Defaults to
+	// DefaultMaxJobs.
+	MaxJobs int
+}
+
+// ReplayResult says what a replay did, or with DryRun would do.
+type ReplayResult struct {
+	DryRun bool `json:"dry_run"`
+	// Requeued existing jobs, put back to pending.
+	Requeued int `json:"requeued"`
+	// Created jobs, for events the handler had none for.
+	Created int `json:"created"`
+	// SkippedLeased jobs matched but are in flight, and were left alone.
+	SkippedLeased int `json:"skipped_leased"`
+}
+
+// Touched is how many jobs the replay re-queued or created.
+func (r ReplayResult) Touched() int { return r.Requeued + r.Created }
+
+// Validate reports whether r is one of the three shapes (ErrInvalid if not),
+// without a database. Replay calls it first.
+func (r ReplayRequest) Validate() error {
+	filter := r.Provider != "" || r.EventType != "" || !r.Since.IsZero() || !r.Until.IsZero()
+	switch {
+	case r.JobID < 0:
+		return invalid("job id %d: must be positive", r.JobID)
+	case r.MaxJobs < 0:
+		return invalid("max jobs %d: must not be negative", r.MaxJobs)
+	case r.JobID > 0 && (r.Handler != "" || r.DeadLetters || filter):
+		return invalid("a job id replays that job alone: give no handler, dead letters or filter with it")
+	case r.JobID > 0:
+		return nil
+	case r.Handler == "":
+		return invalid("give a job id, or a handler (with dead letters, or with a filter)")
+	case r.DeadLetters && filter:
+		return invalid("dead letters replays all of the handler's: give no filter with it")
+	case !r.DeadLetters && !filter:
+		return invalid("replaying events to handler %q needs a filter (source, event type, since or until): "+
+			"to replay its whole history, say so with a type of \"*\"", r.Handler)
+	}
+	return checkRange(r.Since, r.Until)
+}
+
+// Replay re-queues jobs, and creates a handler's missing ones, as req says,
+// in one transaction (see the package documentation for what a replayed job
+// looks like). It never changes an event.
+func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error) {
+	if err := req.Validate(); err != nil {
+		return ReplayResult{}, err
+	}
+	maxJobs := req.MaxJobs
+	if maxJobs == 0 {
+		maxJobs = DefaultMaxJobs
+	}
+	res := ReplayResult{DryRun: req.DryRun}
+	err := writeTx(ctx, db, func(tx pgx.Tx) error {
+		plan, err := planReplay(ctx, tx, req)
+		if err != nil {
+			return err
+		}
+		if req.DryRun {
+			res = plan
+			res.DryRun = true
+			return nil
+		}
+		if plan.Touched() > maxJobs {
+			return conflict("it would touch %d jobs (%d re-queued, %d created), more than the limit of %d: "+
+				"narrow the filter or raise the limit (--max-jobs, max_jobs)", plan.Touched(), plan.Requeued, plan.Created, maxJobs)
+		}
+		if res, err = runReplay(ctx, tx, req); err != nil {
+			return err
+		}
+		if res.Touched() > 0 {
+			if _, err := tx.Exec(ctx, schema.Query("AdminNotifyJobs"), notify.Channel); err != nil {
+				return fmt.Errorf("notify streamers: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("replay %s: %w", req.describe(), err)
+	}
+	return res, nil
+}
+
+func (r ReplayRequest) describe() string {
+	switch {
+	case r.JobID > 0:
+		return fmt.Sprintf("job %d", r.JobID)
+	case r.DeadLetters:
+		return fmt.Sprintf("dead letters of handler %q", r.Handler)
+	}
+	return fmt.Sprintf("events to handler %q", r.Handler)
+}
+
+// planReplay counts what req would touch, without changing anything.
+func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult, error) {
+	var plan ReplayResult
+	if req.JobID > 0 {
+		var status string
+		err := tx.QueryRow(ctx, schema.Query("AdminLockJob"), req.JobID).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return plan, notFound("no such job")
+		}
+		if err != nil {
+			return plan, err
+		}
+		if status == "leased" {
+			return plan, conflict("it is leased (in flight): wait until it finishes or its lease expires")
+		}
+		plan.Requeued = 1
+		return plan, nil
+	}
+	var subscribed, hasJobs bool
+	if err := tx.QueryRow(ctx, schema.Query("AdminHandlerKnown"), req.Handler).Scan(&subscribed, &hasJobs); err != nil {
+		return plan, err
+	}
+	if !subscribed && !hasJobs {
+		return plan, notFound("no such handler (no enabled subscription, no jobs): start its consumer first")
+	}
+	if req.DeadLetters {
+		err := tx.QueryRow(ctx, schema.Query("AdminCountDeadLetters"), req.Handler).Scan(&plan.Requeued)
+		return plan, err
+	}
+	like := globLike(req.EventType)
+	since, until := nullTime(req.Since), nullTime(req.Until)
+	if err := tx.QueryRow(ctx, schema.Query("AdminCountFilterJobs"), req.Handler, req.Provider, like, since, until).
+		Scan(&plan.Requeued, &plan.SkippedLeased); err != nil {
+		return plan, err
+	}
+	if subscribed {
+		if err := tx.QueryRow(ctx, schema.Query("AdminCountMissingJobs"), req.Handler, req.Provider, like, since, until).
+			Scan(&plan.Created); err != nil {
+			return plan, err
+		}
+	}
+	return plan, nil
+}
+
+// runReplay does it, batch by batch.
+func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult, error) {
+	var res ReplayResult
+	requeue := func(ids []int64) error {
+		rows, err := tx.Query(ctx, schema.Query("AdminRequeueJobs"), ids)
+		if err != nil {
+			return err
+		}
+		done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		res.Requeued += len(done)
+		res.SkippedLeased += len(ids) - len(done) // leased: in flight
+		return nil
+	}
+	if req.JobID > 0 {
+		return res, requeue([]int64{req.JobID})
+	}
+
+	// Existing jobs, keyset over their ids.
+	like := globLike(req.EventType)
+	since, until := nullTime(req.Since), nullTime(req.Until)
+	batch := func(after int64) (pgx.Rows, error) {
+		if req.DeadLetters {
+			return tx.Query(ctx, schema.Query("AdminDeadLetterBatch"), req.Handler, after, batchSize)
+		}
+		return tx.Query(ctx, schema.Query("AdminFilterJobBatch"), req.Handler, req.Provider, like, since, until, after, batchSize)
+	}
+	for after := int64(0); ; {
+		rows, err := batch(after)
+		if err != nil {
+			return res, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return res, err
+		}
+		if len(ids) == 0 {
+			break
+		}
+		if err := requeue(ids); err != nil {
+			return res, err
+		}
+		if len(ids) < batchSize {
+			break
+		}
+		after = ids[len(ids)-1]
+	}
+	if req.DeadLetters {
+		return res, nil
+	}
+
+	// Missing jobs, keyset over event ids. Jobs just re-queued are not
+	// missing, so nothing is touched twice.
+	for after := int64(0); ; {
+		var created int
+		var last int64
+		if err := tx.QueryRow(ctx, schema.Query("AdminCreateMissingJobs"), req.Handler, req.Provider, like, since, until, after, batchSize).
+			Scan(&created, &last); err != nil {
+			return res, err
+		}
+		res.Created += created
+		if last == 0 {
+			break
+		}
+		after = last
+	}
+	return res, nil
+}

@@ -1,0 +1,331 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/admin"
+)
+
+func TestDlqListAndShow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.subscribe(t, "billing", "stripe", "*", 3)
+	b.subscribe(t, "audit", "*", "*", 3)
+	s1 := b.insert(t, event{source: "stripe", id: "evt_1", eventType: "invoice.paid", body: []byte("{}")})
+	s2 := b.insert(t, event{source: "stripe", id: "evt_2", eventType: "invoice.paid", body: []byte("{}")})
+	g1 := b.insert(t, event{source: "github", id: "gh_1", eventType: "push", body: []byte("{}")})
+	b.deadLetter(t, b.jobID(t, s1, "billing"), 3, "http_5xx")
+	b.deadLetter(t, b.jobID(t, s2, "billing"), 1, "permanent")
+	b.deadLetter(t, b.jobID(t, g1, "audit"), 3, "timeout")
+	b.exec(t, `UPDATE webhook_ingress.jobs SET updated_at = now() - interval '2 days' WHERE event_id = $1`, g1)
+
+	list := func(f admin.DeadLetterFilter) []string {
+		t.Helper()
+		page, err := admin.ListDeadLetters(ctx, b.op, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range page.DeadLetters {
+			got = append(got, d.Handler+":"+d.ExternalEventID+":"+d.LastErrorClass)
+		}
+		return got
+	}
+	cases := []struct {
+		name string
+		f    admin.DeadLetterFilter
+		want string
+	}{
+		{"all", admin.DeadLetterFilter{}, "[audit:gh_1:timeout billing:evt_2:permanent billing:evt_1:http_5xx]"},
+		{"handler", admin.DeadLetterFilter{Handler: "billing"}, "[billing:evt_2:permanent billing:evt_1:http_5xx]"},
+		{"source", admin.DeadLetterFilter{Provider: "github"}, "[audit:gh_1:timeout]"},
+		{"error class", admin.DeadLetterFilter{ErrorClass: "permanent"}, "[billing:evt_2:permanent]"},
+		{"since", admin.DeadLetterFilter{Since: time.Now().Add(-time.Hour)}, "[billing:evt_2:permanent billing:evt_1:http_5xx]"},
+		{"until", admin.DeadLetterFilter{Until: time.Now().Add(-time.Hour)}, "[audit:gh_1:timeout]"},
+		{"limit", admin.DeadLetterFilter{Limit: 1}, "[audit:gh_1:timeout]"},
+		{"nothing", admin.DeadLetterFilter{Handler: "nobody"}, "[]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(list(c.f)); got != c.want && !(c.want == "[]" && got == "[]") {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	page, err := admin.ListDeadLetters(ctx, b.op, admin.DeadLetterFilter{Limit: 2})
+	if err != nil || page.NextBefore == 0 {
+		t.Fatalf("page of 2: next %d, %v", page.NextBefore, err)
+	}
+	rest, err := admin.ListDeadLetters(ctx, b.op, admin.DeadLetterFilter{Limit: 2, Before: page.NextBefore})
+	if err != nil || len(rest.DeadLetters) != 1 || rest.NextBefore != 0 {
+		t.Fatalf("second page: %+v, %v", rest, err)
+	}
+
+	id := b.jobID(t, s1, "billing")
+	j, err := admin.GetJob(ctx, b.op, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != id || j.Status != "dead_letter" || *j.LastError != "upstream said no" || len(j.Attempts) != 3 ||
+		j.Event.ID != s1 || j.Event.ExternalEventID != "evt_1" || j.Event.Provider != "stripe" || j.Event.BodySize != 2 {
+		t.Fatalf("job detail = %+v", j)
+	}
+	_, err = admin.GetJob(ctx, b.op, id+1000)
+	wantErr(t, err, admin.ErrNotFound)
+}
+
+func TestReplayOneJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	notes := b.listen(t)
+	b.subscribe(t, "billing", "stripe", "*", 3)
+	ev := b.insert(t, event{source: "stripe", id: "evt_1", eventType: "invoice.paid", body: []byte("{}")})
+	id := b.jobID(t, ev, "billing")
+	b.deadLetter(t, id, 3, "http_5xx")
+	events := b.snapshot(t, "events")
+
+	res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id, DryRun: true})
+	if err != nil || res != (admin.ReplayResult{DryRun: true, Requeued: 1}) {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	if j := b.job(t, id); j.Status != "dead_letter" {
+		t.Fatalf("dry run changed the job: %+v", j)
+	}
+	select {
+	case <-notes:
+		t.Fatal("a dry run sent a NOTIFY")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id})
+	if err != nil || res != (admin.ReplayResult{Requeued: 1}) {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	j := b.job(t, id)
+	if j.Status != "pending" || j.AttemptCount != 0 || j.Lease != nil || j.Worker != nil || j.LastError != nil || !j.Due {
+		t.Fatalf("replayed job = %+v", j)
+	}
+	// The history stays, and the replay is in it.
+	d, err := admin.GetJob(ctx, b.op, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Attempts) != 4 || d.Attempts[2].Outcome != "dead_letter" {
+		t.Fatalf("attempts = %+v", d.Attempts)
+	}
+	marker := d.Attempts[3]
+	if marker.Outcome != "replayed" || marker.Attempt != 3 || marker.WorkerID == nil || *marker.WorkerID == "" || marker.ErrorClass != nil {
+		t.Fatalf("replay marker = %+v", marker)
+	}
+	select {
+	case <-notes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no NOTIFY after the replay")
+	}
+	if b.snapshot(t, "events") != events {
+		t.Fatal("replay changed events")
+	}
+
+	// In flight: refused. Unknown: not found.
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's1', lease_expires_at = now() + interval '1 minute', attempt_count = 1 WHERE id = $1`, id)
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id})
+	wantErr(t, err, admin.ErrConflict)
+	if j := b.job(t, id); j.Status != "leased" {
+		t.Fatalf("leased job was touched: %+v", j)
+	}
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id + 1000})
+	wantErr(t, err, admin.ErrNotFound)
+}
+
+func TestReplayDeadLettersOfAHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.subscribe(t, "billing", "stripe", "*", 2)
+	b.subscribe(t, "audit", "stripe", "*", 2)
+	// More than one batch of them.
+	const n = 1234
+	b.exec(t, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+		SELECT 'stripe', 'stripe', 'evt_' || i, 'invoice.paid', '{}', true FROM generate_series(1, $1) AS i`, n)
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'dead_letter', attempt_count = 2, last_error_class = 'http_5xx', last_error = 'no'`)
+	// One billing job completed, one in flight: neither is a dead letter.
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'billing' AND id = (SELECT min(id) FROM webhook_ingress.jobs WHERE handler = 'billing')`)
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's', lease_expires_at = now() + interval '1 minute' WHERE handler = 'billing' AND id = (SELECT max(id) FROM webhook_ingress.jobs WHERE handler = 'billing')`)
+	events, attempts := b.snapshot(t, "events"), b.snapshot(t, "job_attempts")
+
+	res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "billing", DeadLetters: true, DryRun: true})
+	if err != nil || res != (admin.ReplayResult{DryRun: true, Requeued: n - 2}) {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "billing", DeadLetters: true, MaxJobs: 1000})
+	wantErr(t, err, admin.ErrConflict)
+	if b.snapshot(t, "job_attempts") != attempts || b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending'`) != 0 {
+		t.Fatal("a refused replay changed something")
+	}
+
+	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "billing", DeadLetters: true})
+	if err != nil || res != (admin.ReplayResult{Requeued: n - 2}) {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	counts := func(handler string) string {
+		rows, err := b.super.Query(ctx, `SELECT status, count(*) FROM webhook_ingress.jobs WHERE handler = $1 GROUP BY 1 ORDER BY 1`, handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		s := ""
+		for rows.Next() {
+			var st string
+			var c int
+			_ = rows.Scan(&st, &c)
+			s += fmt.Sprintf("%s=%d ", st, c)
+		}
+		return s
+	}
+	if got, want := counts("billing"), fmt.Sprintf("completed=1 leased=1 pending=%d ", n-2); got != want {
+		t.Fatalf("billing jobs: %s, want %s", got, want)
+	}
+	if got, want := counts("audit"), fmt.Sprintf("dead_letter=%d ", n); got != want {
+		t.Fatalf("audit jobs: %s, want %s (another handler's dead letters were touched)", got, want)
+	}
+	if got := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'replayed' AND attempt = 2`); got != n-2 {
+		t.Fatalf("%d replay markers, want %d", got, n-2)
+	}
+	if got := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending' AND (attempt_count <> 0 OR last_error IS NOT NULL OR next_attempt_at > now())`); got != 0 {
+		t.Fatalf("%d replayed jobs not reset", got)
+	}
+	if b.snapshot(t, "events") != events {
+		t.Fatal("replay changed events")
+	}
+	// Nothing left to replay; an unknown handler is an error.
+	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "billing", DeadLetters: true})
+	if err != nil || res.Touched() != 0 {
+		t.Fatalf("second replay: %+v, %v", res, err)
+	}
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "nobody", DeadLetters: true})
+	wantErr(t, err, admin.ErrNotFound)
+}
+
+func TestReplayFilterToANewHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.subscribe(t, "billing", "stripe", "*", 5)
+	old := time.Now().Add(-48 * time.Hour)
+	ids := map[string]int64{}
+	for _, e := range []event{
+		{source: "stripe", id: "evt_old", eventType: "invoice.paid", receivedAt: old},
+		{source: "stripe", id: "evt_1", eventType: "invoice.paid"},
+		{source: "stripe", id: "evt_2", eventType: "invoice.payment_failed"},
+		{source: "stripe", id: "evt_3", eventType: "customer.created"},
+		{source: "github", id: "gh_1", eventType: "invoice.paid"},
+	} {
+		e.body = []byte("{}")
+		ids[e.id] = b.insert(t, e)
+	}
+	// "late" subscribes after the events arrived, to stripe invoices only,
+	// with two overlapping patterns: the larger max_attempts wins, as at
+	// fan-out.
+	b.subscribe(t, "late", "stripe", "invoice.*", 4)
+	b.subscribe(t, "late", "str*", "invoice.paid", 7)
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'late'`); n != 0 {
+		t.Fatalf("late already has %d jobs", n)
+	}
+	jobs, attempts, events := b.snapshot(t, "jobs"), b.snapshot(t, "job_attempts"), b.snapshot(t, "events")
+
+	since := time.Now().Add(-time.Hour)
+	req := admin.ReplayRequest{Handler: "late", Provider: "stripe", EventType: "*", Since: since, DryRun: true}
+	res, err := admin.Replay(ctx, b.op, req)
+	if err != nil || res != (admin.ReplayResult{DryRun: true, Created: 2}) {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	if b.snapshot(t, "jobs") != jobs || b.snapshot(t, "job_attempts") != attempts {
+		t.Fatal("dry run changed jobs or attempts")
+	}
+
+	req.DryRun = false
+	res, err = admin.Replay(ctx, b.op, req)
+	if err != nil || res != (admin.ReplayResult{Created: 2}) {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	rows, err := b.super.Query(ctx, `SELECT e.external_event_id, j.status, j.max_attempts, j.attempt_count, j.provider, j.event_type
+		FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id WHERE j.handler = 'late' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var ext, status, prov, typ string
+		var maxA, count int
+		_ = rows.Scan(&ext, &status, &maxA, &count, &prov, &typ)
+		got = append(got, fmt.Sprintf("%s:%s:%d:%d:%s:%s", ext, status, maxA, count, prov, typ))
+	}
+	rows.Close()
+	// Not evt_old (before since), not customer.created (not subscribed),
+	// not github (filtered out, and not subscribed).
+	if want := "[evt_1:pending:7:0:stripe:invoice.paid evt_2:pending:4:0:stripe:invoice.payment_failed]"; fmt.Sprint(got) != want {
+		t.Fatalf("late's jobs = %v, want %s", got, want)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts a JOIN webhook_ingress.jobs j ON j.id = a.job_id
+		WHERE j.handler = 'late' AND a.outcome = 'replayed' AND a.attempt = 0`); n != 2 {
+		t.Fatalf("%d replay markers on created jobs, want 2", n)
+	}
+
+	// Again: now the jobs exist, and are re-queued instead; one of them is
+	// in flight and left alone.
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), attempt_count = 1 WHERE handler = 'late'`)
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's', lease_expires_at = now() + interval '1 minute' WHERE handler = 'late' AND event_id = $1`, ids["evt_2"])
+	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "late", EventType: "invoice.*", Since: since})
+	if err != nil || res != (admin.ReplayResult{Requeued: 1, SkippedLeased: 1}) {
+		t.Fatalf("second replay: %+v, %v", res, err)
+	}
+	if j := b.job(t, b.jobID(t, ids["evt_1"], "late")); j.Status != "pending" || j.AttemptCount != 0 {
+		t.Fatalf("re-queued job = %+v", j)
+	}
+	if j := b.job(t, b.jobID(t, ids["evt_2"], "late")); j.Status != "leased" {
+		t.Fatalf("leased job = %+v", j)
+	}
+	// Billing's jobs were never touched.
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'billing' AND status <> 'pending'`); n != 0 {
+		t.Fatalf("%d billing jobs touched", n)
+	}
+	if b.snapshot(t, "events") != events {
+		t.Fatal("replay changed events")
+	}
+
+	// The whole history, to a handler with existing jobs only, is asked for
+	// explicitly; a handler nobody knows is not found.
+	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "billing", EventType: "*", DryRun: true})
+	if err != nil || res != (admin.ReplayResult{DryRun: true, Requeued: 4}) {
+		t.Fatalf("billing, everything: %+v, %v", res, err)
+	}
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "ghost", EventType: "*"})
+	wantErr(t, err, admin.ErrNotFound)
+}
+
+func TestReplayRequestValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now()
+	for _, req := range []admin.ReplayRequest{
+		{},
+		{JobID: -1},
+		{JobID: 1, Handler: "x"},
+		{JobID: 1, DeadLetters: true},
+		{JobID: 1, Since: now},
+		{Handler: "x"}, // no filter: would replay everything
+		{Handler: "x", DeadLetters: true, Provider: "s"}, // dead letters take no filter
+		{Handler: "x", Since: now, Until: now.Add(-time.Hour)},
+		{Handler: "x", EventType: "*", MaxJobs: -1},
+	} {
+		_, err := admin.Replay(context.Background(), b.op, req)
+		if err == nil {
+			t.Errorf("Replay(%+v): no error", req)
+			continue
+		}
+		wantErr(t, err, admin.ErrInvalid)
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+// Usage errors are found before any database is needed: these run with none.
+func TestEventsDlqReplayUsageErrors(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Chdir(t.TempDir())
+	cases := [][]string{
+		{"events"},
+		{"events", "frobnicate"},
+		{"events", "list", "extra"},
+		{"events", "list", "--since", "yesterday"},
+		{"events", "list", "--until", "3/3/2026"},
+		{"events", "list", "--nope"},
+		{"events", "show"},
+		{"events", "show", "abc"},
+		{"events", "show", "0"},
+		{"events", "show", "1", "2"},
+		{"events", "show", "1", "--raw", "--json"},
+		{"events", "verify"},
+		{"events", "verify", "--since", "soon"},
+		{"dlq"},
+		{"dlq", "show"},
+		{"dlq", "show", "x"},
+		{"dlq", "list", "--since", "-1h"},
+		{"replay"},
+		{"replay", "--handler", "billing"},
+		{"replay", "--job", "1", "--handler", "billing"},
+		{"replay", "--handler", "billing", "--dead-letters", "--source", "stripe"},
+		{"replay", "--job", "1", "--max-jobs", "0"},
+		{"replay", "--handler", "billing", "--since", "later"},
+		{"replay", "extra"},
+	}
+	for _, args := range cases {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), &environment{stdout: &out, stderr: &errOut}, args)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("inlet %s: error %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+}
+
+func TestEventsDlqReplayHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"events", "--help"}, {"events", "list", "--help"}, {"events", "show", "--help"}, {"events", "verify", "--help"},
+		{"dlq", "--help"}, {"dlq", "list", "--help"}, {"dlq", "show", "--help"}, {"replay", "--help"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), &environment{stdout: &out, stderr: &errOut}, args)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("inlet %s: %v, want help", strings.Join(args, " "), err)
+		}
+		name := strings.Join(args[:len(args)-1], " ")
+		if s := out.String(); !strings.Contains(s, "Usage: inlet "+name) || !strings.Contains(s, "-config") || !strings.Contains(s, "webhook_operator") {
+			t.Errorf("inlet %s --help:\n%s", name, s)
+		}
+	}
+}
+
+func TestParseBodyPrintable(t *testing.T) {
+	for body, want := range map[string]bool{
+		"":                        true,
+		`{"a":"b"}`:               true,
+		"line\r\nline\ttab\n":     true,
+		"grüße ✓":                 true,
+		"\x00":                    false,
+		"\x1b[31mred":             false,
+		"\xff\xfe":                false,
+		"c1 \u0085 control":       false,
+		"bidi \u202e reversed":    false,
+		"del \x7f":                false,
+		"form=1&feed=%0A&x=%1B[m": true,
+	} {
+		if got := printableText([]byte(body)); got != want {
+			t.Errorf("printableText(%q) = %v", body, got)
+		}
+	}
+	if safe("evt_1") != "evt_1" || safe("a\x1b[2Jb") != `"a\x1b[2Jb"` || cell("") != "-" {
+		t.Errorf("safe/cell: %q %q", safe("a\x1b[2Jb"), cell(""))
+	}
+	var out bytes.Buffer
+	printBody(&out, 7, []byte("\x00\x01binary"))
+	if s := out.String(); !strings.Contains(s, "inlet events show 7 --raw") || !strings.Contains(s, "00 01 62 69") {
+		t.Errorf("binary body shown as:\n%s", s)
+	}
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+var eventsVerbs = map[string]subcommand{
+	"list":   {"list stored events, newest first, by source, type, time and external id", runEventsList},
+	"show":   {"show one event: metadata, headers, the exact body, its jobs and their attempts", runEventsShow},
+	"verify": {"re-verify stored events' signatures from their stored bytes; exit 1 if any fails", runEventsVerify},
+}
+
+func runEvents(ctx context.Context, env *environment, args []string) error {
+	return runVerbs(ctx, env, "events", `
+Query the event log: what arrived, exactly as it was signed, and what each
+handler did with it. Read-only.`+operatorHelp, eventsVerbs, args)
+}
+
+func runEventsList(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "events list", "", `
+List stored events, newest first: id, time received, source, type, external
+id, body size and each handler's job status. Bodies are never listed (see
+inlet events show). Pages are keyset on the id: when more events match, the
+--before to pass for the next page is printed on stderr.
+
+  inlet events list --source stripe --type 'invoice.*' --since 24h
+  inlet events list --since 2026-03-03 --until 2026-03-04 --json`+operatorHelp)
+	cfgPath := configFlag(fs)
+	source := fs.String("source", "", "only events of this source (events.provider)")
+	typ := fs.String("type", "", "only events whose type matches this glob ('*' matches anything: invoice.*)")
+	since := fs.String("since", "", "only events received at or after: RFC 3339, a date, or a duration back (24h, 7d)")
+	until := fs.String("until", "", "only events received before (same forms as --since)")
+	external := fs.String("external-id", "", "only the event with this provider event id")
+	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most events to print (at most %d)", admin.MaxLimit))
+	before := fs.Int64("before", 0, "only events with a smaller id (the next page)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: inlet events list takes no arguments, got %q", errUsage, fs.Args())
+	}
+	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Before: *before}
+	var err error
+	if f.Since, err = timeFlag("since", *since); err != nil {
+		return err
+	}
+	if f.Until, err = timeFlag("until", *until); err != nil {
+		return err
+	}
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+		page, err := admin.ListEvents(ctx, pool, f)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(env.stdout, page)
+		}
+		if len(page.Events) == 0 {
+			fmt.Fprintln(env.stdout, "no events match")
+			return nil
+		}
+		tw := newTable(env.stdout)
+		fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tTYPE\tEXTERNAL ID\tBYTES\tJOBS")
+		for _, e := range page.Events {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, stamp(e.ReceivedAt), cell(e.Provider), cell(e.EventType),
+				cell(e.ExternalEventID), e.BodySize, jobStates(e.Jobs))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if page.NextBefore != 0 {
+			fmt.Fprintf(env.stderr, "more events match: add --before %d for the next page\n", page.NextBefore)
+		}
+		return nil
+	})
+}
+
+func jobStates(js []admin.JobState) string {
+	if len(js) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(js))
+	for i, j := range js {
+		parts[i] = safe(j.Handler) + ":" + j.Status
+	}
+	return strings.Join(parts, " ")
+}
+
+func runEventsShow(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "events show", " ID", `
+Show event ID: its metadata, the headers as received, the body, and each
+handler's job with its attempt history (error text included). A body that is
+not printable text is shown as a hex dump; --raw writes the exact stored bytes
+to stdout and nothing else:
+
+  inlet events show 42 --raw > event-42.bin`+operatorHelp)
+	cfgPath := configFlag(fs)
+	raw := fs.Bool("raw", false, "write only the stored body, byte for byte")
+	asJSON := fs.Bool("json", false, "print JSON (raw_body in base64)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := idArg(fs, "event ID")
+	if err != nil {
+		return err
+	}
+	if *raw && *asJSON {
+		return fmt.Errorf("%w: --raw and --json exclude each other", errUsage)
+	}
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+		e, err := admin.GetEvent(ctx, pool, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *raw:
+			_, err := env.stdout.Write(e.RawBody)
+			return err
+		case *asJSON:
+			return printJSON(env.stdout, e)
+		}
+		return printEvent(env.stdout, e)
+	})
+}
+
+func printEvent(w io.Writer, e admin.EventDetail) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Event %d\n", e.ID)
+	printMeta(tw, e.EventMeta)
+	fmt.Fprintf(tw, "  request uri:\t%s\n", cell(e.RequestURI))
+	fmt.Fprintln(tw, "\nHeaders")
+	names := make([]string, 0, len(e.Headers))
+	for n := range e.Headers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, v := range e.Headers[n] {
+			fmt.Fprintf(tw, "  %s:\t%s\n", safe(n), safe(v))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nBody (%d bytes)\n", len(e.RawBody))
+	printBody(w, e.ID, e.RawBody)
+	fmt.Fprintln(w, "\nJobs")
+	if len(e.Jobs) == 0 {
+		fmt.Fprintln(w, "  none (no handler subscribed when it arrived)")
+	}
+	for _, j := range e.Jobs {
+		printJob(w, j)
+	}
+	return nil
+}
+
+func printMeta(tw io.Writer, e admin.EventMeta) {
+	fmt.Fprintf(tw, "  source:\t%s (scheme %s)\n", cell(e.Provider), cell(e.Scheme))
+	fmt.Fprintf(tw, "  external id:\t%s\n", cell(e.ExternalEventID))
+	fmt.Fprintf(tw, "  type:\t%s\n", cell(e.EventType))
+	fmt.Fprintf(tw, "  received at:\t%s\n", stamp(e.ReceivedAt))
+	sig := "not verified"
+	if e.SignatureVerified {
+		sig = "verified at ingress"
+		if e.SecretIndex != nil {
+			sig += fmt.Sprintf(" (secret index %d)", *e.SecretIndex)
+		}
+	}
+	fmt.Fprintf(tw, "  signature:\t%s\n", sig)
+	fmt.Fprintf(tw, "  body:\t%d bytes, sha256 %s\n", e.BodySize, e.BodySHA256)
+}
+
+// maxDump is how much of a binary body the text view dumps.
+const maxDump = 4096
+
+// printBody writes text bodies as they are and others as a hex dump, so
+// nothing stored can drive the terminal.
+func printBody(w io.Writer, id int64, body []byte) {
+	if printableText(body) {
+		_, _ = w.Write(body)
+		if len(body) > 0 && body[len(body)-1] != '\n' {
+			fmt.Fprintln(w)
+		}
+		return
+	}
+	fmt.Fprintf(w, "(not printable text; inlet events show %d --raw writes the exact bytes)\n", id)
+	dump := body
+	if len(dump) > maxDump {
+		dump = dump[:maxDump]
+	}
+	fmt.Fprint(w, hex.Dump(dump))
+	if len(body) > maxDump {
+		fmt.Fprintf(w, "… %d more bytes\n", len(body)-maxDump)
+	}
+}
+
+func printableText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	return bytes.IndexFunc(b, func(r rune) bool {
+		return r != '\n' && r != '\r' && r != '\t' &&
+			(r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.Is(unicode.Bidi_Control, r))
+	}) < 0
+}
+
+func printJob(w io.Writer, j admin.Job) {
+	fmt.Fprintf(w, "\n  job %d  handler %s  %s  attempts %d/%d\n", j.ID, safe(j.Handler), j.Status, j.AttemptCount, j.MaxAttempts)
+	tw := newTable(w)
+	switch j.Status {
+	case "pending", "failed":
+		fmt.Fprintf(tw, "    next attempt:\t%s\n", stamp(j.NextAttemptAt))
+	case "leased":
+		fmt.Fprintf(tw, "    leased by:\t%s until %s (worker %s)\n", optCell(j.LeaseHolderID), optStamp(j.LeaseExpiresAt), optCell(j.WorkerID))
+	case "completed":
+		fmt.Fprintf(tw, "    completed at:\t%s\n", optStamp(j.CompletedAt))
+	}
+	if j.LastErrorClass != nil || j.LastError != nil {
+		fmt.Fprintf(tw, "    last error:\t%s: %s\n", optCell(j.LastErrorClass), optCell(j.LastError))
+	}
+	fmt.Fprintf(tw, "    created / updated:\t%s / %s\n", stamp(j.CreatedAt), stamp(j.UpdatedAt))
+	_ = tw.Flush()
+	if len(j.Attempts) == 0 {
+		return
+	}
+	tw = newTable(w)
+	fmt.Fprintln(tw, "    #\tOUTCOME\tSTARTED\tDURATION\tWORKER\tERROR CLASS\tERROR")
+	for _, a := range j.Attempts {
+		dur := fmt.Sprintf("%.0fms", a.DurationMS)
+		if a.Outcome == "replayed" {
+			dur = "-"
+		}
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, stamp(a.StartedAt), dur,
+			optCell(a.WorkerID), optCell(a.ErrorClass), optCell(a.Error))
+	}
+	_ = tw.Flush()
+}
+
+func runEventsVerify(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "events verify", " [ID]", `
+Re-verify stored events: recompute each signature from the stored body,
+headers and request URI with the source's secrets in the config file, as
+ingress did, but ignoring the timestamp tolerance. Reports every event that no
+longer verifies (body or headers changed, secret gone, source missing or of
+another type now, id or type no longer matching) and exits 1 if there is one.
+
+  inlet events verify 42
+  inlet events verify --since 7d --source stripe
+
+Limits: a retired secret must stay listed for older events to verify; twilio
+signs the URL it called, of which only the path and query are stored, so a
+twilio source needs public_url to be re-verified.`+operatorHelp)
+	cfgPath := configFlag(fs)
+	source := fs.String("source", "", "only events of this source")
+	since := fs.String("since", "", "re-verify every event received at or after (RFC 3339, a date, or 24h, 7d)")
+	until := fs.String("until", "", "and before")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var req admin.VerifyRequest
+	var err error
+	switch {
+	case fs.NArg() > 0:
+		if req.ID, err = idArg(fs, "event ID"); err != nil {
+			return err
+		}
+	case *since == "":
+		return fmt.Errorf("%w: give an event ID or --since", errUsage)
+	}
+	req.Provider = *source
+	if req.Since, err = timeFlag("since", *since); err != nil {
+		return err
+	}
+	if req.Until, err = timeFlag("until", *until); err != nil {
+		return err
+	}
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, from string) error {
+		if from == "embedded defaults" {
+			fmt.Fprintln(env.stderr, "note: no config file, so the embedded dev sources' secrets are used (pass --config)")
+		}
+		rep, err := admin.Reverify(ctx, pool, sourcesOf(cfg), req)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := printJSON(env.stdout, rep); err != nil {
+				return err
+			}
+		} else {
+			if len(rep.Failures) > 0 {
+				tw := newTable(env.stdout)
+				fmt.Fprintln(tw, "EVENT\tSOURCE\tEXTERNAL ID\tREASON\tDETAIL")
+				for _, f := range rep.Failures {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", f.EventID, cell(f.Provider), cell(f.ExternalEventID), f.Reason, safe(f.Detail))
+				}
+				_ = tw.Flush()
+			}
+			fmt.Fprintf(env.stdout, "checked %s: %d verified, %d failed\n", plural(rep.Checked, "event"), rep.Verified, rep.Failed)
+			if rep.Failed > len(rep.Failures) {
+				fmt.Fprintf(env.stdout, "(the first %d listed)\n", len(rep.Failures))
+			}
+		}
+		if rep.Failed > 0 {
+			return fmt.Errorf("%d of %s no longer verify", rep.Failed, plural(rep.Checked, "event"))
+		}
+		return nil
+	})
+}

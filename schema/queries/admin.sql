@@ -1,0 +1,233 @@
+-- Queries of the operator tools (package admin: inlet events|dlq|replay and
+-- the admin HTTP API), run as webhook_operator. Optional filters are written
+-- ($n::text = '' OR col = $n) / ($n::timestamptz IS NULL OR ...); admin sets
+-- plan_cache_mode = force_custom_plan in its transactions so each run is
+-- planned for the filters actually given. Pages are keyset on id, newest
+-- first: $before = 0 starts at the newest row. Event type filters are LIKE
+-- patterns made from a glob by admin (the subscriptions' escaping).
+
+-- name: AdminListEvents
+-- Event metadata (never the body) with each job's handler and status.
+-- $1 provider, $2 event type LIKE pattern, $3 since (inclusive), $4 until
+-- (exclusive), $5 external event id, $6 before id, $7 limit.
+SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
+       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256,
+       coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
+FROM webhook_ingress.events e
+LEFT JOIN LATERAL (
+    SELECT array_agg(handler ORDER BY handler) AS handlers, array_agg(status ORDER BY handler) AS statuses
+    FROM webhook_ingress.jobs
+    WHERE event_id = e.id
+) j ON true
+WHERE ($1::text = '' OR e.provider = $1)
+  AND ($2::text = '' OR e.event_type LIKE $2)
+  AND ($3::timestamptz IS NULL OR e.received_at >= $3)
+  AND ($4::timestamptz IS NULL OR e.received_at < $4)
+  AND ($5::text = '' OR e.external_event_id = $5)
+  AND ($6::bigint = 0 OR e.id < $6)
+ORDER BY e.id DESC
+LIMIT $7
+
+-- name: AdminGetEvent
+-- One event whole: metadata, headers, request URI and the exact stored bytes.
+SELECT id, provider, scheme, external_event_id, event_type, received_at,
+       signature_verified, secret_index, octet_length(raw_body), body_sha256,
+       headers, request_uri, raw_body
+FROM webhook_ingress.events
+WHERE id = $1
+
+-- name: AdminEventJobs
+-- Every job of event $1, one per handler.
+SELECT id, event_id, handler, provider, event_type, status, attempt_count, max_attempts,
+       next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id,
+       last_error, last_error_class, created_at, updated_at, completed_at
+FROM webhook_ingress.jobs
+WHERE event_id = $1
+ORDER BY handler
+
+-- name: AdminGetJob
+-- One job with its event's metadata (not its body or headers).
+SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attempt_count, j.max_attempts,
+       j.next_attempt_at, j.lease_holder_id, j.lease_expires_at, j.attempted_at, j.worker_id,
+       j.last_error, j.last_error_class, j.created_at, j.updated_at, j.completed_at,
+       e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
+       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256
+FROM webhook_ingress.jobs j
+JOIN webhook_ingress.events e ON e.id = j.event_id
+WHERE j.id = $1
+
+-- name: AdminJobAttempts
+-- The attempt history (and replay markers) of jobs $1, in the order written.
+SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms
+FROM webhook_ingress.job_attempts
+WHERE job_id = ANY($1::bigint[])
+ORDER BY job_id, id
+
+-- name: AdminListDeadLetters
+-- Dead-lettered jobs with their event's metadata; the time range is when the
+-- job was dead-lettered (updated_at). Error class only: the text is in
+-- AdminGetJob. $1 handler, $2 provider, $3 error class, $4 since, $5 until,
+-- $6 before job id, $7 limit.
+SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
+       coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at
+FROM webhook_ingress.jobs j
+JOIN webhook_ingress.events e ON e.id = j.event_id
+WHERE j.status = 'dead_letter'
+  AND ($1::text = '' OR j.handler = $1)
+  AND ($2::text = '' OR j.provider = $2)
+  AND ($3::text = '' OR j.last_error_class = $3)
+  AND ($4::timestamptz IS NULL OR j.updated_at >= $4)
+  AND ($5::timestamptz IS NULL OR j.updated_at < $5)
+  AND ($6::bigint = 0 OR j.id < $6)
+ORDER BY j.id DESC
+LIMIT $7
+
+-- name: AdminEventsToVerify
+-- What re-verification reads, $6 at a time after id $5, oldest first: event
+-- $1 alone, or every event of provider $2 ('' any) received in [$3, $4).
+SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
+FROM webhook_ingress.events
+WHERE ($1::bigint = 0 OR id = $1)
+  AND ($2::text = '' OR provider = $2)
+  AND ($3::timestamptz IS NULL OR received_at >= $3)
+  AND ($4::timestamptz IS NULL OR received_at < $4)
+  AND id > $5
+ORDER BY id
+LIMIT $6
+
+-- name: AdminLockJob
+-- The job a single replay is about, locked until the replay commits.
+SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE
+
+-- name: AdminHandlerKnown
+-- Does handler $1 have an enabled subscription, and any job at all?
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions WHERE handler = $1 AND enabled),
+       EXISTS (SELECT 1 FROM webhook_ingress.jobs WHERE handler = $1)
+
+-- name: AdminCountDeadLetters
+-- How many dead letters of handler $1 a replay would re-queue.
+SELECT count(*) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'dead_letter'
+
+-- name: AdminDeadLetterBatch
+-- The next $3 dead letters of handler $1 after job id $2.
+SELECT id FROM webhook_ingress.jobs
+WHERE handler = $1 AND status = 'dead_letter' AND id > $2
+ORDER BY id
+LIMIT $3
+
+-- name: AdminCountFilterJobs
+-- Existing jobs of handler $1 whose event matches the filter ($2 provider,
+-- $3 event type LIKE pattern, $4 since, $5 until on received_at): how many a
+-- replay re-queues, and how many it skips because they are leased (in flight).
+SELECT count(*) FILTER (WHERE j.status <> 'leased'), count(*) FILTER (WHERE j.status = 'leased')
+FROM webhook_ingress.jobs j
+JOIN webhook_ingress.events e ON e.id = j.event_id
+WHERE j.handler = $1
+  AND ($2::text = '' OR j.provider = $2)
+  AND ($3::text = '' OR j.event_type LIKE $3)
+  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+
+-- name: AdminFilterJobBatch
+-- The next $7 jobs of the filter of AdminCountFilterJobs after job id $6,
+-- leased ones included: AdminRequeueJobs skips those, and the difference is
+-- what the replay reports as left alone.
+SELECT j.id
+FROM webhook_ingress.jobs j
+JOIN webhook_ingress.events e ON e.id = j.event_id
+WHERE j.handler = $1
+  AND ($2::text = '' OR j.provider = $2)
+  AND ($3::text = '' OR j.event_type LIKE $3)
+  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+  AND j.id > $6
+ORDER BY j.id
+LIMIT $7
+
+-- name: AdminCountMissingJobs
+-- Events matching the filter that have no job of handler $1 but match one of
+-- its enabled subscriptions: the jobs a replay creates. Events the handler
+-- does not subscribe to get none, as at fan-out.
+SELECT count(*)
+FROM webhook_ingress.events e
+WHERE ($2::text = '' OR e.provider = $2)
+  AND ($3::text = '' OR e.event_type LIKE $3)
+  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
+  AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
+              WHERE s.handler = $1 AND s.enabled
+                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+
+-- name: AdminCreateMissingJobs
+-- Create the next $7 missing jobs of AdminCountMissingJobs after event id $6,
+-- pending and due now, with the subscription's max_attempts (the largest of
+-- the handler's matching patterns, as at fan-out), each with a 'replayed'
+-- history row (attempt 0, worker_id the login role). Returns how many were
+-- created and the last event id looked at.
+WITH batch AS (
+    SELECT e.id, e.provider, e.event_type, m.max_attempts
+    FROM webhook_ingress.events e
+    CROSS JOIN LATERAL (
+        SELECT max(s.max_attempts) AS max_attempts
+        FROM webhook_ingress.subscriptions s
+        WHERE s.handler = $1 AND s.enabled
+          AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
+    ) m
+    WHERE m.max_attempts IS NOT NULL
+      AND ($2::text = '' OR e.provider = $2)
+      AND ($3::text = '' OR e.event_type LIKE $3)
+      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND e.id > $6
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
+    ORDER BY e.id
+    LIMIT $7
+), created AS (
+    INSERT INTO webhook_ingress.jobs (event_id, handler, provider, event_type, max_attempts)
+    SELECT id, $1, provider, event_type, max_attempts FROM batch
+    ON CONFLICT (event_id, handler) DO NOTHING
+    RETURNING id
+), marked AS (
+    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, 0, session_user::text, now(), now(), 'replayed' FROM created
+)
+SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+
+-- name: AdminRequeueJobs
+-- Put jobs $1 back in the queue: pending, due now, no lease, no worker, no
+-- last error, and attempt_count 0 so the handler gets max_attempts again.
+-- Their attempt history stays; each gets a 'replayed' row recording the
+-- attempt count it had and the login role that replayed it. A job leased
+-- meanwhile (in flight) is left alone. Returns the ids re-queued.
+WITH target AS (
+    SELECT id, attempt_count
+    FROM webhook_ingress.jobs
+    WHERE id = ANY($1::bigint[])
+      AND status <> 'leased'
+    FOR UPDATE
+), requeued AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'pending',
+        attempt_count    = 0,
+        next_attempt_at  = now(),
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        worker_id        = NULL,
+        last_error       = NULL,
+        last_error_class = NULL,
+        completed_at     = NULL,
+        updated_at       = now()
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, t.attempt_count
+), marked AS (
+    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued
+)
+SELECT id FROM requeued ORDER BY id
+
+-- name: AdminNotifyJobs
+-- Wake the streamers after a replay: $1 is notify.Channel. Sent inside the
+-- replay's transaction, so it is delivered at COMMIT and only then.
+SELECT pg_notify($1, '')
