@@ -22,7 +22,12 @@ func configFlag(fs *flag.FlagSet) *string {
 // loadConfig reads path. When the path is the default and the file does not
 // exist, fallback (if non-nil) supplies the configuration instead.
 func loadConfig(path string, fallback func() (config.Config, error)) (config.Config, string, error) {
-	c, err := config.Load(path)
+	return loadServiceConfig(path, config.AllSections, fallback)
+}
+
+// loadServiceConfig is loadConfig of the sections service reads.
+func loadServiceConfig(path string, service config.Service, fallback func() (config.Config, error)) (config.Config, string, error) {
+	c, err := config.LoadFor(path, service)
 	if err == nil {
 		return c, path, nil
 	}

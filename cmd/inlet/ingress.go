@@ -29,7 +29,7 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfig(*cfgPath, nil)
+	cfg, _, err := loadServiceConfig(*cfgPath, config.IngressService, nil)
 	if err != nil {
 		return err
 	}

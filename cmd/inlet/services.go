@@ -43,7 +43,7 @@ consumers report or the lease expires.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfig(*cfgPath, nil)
+	cfg, _, err := loadServiceConfig(*cfgPath, config.StreamerService, nil)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ consumers/example).`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfig(*cfgPath, nil)
+	cfg, _, err := loadServiceConfig(*cfgPath, config.ConsumerService, nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -326,13 +327,37 @@ func (c Config) Source(name string) (Source, bool) {
 	return Source{}, false
 }
 
-// Load reads, expands, parses, defaults and validates the file at path.
-func Load(path string) (Config, error) {
+// Service says which inlet service reads the file. A service reads only its
+// own sections: the others are dropped before ${VAR} expansion, so a streamer
+// or consumer never needs (nor holds) the webhook signing secrets, and
+// ingress never needs the consumers' forwarding secrets.
+type Service int
+
+// The services with sections of their own; AllSections reads everything
+// (inlet dev, and tools that act for several services).
+const (
+	AllSections Service = iota
+	IngressService
+	StreamerService
+	ConsumerService
+)
+
+var droppedSections = map[Service][]string{
+	IngressService:  {"streamer", "consumer", "bus"},
+	StreamerService: {"ingress", "sources", "consumer", "admin"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin"},
+}
+
+// Load reads, expands, parses, defaults and validates the whole file at path.
+func Load(path string) (Config, error) { return LoadFor(path, AllSections) }
+
+// LoadFor is Load of the sections service reads.
+func LoadFor(path string, service Service) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse(b, os.LookupEnv)
+	c, err := ParseFor(b, os.LookupEnv, service)
 	if err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -355,10 +380,16 @@ func Dev() (Config, error) {
 
 // Parse is Load on bytes, with lookup resolving ${VAR}.
 func Parse(b []byte, lookup func(string) (string, bool)) (Config, error) {
+	return ParseFor(b, lookup, AllSections)
+}
+
+// ParseFor is Parse of the sections service reads.
+func ParseFor(b []byte, lookup func(string) (string, bool), service Service) (Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return Config{}, err
 	}
+	dropSections(&root, droppedSections[service])
 	if err := expandNode(&root, lookup); err != nil {
 		return Config{}, err
 	}
@@ -381,6 +412,21 @@ func Parse(b []byte, lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// dropSections removes the named top-level keys of a document.
+func dropSections(root *yaml.Node, names []string) {
+	if len(names) == 0 || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return
+	}
+	m := root.Content[0]
+	kept := m.Content[:0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if !slices.Contains(names, m.Content[i].Value) {
+			kept = append(kept, m.Content[i], m.Content[i+1])
+		}
+	}
+	m.Content = kept
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)

@@ -138,3 +138,37 @@ admin:
 		}
 	}
 }
+
+// A streamer or consumer reads only its own sections: the webhook secrets
+// need not be set where they run.
+func TestParseForDropsOtherServicesSections(t *testing.T) {
+	t.Parallel()
+	doc := []byte(`
+database_url: postgres://x/y
+sources:
+  - {name: stripe, type: stripe, secrets: ["${STRIPE_SECRET}"]}
+consumer:
+  handlers:
+    - {name: fwd, type: http-forward, url: "http://internal", secret: "${FORWARD_SECRET}"}
+bus: {kind: nats, url: "nats://127.0.0.1:4222"}
+`)
+	none := env(nil)
+	if _, err := Parse(doc, none); err == nil || !strings.Contains(err.Error(), "STRIPE_SECRET") {
+		t.Fatalf("whole file without its secrets: %v", err)
+	}
+	st, err := ParseFor(doc, none, StreamerService)
+	if err != nil || len(st.Sources) != 0 || len(st.Consumer.Handlers) != 0 || st.Bus.Kind != "nats" {
+		t.Fatalf("streamer: %+v, %v", st, err)
+	}
+	if _, err := ParseFor(doc, none, ConsumerService); err == nil || !strings.Contains(err.Error(), "FORWARD_SECRET") {
+		t.Fatalf("consumer without its own secret: %v", err)
+	}
+	c, err := ParseFor(doc, env(map[string]string{"FORWARD_SECRET": "0123456789abcdef0"}), ConsumerService)
+	if err != nil || len(c.Sources) != 0 || len(c.Consumer.Handlers) != 1 {
+		t.Fatalf("consumer: %+v, %v", c, err)
+	}
+	in, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x"}), IngressService)
+	if err != nil || len(in.Sources) != 1 || len(in.Consumer.Handlers) != 0 {
+		t.Fatalf("ingress: %+v, %v", in, err)
+	}
+}
