@@ -45,6 +45,12 @@ type Config struct {
 	ID string
 	// BatchSize is the most jobs one claim statement leases. Defaults to 100.
 	BatchSize int
+	// MaxLeasedPerHandler stops claiming for a handler that already has this
+	// many jobs leased (by all streamers together): leases taken far ahead of
+	// what its consumers take would expire in the bus and churn. Set it above
+	// the handler's throughput × LeaseDuration's worth of queueing you accept.
+	// Defaults to 5000.
+	MaxLeasedPerHandler int
 	// LeaseDuration is how long a consumer has to report (or extend) before
 	// the reaper takes the job back. Defaults to 60s.
 	LeaseDuration time.Duration
@@ -64,6 +70,7 @@ func (c Config) WithDefaults() Config {
 		c.ID = fmt.Sprintf("streamer-%s-%d-%04x", host, os.Getpid(), rand.N(1<<16))
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.MaxLeasedPerHandler = cmp.Or(c.MaxLeasedPerHandler, 5000)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
@@ -292,7 +299,7 @@ var (
 // in between leaves leased jobs that the reaper returns.
 func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	s.claims.Add(1)
-	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration)
+	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration, s.cfg.MaxLeasedPerHandler)
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}

@@ -355,3 +355,35 @@ func TestPublishFailureGivesTheLeaseBack(t *testing.T) {
 		t.Fatalf("%d jobs given back, want 5", n)
 	}
 }
+
+// A handler whose consumers lag gets no more leases once it has
+// MaxLeasedPerHandler in flight; other handlers keep flowing.
+func TestMaxLeasedPerHandlerStopsLeasingAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "slow", "fast")
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET provider_pattern = CASE handler WHEN 'slow' THEN 'slow' ELSE 'stripe' END`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+		SELECT 'slow', 'stripe', 'evt_slow_' || g, 'x', 'x', true FROM generate_series(1, 300) g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.insertEvents(t, 40) // provider stripe: only "fast" matches
+	s := b.newStreamer(t, streamer.Config{BatchSize: 25, MaxLeasedPerHandler: 50})
+	for i := 0; i < 20; i++ { // nobody consumes: the claims pile up
+		if _, err := s.ClaimOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'slow' AND status = 'leased'`)
+	fast := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'fast' AND status = 'leased'`)
+	if slow < 50 || slow >= 50+25 {
+		t.Fatalf("slow handler has %d leased, want the cap of 50 (plus at most one batch)", slow)
+	}
+	if fast != 40 {
+		t.Fatalf("fast handler has %d of its 40 jobs leased: the slow one's cap held it back", fast)
+	}
+}

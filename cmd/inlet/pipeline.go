@@ -26,13 +26,14 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 		return nil, nil, err
 	}
 	sc := streamer.Config{
-		Pool:          pool,
-		Publisher:     pub,
-		BatchSize:     cfg.Streamer.BatchSize,
-		LeaseDuration: cfg.Streamer.LeaseDuration,
-		PollInterval:  cfg.Streamer.PollInterval,
-		ReapInterval:  cfg.Streamer.ReapInterval,
-		Logger:        log,
+		Pool:                pool,
+		Publisher:           pub,
+		BatchSize:           cfg.Streamer.BatchSize,
+		MaxLeasedPerHandler: cfg.Streamer.MaxLeasedPerHandler,
+		LeaseDuration:       cfg.Streamer.LeaseDuration,
+		PollInterval:        cfg.Streamer.PollInterval,
+		ReapInterval:        cfg.Streamer.ReapInterval,
+		Logger:              log,
 	}
 	switch cfg.Streamer.Wake {
 	case "replication":

@@ -56,6 +56,10 @@ type Streamer struct {
 	// LeaseDuration is how long a consumer has to report or extend before
 	// the job is taken back. Defaults to 60s.
 	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// MaxLeasedPerHandler stops leasing for a handler that already has this
+	// many jobs leased, so a lagging handler's backlog does not sit leased in
+	// the bus until the leases expire. Defaults to 5000.
+	MaxLeasedPerHandler int `yaml:"max_leased_per_handler"`
 	// PollInterval is the fallback wake-up. Defaults to 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
@@ -209,6 +213,7 @@ func (c Config) WithDefaults() Config {
 	c.Streamer.Wake = or(c.Streamer.Wake, "notify")
 	c.Streamer.SlotName = or(c.Streamer.SlotName, "inlet_streamer")
 	c.Streamer.BatchSize = or(c.Streamer.BatchSize, 100)
+	c.Streamer.MaxLeasedPerHandler = or(c.Streamer.MaxLeasedPerHandler, 5000)
 	c.Streamer.LeaseDuration = or(c.Streamer.LeaseDuration, 60*time.Second)
 	c.Streamer.PollInterval = or(c.Streamer.PollInterval, time.Second)
 	c.Streamer.ReapInterval = or(c.Streamer.ReapInterval, 5*time.Second)
@@ -474,6 +479,9 @@ func (c Config) validatePipeline() error {
 	}
 	if c.Streamer.BatchSize < 1 || c.Streamer.BatchSize > 10000 {
 		return fmt.Errorf("streamer.batch_size: %d must be between 1 and 10000", c.Streamer.BatchSize)
+	}
+	if c.Streamer.MaxLeasedPerHandler < c.Streamer.BatchSize {
+		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", c.Streamer.MaxLeasedPerHandler, c.Streamer.BatchSize)
 	}
 	if c.Streamer.LeaseDuration < time.Second {
 		return fmt.Errorf("streamer.lease_duration: %s must be at least 1s", c.Streamer.LeaseDuration)

@@ -5,15 +5,24 @@
 -- Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
 -- statement. SKIP LOCKED lets any number of streamers claim side by side
 -- without waiting on or double-leasing each other's rows. The attempt number
--- is taken here; outcomes are fenced on it.
-WITH due AS (
-    SELECT id
+-- is taken here; outcomes are fenced on it. A handler that already has $4
+-- jobs leased (by any streamer) gets no more this round: leasing far ahead of
+-- what its consumers take only lets the leases expire in the bus and churn.
+WITH in_flight AS (
+    SELECT handler, count(*) AS n
     FROM webhook_ingress.jobs
-    WHERE status IN ('pending', 'failed')
-      AND next_attempt_at <= now()
-    ORDER BY next_attempt_at, id
+    WHERE status = 'leased'
+    GROUP BY handler
+), due AS (
+    SELECT j.id
+    FROM webhook_ingress.jobs j
+    LEFT JOIN in_flight f ON f.handler = j.handler
+    WHERE j.status IN ('pending', 'failed')
+      AND j.next_attempt_at <= now()
+      AND coalesce(f.n, 0) < $4
+    ORDER BY j.next_attempt_at, j.id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'leased',

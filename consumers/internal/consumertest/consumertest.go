@@ -279,7 +279,7 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		if _, err := tx.Exec(ctx, schema.Query("ReapExpiredLeases"), 100); err != nil {
 			return fmt.Errorf("reap: %w", err)
 		}
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease)
+		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, 1<<30)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -323,7 +323,7 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 	ctx := context.Background()
 	var refs []bus.Ref
 	err := AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease)
+		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, 1<<30)
 		if err != nil {
 			return err
 		}
