@@ -92,6 +92,7 @@ bus:
   ack_wait: 5s
 streamer:
   lease_duration: 4s
+  max_leased_per_handler: 300
   reap_interval: 500ms
   poll_interval: 500ms
   health_listen: "127.0.0.1:0"
