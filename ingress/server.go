@@ -269,6 +269,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		RequestURI:  r.URL.RequestURI(),
 		RawBody:     body,
 		SecretIndex: res.SecretIndex,
+		Verified:    true,
 	})
 	if err != nil {
 		// Not committed, so not acknowledged: the provider will retry.

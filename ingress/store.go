@@ -10,7 +10,7 @@ import (
 	"github.com/inlet-dev/inlet/schema"
 )
 
-// Event is one verified webhook, ready to store.
+// Event is one webhook, ready to store.
 type Event struct {
 	Provider    string // source name
 	Scheme      string // verifier type
@@ -20,6 +20,10 @@ type Event struct {
 	RequestURI  string // path and query as received
 	RawBody     []byte
 	SecretIndex int
+	// Verified is stored as signature_verified: true when ingress checked
+	// the provider's signature; false for events fetched over a provider's
+	// API (inlet backfill), which carry no signature.
+	Verified bool
 }
 
 // Store writes events. Insert reports whether the event was new (false: a
@@ -56,7 +60,7 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
 	tag, err := s.pool.Exec(ctx, insertEventSQL,
-		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, true, int16(e.SecretIndex), e.RequestURI)
+		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
@@ -65,4 +69,13 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		s.hinter.Hint()
 	}
 	return stored, nil
+}
+
+// secretIndex is NULL for an unverified event: no secret matched.
+func secretIndex(e *Event) *int16 {
+	if !e.Verified {
+		return nil
+	}
+	i := int16(e.SecretIndex)
+	return &i
 }

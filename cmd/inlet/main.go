@@ -36,6 +36,7 @@ var commands = map[string]command{
 	"events":   {"query the event log: list, show (exact bytes), re-verify signatures", runEvents},
 	"dlq":      {"inspect dead-lettered jobs: list, show", runDLQ},
 	"replay":   {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
+	"backfill": {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

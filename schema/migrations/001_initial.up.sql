@@ -58,7 +58,7 @@ COMMENT ON COLUMN webhook_ingress.events.raw_body IS
 COMMENT ON COLUMN webhook_ingress.events.body_sha256 IS
     'SHA-256 of raw_body, computed by Postgres; lets auditors compare bodies without reading them.';
 COMMENT ON COLUMN webhook_ingress.events.signature_verified IS
-    'True when ingress verified the signature before storing. Unsigned writers (none yet) would store false.';
+    'True when ingress verified the signature before storing; false for events backfilled from a provider''s API (nothing was signed).';
 COMMENT ON COLUMN webhook_ingress.events.secret_index IS
     'Index of the configured secret that matched (rotation visibility); never the secret.';
 

@@ -85,9 +85,12 @@ LIMIT $7
 -- name: AdminEventsToVerify
 -- What re-verification reads, $6 at a time after id $5, oldest first: event
 -- $1 alone, or every event of provider $2 ('' any) received in [$3, $4).
+-- Events stored without a signature (backfilled from a provider's API) have
+-- none to re-check and are left out.
 SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
 FROM webhook_ingress.events
-WHERE ($1::bigint = 0 OR id = $1)
+WHERE signature_verified
+  AND ($1::bigint = 0 OR id = $1)
   AND ($2::text = '' OR provider = $2)
   AND ($3::timestamptz IS NULL OR received_at >= $3)
   AND ($4::timestamptz IS NULL OR received_at < $4)

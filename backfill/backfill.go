@@ -1,0 +1,281 @@
+package backfill
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inlet-dev/inlet/ingress"
+)
+
+// Config configures one backfill run.
+type Config struct {
+	// Source is the configured source name the events are stored under
+	// (events.provider). Required.
+	Source string
+	// Scheme is the source's verifier type (events.scheme). Required.
+	Scheme string
+	// Store is ingress's write path (ingress.NewPGStore). Required.
+	Store ingress.Store
+	// StatePath is the JSON file holding the cursor of an unfinished run.
+	// Required.
+	StatePath string
+	// Restart ignores (and replaces) the cursor in StatePath and starts from
+	// the newest event.
+	Restart bool
+	// HTTPClient makes the API requests. Defaults to a client with a 60s
+	// timeout.
+	HTTPClient *http.Client
+	// MaxRetries bounds the retries of one request (rate limits, 5xx,
+	// network errors). Defaults to 8.
+	MaxRetries int
+	// Backoff is the first retry delay after a 5xx or network error; it
+	// doubles with each retry. Defaults to 1s.
+	Backoff time.Duration
+	// MaxBackoff caps the retry delay. Defaults to 1m.
+	MaxBackoff time.Duration
+	// MaxRateLimitWait caps one wait asked for by a rate limit (Retry-After,
+	// X-RateLimit-Reset). Defaults to 15m.
+	MaxRateLimitWait time.Duration
+	// Progress receives the progress line; nil prints none.
+	Progress io.Writer
+	// Terminal redraws one progress line in place (\r); otherwise a plain
+	// line is written every ProgressInterval.
+	Terminal bool
+	// ProgressInterval is the period of plain progress lines. Defaults to 10s.
+	ProgressInterval time.Duration
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 60 * time.Second}
+	}
+	c.MaxRetries = cmp.Or(c.MaxRetries, 8)
+	c.Backoff = cmp.Or(c.Backoff, time.Second)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Minute)
+	c.MaxRateLimitWait = cmp.Or(c.MaxRateLimitWait, 15*time.Minute)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, 10*time.Second)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Source == "":
+		return errors.New("backfill config: Source is required")
+	case c.Scheme == "":
+		return errors.New("backfill config: Scheme is required")
+	case c.Store == nil:
+		return errors.New("backfill config: Store is required")
+	case c.StatePath == "":
+		return errors.New("backfill config: StatePath is required")
+	case c.MaxRetries < 0:
+		return errors.New("backfill config: MaxRetries must not be negative")
+	}
+	return nil
+}
+
+// Lister reads one provider's history, a page at a time: NewStripe,
+// NewGitHub.
+type Lister interface {
+	// key identifies the query (account, repository, filters) so a cursor
+	// is never resumed against another one.
+	key() string
+	// page returns the events of the page that starts at cursor ("" for the
+	// newest) and the cursor of the next page ("" when this is the last).
+	page(ctx context.Context, c *client, cursor string) (page, error)
+	// auth sets the request's credentials.
+	auth(r *http.Request)
+}
+
+// page is one page of a provider's history.
+type page struct {
+	Events []item
+	Next   string
+}
+
+// item is one event as the provider's API returned it.
+type item struct {
+	ID      string              // the provider's event id: the dedupe key
+	Type    string              // events.event_type
+	Headers map[string][]string // provenance; never credentials
+	Body    []byte              // the event's bytes exactly as returned
+	Skip    bool                // not storable (no payload); counted, not stored
+}
+
+// Stats counts what a run did.
+type Stats struct {
+	Pages          int  // pages finished, including those of earlier interrupted runs
+	Seen           int  // events read in this run
+	Stored         int  // new events
+	Duplicates     int  // already in the log (by webhook or an earlier backfill)
+	Skipped        int  // listed but not storable
+	RateLimitWaits int  // waits asked for by the provider
+	Retries        int  // retries after a 5xx or network error
+	Resumed        bool // started from a saved cursor
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%d pages, %d events seen: %d stored, %d duplicates, %d skipped, %d rate-limit waits, %d retries",
+		s.Pages, s.Seen, s.Stored, s.Duplicates, s.Skipped, s.RateLimitWaits, s.Retries)
+}
+
+// Run reads l's history from the saved cursor (or the newest event) to its
+// end, storing each event through cfg.Store. After every page the cursor is
+// saved, so a failed or cancelled run is resumed by the next; the state file
+// is removed when the end is reached. The Stats are valid on error too.
+func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return Stats{}, err
+	}
+	st := &state{Source: cfg.Source, Key: l.key()}
+	if !cfg.Restart {
+		saved, err := loadState(cfg.StatePath)
+		if err != nil {
+			return Stats{}, err
+		}
+		if saved != nil {
+			if saved.Source != cfg.Source || saved.Key != st.Key {
+				return Stats{}, fmt.Errorf("%w: %s holds a cursor for source %q, %s; this run is source %q, %s (run with --restart to start over)",
+					ErrStateMismatch, cfg.StatePath, saved.Source, saved.Key, cfg.Source, st.Key)
+			}
+			st = saved
+		}
+	}
+	p := &progress{w: cfg.Progress, terminal: cfg.Terminal, interval: cfg.ProgressInterval, source: cfg.Source}
+	p.stats.Pages, p.stats.Resumed = st.Pages, st.Cursor != ""
+	c := &client{http: cfg.HTTPClient, auth: l.auth, maxRetries: cfg.MaxRetries,
+		backoff: cfg.Backoff, maxBackoff: cfg.MaxBackoff, maxWait: cfg.MaxRateLimitWait, onWait: p.wait}
+	defer p.finish()
+	for {
+		pg, err := l.page(ctx, c, st.Cursor)
+		if err != nil {
+			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
+		}
+		for _, it := range pg.Events {
+			p.update(func(s *Stats) { s.Seen++ })
+			if it.Skip {
+				p.update(func(s *Stats) { s.Skipped++ })
+				continue
+			}
+			stored, err := cfg.Store.Insert(ctx, &ingress.Event{
+				Provider:   cfg.Source,
+				Scheme:     cfg.Scheme,
+				ExternalID: it.ID,
+				EventType:  it.Type,
+				Headers:    it.Headers,
+				RawBody:    it.Body,
+				Verified:   false,
+			})
+			if err != nil {
+				return p.snapshot(), fmt.Errorf("backfill %s: %w", cfg.Source, err)
+			}
+			p.update(func(s *Stats) {
+				if stored {
+					s.Stored++
+				} else {
+					s.Duplicates++
+				}
+			})
+		}
+		st.Pages++
+		p.update(func(s *Stats) { s.Pages = st.Pages })
+		if pg.Next == "" {
+			return p.snapshot(), removeState(cfg.StatePath)
+		}
+		st.Cursor = pg.Next
+		if err := st.save(cfg.StatePath); err != nil {
+			return p.snapshot(), err
+		}
+	}
+}
+
+// progress keeps the Stats and shows them: one line redrawn in place on a
+// terminal, a plain line every interval otherwise.
+type progress struct {
+	w        io.Writer
+	terminal bool
+	interval time.Duration
+	source   string
+
+	mu    sync.Mutex
+	stats Stats
+	last  time.Time
+	drawn bool
+}
+
+func (p *progress) update(f func(*Stats)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.stats)
+	p.show(false)
+}
+
+func (p *progress) wait(rateLimited bool, d time.Duration) {
+	p.update(func(s *Stats) {
+		if rateLimited {
+			s.RateLimitWaits++
+		} else {
+			s.Retries++
+		}
+	})
+	if p.w != nil && !p.terminal {
+		why := "provider error"
+		if rateLimited {
+			why = "rate limited"
+		}
+		fmt.Fprintf(p.w, "backfill %s: %s, waiting %s\n", p.source, why, d.Round(time.Second))
+	}
+}
+
+func (p *progress) snapshot() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// show draws the line; force ignores the interval. p.mu is held.
+func (p *progress) show(force bool) {
+	if p.w == nil {
+		return
+	}
+	now := time.Now()
+	if p.terminal {
+		if !force && now.Sub(p.last) < 100*time.Millisecond {
+			return // a redraw per event would cost more than the inserts
+		}
+		line := fmt.Sprintf("backfill %s: %d pages, %d seen, %d stored, %d duplicates, %d rate-limit waits",
+			p.source, p.stats.Pages, p.stats.Seen, p.stats.Stored, p.stats.Duplicates, p.stats.RateLimitWaits)
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+		p.drawn = true
+	} else {
+		if p.last.IsZero() {
+			p.last = now // the first line after one interval, not at once
+			return
+		}
+		if !force && now.Sub(p.last) < p.interval {
+			return
+		}
+		fmt.Fprintf(p.w, "backfill %s: %s\n", p.source, strings.TrimSpace(p.stats.String()))
+	}
+	p.last = now
+}
+
+// finish ends the in-place line so what follows starts on its own.
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminal && p.w != nil {
+		p.show(true)
+		if p.drawn {
+			fmt.Fprintln(p.w)
+		}
+	}
+}

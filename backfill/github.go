@@ -1,0 +1,188 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// GitHubConfig selects the webhook whose deliveries are backfilled.
+type GitHubConfig struct {
+	// Token is a token that may read the hook (admin:repo_hook or
+	// admin:org_hook). Required; never logged or stored.
+	Token string
+	// BaseURL is the REST API's origin. Defaults to https://api.github.com.
+	BaseURL string
+	// Repo is "owner/name" of a repository webhook; or set Org.
+	Repo string
+	// Org is the organization of an organization webhook; or set Repo.
+	Org string
+	// HookID is the webhook's id. Required.
+	HookID int64
+}
+
+// GitHub lists a webhook's deliveries (GET …/hooks/{id}/deliveries, newest
+// first, 100 a page, cursor pagination by the Link header) and fetches each
+// delivery for its request headers and payload. GitHub keeps deliveries for
+// a limited time (about 3 days at the time of writing).
+type GitHub struct {
+	cfg  GitHubConfig
+	path string // …/hooks/{id}/deliveries
+}
+
+// githubProvenance is the Inlet-Backfill header of events from GitHub.
+const githubProvenance = "github-hook-deliveries"
+
+// NewGitHub returns a Lister over one GitHub webhook's deliveries.
+func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
+	switch {
+	case cfg.Token == "":
+		return nil, errors.New("github backfill: a token is required")
+	case cfg.HookID <= 0:
+		return nil, errors.New("github backfill: a hook id is required")
+	case (cfg.Repo == "") == (cfg.Org == ""):
+		return nil, errors.New("github backfill: set exactly one of a repository (owner/name) and an organization")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = "https://api.github.com"
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	hook := strconv.FormatInt(cfg.HookID, 10)
+	var path string
+	if cfg.Repo != "" {
+		owner, name, ok := strings.Cut(cfg.Repo, "/")
+		if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("github backfill: repository %q: want owner/name", cfg.Repo)
+		}
+		path = "/repos/" + url.PathEscape(owner) + "/" + url.PathEscape(name) + "/hooks/" + hook + "/deliveries"
+	} else {
+		path = "/orgs/" + url.PathEscape(cfg.Org) + "/hooks/" + hook + "/deliveries"
+	}
+	return &GitHub{cfg: cfg, path: path}, nil
+}
+
+func (g *GitHub) key() string { return "github " + g.cfg.BaseURL + g.path }
+
+func (g *GitHub) auth(r *http.Request) {
+	r.Header.Set("Authorization", "Bearer "+g.cfg.Token)
+	r.Header.Set("Accept", "application/vnd.github+json")
+	r.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+}
+
+// githubKeptHeaders are the delivery's request headers stored with the
+// event: what identifies it. Signatures are left out: they sign the bytes
+// GitHub sent then, not the API's rendering of the payload.
+var githubKeptHeaders = []string{"X-GitHub-Event", "X-GitHub-Delivery", "X-GitHub-Hook-ID",
+	"X-GitHub-Hook-Installation-Target-ID", "X-GitHub-Hook-Installation-Target-Type"}
+
+func (g *GitHub) page(ctx context.Context, c *client, cursor string) (page, error) {
+	q := url.Values{"per_page": {"100"}}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	body, header, err := c.get(ctx, g.cfg.BaseURL+g.path+"?"+q.Encode())
+	if err != nil {
+		return page{}, err
+	}
+	var list []struct {
+		ID    int64  `json:"id"`
+		GUID  string `json:"guid"`
+		Event string `json:"event"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return page{}, fmt.Errorf("GET %s: the answer is not a list of deliveries", g.path)
+	}
+	var p page
+	for _, d := range list {
+		if d.GUID == "" || d.ID == 0 {
+			return page{}, fmt.Errorf("GET %s: a delivery without id or guid", g.path)
+		}
+		it, err := g.delivery(ctx, c, d.ID)
+		if err != nil {
+			return page{}, err
+		}
+		it.ID = d.GUID
+		if it.Type == "" {
+			it.Type = d.Event
+		}
+		p.Events = append(p.Events, it)
+	}
+	p.Next, err = nextCursor(header.Values("Link"))
+	if err != nil {
+		return page{}, fmt.Errorf("GET %s: %w", g.path, err)
+	}
+	return p, nil
+}
+
+// delivery fetches one delivery's request: its identifying headers and its
+// payload, the bytes exactly as the API returned them.
+func (g *GitHub) delivery(ctx context.Context, c *client, id int64) (item, error) {
+	path := g.path + "/" + strconv.FormatInt(id, 10)
+	body, _, err := c.get(ctx, g.cfg.BaseURL+path)
+	if err != nil {
+		return item{}, err
+	}
+	var d struct {
+		Request struct {
+			Headers map[string]string `json:"headers"`
+			Payload json.RawMessage   `json:"payload"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		return item{}, fmt.Errorf("GET %s: the answer is not a delivery", path)
+	}
+	headers := map[string][]string{"Inlet-Backfill": {githubProvenance}}
+	var typ string
+	for name, v := range d.Request.Headers {
+		canon := http.CanonicalHeaderKey(name)
+		for _, keep := range githubKeptHeaders {
+			if strings.EqualFold(name, keep) {
+				headers[canon] = []string{v}
+				if strings.EqualFold(keep, "X-GitHub-Event") {
+					typ = v
+				}
+			}
+		}
+	}
+	payload := bytes.TrimSpace(d.Request.Payload)
+	if len(payload) == 0 || bytes.Equal(payload, []byte("null")) {
+		return item{Skip: true}, nil
+	}
+	return item{Type: typ, Headers: headers, Body: []byte(payload)}, nil
+}
+
+// nextCursor is the cursor of the rel="next" link of a Link header, "" when
+// there is none (the last page).
+func nextCursor(links []string) (string, error) {
+	for _, h := range links {
+		for _, link := range strings.Split(h, ",") {
+			target, params, _ := strings.Cut(strings.TrimSpace(link), ";")
+			isNext := false
+			for _, p := range strings.Split(params, ";") {
+				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if strings.EqualFold(k, "rel") && strings.Contains(" "+strings.Trim(v, `"`)+" ", " next ") {
+					isNext = true
+				}
+			}
+			if !isNext {
+				continue
+			}
+			u, err := url.Parse(strings.Trim(strings.TrimSpace(target), "<>"))
+			if err != nil {
+				return "", fmt.Errorf("unreadable next link: %w", err)
+			}
+			cur := u.Query().Get("cursor")
+			if cur == "" {
+				return "", errors.New("next link without a cursor")
+			}
+			return cur, nil
+		}
+	}
+	return "", nil
+}

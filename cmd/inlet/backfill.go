@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/inlet-dev/inlet/backfill"
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/notify"
+)
+
+func runBackfill(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "backfill", " stripe|github", `
+Fill the event log from the provider's history API, for events that never
+arrived as webhooks (Inlet was down past the provider's retries, or was set up
+later):
+
+  inlet backfill stripe [--since 7d] [--types 'invoice.*,charge.refunded']
+  inlet backfill github --repo owner/name --hook-id 123   (or --org name)
+
+Stripe: GET /v1/events, newest first (Stripe keeps 30 days), with the secret
+or a restricted events:read key from --api-key or $STRIPE_API_KEY. GitHub:
+the webhook's deliveries (GET …/hooks/{id}/deliveries, then each delivery's
+request payload), with a token from --token or $GITHUB_TOKEN.
+
+Each event is stored as ingress stores a webhook, under the source (--source,
+default the first configured source of that type): an event already received
+by webhook is a duplicate and is left as it is; a new one gets a job for each
+subscribed handler. Backfilled events have signature_verified = false, the
+body exactly as the API returned it, and a header Inlet-Backfill naming the
+API; credentials are never stored or printed.
+
+Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0) are waited out
+as Retry-After or X-RateLimit-Reset asks; 5xx and network errors are retried
+with exponential backoff.
+
+Resumable: after every page the cursor is written to --state (default
+.inlet/backfill-<source>.json). An interrupted run (Ctrl-C, an error) is
+continued by running the same command again; the file is removed when the
+history has been read to the end. --restart ignores the file and starts from
+the newest event (nothing is stored twice either way).
+
+Writes run as ingress.db_role (default webhook_ingress_writer) on the config
+file's database_url (else DATABASE_URL, else, without a config file, the
+.inlet/database_url that inlet dev writes).`)
+	cfgPath := configFlag(fs)
+	source := fs.String("source", "", "store under this configured source (default: the first source of the provider's type)")
+	baseURL := fs.String("base-url", "", "API origin (default https://api.stripe.com or https://api.github.com)")
+	statePath := fs.String("state", "", "cursor file of an unfinished run (default .inlet/backfill-<source>.json)")
+	restart := fs.Bool("restart", false, "ignore the saved cursor and start from the newest event")
+	apiKey := fs.String("api-key", "", "stripe: secret or restricted API key (default $STRIPE_API_KEY)")
+	since := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, or 24h, 7d)")
+	types := fs.String("types", "", "stripe: only these event types, comma-separated (at most 20; invoice.* allowed)")
+	token := fs.String("token", "", "github: token that may read the webhook (default $GITHUB_TOKEN)")
+	repo := fs.String("repo", "", "github: owner/name of the repository whose webhook it is")
+	org := fs.String("org", "", "github: the organization whose webhook it is (instead of --repo)")
+	hookID := fs.Int64("hook-id", 0, "github: the webhook's id")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || (fs.Arg(0) != "stripe" && fs.Arg(0) != "github") {
+		return fmt.Errorf("%w: inlet backfill needs one provider: stripe or github", errUsage)
+	}
+	kind := fs.Arg(0)
+
+	var lister backfill.Lister
+	var err error
+	switch kind {
+	case "stripe":
+		c := backfill.StripeConfig{APIKey: *apiKey, BaseURL: *baseURL}
+		if c.APIKey == "" {
+			c.APIKey = os.Getenv("STRIPE_API_KEY")
+		}
+		if c.APIKey == "" {
+			return fmt.Errorf("%w: inlet backfill stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage)
+		}
+		if c.Since, err = timeFlag("since", *since); err != nil {
+			return err
+		}
+		for _, t := range strings.Split(*types, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				c.Types = append(c.Types, t)
+			}
+		}
+		lister, err = backfill.NewStripe(c)
+	case "github":
+		c := backfill.GitHubConfig{Token: *token, BaseURL: *baseURL, Repo: *repo, Org: *org, HookID: *hookID}
+		if c.Token == "" {
+			c.Token = os.Getenv("GITHUB_TOKEN")
+		}
+		if c.Token == "" {
+			return fmt.Errorf("%w: inlet backfill github needs a token: --token or $GITHUB_TOKEN", errUsage)
+		}
+		lister, err = backfill.NewGitHub(c)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+
+	cfg, from, err := operatorConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	src, err := backfillSource(cfg, kind, *source, from)
+	if err != nil {
+		return err
+	}
+	if *statePath == "" {
+		*statePath = filepath.Join(".inlet", "backfill-"+src.Name+".json")
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-backfill", MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hinter := notify.NewHinter(pool, 0, stderrLogger(cfg, "text"))
+	defer hinter.Stop()
+
+	stats, err := backfill.Run(ctx, backfill.Config{
+		Source:    src.Name,
+		Scheme:    src.Type,
+		Store:     ingress.NewPGStore(pool, hinter),
+		StatePath: *statePath,
+		Restart:   *restart,
+		Progress:  env.stderr,
+		Terminal:  isTerminal(env.stderr),
+	}, lister)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)
+		if stats.Pages > 0 || errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%w; run the same command again to resume from the cursor in %s", err, *statePath)
+		}
+		return err
+	}
+	fmt.Fprintf(env.stdout, "backfill %s: done: %s\n", src.Name, stats)
+	return nil
+}
+
+// backfillSource is the configured source named name, or without a name the
+// first one of type kind.
+func backfillSource(cfg config.Config, kind, name, from string) (config.Source, error) {
+	for _, s := range cfg.Sources {
+		if name == "" && s.Type == kind {
+			return s, nil
+		}
+		if name != "" && s.Name == name {
+			if s.Type != kind {
+				return s, fmt.Errorf("%w: source %q is of type %s, not %s", errUsage, name, s.Type, kind)
+			}
+			return s, nil
+		}
+	}
+	if name != "" {
+		return config.Source{}, fmt.Errorf("%w: no source %q in %s", errUsage, name, from)
+	}
+	return config.Source{}, fmt.Errorf("%w: no source of type %s in %s (add one, or pass --source)", errUsage, kind, from)
+}
+
+// isTerminal reports whether w is a character device (a terminal), where the
+// progress line is redrawn in place.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
