@@ -353,6 +353,26 @@ var droppedSections = map[Service][]string{
 	ConsumerService: {"ingress", "sources", "streamer", "admin"},
 }
 
+// Reads reports whether service reads the top-level section (a YAML key of
+// the file such as "sources"); its ${VAR}s need to be set only where it does.
+func (s Service) Reads(section string) bool {
+	return !slices.Contains(droppedSections[s], section)
+}
+
+// ServiceOf maps an inlet subcommand to the sections it reads: ingress,
+// streamer and consumer have their own; everything else reads the whole file.
+func ServiceOf(subcommand string) Service {
+	switch subcommand {
+	case "ingress":
+		return IngressService
+	case "streamer":
+		return StreamerService
+	case "consumer":
+		return ConsumerService
+	}
+	return AllSections
+}
+
 // Load reads, expands, parses, defaults and validates the whole file at path.
 func Load(path string) (Config, error) { return LoadFor(path, AllSections) }
 

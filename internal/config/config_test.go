@@ -167,6 +167,9 @@ bus: {kind: nats, url: "nats://127.0.0.1:4222"}
 	if err != nil || len(c.Sources) != 0 || len(c.Consumer.Handlers) != 1 {
 		t.Fatalf("consumer: %+v, %v", c, err)
 	}
+	if StreamerService.Reads("sources") || !IngressService.Reads("sources") || ServiceOf("consumer") != ConsumerService || ServiceOf("migrate") != AllSections {
+		t.Fatal("Reads / ServiceOf disagree with the sections dropped")
+	}
 	in, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x"}), IngressService)
 	if err != nil || len(in.Sources) != 1 || len(in.Consumer.Handlers) != 0 {
 		t.Fatalf("ingress: %+v, %v", in, err)
