@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 const composeDir = "compose"
@@ -353,6 +355,12 @@ func checkComposeInlet(t *testing.T, cli inletCLI, cf composeFile, name string, 
 		if _, ok := inv.flags["config"]; ok {
 			t.Error("migrate needs only DATABASE_URL: with --config it would also need every secret inlet.yaml names")
 		}
+		// It reads no config file, so it holds none of the services' secrets.
+		b, err := os.ReadFile(filepath.Join(composeDir, "inlet.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkNeedlessSecrets(t, "compose migrate", b, nil, env)
 		if s.DependsOn["postgres"].Condition != "service_healthy" {
 			t.Error("migrate should wait for postgres: service_healthy")
 		}
@@ -373,20 +381,25 @@ func checkComposeInlet(t *testing.T, cli inletCLI, cf composeFile, name string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range configVars(t, b) {
+	needed := configVars(t, b, config.ServiceOf(name))
+	for _, v := range needed {
 		if _, ok := env[v]; !ok {
-			t.Errorf("inlet.yaml names ${%s}, which the service's environment lacks", v)
+			t.Errorf("inlet.yaml names ${%s} in a section inlet %s reads, which the service's environment lacks", v, name)
 		}
 	}
-	cfg := parseConfig(t, "compose "+name+" "+host, b, env)
-	for _, u := range strings.Split(cfg.Bus.URL, ",") {
-		pu, err := url.Parse(strings.TrimSpace(u))
-		if err != nil {
-			t.Errorf("bus.url: %v", err)
-		} else if _, ok := cf.Services[pu.Hostname()]; !ok {
-			t.Errorf("bus.url names host %q, which is no service", pu.Hostname())
-		} else if name != "ingress" && s.DependsOn[pu.Hostname()].Condition != "service_healthy" {
-			t.Errorf("should depend on %s: service_healthy (the bus)", pu.Hostname())
+	checkNeedlessSecrets(t, "compose "+name, b, needed, env)
+	cfg := parseConfig(t, "compose "+name+" "+host, name, b, env)
+	// The bus, where the service reads it (ingress drops the bus section).
+	if config.ServiceOf(name).Reads("bus") {
+		for _, u := range strings.Split(cfg.Bus.URL, ",") {
+			pu, err := url.Parse(strings.TrimSpace(u))
+			if err != nil {
+				t.Errorf("bus.url: %v", err)
+			} else if _, ok := cf.Services[pu.Hostname()]; !ok {
+				t.Errorf("bus.url names host %q, which is no service", pu.Hostname())
+			} else if s.DependsOn[pu.Hostname()].Condition != "service_healthy" {
+				t.Errorf("should depend on %s: service_healthy (the bus)", pu.Hostname())
+			}
 		}
 	}
 

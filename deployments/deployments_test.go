@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -287,32 +288,40 @@ func stopDeadline(t *testing.T, cli inletCLI, inv invocation) time.Duration {
 	return 0
 }
 
-// parseConfig loads b with Inlet's own loader, ${VAR}s from env only, and
-// checks what running the services as separate processes needs.
-func parseConfig(t *testing.T, where string, b []byte, env map[string]string) config.Config {
+// parseConfig loads b as inlet <sub> does (config.ParseFor with the sections
+// of config.ServiceOf(sub)), ${VAR}s from env only, and checks what running
+// the services as separate processes needs of the sections sub reads.
+func parseConfig(t *testing.T, where, sub string, b []byte, env map[string]string) config.Config {
 	t.Helper()
-	cfg, err := config.Parse(b, func(k string) (string, bool) {
+	svc := config.ServiceOf(sub)
+	cfg, err := config.ParseFor(b, func(k string) (string, bool) {
 		v, ok := env[k]
 		return v, ok
-	})
+	}, svc)
 	if err != nil {
-		t.Fatalf("%s: inlet.yaml does not load: %v", where, err)
+		t.Fatalf("%s: inlet.yaml does not load for inlet %s: %v", where, sub, err)
 	}
-	if cfg.Bus.Kind != "nats" {
-		t.Errorf("%s: bus.kind is %q: separate ingress/streamer/consumer processes need nats", where, cfg.Bus.Kind)
+	switch sub {
+	case "streamer", "consumer", "dev":
+		if cfg.Bus.Kind != "nats" {
+			t.Errorf("%s: bus.kind is %q: separate ingress/streamer/consumer processes need nats", where, cfg.Bus.Kind)
+		}
 	}
-	if len(cfg.Consumer.Handlers) == 0 {
+	if svc.Reads("consumer") && len(cfg.Consumer.Handlers) == 0 {
 		t.Errorf("%s: consumer.handlers is empty: inlet consumer refuses to start", where)
 	}
-	if len(cfg.Sources) == 0 {
+	if svc.Reads("sources") && len(cfg.Sources) == 0 {
 		t.Errorf("%s: no sources: ingress would accept nothing", where)
 	}
 	return cfg
 }
 
-// configVars are the names of the ${VAR}s in an inlet.yaml's values (not
-// its comments).
-func configVars(t *testing.T, b []byte) []string {
+var configVarRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)`)
+
+// configVars are the names of the ${VAR}s in the values (not the comments) of
+// the top-level sections of an inlet.yaml that svc reads: the ones its
+// environment must set.
+func configVars(t *testing.T, b []byte, svc config.Service) []string {
 	t.Helper()
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
@@ -322,7 +331,7 @@ func configVars(t *testing.T, b []byte) []string {
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
 		if n.Kind == yaml.ScalarNode {
-			for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(n.Value, -1) {
+			for _, m := range configVarRE.FindAllStringSubmatch(n.Value, -1) {
 				seen[m[1]] = true
 			}
 		}
@@ -330,8 +339,33 @@ func configVars(t *testing.T, b []byte) []string {
 			walk(c)
 		}
 	}
-	walk(&root)
+	for _, doc := range root.Content {
+		if doc.Kind != yaml.MappingNode {
+			walk(doc)
+			continue
+		}
+		for i := 0; i+1 < len(doc.Content); i += 2 {
+			if svc.Reads(doc.Content[i].Value) {
+				walk(doc.Content[i])
+				walk(doc.Content[i+1])
+			}
+		}
+	}
 	return sortedKeys(seen)
+}
+
+// checkNeedlessSecrets flags the ${VAR}s of an inlet.yaml that env holds
+// though they are only in sections the process does not read (least
+// privilege: a streamer or consumer holds no webhook signing secret). needed
+// are the ones it reads (configVars of its service; none for a process that
+// loads no config file).
+func checkNeedlessSecrets(t *testing.T, where string, b []byte, needed []string, env map[string]string) {
+	t.Helper()
+	for _, v := range configVars(t, b, config.AllSections) {
+		if _, ok := env[v]; ok && !slices.Contains(needed, v) {
+			t.Errorf("%s: needless secret %s: only sections of inlet.yaml it does not read name ${%s}; do not give it", where, v, v)
+		}
+	}
 }
 
 // listenPort is the port of a service's listener in cfg.

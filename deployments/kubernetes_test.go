@@ -45,6 +45,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/openapi"
 	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 const kubeDir = "kubernetes"
@@ -772,6 +774,12 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 		if _, ok := inv.flags["config"]; ok {
 			t.Error("migrate needs only DATABASE_URL: with --config it would also need every secret inlet.yaml names")
 		}
+		// It reads no config file, so it holds none of the services' secrets.
+		for _, cmName := range sortedKeys(objs.configMaps) {
+			if y, ok := objs.configMaps[cmName].Data["inlet.yaml"]; ok {
+				checkNeedlessSecrets(t, "pod migrate", []byte(y), nil, env)
+			}
+		}
 		return 1
 	}
 
@@ -813,12 +821,14 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 	if !found {
 		t.Fatalf("--config %s is not in a mounted ConfigMap", cfgPath)
 	}
-	for _, v := range configVars(t, []byte(cfgYAML)) {
+	needed := configVars(t, []byte(cfgYAML), config.ServiceOf(name))
+	for _, v := range needed {
 		if _, ok := env[v]; !ok {
-			t.Errorf("inlet.yaml names ${%s}, which the container's env lacks", v)
+			t.Errorf("inlet.yaml names ${%s} in a section inlet %s reads, which the container's env lacks", v, name)
 		}
 	}
-	cfg := parseConfig(t, "ConfigMap inlet.yaml in pod "+name, []byte(cfgYAML), env)
+	checkNeedlessSecrets(t, "pod "+name, []byte(cfgYAML), needed, env)
+	cfg := parseConfig(t, "ConfigMap inlet.yaml in pod "+name, name, []byte(cfgYAML), env)
 
 	// Probes: /healthz for liveness, /readyz for readiness, on the port the
 	// service listens on.

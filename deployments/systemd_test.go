@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 const systemdDir = "systemd"
@@ -210,19 +212,36 @@ func TestSystemdUnits(t *testing.T) {
 			if len(inv.positional) > 0 {
 				t.Errorf("ExecStart: stray arguments %q", inv.positional)
 			}
-			if got := inv.flags["config"]; got != "/etc/inlet/inlet.yaml" {
-				t.Errorf("ExecStart: --config %q, want /etc/inlet/inlet.yaml", got)
-			}
-			b, err := os.ReadFile(installed(inv.flags["config"]))
+			// The services' config file. migrate loads none: it needs only
+			// DATABASE_URL (with --config it would expand the whole file, so
+			// need every secret it names), so it is run without --config
+			// where there is no ./inlet.yaml.
+			b, err := os.ReadFile(installed("/etc/inlet/inlet.yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, v := range configVars(t, b) {
-				if _, ok := env[v]; !ok {
-					t.Errorf("inlet.yaml names ${%s}, which the unit's EnvironmentFiles lack", v)
+			var cfg config.Config
+			if svc == "migrate" {
+				if got, ok := inv.flags["config"]; ok {
+					t.Errorf("ExecStart: --config %q: migrate needs only DATABASE_URL; with --config it would also need every secret inlet.yaml names", got)
 				}
+				if wd := u.get("Service", "WorkingDirectory"); wd != "" && wd != "/" {
+					t.Errorf("WorkingDirectory=%s: migrate would load an inlet.yaml there; want / (or unset)", wd)
+				}
+				checkNeedlessSecrets(t, "systemd "+svc, b, nil, env)
+			} else {
+				if got := inv.flags["config"]; got != "/etc/inlet/inlet.yaml" {
+					t.Errorf("ExecStart: --config %q, want /etc/inlet/inlet.yaml", got)
+				}
+				needed := configVars(t, b, config.ServiceOf(svc))
+				for _, v := range needed {
+					if _, ok := env[v]; !ok {
+						t.Errorf("inlet.yaml names ${%s} in a section inlet %s reads, which the unit's EnvironmentFiles lack", v, svc)
+					}
+				}
+				checkNeedlessSecrets(t, "systemd "+svc, b, needed, env)
+				cfg = parseConfig(t, "systemd "+svc, svc, b, env)
 			}
-			cfg := parseConfig(t, "systemd "+svc, b, env)
 			dbURL, ok := env["DATABASE_URL"]
 			if !ok {
 				t.Fatal("no DATABASE_URL in the EnvironmentFiles")
