@@ -101,6 +101,11 @@ over.`)
 		}
 		cons = svc
 	}
+	stopSealer, err := startSealer(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopSealer()
 	str, spool, err := newStreamer(ctx, cfg, ps, log.With(slog.String("service", "streamer")))
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ var commands = map[string]command{
 	"dlq":      {"inspect dead-lettered jobs: list, show", runDLQ},
 	"replay":   {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
 	"backfill": {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
+	"audit":    {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inlet-dev/inlet/audit"
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/httpforward"
 	logconsumer "github.com/inlet-dev/inlet/consumers/log"
@@ -114,4 +115,26 @@ func readyHandlers(hs []config.Handler, log *slog.Logger) ([]consumers.Handler, 
 		})
 	}
 	return out, nil
+}
+
+// startSealer runs the tamper-evidence sealer when audit.seal_every is set;
+// stop it with the returned func.
+func startSealer(ctx context.Context, cfg config.Config, log *slog.Logger) (func(), error) {
+	if cfg.Audit.SealEvery <= 0 {
+		return func() {}, nil
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Audit.DBRole, AppName: "inlet-sealer", MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	s, err := audit.NewSealer(audit.Config{DB: pool, Grace: cfg.Audit.Grace, Interval: cfg.Audit.SealEvery, Logger: log.With(slog.String("component", "sealer"))})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	if err := s.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return func() { s.Stop(); pool.Close() }, nil
 }

@@ -62,6 +62,11 @@ consumers report or the lease expires.`)
 	if err != nil {
 		return err
 	}
+	stopSealer, err := startSealer(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopSealer()
 	if err := str.Start(ctx); err != nil {
 		return err
 	}

@@ -33,6 +33,8 @@ type Config struct {
 	Consumer Consumer `yaml:"consumer"`
 	// Bus selects the transport between streamer and consumers.
 	Bus Bus `yaml:"bus"`
+	// Audit configures the tamper-evidence sealer.
+	Audit Audit `yaml:"audit"`
 	// Admin configures the operator tools: inlet events, dlq and replay, and
 	// the admin HTTP API.
 	Admin Admin `yaml:"admin"`
@@ -112,6 +114,20 @@ type Handler struct {
 	// Secret signs http-forward requests (Inlet-Signature). Required for
 	// http-forward, at least 16 bytes.
 	Secret string `yaml:"secret"`
+}
+
+// Audit configures the sealer, which writes Merkle checkpoints over the
+// event log (webhook_ingress.audit_checkpoints; `inlet audit verify` checks
+// them).
+type Audit struct {
+	// SealEvery runs the sealer inside inlet streamer (and inlet dev) at this
+	// interval. 0 leaves it to a separate `inlet audit seal --every`.
+	// Defaults to 0 for inlet streamer and 10s in inlet dev.
+	SealEvery time.Duration `yaml:"seal_every"`
+	// Grace is how old an event must be before it is sealed. Defaults to 5s.
+	Grace time.Duration `yaml:"grace"`
+	// DBRole is the role the sealer assumes. Defaults to "webhook_sealer".
+	DBRole *string `yaml:"db_role"`
 }
 
 // Bus selects the transport.
@@ -242,6 +258,11 @@ func (c Config) WithDefaults() Config {
 		h.Timeout = or(h.Timeout, 60*time.Second)
 	}
 	c.Bus.Kind = or(c.Bus.Kind, "gochannel")
+	c.Audit.Grace = or(c.Audit.Grace, 5*time.Second)
+	if c.Audit.DBRole == nil {
+		r := "webhook_sealer"
+		c.Audit.DBRole = &r
+	}
 	if c.Admin.DBRole == nil {
 		r := DefaultOperatorRole
 		c.Admin.DBRole = &r
@@ -348,9 +369,9 @@ const (
 )
 
 var droppedSections = map[Service][]string{
-	IngressService:  {"streamer", "consumer", "bus"},
+	IngressService:  {"streamer", "consumer", "bus", "audit"},
 	StreamerService: {"ingress", "sources", "consumer", "admin"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of
@@ -508,6 +529,9 @@ func (c Config) validatePipeline() error {
 	}
 	if c.Streamer.PollInterval <= 0 || c.Streamer.ReapInterval <= 0 {
 		return errors.New("streamer.poll_interval and streamer.reap_interval: must be positive")
+	}
+	if c.Audit.SealEvery < 0 || c.Audit.Grace < 0 {
+		return errors.New("audit.seal_every and audit.grace: must not be negative")
 	}
 	if c.Consumer.LeaseExtend < time.Second {
 		return fmt.Errorf("consumer.lease_extend: %s must be at least 1s", c.Consumer.LeaseExtend)

@@ -1,0 +1,429 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// The sealer's incremental frontier gives the roots tlog computes from its
+// stored hashes, for every tree size.
+func TestFrontierMatchesTlog(t *testing.T) {
+	t.Parallel()
+	var stored []tlog.Hash
+	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for i, x := range idx {
+			out[i] = stored[x]
+		}
+		return out, nil
+	})
+	var f []tlog.Hash
+	for n := int64(0); n < 300; n++ {
+		leaf := skipLeaf(n + 1)
+		hs, err := tlog.StoredHashesForRecordHash(n, leaf, reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, hs...)
+		f = frontierAppend(f, n, leaf)
+		want, err := tlog.TreeHash(n+1, reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := frontierRoot(f); got != want {
+			t.Fatalf("size %d: frontier root %x, tlog %x", n+1, got[:], want[:])
+		}
+	}
+}
+
+type bundle struct {
+	url    string
+	owner  *pgxpool.Pool // superuser: the database owner who tampers
+	writer *pgxpool.Pool // webhook_ingress_writer
+	sealer *Sealer       // as webhook_sealer
+	sealDB *pgxpool.Pool
+	audit  *pgxpool.Pool // webhook_auditor
+}
+
+func openAs(t *testing.T, url, role string) *pgxpool.Pool {
+	t.Helper()
+	p, err := database.Open(context.Background(), url, database.Options{Role: role, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func setup(t *testing.T, cfg Config) *bundle {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	b := &bundle{url: url, owner: openAs(t, url, ""), writer: openAs(t, url, "webhook_ingress_writer"),
+		sealDB: openAs(t, url, "webhook_sealer"), audit: openAs(t, url, "webhook_auditor")}
+	cfg.DB = b.sealDB
+	if cfg.Grace == 0 {
+		cfg.Grace = time.Millisecond
+	}
+	s, err := NewSealer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sealer = s
+	return b
+}
+
+var extID atomic.Int64
+
+func (b *bundle) insert(t testing.TB, ctx context.Context) {
+	t.Helper()
+	n := extID.Add(1)
+	_, err := b.writer.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", fmt.Sprintf("evt_%d", n), "invoice.paid",
+		map[string][]string{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=00", n)}}, []byte(fmt.Sprintf(`{"id":"evt_%d"}`, n)), true, 0, "/webhooks/stripe")
+	if err != nil {
+		t.Errorf("insert event: %v", err)
+	}
+}
+
+// rolledBack allocates an id and rolls back: a permanent gap.
+func (b *bundle) rolledBack(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_rolled_back", "x", "{}", []byte("{}"), true, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) owns(t *testing.T, sql ...string) {
+	t.Helper()
+	for _, q := range sql {
+		if _, err := b.owner.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func (b *bundle) seal(t *testing.T) []Checkpoint {
+	t.Helper()
+	time.Sleep(5 * time.Millisecond) // past the test's 1ms grace
+	cps, err := b.sealer.Seal(context.Background())
+	if err != nil {
+		t.Fatalf("seal: %v", err)
+	}
+	return cps
+}
+
+func (b *bundle) verify(t *testing.T, opts VerifyOptions) Report {
+	t.Helper()
+	rep, err := Verify(context.Background(), b.audit, opts)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	return rep
+}
+
+func TestSealThenVerifyIntact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{MaxLeaves: 10})
+	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrNothingToSeal) {
+		t.Fatalf("SealOnce on an empty log: %v, want ErrNothingToSeal", err)
+	}
+	for range 12 {
+		b.insert(t, ctx)
+	}
+	b.rolledBack(t) // id 13
+	for range 12 {
+		b.insert(t, ctx)
+	}
+	cps := b.seal(t)
+	if len(cps) != 3 || cps[2].LastEventID != 25 || cps[2].TreeSize != 25 {
+		t.Fatalf("checkpoints %+v: want 3 covering ids 1..25", cps)
+	}
+	if got := cps[1].SkippedIDs; len(got) != 1 || got[0] != 13 {
+		t.Fatalf("checkpoint 2 skipped %v, want [13]", got)
+	}
+	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrNothingToSeal) {
+		t.Fatalf("SealOnce when caught up: %v, want ErrNothingToSeal", err)
+	}
+	b.insert(t, ctx)
+	rep := b.verify(t, VerifyOptions{Head: cps[1].HashHex()})
+	if !rep.OK || rep.Checkpoints != 3 || rep.SealedThrough != 25 || rep.Events != 25 || rep.Unsealed != 1 || rep.Head != cps[2].HashHex() {
+		t.Fatalf("verify: %+v", rep)
+	}
+	if cps2 := b.seal(t); len(cps2) != 1 || cps2[0].FirstEventID != 26 {
+		t.Fatalf("next seal: %+v", cps2)
+	}
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.Unsealed != 0 {
+		t.Fatalf("verify after the next seal: %+v", rep)
+	}
+}
+
+const (
+	disableEvents = `ALTER TABLE webhook_ingress.events DISABLE TRIGGER events_append_only_row`
+	enableEvents  = `ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_append_only_row`
+	disableCps    = `ALTER TABLE webhook_ingress.audit_checkpoints DISABLE TRIGGER audit_checkpoints_append_only_row`
+	enableCps     = `ALTER TABLE webhook_ingress.audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_append_only_row`
+)
+
+// The owner, triggers disabled, changes the log; verify names the first problem.
+func TestVerifyFindsTampering(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		tamper []string
+		kind   ProblemKind
+		event  int64
+		seq    int64
+	}{
+		{"body rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET raw_body = '{"id":"forged"}' WHERE id = 7`, enableEvents}, AlteredEvent, 7, 1},
+		{"headers rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET headers = '{}' WHERE id = 12`, enableEvents}, AlteredEvent, 12, 2},
+		{"type rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET event_type = 'refund' WHERE id = 3`, enableEvents}, AlteredEvent, 3, 1},
+		{"two altered: the first reported", []string{disableEvents, `UPDATE webhook_ingress.events SET provider = 'x' WHERE id IN (9, 15)`, enableEvents}, AlteredEvent, 9, 1},
+		{"event deleted", []string{disableEvents, `DELETE FROM webhook_ingress.events WHERE id = 14`, enableEvents}, MissingEvent, 14, 2},
+		{"inserted at a skipped id", []string{`INSERT INTO webhook_ingress.events (id, provider, scheme, external_event_id, raw_body, signature_verified)
+			OVERRIDING SYSTEM VALUE VALUES (11, 'stripe', 'stripe', 'evt_late', '\x7b7d', true)`}, OutOfOrderEvent, 11, 2},
+		{"inserted below the log", []string{`INSERT INTO webhook_ingress.events (id, provider, scheme, external_event_id, raw_body, signature_verified)
+			OVERRIDING SYSTEM VALUE VALUES (0, 'stripe', 'stripe', 'evt_zero', '\x7b7d', true)`}, OutOfOrderEvent, 0, 1},
+		{"checkpoint root rewritten", []string{disableCps, `UPDATE webhook_ingress.audit_checkpoints SET root_hash = sha256('x') WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
+		{"checkpoint range widened", []string{disableCps, `UPDATE webhook_ingress.audit_checkpoints SET skipped_ids = '{}' WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
+		{"checkpoint removed", []string{disableCps, `DELETE FROM webhook_ingress.audit_checkpoints WHERE seq = 1`, enableCps}, BrokenChain, 0, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, Config{MaxLeaves: 10})
+			for range 10 {
+				b.insert(t, ctx)
+			}
+			b.rolledBack(t) // id 11
+			for range 9 {
+				b.insert(t, ctx)
+			}
+			if cps := b.seal(t); len(cps) != 2 {
+				t.Fatalf("sealed %d checkpoints, want 2", len(cps))
+			}
+			if rep := b.verify(t, VerifyOptions{}); !rep.OK {
+				t.Fatalf("before tampering: %+v", rep.Problem)
+			}
+			b.owns(t, c.tamper...)
+			rep := b.verify(t, VerifyOptions{})
+			if rep.OK || rep.Problem == nil {
+				t.Fatalf("verify after tampering: OK, want %s", c.kind)
+			}
+			p := rep.Problem
+			t.Logf("problem: %s", p.Reason)
+			if p.Kind != c.kind || p.EventID != c.event || p.Checkpoint != c.seq {
+				t.Fatalf("problem %+v, want %s of event %d in checkpoint %d", p, c.kind, c.event, c.seq)
+			}
+		})
+	}
+}
+
+// Dropping the newest checkpoint leaves a valid shorter chain; the head kept
+// outside the database shows it.
+func TestVerifyHeadFindsRemovedTail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{MaxLeaves: 5})
+	for range 10 {
+		b.insert(t, ctx)
+	}
+	cps := b.seal(t)
+	head := cps[len(cps)-1].HashHex()
+	b.owns(t, disableCps, `DELETE FROM webhook_ingress.audit_checkpoints WHERE seq = 2`, enableCps)
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK {
+		t.Fatalf("without --head: %+v", rep.Problem)
+	}
+	rep := b.verify(t, VerifyOptions{Head: head})
+	if rep.OK || rep.Problem.Kind != BrokenChain {
+		t.Fatalf("with the kept head: %+v, want broken_chain", rep)
+	}
+}
+
+// The horizon: young events wait, and so does a gap whose next event is
+// young; a gap after an old event is sealed as skipped.
+func TestSealStopsAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{Grace: time.Minute})
+	old := func(ext string) {
+		b.owns(t, fmt.Sprintf(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+			VALUES ('stripe', 'stripe', '%s', '\x7b7d', true, now() - interval '1 hour')`, ext))
+	}
+	old("evt_old_1")
+	old("evt_old_2")
+	b.rolledBack(t) // id 3: a gap, judged by the event after it
+	b.insert(t, ctx)
+	cp, err := b.sealer.SealOnce(ctx)
+	if err != nil || cp.FirstEventID != 1 || cp.LastEventID != 2 {
+		t.Fatalf("seal: %+v, %v: want ids 1..2 (the gap before a young event waits)", cp, err)
+	}
+	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrNothingToSeal) {
+		t.Fatalf("second seal: %v, want ErrNothingToSeal", err)
+	}
+	b.rolledBack(t)  // id 5
+	old("evt_old_3") // id 6, old: but id 4 is young, so nothing moves
+	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrNothingToSeal) {
+		t.Fatalf("seal behind a young event: %v, want ErrNothingToSeal", err)
+	}
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.SealedThrough != 2 || rep.Unsealed != 2 {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+func TestSealerIsExclusive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{})
+	b.insert(t, ctx)
+	tx, err := b.owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", sealLockKey); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrBusy) {
+		t.Fatalf("SealOnce while another sealer holds the lock: %v, want ErrBusy", err)
+	}
+}
+
+// Ingress keeps flowing while a seal transaction is open, and everything
+// inserted meanwhile verifies once sealed.
+func TestSealDoesNotBlockIngress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A grace well above an insert's duration (under -race too): the rule the
+	// horizon relies on.
+	const grace = 500 * time.Millisecond
+	b := setup(t, Config{MaxLeaves: 50, Interval: 20 * time.Millisecond, Grace: grace})
+	var inserted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.insert(t, ctx)
+				inserted.Add(1)
+			}
+		})
+	}
+	for inserted.Load() < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(grace) // something to seal
+
+	// Inside a seal transaction (events read, checkpoint not yet written):
+	// at least 20 more inserts must complete.
+	var during int64
+	b.sealer.beforeInsert = func() {
+		start := inserted.Load()
+		deadline := time.Now().Add(30 * time.Second)
+		for inserted.Load()-start < 20 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		during = inserted.Load() - start
+	}
+	if _, err := b.sealer.SealOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.sealer.beforeInsert = nil
+	if during < 20 {
+		t.Fatalf("only %d inserts completed during a seal, want 20", during)
+	}
+
+	// And the background sealer alongside the writers.
+	if err := b.sealer.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	b.sealer.Stop()
+	time.Sleep(grace + 100*time.Millisecond)
+	cps := b.seal(t)
+	var maxID int64
+	if err := b.owner.QueryRow(ctx, `SELECT max(id) FROM webhook_ingress.events`).Scan(&maxID); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.verify(t, VerifyOptions{})
+	if !rep.OK || rep.SealedThrough != maxID || rep.Unsealed != 0 {
+		t.Fatalf("verify after %d inserts (%d checkpoints in the last pass): %+v", inserted.Load(), len(cps), rep)
+	}
+	t.Logf("%d events, %d checkpoints", rep.Events, rep.Checkpoints)
+}
+
+func isPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+func TestPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{})
+	b.insert(t, ctx)
+	b.seal(t)
+	cases := []struct {
+		pool  *pgxpool.Pool
+		role  string
+		sql   string
+		allow bool
+	}{
+		{b.sealDB, "webhook_sealer", `SELECT raw_body FROM webhook_ingress.events`, false},
+		{b.sealDB, "webhook_sealer", `SELECT * FROM webhook_ingress.events`, false},
+		{b.sealDB, "webhook_sealer", `SELECT id, provider, external_event_id, event_type, received_at, headers, body_sha256 FROM webhook_ingress.events`, true},
+		{b.sealDB, "webhook_sealer", `UPDATE webhook_ingress.audit_checkpoints SET created_at = now()`, false},
+		{b.sealDB, "webhook_sealer", `DELETE FROM webhook_ingress.audit_checkpoints`, false},
+		{b.sealDB, "webhook_sealer", `TRUNCATE webhook_ingress.audit_checkpoints`, false},
+		{b.sealDB, "webhook_sealer", `UPDATE webhook_ingress.events SET event_type = 'x'`, false},
+		{b.sealDB, "webhook_sealer", `SELECT * FROM webhook_ingress.jobs`, false},
+		{b.audit, "webhook_auditor", `SELECT * FROM webhook_ingress.audit_checkpoints`, true},
+		{b.audit, "webhook_auditor", `INSERT INTO webhook_ingress.audit_checkpoints SELECT * FROM webhook_ingress.audit_checkpoints`, false},
+		{b.writer, "webhook_ingress_writer", `SELECT seq FROM webhook_ingress.audit_checkpoints`, false},
+		{b.owner, "owner", `UPDATE webhook_ingress.audit_checkpoints SET created_at = now()`, false}, // the trigger
+		{b.owner, "owner", `TRUNCATE webhook_ingress.audit_checkpoints`, false},
+	}
+	for _, c := range cases {
+		_, err := c.pool.Exec(ctx, c.sql)
+		switch {
+		case c.allow && err != nil:
+			t.Errorf("%s may run %q, but: %v", c.role, c.sql, err)
+		case !c.allow && err == nil:
+			t.Errorf("%s must not run %q, but it succeeded", c.role, c.sql)
+		case !c.allow && !isPermissionDenied(err):
+			t.Errorf("%s %q: want permission denied (42501), got %v", c.role, c.sql, err)
+		}
+	}
+}

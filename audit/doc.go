@@ -1,0 +1,67 @@
+// Package audit makes the event log tamper-evident: a sealer appends
+// checkpoints over webhook_ingress.events in id (insertion) order, and
+// Verify recomputes them from the table and reports the first event that was
+// altered, removed or inserted out of order, or the first checkpoint that was
+// altered or removed.
+//
+// # The tree
+//
+// The checkpoints extend one RFC 6962 Merkle tree (SHA-256; computed with
+// golang.org/x/mod/sumdb/tlog, so inclusion and consistency proofs are
+// available to whoever holds the tree). Leaf i (0-based) stands for event id
+// i+1: every identity value gets a leaf, so the tree size after a checkpoint
+// is its last event id. A leaf's hash is tlog.RecordHash(data), that is
+// SHA-256(0x00 || data), where data is, for an event,
+//
+//	"inlet-audit-event-v1\n"
+//	uint64 id | str provider | str external_event_id | str event_type |
+//	int64 received_at (Unix microseconds, UTC) | body_sha256 (32 bytes) |
+//	SHA-256 of headers::text (32 bytes; jsonb output is canonical)
+//
+// and, for an id with no event (a rolled-back insert: identity values are
+// allocated before commit and never reused), "inlet-audit-skip-v1\n" and
+// uint64 id. Integers are big-endian; str is a uint32 length and the bytes.
+// raw_body enters through body_sha256, so the sealer never reads bodies; an
+// owner who rewrites raw_body also rewrites the generated body_sha256, but no
+// longer matches the leaf sealed before. Verify also checks that every body
+// still hashes to its body_sha256.
+//
+// # Checkpoints
+//
+// A checkpoint (webhook_ingress.audit_checkpoints) records seq (1, 2, …), the
+// ids it covers (first_event_id is the previous checkpoint's last_event_id+1),
+// the tree size and root hash after it, the ids it recorded as skipped, the
+// previous checkpoint's hash (32 zero bytes for seq 1), created_at, and its
+// own hash: SHA-256 over
+//
+//	"inlet-audit-checkpoint-v1\n"
+//	uint64 seq | uint64 first | uint64 last | uint64 tree_size | root (32) |
+//	prev_hash (32) | int64 created_at (Unix µs) | uint32 n | n × uint64 skipped id
+//
+// It also stores the range's leaf hashes (so Verify can name the event that
+// changed; they are authenticated by the root) and the tree's right frontier
+// (what the next seal extends, checked against the root before use).
+//
+// # Sealing without serializing ingress
+//
+// The sealer takes no lock on events: it reads them with a plain SELECT in its
+// own transaction and appends one row to audit_checkpoints, under a
+// transaction-scoped advisory lock so that two sealers do not race. The
+// difficulty is that an id can become visible after a higher one: identity
+// values are allocated at insert, before commit. So the sealer seals only up
+// to a horizon: it stops at the first event received less than Grace ago, and
+// a gap in the ids (ids with no visible event) is sealed as skipped only when
+// the event after it was received more than Grace ago; otherwise it waits for
+// the next pass. A gap older than Grace is an insert that rolled back; if that
+// id ever appears, it was inserted out of order. The rule assumes an inserting
+// transaction commits within Grace of its received_at (ingress transactions
+// take milliseconds; the default Grace is 5s).
+//
+// # What it does not prove
+//
+// The database owner can rewrite the events and every checkpoint after them
+// consistently, or drop the newest checkpoints. Keep the head that
+// inlet audit verify prints (the latest checkpoint's hash) outside the
+// database, and pass it back with --head to prove the chain still contains
+// it.
+package audit

@@ -1,0 +1,295 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// DB is what the sealer and Verify need: a pool or a connection.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Sentinel errors of SealOnce.
+var (
+	// ErrNothingToSeal means no event is past the horizon yet.
+	ErrNothingToSeal = errors.New("audit: nothing to seal yet")
+	// ErrBusy means another sealer holds the seal lock.
+	ErrBusy = errors.New("audit: another sealer is sealing")
+)
+
+// sealLockKey is the advisory lock key of sealers: "iaudit" in ASCII.
+const sealLockKey int64 = 0x696175646974
+
+// Config configures a Sealer.
+type Config struct {
+	// DB is the database, as webhook_sealer (or any role with its grants).
+	// Required.
+	DB DB
+	// Grace is how old an event (and the event after a gap in the ids) must be
+	// before it is sealed: inserts in flight commit within it. Defaults to 5s.
+	Grace time.Duration
+	// Interval is the time between passes of Start. Defaults to 1m.
+	Interval time.Duration
+	// MaxLeaves caps the ids one checkpoint covers. Defaults to 10000.
+	MaxLeaves int
+	// Logger receives one line per checkpoint and per failed pass. Defaults to
+	// discarding.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Grace = cmp.Or(c.Grace, 5*time.Second)
+	c.Interval = cmp.Or(c.Interval, time.Minute)
+	c.MaxLeaves = cmp.Or(c.MaxLeaves, 10000)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("audit: Config.DB is required")
+	case c.Grace < 0:
+		return fmt.Errorf("audit: Config.Grace %s must not be negative", c.Grace)
+	case c.Interval <= 0:
+		return fmt.Errorf("audit: Config.Interval %s must be positive", c.Interval)
+	case c.MaxLeaves < 1:
+		return fmt.Errorf("audit: Config.MaxLeaves %d must be at least 1", c.MaxLeaves)
+	}
+	return nil
+}
+
+// Sealer appends checkpoints over the event log; see the package doc.
+type Sealer struct {
+	cfg Config
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// beforeInsert, when set (tests), runs after the events are read and
+	// before the checkpoint is written, inside the seal transaction.
+	beforeInsert func()
+}
+
+// NewSealer returns a sealer of cfg.
+func NewSealer(cfg Config) (*Sealer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Sealer{cfg: cfg}, nil
+}
+
+// Start seals at once and then every Interval, in the background, until Stop
+// or ctx is done. A failed pass is logged and retried at the next interval.
+func (s *Sealer) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return errors.New("audit: sealer already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.cancel, s.done = cancel, make(chan struct{})
+	go s.loop(ctx, s.done)
+	return nil
+}
+
+// Stop stops the background passes and waits for the current one to end.
+func (s *Sealer) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (s *Sealer) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := s.Seal(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("audit seal pass failed", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Seal runs one pass: checkpoints until everything past the horizon is
+// sealed. It returns the checkpoints written (none when there was nothing to
+// seal or another sealer was at work).
+func (s *Sealer) Seal(ctx context.Context) ([]Checkpoint, error) {
+	var out []Checkpoint
+	for {
+		cp, err := s.SealOnce(ctx)
+		if errors.Is(err, ErrNothingToSeal) || errors.Is(err, ErrBusy) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, cp)
+		if cp.LastEventID-cp.FirstEventID+1 < int64(s.cfg.MaxLeaves) {
+			return out, nil // caught up with the horizon
+		}
+	}
+}
+
+// SealOnce writes the next checkpoint, covering at most MaxLeaves ids, or
+// returns ErrNothingToSeal or ErrBusy.
+func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
+	var cp Checkpoint
+	err := pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, schema.Query("AuditTrySealLock"), sealLockKey).Scan(&ok); err != nil {
+			return fmt.Errorf("take seal lock: %w", err)
+		}
+		if !ok {
+			return ErrBusy
+		}
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return fmt.Errorf("read database time: %w", err)
+		}
+		prev, err := lastCheckpoint(ctx, tx)
+		if err != nil {
+			return err
+		}
+		next, err := s.nextCheckpoint(ctx, tx, prev, now)
+		if err != nil {
+			return err
+		}
+		if s.beforeInsert != nil {
+			s.beforeInsert()
+		}
+		if _, err := tx.Exec(ctx, schema.Query("AuditInsertCheckpoint"),
+			next.Seq, next.FirstEventID, next.LastEventID, next.TreeSize, next.Root[:], next.Prev[:],
+			next.SkippedIDs, joinHashes(next.leaves), joinHashes(next.frontier), next.CreatedAt, next.Hash[:]); err != nil {
+			return fmt.Errorf("insert checkpoint %d: %w", next.Seq, err)
+		}
+		cp = next
+		return nil
+	})
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	s.cfg.Logger.Info("audit checkpoint sealed", slog.Int64("seq", cp.Seq),
+		slog.Int64("first_event_id", cp.FirstEventID), slog.Int64("last_event_id", cp.LastEventID),
+		slog.Int("skipped", len(cp.SkippedIDs)), slog.String("hash", cp.HashHex()))
+	return cp, nil
+}
+
+// lastCheckpoint is the newest checkpoint, the zero Checkpoint when none.
+func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
+	var cp Checkpoint
+	var root, frontier, hash []byte
+	err := tx.QueryRow(ctx, schema.Query("AuditLastCheckpoint")).Scan(&cp.Seq, &cp.LastEventID, &cp.TreeSize, &root, &frontier, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return cp, fmt.Errorf("read last checkpoint: %w", err)
+	}
+	bad := func(what string, err error) error {
+		return fmt.Errorf("checkpoint %d: %s: %v: the checkpoint table was altered (run inlet audit verify)", cp.Seq, what, err)
+	}
+	if cp.Root, err = toHash(root); err != nil {
+		return cp, bad("root_hash", err)
+	}
+	if cp.Hash, err = toHash(hash); err != nil {
+		return cp, bad("hash", err)
+	}
+	if cp.frontier, err = splitHashes(frontier); err != nil {
+		return cp, bad("frontier", err)
+	}
+	if frontierRoot(cp.frontier) != cp.Root || cp.TreeSize != cp.LastEventID {
+		return cp, bad("frontier", errors.New("does not match root_hash and tree_size"))
+	}
+	return cp, nil
+}
+
+// nextCheckpoint builds the checkpoint after prev from the events past it,
+// up to the horizon (see the package doc).
+func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint, now time.Time) (Checkpoint, error) {
+	cutoff := now.Add(-s.cfg.Grace)
+	first := prev.LastEventID + 1
+	rows, err := tx.Query(ctx, schema.Query("AuditEventsToSeal"), first, s.cfg.MaxLeaves)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
+	}
+	var events []Event
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256); err != nil {
+			rows.Close()
+			return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
+	}
+
+	cp := Checkpoint{Seq: prev.Seq + 1, FirstEventID: first, Prev: prev.Hash, CreatedAt: now,
+		frontier: append([]tlog.Hash(nil), prev.frontier...)}
+	n := prev.TreeSize
+	add := func(h tlog.Hash) {
+		cp.leaves = append(cp.leaves, h)
+		cp.frontier = frontierAppend(cp.frontier, n, h)
+		n++
+	}
+	expect := first
+fill:
+	for _, e := range events {
+		if !e.ReceivedAt.Before(cutoff) {
+			break // too young; so is the gap before it, if any
+		}
+		for ; expect < e.ID; expect++ { // a gap older than the grace: skipped ids
+			if len(cp.leaves) == s.cfg.MaxLeaves {
+				break fill
+			}
+			cp.SkippedIDs = append(cp.SkippedIDs, expect)
+			add(skipLeaf(expect))
+		}
+		if len(cp.leaves) == s.cfg.MaxLeaves {
+			break
+		}
+		add(eventLeaf(e))
+		expect = e.ID + 1
+	}
+	if len(cp.leaves) == 0 {
+		return Checkpoint{}, ErrNothingToSeal
+	}
+	cp.LastEventID = expect - 1
+	cp.TreeSize = n
+	cp.Root = frontierRoot(cp.frontier)
+	if cp.SkippedIDs == nil {
+		cp.SkippedIDs = []int64{}
+	}
+	cp.Hash = checkpointHash(cp)
+	return cp, nil
+}

@@ -1,0 +1,342 @@
+package audit
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// ProblemKind classifies what Verify found.
+type ProblemKind string
+
+const (
+	// AlteredEvent: an event's sealed columns (or its body) changed.
+	AlteredEvent ProblemKind = "altered_event"
+	// MissingEvent: a sealed event is gone.
+	MissingEvent ProblemKind = "missing_event"
+	// OutOfOrderEvent: an event appeared in a range already sealed.
+	OutOfOrderEvent ProblemKind = "out_of_order_event"
+	// BrokenChain: a checkpoint was altered or removed.
+	BrokenChain ProblemKind = "broken_chain"
+)
+
+// Problem is the first thing wrong that Verify found.
+type Problem struct {
+	Kind ProblemKind `json:"kind"`
+	// Checkpoint is the seq of the checkpoint concerned; 0 when none.
+	Checkpoint int64 `json:"checkpoint,omitempty"`
+	// EventID is the event concerned; 0 when none.
+	EventID int64  `json:"event_id,omitempty"`
+	Reason  string `json:"reason"`
+}
+
+func (p *Problem) Error() string { return p.Reason }
+
+// Report is the result of Verify.
+type Report struct {
+	// OK is true when nothing is wrong.
+	OK bool `json:"ok"`
+	// Problem is the first problem, in id and seq order; nil when OK.
+	Problem *Problem `json:"problem,omitempty"`
+	// Checkpoints is how many checkpoints were checked.
+	Checkpoints int64 `json:"checkpoints"`
+	// SealedThrough is the last event id the checkpoints cover.
+	SealedThrough int64 `json:"sealed_through"`
+	// Events is how many events were checked; Unsealed how many of them are
+	// past the last checkpoint (sealed at a later pass).
+	Events   int64 `json:"events"`
+	Unsealed int64 `json:"unsealed"`
+	// Head is the newest checkpoint's hash (hex), Root its tree root.
+	Head string `json:"head,omitempty"`
+	Root string `json:"root,omitempty"`
+}
+
+// VerifyOptions tunes Verify.
+type VerifyOptions struct {
+	// Head, when set, is a checkpoint hash (hex) kept outside the database; the
+	// chain must still contain it.
+	Head string
+}
+
+const verifyPage = 5000
+
+// Verify recomputes every checkpoint from the events table and reports the
+// first problem. The error is for failures to read; a problem is in the
+// report. It reads one snapshot (REPEATABLE READ) and takes no lock.
+func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
+	var head tlog.Hash
+	if opts.Head != "" {
+		b, err := hex.DecodeString(opts.Head)
+		if err != nil || len(b) != tlog.HashSize {
+			return Report{}, fmt.Errorf("audit: head %q is not a 64-digit hex hash", opts.Head)
+		}
+		copy(head[:], b)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("begin verify: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return Report{}, fmt.Errorf("begin verify: %w", err)
+	}
+	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}}
+	rep, err := v.run(ctx, opts.Head != "", head)
+	if err != nil {
+		return Report{}, err
+	}
+	return rep, nil
+}
+
+type verifier struct {
+	tx     pgx.Tx
+	events *eventCursor
+	stored []tlog.Hash // tlog's stored hashes of the tree so far
+	rep    Report
+}
+
+func (v *verifier) ReadHashes(idx []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(idx))
+	for i, x := range idx {
+		if x < 0 || x >= int64(len(v.stored)) {
+			return nil, fmt.Errorf("stored hash %d not yet computed", x)
+		}
+		out[i] = v.stored[x]
+	}
+	return out, nil
+}
+
+func (v *verifier) problem(k ProblemKind, seq, id int64, format string, args ...any) *Problem {
+	return &Problem{Kind: k, Checkpoint: seq, EventID: id, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Report, error) {
+	var prev Checkpoint
+	headFound := false
+	for {
+		page, err := readCheckpoints(ctx, v.tx, prev.Seq)
+		if err != nil {
+			return Report{}, err
+		}
+		for _, cp := range page {
+			if p, err := v.checkpoint(ctx, prev, cp); err != nil || p != nil {
+				return v.finish(p, err)
+			}
+			if checkHead && cp.Hash == head {
+				headFound = true
+			}
+			prev = cp
+			v.rep.Checkpoints++
+			v.rep.SealedThrough = cp.LastEventID
+			v.rep.Head, v.rep.Root = cp.HashHex(), cp.RootHex()
+		}
+		if len(page) < checkpointPage {
+			break
+		}
+	}
+	// Past the last checkpoint: events not sealed yet. Only their bodies can
+	// be checked.
+	for {
+		e, ok, err := v.events.next(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		if !ok {
+			break
+		}
+		v.rep.Events++
+		v.rep.Unsealed++
+		if !e.bodyOK {
+			return v.finish(v.problem(AlteredEvent, 0, e.ID, "event %d altered: raw_body no longer hashes to body_sha256", e.ID), nil)
+		}
+	}
+	if checkHead && !headFound {
+		return v.finish(v.problem(BrokenChain, 0, 0, "checkpoint %x is not in the chain: checkpoints were removed or rewritten", head[:]), nil)
+	}
+	return v.finish(nil, nil)
+}
+
+func (v *verifier) finish(p *Problem, err error) (Report, error) {
+	if err != nil {
+		return Report{}, err
+	}
+	v.rep.Problem = p
+	v.rep.OK = p == nil
+	return v.rep, nil
+}
+
+// checkpoint checks cp against its predecessor, then the events it covers.
+func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Problem, error) {
+	broken := func(format string, args ...any) (*Problem, error) {
+		return v.problem(BrokenChain, cp.Seq, 0, "checkpoint chain broken at checkpoint %d: "+format, append([]any{cp.Seq}, args...)...), nil
+	}
+	if cp.Seq != prev.Seq+1 {
+		return v.problem(BrokenChain, prev.Seq+1, 0, "checkpoint chain broken: checkpoint %d is missing (next is %d)", prev.Seq+1, cp.Seq), nil
+	}
+	if checkpointHash(cp) != cp.Hash {
+		return broken("altered (its hash no longer matches its fields)")
+	}
+	if cp.Prev != prev.Hash {
+		return broken("prev_hash does not match checkpoint %d (altered or replaced)", prev.Seq)
+	}
+	count := cp.LastEventID - cp.FirstEventID + 1
+	if cp.FirstEventID != prev.LastEventID+1 || count < 1 || cp.TreeSize != prev.TreeSize+count || int64(len(cp.leaves)) != count {
+		return broken("covers ids %d..%d, tree size %d: not contiguous with checkpoint %d", cp.FirstEventID, cp.LastEventID, cp.TreeSize, prev.Seq)
+	}
+	for i, h := range cp.leaves {
+		id := cp.FirstEventID + int64(i)
+		if (h == skipLeaf(id)) != slices.Contains(cp.SkippedIDs, id) {
+			return broken("leaf of id %d disagrees with skipped_ids", id)
+		}
+	}
+	for i, h := range cp.leaves {
+		hs, err := tlog.StoredHashesForRecordHash(prev.TreeSize+int64(i), h, v)
+		if err != nil {
+			return nil, fmt.Errorf("extend tree at checkpoint %d: %w", cp.Seq, err)
+		}
+		v.stored = append(v.stored, hs...)
+	}
+	root, err := tlog.TreeHash(cp.TreeSize, v)
+	if err != nil {
+		return nil, fmt.Errorf("tree hash at checkpoint %d: %w", cp.Seq, err)
+	}
+	if root != cp.Root {
+		return broken("its leaves no longer hash to its root")
+	}
+
+	// The events of the range, in id order.
+	for i, want := range cp.leaves {
+		id := cp.FirstEventID + int64(i)
+		for {
+			e, ok, err := v.events.peek(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !ok || e.ID > id {
+				if want != skipLeaf(id) {
+					return v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq), nil
+				}
+				break
+			}
+			v.events.pos++
+			v.rep.Events++
+			if e.ID < id {
+				// Only before the first checkpoint's range: an id no seal covers.
+				return v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: below the first sealed id %d", e.ID, cp.FirstEventID), nil
+			}
+			switch {
+			case want == skipLeaf(id):
+				return v.problem(OutOfOrderEvent, cp.Seq, id, "event %d inserted out of order: checkpoint %d sealed id %d as skipped", id, cp.Seq, id), nil
+			case eventLeaf(e.Event) != want:
+				return v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq), nil
+			case !e.bodyOK:
+				return v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id), nil
+			}
+			break
+		}
+	}
+	return nil, nil
+}
+
+const checkpointPage = 16
+
+// readCheckpoints reads the next page of checkpoints after seq.
+func readCheckpoints(ctx context.Context, tx pgx.Tx, after int64) ([]Checkpoint, error) {
+	rows, err := tx.Query(ctx, schema.Query("AuditCheckpoints"), after, checkpointPage)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
+	}
+	defer rows.Close()
+	var out []Checkpoint
+	for rows.Next() {
+		var cp Checkpoint
+		var root, prev, leaves, frontier, hash []byte
+		if err := rows.Scan(&cp.Seq, &cp.FirstEventID, &cp.LastEventID, &cp.TreeSize, &root, &prev, &cp.SkippedIDs,
+			&leaves, &frontier, &cp.CreatedAt, &hash); err != nil {
+			return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
+		}
+		// The table's constraints fix these sizes; a mismatch fails the hash check.
+		cp.Root, _ = toHash(root)
+		cp.Prev, _ = toHash(prev)
+		cp.Hash, _ = toHash(hash)
+		cp.leaves, _ = splitHashes(leaves)
+		cp.frontier, _ = splitHashes(frontier)
+		out = append(out, cp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+type verifyEvent struct {
+	Event
+	bodyOK bool
+}
+
+// eventCursor reads events in id order, a page at a time.
+type eventCursor struct {
+	tx    pgx.Tx
+	after int64
+	page  []verifyEvent
+	pos   int
+	done  bool
+}
+
+func (c *eventCursor) peek(ctx context.Context) (verifyEvent, bool, error) {
+	if c.pos == len(c.page) {
+		if c.done {
+			return verifyEvent{}, false, nil
+		}
+		if err := c.fill(ctx); err != nil {
+			return verifyEvent{}, false, err
+		}
+		if len(c.page) == 0 {
+			return verifyEvent{}, false, nil
+		}
+	}
+	return c.page[c.pos], true, nil
+}
+
+func (c *eventCursor) next(ctx context.Context) (verifyEvent, bool, error) {
+	e, ok, err := c.peek(ctx)
+	if ok {
+		c.pos++
+	}
+	return e, ok, err
+}
+
+func (c *eventCursor) fill(ctx context.Context) error {
+	rows, err := c.tx.Query(ctx, schema.Query("AuditEventsToVerify"), c.after, verifyPage)
+	if err != nil {
+		return fmt.Errorf("read events after id %d: %w", c.after, err)
+	}
+	defer rows.Close()
+	c.page, c.pos = c.page[:0], 0
+	for rows.Next() {
+		var e verifyEvent
+		var bodyOK *bool
+		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256, &bodyOK); err != nil {
+			return fmt.Errorf("read events after id %d: %w", c.after, err)
+		}
+		e.bodyOK = bodyOK != nil && *bodyOK
+		c.page = append(c.page, e)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events after id %d: %w", c.after, err)
+	}
+	if len(c.page) < verifyPage {
+		c.done = true
+	}
+	if len(c.page) > 0 {
+		c.after = c.page[len(c.page)-1].ID
+	}
+	return nil
+}

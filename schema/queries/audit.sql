@@ -1,0 +1,50 @@
+-- Queries of the tamper-evidence sealer and verifier (package audit). The
+-- sealer runs as webhook_sealer and never reads raw_body; the verifier runs as
+-- webhook_auditor or webhook_operator. Neither takes a lock on events.
+
+-- name: AuditTrySealLock
+-- One sealer at a time: a transaction-scoped advisory lock ($1 is the audit
+-- package's key). false means another sealer holds it.
+SELECT pg_try_advisory_xact_lock($1)
+
+-- name: AuditLastCheckpoint
+-- The newest checkpoint: what the next seal extends.
+SELECT seq, last_event_id, tree_size, root_hash, frontier, hash
+FROM webhook_ingress.audit_checkpoints
+ORDER BY seq DESC
+LIMIT 1
+
+-- name: AuditEventsToSeal
+-- The sealed columns of the next $2 events from id $1, in id order; the
+-- headers as their digest (jsonb output is canonical), the body as body_sha256.
+SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
+       sha256(convert_to(headers::text, 'UTF8'))
+FROM webhook_ingress.events
+WHERE id >= $1
+ORDER BY id
+LIMIT $2
+
+-- name: AuditInsertCheckpoint
+INSERT INTO webhook_ingress.audit_checkpoints
+    (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+
+-- name: AuditCheckpoints
+-- Checkpoints after seq $1, $2 at a time, in order.
+SELECT seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids,
+       leaf_hashes, frontier, created_at, hash
+FROM webhook_ingress.audit_checkpoints
+WHERE seq > $1
+ORDER BY seq
+LIMIT $2
+
+-- name: AuditEventsToVerify
+-- What verify recomputes, $2 events after id $1 in id order: the sealed
+-- columns, and whether raw_body still hashes to body_sha256.
+SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
+       sha256(convert_to(headers::text, 'UTF8')),
+       sha256(raw_body) = body_sha256
+FROM webhook_ingress.events
+WHERE id > $1
+ORDER BY id
+LIMIT $2
