@@ -207,14 +207,7 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, p.err)
 		return
 	}
-	ctx, cancel := a.context(r)
-	defer cancel()
-	page, err := ListEvents(ctx, a.cfg.DB, f)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	respond(a, w, r, func(ctx context.Context) (any, error) { return ListEvents(ctx, a.cfg.DB, f) })
 }
 
 func (a *API) getEvent(w http.ResponseWriter, r *http.Request) {
@@ -222,14 +215,7 @@ func (a *API) getEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := a.context(r)
-	defer cancel()
-	e, err := GetEvent(ctx, a.cfg.DB, id)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, e)
+	respond(a, w, r, func(ctx context.Context) (any, error) { return GetEvent(ctx, a.cfg.DB, id) })
 }
 
 func (a *API) getEventRaw(w http.ResponseWriter, r *http.Request) {
@@ -272,14 +258,7 @@ func (a *API) verifyEvents(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, p.err)
 		return
 	}
-	ctx, cancel := a.context(r)
-	defer cancel()
-	rep, err := Reverify(ctx, a.cfg.DB, a.cfg.Sources, req)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+	respond(a, w, r, func(ctx context.Context) (any, error) { return Reverify(ctx, a.cfg.DB, a.cfg.Sources, req) })
 }
 
 func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -297,14 +276,7 @@ func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, p.err)
 		return
 	}
-	ctx, cancel := a.context(r)
-	defer cancel()
-	page, err := ListDeadLetters(ctx, a.cfg.DB, f)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	respond(a, w, r, func(ctx context.Context) (any, error) { return ListDeadLetters(ctx, a.cfg.DB, f) })
 }
 
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
@@ -312,14 +284,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := a.context(r)
-	defer cancel()
-	j, err := GetJob(ctx, a.cfg.DB, id)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, j)
+	respond(a, w, r, func(ctx context.Context) (any, error) { return GetJob(ctx, a.cfg.DB, id) })
 }
 
 // replayBody is the JSON of POST /api/replay.
@@ -458,4 +423,17 @@ func (p *params) parseTime(name, s string) time.Time {
 		p.err = fmt.Errorf("%s: %w", name, err)
 	}
 	return t
+}
+
+// respond runs f under the request's deadline and answers with its result as
+// JSON, or with the error as fail maps it.
+func respond(a *API, w http.ResponseWriter, r *http.Request, f func(ctx context.Context) (any, error)) {
+	ctx, cancel := a.context(r)
+	defer cancel()
+	v, err := f(ctx)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
