@@ -185,7 +185,8 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_operator", "record an error text", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome, error)
 			SELECT id, 1, now(), 'replayed', 'x' FROM webhook_ingress.jobs`), false},
 		{"webhook_operator", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
-		{"webhook_operator", "change a subscription", exec(`UPDATE webhook_ingress.subscriptions SET enabled = false`), false},
+		{"webhook_operator", "switch a subscription off", exec(`UPDATE webhook_ingress.subscriptions SET enabled = false, updated_at = now()`), true},
+		{"webhook_operator", "change a subscription's patterns", exec(`UPDATE webhook_ingress.subscriptions SET provider_pattern = 'x'`), false},
 	}
 	for _, c := range cases {
 		err := asRole(t, pool, c.role, c.do)

@@ -38,6 +38,10 @@ func TestEventsDlqReplayUsageErrors(t *testing.T) {
 		{"replay", "--job", "1", "--max-jobs", "0"},
 		{"replay", "--handler", "billing", "--since", "later"},
 		{"replay", "extra"},
+		{"subscriptions"},
+		{"subscriptions", "disable"},
+		{"subscriptions", "enable", "--handler", "h", "extra"},
+		{"subscriptions", "list", "extra"},
 	}
 	for _, args := range cases {
 		var out, errOut bytes.Buffer
@@ -52,6 +56,7 @@ func TestEventsDlqReplayHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"events", "--help"}, {"events", "list", "--help"}, {"events", "show", "--help"}, {"events", "verify", "--help"},
 		{"dlq", "--help"}, {"dlq", "list", "--help"}, {"dlq", "show", "--help"}, {"replay", "--help"},
+		{"subscriptions", "--help"}, {"subscriptions", "list", "--help"}, {"subscriptions", "disable", "--help"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), &environment{stdout: &out, stderr: &errOut}, args)

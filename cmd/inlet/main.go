@@ -27,17 +27,18 @@ type environment struct {
 }
 
 var commands = map[string]command{
-	"dev":      {"run ingress, streamer and the configured consumers in one process on embedded defaults", runDev},
-	"ingress":  {"run the webhook receiver (POST /webhooks/{source})", runIngress},
-	"migrate":  {"apply the database schema migrations (idempotent)", runMigrate},
-	"streamer": {"run the streamer: lease due jobs and publish references on the bus", runStreamer},
-	"consumer": {"run the ready consumers (log, http-forward) of the config file", runConsumer},
-	"send":     {"sign a test webhook with a configured source's secret and POST it", runSend},
-	"events":   {"query the event log: list, show (exact bytes), re-verify signatures", runEvents},
-	"dlq":      {"inspect dead-lettered jobs: list, show", runDLQ},
-	"replay":   {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
-	"backfill": {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
-	"audit":    {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
+	"dev":           {"run ingress, streamer and the configured consumers in one process on embedded defaults", runDev},
+	"ingress":       {"run the webhook receiver (POST /webhooks/{source})", runIngress},
+	"migrate":       {"apply the database schema migrations (idempotent)", runMigrate},
+	"streamer":      {"run the streamer: lease due jobs and publish references on the bus", runStreamer},
+	"consumer":      {"run the ready consumers (log, http-forward) of the config file", runConsumer},
+	"send":          {"sign a test webhook with a configured source's secret and POST it", runSend},
+	"events":        {"query the event log: list, show (exact bytes), re-verify signatures", runEvents},
+	"dlq":           {"inspect dead-lettered jobs: list, show", runDLQ},
+	"replay":        {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
+	"backfill":      {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
+	"audit":         {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
+	"subscriptions": {"list subscriptions; switch a retired handler's off", runSubscriptions},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

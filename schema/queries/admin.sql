@@ -234,3 +234,30 @@ SELECT id FROM requeued ORDER BY id
 -- Wake the streamers after a replay: $1 is notify.Channel. Sent inside the
 -- replay's transaction, so it is delivered at COMMIT and only then.
 SELECT pg_notify($1, '')
+
+-- name: AdminSubscriptions
+-- Every subscription of handler $1 ('' all), with the jobs it has now.
+SELECT s.handler, s.provider_pattern, s.event_type_pattern, s.max_attempts, s.enabled, s.updated_at,
+       (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs
+FROM webhook_ingress.subscriptions s
+WHERE ($1::text = '' OR s.handler = $1)
+ORDER BY s.handler, s.provider_pattern, s.event_type_pattern
+
+-- name: AdminSetSubscriptionsEnabled
+-- Switch handler $1's subscriptions on or off ($4): all of them, or the one
+-- with provider pattern $2 and event type pattern $3 when both are given.
+-- Jobs already created are left alone.
+UPDATE webhook_ingress.subscriptions
+SET enabled = $4, updated_at = now()
+WHERE handler = $1
+  AND ($2::text = '' OR provider_pattern = $2)
+  AND ($3::text = '' OR event_type_pattern = $3)
+  AND enabled IS DISTINCT FROM $4
+
+-- name: AdminSubscriptionExists
+-- Whether handler $1 has a subscription (with patterns $2, $3 when given).
+SELECT EXISTS (
+    SELECT FROM webhook_ingress.subscriptions
+    WHERE handler = $1
+      AND ($2::text = '' OR provider_pattern = $2)
+      AND ($3::text = '' OR event_type_pattern = $3))

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+var subscriptionVerbs = map[string]subcommand{
+	"list":    {"list subscriptions: handler, patterns, max attempts, enabled, open jobs", runSubscriptionsList},
+	"disable": {"switch a handler's subscriptions off: new events get no jobs for it", runSubscriptionsSet(false)},
+	"enable":  {"switch a handler's subscriptions on again", runSubscriptionsSet(true)},
+}
+
+func runSubscriptions(ctx context.Context, env *environment, args []string) error {
+	return runVerbs(ctx, env, "subscriptions", `
+Which handler receives which events. Consumers register their handlers'
+subscriptions when they start; a handler that no consumer runs any more keeps
+its subscriptions, and so keeps getting jobs, until it is disabled here.`+operatorHelp, subscriptionVerbs, args)
+}
+
+func runSubscriptionsList(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "subscriptions list", "", `
+List subscriptions with the number of open (pending, leased, failed) jobs of
+each handler.`+operatorHelp)
+	cfgPath := configFlag(fs)
+	handler := fs.String("handler", "", "only this handler's")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: inlet subscriptions list takes no arguments, got %q", errUsage, fs.Args())
+	}
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+		subs, err := admin.ListSubscriptions(ctx, pool, *handler)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(env.stdout, subs)
+		}
+		if len(subs) == 0 {
+			fmt.Fprintln(env.stdout, "no subscriptions")
+			return nil
+		}
+		tw := newTable(env.stdout)
+		fmt.Fprintln(tw, "HANDLER\tPROVIDER\tEVENT TYPE\tMAX ATTEMPTS\tENABLED\tOPEN JOBS")
+		for _, s := range subs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\n", safe(s.Handler), safe(s.ProviderPattern), safe(s.EventTypePattern),
+				s.MaxAttempts, strconv.FormatBool(s.Enabled), s.OpenJobs)
+		}
+		return tw.Flush()
+	})
+}
+
+func runSubscriptionsSet(enabled bool) func(ctx context.Context, env *environment, args []string) error {
+	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
+	return func(ctx context.Context, env *environment, args []string) error {
+		fs := newFlagSet(env, "subscriptions "+verb, "", fmt.Sprintf(`
+Switch %s all of a handler's subscriptions, or one of them (--provider and
+--type both given). Jobs already created are left alone: replay or let them
+finish.
+
+  inlet subscriptions %s --handler old-billing
+  inlet subscriptions %s --handler billing --provider stripe --type 'invoice.*'`,
+			map[bool]string{true: "on", false: "off"}[enabled], verb, verb)+operatorHelp)
+		cfgPath := configFlag(fs)
+		handler := fs.String("handler", "", "the handler (required)")
+		provider := fs.String("provider", "", "the subscription's provider pattern")
+		eventType := fs.String("type", "", "the subscription's event type pattern")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if *handler == "" || fs.NArg() != 0 {
+			return fmt.Errorf("%w: inlet subscriptions %s needs --handler and no arguments", errUsage, verb)
+		}
+		return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+			n, err := admin.SetSubscriptionsEnabled(ctx, pool, *handler, *provider, *eventType, enabled)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "%sd %d subscription(s) of %s\n", verb, n, *handler)
+			return nil
+		})
+	}
+}
