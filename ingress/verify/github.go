@@ -28,9 +28,7 @@ type githubVerifier struct {
 
 func newGitHub(cfg Config, ident *identity) *githubVerifier {
 	v := &githubVerifier{ident: ident}
-	for _, s := range cfg.Secrets {
-		v.keys = append(v.keys, newMACKey([]byte(s)))
-	}
+	v.keys = macKeys(cfg.Secrets)
 	return v
 }
 

@@ -25,9 +25,7 @@ type paddleVerifier struct {
 
 func newPaddle(cfg Config, ident *identity) *paddleVerifier {
 	v := &paddleVerifier{tolerance: cfg.Tolerance, ident: ident}
-	for _, s := range cfg.Secrets {
-		v.keys = append(v.keys, newMACKey([]byte(s)))
-	}
+	v.keys = macKeys(cfg.Secrets)
 	return v
 }
 

@@ -29,9 +29,7 @@ type shopifyVerifier struct {
 
 func newShopify(cfg Config, ident *identity) *shopifyVerifier {
 	v := &shopifyVerifier{ident: ident}
-	for _, s := range cfg.Secrets {
-		v.keys = append(v.keys, newMACKey([]byte(s)))
-	}
+	v.keys = macKeys(cfg.Secrets)
 	return v
 }
 

@@ -31,9 +31,7 @@ type slackVerifier struct {
 
 func newSlack(cfg Config, ident *identity) *slackVerifier {
 	v := &slackVerifier{tolerance: cfg.Tolerance, ident: ident}
-	for _, s := range cfg.Secrets {
-		v.keys = append(v.keys, newMACKey([]byte(s)))
-	}
+	v.keys = macKeys(cfg.Secrets)
 	return v
 }
 

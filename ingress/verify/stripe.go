@@ -23,9 +23,7 @@ type stripeVerifier struct {
 
 func newStripe(cfg Config, ident *identity) *stripeVerifier {
 	v := &stripeVerifier{tolerance: cfg.Tolerance, ident: ident}
-	for _, s := range cfg.Secrets {
-		v.keys = append(v.keys, newMACKey([]byte(s)))
-	}
+	v.keys = macKeys(cfg.Secrets)
 	return v
 }
 

@@ -485,6 +485,16 @@ func syntheticID(body []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// macKeys returns an HMAC-SHA256 key per secret, in the secrets' order (the
+// index is Result.SecretIndex).
+func macKeys(secrets []string) []*macKey {
+	keys := make([]*macKey, len(secrets))
+	for i, s := range secrets {
+		keys[i] = newMACKey([]byte(s))
+	}
+	return keys
+}
+
 // anyHexMAC reports whether any element of a sep-separated signature header
 // that starts with prefix is the hex of mac (Stripe's v1=, Paddle's h1=:
 // several may come during a rotation), in constant time per element.
