@@ -62,6 +62,22 @@ const (
 	batchSize = 500
 )
 
+// checkPage validates a list request's page and time range and returns the
+// page size; what names the kind of id Before is ("event", "job").
+func checkPage(limit int, before int64, what string, since, until time.Time) (int, error) {
+	n, err := pageLimit(limit)
+	if err != nil {
+		return 0, err
+	}
+	if before < 0 {
+		return 0, invalid("before %d: must be a positive %s id", before, what)
+	}
+	if err := checkRange(since, until); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 func pageLimit(n int) (int, error) {
 	switch {
 	case n == 0:

@@ -55,14 +55,8 @@ type DeadLetterPage struct {
 
 // ListDeadLetters returns a page of the dead letters matching f.
 func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetterPage, error) {
-	limit, err := pageLimit(f.Limit)
+	limit, err := checkPage(f.Limit, f.Before, "job", f.Since, f.Until)
 	if err != nil {
-		return DeadLetterPage{}, err
-	}
-	if f.Before < 0 {
-		return DeadLetterPage{}, invalid("before %d: must be a positive job id", f.Before)
-	}
-	if err := checkRange(f.Since, f.Until); err != nil {
 		return DeadLetterPage{}, err
 	}
 	page := DeadLetterPage{DeadLetters: []DeadLetter{}}

@@ -64,14 +64,8 @@ type EventPage struct {
 
 // ListEvents returns a page of the events matching f, newest first.
 func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
-	limit, err := pageLimit(f.Limit)
+	limit, err := checkPage(f.Limit, f.Before, "event", f.Since, f.Until)
 	if err != nil {
-		return EventPage{}, err
-	}
-	if f.Before < 0 {
-		return EventPage{}, invalid("before %d: must be a positive event id", f.Before)
-	}
-	if err := checkRange(f.Since, f.Until); err != nil {
 		return EventPage{}, err
 	}
 	page := EventPage{Events: []EventSummary{}}
