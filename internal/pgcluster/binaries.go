@@ -96,14 +96,12 @@ func lookBinaries() (string, bool) {
 // versionedDirs expands pattern and orders the matches newest major version first.
 func versionedDirs(pattern string) []string {
 	dirs, _ := filepath.Glob(pattern)
+	// The version is the directory holding bin/: /usr/lib/postgresql/16/bin,
+	// /usr/pgsql-16/bin.
 	version := func(d string) int {
-		for _, part := range strings.Split(d, string(filepath.Separator)) {
-			part = strings.TrimPrefix(part, "pgsql-")
-			if n, err := strconv.Atoi(strings.SplitN(part, ".", 2)[0]); err == nil {
-				return n
-			}
-		}
-		return 0
+		v := strings.TrimPrefix(filepath.Base(filepath.Dir(d)), "pgsql-")
+		n, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+		return n
 	}
 	sort.SliceStable(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
 	return dirs
