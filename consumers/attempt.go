@@ -39,7 +39,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 		slog.Int("attempt", ref.Attempt),
 	}
 
-	ev, started, err := s.take(ctx, ref)
+	ev, l, err := s.take(ctx, ref)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Stale (a newer attempt exists), already taken by another consumer
@@ -55,7 +55,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 	case ev == nil:
 		// Taken, but its event is gone: no attempt can succeed.
 		herr := Permanent(WithClass(fmt.Errorf("event %d of job %d does not exist", ref.EventID, ref.JobID), ClassEventMissing))
-		s.finish(h, ref, started, herr, ClassEventMissing, attrs)
+		s.finish(h, ref, l, herr, ClassEventMissing, attrs)
 		return
 	}
 
@@ -63,7 +63,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		s.heartbeat(hbCtx, ref, attrs)
+		s.heartbeat(hbCtx, ref, l, attrs)
 	}()
 	herr, timedOut := s.run(ctx, h, ev)
 	stopHeartbeat()
@@ -82,14 +82,14 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 			class = ClassTimeout
 		}
 	}
-	s.finish(h, ref, started, herr, class, attrs)
+	s.finish(h, ref, l, herr, class, attrs)
 }
 
 // finish records the outcome and logs it (metadata and error class only).
-func (s *Service) finish(h Handler, ref bus.Ref, started time.Time, herr error, class ErrorClass, attrs []slog.Attr) {
+func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) {
 	ctx := s.workCtx
-	outcome, err := s.record(h, ref, started, herr, class)
-	attrs = append(attrs, slog.Duration("duration", time.Since(started)))
+	outcome, err := s.record(h, ref, l, herr, class)
+	attrs = append(attrs, slog.Duration("duration", time.Since(l.started)))
 	if class != "" {
 		attrs = append(attrs, slog.String("error_class", string(class)))
 	}
@@ -108,25 +108,34 @@ func (s *Service) finish(h Handler, ref bus.Ref, started time.Time, herr error, 
 	}
 }
 
+// lease is what a consumer holds of a taken attempt.
+type lease struct {
+	// started is when this consumer took it, on the database's clock (so
+	// job_attempts durations use one clock).
+	started time.Time
+	// leasedAt is when the streamer leased it (jobs.attempted_at): with the
+	// attempt number, the fencing token of every later update, since attempt
+	// numbers repeat after a replay.
+	leasedAt time.Time
+}
+
 // take claims this attempt for this consumer and loads its event, in one
-// statement. It returns the attempt's start on the database's clock (so
-// job_attempts durations use one clock), and a nil event when the job's event
-// no longer exists.
-func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, time.Time, error) {
+// statement. It returns a nil event when the job's event no longer exists.
+func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
 	ev := &Event{JobID: ref.JobID, Handler: ref.Handler}
 	var (
-		started time.Time
+		l       lease
 		eventID *int64
 		headers map[string][]string
 	)
 	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend).Scan(
-		&ev.Attempt, &ev.MaxAttempts, &started, &eventID, &ev.Provider, &ev.Scheme,
+		&ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &eventID, &ev.Provider, &ev.Scheme,
 		&ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+		return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
 	}
 	if eventID == nil {
-		return nil, started, nil
+		return nil, l, nil
 	}
 	ev.EventID = *eventID
 	ev.Headers = http.Header(headers)
@@ -136,7 +145,7 @@ func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, time.Time, err
 	if ev.Body == nil {
 		ev.Body = []byte{}
 	}
-	return ev, started, nil
+	return ev, l, nil
 }
 
 var takeJobSQL = schema.Query("TakeJob")
@@ -171,7 +180,7 @@ func (e *panicError) errorClass() ErrorClass { return ClassPanic }
 // heartbeat pushes the lease out every LeaseExtend/3 until ctx ends or the
 // lease is lost. The handler keeps running either way: a lost lease only
 // means its outcome will not be recorded.
-func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, attrs []slog.Attr) {
+func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, l lease, attrs []slog.Attr) {
 	t := time.NewTicker(s.cfg.LeaseExtend / 3)
 	defer t.Stop()
 	for {
@@ -181,7 +190,7 @@ func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, attrs []slog.Attr)
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseExtend)
-		tag, err := s.cfg.Pool.Exec(cctx, schema.Query("ExtendLease"), ref.JobID, ref.Attempt, s.cfg.LeaseExtend)
+		tag, err := s.cfg.Pool.Exec(cctx, schema.Query("ExtendLease"), ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -200,7 +209,7 @@ func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, attrs []slog.Attr)
 // transaction; the history row is written only when the job update matched,
 // i.e. this attempt still held the lease. It returns the outcome recorded, ""
 // when the lease was lost.
-func (s *Service) record(h Handler, ref bus.Ref, started time.Time, herr error, class ErrorClass) (string, error) {
+func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass) (string, error) {
 	// Its own deadline: the handler's may have passed, and a forced shutdown
 	// should not throw away a success.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
@@ -218,14 +227,14 @@ func (s *Service) record(h Handler, ref bus.Ref, started time.Time, herr error, 
 			outcome = ""
 			var errClass, errText *string
 			if herr == nil {
-				tag, err := tx.Exec(ctx, schema.Query("CompleteJob"), ref.JobID, ref.Attempt)
+				tag, err := tx.Exec(ctx, schema.Query("CompleteJob"), ref.JobID, ref.Attempt, l.leasedAt)
 				if err != nil || tag.RowsAffected() == 0 {
 					return err
 				}
 				outcome = "completed"
 			} else {
 				err := tx.QueryRow(ctx, schema.Query("FailJob"),
-					ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr)).Scan(&outcome)
+					ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt).Scan(&outcome)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
 				}
@@ -236,7 +245,7 @@ func (s *Service) record(h Handler, ref bus.Ref, started time.Time, herr error, 
 				errClass, errText = &c, &text
 			}
 			_, err := tx.Exec(ctx, schema.Query("InsertAttempt"),
-				ref.JobID, ref.Attempt, s.cfg.WorkerID, started, outcome, errClass, errText)
+				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, errClass, errText)
 			return err
 		})
 		if err == nil {

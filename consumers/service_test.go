@@ -636,3 +636,47 @@ func TestTwoConsumersOneBusRunEachAttemptOnce(t *testing.T) {
 		t.Fatalf("handler ran %d times for %d jobs", n.Load(), len(jobs))
 	}
 }
+
+// Attempt numbers repeat after a replay. A consumer that hung on attempt 1,
+// while the job was re-queued and leased again as a new attempt 1, must not
+// record its outcome on the new lease: updates are fenced on the lease time.
+func TestStaleConsumerCannotFinishTheNextLeaseWithTheSameAttemptNumber(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	b.start(t, b.config(consumers.Handler{Name: "h", Func: func(context.Context, *consumers.Event) error {
+		if calls.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return nil
+	}}))
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{EventType: "x"}), "h")
+	refs := b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %d", len(refs))
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// Meanwhile: the lease is taken back and the job replayed (attempts reset),
+	// and leased again as attempt 1.
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'pending', attempt_count = 0,
+		lease_holder_id = NULL, lease_expires_at = NULL, worker_id = NULL WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	again := b.ClaimOnce(t, 10*time.Second)
+	if len(again) != 1 || again[0].Attempt != 1 {
+		t.Fatalf("re-lease: %+v", again)
+	}
+	close(release)
+	consumertest.WaitFor(t, wait, "the stale attempt to finish", func() bool {
+		return strings.Contains(b.logs.String(), "attempt outcome not recorded")
+	})
+	if j := b.Job(t, jobID); j.Status != "leased" || j.AttemptCount != 1 {
+		t.Fatalf("job %+v: the stale consumer finished the new lease", j)
+	}
+}

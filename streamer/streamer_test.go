@@ -228,13 +228,20 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 	}
 	c := b.collect(t, "h")
 	b.insertEvents(t, 1)
-	// Nobody reports: each lease expires.
+	// A consumer takes each attempt and then goes quiet: each lease expires.
 	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Second, ReapInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond})
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Stop()
-	refs := c.wait(t, 2, 15*time.Second)
+	var refs []bus.Ref
+	for len(refs) < 2 {
+		r := c.wait(t, 1, 15*time.Second)[0]
+		if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET worker_id = 'quiet-consumer' WHERE id = $1 AND attempt_count = $2`, r.JobID, r.Attempt); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, r)
+	}
 	if refs[0].Attempt != 1 || refs[1].Attempt != 2 || refs[0].JobID != refs[1].JobID {
 		t.Fatalf("references %+v, want attempts 1 then 2 of one job", refs)
 	}
@@ -245,7 +252,7 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired'`); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired' AND worker_id = 'quiet-consumer'`); n != 2 {
 		t.Fatalf("%d lease_expired attempts in history, want 2", n)
 	}
 	select {
@@ -255,6 +262,37 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 	}
 	if st := s.Stats(); st.Reaped != 1 || st.DeadLettered != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A lease no consumer took (the reference was lost, or no consumer runs) is
+// no attempt: it goes back to pending without counting, however often, and
+// never dead-letters. A lost message costs latency, never an attempt.
+func TestUntakenLeasesDoNotSpendAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET max_attempts = 1`); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "h")
+	b.insertEvents(t, 1)
+	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Second, ReapInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	refs := c.wait(t, 3, 20*time.Second) // three leases, each expiring untaken
+	for _, r := range refs {
+		if r.Attempt != 1 {
+			t.Fatalf("references %+v: an untaken lease counted as an attempt", refs)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter'`); n != 0 {
+		t.Fatal("a job no consumer ever took was dead-lettered")
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts`); n != 0 {
+		t.Fatalf("%d attempt rows for leases no consumer took", n)
 	}
 }
 

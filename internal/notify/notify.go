@@ -108,6 +108,10 @@ type ListenerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
+// stableSession is how long a LISTEN session must last for its end to reset
+// the reconnect backoff.
+const stableSession = 5 * time.Second
+
 // Listener holds one LISTEN connection and reconnects with exponential backoff
 // whenever it is lost.
 type Listener struct {
@@ -145,11 +149,14 @@ func (l *Listener) Run(ctx context.Context) {
 	delay := l.cfg.MinBackoff
 	first := true
 	for attempt := 1; ctx.Err() == nil; attempt++ {
+		began := time.Now()
 		err := l.session(ctx, first)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil { // session ended after being up: start the backoff afresh
+		// A session that was up a while ended: start the backoff afresh. One
+		// dropped at once (a proxy that accepts and closes) keeps backing off.
+		if err == nil && time.Since(began) > stableSession {
 			delay, attempt = l.cfg.MinBackoff, 1
 		}
 		first = false

@@ -37,8 +37,9 @@ WHERE j.id = due.id
 RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at
 
 -- name: ReleaseJobs
--- Give back leases that were taken but never handed out (the publish failed):
--- pending again at once, and the attempt does not count.
+-- Give back leases whose references could not be published: pending again at
+-- once, and the attempt does not count. A lease a consumer has already taken
+-- (its reference went out before the publish failed) is left to it.
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',
     attempt_count    = attempt_count - 1,
@@ -49,13 +50,18 @@ SET status           = 'pending',
 WHERE id = ANY($1::bigint[])
   AND status = 'leased'
   AND lease_holder_id = $2
+  AND worker_id IS NULL
 
 -- name: ReapExpiredLeases
--- Leases that ran out without an outcome (consumer died, message lost): back
--- to pending, or to dead_letter when that was the last attempt; each closes
--- its attempt in job_attempts as lease_expired. At most $1 per call.
+-- Leases that ran out without an outcome. Taken by a consumer that then went
+-- quiet (it died, or hung): back to pending, or to dead_letter when that was
+-- the last attempt, and the attempt is closed in job_attempts as
+-- lease_expired. Never taken (the reference was lost, or waited in the bus
+-- while no consumer took it): back to pending and the attempt does not count,
+-- since no handler ran; a lost message costs latency, never an attempt. At
+-- most $1 per call.
 WITH expired AS (
-    SELECT id, attempt_count, coalesce(worker_id, lease_holder_id) AS holder, attempted_at
+    SELECT id, attempt_count, worker_id, attempted_at
     FROM webhook_ingress.jobs
     WHERE status = 'leased'
       AND lease_expires_at < now()
@@ -64,35 +70,41 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE webhook_ingress.jobs j
-    SET status           = CASE WHEN j.attempt_count >= j.max_attempts THEN 'dead_letter' ELSE 'pending' END,
+    SET status           = CASE WHEN expired.worker_id IS NOT NULL AND j.attempt_count >= j.max_attempts
+                                THEN 'dead_letter' ELSE 'pending' END,
+        attempt_count    = CASE WHEN expired.worker_id IS NULL THEN j.attempt_count - 1 ELSE j.attempt_count END,
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
+        worker_id        = NULL,
         next_attempt_at  = now(),
-        last_error_class = 'lease_expired',
+        last_error_class = CASE WHEN expired.worker_id IS NULL THEN j.last_error_class ELSE 'lease_expired' END,
         updated_at       = now()
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.status, expired.attempt_count, expired.holder, expired.attempted_at
+    RETURNING j.id, j.status, expired.attempt_count, expired.worker_id, expired.attempted_at
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_class)
-    SELECT id, attempt_count, holder, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
+    SELECT id, attempt_count, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
     FROM reaped
+    WHERE worker_id IS NOT NULL
 )
 SELECT id, status FROM reaped
 
 -- name: ExtendLease
 -- Heartbeat of a long handler: push the lease out to now() + $3 while attempt
--- $2 of job $1 still holds it. No row: the lease was lost.
+-- $2 of job $1, leased at $4, still holds it. No row: the lease was lost.
 UPDATE webhook_ingress.jobs
 SET lease_expires_at = now() + $3::interval,
     updated_at       = now()
 WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
+  AND attempted_at = $4
 
 -- name: CompleteJob
--- Attempt $2 of job $1 succeeded. Fenced on the attempt: a consumer whose
--- lease was reaped and re-leased cannot overwrite the newer attempt.
+-- Attempt $2 of job $1, leased at $3, succeeded. Fenced on the lease (the
+-- attempt number and the time it was leased: attempt numbers repeat after a
+-- replay), so a consumer whose lease was reaped cannot overwrite a newer one.
 UPDATE webhook_ingress.jobs
 SET status           = 'completed',
     completed_at     = now(),
@@ -104,11 +116,12 @@ SET status           = 'completed',
 WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
+  AND attempted_at = $3
 
 -- name: FailJob
--- Attempt $2 of job $1 failed with error $3 of class $4. Retried $5 (an
--- interval, on the database's clock) from now unless attempts are spent or
--- $6 (permanent) is true: then dead_letter.
+-- Attempt $2 of job $1, leased at $7, failed with error $3 of class $4.
+-- Retried $5 (an interval, on the database's clock) from now unless attempts
+-- are spent or $6 (permanent) is true: then dead_letter. Fenced as CompleteJob.
 UPDATE webhook_ingress.jobs
 SET status           = CASE WHEN $6::boolean OR attempt_count >= max_attempts THEN 'dead_letter' ELSE 'failed' END,
     next_attempt_at  = now() + $5::interval,
@@ -120,6 +133,7 @@ SET status           = CASE WHEN $6::boolean OR attempt_count >= max_attempts TH
 WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
+  AND attempted_at = $7
 RETURNING status
 
 -- name: InsertAttempt
@@ -147,9 +161,9 @@ WITH taken AS (
       AND status = 'leased'
       AND lease_expires_at > now()
       AND worker_id IS NULL
-    RETURNING event_id, attempt_count, max_attempts, updated_at
+    RETURNING event_id, attempt_count, max_attempts, updated_at, attempted_at
 )
-SELECT t.attempt_count, t.max_attempts, t.updated_at,
+SELECT t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at,
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
        coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
 FROM taken t
