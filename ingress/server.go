@@ -254,6 +254,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The write deadline started when the headers were read; a slow upload
+	// must not eat the time the answer needs after the commit.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.StoreTimeout + 2*time.Second))
 	headers := r.Header
 	if red, ok := src.verifier.(verify.StorageRedactor); ok {
 		headers = red.RedactForStorage(headers)
