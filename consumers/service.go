@@ -29,6 +29,7 @@ type Service struct {
 	readers    sync.WaitGroup          // one per handler topic
 	attempts   sync.WaitGroup          // one per in-flight attempt
 	inFlight   atomic.Int64            // attempts holding a slot
+	lost       atomic.Pointer[string]  // handler whose subscription the transport closed
 }
 
 const (
@@ -137,6 +138,16 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 }
 
+// Healthy reports an error once the transport has closed a handler's
+// subscription while the service runs: it then takes no more of that
+// handler's jobs, and readiness should say so (restart the process).
+func (s *Service) Healthy() error {
+	if name := s.lost.Load(); name != nil {
+		return fmt.Errorf("the bus closed the subscription of handler %q", *name)
+	}
+	return nil
+}
+
 // read takes r's messages until ctx ends. A message is acknowledged once a
 // slot is free and the attempt runs on its own goroutine: Postgres, not the
 // bus, remembers the job, and the slots are the backpressure.
@@ -151,6 +162,8 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				if ctx.Err() == nil {
 					s.logger.LogAttrs(ctx, slog.LevelError, "subscription closed by the transport",
 						slog.String("handler", r.h.Name))
+					name := r.h.Name
+					s.lost.Store(&name)
 				}
 				return
 			}

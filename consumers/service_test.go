@@ -680,3 +680,21 @@ func TestStaleConsumerCannotFinishTheNextLeaseWithTheSameAttemptNumber(t *testin
 		t.Fatalf("job %+v: the stale consumer finished the new lease", j)
 	}
 }
+
+// When the transport closes a subscription under a running service, it stops
+// reporting healthy (inlet consumer's /readyz then fails).
+func TestHealthyTurnsFalseWhenTheBusClosesTheSubscription(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	svc := b.start(t, b.config(consumers.Handler{Name: "h", Func: func(context.Context, *consumers.Event) error { return nil }}))
+	if err := svc.Healthy(); err != nil {
+		t.Fatalf("healthy at start: %v", err)
+	}
+	if err := b.Bus.Close(); err != nil {
+		t.Fatal(err)
+	}
+	consumertest.WaitFor(t, wait, "Healthy to report the lost subscription", func() bool {
+		err := svc.Healthy()
+		return err != nil && strings.Contains(err.Error(), `"h"`)
+	})
+}

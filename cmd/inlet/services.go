@@ -113,7 +113,9 @@ consumers/example).`)
 		return err
 	}
 	defer pool.Close()
-	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, log)
+	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error {
+		return errors.Join(svc.Healthy(), schema.Check(ctx, pool))
+	}, log)
 	if err != nil {
 		return err
 	}
