@@ -6,16 +6,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
@@ -193,14 +194,16 @@ func runInlet(t *testing.T, env []string, args ...string) (stdout, stderr string
 	return o.String(), e.String(), code
 }
 
+// freeAddr is a loopback address for a process to listen on (and again after
+// a restart): its port is below the ephemeral range, so no outgoing
+// connection takes it in the meantime.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(p)
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/inlet-dev/inlet/internal/freeport"
 )
 
 var (
@@ -78,12 +79,11 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the ephemeral range: the port is bound again at each Restart.
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	store, err := os.MkdirTemp("", "inlet-nats-store-")
 	if err != nil {
 		t.Fatal(err)
