@@ -109,6 +109,12 @@ func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error)
 		if res, err = runReplay(ctx, tx, req); err != nil {
 			return err
 		}
+		// Events that arrived while it ran can push it over: refuse it whole
+		// then too (the transaction rolls back).
+		if res.Touched() > maxJobs {
+			return conflict("it touched %d jobs, more than the limit of %d, as events kept arriving: "+
+				"narrow the filter (--until) or raise the limit (--max-jobs, max_jobs)", res.Touched(), maxJobs)
+		}
 		if res.Touched() > 0 {
 			if _, err := tx.Exec(ctx, schema.Query("AdminNotifyJobs"), notify.Channel); err != nil {
 				return fmt.Errorf("notify streamers: %w", err)
@@ -180,7 +186,7 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult, error) {
 	var res ReplayResult
 	requeue := func(ids []int64) error {
-		rows, err := tx.Query(ctx, schema.Query("AdminRequeueJobs"), ids)
+		rows, err := tx.Query(ctx, schema.Query("AdminRequeueJobs"), ids, req.DeadLetters)
 		if err != nil {
 			return err
 		}
@@ -189,7 +195,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 			return err
 		}
 		res.Requeued += len(done)
-		res.SkippedLeased += len(ids) - len(done) // leased: in flight
+		res.SkippedLeased += len(ids) - len(done) // leased (in flight), or no longer a dead letter
 		return nil
 	}
 	if req.JobID > 0 {

@@ -202,12 +202,16 @@ SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0):
 -- last error, and attempt_count 0 so the handler gets max_attempts again.
 -- Their attempt history stays; each gets a 'replayed' row recording the
 -- attempt count it had and the login role that replayed it. A job leased
--- meanwhile (in flight) is left alone. Returns the ids re-queued.
+-- meanwhile (in flight) is left alone, and with $2 (a dead-letter replay) so
+-- is one that is no longer a dead letter (replayed meanwhile by someone
+-- else). The status is re-checked on the locked row. Returns the ids
+-- re-queued.
 WITH target AS (
     SELECT id, attempt_count
     FROM webhook_ingress.jobs
     WHERE id = ANY($1::bigint[])
       AND status <> 'leased'
+      AND (NOT $2::boolean OR status = 'dead_letter')
     FOR UPDATE
 ), requeued AS (
     UPDATE webhook_ingress.jobs j
