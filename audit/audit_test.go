@@ -201,6 +201,8 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"body rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET raw_body = '{"id":"forged"}' WHERE id = 7`, enableEvents}, AlteredEvent, 7, 1},
 		{"headers rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET headers = '{}' WHERE id = 12`, enableEvents}, AlteredEvent, 12, 2},
 		{"type rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET event_type = 'refund' WHERE id = 3`, enableEvents}, AlteredEvent, 3, 1},
+		{"signature_verified flipped", []string{disableEvents, `UPDATE webhook_ingress.events SET signature_verified = NOT signature_verified WHERE id = 5`, enableEvents}, AlteredEvent, 5, 1},
+		{"request_uri rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET request_uri = '/webhooks/other' WHERE id = 6`, enableEvents}, AlteredEvent, 6, 1},
 		{"two altered: the first reported", []string{disableEvents, `UPDATE webhook_ingress.events SET provider = 'x' WHERE id IN (9, 15)`, enableEvents}, AlteredEvent, 9, 1},
 		{"event deleted", []string{disableEvents, `DELETE FROM webhook_ingress.events WHERE id = 14`, enableEvents}, MissingEvent, 14, 2},
 		{"inserted at a skipped id", []string{`INSERT INTO webhook_ingress.events (id, provider, scheme, external_event_id, raw_body, signature_verified)

@@ -16,7 +16,9 @@
 //	"inlet-audit-event-v1\n"
 //	uint64 id | str provider | str external_event_id | str event_type |
 //	int64 received_at (Unix microseconds, UTC) | body_sha256 (32 bytes) |
-//	SHA-256 of headers::text (32 bytes; jsonb output is canonical)
+//	SHA-256 of headers::text (32 bytes; jsonb output is canonical) |
+//	str scheme | str request_uri | byte signature_verified (0 or 1) |
+//	int32 secret_index (-1 for NULL)
 //
 // and, for an id with no event (a rolled-back insert: identity values are
 // allocated before commit and never reused), "inlet-audit-skip-v1\n" and

@@ -19,6 +19,13 @@ type Event struct {
 	BodySHA256      []byte
 	// HeadersSHA256 is SHA-256 of headers::text as Postgres prints it.
 	HeadersSHA256 []byte
+	// Scheme, RequestURI, SignatureVerified and SecretIndex (-1 for NULL)
+	// are sealed too: flipping signature_verified, or the URI a Twilio
+	// signature covers, would otherwise change what re-verification checks.
+	Scheme            string
+	RequestURI        string
+	SignatureVerified bool
+	SecretIndex       int
 }
 
 const (
@@ -43,6 +50,14 @@ func eventLeaf(e Event) tlog.Hash {
 	b = binary.BigEndian.AppendUint64(b, uint64(e.ReceivedAt.UTC().UnixMicro()))
 	b = append(b, e.BodySHA256...)
 	b = append(b, e.HeadersSHA256...)
+	b = appendString(b, e.Scheme)
+	b = appendString(b, e.RequestURI)
+	if e.SignatureVerified {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(int32(e.SecretIndex)))
 	return tlog.RecordHash(b)
 }
 

@@ -244,7 +244,8 @@ func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint,
 	var events []Event
 	for rows.Next() {
 		var e Event
-		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256); err != nil {
+		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256,
+			&e.Scheme, &e.RequestURI, &e.SignatureVerified, &e.SecretIndex); err != nil {
 			rows.Close()
 			return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
 		}

@@ -323,7 +323,8 @@ func (c *eventCursor) fill(ctx context.Context) error {
 	for rows.Next() {
 		var e verifyEvent
 		var bodyOK *bool
-		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256, &bodyOK); err != nil {
+		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256,
+			&e.Scheme, &e.RequestURI, &e.SignatureVerified, &e.SecretIndex, &bodyOK); err != nil {
 			return fmt.Errorf("read events after id %d: %w", c.after, err)
 		}
 		e.bodyOK = bodyOK != nil && *bodyOK

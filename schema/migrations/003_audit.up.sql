@@ -79,7 +79,8 @@ GRANT USAGE ON SCHEMA webhook_ingress TO webhook_sealer;
 
 -- Sealer: the sealed columns of events (body_sha256 stands for the body, which
 -- it never reads); read and append checkpoints.
-GRANT SELECT (id, provider, external_event_id, event_type, received_at, headers, body_sha256)
+GRANT SELECT (id, provider, external_event_id, event_type, received_at, headers, body_sha256,
+               scheme, request_uri, signature_verified, secret_index)
     ON webhook_ingress.events TO webhook_sealer;
 GRANT SELECT, INSERT ON webhook_ingress.audit_checkpoints TO webhook_sealer;
 GRANT SELECT ON webhook_ingress.schema_migrations TO webhook_sealer;

@@ -18,7 +18,8 @@ LIMIT 1
 -- The sealed columns of the next $2 events from id $1, in id order; the
 -- headers as their digest (jsonb output is canonical), the body as body_sha256.
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8'))
+       sha256(convert_to(headers::text, 'UTF8')),
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1)
 FROM webhook_ingress.events
 WHERE id >= $1
 ORDER BY id
@@ -43,6 +44,7 @@ LIMIT $2
 -- columns, and whether raw_body still hashes to body_sha256.
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')),
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1),
        sha256(raw_body) = body_sha256
 FROM webhook_ingress.events
 WHERE id > $1
