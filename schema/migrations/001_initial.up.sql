@@ -65,21 +65,23 @@ COMMENT ON COLUMN webhook_ingress.events.secret_index IS
 CREATE INDEX idx_events_received_at ON webhook_ingress.events (received_at);
 CREATE INDEX idx_events_provider_type ON webhook_ingress.events (provider, event_type, received_at);
 
-CREATE FUNCTION webhook_ingress.events_forbid_change() RETURNS trigger
+-- Refuses any change to the table it guards (append-only tables: events, and
+-- later audit_checkpoints).
+CREATE FUNCTION webhook_ingress.forbid_change() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 BEGIN
-    RAISE EXCEPTION 'webhook_ingress.events is append-only: % is not allowed', TG_OP
+    RAISE EXCEPTION '%.% is append-only: % is not allowed', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
         USING ERRCODE = 'insufficient_privilege';
 END
 $$;
 
 CREATE TRIGGER events_append_only_row
     BEFORE UPDATE OR DELETE ON webhook_ingress.events
-    FOR EACH ROW EXECUTE FUNCTION webhook_ingress.events_forbid_change();
+    FOR EACH ROW EXECUTE FUNCTION webhook_ingress.forbid_change();
 CREATE TRIGGER events_append_only_truncate
     BEFORE TRUNCATE ON webhook_ingress.events
-    FOR EACH STATEMENT EXECUTE FUNCTION webhook_ingress.events_forbid_change();
+    FOR EACH STATEMENT EXECUTE FUNCTION webhook_ingress.forbid_change();
 -- ENABLE ALWAYS: otherwise session_replication_role = replica would skip them.
 ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_append_only_row;
 ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_append_only_truncate;
@@ -225,6 +227,7 @@ ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_fan_out;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA webhook_ingress FROM PUBLIC;
 REVOKE ALL ON FUNCTION webhook_ingress.events_fan_out() FROM PUBLIC;
+REVOKE ALL ON FUNCTION webhook_ingress.forbid_change() FROM PUBLIC;
 GRANT USAGE ON SCHEMA webhook_ingress
     TO webhook_ingress_writer, webhook_streamer, webhook_worker, webhook_auditor;
 

@@ -52,21 +52,12 @@ COMMENT ON COLUMN webhook_ingress.audit_checkpoints.frontier IS
 COMMENT ON COLUMN webhook_ingress.audit_checkpoints.hash IS
     'SHA-256 over seq, the range, tree_size, root_hash, prev_hash, created_at and skipped_ids (package audit, checkpointHash).';
 
-CREATE FUNCTION webhook_ingress.audit_checkpoints_forbid_change() RETURNS trigger
-    LANGUAGE plpgsql AS
-$$
-BEGIN
-    RAISE EXCEPTION 'webhook_ingress.audit_checkpoints is append-only: % is not allowed', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END
-$$;
-
 CREATE TRIGGER audit_checkpoints_append_only_row
     BEFORE UPDATE OR DELETE ON webhook_ingress.audit_checkpoints
-    FOR EACH ROW EXECUTE FUNCTION webhook_ingress.audit_checkpoints_forbid_change();
+    FOR EACH ROW EXECUTE FUNCTION webhook_ingress.forbid_change();
 CREATE TRIGGER audit_checkpoints_append_only_truncate
     BEFORE TRUNCATE ON webhook_ingress.audit_checkpoints
-    FOR EACH STATEMENT EXECUTE FUNCTION webhook_ingress.audit_checkpoints_forbid_change();
+    FOR EACH STATEMENT EXECUTE FUNCTION webhook_ingress.forbid_change();
 -- ENABLE ALWAYS: otherwise session_replication_role = replica would skip them.
 ALTER TABLE webhook_ingress.audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_append_only_row;
 ALTER TABLE webhook_ingress.audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_append_only_truncate;
@@ -74,7 +65,6 @@ ALTER TABLE webhook_ingress.audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkp
 -- privileges ---------------------------------------------------------------------
 
 REVOKE ALL ON webhook_ingress.audit_checkpoints FROM PUBLIC;
-REVOKE ALL ON FUNCTION webhook_ingress.audit_checkpoints_forbid_change() FROM PUBLIC;
 GRANT USAGE ON SCHEMA webhook_ingress TO webhook_sealer;
 
 -- Sealer: the sealed columns of events (body_sha256 stands for the body, which
