@@ -161,8 +161,9 @@ func (b *testBundle) deadLetter(t *testing.T, id int64, attempts int, class stri
 		if a == attempts {
 			outcome = "dead_letter"
 		}
-		b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_class, error)
-			VALUES ($1, $2, 'w1', now() - interval '1 second', $3, $4, 'upstream said no')`, id, a, outcome, class)
+		b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
+			SELECT id, event_received_at, $2, 'w1', now() - interval '1 second', $3, $4, 'upstream said no'
+			FROM webhook_ingress.jobs WHERE id = $1`, id, a, outcome, class)
 	}
 	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'dead_letter', attempt_count = $2, last_error = 'upstream said no',
 		last_error_class = $3, worker_id = 'w1', updated_at = now() WHERE id = $1`, id, attempts, class)

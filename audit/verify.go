@@ -53,6 +53,10 @@ type Report struct {
 	// past the last checkpoint (sealed at a later pass).
 	Events   int64 `json:"events"`
 	Unsealed int64 `json:"unsealed"`
+	// Pruned is how many sealed ids had no event because inlet retention
+	// dropped their partition (webhook_ingress.retention_log names them); their
+	// leaves are checked against the checkpoints' stored leaf hashes only.
+	Pruned int64 `json:"pruned"`
 	// Head is the newest checkpoint's hash (hex), Root its tree root.
 	Head string `json:"head,omitempty"`
 	Root string `json:"root,omitempty"`
@@ -87,7 +91,11 @@ func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return Report{}, fmt.Errorf("begin verify: %w", err)
 	}
-	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}}
+	pruned, err := readPruned(ctx, tx)
+	if err != nil {
+		return Report{}, err
+	}
+	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}, pruned: pruned}
 	rep, err := v.run(ctx, opts.Head != "", head)
 	if err != nil {
 		return Report{}, err
@@ -99,7 +107,42 @@ type verifier struct {
 	tx     pgx.Tx
 	events *eventCursor
 	stored []tlog.Hash // tlog's stored hashes of the tree so far
+	pruned []idRun     // ids retention dropped, in order
 	rep    Report
+}
+
+// idRun is a run of event ids [lo, hi) that retention dropped.
+type idRun struct{ lo, hi int64 }
+
+// wasPruned reports whether retention dropped event id.
+func (v *verifier) wasPruned(id int64) bool {
+	i, _ := slices.BinarySearchFunc(v.pruned, id, func(r idRun, id int64) int {
+		switch {
+		case r.hi <= id:
+			return -1
+		case r.lo > id:
+			return 1
+		}
+		return 0
+	})
+	return i < len(v.pruned) && v.pruned[i].lo <= id && id < v.pruned[i].hi
+}
+
+func readPruned(ctx context.Context, tx pgx.Tx) ([]idRun, error) {
+	rows, err := tx.Query(ctx, schema.Query("AuditPrunedIDs"))
+	if err != nil {
+		return nil, fmt.Errorf("read retention_log: %w", err)
+	}
+	defer rows.Close()
+	var out []idRun
+	for rows.Next() {
+		var r idRun
+		if err := rows.Scan(&r.lo, &r.hi); err != nil {
+			return nil, fmt.Errorf("read retention_log: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 func (v *verifier) ReadHashes(idx []int64) ([]tlog.Hash, error) {
@@ -221,6 +264,10 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 			}
 			if !ok || e.ID > id {
 				if want != skipLeaf(id) {
+					if v.wasPruned(id) {
+						v.rep.Pruned++
+						break
+					}
 					return v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq), nil
 				}
 				break

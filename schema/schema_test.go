@@ -3,9 +3,11 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,7 +52,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 
 func TestQueriesLoad(t *testing.T) {
 	t.Parallel()
-	if q := schema.Query("InsertEvent"); !strings.Contains(q, "ON CONFLICT") {
+	if q := schema.Query("InsertEvent"); !strings.Contains(q, "INSERT INTO webhook_ingress.events") {
 		t.Fatalf("InsertEvent = %q", q)
 	}
 	defer func() {
@@ -128,12 +130,14 @@ func TestPrivileges(t *testing.T) {
 		allow bool
 	}{
 		{"webhook_ingress_writer", "insert an event", exec(insertEvent, "evt_ingress"), true},
-		{"webhook_ingress_writer", "insert a duplicate event", exec(insertEvent+` ON CONFLICT (provider, external_event_id) DO NOTHING`, "evt_seed"), true},
+		{"webhook_ingress_writer", "insert a duplicate event", exec(insertEvent, "evt_seed"), true},
+		{"webhook_ingress_writer", "read dedupe keys", query(`SELECT * FROM webhook_ingress.event_keys`), false},
+		{"webhook_ingress_writer", "create a partition", exec(`SELECT webhook_ingress.create_partitions('day', 1)`), false},
 		{"webhook_ingress_writer", "read raw_body", query(`SELECT raw_body FROM webhook_ingress.events`), false},
 		{"webhook_ingress_writer", "read headers", query(`SELECT headers FROM webhook_ingress.events`), false},
 		{"webhook_ingress_writer", "read event ids", query(`SELECT id FROM webhook_ingress.events`), false},
 		{"webhook_ingress_writer", "read jobs", query(`SELECT id FROM webhook_ingress.jobs`), false},
-		{"webhook_ingress_writer", "insert a job", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider) SELECT 1, 'x', 'stripe'`), false},
+		{"webhook_ingress_writer", "insert a job", exec(`INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider) SELECT 1, now(), 'x', 'stripe'`), false},
 		{"webhook_ingress_writer", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('evil')`), false},
 		{"webhook_ingress_writer", "read schema version", query(`SELECT max(version) FROM webhook_ingress.schema_migrations`), true},
 
@@ -150,7 +154,7 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_worker", "complete a job", exec(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), updated_at = now()`), true},
 		{"webhook_worker", "change a job's event", exec(`UPDATE webhook_ingress.jobs SET event_id = event_id`), false},
 		{"webhook_worker", "change a job's attempt count", exec(`UPDATE webhook_ingress.jobs SET attempt_count = 0`), false},
-		{"webhook_worker", "record an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) SELECT id, 1, now(), 'completed' FROM webhook_ingress.jobs`), true},
+		{"webhook_worker", "record an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome) SELECT id, event_received_at, 1, now(), 'completed' FROM webhook_ingress.jobs`), true},
 		{"webhook_worker", "rewrite attempt history", exec(`UPDATE webhook_ingress.job_attempts SET outcome = 'completed'`), false},
 		{"webhook_worker", "register a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('billing', 'stripe')`), true},
 		{"webhook_worker", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
@@ -159,7 +163,9 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_auditor", "insert an event", exec(insertEvent, "evt_auditor"), false},
 		{"webhook_auditor", "update a job", exec(`UPDATE webhook_ingress.jobs SET status = 'pending'`), false},
 		{"webhook_auditor", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
-		{"webhook_auditor", "insert an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) VALUES (1, 1, now(), 'completed')`), false},
+		{"webhook_auditor", "insert an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome) VALUES (1, now(), 1, now(), 'completed')`), false},
+		{"webhook_auditor", "read the retention record", query(`SELECT * FROM webhook_ingress.retention_log`), true},
+		{"webhook_auditor", "drop a partition", exec(`SELECT webhook_ingress.drop_partition(now())`), false},
 
 		{"webhook_operator", "read everything", query(`SELECT e.raw_body, e.headers, e.request_uri, j.*, a.*, s.* FROM webhook_ingress.events e, webhook_ingress.jobs j, webhook_ingress.job_attempts a, webhook_ingress.subscriptions s`), true},
 		{"webhook_operator", "read schema version", query(`SELECT max(version) FROM webhook_ingress.schema_migrations`), true},
@@ -167,10 +173,10 @@ func TestPrivileges(t *testing.T) {
 			lease_holder_id = NULL, lease_expires_at = NULL, worker_id = NULL, last_error = NULL, last_error_class = NULL,
 			completed_at = NULL, updated_at = now()`), true},
 		{"webhook_operator", "lock a job for replay", query(`SELECT id FROM webhook_ingress.jobs FOR UPDATE`), true},
-		{"webhook_operator", "create a job for a late handler", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider, event_type, max_attempts)
-			SELECT id, 'late', provider, event_type, 25 FROM webhook_ingress.events`), true},
-		{"webhook_operator", "record a replay", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
-			SELECT id, attempt_count, session_user, now(), now(), 'replayed' FROM webhook_ingress.jobs`), true},
+		{"webhook_operator", "create a job for a late handler", exec(`INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
+			SELECT id, received_at, 'late', provider, event_type, 25 FROM webhook_ingress.events`), true},
+		{"webhook_operator", "record a replay", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+			SELECT id, event_received_at, attempt_count, session_user, now(), now(), 'replayed' FROM webhook_ingress.jobs`), true},
 		{"webhook_operator", "change an event", exec(`UPDATE webhook_ingress.events SET raw_body = '\x00'`), false},
 		{"webhook_operator", "insert an event", exec(insertEvent, "evt_operator"), false},
 		{"webhook_operator", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
@@ -178,12 +184,15 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_operator", "repoint a job at another handler", exec(`UPDATE webhook_ingress.jobs SET handler = 'other'`), false},
 		{"webhook_operator", "change a job's event", exec(`UPDATE webhook_ingress.jobs SET event_id = event_id`), false},
 		{"webhook_operator", "raise a job's max attempts", exec(`UPDATE webhook_ingress.jobs SET max_attempts = 1000`), false},
-		{"webhook_operator", "create a job already finished", exec(`INSERT INTO webhook_ingress.jobs (event_id, handler, provider, status)
-			SELECT id, 'forged', provider, 'completed' FROM webhook_ingress.events`), false},
+		{"webhook_operator", "create a job already finished", exec(`INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, status)
+			SELECT id, received_at, 'forged', provider, 'completed' FROM webhook_ingress.events`), false},
+		{"webhook_operator", "drop a partition", exec(`SELECT webhook_ingress.drop_partition(now())`), false},
+		{"webhook_operator", "forget a dedupe key", exec(`DELETE FROM webhook_ingress.event_keys`), false},
+		{"webhook_operator", "truncate a partition", exec(`TRUNCATE webhook_ingress.events_default`), false},
 		{"webhook_operator", "rewrite attempt history", exec(`UPDATE webhook_ingress.job_attempts SET outcome = 'completed'`), false},
 		{"webhook_operator", "delete attempt history", exec(`DELETE FROM webhook_ingress.job_attempts`), false},
-		{"webhook_operator", "record an error text", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome, error)
-			SELECT id, 1, now(), 'replayed', 'x' FROM webhook_ingress.jobs`), false},
+		{"webhook_operator", "record an error text", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error)
+			SELECT id, event_received_at, 1, now(), 'replayed', 'x' FROM webhook_ingress.jobs`), false},
 		{"webhook_operator", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
 		{"webhook_operator", "switch a subscription off", exec(`UPDATE webhook_ingress.subscriptions SET enabled = false, updated_at = now()`), true},
 		{"webhook_operator", "change a subscription's patterns", exec(`UPDATE webhook_ingress.subscriptions SET provider_pattern = 'x'`), false},
@@ -211,6 +220,17 @@ func TestEventsAreAppendOnlyForEveryRole(t *testing.T) {
 		"UPDATE":   `UPDATE webhook_ingress.events SET event_type = 'forged'`,
 		"DELETE":   `DELETE FROM webhook_ingress.events`,
 		"TRUNCATE": `TRUNCATE webhook_ingress.events CASCADE`,
+		// A partition is a table of its own; it is guarded as well.
+		"UPDATE a partition":   `UPDATE webhook_ingress.events_default SET event_type = 'forged'`,
+		"DELETE a partition":   `DELETE FROM webhook_ingress.events_default`,
+		"TRUNCATE a partition": `TRUNCATE webhook_ingress.events_default CASCADE`,
+		"UPDATE a dedupe key":  `UPDATE webhook_ingress.event_keys SET event_id = 0`,
+		"TRUNCATE dedupe keys": `TRUNCATE webhook_ingress.event_keys`,
+	}
+	if _, err := pool.Exec(context.Background(), `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+		VALUES ('stripe', 'stripe', 'evt_default', 'x', true, '1990-01-01')`); err != nil {
+		t.Fatal(err)
 	}
 	for _, role := range roles {
 		for op, sql := range stmts {
@@ -231,8 +251,8 @@ func TestEventsAreAppendOnlyForEveryRole(t *testing.T) {
 		t.Errorf("DELETE with session_replication_role=replica: want permission denied, got %v", err)
 	}
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("events after the attempts: %d rows (%v), want 1", n, err)
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("events after the attempts: %d rows (%v), want 2", n, err)
 	}
 }
 
@@ -288,5 +308,158 @@ func TestFanOut(t *testing.T) {
 		(SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id WHERE e.external_event_id = 'evt_lonely')`).Scan(&events, &jobs)
 	if events != 1 || jobs != 0 {
 		t.Fatalf("event without subscriber: %d events, %d jobs; want 1, 0", events, jobs)
+	}
+}
+
+// The dedupe key holds across partitions (the same id arriving in another
+// period is a duplicate) and between concurrent inserts: the second waits for
+// the first and inserts nothing once it commits, or inserts after a rollback.
+func TestDedupeAcrossPartitionsAndConcurrentInserts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	insertAt := `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+		VALUES ('stripe', 'stripe', $1, 'x', true, $2)`
+	now := time.Now()
+	for i, at := range []time.Time{now, now.AddDate(0, 0, 8), now.AddDate(-5, 0, 0)} {
+		tag, err := pool.Exec(ctx, insertAt, "evt_same", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(0); i == 0 {
+			want = 1
+			if tag.RowsAffected() != want {
+				t.Fatalf("first insert: %d rows", tag.RowsAffected())
+			}
+		} else if tag.RowsAffected() != want {
+			t.Fatalf("duplicate at %s stored %d rows, want 0", at, tag.RowsAffected())
+		}
+	}
+
+	for _, commit := range []bool{true, false} {
+		key := fmt.Sprintf("evt_race_%v", commit)
+		first, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := first.Exec(ctx, insertAt, key, now); err != nil {
+			t.Fatal(err)
+		}
+		second := make(chan int64, 1)
+		go func() {
+			tag, err := pool.Exec(ctx, insertAt, key, now.AddDate(0, 0, 8))
+			if err != nil {
+				t.Error(err)
+			}
+			second <- tag.RowsAffected()
+		}()
+		select {
+		case n := <-second:
+			t.Fatalf("concurrent insert of %s did not wait for the first (stored %d)", key, n)
+		case <-time.After(200 * time.Millisecond):
+		}
+		want := int64(1)
+		if commit {
+			err, want = first.Commit(ctx), 0
+		} else {
+			err = first.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := <-second; n != want {
+			t.Fatalf("concurrent insert of %s after the first's %s stored %d rows, want %d",
+				key, map[bool]string{true: "commit", false: "rollback"}[commit], n, want)
+		}
+	}
+	var events, keys int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhook_ingress.events), (SELECT count(*) FROM webhook_ingress.event_keys)`).Scan(&events, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if events != 3 || keys != 3 {
+		t.Fatalf("%d events and %d keys, want 3 and 3", events, keys)
+	}
+}
+
+// 005_partitions re-creates events, jobs and job_attempts partitioned: every
+// row comes back with its id in the partition of its time, the identities
+// continue past ids a rolled-back insert used, and dedupe and fan-out work on
+// the converted tables.
+func TestPartitionMigrationKeepsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewEmptyDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := schema.MigrateTo(ctx, conn, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at) VALUES
+			('stripe', 'stripe', 'evt_old', 'old', true, now() - interval '20 days'),
+			('stripe', 'stripe', 'evt_new', 'new', true, now())`,
+		`UPDATE webhook_ingress.jobs SET status = 'completed' WHERE event_id = 1`,
+		`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) SELECT id, 1, now(), 'completed' FROM webhook_ingress.jobs WHERE event_id = 1`,
+		// Uses id 3 and rolls back.
+		`DO $$ BEGIN INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified) VALUES ('stripe', 'stripe', 'evt_gone', 'x', true); RAISE EXCEPTION 'roll back'; EXCEPTION WHEN raise_exception THEN END $$`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		ID                     int64
+		Key                    string
+		BodyOK                 bool
+		EventPart, Status, Job string
+		Attempts               int64
+	}
+	rows, err := conn.Query(ctx, `SELECT e.id, e.external_event_id, e.body_sha256 = sha256(e.raw_body),
+			substring(e.tableoid::regclass::text FROM '_(p[0-9]+|default)$'), j.status,
+			substring(j.tableoid::regclass::text FROM '_(p[0-9]+|default)$'),
+			(SELECT count(*) FROM webhook_ingress.job_attempts a WHERE a.job_id = j.id)
+		FROM webhook_ingress.events e JOIN webhook_ingress.jobs j ON j.event_id = e.id ORDER BY e.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("rows after the migration: %+v", got)
+	}
+	for i, want := range []row{{ID: 1, Key: "evt_old", Status: "completed", Attempts: 1}, {ID: 2, Key: "evt_new", Status: "pending"}} {
+		g := got[i]
+		if g.ID != want.ID || g.Key != want.Key || !g.BodyOK || g.Status != want.Status || g.Attempts != want.Attempts ||
+			g.EventPart == "default" || g.EventPart != g.Job {
+			t.Fatalf("row %d after the migration: %+v; want %+v in one period partition", i, g, want)
+		}
+	}
+	if got[0].EventPart == got[1].EventPart {
+		t.Fatalf("events 20 days apart in one partition %s", got[0].EventPart)
+	}
+	var dup, next int64
+	tag, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified) VALUES ('stripe', 'stripe', 'evt_old', 'again', true)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup = tag.RowsAffected()
+	if err := conn.QueryRow(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified) VALUES ('stripe', 'stripe', 'evt_after', 'x', true) RETURNING id`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	var jobs int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE event_id = $1`, next).Scan(&jobs); err != nil {
+		t.Fatal(err)
+	}
+	if dup != 0 || next <= 3 || jobs != 1 {
+		t.Fatalf("after the migration: duplicate stored %d rows, next id %d (want > 3), %d jobs for it", dup, next, jobs)
 	}
 }

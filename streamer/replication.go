@@ -235,7 +235,7 @@ func ensurePublication(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	if rows := results[0].Rows; len(rows) == 1 {
 		if string(rows[0][2]) != "t" {
-			return fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s ADD TABLE webhook_ingress.jobs",
+			return fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s SET TABLE webhook_ingress.jobs; ALTER PUBLICATION %[2]s SET (publish_via_partition_root = true)",
 				ErrReplicationSetup, Publication, Publication)
 		}
 		if string(rows[0][0]) != "t" {

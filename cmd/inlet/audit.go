@@ -149,8 +149,12 @@ removed newest checkpoint shows only that way.`+auditHelp)
 				return err
 			}
 		} else if rep.OK {
-			fmt.Fprintf(env.stdout, "intact: %s, %s through event id %d sealed (%d not yet sealed); head %s\n",
-				plural(int(rep.Events), "event"), plural(int(rep.Checkpoints), "checkpoint"), rep.SealedThrough, rep.Unsealed, cmp.Or(rep.Head, "-"))
+			pruned := ""
+			if rep.Pruned > 0 {
+				pruned = fmt.Sprintf(", %d dropped by retention (webhook_ingress.retention_log)", rep.Pruned)
+			}
+			fmt.Fprintf(env.stdout, "intact: %s, %s through event id %d sealed (%d not yet sealed%s); head %s\n",
+				plural(int(rep.Events), "event"), plural(int(rep.Checkpoints), "checkpoint"), rep.SealedThrough, rep.Unsealed, pruned, cmp.Or(rep.Head, "-"))
 		}
 		if !rep.OK {
 			return errors.New(rep.Problem.Reason)

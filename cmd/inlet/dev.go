@@ -80,7 +80,7 @@ over.`)
 			slog.String("data", pgDir), slog.String("url", cfg.DatabaseURL))
 	}
 
-	if err := migrateURL(ctx, cfg.DatabaseURL, log); err != nil {
+	if err := migrateURL(ctx, cfg.DatabaseURL, cfg.Retention, log); err != nil {
 		return err
 	}
 	ps, err := openBus(ctx, cfg, "dev", log)
@@ -145,7 +145,8 @@ over.`)
 	return err
 }
 
-func migrateURL(ctx context.Context, url string, log *slog.Logger) error {
+// migrateURL migrates the database and creates partitions ahead.
+func migrateURL(ctx context.Context, url string, r config.Retention, log *slog.Logger) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to database: %w", err)
@@ -156,7 +157,7 @@ func migrateURL(ctx context.Context, url string, log *slog.Logger) error {
 		return err
 	}
 	log.Info("schema current", slog.Int("version", schema.Latest()), slog.Int("applied_now", len(applied)))
-	return nil
+	return ensurePartitions(ctx, conn, r, log)
 }
 
 func printWalkthrough(env *environment, cfg config.Config, addr, from string) {

@@ -39,6 +39,7 @@ var commands = map[string]command{
 	"backfill":      {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
 	"audit":         {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
 	"subscriptions": {"list subscriptions; switch a retired handler's off", runSubscriptions},
+	"retention":     {"drop whole old periods of the event log; create partitions ahead (as the owner)", runRetention},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -14,19 +15,20 @@ func runMigrate(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "migrate", "", `
 Apply every schema migration the database lacks, as the connecting role (which
 becomes the owner of webhook_ingress and must be allowed to create roles the
-first time). Running it again is a no-op. The database comes from
+first time), then create the period partitions the config's retention section
+asks for ahead of now (inlet retention does too). Running it again is a no-op. The database comes from
 --database-url, else database_url in the config file, else DATABASE_URL.`)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (overrides the config file)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	c, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+	if err != nil {
+		return err
+	}
 	url := *dbURL
 	if url == "" {
-		c, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
-		if err != nil {
-			return err
-		}
 		url = c.DatabaseURL
 	}
 	if url == "" {
@@ -42,12 +44,24 @@ first time). Running it again is a no-op. The database comes from
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(env.stdout, "schema %s is current (version %d); nothing to do\n", schema.Name, schema.Latest())
-		return nil
+		fmt.Fprintf(env.stdout, "schema %s is current (version %d)\n", schema.Name, schema.Latest())
+	} else {
+		for _, m := range applied {
+			fmt.Fprintf(env.stdout, "applied %03d_%s\n", m.Version, m.Name)
+		}
+		fmt.Fprintf(env.stdout, "schema %s is at version %d\n", schema.Name, schema.Latest())
 	}
-	for _, m := range applied {
-		fmt.Fprintf(env.stdout, "applied %03d_%s\n", m.Version, m.Name)
+	o, err := retentionOptions(c.Retention)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(env.stdout, "schema %s is at version %d\n", schema.Name, schema.Latest())
+	created, err := retention.EnsurePartitions(ctx, conn, o.Interval, o.Ahead, o.LockTimeout)
+	if err != nil {
+		return err
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(env.stdout, "created %s, %s to %s\n", plural(len(created), o.Interval+" partition"),
+			created[0].Start.UTC().Format("2006-01-02"), created[len(created)-1].End.UTC().Format("2006-01-02"))
+	}
 	return nil
 }

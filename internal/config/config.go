@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,9 @@ type Config struct {
 	// Admin configures the operator tools: inlet events, dlq and replay, and
 	// the admin HTTP API.
 	Admin Admin `yaml:"admin"`
+	// Retention configures inlet retention: how long the event log is kept
+	// and how it is partitioned.
+	Retention Retention `yaml:"retention"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 }
@@ -163,6 +167,59 @@ type Admin struct {
 	DBRole *string `yaml:"db_role"`
 }
 
+// Retention configures inlet retention, which runs as the owner of
+// webhook_ingress (the role of inlet migrate): it creates the period
+// partitions of events, jobs and job_attempts ahead of time and drops whole
+// periods older than MaxAge once their jobs are finished and their events
+// sealed. inlet migrate and inlet dev create partitions ahead too.
+type Retention struct {
+	// MaxAge is how long events are kept: days (90d), weeks (13w) or a Go
+	// duration (2160h). Defaults to "": kept forever.
+	MaxAge string `yaml:"max_age"`
+	// PartitionInterval is the length of new partitions: day, week or month
+	// (UTC). Existing partitions keep theirs. Defaults to week.
+	PartitionInterval string `yaml:"partition_interval"`
+	// Ahead is how many periods past the current one get partitions; an
+	// event whose period has none lands in the default partition, which is
+	// kept forever. Defaults to 4.
+	Ahead *int `yaml:"ahead"`
+	// LockTimeout bounds each wait for partition locks (creating or dropping
+	// a partition briefly locks the table ingress writes). Defaults to 5s.
+	LockTimeout time.Duration `yaml:"lock_timeout"`
+}
+
+// MaxAgeDuration is MaxAge parsed; 0 when unset.
+func (r Retention) MaxAgeDuration() (time.Duration, error) {
+	if r.MaxAge == "" {
+		return 0, nil
+	}
+	d, err := ParseAge(r.MaxAge)
+	if err != nil {
+		return 0, fmt.Errorf("retention.max_age: %w", err)
+	}
+	return d, nil
+}
+
+// ParseAge reads an age: a whole number of days (90d) or weeks (13w), or a Go
+// duration (2160h).
+func ParseAge(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("age %q: want a whole number before %q (90d, 13w) or a duration (2160h)", s, suffix)
+			}
+			return time.Duration(v) * unit, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("age %q: want days (90d), weeks (13w) or a duration (2160h)", s)
+	}
+	return d, nil
+}
+
 // Ingress configures the HTTP receiver.
 type Ingress struct {
 	// Listen is the address of the webhook listener. Defaults to ":8080".
@@ -267,6 +324,12 @@ func (c Config) WithDefaults() Config {
 		r := DefaultOperatorRole
 		c.Admin.DBRole = &r
 	}
+	c.Retention.PartitionInterval = or(c.Retention.PartitionInterval, "week")
+	if c.Retention.Ahead == nil {
+		n := 4
+		c.Retention.Ahead = &n
+	}
+	c.Retention.LockTimeout = or(c.Retention.LockTimeout, 5*time.Second)
 	c.Log.Level = or(c.Log.Level, "info")
 	return c
 }
@@ -327,6 +390,9 @@ func (c Config) Validate() error {
 	if err := c.validatePipeline(); err != nil {
 		return err
 	}
+	if err := c.validateRetention(); err != nil {
+		return err
+	}
 	if err := c.validateAdmin(); err != nil {
 		return err
 	}
@@ -369,9 +435,9 @@ const (
 )
 
 var droppedSections = map[Service][]string{
-	IngressService:  {"streamer", "consumer", "bus", "audit"},
-	StreamerService: {"ingress", "sources", "consumer", "admin"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit"},
+	IngressService:  {"streamer", "consumer", "bus", "audit", "retention"},
+	StreamerService: {"ingress", "sources", "consumer", "admin", "retention"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of
@@ -581,6 +647,23 @@ func (c Config) validatePipeline() error {
 
 // minAdminToken is the shortest admin.token accepted (admin.MinTokenBytes).
 const minAdminToken = 16
+
+func (c Config) validateRetention() error {
+	r := c.Retention
+	if _, err := r.MaxAgeDuration(); err != nil {
+		return err
+	}
+	if !slices.Contains([]string{"day", "week", "month"}, r.PartitionInterval) {
+		return fmt.Errorf("retention.partition_interval: %q must be day, week or month", r.PartitionInterval)
+	}
+	if r.Ahead != nil && (*r.Ahead < 0 || *r.Ahead > 366) {
+		return fmt.Errorf("retention.ahead: %d must be 0..366", *r.Ahead)
+	}
+	if r.LockTimeout < 0 {
+		return fmt.Errorf("retention.lock_timeout: must not be negative, got %s", r.LockTimeout)
+	}
+	return nil
+}
 
 func (c Config) validateAdmin() error {
 	if c.Admin.Listen == "" {

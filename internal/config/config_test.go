@@ -175,3 +175,34 @@ bus: {kind: nats, url: "nats://127.0.0.1:4222"}
 		t.Fatalf("ingress: %+v, %v", in, err)
 	}
 }
+
+func TestParseAge(t *testing.T) {
+	t.Parallel()
+	const day = 24 * time.Hour
+	for in, want := range map[string]time.Duration{"90d": 90 * day, "13w": 91 * day, "36h": 36 * time.Hour, "0": 0} {
+		if got, err := ParseAge(in); err != nil || got != want {
+			t.Errorf("ParseAge(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "-1d", "1.5d", "ninety days", "-5h"} {
+		if _, err := ParseAge(in); err == nil {
+			t.Errorf("ParseAge(%q) succeeded", in)
+		}
+	}
+}
+
+func TestRetentionSection(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("retention:\n  max_age: 90d\n  partition_interval: day\n  ahead: 0\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := c.Retention.MaxAgeDuration(); d != 90*24*time.Hour || c.Retention.PartitionInterval != "day" || *c.Retention.Ahead != 0 {
+		t.Fatalf("retention = %+v", c.Retention)
+	}
+	for _, bad := range []string{"max_age: 90 days", "partition_interval: fortnight", "ahead: -1", "lock_timeout: -1s"} {
+		if _, err := Parse([]byte("retention:\n  "+bad+"\n"), func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "retention.") {
+			t.Errorf("retention %q: err %v, want one naming the field", bad, err)
+		}
+	}
+}

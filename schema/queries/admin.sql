@@ -169,7 +169,7 @@ WHERE ($2::text = '' OR e.provider = $2)
 -- history row (attempt 0, worker_id the login role). Returns how many were
 -- created and the last event id looked at.
 WITH batch AS (
-    SELECT e.id, e.provider, e.event_type, m.max_attempts
+    SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts
     FROM webhook_ingress.events e
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
@@ -187,13 +187,13 @@ WITH batch AS (
     ORDER BY e.id
     LIMIT $7
 ), created AS (
-    INSERT INTO webhook_ingress.jobs (event_id, handler, provider, event_type, max_attempts)
-    SELECT id, $1, provider, event_type, max_attempts FROM batch
-    ON CONFLICT (event_id, handler) DO NOTHING
-    RETURNING id
+    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
+    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
+    RETURNING id, event_received_at
 ), marked AS (
-    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
-    SELECT id, 0, session_user::text, now(), now(), 'replayed' FROM created
+    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
 SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
 
@@ -227,10 +227,10 @@ WITH target AS (
         updated_at       = now()
     FROM target t
     WHERE j.id = t.id
-    RETURNING j.id, t.attempt_count
+    RETURNING j.id, j.event_received_at, t.attempt_count
 ), marked AS (
-    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome)
-    SELECT id, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued
+    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, event_received_at, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued
 )
 SELECT id FROM requeued ORDER BY id
 

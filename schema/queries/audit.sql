@@ -50,3 +50,10 @@ FROM webhook_ingress.events
 WHERE id > $1
 ORDER BY id
 LIMIT $2
+
+-- name: AuditPrunedIDs
+-- Ids of events inlet retention dropped with their partitions, as runs
+-- [lo, hi) in id order.
+SELECT lower(r), upper(r)
+FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
+ORDER BY 1

@@ -81,10 +81,10 @@ WITH expired AS (
         updated_at       = now()
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.status, expired.attempt_count, expired.worker_id, expired.attempted_at
+    RETURNING j.id, j.event_received_at, j.status, expired.attempt_count, expired.worker_id, expired.attempted_at
 ), history AS (
-    INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_class)
-    SELECT id, attempt_count, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
+    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class)
+    SELECT id, event_received_at, attempt_count, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
     FROM reaped
     WHERE worker_id IS NOT NULL
 )
@@ -137,9 +137,11 @@ WHERE id = $1
 RETURNING status
 
 -- name: InsertAttempt
--- History row of one finished attempt.
-INSERT INTO webhook_ingress.job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
-VALUES ($1, $2, $3, $4, now(), $5, $6, $7)
+-- History row of one finished attempt, in the partition of its job.
+INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
+SELECT j.id, j.event_received_at, $2, $3, $4, now(), $5, $6, $7
+FROM webhook_ingress.jobs j
+WHERE j.id = $1
 
 -- name: TakeJob
 -- Consumer $4 takes attempt $2 of job $1 (handler $3, event $5) and fetches
@@ -161,10 +163,10 @@ WITH taken AS (
       AND status = 'leased'
       AND lease_expires_at > now()
       AND worker_id IS NULL
-    RETURNING event_id, attempt_count, max_attempts, updated_at, attempted_at
+    RETURNING event_id, event_received_at, attempt_count, max_attempts, updated_at, attempted_at
 )
 SELECT t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at,
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
        coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
 FROM taken t
-LEFT JOIN webhook_ingress.events e ON e.id = t.event_id
+LEFT JOIN webhook_ingress.events e ON e.id = t.event_id AND e.received_at = t.event_received_at

@@ -20,5 +20,6 @@ WHERE p.pubname = 'inlet_jobs'
 -- Only the owner of webhook_ingress.jobs (or a superuser) may run this; the
 -- streamer does when its replication role is allowed to, otherwise it stops
 -- and names this statement for an operator to run. Inserts wake streamers;
--- updates do too when they make a job pending again (reaper, replay).
-CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')
+-- updates do too when they make a job pending again (reaper, replay). Changes
+-- to jobs' partitions are published as changes to jobs.
+CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true)

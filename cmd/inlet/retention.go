@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/retention"
+)
+
+func runRetention(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "retention", "", `
+Keep the event log to its configured age, as the owner of webhook_ingress (the
+role of inlet migrate): create the period partitions of events, jobs and
+job_attempts ahead of time, then drop every whole period that ended more than
+--max-age ago, unless one of its jobs is still pending, leased or failed, or
+one of its events is not yet sealed by inlet audit seal. A dropped period is
+recorded in webhook_ingress.retention_log, with the ids it held, so inlet audit
+verify still passes. Nothing is ever deleted row by row; events that arrived
+when no period partition covered them sit in the default partition and are
+kept. Run it daily (deployments/ has a CronJob and a systemd timer).
+
+The database comes from --database-url, else database_url in the config
+file, else DATABASE_URL. Flags override the config file's retention section.
+Exit status 0 even when a period is kept: the report says why.`)
+	cfgPath := configFlag(fs)
+	dbURL := fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
+	maxAge := fs.String("max-age", "", "drop periods that ended longer ago than this: 90d, 13w, 2160h (default: retention.max_age; unset keeps everything)")
+	interval := fs.String("interval", "", "length of new partitions: day, week or month (default: retention.partition_interval, else week)")
+	ahead := fs.Int("ahead", -1, "periods past the current one to partition (default: retention.ahead, else 4)")
+	lockTimeout := fs.Duration("lock-timeout", 0, "longest wait for a partition's locks (default: retention.lock_timeout, else 5s)")
+	dryRun := fs.Bool("dry-run", false, "report what would be created and dropped; change nothing")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+	if err != nil {
+		return err
+	}
+	opts, err := retentionOptions(cfg.Retention)
+	if err != nil {
+		return err
+	}
+	if *maxAge != "" {
+		if opts.MaxAge, err = config.ParseAge(*maxAge); err != nil {
+			return fmt.Errorf("%w: --max-age: %w", errUsage, err)
+		}
+	}
+	if *interval != "" {
+		opts.Interval = *interval
+	}
+	if *ahead >= 0 {
+		opts.Ahead = *ahead
+	}
+	if *lockTimeout > 0 {
+		opts.LockTimeout = *lockTimeout
+	}
+	opts.DryRun = *dryRun
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	url := *dbURL
+	if url == "" {
+		url = cfg.DatabaseURL
+	}
+	if url == "" {
+		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, *cfgPath)
+	}
+	pool, err := database.Open(ctx, url, database.Options{AppName: "inlet-retention", MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := retention.Run(ctx, pool, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.stdout, rep)
+	}
+	printRetention(env, rep)
+	return nil
+}
+
+// retentionOptions are the config file's retention settings.
+func retentionOptions(r config.Retention) (retention.Options, error) {
+	age, err := r.MaxAgeDuration()
+	if err != nil {
+		return retention.Options{}, err
+	}
+	o := retention.Options{MaxAge: age, Interval: r.PartitionInterval, Ahead: retention.DefaultAhead, LockTimeout: r.LockTimeout}
+	if r.Ahead != nil {
+		o.Ahead = *r.Ahead
+	}
+	return o, nil
+}
+
+func printRetention(env *environment, rep retention.Report) {
+	w := env.stdout
+	verb := "created"
+	if rep.DryRun {
+		verb = "would create"
+	}
+	day := func(t time.Time) string { return t.UTC().Format("2006-01-02") }
+	switch {
+	case len(rep.Created) > 0:
+		fmt.Fprintf(w, "%s %s: %s to %s\n", verb, plural(len(rep.Created), "period partition"), day(rep.Created[0].Start), day(rep.Created[len(rep.Created)-1].End))
+	case rep.Through != nil:
+		fmt.Fprintf(w, "partitioned through %s; nothing to create\n", day(*rep.Through))
+	}
+	if rep.Default.Events > 0 {
+		fmt.Fprintf(w, "default partition: %s (%s to %s) arrived when no period partition covered them; they are kept, never dropped\n",
+			plural(int(rep.Default.Events), "event"), stamp(*rep.Default.Oldest), stamp(*rep.Default.Newest))
+	}
+	if rep.Cutoff == nil {
+		fmt.Fprintln(w, "no maximum age (retention.max_age or --max-age): nothing dropped")
+		return
+	}
+	if len(rep.Partitions) == 0 {
+		fmt.Fprintf(w, "no period ended before %s (max age): nothing to drop\n", stamp(*rep.Cutoff))
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tEVENTS\tJOBS\tDEAD\tATTEMPTS\tVERDICT\tREASON")
+	for _, p := range rep.Partitions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, day(p.Start), day(p.End), p.Events, p.Jobs, p.DeadLetters, p.Attempts,
+			p.Verdict, cell(p.Reason))
+	}
+	tw.Flush()
+	done := "dropped"
+	if rep.DryRun {
+		done = "would drop"
+	}
+	fmt.Fprintf(w, "%s %s, kept %d (periods that ended before %s)\n", done, plural(rep.Dropped(), "partition"), rep.Kept(), stamp(*rep.Cutoff))
+}
+
+// ensurePartitions creates period partitions ahead as the config says (inlet
+// migrate and inlet dev), logging what it created.
+func ensurePartitions(ctx context.Context, db retention.DB, r config.Retention, log *slog.Logger) error {
+	o, err := retentionOptions(r)
+	if err != nil {
+		return err
+	}
+	created, err := retention.EnsurePartitions(ctx, db, o.Interval, o.Ahead, o.LockTimeout)
+	if err != nil {
+		return err
+	}
+	if len(created) > 0 {
+		log.Info("created period partitions", slog.Int("count", len(created)), slog.String("interval", o.Interval),
+			slog.Time("from", created[0].Start), slog.Time("to", created[len(created)-1].End))
+	}
+	return nil
+}

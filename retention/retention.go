@@ -1,0 +1,392 @@
+// Package retention keeps the partitioned event log to its configured age:
+// it creates the period partitions of events, jobs and job_attempts ahead of
+// time and drops whole old periods, never single rows.
+//
+// A period is dropped only when all of it is older than the maximum age, none
+// of its jobs is open (pending, leased or failed: a dead letter is finished),
+// and every one of its events is sealed by an audit checkpoint. The drop
+// records the period and the ids it held in webhook_ingress.retention_log, so
+// inlet audit verify tells pruned events from removed ones. Everything runs as
+// the owner of webhook_ingress; no application role may create or drop a
+// partition. See schema/migrations/005_partitions.up.sql.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// DB is what retention needs of a pool or connection.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Intervals are the partition lengths there are, on UTC boundaries.
+var Intervals = []string{"day", "week", "month"}
+
+// Defaults.
+const (
+	DefaultInterval    = "week"
+	DefaultAhead       = 4
+	DefaultLockTimeout = 5 * time.Second
+)
+
+// ErrNotOwner means the connected role may not act as the owner of
+// webhook_ingress, which partition maintenance needs.
+var ErrNotOwner = errors.New("retention: not the owner of webhook_ingress")
+
+// Options says what Run does.
+type Options struct {
+	// MaxAge: a period whose end is more than MaxAge before the database's
+	// now() is dropped (when nothing keeps it). 0 drops nothing.
+	MaxAge time.Duration
+	// Interval is the length of partitions created: day, week or month.
+	Interval string
+	// Ahead is how many periods past the current one to have partitions for
+	// (DefaultAhead is what the configuration defaults to).
+	Ahead int
+	// DryRun reports what would be created and dropped and changes nothing.
+	DryRun bool
+	// LockTimeout bounds each wait for the partition locks; a period whose lock
+	// is not granted in time is skipped this run.
+	LockTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Interval == "" {
+		o.Interval = DefaultInterval
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	return o
+}
+
+// Validate reports the first bad option.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	if !validInterval(o.Interval) {
+		return fmt.Errorf("retention: partition interval %q: must be one of %s", o.Interval, strings.Join(Intervals, ", "))
+	}
+	if o.Ahead < 0 || o.Ahead > 366 {
+		return fmt.Errorf("retention: partitions ahead %d: must be 0..366", o.Ahead)
+	}
+	if o.MaxAge < 0 {
+		return fmt.Errorf("retention: max age %s: must not be negative", o.MaxAge)
+	}
+	return nil
+}
+
+func validInterval(s string) bool {
+	for _, i := range Intervals {
+		if s == i {
+			return true
+		}
+	}
+	return false
+}
+
+// Period is one partition's time range, [Start, End).
+type Period struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// Verdict is what Run did, or would do, with a period past the maximum age.
+type Verdict string
+
+const (
+	Dropped   Verdict = "dropped"
+	WouldDrop Verdict = "would_drop"
+	Kept      Verdict = "kept"
+)
+
+// Partition is a period past the maximum age and what became of it.
+type Partition struct {
+	Period
+	Name          string  `json:"partition"`
+	Events        int64   `json:"events"`
+	Jobs          int64   `json:"jobs"`
+	OpenJobs      int64   `json:"open_jobs"`
+	DeadLetters   int64   `json:"dead_letters"`
+	Attempts      int64   `json:"attempts"`
+	MaxEventID    int64   `json:"max_event_id,omitempty"`
+	SealedThrough int64   `json:"sealed_through"`
+	Verdict       Verdict `json:"verdict"`
+	// Reason says why a period was kept.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	DryRun bool `json:"dry_run"`
+	// Now is the database's clock; Cutoff is Now - MaxAge (zero when MaxAge is 0).
+	Now    time.Time  `json:"now"`
+	Cutoff *time.Time `json:"cutoff,omitempty"`
+	// Created are the periods partitioned this run (or that would be).
+	Created []Period `json:"created"`
+	// Through is the end of the newest period partition.
+	Through *time.Time `json:"partitioned_through,omitempty"`
+	// Partitions are the periods past the cutoff, oldest first.
+	Partitions []Partition `json:"partitions"`
+	// Default counts the events in the default partition: they arrived when no
+	// period partition covered their time. They are kept and never dropped.
+	Default DefaultPartition `json:"default_partition"`
+}
+
+// DefaultPartition describes the rows of the default partition.
+type DefaultPartition struct {
+	Events int64      `json:"events"`
+	Oldest *time.Time `json:"oldest,omitempty"`
+	Newest *time.Time `json:"newest,omitempty"`
+}
+
+// Dropped counts the partitions dropped (or that would be, on a dry run).
+func (r Report) Dropped() int { return r.count(Dropped) + r.count(WouldDrop) }
+
+// Kept counts the expired partitions something kept.
+func (r Report) Kept() int { return r.count(Kept) }
+
+func (r Report) count(v Verdict) int {
+	n := 0
+	for _, p := range r.Partitions {
+		if p.Verdict == v {
+			n++
+		}
+	}
+	return n
+}
+
+// CheckOwner returns ErrNotOwner, naming both roles, unless the connected
+// role may act as the owner of webhook_ingress.events.
+func CheckOwner(ctx context.Context, db DB) error {
+	var user, owner string
+	var ok bool
+	if err := db.QueryRow(ctx, schema.Query("RetentionOwner")).Scan(&user, &owner, &ok); err != nil {
+		return fmt.Errorf("retention: look up the owner of webhook_ingress.events: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: connected as %s; partitions are created and dropped as %s (the role that ran inlet migrate)", ErrNotOwner, user, owner)
+	}
+	return nil
+}
+
+// EnsurePartitions creates the period partitions from the newest one through
+// ahead periods of interval past now, and returns those it created.
+func EnsurePartitions(ctx context.Context, db DB, interval string, ahead int, lockTimeout time.Duration) ([]Period, error) {
+	o := Options{Interval: interval, Ahead: ahead, LockTimeout: lockTimeout}.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	var created []Period
+	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, schema.Query("RetentionCreatePartitions"), o.Interval, o.Ahead)
+		if err != nil {
+			return err
+		}
+		created, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Period, error) {
+			var p Period
+			err := r.Scan(&p.Start, &p.End)
+			return p, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retention: create %s partitions %d ahead: %w", o.Interval, o.Ahead, err)
+	}
+	return created, nil
+}
+
+// Run creates partitions ahead and drops the periods past opts.MaxAge that
+// nothing keeps, each in its own transaction. A period kept (open jobs,
+// unsealed events, lock not granted) is in the report, not an error; the
+// error is for failures to talk to the database.
+func Run(ctx context.Context, db DB, opts Options) (Report, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return Report{}, err
+	}
+	if err := CheckOwner(ctx, db); err != nil {
+		return Report{}, err
+	}
+	rep := Report{DryRun: opts.DryRun, Created: []Period{}, Partitions: []Partition{}}
+	if !opts.DryRun {
+		created, err := EnsurePartitions(ctx, db, opts.Interval, opts.Ahead, opts.LockTimeout)
+		if err != nil {
+			return Report{}, err
+		}
+		rep.Created = created
+	}
+	periods, now, err := partitions(ctx, db)
+	if err != nil {
+		return Report{}, err
+	}
+	rep.Now = now
+	if len(periods) > 0 {
+		end := periods[len(periods)-1].End
+		rep.Through = &end
+	}
+	if opts.DryRun {
+		rep.Created = wouldCreate(rep.Through, now, opts)
+	}
+	if err := db.QueryRow(ctx, schema.Query("RetentionDefaultPartition")).Scan(
+		&rep.Default.Events, &rep.Default.Oldest, &rep.Default.Newest); err != nil {
+		return Report{}, fmt.Errorf("retention: read the default partition: %w", err)
+	}
+	if opts.MaxAge == 0 {
+		return rep, nil
+	}
+	cutoff := now.Add(-opts.MaxAge)
+	rep.Cutoff = &cutoff
+	for _, p := range periods {
+		if p.End.After(cutoff) {
+			break
+		}
+		part, err := expire(ctx, db, p, opts)
+		if err != nil {
+			return Report{}, err
+		}
+		rep.Partitions = append(rep.Partitions, part)
+	}
+	return rep, nil
+}
+
+type namedPeriod struct {
+	Period
+	name string
+}
+
+func partitions(ctx context.Context, db DB) ([]namedPeriod, time.Time, error) {
+	rows, err := db.Query(ctx, schema.Query("RetentionPartitions"))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
+	}
+	defer rows.Close()
+	var out []namedPeriod
+	var now time.Time
+	for rows.Next() {
+		var p namedPeriod
+		if err := rows.Scan(&p.Start, &p.End, &p.name, &now); err != nil {
+			return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
+	}
+	if len(out) == 0 {
+		if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, time.Time{}, fmt.Errorf("retention: read the clock: %w", err)
+		}
+	}
+	return out, now, nil
+}
+
+// wouldCreate is what EnsurePartitions would create (ignoring rows in the
+// default partition): the dry run's answer.
+func wouldCreate(through *time.Time, now time.Time, o Options) []Period {
+	trunc := func(t time.Time) time.Time {
+		t = t.UTC()
+		switch o.Interval {
+		case "day":
+			return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+		case "week":
+			d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+			return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7)) // ISO weeks start on Monday
+		default:
+			return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+		}
+	}
+	step := func(t time.Time) time.Time {
+		switch o.Interval {
+		case "day":
+			return t.AddDate(0, 0, 1)
+		case "week":
+			return t.AddDate(0, 0, 7)
+		default:
+			return t.AddDate(0, 1, 0)
+		}
+	}
+	stop := trunc(now)
+	for i := 0; i <= o.Ahead; i++ {
+		stop = step(stop)
+	}
+	start := trunc(now)
+	if through != nil {
+		start = *through
+	}
+	out := []Period{}
+	for start.Before(stop) {
+		next := step(trunc(start))
+		out = append(out, Period{Start: start, End: next})
+		start = next
+	}
+	return out
+}
+
+// expire drops one period, or says what keeps it.
+func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, error) {
+	part := Partition{Period: p.Period, Name: p.name}
+	var minID, maxID *int64
+	if err := db.QueryRow(ctx, schema.Query("RetentionPartitionStatus"), p.Start).Scan(
+		&part.Events, &minID, &maxID, &part.Jobs, &part.OpenJobs, &part.DeadLetters, &part.Attempts, &part.SealedThrough); err != nil {
+		return Partition{}, fmt.Errorf("retention: read partition %s: %w", p.name, err)
+	}
+	if maxID != nil {
+		part.MaxEventID = *maxID
+	}
+	switch {
+	case part.OpenJobs > 0:
+		part.Verdict, part.Reason = Kept, fmt.Sprintf("%d jobs not finished (pending, leased or failed)", part.OpenJobs)
+		return part, nil
+	case part.MaxEventID > part.SealedThrough:
+		part.Verdict, part.Reason = Kept, fmt.Sprintf("events not sealed yet (ids up to %d, sealed through %d)", part.MaxEventID, part.SealedThrough)
+		return part, nil
+	case o.DryRun:
+		part.Verdict = WouldDrop
+		return part, nil
+	}
+	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, schema.Query("RetentionDropPartition"), p.Start).Scan(
+			&part.Events, &part.Jobs, &part.Attempts, &part.SealedThrough)
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		part.Verdict = Dropped
+	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: changed since the check
+		part.Verdict, part.Reason = Kept, pgErr.Message
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s; try again later", o.LockTimeout)
+	default:
+		return Partition{}, fmt.Errorf("retention: drop partition %s: %w", p.name, err)
+	}
+	return part, nil
+}
+
+func inTx(ctx context.Context, db DB, lockTimeout time.Duration, f func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	ms := strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10) + "ms"
+	if _, err := tx.Exec(ctx, schema.Query("RetentionLockTimeout"), ms); err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

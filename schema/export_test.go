@@ -1,0 +1,4 @@
+package schema
+
+// MigrateTo is migrateTo, for tests of one migration's data conversion.
+var MigrateTo = migrateTo
