@@ -463,3 +463,58 @@ func TestPartitionMigrationKeepsRows(t *testing.T) {
 		t.Fatalf("after the migration: duplicate stored %d rows, next id %d (want > 3), %d jobs for it", dup, next, jobs)
 	}
 }
+
+// The README's auditor query runs as webhook_auditor and answers what it says.
+func TestREADMEAuditorQuery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "<!-- auditor-query")
+	if !ok {
+		t.Fatal("README.md has no auditor-query block")
+	}
+	_, after, _ = strings.Cut(after, "```sql\n")
+	sql, _, ok := strings.Cut(after, "```")
+	if !ok || sql == "" {
+		t.Fatal("README.md's auditor-query block has no SQL")
+	}
+	pool := pgtest.NewPool(t)
+	for _, q := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('billing', 'stripe'), ('ledger', '*')`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified, received_at) VALUES
+			('stripe', 'stripe', 'evt_tue', 'invoice.paid', '{}', true, '2026-11-24T10:00:00Z'),
+			('stripe', 'stripe', 'evt_wed', 'invoice.paid', '{}', true, '2026-11-25T10:00:00Z'),
+			('github', 'github', 'gh_tue', 'push', '{}', true, '2026-11-24T11:00:00Z')`,
+		`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error_class)
+			SELECT id, event_received_at, 1, event_received_at, 'failed', 'timeout' FROM webhook_ingress.jobs WHERE handler = 'billing'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var got []string
+	err = asRole(t, pool, "webhook_auditor", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			got = append(got, fmt.Sprintf("%v %v %v", v[1], v[6], v[10]))
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatalf("the README's auditor query as webhook_auditor: %v", err)
+	}
+	if want := "evt_tue billing failed|evt_tue ledger <nil>"; strings.Join(got, "|") != want {
+		t.Fatalf("auditor query rows %q, want %q", strings.Join(got, "|"), want)
+	}
+}

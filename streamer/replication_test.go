@@ -403,12 +403,12 @@ func TestReplicationSetupErrorsFailStart(t *testing.T) {
 	repl := newRole(db+"_repl", "REPLICATION")
 	_, err = start(repl)
 	if !errors.Is(err, streamer.ErrReplicationSetup) ||
-		!strings.Contains(err.Error(), "CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')") {
+		!strings.Contains(err.Error(), "CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true)") {
 		t.Fatalf("Start without the publication = %v, want ErrReplicationSetup naming the statement", err)
 	}
 	t.Logf("the operator is told: %v", err)
 
-	if _, err := b.admin.Exec(ctx, `CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update')`); err != nil {
+	if _, err := b.admin.Exec(ctx, `CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true)`); err != nil {
 		t.Fatal(err)
 	}
 	c := b.collect(t, "h")
