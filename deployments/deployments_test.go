@@ -7,6 +7,7 @@ package deployments
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -26,11 +27,17 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/retention"
 )
 
 // services are the long-running subcommands every deployment runs, each as
 // its own process, plus migrate.
 var services = []string{"ingress", "streamer", "consumer"}
+
+// ownerTools are the one-shot subcommands that run as the schema owner
+// (DATABASE_URL of migrate) and without --config: they need only
+// DATABASE_URL, and a config file would make them expand every ${VAR} in it.
+var ownerTools = []string{"migrate", "retention"}
 
 // streamerStop is how long `inlet streamer` takes to stop after SIGTERM at
 // most (it finishes its claim round, then stops its health listener with a
@@ -119,7 +126,7 @@ func readInletCLI(t *testing.T) inletCLI {
 		}
 		cli[name] = flags
 	}
-	for _, want := range append([]string{"migrate"}, services...) {
+	for _, want := range append(slices.Clone(ownerTools), services...) {
 		if _, ok := cli[want]; !ok {
 			t.Fatalf("cmd/inlet has no %q subcommand (found %v)", want, sortedKeys(cli))
 		}
@@ -404,10 +411,86 @@ func checkDatabaseURL(t *testing.T, where, service, url, wantUser string) int {
 	if wantUser != "" && pc.ConnConfig.User != wantUser {
 		t.Errorf("%s: %s connects as %q, want its own login role %q (deployments/postgres/roles.sql)", where, service, pc.ConnConfig.User, wantUser)
 	}
-	if service != "migrate" && !strings.Contains(url, "pool_max_conns=") {
+	if !slices.Contains(ownerTools, service) && !strings.Contains(url, "pool_max_conns=") {
 		t.Errorf("%s: DATABASE_URL for %s has no pool_max_conns: pgx's default is the host's CPU count", where, service)
 	}
 	return int(pc.MaxConns)
+}
+
+// retentionArgs checks the values of inlet retention's flags as runRetention
+// reads them: --max-age an age (90d, 13w, 2160h), --ahead an integer,
+// --lock-timeout a duration, together options retention accepts, and no
+// --dry-run (a scheduled run that changes nothing).
+func retentionArgs(inv invocation) error {
+	o := retention.Options{Interval: inv.flags["interval"], Ahead: retention.DefaultAhead}
+	var errs []error
+	var err error
+	if v, ok := inv.flags["max-age"]; ok {
+		if o.MaxAge, err = config.ParseAge(v); err != nil {
+			errs = append(errs, fmt.Errorf("--max-age %q: %w", v, err))
+		} else if o.MaxAge == 0 {
+			errs = append(errs, fmt.Errorf("--max-age %q keeps everything; leave it out instead", v))
+		}
+	}
+	if v, ok := inv.flags["ahead"]; ok {
+		if o.Ahead, err = strconv.Atoi(v); err != nil {
+			errs = append(errs, fmt.Errorf("--ahead %q: not an integer", v))
+		}
+	}
+	if v, ok := inv.flags["lock-timeout"]; ok {
+		if o.LockTimeout, err = time.ParseDuration(v); err != nil || o.LockTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--lock-timeout %q: want a positive duration", v))
+		}
+	}
+	if _, ok := inv.flags["dry-run"]; ok {
+		errs = append(errs, errors.New("--dry-run: the scheduled run would change nothing"))
+	}
+	if err := o.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// poolCap is the MaxConns that the cmd/inlet function fn opens its pool with
+// (a literal database.Options{MaxConns: N}), which overrides pool_max_conns.
+func poolCap(t *testing.T, fn string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(cliSource, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", f, err)
+		}
+		for _, d := range file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || fd.Name.Name != fn {
+				continue
+			}
+			n := 0
+			ast.Inspect(fd.Body, func(x ast.Node) bool {
+				kv, ok := x.(*ast.KeyValueExpr)
+				if !ok {
+					return true
+				}
+				if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "MaxConns" {
+					if lit, ok := kv.Value.(*ast.BasicLit); ok && lit.Kind == token.INT {
+						n, _ = strconv.Atoi(lit.Value)
+					}
+				}
+				return true
+			})
+			if n <= 0 {
+				t.Fatalf("%s: %s opens no pool with a literal MaxConns; update poolCap", f, fn)
+			}
+			return n
+		}
+	}
+	t.Fatalf("%s: no func %s", cliSource, fn)
+	return 0
 }
 
 // readEnvFile reads KEY=VALUE lines (systemd EnvironmentFile, docker .env):
@@ -515,7 +598,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func TestReadInletCLI(t *testing.T) {
 	cli := readInletCLI(t)
-	for _, svc := range append([]string{"migrate"}, services...) {
+	for _, svc := range append(slices.Clone(ownerTools), services...) {
 		if _, ok := cli[svc]["config"]; !ok {
 			t.Errorf("inlet %s: no --config flag found in cmd/inlet", svc)
 		}
@@ -534,5 +617,27 @@ func TestReadInletCLI(t *testing.T) {
 	inv, err := parseInvocation(cli, []string{"consumer", "--config=/x.yaml", "-drain-timeout", "31s"})
 	if err != nil || inv.flags["config"] != "/x.yaml" || stopDeadline(t, cli, inv) != 31*time.Second {
 		t.Errorf("parseInvocation = %+v, %v", inv, err)
+	}
+
+	for args, ok := range map[string]bool{
+		"retention --max-age 90d": true,
+		"retention --max-age 13w --interval month --ahead 2 --lock-timeout 2s": true,
+		"retention":                         true,
+		"retention --max-age 90":            false,
+		"retention --max-age 0d":            false,
+		"retention --interval year":         false,
+		"retention --ahead four":            false,
+		"retention --ahead 400":             false,
+		"retention --lock-timeout 5":        false,
+		"retention --max-age 90d --dry-run": false,
+	} {
+		inv, err := parseInvocation(cli, strings.Fields(args))
+		if err != nil {
+			t.Errorf("%s: %v", args, err)
+			continue
+		}
+		if err := retentionArgs(inv); (err == nil) != ok {
+			t.Errorf("retentionArgs(%s) = %v; want ok=%t", args, err, ok)
+		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -405,6 +406,22 @@ spec:
   template:
     spec: {restartPolicy: Never}
 `,
+			// Strictness reaches the pod inside a CronJob's jobTemplate.
+			"cronjob-unknown-field.yaml": `apiVersion: batch/v1
+kind: CronJob
+metadata: {name: x}
+spec:
+  schedule: "17 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: x
+              image: x
+              securityContext: {readOnlyRootFileSystem: true}
+`,
 		}
 		var paths []string
 		for name, body := range broken {
@@ -421,6 +438,21 @@ spec:
 		for _, r := range results {
 			if r.Status != "statusInvalid" {
 				t.Errorf("not rejected as invalid: %s", describe(r))
+			}
+		}
+	})
+
+	// A kind whose schema is missing from the schema location is an error,
+	// never skipped as valid: kubeconform runs without -ignore-missing-schemas.
+	t.Run("missing schema is an error", func(t *testing.T) {
+		f := filepath.Join(kubeDir, "retention-cronjob.yaml")
+		results := kubeconform(t, t.TempDir(), f)
+		if len(results) != len(byFile[f]) {
+			t.Fatalf("kubeconform reported %d results for the %d resources of %s", len(results), len(byFile[f]), f)
+		}
+		for _, r := range results {
+			if r.Status != "statusError" {
+				t.Errorf("without a schema: %s; want statusError", describe(r))
 			}
 		}
 	})
@@ -448,6 +480,7 @@ type kubeObjects struct {
 	services    []corev1.Service
 	deployments []appsv1.Deployment
 	jobs        []batchv1.Job
+	cronJobs    []batchv1.CronJob
 	pdbs        []policyv1.PodDisruptionBudget
 }
 
@@ -482,6 +515,10 @@ func decodeObjects(t *testing.T, byFile map[string][]manifest) kubeObjects {
 				var o batchv1.Job
 				err = k8syaml.UnmarshalStrict(m.raw, &o)
 				objs.jobs = append(objs.jobs, o)
+			case "batch/v1 CronJob":
+				var o batchv1.CronJob
+				err = k8syaml.UnmarshalStrict(m.raw, &o)
+				objs.cronJobs = append(objs.cronJobs, o)
 			case "policy/v1 PodDisruptionBudget":
 				var o policyv1.PodDisruptionBudget
 				err = k8syaml.UnmarshalStrict(m.raw, &o)
@@ -547,23 +584,38 @@ func TestKubernetesManifests(t *testing.T) {
 		if newImage == "" {
 			t.Fatal("kustomization.yaml has no images entry for the inlet image")
 		}
+		templates := 0
 		for _, doc := range splitDocuments(t, "kustomize build", built) {
+			type podTemplate struct {
+				Template struct {
+					Spec corev1.PodSpec `json:"spec"`
+				} `json:"template"`
+			}
 			var o struct {
 				Kind string `json:"kind"`
 				Spec struct {
-					Template struct {
-						Spec corev1.PodSpec `json:"spec"`
-					} `json:"template"`
+					podTemplate
+					// A CronJob's pods are in its jobTemplate.
+					JobTemplate struct {
+						Spec podTemplate `json:"spec"`
+					} `json:"jobTemplate"`
 				} `json:"spec"`
 			}
 			if err := k8syaml.Unmarshal(doc, &o); err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range o.Spec.Template.Spec.Containers {
+			containers := append(o.Spec.Template.Spec.Containers, o.Spec.JobTemplate.Spec.Template.Spec.Containers...)
+			if len(containers) > 0 {
+				templates++
+			}
+			for _, c := range containers {
 				if c.Image != newImage {
 					t.Errorf("kustomize build: %s container %s has image %q, want %q", o.Kind, c.Name, c.Image, newImage)
 				}
 			}
+		}
+		if want := len(objs.deployments) + len(objs.jobs) + len(objs.cronJobs); templates != want {
+			t.Errorf("kustomize build: %d objects with pod templates, the manifests have %d", templates, want)
 		}
 	})
 
@@ -605,6 +657,11 @@ func TestKubernetesManifests(t *testing.T) {
 	if rp := objs.jobs[0].Spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyNever && rp != corev1.RestartPolicyOnFailure {
 		t.Errorf("Job %s: restartPolicy %q", objs.jobs[0].Name, rp)
 	}
+	if len(objs.cronJobs) != 1 || objs.cronJobs[0].Name != "inlet-retention" {
+		t.Fatalf("want one CronJob, inlet-retention; have %d", len(objs.cronJobs))
+	}
+	pods["retention"] = objs.cronJobs[0].Spec.JobTemplate.Spec.Template
+	t.Run("retention CronJob", func(t *testing.T) { checkCronJob(t, objs.cronJobs[0]) })
 
 	connections := 0
 	for _, name := range sortedKeys(pods) {
@@ -655,6 +712,83 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("PodDisruptionBudget %s: minAvailable should be a number from 1 to replicas-1 (%d)", pdb.Name, replicas["ingress"]-1)
 		}
 	})
+}
+
+// checkCronJob checks what keeps a daily maintenance CronJob well behaved:
+// one run at a time, runs that end before the next is due, missed runs
+// skipped rather than piled up, and finished Jobs kept for inspection.
+func checkCronJob(t *testing.T, cj batchv1.CronJob) {
+	t.Helper()
+	const day = 24 * 60 * 60
+	if err := dailySchedule(cj.Spec.Schedule); err != nil {
+		t.Errorf("schedule %q: %v", cj.Spec.Schedule, err)
+	}
+	if cj.Spec.Suspend != nil && *cj.Spec.Suspend {
+		t.Error("suspend: true: it would never run")
+	}
+	if cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("concurrencyPolicy %q, want Forbid: two runs would contend for the same partition locks", cj.Spec.ConcurrencyPolicy)
+	}
+	// Under 10s the controller may never start it; unset, 100 missed runs
+	// stop the CronJob for good.
+	if d := cj.Spec.StartingDeadlineSeconds; d == nil || *d < 10 || *d >= day {
+		t.Error("startingDeadlineSeconds should be set, from 10s to under a day")
+	}
+	if l := cj.Spec.SuccessfulJobsHistoryLimit; l == nil || *l < 1 {
+		t.Error("successfulJobsHistoryLimit should keep at least one finished Job (its log is the report)")
+	}
+	if l := cj.Spec.FailedJobsHistoryLimit; l == nil || *l < 1 {
+		t.Error("failedJobsHistoryLimit should keep at least one failed Job to inspect")
+	}
+	js := cj.Spec.JobTemplate.Spec
+	if js.BackoffLimit == nil {
+		t.Error("jobTemplate: no backoffLimit (the default, 6, retries for a long time)")
+	}
+	if d := js.ActiveDeadlineSeconds; d == nil || *d <= 0 || *d >= day {
+		t.Error("jobTemplate: activeDeadlineSeconds should end a stuck run within the day")
+	}
+	if rp := js.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyNever && rp != corev1.RestartPolicyOnFailure {
+		t.Errorf("jobTemplate: restartPolicy %q", rp)
+	}
+	pod := js.Template.Labels
+	for k, v := range cj.Labels {
+		if pod[k] != v {
+			t.Errorf("jobTemplate: pod label %s=%q, the CronJob's is %q", k, pod[k], v)
+		}
+	}
+}
+
+// dailySchedule accepts a cron schedule that runs once a day: "M H * * *"
+// with a single minute and hour, or @daily / @midnight.
+func dailySchedule(s string) error {
+	if s == "@daily" || s == "@midnight" {
+		return nil
+	}
+	f := strings.Fields(s)
+	if len(f) != 5 {
+		return fmt.Errorf("%d fields, want 5 (minute hour day month weekday)", len(f))
+	}
+	for i, max := range []int{59, 23} {
+		n, err := strconv.Atoi(f[i])
+		if err != nil || n < 0 || n > max {
+			return fmt.Errorf("field %d %q: want one number from 0 to %d (once a day)", i+1, f[i], max)
+		}
+	}
+	if f[2] != "*" || f[3] != "*" || f[4] != "*" {
+		return errors.New("day, month and weekday should be *: once a day")
+	}
+	return nil
+}
+
+func TestDailySchedule(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"17 3 * * *": true, "0 0 * * *": true, "@daily": true,
+		"*/5 * * * *": false, "17 * * * *": false, "17 3 * * 1": false, "60 3 * * *": false, "17 3 * *": false, "@hourly": false,
+	} {
+		if err := dailySchedule(s); (err == nil) != ok {
+			t.Errorf("dailySchedule(%q) = %v; want ok=%t", s, err, ok)
+		}
+	}
 }
 
 // containerPort resolves a probe's or Service's port, by name or number.
@@ -767,18 +901,36 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 	}
 	conns := checkDatabaseURL(t, "pod "+name, name, dbURL, loginRole[name])
 
-	if name == "migrate" {
+	if slices.Contains(ownerTools, name) {
 		if c.LivenessProbe != nil || c.ReadinessProbe != nil {
-			t.Error("migrate is a one-shot Job: no probes")
+			t.Errorf("%s is a one-shot Job: no probes", name)
 		}
 		if _, ok := inv.flags["config"]; ok {
-			t.Error("migrate needs only DATABASE_URL: with --config it would also need every secret inlet.yaml names")
+			t.Errorf("%s needs only DATABASE_URL: with --config it would also need every secret inlet.yaml names", name)
+		}
+		if _, ok := inv.flags["database-url"]; ok {
+			t.Error("--database-url puts the owner's password in the pod spec; use DATABASE_URL from the Secret")
+		}
+		if len(c.VolumeMounts) > 0 || len(spec.Volumes) > 0 {
+			t.Errorf("%s reads no file: no volumes", name)
+		}
+		// The schema owner, the one login whose objects these tools change.
+		for _, e := range c.Env {
+			if e.Name == "DATABASE_URL" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Key != "DATABASE_URL_MIGRATE") {
+				t.Errorf("DATABASE_URL should come from the Secret's DATABASE_URL_MIGRATE (the schema owner)")
+			}
 		}
 		// It reads no config file, so it holds none of the services' secrets.
 		for _, cmName := range sortedKeys(objs.configMaps) {
 			if y, ok := objs.configMaps[cmName].Data["inlet.yaml"]; ok {
-				checkNeedlessSecrets(t, "pod migrate", []byte(y), nil, env)
+				checkNeedlessSecrets(t, "pod "+name, []byte(y), nil, env)
 			}
+		}
+		if name == "retention" {
+			if err := retentionArgs(inv); err != nil {
+				t.Errorf("args %q: %v", c.Args, err)
+			}
+			return poolCap(t, "runRetention")
 		}
 		return 1
 	}

@@ -4,19 +4,22 @@ package deployments
 // repeated keys) with the keys Inlet's units need, ExecStart is a valid inlet
 // command line, the stop timeout outlasts the drain deadline, and the
 // config file and environment files it names (installed from
-// systemd/etc/inlet/) load with Inlet's own loader. Where systemd-analyze is
-// installed, `systemd-analyze verify` (unknown keys, bad values) and
+// systemd/etc/inlet/) load with Inlet's own loader. Each timer starts a
+// service here, daily and persistently. Where systemd-analyze is installed,
+// `systemd-analyze verify` (unknown keys, bad values) and
 // `systemd-analyze security` check the units too.
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,20 +123,59 @@ func installed(p string) string {
 	return filepath.Join(systemdDir, "etc", "inlet", strings.TrimPrefix(p, "/etc/inlet/"))
 }
 
+// readUnit reads and parses the unit file name of systemdDir.
+func readUnit(t *testing.T, name string) unitFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(systemdDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := parseUnit(b)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return u
+}
+
+// systemdBool reports whether v is one of systemd's true values.
+func systemdBool(v string) bool {
+	return slices.Contains([]string{"yes", "true", "on", "1"}, strings.ToLower(v))
+}
+
+// timerUnit is the unit a timer starts: Unit=, else the service of its name.
+func timerUnit(name string, u unitFile) string {
+	return cmp.Or(u.get("Timer", "Unit"), strings.TrimSuffix(name, ".timer")+".service")
+}
+
 func TestSystemdUnits(t *testing.T) {
 	cli := readInletCLI(t)
 	units := map[string]unitFile{}
-	for _, svc := range append([]string{"migrate"}, services...) {
-		name := "inlet-" + svc + ".service"
-		b, err := os.ReadFile(filepath.Join(systemdDir, name))
-		if err != nil {
-			t.Fatal(err)
+	for _, svc := range append(slices.Clone(ownerTools), services...) {
+		units[svc] = readUnit(t, "inlet-"+svc+".service")
+	}
+	timers := map[string]unitFile{}
+	timerOf := map[string]string{} // service unit → the timer that starts it
+	found, err := filepath.Glob(filepath.Join(systemdDir, "*.timer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		name := filepath.Base(f)
+		timers[name] = readUnit(t, name)
+		timerOf[timerUnit(name, timers[name])] = name
+	}
+	if timerOf["inlet-retention.service"] == "" {
+		t.Error("no timer starts inlet-retention.service: retention must run daily")
+	}
+	// Every unit here is checked below.
+	found, err = filepath.Glob(filepath.Join(systemdDir, "*.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		if _, ok := units[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "inlet-"), ".service")]; !ok {
+			t.Errorf("%s is not checked: add its subcommand to services or ownerTools", f)
 		}
-		u, err := parseUnit(b)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		units[svc] = u
 	}
 	sysusers, err := os.ReadFile(filepath.Join(systemdDir, "inlet.sysusers.conf"))
 	if err != nil {
@@ -142,8 +184,9 @@ func TestSystemdUnits(t *testing.T) {
 
 	for _, svc := range sortedKeys(units) {
 		u := units[svc]
+		timer := timerOf["inlet-"+svc+".service"]
 		t.Run(svc, func(t *testing.T) {
-			for _, s := range []string{"Unit", "Service", "Install"} {
+			for _, s := range []string{"Unit", "Service"} {
 				if _, ok := u[s]; !ok {
 					t.Errorf("no [%s] section", s)
 				}
@@ -151,7 +194,18 @@ func TestSystemdUnits(t *testing.T) {
 			if u.get("Unit", "Description") == "" {
 				t.Error("no Description=")
 			}
-			if u.get("Install", "WantedBy") == "" {
+			switch {
+			case timer != "":
+				// Enabling the timer is what schedules it; WantedBy= here
+				// would also run it at every boot.
+				if _, ok := u["Install"]; ok {
+					t.Errorf("an [Install] section, but %s starts it: enable the timer instead", timer)
+				}
+				// An active oneshot makes the timer's next start a no-op.
+				if systemdBool(u.get("Service", "RemainAfterExit")) {
+					t.Errorf("RemainAfterExit=yes: after the first run %s would start nothing", timer)
+				}
+			case u.get("Install", "WantedBy") == "":
 				t.Error("no WantedBy= in [Install]: systemctl enable would do nothing")
 			}
 			want := map[string]string{
@@ -212,21 +266,28 @@ func TestSystemdUnits(t *testing.T) {
 			if len(inv.positional) > 0 {
 				t.Errorf("ExecStart: stray arguments %q", inv.positional)
 			}
-			// The services' config file. migrate loads none: it needs only
-			// DATABASE_URL (with --config it would expand the whole file, so
-			// need every secret it names), so it is run without --config
-			// where there is no ./inlet.yaml.
+			// The services' config file. migrate and retention load none:
+			// they need only DATABASE_URL (with --config they would expand
+			// the whole file, so need every secret it names), so they are
+			// run without --config where there is no ./inlet.yaml.
 			b, err := os.ReadFile(installed("/etc/inlet/inlet.yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var cfg config.Config
-			if svc == "migrate" {
+			if slices.Contains(ownerTools, svc) {
 				if got, ok := inv.flags["config"]; ok {
-					t.Errorf("ExecStart: --config %q: migrate needs only DATABASE_URL; with --config it would also need every secret inlet.yaml names", got)
+					t.Errorf("ExecStart: --config %q: %s needs only DATABASE_URL; with --config it would also need every secret inlet.yaml names", got, svc)
+				}
+				if _, ok := inv.flags["database-url"]; ok {
+					t.Error("ExecStart: --database-url puts the owner's password on the command line; use migrate.env")
 				}
 				if wd := u.get("Service", "WorkingDirectory"); wd != "" && wd != "/" {
-					t.Errorf("WorkingDirectory=%s: migrate would load an inlet.yaml there; want / (or unset)", wd)
+					t.Errorf("WorkingDirectory=%s: %s would load an inlet.yaml there; want / (or unset)", wd, svc)
+				}
+				// The schema owner's login, as migrate has it.
+				if got, want := files, units["migrate"]["Service"]["EnvironmentFile"]; !slices.Equal(got, want) {
+					t.Errorf("EnvironmentFile= %q, want migrate's %q (the schema owner's DATABASE_URL)", got, want)
 				}
 				checkNeedlessSecrets(t, "systemd "+svc, b, nil, env)
 			} else {
@@ -248,9 +309,22 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			checkDatabaseURL(t, "systemd "+svc, svc, dbURL, loginRole[svc])
 
-			if svc == "migrate" {
+			if svc != "migrate" && (!strings.Contains(strings.Join(u["Unit"]["After"], " "), "inlet-migrate.service") ||
+				!strings.Contains(strings.Join(append(u["Unit"]["Requires"], u["Unit"]["Wants"]...), " "), "inlet-migrate.service")) {
+				t.Error("should be ordered after, and require, inlet-migrate.service (the schema first)")
+			}
+			if slices.Contains(ownerTools, svc) {
 				if u.get("Service", "Type") != "oneshot" {
 					t.Errorf("Type=%s, want oneshot", u.get("Service", "Type"))
+				}
+				if svc == "retention" {
+					if err := retentionArgs(inv); err != nil {
+						t.Errorf("ExecStart=%s: %v", exec[0], err)
+					}
+					// A run outlasting the day would collide with the next.
+					if d, err := systemdTimespan(u.get("Service", "TimeoutStartSec")); err != nil || d <= 0 || d >= 24*time.Hour {
+						t.Errorf("TimeoutStartSec=%q: want a limit under a day", u.get("Service", "TimeoutStartSec"))
+					}
 				}
 				return
 			}
@@ -258,10 +332,6 @@ func TestSystemdUnits(t *testing.T) {
 			case "exec", "simple":
 			default:
 				t.Errorf("Type=%s, want exec (or simple)", u.get("Service", "Type"))
-			}
-			if !strings.Contains(strings.Join(u["Unit"]["After"], " "), "inlet-migrate.service") ||
-				!strings.Contains(strings.Join(append(u["Unit"]["Requires"], u["Unit"]["Wants"]...), " "), "inlet-migrate.service") {
-				t.Error("should be ordered after, and require, inlet-migrate.service (the schema first)")
 			}
 			stop, err := systemdTimespan(u.get("Service", "TimeoutStopSec"))
 			if err != nil {
@@ -271,6 +341,46 @@ func TestSystemdUnits(t *testing.T) {
 				t.Errorf("TimeoutStopSec=%s is not longer than the drain deadline %s: SIGKILL cuts the drain", stop, d)
 			}
 			listenPort(t, "systemd inlet.yaml", cfg, svc)
+		})
+	}
+
+	for _, name := range sortedKeys(timers) {
+		u := timers[name]
+		t.Run(name, func(t *testing.T) {
+			for _, s := range []string{"Unit", "Timer", "Install"} {
+				if _, ok := u[s]; !ok {
+					t.Errorf("no [%s] section", s)
+				}
+			}
+			if u.get("Unit", "Description") == "" {
+				t.Error("no Description=")
+			}
+			// It starts one of the services here.
+			target := timerUnit(name, u)
+			if _, ok := units[strings.TrimSuffix(strings.TrimPrefix(target, "inlet-"), ".service")]; !ok || !strings.HasPrefix(target, "inlet-") {
+				t.Errorf("starts %s, which is no unit here", target)
+			}
+			// Once a day: daily, or a time of day on every day.
+			cal := u["Timer"]["OnCalendar"]
+			if len(cal) != 1 || !regexp.MustCompile(`^(daily|\*-\*-\* \d{1,2}:\d{2}(:\d{2})?)$`).MatchString(cal[0]) {
+				t.Errorf("OnCalendar= %q: want one, daily (or *-*-* HH:MM)", cal)
+			}
+			for _, k := range []string{"OnActiveSec", "OnBootSec", "OnStartupSec", "OnUnitActiveSec", "OnUnitInactiveSec"} {
+				if _, ok := u["Timer"][k]; ok {
+					t.Errorf("%s=: a trigger besides OnCalendar= would run it more than daily", k)
+				}
+			}
+			if !systemdBool(u.get("Timer", "Persistent")) {
+				t.Error("Persistent= is not yes: a run missed while the host was down would wait a day")
+			}
+			if v := u.get("Timer", "RandomizedDelaySec"); v != "" {
+				if d, err := systemdTimespan(v); err != nil || d >= 24*time.Hour {
+					t.Errorf("RandomizedDelaySec=%s: want a span under a day (%v)", v, err)
+				}
+			}
+			if !slices.Contains(strings.Fields(strings.Join(u["Install"]["WantedBy"], " ")), "timers.target") {
+				t.Errorf("WantedBy=%q: want timers.target, so systemctl enable schedules it", u["Install"]["WantedBy"])
+			}
 		})
 	}
 
@@ -305,16 +415,24 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		var names []string
 		for _, svc := range sortedKeys(units) {
-			name := "inlet-" + svc + ".service"
+			names = append(names, "inlet-"+svc+".service")
+		}
+		for _, name := range append(slices.Clone(names), sortedKeys(timers)...) {
 			b, _ := os.ReadFile(filepath.Join(systemdDir, name))
 			if err := os.WriteFile(filepath.Join(root, "etc/systemd/system", name), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			names = append(names, name)
 		}
-		out, err := exec.Command(analyze, append([]string{"verify", "--root=" + root}, names...)...).CombinedOutput()
+		args := append([]string{"verify", "--root=" + root}, names...)
+		out, err := exec.Command(analyze, append(args, sortedKeys(timers)...)...).CombinedOutput()
 		if err != nil || len(bytes.TrimSpace(out)) > 0 {
 			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+		for _, name := range sortedKeys(timers) {
+			spec := timers[name].get("Timer", "OnCalendar")
+			if out, err := exec.Command(analyze, "calendar", spec).CombinedOutput(); err != nil {
+				t.Errorf("%s: systemd-analyze calendar %q: %v\n%s", name, spec, err, out)
+			}
 		}
 		// Exposure below 3 of 10 ("OK" is below 4.0 in systemd's scale).
 		for _, name := range names {

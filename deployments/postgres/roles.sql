@@ -49,7 +49,7 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_cons
 -- publication must exist; the streamer creates it when its role may, else
 -- run this as the owner of webhook_ingress.jobs after inlet migrate:
 -- ALTER ROLE inlet_streamer REPLICATION;
--- CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update');
+-- CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true);
 
 -- An auditor (reads everything in webhook_ingress, writes nothing):
 -- CREATE ROLE alice LOGIN PASSWORD '…' IN ROLE webhook_auditor;
