@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,11 @@ type APIConfig struct {
 	Now func() time.Time
 	// RequestTimeout bounds one request's database work. Defaults to 60s.
 	RequestTimeout time.Duration
+	// Dashboard, when set, is served under /dashboard/ on this listener with
+	// its own authentication (package dashboard: a login form and session
+	// cookie for browsers, or the same bearer token); every other path keeps
+	// the bearer token. Defaults to nil: no dashboard.
+	Dashboard http.Handler
 }
 
 func (c APIConfig) withDefaults() APIConfig {
@@ -77,6 +83,7 @@ func (c APIConfig) validate() error {
 //	GET  /api/dlq/{job_id}       the job with attempts, error text and event metadata
 //	POST /api/replay             {"job_id": N} | {"handler": H, "dead_letters": true} |
 //	                             {"handler": H, "source": …, "event_type": …, "since": …, "until": …}, "dry_run": bool
+//	     /dashboard/             the web dashboard, when APIConfig.Dashboard is set
 //
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
 // with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
@@ -106,6 +113,9 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	mux.HandleFunc("GET /api/dlq", a.listDeadLetters)
 	mux.HandleFunc("GET /api/dlq/{job_id}", a.getJob)
 	mux.HandleFunc("POST /api/replay", a.replay)
+	if cfg.Dashboard != nil {
+		mux.Handle(dashboardPrefix, cfg.Dashboard)
+	}
 	a.handler = a.authenticate(mux)
 	return a, nil
 }
@@ -161,6 +171,21 @@ func (a *API) Stop(ctx context.Context) error {
 	return errors.Join(err, <-a.done)
 }
 
+// dashboardPrefix is where APIConfig.Dashboard is mounted.
+const dashboardPrefix = "/dashboard/"
+
+// isDashboard reports whether the dashboard authenticates r itself: its
+// path, cleaned as the mux will clean it, is the dashboard's.
+func (a *API) isDashboard(r *http.Request) bool {
+	if a.cfg.Dashboard == nil {
+		return false
+	}
+	p := r.URL.Path
+	clean := path.Clean(p)
+	under := func(p string) bool { return p == "/dashboard" || strings.HasPrefix(p, dashboardPrefix) }
+	return under(p) && under(clean)
+}
+
 func (a *API) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -170,7 +195,9 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		// Compare digests: constant time, and no length leak either.
 		got := sha256.Sum256([]byte(token))
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
+		if a.isDashboard(r) {
+			next.ServeHTTP(w, r)
+		} else if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="inlet-admin"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 		} else {

@@ -240,3 +240,59 @@ func TestAdminAPIServesOnItsOwnListener(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// The dashboard authenticates its own paths (a login form, a session
+// cookie); every other path keeps the bearer token, however it is spelled.
+func TestAdminAPIMountsTheDashboard(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dash := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = io.WriteString(w, "dashboard "+r.URL.Path)
+	})
+	serveAPI := func(d http.Handler) string {
+		api, err := admin.NewAPI(admin.APIConfig{Token: apiToken, DB: b.op, Logger: slog.New(slog.DiscardHandler), Dashboard: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(api.Handler())
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	withDash := &apiBundle{testBundle: b, base: serveAPI(dash)}
+	for _, p := range []string{"/dashboard/", "/dashboard/login", "/dashboard/events/1"} {
+		if code, _, body := withDash.callAs(t, "", "GET", p, ""); code != http.StatusTeapot || string(body) != "dashboard "+p {
+			t.Errorf("GET %s without a token: %d %s, want the dashboard's answer", p, code, body)
+		}
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(withDash.base + "/dashboard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 3 || resp.Header.Get("Location") != "/dashboard/" {
+		t.Errorf("GET /dashboard: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, p := range []string{"/api/events", "/dashboard/../api/events", "/dashboard/%2e%2e/api/events", "/dashboardx", "/"} {
+		req, _ := http.NewRequest("GET", withDash.base+p, nil)
+		req.URL.Opaque = p // as sent, not cleaned by the client
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d %s, want 401", p, resp.StatusCode, body)
+		}
+	}
+	if code, _, _ := withDash.call(t, "GET", "/api/events", ""); code != http.StatusOK {
+		t.Errorf("GET /api/events with the token: %d", code)
+	}
+	// Without a dashboard, /dashboard/ is just another path behind the token.
+	without := &apiBundle{testBundle: b, base: serveAPI(nil)}
+	if code, _, _ := without.callAs(t, "", "GET", "/dashboard/", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /dashboard/ without a dashboard or a token: %d", code)
+	}
+}

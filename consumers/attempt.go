@@ -12,9 +12,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -27,9 +31,15 @@ const (
 
 // attempt runs one job reference end to end: fetch, run with heartbeat,
 // record. It never returns an error: whatever it cannot record is left to
-// lease expiry.
-func (s *Service) attempt(h Handler, ref bus.Ref) {
-	ctx := s.workCtx
+// lease expiry. Its span joins the trace of traceParent (the streamer's,
+// carried by the message) and is the parent of the handler's spans.
+func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string) {
+	ctx, span := tracer.Start(tracing.WithTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
+			attribute.String("inlet.handler", ref.Handler), attribute.String("inlet.source", ref.Provider),
+			attribute.String("inlet.event_type", ref.EventType), attribute.Int("inlet.attempt", ref.Attempt)))
+	defer span.End()
 	attrs := []slog.Attr{
 		slog.Int64("job_id", ref.JobID),
 		slog.Int64("event_id", ref.EventID),
@@ -45,6 +55,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 		// Stale (a newer attempt exists), already taken by another consumer
 		// (the bus delivered the reference twice), misrouted, or finished.
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: not this attempt's to take", attrs...)
+		span.SetAttributes(attribute.String("inlet.outcome", "skipped"))
 		return
 	case err != nil:
 		if ctx.Err() == nil {
@@ -55,7 +66,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 	case ev == nil:
 		// Taken, but its event is gone: no attempt can succeed.
 		herr := Permanent(WithClass(fmt.Errorf("event %d of job %d does not exist", ref.EventID, ref.JobID), ClassEventMissing))
-		s.finish(h, ref, l, herr, ClassEventMissing, attrs)
+		traceOutcome(span, s.finish(h, ref, l, herr, ClassEventMissing, attrs), ClassEventMissing)
 		return
 	}
 
@@ -82,14 +93,37 @@ func (s *Service) attempt(h Handler, ref bus.Ref) {
 			class = ClassTimeout
 		}
 	}
-	s.finish(h, ref, l, herr, class, attrs)
+	traceOutcome(span, s.finish(h, ref, l, herr, class, attrs), class)
 }
 
-// finish records the outcome and logs it (metadata and error class only).
-func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) {
+// traceOutcome marks an attempt's span with its outcome and error class
+// (never the error's text).
+func traceOutcome(span trace.Span, outcome string, class ErrorClass) {
+	span.SetAttributes(attribute.String("inlet.outcome", outcome))
+	if class != "" {
+		span.SetAttributes(attribute.String("inlet.error_class", string(class)))
+		span.SetStatus(codes.Error, string(class))
+	}
+}
+
+var tracer = tracing.Tracer("consumers")
+
+// finish records the outcome and logs it (metadata and error class only),
+// and returns it as counted: completed, failed, dead_letter, lost or
+// record_error.
+func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) string {
 	ctx := s.workCtx
 	outcome, err := s.record(h, ref, l, herr, class)
-	attrs = append(attrs, slog.Duration("duration", time.Since(l.started)))
+	took := time.Since(l.started)
+	counted := outcome
+	switch {
+	case err != nil:
+		counted = "record_error"
+	case outcome == "":
+		counted = "lost"
+	}
+	s.metrics.finished(h.Name, counted, class, took)
+	attrs = append(attrs, slog.Duration("duration", took))
 	if class != "" {
 		attrs = append(attrs, slog.String("error_class", string(class)))
 	}
@@ -106,6 +140,7 @@ func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class Erro
 		}
 		s.logger.LogAttrs(ctx, level, "attempt finished", append(attrs, slog.String("outcome", outcome))...)
 	}
+	return counted
 }
 
 // lease is what a consumer holds of a taken attempt.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a [Service].
@@ -35,6 +36,9 @@ type Config struct {
 	LeaseExtend time.Duration
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics registers the consumer metrics (inlet_consumer_*). Nil: not
+	// exported.
+	Metrics prometheus.Registerer
 }
 
 const (

@@ -11,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/internal/tracing"
 )
 
 // Service runs a set of handlers: it registers their subscriptions, takes
@@ -19,6 +21,7 @@ type Service struct {
 	cfg     Config
 	logger  *slog.Logger
 	runners []*runner
+	metrics *consumerMetrics
 
 	mu    sync.Mutex
 	state int // stateNew, stateStarted, stateStopped
@@ -61,6 +64,11 @@ func New(cfg Config) (*Service, error) {
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
 	}
+	m, err := newConsumerMetrics(metrics.OrDiscard(cfg.Metrics), cfg.Handlers)
+	if err != nil {
+		return nil, fmt.Errorf("consumer metrics: %w", err)
+	}
+	s.metrics = m
 	return s, nil
 }
 
@@ -191,13 +199,14 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			return
 		}
 		msg.Ack()
+		traceParent := tracing.TraceParent(tracing.Extract(ctx, msg))
 		s.inFlight.Add(1)
 		s.attempts.Go(func() {
 			defer func() {
 				s.inFlight.Add(-1)
 				<-r.slots
 			}()
-			s.attempt(r.h, ref)
+			s.attempt(r.h, ref, traceParent)
 		})
 	}
 }

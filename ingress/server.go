@@ -14,9 +14,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/internal/tracing"
 )
 
 // Verifier checks one request's signature and says which event it carries.
@@ -43,6 +50,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for signature windows. Defaults to time.Now.
 	Now func() time.Time
+	// Metrics registers the ingress metrics (inlet_ingress_*). Nil: not
+	// exported.
+	Metrics prometheus.Registerer
 }
 
 type source struct {
@@ -68,11 +78,14 @@ func (src *source) noteSecret(idx int, now time.Time, log *slog.Logger) {
 	log.Info("signing secret in use", slog.Int("secret_index", idx), slog.Int("secrets", len(src.secretLogged)))
 }
 
+var tracer = tracing.Tracer("ingress")
+
 // Server is the webhook HTTP service.
 type Server struct {
 	cfg     Config
 	sources map[string]*source
 	mux     *http.ServeMux
+	metrics *ingressMetrics
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -100,6 +113,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
 	s := &Server{cfg: cfg, sources: map[string]*source{}}
+	names := make([]string, 0, len(cfg.Sources))
+	for _, sc := range cfg.Sources {
+		names = append(names, sc.Name)
+	}
+	m, err := newIngressMetrics(metrics.OrDiscard(cfg.Metrics), names)
+	if err != nil {
+		return nil, fmt.Errorf("ingress metrics: %w", err)
+	}
+	s.metrics = m
 	for i, sc := range cfg.Sources {
 		v, err := verify.New(sc.Config)
 		if err != nil {
@@ -210,13 +232,24 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := r.PathValue("source")
 	src, ok := s.sources[name]
+	// A new trace per webhook: trace headers from the internet are not trusted.
+	ctx, span := tracer.Start(r.Context(), "inlet.ingress.webhook", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	if !ok {
+		span.SetAttributes(attribute.String("inlet.source", unknownSource), attribute.String("inlet.outcome", "rejected"),
+			attribute.String("inlet.reason", "unknown_source"))
+		s.metrics.received.WithLabelValues(unknownSource).Inc()
+		s.metrics.rejected.WithLabelValues(unknownSource, "unknown_source").Inc()
 		writeJSON(w, http.StatusNotFound, answer{Status: "rejected", Reason: "unknown_source"})
 		s.cfg.Logger.Info("webhook rejected", slog.String("source", name), slog.String("reason", "unknown_source"))
 		return
 	}
+	s.metrics.received.WithLabelValues(name).Inc()
 	log := s.cfg.Logger.With(slog.String("source", name))
+	span.SetAttributes(attribute.String("inlet.source", name), attribute.String("inlet.scheme", src.scheme))
 	reject := func(code int, reason string) {
+		span.SetAttributes(attribute.String("inlet.outcome", "rejected"), attribute.String("inlet.reason", reason))
+		s.metrics.rejected.WithLabelValues(name, reason).Inc()
 		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
 		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
 	}
@@ -261,7 +294,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if red, ok := src.verifier.(verify.StorageRedactor); ok {
 		headers = red.RedactForStorage(headers)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	span.SetAttributes(attribute.String("inlet.event_type", res.EventType))
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
 	stored, err := s.cfg.Store.Insert(ctx, &Event{
 		Provider:    src.name,
@@ -273,19 +307,25 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		RawBody:     body,
 		SecretIndex: res.SecretIndex,
 		Verified:    true,
+		TraceParent: tracing.TraceParent(ctx),
 	})
 	if err != nil {
 		// Not committed, so not acknowledged: the provider will retry.
+		s.metrics.unavailable.WithLabelValues(name).Inc()
+		span.SetAttributes(attribute.String("inlet.outcome", "unavailable"))
+		span.SetStatus(codes.Error, "database unavailable")
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "database_unavailable"})
 		log.Error("webhook not stored", slog.String("event_type", res.EventType),
 			slog.Bool("database_unavailable", database.IsUnavailable(err)), slog.String("error", err.Error()))
 		return
 	}
+	s.metrics.accepted(name, !stored, start)
 	status := "stored"
 	if !stored {
 		status = "duplicate"
 	}
+	span.SetAttributes(attribute.String("inlet.outcome", status))
 	src.noteSecret(res.SecretIndex, s.cfg.Now(), log)
 	if res.Challenge != "" {
 		// The provider checks the endpoint by having its challenge echoed.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/inlet-dev/inlet/ingress"
@@ -39,6 +40,7 @@ type testBundle struct {
 	admin *pgxpool.Pool // superuser, for assertions
 	url   string        // base URL of the running ingress
 	logs  *syncWriter
+	reg   *prometheus.Registry
 }
 
 func setup(t *testing.T) *testBundle {
@@ -62,7 +64,9 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	}
 	t.Cleanup(pool.Close)
 	logs := &syncWriter{buf: &bytes.Buffer{}}
+	reg := prometheus.NewRegistry()
 	srv, err := ingress.New(ingress.Config{
+		Metrics: reg,
 		Ingress: config.Ingress{MaxBodyBytes: maxBody, StoreTimeout: 2 * time.Second},
 		Sources: []config.Source{
 			{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}}},
@@ -79,7 +83,7 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &testBundle{admin: admin, url: hs.URL, logs: logs}
+	return &testBundle{admin: admin, url: hs.URL, logs: logs, reg: reg}
 }
 
 // syncWriter lets the handler goroutines and the test share the log buffer.

@@ -24,6 +24,9 @@ type Event struct {
 	// the provider's signature; false for events fetched over a provider's
 	// API (inlet backfill), which carry no signature.
 	Verified bool
+	// TraceParent is the W3C traceparent of the span that received it ("":
+	// none), stored so the handler's spans join the request's trace.
+	TraceParent string
 }
 
 // Store writes events. Insert reports whether the event was new (false: a
@@ -60,7 +63,7 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
 	tag, err := s.pool.Exec(ctx, insertEventSQL,
-		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI)
+		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
 	}

@@ -16,9 +16,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
+	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -61,6 +67,9 @@ type Config struct {
 	ReapInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics registers the streamer metrics (inlet_streamer_*). Nil: not
+	// exported.
+	Metrics prometheus.Registerer
 }
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -122,6 +131,7 @@ type Streamer struct {
 	listener    *notify.Listener
 	replication *Replication
 	wake        chan struct{}
+	batchSizes  prometheus.Histogram
 
 	claims, claimed, published, publishFailed atomic.Int64
 	reaped, deadLettered                      atomic.Int64
@@ -141,6 +151,9 @@ func New(cfg Config) (*Streamer, error) {
 		return nil, err
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1)}
+	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
+		return nil, fmt.Errorf("streamer metrics: %w", err)
+	}
 	if cfg.ListenConnect != nil {
 		s.listener = notify.NewListener(notify.ListenerConfig{
 			Connect: cfg.ListenConnect,
@@ -288,6 +301,8 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 	}
 }
 
+var tracer = tracing.Tracer("streamer")
+
 var (
 	claimSQL   = schema.Query("ClaimJobs")
 	releaseSQL = schema.Query("ReleaseJobs")
@@ -304,24 +319,28 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	var refs []bus.Ref
+	var traces []string // each job's trace_parent
 	for rows.Next() {
 		var r bus.Ref
 		var maxAttempts int
 		var leaseExpires time.Time
-		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires); err != nil {
+		var traceParent string
+		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires, &traceParent); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("claim jobs: scan: %w", err)
 		}
 		refs = append(refs, r)
+		traces = append(traces, traceParent)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
+	s.batchSizes.Observe(float64(len(refs)))
 	if len(refs) == 0 {
 		return 0, nil
 	}
 	s.claimed.Add(int64(len(refs)))
-	if failed := s.publish(ctx, refs); failed > 0 {
+	if failed := s.publish(ctx, refs, traces); failed > 0 {
 		// The bus is away: say so, so the loop backs off instead of leasing
 		// and giving back the same jobs in a tight loop.
 		return len(refs), fmt.Errorf("publish %d of %d references: %w", failed, len(refs), ErrPublish)
@@ -334,23 +353,41 @@ var ErrPublish = errors.New("bus refused the references; leases given back")
 
 // publish sends refs grouped by topic; leases of refs that could not be
 // published are given back at once (the attempt does not count). It returns
-// how many were not published.
-func (s *Streamer) publish(ctx context.Context, refs []bus.Ref) int {
+// how many were not published. A job whose event was traced gets a span in
+// that trace, carried to the consumer in the message's metadata.
+func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string) int {
 	byTopic := map[string][]*message.Message{}
 	byTopicIDs := map[string][]int64{}
-	for _, r := range refs {
+	bySpans := map[string][]trace.Span{}
+	for i, r := range refs {
 		msg, err := bus.NewMessage(r)
 		if err != nil {
 			s.cfg.Logger.Error("encode reference", slog.Int64("job_id", r.JobID), slog.String("error", err.Error()))
 			continue
 		}
 		t := bus.Topic(r.Handler)
+		if traces[i] != "" {
+			sctx, span := tracer.Start(tracing.WithTraceParent(ctx, traces[i]), "inlet.streamer.publish",
+				trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+					attribute.Int64("inlet.job_id", r.JobID), attribute.Int64("inlet.event_id", r.EventID),
+					attribute.String("inlet.handler", r.Handler), attribute.Int("inlet.attempt", r.Attempt),
+					attribute.String("messaging.destination.name", t)))
+			tracing.Inject(sctx, msg)
+			bySpans[t] = append(bySpans[t], span)
+		}
 		byTopic[t] = append(byTopic[t], msg)
 		byTopicIDs[t] = append(byTopicIDs[t], r.JobID)
 	}
 	var failed []int64
 	for topic, msgs := range byTopic {
-		if err := s.cfg.Publisher.Publish(topic, msgs...); err != nil {
+		err := s.cfg.Publisher.Publish(topic, msgs...)
+		for _, span := range bySpans[topic] {
+			if err != nil {
+				span.SetStatus(codes.Error, "bus refused the reference; lease given back")
+			}
+			span.End()
+		}
+		if err != nil {
 			s.cfg.Logger.Warn("publish failed; giving the leases back", slog.String("topic", topic),
 				slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
 			failed = append(failed, byTopicIDs[topic]...)

@@ -41,6 +41,7 @@ func TestAdminCommandsEndToEnd(t *testing.T) {
 database_url: ${DATABASE_URL}
 ingress:
   listen: "`+addr+`"
+  metrics_listen: "127.0.0.1:0"
 admin:
   listen: "`+adminAddr+`"
   token: "${ADMIN_TOKEN}"

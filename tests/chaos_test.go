@@ -82,6 +82,8 @@ func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	ingressAddrs := []string{freeAddr(t), freeAddr(t)}
 	cfg := writeFile(t, t.TempDir(), "inlet.yaml", fmt.Sprintf(`
 database_url: ${DATABASE_URL}
+ingress:
+  metrics_listen: "127.0.0.1:0"
 sources:
   - name: github
     type: github

@@ -72,8 +72,8 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 func TestDevOnEmbeddedDefaults(t *testing.T) {
 	t.Parallel()
 	data := pgtest.TempDir(t)
-	addr := freeAddr(t)
-	env := cleanEnv()
+	addr, metricsAddr, adminAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	env := cleanEnv("INLET_METRICS_LISTEN="+metricsAddr, "INLET_ADMIN_LISTEN="+adminAddr)
 	p := start(t, env, "dev", "--data-dir", data, "--listen", addr)
 	p.waitOutput("Ctrl-C stops.", 3*time.Minute)
 	if !strings.Contains(p.out(), "inlet send stripe") || !strings.Contains(p.out(), "X-Hub-Signature-256: sha256=") {
@@ -107,6 +107,39 @@ func TestDevOnEmbeddedDefaults(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("%d verified events stored (%v), want 4", n, err)
 	}
+
+	// The same on /metrics, once the log handler has run all four jobs.
+	want := []string{
+		`inlet_ingress_stored_total{source="github"} 2`,
+		`inlet_ingress_stored_total{source="stripe"} 1`,
+		`inlet_ingress_duplicates_total{source="github"} 1`,
+		`inlet_consumer_attempts_total{handler="log",outcome="completed"} 4`,
+		`inlet_jobs{handler="log",state="pending"} 0`,
+		`inlet_source_last_event_timestamp_seconds{source="acme"}`,
+		`inlet_streamer_wakeups_total{cause="notify"}`,
+	}
+	var page string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		page = httpGet(t, "http://"+metricsAddr+"/metrics")
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(page, w) {
+				missing = w
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics of inlet dev lacks %s:\n%s", missing, page)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if login := httpGet(t, "http://"+adminAddr+"/dashboard/login"); !strings.Contains(login, `name="token"`) ||
+		!strings.Contains(p.out(), "/dashboard/ (token: inlet-dev-admin-token)") {
+		t.Fatalf("the dashboard of inlet dev: login page %q, walkthrough:\n%s", login, p.out())
+	}
 	if err := p.stop(); err != nil {
 		t.Fatalf("inlet dev after SIGTERM: %v\n%s", err, p.errOut())
 	}
@@ -126,6 +159,7 @@ func TestIngressServiceDrainsOnSIGTERM(t *testing.T) {
 database_url: ${DATABASE_URL}
 ingress:
   listen: "`+addr+`"
+  metrics_listen: "127.0.0.1:0"
 sources:
   - name: github
     type: github
@@ -156,6 +190,7 @@ func TestSendEveryScheme(t *testing.T) {
 database_url: ${DATABASE_URL}
 ingress:
   listen: "`+addr+`"
+  metrics_listen: "127.0.0.1:0"
 sources:
   - {name: stripe, type: stripe, secrets: ["whsec_e2e"]}
   - {name: github, type: github, secrets: ["gh-e2e"]}

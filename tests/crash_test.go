@@ -68,6 +68,7 @@ func TestConsumerKilledMidHandlerIsRedelivered(t *testing.T) {
 database_url: ${DATABASE_URL}
 ingress:
   listen: "`+addr+`"
+  metrics_listen: "127.0.0.1:0"
 sources:
   - name: stripe
     type: stripe

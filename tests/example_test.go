@@ -34,6 +34,7 @@ func TestExampleConsumerService(t *testing.T) {
 database_url: ${DATABASE_URL}
 ingress:
   listen: %q
+  metrics_listen: "127.0.0.1:0"
 sources:
   - {name: stripe, type: stripe, secrets: ["whsec_example_e2e"]}
   - {name: github, type: github, secrets: ["example-e2e"]}

@@ -56,6 +56,7 @@ func servicesConfig(t *testing.T, natsURL, target, secret string, streamerExtra 
 database_url: ${DATABASE_URL}
 ingress:
   listen: %q
+  metrics_listen: "127.0.0.1:0"
 sources:
   - name: github
     type: github

@@ -108,7 +108,12 @@ func startAdmin(ctx context.Context, cfg config.Config, log *slog.Logger) (*admi
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.NewAPI(admin.APIConfig{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, DB: pool, Sources: sourcesOf(cfg), Logger: log})
+	dash, err := newDashboard(cfg, pool, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	api, err := admin.NewAPI(admin.APIConfig{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, DB: pool, Sources: sourcesOf(cfg), Logger: log, Dashboard: dash})
 	if err == nil {
 		err = api.Start(ctx)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/schema"
@@ -48,6 +50,11 @@ over.`)
 	}
 	log := stderrLogger(cfg, "text")
 	log.Info("configuration loaded", slog.String("from", from), slog.Int("sources", len(cfg.Sources)))
+	stopTracing, err := setupTracing(ctx, cfg, "dev", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	if cfg.DatabaseURL == "" {
 		pgDir := filepath.Join(*dataDir, "pg")
@@ -89,9 +96,10 @@ over.`)
 	}
 	defer ps.Close()
 
+	reg := metrics.NewRegistry()
 	var cons *consumers.Service
 	if len(cfg.Consumer.Handlers) > 0 {
-		svc, cpool, err := newConsumers(ctx, cfg, ps, log.With(slog.String("service", "consumer")))
+		svc, cpool, err := newConsumers(ctx, cfg, ps, reg, log.With(slog.String("service", "consumer")))
 		if err != nil {
 			return err
 		}
@@ -106,11 +114,16 @@ over.`)
 		return err
 	}
 	defer stopSealer()
-	str, spool, err := newStreamer(ctx, cfg, ps, log.With(slog.String("service", "streamer")))
+	str, spool, err := newStreamer(ctx, cfg, ps, reg, log.With(slog.String("service", "streamer")))
 	if err != nil {
 		return err
 	}
 	defer spool.Close()
+	_, stopHeartbeats, err := startHeartbeats(ctx, cfg, spool, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopHeartbeats()
 	if err := str.Start(ctx); err != nil {
 		return err
 	}
@@ -127,10 +140,15 @@ over.`)
 		return err
 	}
 	defer adm.stop()
-	srv, err := startIngress(ctx, cfg, pool, hinter, log.With(slog.String("service", "ingress")))
+	srv, err := startIngress(ctx, cfg, pool, hinter, reg, log.With(slog.String("service", "ingress")))
 	if err != nil {
 		return err
 	}
+	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, database.Ready(pool), log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ms.Stop(context.Background()) }()
 	printWalkthrough(env, cfg, srv.Addr().String(), from)
 	<-ctx.Done()
 	err = stopIngress(srv, 10*time.Second, log)
@@ -174,7 +192,33 @@ func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
 			"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
 			base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)
 	}
-	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql '%s' -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n\nCtrl-C stops.\n\n", cfg.DatabaseURL)
+	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql '%s' -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n", cfg.DatabaseURL)
+	if cfg.Admin.Listen != "" {
+		fmt.Fprintf(env.stdout, "\nor on the dashboard: http://%s/dashboard/", dashboardHost(cfg.Admin.Listen))
+		if cfg.Admin.Token == devAdminToken { // a token of your own is never printed
+			fmt.Fprintf(env.stdout, " (token: %s)", devAdminToken)
+		}
+		fmt.Fprintln(env.stdout)
+	}
+	if cfg.Ingress.MetricsListen != "off" {
+		fmt.Fprintf(env.stdout, "\nMetrics: http://%s/metrics\n", dashboardHost(cfg.Ingress.MetricsListen))
+	}
+	fmt.Fprintf(env.stdout, "\nCtrl-C stops.\n\n")
+}
+
+// devAdminToken is the embedded defaults' admin token (internal/config/dev.yaml).
+const devAdminToken = "inlet-dev-admin-token"
+
+// dashboardHost is a listen address as a browser reaches it.
+func dashboardHost(listen string) string {
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func firstOfType(cfg config.Config, typ string) (config.Source, bool) {

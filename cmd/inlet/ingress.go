@@ -7,17 +7,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 )
 
 func runIngress(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "ingress", "", `
 Run the webhook receiver: POST /webhooks/{source} for every source in the
-config file, plus GET /healthz and GET /readyz. Each webhook is verified and
+config file, plus GET /healthz and GET /readyz (and the same with GET /metrics
+on ingress.metrics_listen, default :8083). Each webhook is verified and
 committed to Postgres before the 2xx. SIGTERM stops accepting, drains in-flight
 requests for --drain-timeout, then exits.
 
@@ -37,6 +40,11 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 		cfg.Ingress.Listen = *listen
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "ingress"))
+	stopTracing, err := setupTracing(ctx, cfg, "ingress", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-ingress"})
 	if err != nil {
 		return err
@@ -49,21 +57,29 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 		return err
 	}
 	defer adm.stop()
-	srv, err := startIngress(ctx, cfg, pool, hinter, log)
+	reg := metrics.NewRegistry()
+	srv, err := startIngress(ctx, cfg, pool, hinter, reg, log)
+	if err != nil {
+		return err
+	}
+	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, database.Ready(pool), log)
 	if err != nil {
 		return err
 	}
 	<-ctx.Done()
-	return stopIngress(srv, *drain, log)
+	err = stopIngress(srv, *drain, log)
+	_ = ms.Stop(context.Background())
+	return err
 }
 
-func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hinter ingress.Hinter, log *slog.Logger) (*ingress.Server, error) {
+func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hinter ingress.Hinter, reg prometheus.Registerer, log *slog.Logger) (*ingress.Server, error) {
 	srv, err := ingress.New(ingress.Config{
 		Ingress: cfg.Ingress,
 		Sources: cfg.Sources,
 		Store:   ingress.NewPGStore(pool, hinter),
 		Ready:   database.Ready(pool),
 		Logger:  log,
+		Metrics: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/audit"
 	"github.com/inlet-dev/inlet/consumers"
@@ -16,12 +17,14 @@ import (
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/monitor"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
 // newStreamer builds the streamer of cfg over its own pool, which the caller
 // closes.
-func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
+// Its metrics, and the queue gauges read through its pool, go to reg.
+func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, AppName: "inlet-streamer"})
 	if err != nil {
 		return nil, nil, err
@@ -35,6 +38,7 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 		PollInterval:        cfg.Streamer.PollInterval,
 		ReapInterval:        cfg.Streamer.ReapInterval,
 		Logger:              log,
+		Metrics:             reg,
 	}
 	switch cfg.Streamer.Wake {
 	case "replication":
@@ -55,6 +59,9 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 		}
 	}
 	s, err := streamer.New(sc)
+	if err == nil {
+		err = reg.Register(monitor.NewQueue(pool, log))
+	}
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -64,7 +71,7 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, log *sl
 
 // newConsumers builds the ready consumers of cfg over their own pool, which
 // the caller closes. Call it only with handlers configured.
-func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *slog.Logger) (*consumers.Service, *pgxpool.Pool, error) {
+func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*consumers.Service, *pgxpool.Pool, error) {
 	handlers, err := readyHandlers(cfg.Consumer.Handlers, log)
 	if err != nil {
 		return nil, nil, err
@@ -79,6 +86,7 @@ func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, log *s
 		Handlers:    handlers,
 		LeaseExtend: cfg.Consumer.LeaseExtend,
 		Logger:      log,
+		Metrics:     reg,
 	})
 	if err != nil {
 		pool.Close()

@@ -10,6 +10,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -36,7 +37,8 @@ func runStreamer(ctx context.Context, env *environment, args []string) error {
 Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
 lease due jobs in batches, and publish a reference per job to its handler's
 topic on the bus (bus.kind: nats). Any number of streamers may run at once.
-Serves GET /healthz and /readyz on streamer.health_listen. SIGTERM finishes
+Watches every source for silence (heartbeat). Serves GET /healthz, /readyz
+and /metrics on streamer.health_listen. SIGTERM finishes
 the claim round in progress and exits; jobs it leased stay leased until their
 consumers report or the lease expires.`)
 	cfgPath := configFlag(fs)
@@ -48,17 +50,28 @@ consumers report or the lease expires.`)
 		return err
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "streamer"))
+	stopTracing, err := setupTracing(ctx, cfg, "streamer", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ps, err := openBus(ctx, cfg, "streamer", log)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	str, pool, err := newStreamer(ctx, cfg, ps, log)
+	reg := metrics.NewRegistry()
+	str, pool, err := newStreamer(ctx, cfg, ps, reg, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, log)
+	_, stopHeartbeats, err := startHeartbeats(ctx, cfg, pool, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopHeartbeats()
+	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, metricsHandler(reg), log)
 	if err != nil {
 		return err
 	}
@@ -85,7 +98,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 Run the ready consumers of consumer.handlers (log, http-forward): register
 their subscriptions, take their jobs from the bus (bus.kind: nats), and record
 each outcome on its job. Replicas of the same handlers share the work.
-Serves GET /healthz and /readyz on consumer.health_listen. SIGTERM stops
+Serves GET /healthz, /readyz and /metrics on consumer.health_listen. SIGTERM stops
 taking jobs and waits up to --drain-timeout for running attempts.
 
 Your own consumers: build a binary with the consumers package (see
@@ -103,19 +116,25 @@ consumers/example).`)
 		return errors.New("consumer.handlers: none configured, nothing to run")
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "consumer"))
+	stopTracing, err := setupTracing(ctx, cfg, "consumer", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ps, err := openBus(ctx, cfg, "consumer", log)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	svc, pool, err := newConsumers(ctx, cfg, ps, log)
+	reg := metrics.NewRegistry()
+	svc, pool, err := newConsumers(ctx, cfg, ps, reg, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error {
 		return errors.Join(svc.Healthy(), schema.Check(ctx, pool))
-	}, log)
+	}, metricsHandler(reg), log)
 	if err != nil {
 		return err
 	}

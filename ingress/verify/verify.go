@@ -93,6 +93,11 @@ var (
 // "signature_missing", "signature_malformed", "signature_mismatch",
 // "timestamp_outside_tolerance", "malformed_payload", or "unknown" for any
 // other error. It returns "" for a nil error.
+// Reasons is every value Reason returns for a non-nil error.
+func Reasons() []string {
+	return []string{"signature_missing", "signature_malformed", "signature_mismatch", "timestamp_outside_tolerance", "malformed_payload", "unknown"}
+}
+
 func Reason(err error) string {
 	switch {
 	case err == nil:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -42,6 +43,10 @@ type Config struct {
 	// Retention configures inlet retention: how long the event log is kept
 	// and how it is partitioned.
 	Retention Retention `yaml:"retention"`
+	// Heartbeat configures the silent-source detector.
+	Heartbeat Heartbeat `yaml:"heartbeat"`
+	// Tracing configures OpenTelemetry span export.
+	Tracing Tracing `yaml:"tracing"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 }
@@ -240,6 +245,46 @@ type Ingress struct {
 	// runs with the ingress privileges even when the login role has more.
 	// Empty string keeps the login role. Defaults to "webhook_ingress_writer".
 	DBRole *string `yaml:"db_role"`
+	// MetricsListen serves GET /metrics (Prometheus) on a listener of its
+	// own, never the public webhook port. In inlet dev it carries every
+	// component's metrics. Defaults to ":8083"; "off" disables it.
+	MetricsListen string `yaml:"metrics_listen"`
+}
+
+// Heartbeat configures the silent-source detector, run by inlet streamer
+// (and inlet dev): a source is silent when the time since its last event
+// exceeds Factor × the median gap between its recent events, or its fixed
+// MaxSilence.
+type Heartbeat struct {
+	// CheckEvery is how often sources are judged. Defaults to 1m.
+	CheckEvery time.Duration `yaml:"check_every"`
+	// Disabled turns the detector off.
+	Disabled bool `yaml:"disabled"`
+	// Factor multiplies the median gap. Defaults to 2.
+	Factor float64 `yaml:"factor"`
+	// History is how many recent events the median is taken over. Defaults to 50.
+	History int `yaml:"history"`
+	// MinEvents is the fewest events a median needs. Defaults to 10.
+	MinEvents int `yaml:"min_events"`
+	// MinSilence is the shortest silence ever reported. Defaults to 1m.
+	MinSilence time.Duration `yaml:"min_silence"`
+	// MaxSilence is a fixed limit per source name: {stripe: 6h}. A source
+	// named here is watched before its first event.
+	MaxSilence map[string]time.Duration `yaml:"max_silence"`
+	// AlertURL receives a JSON POST when a source goes silent or resumes
+	// (source, status, last_seen, threshold_seconds, reason). Defaults to
+	// "": log line and metric only.
+	AlertURL string `yaml:"alert_url"`
+}
+
+// Tracing configures OpenTelemetry tracing: spans from ingress through the
+// streamer to each handler attempt, one trace per webhook. Off by default.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/HTTP collector (http://otel-collector:4318;
+	// spans go to /v1/traces unless the URL has a path). Defaults to "": off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of webhooks traced, 0 < r ≤ 1. Defaults to 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
 }
 
 // Source is one configured webhook sender: its name plus the verifier's
@@ -295,6 +340,13 @@ func (c Config) WithDefaults() Config {
 		c.Streamer.DBRole = &r
 	}
 	c.Streamer.HealthListen = or(c.Streamer.HealthListen, ":8081")
+	c.Ingress.MetricsListen = or(c.Ingress.MetricsListen, ":8083")
+	c.Heartbeat.CheckEvery = or(c.Heartbeat.CheckEvery, time.Minute)
+	c.Tracing.SampleRatio = or(c.Tracing.SampleRatio, 1)
+	c.Heartbeat.Factor = or(c.Heartbeat.Factor, 2)
+	c.Heartbeat.History = or(c.Heartbeat.History, 50)
+	c.Heartbeat.MinEvents = or(c.Heartbeat.MinEvents, 10)
+	c.Heartbeat.MinSilence = or(c.Heartbeat.MinSilence, time.Minute)
 	c.Consumer.HealthListen = or(c.Consumer.HealthListen, ":8082")
 	c.Bus.AckWait = or(c.Bus.AckWait, 30*time.Second)
 	c.Bus.Replicas = or(c.Bus.Replicas, 1)
@@ -390,6 +442,12 @@ func (c Config) Validate() error {
 	if err := c.validatePipeline(); err != nil {
 		return err
 	}
+	if err := c.validateTracing(); err != nil {
+		return err
+	}
+	if err := c.validateHeartbeat(); err != nil {
+		return err
+	}
 	if err := c.validateRetention(); err != nil {
 		return err
 	}
@@ -437,7 +495,7 @@ const (
 var droppedSections = map[Service][]string{
 	IngressService:  {"streamer", "consumer", "bus", "audit", "retention"},
 	StreamerService: {"ingress", "sources", "consumer", "admin", "retention"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "heartbeat"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of
@@ -647,6 +705,46 @@ func (c Config) validatePipeline() error {
 
 // minAdminToken is the shortest admin.token accepted (admin.MinTokenBytes).
 const minAdminToken = 16
+
+func (c Config) validateTracing() error {
+	t := c.Tracing
+	if t.SampleRatio <= 0 || t.SampleRatio > 1 {
+		return fmt.Errorf("tracing.sample_ratio: %g must be in (0, 1]", t.SampleRatio)
+	}
+	if t.OTLPEndpoint != "" {
+		u, err := url.Parse(t.OTLPEndpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("tracing.otlp_endpoint: want an http:// or https:// URL")
+		}
+	}
+	return nil
+}
+
+func (c Config) validateHeartbeat() error {
+	h := c.Heartbeat
+	switch {
+	case h.CheckEvery < time.Second:
+		return fmt.Errorf("heartbeat.check_every: %s must be at least 1s", h.CheckEvery)
+	case h.Factor < 1:
+		return fmt.Errorf("heartbeat.factor: %g must be at least 1", h.Factor)
+	case h.MinEvents < 2 || h.History < h.MinEvents:
+		return fmt.Errorf("heartbeat.min_events: %d must be at least 2 and at most heartbeat.history (%d)", h.MinEvents, h.History)
+	case h.MinSilence < 0:
+		return fmt.Errorf("heartbeat.min_silence: must not be negative, got %s", h.MinSilence)
+	}
+	for name, d := range h.MaxSilence {
+		if d <= 0 {
+			return fmt.Errorf("heartbeat.max_silence.%s: %s must be positive", name, d)
+		}
+	}
+	if h.AlertURL != "" {
+		u, err := url.Parse(h.AlertURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("heartbeat.alert_url: want an http:// or https:// URL")
+		}
+	}
+	return nil
+}
 
 func (c Config) validateRetention() error {
 	r := c.Retention

@@ -1,6 +1,7 @@
 // Package health serves the probes of the services that have no public HTTP
 // port of their own (streamer, consumer): GET /healthz (the process is up) and
-// GET /readyz (its dependencies answer).
+// GET /readyz (its dependencies answer), and their GET /metrics; ingress
+// serves the same on its metrics listener, away from the webhook port.
 package health
 
 import (
@@ -22,8 +23,9 @@ type Server struct {
 }
 
 // Start listens on addr ("" means no listener: a nil *Server, whose Stop is a
-// no-op) and serves the probes; ready reports readiness.
-func Start(ctx context.Context, addr string, ready func(context.Context) error, log *slog.Logger) (*Server, error) {
+// no-op) and serves the probes; ready reports readiness. A non-nil metrics
+// is served as GET /metrics.
+func Start(ctx context.Context, addr string, ready func(context.Context) error, metrics http.Handler, log *slog.Logger) (*Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -47,6 +49,9 @@ func Start(ctx context.Context, addr string, ready func(context.Context) error, 
 		}
 		write(w, http.StatusOK, "ready", "")
 	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, done: make(chan error, 1)}
 	go func() {
 		err := s.srv.Serve(ln)

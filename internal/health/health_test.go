@@ -16,7 +16,7 @@ func TestProbes(t *testing.T) {
 			return errors.New("database gone")
 		}
 		return nil
-	}, slog.New(slog.DiscardHandler))
+	}, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("inlet_up 1\n")) }), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestProbes(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if get("/healthz") != 200 || get("/readyz") != 200 {
+	if get("/healthz") != 200 || get("/readyz") != 200 || get("/metrics") != 200 {
 		t.Fatal("probes not 200 while ready")
 	}
 	down.Store(true)
@@ -40,7 +40,7 @@ func TestProbes(t *testing.T) {
 	if none.Addr() != "" || none.Stop(context.Background()) != nil {
 		t.Fatal("a nil Server is not a no-op")
 	}
-	if s, err := Start(context.Background(), "", nil, nil); s != nil || err != nil {
+	if s, err := Start(context.Background(), "", nil, nil, nil); s != nil || err != nil {
 		t.Fatal(`Start("") should start nothing`)
 	}
 }

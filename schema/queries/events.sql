@@ -8,5 +8,5 @@
 -- key); RowsAffected tells stored (1) from duplicate (0). No RETURNING: the
 -- ingress role may read only the dedupe key.
 INSERT INTO webhook_ingress.events
-    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''))

@@ -34,7 +34,7 @@ SET status           = 'leased',
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, '')
 
 -- name: ReleaseJobs
 -- Give back leases whose references could not be published: pending again at

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/dashboard"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/internal/tracing"
+	"github.com/inlet-dev/inlet/monitor"
+)
+
+// startHeartbeats runs the silent-source detector of cfg over pool (the
+// streamer's: it reads event metadata only) until ctx is done or stop is
+// called; nil when heartbeat.disabled.
+func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.Heartbeats, func(), error) {
+	if cfg.Heartbeat.Disabled {
+		return nil, func() {}, nil
+	}
+	hc := cfg.Heartbeat
+	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+		DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
+		MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg,
+		Logger: log.With(slog.String("component", "heartbeat")),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.Run(ctx, hc.CheckEvery)
+	}()
+	return h, func() { cancel(); <-done }, nil
+}
+
+// startMetricsListener serves reg's /metrics with the probes on addr ("off":
+// none).
+func startMetricsListener(ctx context.Context, addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (*health.Server, error) {
+	if addr == "off" {
+		return nil, nil
+	}
+	return health.Start(ctx, addr, ready, metricsHandler(reg), log)
+}
+
+func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Handler(reg) }
+
+// newDashboard is the admin listener's dashboard. Its silent-source flags
+// come from a detector of its own over the operator pool, with the
+// heartbeat section's thresholds, evaluated on each page load (no alerts:
+// those are the streamer's).
+func newDashboard(cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (http.Handler, error) {
+	names := make([]string, 0, len(cfg.Sources))
+	for _, s := range cfg.Sources {
+		names = append(names, s.Name)
+	}
+	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, Logger: log.With(slog.String("component", "dashboard"))}
+	if !cfg.Heartbeat.Disabled {
+		hc := cfg.Heartbeat
+		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
+			MaxSilence: hc.MaxSilence, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		dc.Heartbeats = dashboardHeartbeats{h}
+	}
+	return dashboard.New(dc)
+}
+
+// dashboardHeartbeats shows a detector's judgement on the dashboard.
+type dashboardHeartbeats struct{ h *monitor.Heartbeats }
+
+func (d dashboardHeartbeats) Heartbeats(ctx context.Context) ([]dashboard.Heartbeat, error) {
+	sts, err := d.h.Evaluate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.Heartbeat, len(sts))
+	for i, s := range sts {
+		out[i] = dashboard.Heartbeat{Source: s.Source, LastSeen: s.LastSeen, Silent: s.Silent, Reason: s.Reason}
+	}
+	return out, nil
+}
+
+// setupTracing exports this process's spans as tracing says (a no-op when
+// off); the returned func flushes them.
+func setupTracing(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (func(), error) {
+	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.SampleRatio, Service: "inlet-" + service})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Tracing.OTLPEndpoint != "" {
+		log.Info("tracing on", slog.Float64("sample_ratio", cfg.Tracing.SampleRatio))
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("flush spans", slog.String("error", err.Error()))
+		}
+	}, nil
+}

@@ -1,0 +1,251 @@
+package dashboard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// cookieName is the session cookie. (A __Host- prefix would need Path=/,
+// and the cookie belongs to /dashboard/ only.)
+const cookieName = "inlet_dashboard"
+
+// maxFormBody bounds the forms the dashboard reads.
+const maxFormBody = 8 << 10
+
+// session is one login, or the stand-in for a request that carried a valid
+// bearer token (bearer: no cookie, no CSRF token, no flash).
+type session struct {
+	digest  [sha256.Size]byte
+	expires time.Time
+	flash   *flash
+	bearer  bool
+}
+
+// flash is a one-time message shown on the next page.
+type flash struct {
+	OK      bool
+	Message string
+}
+
+// sessions are the logins of this process, by the sha256 of their cookie
+// (so the map holds no usable cookie value).
+type sessions struct {
+	ttl     time.Duration
+	now     func() time.Time
+	csrfKey [32]byte
+
+	mu       sync.Mutex
+	byDigest map[[sha256.Size]byte]*session
+}
+
+func newSessions(ttl time.Duration, now func() time.Time) (*sessions, error) {
+	s := &sessions{ttl: ttl, now: now, byDigest: map[[sha256.Size]byte]*session{}}
+	if _, err := rand.Read(s.csrfKey[:]); err != nil {
+		return nil, fmt.Errorf("dashboard: session key: %w", err)
+	}
+	return s, nil
+}
+
+// create starts a session and returns it with its cookie value.
+func (ss *sessions) create() (*session, string, error) {
+	var id [32]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, "", fmt.Errorf("session id: %w", err)
+	}
+	now := ss.now()
+	s := &session{digest: sha256.Sum256(id[:]), expires: now.Add(ss.ttl)}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, old := range ss.byDigest {
+		if !now.Before(old.expires) {
+			delete(ss.byDigest, k)
+		}
+	}
+	ss.byDigest[s.digest] = s
+	return s, base64.RawURLEncoding.EncodeToString(id[:]), nil
+}
+
+// get returns the live session of a cookie value, or nil.
+func (ss *sessions) get(value string) *session {
+	id, err := base64.RawURLEncoding.DecodeString(value)
+	if err != nil || len(id) != 32 {
+		return nil
+	}
+	digest := sha256.Sum256(id)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.byDigest[digest]
+	if s == nil {
+		return nil
+	}
+	if !ss.now().Before(s.expires) {
+		delete(ss.byDigest, digest)
+		return nil
+	}
+	return s
+}
+
+func (ss *sessions) end(s *session) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.byDigest, s.digest)
+}
+
+// csrf is the session's form token: an HMAC of the session under a
+// per-process key, so it needs no storage and differs from the cookie.
+func (ss *sessions) csrf(s *session) string {
+	if s.bearer {
+		return ""
+	}
+	m := hmac.New(sha256.New, ss.csrfKey[:])
+	m.Write(s.digest[:])
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (ss *sessions) checkCSRF(s *session, token string) bool {
+	want := ss.csrf(s)
+	return subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
+}
+
+func (ss *sessions) setFlash(s *session, f flash) {
+	if s.bearer {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s.flash = &f
+}
+
+func (ss *sessions) takeFlash(s *session) *flash {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	f := s.flash
+	s.flash = nil
+	return f
+}
+
+// tokenOK compares a presented token with the admin token: digests, so in
+// constant time and without leaking the length.
+func (d *Dashboard) tokenOK(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], d.token[:]) == 1
+}
+
+// crossOrigin refuses state-changing requests a browser sent from another
+// origin (Sec-Fetch-Site, else Origin against Host). Requests without either
+// header are not from a browser; the CSRF token still guards sessions.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// handlerFunc is a page handler behind authentication.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
+
+// authenticated lets through a request with a valid bearer header or
+// session cookie. Without either a GET is redirected to the login form;
+// anything else is refused. A state-changing request on a cookie must come
+// from our own origin and carry the session's CSRF token.
+func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if auth := r.Header.Get("Authorization"); auth != "" {
+			scheme, token, ok := strings.Cut(auth, " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || !d.tokenOK(token) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="inlet-admin"`)
+				d.fail(w, r, nil, http.StatusUnauthorized, "Missing or wrong bearer token.")
+				return
+			}
+			next(w, r, &session{bearer: true})
+			return
+		}
+		var s *session
+		if c, err := r.Cookie(cookieName); err == nil {
+			s = d.sessions.get(c.Value)
+		}
+		if s == nil {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				http.Redirect(w, r, "/dashboard/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			d.fail(w, r, nil, http.StatusUnauthorized, "Log in first.")
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if err := crossOrigin.Check(r); err != nil {
+				d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+			if !d.sessions.checkCSRF(s, r.PostFormValue("csrf")) {
+				d.fail(w, r, nil, http.StatusForbidden, "Refused: the form's CSRF token is missing or stale. Reload the page and try again.")
+				return
+			}
+		}
+		next(w, r, s)
+	})
+}
+
+// loginPage is the data of the login template.
+type loginPage struct {
+	Next  string
+	Error string
+}
+
+func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
+	d.render(w, r, nil, http.StatusOK, "login", "Log in", loginPage{Next: localPath(r.URL.Query().Get("next"))})
+}
+
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
+	if err := crossOrigin.Check(r); err != nil {
+		d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	next := localPath(r.PostFormValue("next"))
+	if !d.tokenOK(r.PostFormValue("token")) {
+		d.render(w, r, nil, http.StatusUnauthorized, "login", "Log in", loginPage{Next: next, Error: "Wrong token."})
+		return
+	}
+	_, value, err := d.sessions.create()
+	if err != nil {
+		d.failErr(w, r, nil, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name:     cookieName,
+		Value:    value,
+		Path:     Prefix,
+		MaxAge:   int(d.cfg.SessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   r.TLS != nil,
+		SameSite: http.SameSiteStrictMode,
+	})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.bearer {
+		d.sessions.end(s)
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/dashboard/login", http.StatusSeeOther)
+}
+
+// localPath is p when it is a path under the dashboard (where to go after
+// logging in or replaying), else the overview: never another host.
+func localPath(p string) string {
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, Prefix) ||
+		strings.ContainsAny(p, "\\\r\n") || strings.HasPrefix(p, "//") {
+		return Prefix
+	}
+	return u.RequestURI()
+}

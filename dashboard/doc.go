@@ -1,0 +1,36 @@
+// Package dashboard is the operator's web dashboard, served under /dashboard/
+// on the admin listener (package admin mounts it; same token as the admin
+// API). It is server-rendered HTML (html/template) with no script at all and
+// no external asset: one stylesheet served by itself, and the event-rate plot
+// drawn as inline SVG on the server.
+//
+// Pages:
+//
+//	GET  /dashboard/             events per source per hour over the last 24h, heartbeats
+//	                             (silent sources flagged), handlers with lag and failure
+//	                             rate, dead letters with a Replay button, recent events
+//	GET  /dashboard/events       the event log, newest first (?source= &before=)
+//	GET  /dashboard/events/{id}  one event: metadata, headers, the body as escaped text
+//	                             (hex when it is not UTF-8), jobs with their attempts
+//	POST /dashboard/replay       re-queue one job (admin.Replay), then back with a message
+//	GET  /dashboard/login        the token form; POST checks it and starts a session
+//	POST /dashboard/logout       ends the session
+//
+// # Authentication
+//
+// Browsers cannot send a bearer header when they navigate, so the login form
+// takes the admin token once (compared in constant time, as the API does) and
+// sets a session cookie: a random id kept in this process's memory (a
+// restart logs everyone out), never the token, HttpOnly, SameSite=Strict,
+// Path=/dashboard/, Secure over TLS. A request with a valid Authorization:
+// Bearer header passes too. Without either, pages redirect to the login form.
+//
+// The replay form is a POST protected against cross-site requests three
+// ways: the SameSite=Strict cookie, a per-session CSRF token in the form, and
+// an Origin (or Referer) that must name this host. Every response carries a
+// Content-Security-Policy that allows no script, frame or foreign resource.
+//
+// Silent-source flags come from a [Heartbeats] implementation when one is
+// configured; without one the dashboard shows each source's last event from
+// the database and flags nothing.
+package dashboard

@@ -1,0 +1,231 @@
+package dashboard
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/admin"
+)
+
+// Page sizes.
+const (
+	overviewDeadLetters = 50
+	overviewEvents      = 20
+	eventsPerPage       = 50
+)
+
+// overviewPage is the data of the overview template.
+type overviewPage struct {
+	Plot   template.HTML
+	Rates  rates
+	Colors []string
+	// Heartbeats: from the monitor, or last events from the database
+	// (HeartbeatsFromDB: nothing flagged). HeartbeatsErr when the monitor
+	// failed.
+	Heartbeats       []heartbeatRow
+	HeartbeatsFromDB bool
+	HeartbeatsErr    string
+	Handlers         []handlerStats
+	DeadLetters      admin.DeadLetterPage
+	Events           admin.EventPage
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := d.context(r)
+	defer cancel()
+	now := d.cfg.Now()
+	var p overviewPage
+	since, n := d.cfg.window(now)
+	var seen []Heartbeat
+	err := readTx(ctx, d.cfg.DB, func(tx pgx.Tx) error {
+		var err error
+		if p.Rates, err = loadRates(ctx, tx, d.cfg.Sources, since, d.cfg.Bucket, n); err != nil {
+			return err
+		}
+		if p.Handlers, err = loadHandlers(ctx, tx, now); err != nil {
+			return err
+		}
+		if d.cfg.Heartbeats == nil {
+			seen, err = lastSeen(ctx, tx, sourceNames(d.cfg.Sources, p.Rates))
+		}
+		return err
+	})
+	if err == nil {
+		p.DeadLetters, err = admin.ListDeadLetters(ctx, d.cfg.DB, admin.DeadLetterFilter{Limit: overviewDeadLetters})
+	}
+	if err == nil {
+		p.Events, err = admin.ListEvents(ctx, d.cfg.DB, admin.EventFilter{Limit: overviewEvents})
+	}
+	if err != nil {
+		d.failErr(w, r, s, err)
+		return
+	}
+	if d.cfg.Heartbeats != nil {
+		var hbErr error
+		if seen, hbErr = d.cfg.Heartbeats.Heartbeats(ctx); hbErr != nil {
+			d.cfg.Logger.Warn("dashboard: heartbeats", slog.String("error", hbErr.Error()))
+			p.HeartbeatsErr = hbErr.Error()
+		}
+	} else {
+		p.HeartbeatsFromDB = true
+	}
+	for _, h := range seen {
+		row := heartbeatRow{Heartbeat: h}
+		if !h.LastSeen.IsZero() {
+			row.Age = max(now.Sub(h.LastSeen), 0)
+		}
+		p.Heartbeats = append(p.Heartbeats, row)
+	}
+	p.Plot = renderPlot(p.Rates)
+	p.Colors = make([]string, len(p.Rates.Series))
+	for i := range p.Colors {
+		p.Colors[i] = seriesColor(i)
+	}
+	d.render(w, r, s, http.StatusOK, "overview", "Overview", p)
+}
+
+// eventsPage is the data of the events template.
+type eventsPage struct {
+	Source  string
+	Sources []string
+	Page    admin.EventPage
+}
+
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	before, err := optionalID(q.Get("before"))
+	if err != nil {
+		d.fail(w, r, s, http.StatusBadRequest, "before: "+err.Error())
+		return
+	}
+	ctx, cancel := d.context(r)
+	defer cancel()
+	p := eventsPage{Source: q.Get("source"), Sources: d.cfg.Sources}
+	p.Page, err = admin.ListEvents(ctx, d.cfg.DB, admin.EventFilter{Provider: p.Source, Before: before, Limit: eventsPerPage})
+	if err != nil {
+		d.failErr(w, r, s, err)
+		return
+	}
+	d.render(w, r, s, http.StatusOK, "events", "Events", p)
+}
+
+// maxShownBody bounds the bytes of a body the event page shows; the API's
+// /api/events/{id}/raw has them all.
+const maxShownBody = 256 << 10
+
+// maxHexBody bounds the bytes of a binary body shown as a hex dump.
+const maxHexBody = 16 << 10
+
+// body is how the event page shows a body.
+type body struct {
+	Size int
+	// Text is the body when it is UTF-8 (up to maxShownBody bytes).
+	Text   string
+	IsText bool
+	// Hex is a hex dump of the first maxHexBody bytes otherwise.
+	Hex string
+	// Shown is how many bytes Text or Hex holds.
+	Shown     int
+	Truncated bool
+}
+
+func showBody(b []byte) body {
+	v := body{Size: len(b)}
+	text := b
+	if len(text) > maxShownBody {
+		text = text[:maxShownBody]
+		// Do not count a rune cut in half as binary.
+		for i := 0; i < utf8.UTFMax && len(text) > 0 && !utf8.Valid(text); i++ {
+			text = text[:len(text)-1]
+		}
+	}
+	if utf8.Valid(text) {
+		v.IsText, v.Text, v.Shown = true, string(text), len(text)
+	} else {
+		dump := b[:min(len(b), maxHexBody)]
+		v.Hex, v.Shown = hex.Dump(dump), len(dump)
+	}
+	v.Truncated = v.Shown < v.Size
+	return v
+}
+
+// header is one header of the event page.
+type header struct {
+	Name   string
+	Values []string
+}
+
+// eventPage is the data of the event template.
+type eventPage struct {
+	Event   admin.EventDetail
+	Headers []header
+	Body    body
+}
+
+func (d *Dashboard) event(w http.ResponseWriter, r *http.Request, s *session) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		d.fail(w, r, s, http.StatusNotFound, fmt.Sprintf("No event %q: an event id is a positive integer.", r.PathValue("id")))
+		return
+	}
+	ctx, cancel := d.context(r)
+	defer cancel()
+	e, err := admin.GetEvent(ctx, d.cfg.DB, id)
+	if err != nil {
+		d.failErr(w, r, s, err)
+		return
+	}
+	p := eventPage{Event: e, Body: showBody(e.RawBody)}
+	for name, values := range e.Headers {
+		p.Headers = append(p.Headers, header{Name: name, Values: values})
+	}
+	slices.SortFunc(p.Headers, func(a, b header) int { return compareFold(a.Name, b.Name) })
+	d.render(w, r, s, http.StatusOK, "event", fmt.Sprintf("Event %d", e.ID), p)
+}
+
+func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
+	id, err := strconv.ParseInt(r.PostFormValue("job_id"), 10, 64)
+	if err != nil || id <= 0 {
+		d.fail(w, r, s, http.StatusBadRequest, "job_id: a job id is a positive integer.")
+		return
+	}
+	back := localPath(r.PostFormValue("return"))
+	ctx, cancel := d.context(r)
+	defer cancel()
+	res, err := admin.Replay(ctx, d.cfg.DB, admin.ReplayRequest{JobID: id})
+	switch code := statusOf(err); {
+	case err == nil:
+		d.cfg.Logger.Info("dashboard replay", slog.Int64("job_id", id), slog.Int("requeued", res.Requeued))
+		d.sessions.setFlash(s, flash{OK: true, Message: fmt.Sprintf("Job %d re-queued.", id)})
+	case code == http.StatusNotFound || code == http.StatusConflict || code == http.StatusBadRequest:
+		d.sessions.setFlash(s, flash{Message: fmt.Sprintf("Not replayed: %v.", err)})
+	default:
+		d.failErr(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+func optionalID(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("must be a positive integer")
+	}
+	return n, nil
+}
+
+// age is now - t for display, never negative.
+func age(now, t time.Time) time.Duration { return max(now.Sub(t), 0) }

@@ -1,0 +1,179 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// readTx runs f in one read-only snapshot, as package admin reads.
+func readTx(ctx context.Context, db admin.DB, f func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, f)
+}
+
+// series is one source's events per bucket.
+type series struct {
+	Source string
+	Counts []int64
+	Total  int64
+}
+
+// rates is the plotted window: bucket starts and a series per source.
+type rates struct {
+	Starts []time.Time
+	Bucket time.Duration
+	Series []series
+}
+
+// window returns the plotted buckets ending with the one holding now.
+func (c Config) window(now time.Time) (since time.Time, n int) {
+	n = int((c.Window + c.Bucket - 1) / c.Bucket)
+	end := now.Truncate(c.Bucket).Add(c.Bucket)
+	return end.Add(-time.Duration(n) * c.Bucket), n
+}
+
+// loadRates reads events per source per bucket: the configured sources in
+// their order, then any other source with events in the window.
+func loadRates(ctx context.Context, tx pgx.Tx, sources []string, since time.Time, bucket time.Duration, n int) (rates, error) {
+	r := rates{Bucket: bucket, Starts: make([]time.Time, n)}
+	for i := range n {
+		r.Starts[i] = since.Add(time.Duration(i) * bucket)
+	}
+	rows, err := tx.Query(ctx, schema.Query("DashboardEventRates"), since, nonNil(sources), int(bucket/time.Second), n)
+	if err != nil {
+		return r, fmt.Errorf("event rates: %w", err)
+	}
+	defer rows.Close()
+	bySource := map[string]*series{}
+	var order []string
+	for rows.Next() {
+		var source string
+		var start time.Time
+		var count int64
+		if err := rows.Scan(&source, &start, &count); err != nil {
+			return r, fmt.Errorf("event rates: %w", err)
+		}
+		s := bySource[source]
+		if s == nil {
+			s = &series{Source: source, Counts: make([]int64, 0, n)}
+			bySource[source] = s
+			order = append(order, source)
+		}
+		s.Counts = append(s.Counts, count)
+		s.Total += count
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("event rates: %w", err)
+	}
+	for _, name := range sources {
+		if s := bySource[name]; s != nil {
+			r.Series = append(r.Series, *s)
+			delete(bySource, name)
+		}
+	}
+	for _, name := range order { // the rest, as the query ordered them
+		if s := bySource[name]; s != nil {
+			r.Series = append(r.Series, *s)
+		}
+	}
+	return r, nil
+}
+
+// heartbeatRow is one row of the heartbeats table.
+type heartbeatRow struct {
+	Heartbeat
+	// Age is how long ago LastSeen was (0 when never).
+	Age time.Duration
+}
+
+// lastSeen reads each source's last event, for when no heartbeat monitor is
+// configured: nothing is flagged silent.
+func lastSeen(ctx context.Context, tx pgx.Tx, sources []string) ([]Heartbeat, error) {
+	rows, err := tx.Query(ctx, schema.Query("DashboardLastSeen"), nonNil(sources))
+	if err != nil {
+		return nil, fmt.Errorf("last events per source: %w", err)
+	}
+	hb, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Heartbeat, error) {
+		var h Heartbeat
+		var at *time.Time
+		err := r.Scan(&h.Source, &at)
+		if at != nil {
+			h.LastSeen = *at
+		}
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("last events per source: %w", err)
+	}
+	return hb, nil
+}
+
+// handlerStats is one handler's row of the handlers table.
+type handlerStats struct {
+	Handler                             string
+	Pending, Leased, Failed, DeadLetter int64
+	// Lag is how long its oldest due pending or failed job has been due;
+	// HasLag is false when none is due.
+	Lag    time.Duration
+	HasLag bool
+	// Attempts and Failures (failed or dead_letter outcomes) finished in
+	// the failure-rate window.
+	Attempts, Failures int64
+}
+
+// FailureRate is Failures / Attempts, 0 without attempts.
+func (h handlerStats) FailureRate() float64 {
+	if h.Attempts == 0 {
+		return 0
+	}
+	return float64(h.Failures) / float64(h.Attempts)
+}
+
+// failureWindow is the span of the handlers' failure rate.
+const failureWindow = time.Hour
+
+func loadHandlers(ctx context.Context, tx pgx.Tx, now time.Time) ([]handlerStats, error) {
+	rows, err := tx.Query(ctx, schema.Query("DashboardHandlers"), now, now.Add(-failureWindow))
+	if err != nil {
+		return nil, fmt.Errorf("handler stats: %w", err)
+	}
+	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (handlerStats, error) {
+		var h handlerStats
+		var lag *float64
+		err := r.Scan(&h.Handler, &h.Pending, &h.Leased, &h.Failed, &h.DeadLetter, &lag, &h.Attempts, &h.Failures)
+		if lag != nil {
+			h.HasLag = true
+			h.Lag = time.Duration(*lag * float64(time.Second))
+		}
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handler stats: %w", err)
+	}
+	return hs, nil
+}
+
+// sourceNames is the configured sources, then the others the plot found.
+func sourceNames(configured []string, r rates) []string {
+	names := slices.Clone(configured)
+	for _, s := range r.Series {
+		if !slices.Contains(names, s.Source) {
+			names = append(names, s.Source)
+		}
+	}
+	return names
+}
+
+// nonNil keeps a text[] parameter from being NULL.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

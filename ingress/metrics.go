@@ -1,0 +1,73 @@
+package ingress
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/metrics"
+)
+
+// unknownSource is the source label of requests for a source that is not
+// configured: the path segment is the sender's, and must not become a label.
+const unknownSource = "_unknown"
+
+// Reasons a request is rejected before verification (verify.Reasons are the rest).
+var requestReasons = []string{"unknown_source", "body_too_large", "body_unreadable"}
+
+type ingressMetrics struct {
+	received    *prometheus.CounterVec
+	stored      *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
+	unavailable *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+}
+
+func newIngressMetrics(reg prometheus.Registerer, sources []string) (*ingressMetrics, error) {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, labels)
+	}
+	m := &ingressMetrics{
+		received:    counter("requests_total", "Webhook requests received, by configured source (_unknown for any other path).", "source"),
+		stored:      counter("stored_total", "Webhooks verified and committed as new events.", "source"),
+		duplicates:  counter("duplicates_total", "Webhooks verified whose (source, event id) was already stored: answered 200, nothing written.", "source"),
+		rejected:    counter("rejected_total", "Webhooks refused, by reason (signature_mismatch, timestamp_outside_tolerance, body_too_large, ...).", "source", "reason"),
+		unavailable: counter("unavailable_total", "Verified webhooks not stored because the database failed: answered 503.", "source"),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "ingest_duration_seconds",
+			Help:    "From the start of a request to the commit of its event (stored and duplicates).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"source"}),
+	}
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Every configured series exists from the start, at 0.
+	reasons := append(append([]string{}, requestReasons...), verify.Reasons()...)
+	for _, s := range sources {
+		m.received.WithLabelValues(s)
+		m.stored.WithLabelValues(s)
+		m.duplicates.WithLabelValues(s)
+		m.unavailable.WithLabelValues(s)
+		for _, r := range reasons {
+			if r != "unknown_source" {
+				m.rejected.WithLabelValues(s, r)
+			}
+		}
+	}
+	m.rejected.WithLabelValues(unknownSource, "unknown_source")
+	return m, nil
+}
+
+func (m *ingressMetrics) accepted(source string, duplicate bool, start time.Time) {
+	if duplicate {
+		m.duplicates.WithLabelValues(source).Inc()
+	} else {
+		m.stored.WithLabelValues(source).Inc()
+	}
+	m.duration.WithLabelValues(source).Observe(time.Since(start).Seconds())
+}

@@ -1,0 +1,332 @@
+package monitor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// HeartbeatConfig configures the silent-source detector.
+type HeartbeatConfig struct {
+	// DB reads event arrival times (provider, received_at), as
+	// webhook_streamer. Required.
+	DB Querier
+	// Factor: a source is silent once the time since its last event exceeds
+	// Factor × the median gap between its recent events. Defaults to 2.
+	Factor float64
+	// History is how many recent events the median is taken over. Defaults
+	// to 50.
+	History int
+	// MinEvents is the fewest recent events a median needs; a source with
+	// fewer is judged by MaxSilence alone. Defaults to 10.
+	MinEvents int
+	// MinSilence is the shortest silence ever reported (a bursty source's
+	// median gap can be milliseconds). Defaults to 1m.
+	MinSilence time.Duration
+	// MaxSilence is a fixed per-source limit; a source is silent past it
+	// whatever its history. Sources named here are watched even before their
+	// first event.
+	MaxSilence map[string]time.Duration
+	// AlertURL, when set, receives a JSON POST on each change (silent,
+	// resumed): source, status, last_seen, threshold_seconds, reason.
+	AlertURL string
+	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout.
+	HTTPClient *http.Client
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives one line per change. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics registers inlet_source_* gauges. Nil: not exported.
+	Metrics prometheus.Registerer
+}
+
+// SourceStatus is one source's heartbeat.
+type SourceStatus struct {
+	Source string `json:"source"`
+	// LastSeen is the newest event's received_at; zero when none.
+	LastSeen time.Time `json:"last_seen"`
+	// Median is the median gap between recent events (0 with too few).
+	Median time.Duration `json:"median_gap"`
+	// Threshold is the silence after which the source counts as silent; 0
+	// when nothing can judge it yet.
+	Threshold time.Duration `json:"threshold"`
+	Silent    bool          `json:"silent"`
+	// Reason says why it is silent.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Heartbeats is the silent-source detector: Check judges every source now;
+// Run checks at an interval. Changes are logged, counted and POSTed.
+type Heartbeats struct {
+	cfg HeartbeatConfig
+
+	mu     sync.Mutex
+	silent map[string]bool
+	last   []SourceStatus
+
+	lastSeen  *prometheus.GaugeVec
+	silentG   *prometheus.GaugeVec
+	threshold *prometheus.GaugeVec
+}
+
+// NewHeartbeats checks cfg and returns the detector.
+func NewHeartbeats(cfg HeartbeatConfig) (*Heartbeats, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("monitor: HeartbeatConfig.DB is required")
+	}
+	if cfg.Factor == 0 {
+		cfg.Factor = 2
+	}
+	if cfg.Factor < 1 {
+		return nil, fmt.Errorf("monitor: heartbeat factor %g must be at least 1", cfg.Factor)
+	}
+	if cfg.History == 0 {
+		cfg.History = 50
+	}
+	if cfg.MinEvents == 0 {
+		cfg.MinEvents = 10
+	}
+	if cfg.MinEvents < 2 || cfg.History < cfg.MinEvents {
+		return nil, fmt.Errorf("monitor: heartbeat min_events %d must be at least 2 and at most history %d", cfg.MinEvents, cfg.History)
+	}
+	if cfg.MinSilence == 0 {
+		cfg.MinSilence = time.Minute
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "source", Name: name, Help: help}, []string{"source"})
+	}
+	h := &Heartbeats{cfg: cfg, silent: map[string]bool{},
+		lastSeen:  gauge("last_event_timestamp_seconds", "Unix time of the source's newest event."),
+		silentG:   gauge("silent", "1 while the source is silent: no event for longer than its threshold."),
+		threshold: gauge("silence_threshold_seconds", "The silence after which the source counts as silent (Factor × its median gap, or its max_silence); 0 when not yet judged."),
+	}
+	reg := metrics.OrDiscard(cfg.Metrics)
+	for _, c := range []prometheus.Collector{h.lastSeen, h.silentG, h.threshold} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("monitor: heartbeat metrics: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// Run checks every interval until ctx is done; failures are logged.
+func (h *Heartbeats) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := h.Check(ctx); err != nil && ctx.Err() == nil {
+			h.cfg.Logger.Warn("heartbeat check failed", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Last is the result of the latest Check (nil before the first).
+func (h *Heartbeats) Last() []SourceStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.last)
+}
+
+// Evaluate judges every source at cfg.Now() and returns them in name order;
+// it reports nothing (a page showing heartbeats calls it).
+func (h *Heartbeats) Evaluate(ctx context.Context) ([]SourceStatus, error) {
+	names, err := h.sources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := h.cfg.Now()
+	out := make([]SourceStatus, 0, len(names))
+	for _, name := range names {
+		arrivals, err := h.arrivals(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h.judge(name, arrivals, now))
+	}
+	return out, nil
+}
+
+// Check is Evaluate, then reports each change since the last Check (log
+// line, gauges, alert POST).
+func (h *Heartbeats) Check(ctx context.Context) ([]SourceStatus, error) {
+	out, err := h.Evaluate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	var changed []SourceStatus
+	for _, st := range out {
+		if st.Silent != h.silent[st.Source] {
+			changed = append(changed, st)
+		}
+		h.silent[st.Source] = st.Silent
+	}
+	h.last = out
+	h.mu.Unlock()
+	for _, st := range out {
+		silent := 0.0
+		if st.Silent {
+			silent = 1
+		}
+		h.silentG.WithLabelValues(st.Source).Set(silent)
+		h.threshold.WithLabelValues(st.Source).Set(st.Threshold.Seconds())
+		if !st.LastSeen.IsZero() {
+			h.lastSeen.WithLabelValues(st.Source).Set(float64(st.LastSeen.UnixMilli()) / 1000)
+		}
+	}
+	for _, st := range changed {
+		h.report(ctx, st)
+	}
+	return out, nil
+}
+
+// judge decides one source from its arrivals, newest first.
+func (h *Heartbeats) judge(name string, arrivals []time.Time, now time.Time) SourceStatus {
+	st := SourceStatus{Source: name}
+	if len(arrivals) > 0 {
+		st.LastSeen = arrivals[0]
+	}
+	if len(arrivals) >= h.cfg.MinEvents {
+		gaps := make([]time.Duration, 0, len(arrivals)-1)
+		for i := 1; i < len(arrivals); i++ {
+			gaps = append(gaps, arrivals[i-1].Sub(arrivals[i]))
+		}
+		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+		n := len(gaps)
+		st.Median = gaps[n/2]
+		if n%2 == 0 {
+			st.Median = (gaps[n/2-1] + gaps[n/2]) / 2
+		}
+		st.Threshold = max(time.Duration(h.cfg.Factor*float64(st.Median)), h.cfg.MinSilence)
+	}
+	fixed, hasFixed := h.cfg.MaxSilence[name]
+	if hasFixed && (st.Threshold == 0 || fixed < st.Threshold) {
+		st.Threshold = fixed
+	}
+	if st.Threshold == 0 {
+		return st
+	}
+	if st.LastSeen.IsZero() {
+		if hasFixed {
+			st.Silent, st.Reason = true, fmt.Sprintf("no event yet; max_silence %s", fixed)
+		}
+		return st
+	}
+	if since := now.Sub(st.LastSeen); since > st.Threshold {
+		st.Silent = true
+		if hasFixed && st.Threshold == fixed {
+			st.Reason = fmt.Sprintf("no event for %s (max_silence %s)", since.Round(time.Second), fixed)
+		} else {
+			st.Reason = fmt.Sprintf("no event for %s (%g× the median gap %s)", since.Round(time.Second), h.cfg.Factor, st.Median.Round(time.Second))
+		}
+	}
+	return st
+}
+
+func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
+	status := "resumed"
+	if st.Silent {
+		status = "silent"
+	}
+	attrs := []slog.Attr{slog.String("source", st.Source), slog.String("status", status),
+		slog.Time("last_seen", st.LastSeen), slog.Duration("threshold", st.Threshold)}
+	if st.Silent {
+		h.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "source silent", append(attrs, slog.String("reason", st.Reason))...)
+	} else {
+		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "source resumed", attrs...)
+	}
+	if h.cfg.AlertURL == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{
+		"source": st.Source, "status": status, "last_seen": st.LastSeen,
+		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.AlertURL, bytes.NewReader(body))
+	if err != nil {
+		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", err.Error()))
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.cfg.HTTPClient.Do(req)
+	if err != nil {
+		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", err.Error()))
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		h.cfg.Logger.Warn("heartbeat alert refused", slog.String("source", st.Source), slog.Int("status", resp.StatusCode))
+	}
+}
+
+func (h *Heartbeats) sources(ctx context.Context) ([]string, error) {
+	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorSources"))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+	}
+	defer rows.Close()
+	set := map[string]bool{}
+	for name := range h.cfg.MaxSilence {
+		set[name] = true
+	}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+		}
+		set[p] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (h *Heartbeats) arrivals(ctx context.Context, source string) ([]time.Time, error) {
+	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorArrivals"), source, h.cfg.History)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: arrivals of %s: %w", source, err)
+	}
+	defer rows.Close()
+	var out []time.Time
+	for rows.Next() {
+		var t time.Time
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("heartbeat: arrivals of %s: %w", source, err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}

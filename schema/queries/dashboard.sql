@@ -1,0 +1,84 @@
+-- Queries of the operator dashboard (package dashboard, served on the admin
+-- listener), run as webhook_operator in read-only transactions. Everything
+-- else the dashboard shows (events, dead letters, replay) goes through package
+-- admin and its queries. Times are passed in by the caller, so one page agrees
+-- with itself and tests can fix the clock.
+
+-- name: DashboardEventRates
+-- Events per source per bucket: $4 buckets of $3 seconds from $1, for every
+-- source of $2 and every other source with an event in the window, zero
+-- filled (one row per source and bucket, buckets in order). The range on
+-- received_at prunes the events partitions to the window.
+WITH buckets AS (
+    SELECT b, $1::timestamptz + b * $3::integer * interval '1 second' AS starts_at
+    FROM generate_series(0, $4::integer - 1) AS b
+), counts AS (
+    SELECT provider,
+           floor(extract(epoch FROM received_at - $1::timestamptz) / $3::integer)::integer AS b,
+           count(*) AS n
+    FROM webhook_ingress.events
+    WHERE received_at >= $1::timestamptz
+      AND received_at < $1::timestamptz + $4::integer * $3::integer * interval '1 second'
+    GROUP BY 1, 2
+), sources AS (
+    SELECT unnest($2::text[]) AS provider
+    UNION
+    SELECT provider FROM counts
+)
+SELECT s.provider, bk.starts_at, coalesce(c.n, 0)
+FROM sources s
+CROSS JOIN buckets bk
+LEFT JOIN counts c ON c.provider = s.provider AND c.b = bk.b
+ORDER BY s.provider, bk.b
+
+-- name: DashboardLastSeen
+-- When each source of $1 last received an event (NULL: never); what the
+-- dashboard shows when no heartbeat monitor is configured. max() per source
+-- reads the (provider, event_type, received_at) index.
+SELECT s.provider,
+       (SELECT max(e.received_at) FROM webhook_ingress.events e WHERE e.provider = s.provider)
+FROM unnest($1::text[]) WITH ORDINALITY AS s(provider, n)
+ORDER BY s.n
+
+-- name: DashboardHandlers
+-- Per handler (every handler with a subscription, an unfinished job or an
+-- attempt since $2): its unfinished jobs by status; the lag, $1 minus the
+-- due time of its oldest due pending or failed job (NULL: none due); and
+-- the attempts that finished since $2, all of them and the failed or
+-- dead-lettered ones. Replay markers are not attempts and are left out.
+-- job_attempts has no index on finished_at, so the attempts part reads the
+-- attempts table whole.
+WITH jobs AS (
+    SELECT handler,
+           count(*) FILTER (WHERE status = 'pending')     AS pending,
+           count(*) FILTER (WHERE status = 'leased')      AS leased,
+           count(*) FILTER (WHERE status = 'failed')      AS failed,
+           count(*) FILTER (WHERE status = 'dead_letter') AS dead_letter,
+           min(next_attempt_at) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= $1::timestamptz) AS oldest_due
+    FROM webhook_ingress.jobs
+    WHERE status IN ('pending', 'leased', 'failed', 'dead_letter')
+    GROUP BY handler
+), attempts AS (
+    SELECT j.handler,
+           count(*) AS total,
+           count(*) FILTER (WHERE a.outcome IN ('failed', 'dead_letter')) AS failures
+    FROM webhook_ingress.job_attempts a
+    JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+    WHERE a.finished_at >= $2::timestamptz
+      AND a.outcome <> 'replayed'
+    GROUP BY j.handler
+), handlers AS (
+    SELECT handler FROM webhook_ingress.subscriptions
+    UNION
+    SELECT handler FROM jobs
+    UNION
+    SELECT handler FROM attempts
+)
+SELECT h.handler,
+       coalesce(j.pending, 0), coalesce(j.leased, 0), coalesce(j.failed, 0), coalesce(j.dead_letter, 0),
+       extract(epoch FROM $1::timestamptz - j.oldest_due)::float8,
+       coalesce(a.total, 0), coalesce(a.failures, 0)
+FROM handlers h
+LEFT JOIN jobs j ON j.handler = h.handler
+LEFT JOIN attempts a ON a.handler = h.handler
+ORDER BY h.handler

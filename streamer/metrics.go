@@ -1,0 +1,40 @@
+package streamer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/internal/metrics"
+)
+
+// registerMetrics exports the streamer's counters (the same as Stats) and
+// the claim batch sizes.
+func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
+	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: "streamer", Name: name, Help: help, ConstLabels: labels,
+		}, func() float64 { return float64(v()) })
+	}
+	wake := "Claim rounds woken, by cause: notify (LISTEN), replication (a committed change to jobs) or poll (the fallback tick)."
+	s.batchSizes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Subsystem: "streamer", Name: "claim_batch_size",
+		Help:    "Jobs leased per claim statement (0 when nothing was due).",
+		Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
+	})
+	for _, c := range []prometheus.Collector{
+		s.batchSizes,
+		counter("claims_total", "Claim statements run.", s.claims.Load, nil),
+		counter("leased_total", "Jobs leased (an attempt each).", s.claimed.Load, nil),
+		counter("published_total", "Job references published on the bus.", s.published.Load, nil),
+		counter("publish_failures_total", "Job references the bus refused; their leases were given back.", s.publishFailed.Load, nil),
+		counter("reaped_total", "Expired leases taken back by the reaper.", s.reaped.Load, nil),
+		counter("reaped_dead_letters_total", "Expired leases that were the job's last attempt: dead-lettered.", s.deadLettered.Load, nil),
+		counter("wakeups_total", wake, s.notifyWakeups.Load, prometheus.Labels{"cause": "notify"}),
+		counter("wakeups_total", wake, s.replicationWakeups.Load, prometheus.Labels{"cause": "replication"}),
+		counter("wakeups_total", wake, s.pollWakeups.Load, prometheus.Labels{"cause": "poll"}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
