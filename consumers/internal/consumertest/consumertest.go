@@ -287,7 +287,8 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 			var ref bus.Ref
 			var maxAttempts int
 			var expires time.Time
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires)
+			var traceParent string
+			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent)
 			return ref, err
 		})
 		return err
@@ -331,7 +332,8 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 			var ref bus.Ref
 			var maxAttempts int
 			var expires time.Time
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires)
+			var traceParent string
+			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent)
 			return ref, err
 		})
 		return err

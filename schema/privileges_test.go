@@ -1,0 +1,160 @@
+package schema_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+var (
+	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_operator", "webhook_sealer", "webhook_auditor"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "subscriptions", "audit_checkpoints", "retention_log", "schema_migrations"}
+	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
+)
+
+// wantMatrix is every role × table × privilege: S I U D T where held on the
+// whole table, s i u where held on some columns only (listed in
+// wantColumns), - where not held. README.md shows the same table.
+const wantMatrix = `
+| role | events | event_keys | jobs | job_attempts | subscriptions | audit_checkpoints | retention_log | schema_migrations |
+|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | s---- | ----- | ----- | S---- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | Siu-- | ----- | ----- | S---- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S-u-- | S---- | S---- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+`
+
+// wantColumns are the column-level grants (the lower-case cells).
+const wantColumns = `
+webhook_ingress_writer SELECT events: provider, external_event_id
+webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent
+webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
+webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
+webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
+webhook_streamer SELECT subscriptions: handler, enabled
+webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at
+webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
+webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
+webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at
+webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts
+webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at
+webhook_operator INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
+webhook_operator UPDATE subscriptions: enabled, updated_at
+webhook_sealer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, headers, request_uri, body_sha256, signature_verified, secret_index
+`
+
+// The privilege matrix, read from the catalog and printed; every privilege
+// not held is also tried for real and must fail with 42501. The README's
+// copy must match.
+func TestPrivilegeMatrix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	seed(t, pool)
+
+	var matrix, columns strings.Builder
+	matrix.WriteString("\n| role | " + strings.Join(matrixTables, " | ") + " |\n|" + strings.Repeat("---|", len(matrixTables)+1) + "\n")
+	columns.WriteString("\n")
+	for _, role := range matrixRoles {
+		matrix.WriteString("| " + role + " |")
+		for _, table := range matrixTables {
+			rel := "webhook_ingress." + table
+			cell := ""
+			for _, priv := range matrixPrivs {
+				var whole, some bool
+				var cols []string
+				err := pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3),
+						$3 IN ('SELECT', 'INSERT', 'UPDATE') AND has_any_column_privilege($1, $2, $3),
+						coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+						          WHERE a.attrelid = $2::regclass AND a.attnum > 0 AND NOT a.attisdropped
+						            AND $3 IN ('SELECT', 'INSERT', 'UPDATE') AND has_column_privilege($1, $2, a.attname, $3)), '{}')`,
+					role, rel, priv).Scan(&whole, &some, &cols)
+				if err != nil {
+					t.Fatalf("%s %s %s: %v", role, priv, table, err)
+				}
+				switch {
+				case whole:
+					cell += priv[:1]
+				case some:
+					cell += strings.ToLower(priv[:1])
+					fmt.Fprintf(&columns, "%s %s %s: %s\n", role, priv, table, strings.Join(cols, ", "))
+				default:
+					cell += "-"
+					if err := tryDenied(t, pool, role, priv, rel); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			matrix.WriteString(" " + cell + " |")
+		}
+		matrix.WriteString("\n")
+	}
+	t.Logf("privilege matrix (S I U D T: SELECT INSERT UPDATE DELETE TRUNCATE; lower case: some columns):%s%s", matrix.String(), columns.String())
+	if matrix.String() != wantMatrix {
+		t.Errorf("privilege matrix:%s\nwant:%s", matrix.String(), wantMatrix)
+	}
+	if columns.String() != wantColumns {
+		t.Errorf("column grants:%s\nwant:%s", columns.String(), wantColumns)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), strings.TrimSpace(wantMatrix)) {
+		t.Error("README.md does not show the privilege matrix as it is")
+	}
+}
+
+// tryDenied runs priv on rel as role, in a transaction rolled back, and
+// returns an error unless Postgres refused it for want of privilege.
+func tryDenied(t *testing.T, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, role, priv, rel string) error {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+		return err
+	}
+	sql := map[string]string{
+		"SELECT":   "SELECT 1 FROM " + rel + " LIMIT 1",
+		"INSERT":   "INSERT INTO " + rel + " DEFAULT VALUES",
+		"UPDATE":   "UPDATE " + rel + " SET " + firstColumn(rel) + " = " + firstColumn(rel),
+		"DELETE":   "DELETE FROM " + rel,
+		"TRUNCATE": "TRUNCATE " + rel + " CASCADE",
+	}[priv]
+	_, err = tx.Exec(ctx, sql)
+	if !isPermissionDenied(err) {
+		return fmt.Errorf("%s may not %s %s, but %q gave %v, want permission denied (42501)", role, priv, rel, sql, err)
+	}
+	return nil
+}
+
+// firstColumn is a column of rel every UPDATE can name.
+func firstColumn(rel string) string {
+	switch rel {
+	case "webhook_ingress.subscriptions", "webhook_ingress.jobs":
+		return "updated_at"
+	case "webhook_ingress.schema_migrations":
+		return "name"
+	case "webhook_ingress.audit_checkpoints":
+		return "created_at"
+	case "webhook_ingress.retention_log":
+		return "dropped_by"
+	case "webhook_ingress.job_attempts":
+		return "outcome"
+	}
+	return "provider"
+}
