@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -599,27 +600,67 @@ func dropSections(root *yaml.Node, names []string) {
 	m.Content = kept
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
+var (
+	envRef  = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
+	fileRef = regexp.MustCompile(`\$\{file:([^}]+)\}`)
+)
 
-// expandNode replaces ${VAR} and ${VAR:-default} in every scalar value. It
-// works on parsed values, not the raw text, so a secret with YAML syntax in it
-// stays one string.
+// expandNode replaces ${file:PATH} with the file's content (one trailing
+// newline dropped: a mounted Kubernetes or Docker secret), and ${VAR} and
+// ${VAR:-default} with the environment's, in every scalar value. It works on
+// parsed values, not the raw text, so a secret with YAML syntax in it stays
+// one string, and a file's content is never expanded again. Errors name the
+// line and the variable or file, never a value.
 func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
 	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
 		var missing string
-		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
-			m := envRef.FindStringSubmatch(ref)
-			if v, ok := lookup(m[1]); ok && v != "" {
-				return v
+		var fileErr error
+		// Split around file references so their content is never expanded.
+		var parts []string
+		var fromFile []bool
+		rest := n.Value
+		for {
+			loc := fileRef.FindStringSubmatchIndex(rest)
+			if loc == nil {
+				break
 			}
-			if strings.Contains(ref, ":-") {
-				return m[2]
+			parts, fromFile = append(parts, rest[:loc[0]]), append(fromFile, false)
+			path := rest[loc[2]:loc[3]]
+			b, err := os.ReadFile(path)
+			if err != nil && fileErr == nil {
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					err = pe.Err
+				}
+				fileErr = fmt.Errorf("line %d: secret file %s: %w", n.Line, path, err)
 			}
-			if missing == "" {
-				missing = m[1]
+			parts = append(parts, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+			fromFile = append(fromFile, true)
+			rest = rest[loc[1]:]
+		}
+		parts, fromFile = append(parts, rest), append(fromFile, false)
+		if fileErr != nil {
+			return fileErr
+		}
+		for i, part := range parts {
+			if fromFile[i] {
+				continue
 			}
-			return ""
-		})
+			parts[i] = envRef.ReplaceAllStringFunc(part, func(ref string) string {
+				m := envRef.FindStringSubmatch(ref)
+				if v, ok := lookup(m[1]); ok && v != "" {
+					return v
+				}
+				if strings.Contains(ref, ":-") {
+					return m[2]
+				}
+				if missing == "" {
+					missing = m[1]
+				}
+				return ""
+			})
+		}
+		n.Value = strings.Join(parts, "")
 		if missing != "" {
 			return fmt.Errorf("line %d: environment variable %s is not set (write ${%s:-default} for a default)", n.Line, missing, missing)
 		}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +206,32 @@ func TestRetentionSection(t *testing.T) {
 		if _, err := Parse([]byte("retention:\n  "+bad+"\n"), func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "retention.") {
 			t.Errorf("retention %q: err %v, want one naming the field", bad, err)
 		}
+	}
+}
+
+// ${file:PATH} reads a mounted secret: its content is used as is (one
+// trailing newline dropped), never expanded again, and an error names the
+// file, never a value.
+func TestSecretFromFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "stripe")
+	if err := os.WriteFile(secret, []byte("whsec_from_file: ${NOT_EXPANDED}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(k string) (string, bool) { return map[string]string{"TOKEN_TAIL": "-tail"}[k], k == "TOKEN_TAIL" }
+	c, err := Parse([]byte("sources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${file:"+secret+"}\"]\nadmin:\n  listen: 127.0.0.1:0\n  token: \"${file:"+secret+"}${TOKEN_TAIL}\"\n"), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Sources[0].Secrets[0]; got != "whsec_from_file: ${NOT_EXPANDED}" {
+		t.Fatalf("secret from file = %q", got)
+	}
+	if got := c.Admin.Token; got != "whsec_from_file: ${NOT_EXPANDED}-tail" {
+		t.Fatalf("token = %q", got)
+	}
+	_, err = Parse([]byte("sources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${file:"+filepath.Join(dir, "missing")+"}\"]\n"), lookup)
+	if err == nil || !strings.Contains(err.Error(), "missing") || !strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "whsec") {
+		t.Fatalf("missing secret file: %v", err)
 	}
 }
