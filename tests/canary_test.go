@@ -1,0 +1,250 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+// canaries are unique strings put in webhook bodies and header values; none
+// may appear anywhere outside Postgres (and the internal service the
+// forwarding handler delivers to, which is inside the boundary by design).
+type canaries struct{ list []string }
+
+func (c *canaries) next(kind string) string {
+	s := fmt.Sprintf("CANARY-%s-%d-%x", kind, len(c.list), time.Now().UnixNano()&0xffffff)
+	c.list = append(c.list, s)
+	return s
+}
+
+// find returns every canary in text, with where it was found.
+func (c *canaries) find(where, text string) []string {
+	var hits []string
+	for _, s := range c.list {
+		if strings.Contains(text, s) {
+			hits = append(hits, where+": "+s)
+		}
+	}
+	// A canary cut short (a truncated log line) still starts with the prefix.
+	if m := regexp.MustCompile(`CANARY-[a-z]+-\d+`).FindAllString(text, -1); len(m) > 0 && len(hits) == 0 {
+		hits = append(hits, where+": a canary prefix "+m[0])
+	}
+	return hits
+}
+
+// wireTap records every message published on a NATS server: JetStream
+// traffic, stream contents and the API included.
+type wireTap struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	n   int
+}
+
+func tapNATS(t *testing.T, url string) *wireTap {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("canary-tap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	tap := &wireTap{}
+	if _, err := nc.Subscribe(">", func(m *nats.Msg) {
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		tap.n++
+		fmt.Fprintf(&tap.buf, "%s %v %s\n", m.Subject, m.Header, m.Data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return tap
+}
+
+func (w *wireTap) String() (string, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String(), w.n
+}
+
+// Webhooks whose bodies and headers carry canaries go through ingress,
+// streamer, NATS and consumers — some handled, some failing into dead
+// letters, some rejected at ingress — with metrics, tracing and the
+// metadata reporter on. Then everything that left Postgres is searched:
+// every message NATS carried, every log line of every service, every
+// /metrics page, every span exported. No canary may be there; each must be
+// in Postgres (so the search could have found them).
+func TestCanariesNeverLeavePostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	natsSrv := natstest.Start(t)
+	tap := tapNATS(t, natsSrv.URL())
+	dbURL := pgtest.NewDatabase(t)
+	col, colURL := newCollector(t)
+	var c canaries
+
+	// The internal service: fails every webhook whose body asks it to.
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(r.Body)
+		if strings.Contains(b.String(), `"fail":true`) {
+			http.Error(w, "internal service refuses "+b.String(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer internal.Close()
+
+	const ghSecret = "canary-github-secret"
+	ingressAddr := freeAddr(t)
+	ingressMetrics, streamerHealth, consumerHealth := freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg := writeFile(t, t.TempDir(), "inlet.yaml", fmt.Sprintf(`
+database_url: ${DATABASE_URL}
+ingress:
+  listen: %q
+  metrics_listen: %q
+sources:
+  - {name: github, type: github, secrets: [%q]}
+bus: {kind: nats, url: %q}
+streamer:
+  health_listen: %q
+  poll_interval: 200ms
+  reap_interval: 200ms
+consumer:
+  health_listen: %q
+  lease_extend: 1s
+  handlers:
+    - {name: forward, type: http-forward, url: %q, secret: "canary-forward-secret", max_attempts: 1, timeout: 5s}
+    - {name: audit-log, type: log}
+tracing:
+  otlp_endpoint: %q
+log:
+  level: debug
+`, ingressAddr, ingressMetrics, ghSecret, natsSrv.URL(), streamerHealth, consumerHealth, internal.URL, colURL))
+	env := cleanEnv("DATABASE_URL=" + dbURL)
+	cons := start(t, env, "consumer", "--config", cfg)
+	cons.waitLog("consumers started", 30*time.Second)
+	str := start(t, env, "streamer", "--config", cfg)
+	str.waitLog("streamer started", 30*time.Second)
+	ing := start(t, env, "ingress", "--config", cfg)
+	ing.waitLog("ingress listening", 30*time.Second)
+	procs := []*proc{ing, str, cons}
+
+	// Handled, failing (dead letters), and rejected webhooks.
+	send := func(delivery string, body []byte, sign bool, want int) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+ingressAddr+"/webhooks/github", bytes.NewReader(body))
+		if sign {
+			for k, v := range verify.SignGitHub(ghSecret, delivery, "push", body) {
+				req.Header[k] = v
+			}
+		} else {
+			req.Header.Set("X-GitHub-Event", "push")
+			req.Header.Set("X-GitHub-Delivery", delivery)
+			req.Header.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("0", 64))
+		}
+		kind := "stored"
+		if !sign {
+			kind = "rejected"
+		}
+		req.Header.Set("X-Canary-Header", c.next(kind+"header"))
+		req.Header.Set("User-Agent", "GitHub-Hookshot/"+c.next(kind+"agent"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("delivery %s: %d, want %d", delivery, resp.StatusCode, want)
+		}
+	}
+	const handled, failing, rejected = 5, 3, 2
+	for i := range handled {
+		send(fmt.Sprintf("canary-ok-%d", i), []byte(`{"zen":"`+c.next("body")+`"}`), true, 200)
+	}
+	for i := range failing {
+		send(fmt.Sprintf("canary-fail-%d", i), []byte(`{"fail":true,"secret":"`+c.next("body")+`"}`), true, 200)
+	}
+	for i := range rejected {
+		send(fmt.Sprintf("canary-bad-%d", i), []byte(`{"zen":"`+c.next("rejected")+`"}`), false, 401)
+	}
+
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var done, dead int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'dead_letter')
+			FROM webhook_ingress.jobs`).Scan(&done, &dead); err != nil {
+			t.Fatal(err)
+		}
+		if done == 2*handled+failing && dead == failing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d completed and %d dead-lettered jobs, want %d and %d", done, dead, 2*handled+failing, failing)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var stored string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(raw_body, 'UTF8') || headers::text, ' ') FROM webhook_ingress.events`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+
+	// What left Postgres: /metrics of every service ...
+	var hits []string
+	for name, addr := range map[string]string{"ingress": ingressMetrics, "streamer": streamerHealth, "consumer": consumerHealth} {
+		hits = append(hits, c.find(name+" /metrics", httpGet(t, "http://"+addr+"/metrics"))...)
+	}
+	// ... every log line and every span (flushed at shutdown) ...
+	for _, p := range procs {
+		if err := p.stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	for _, p := range procs {
+		name := strings.Join(p.cmd.Args[1:2], "")
+		hits = append(hits, c.find(name+" stdout", p.out())...)
+		hits = append(hits, c.find(name+" stderr", p.errOut())...)
+	}
+	col.mu.Lock()
+	spans, nSpans := col.raw.String(), len(col.spans)
+	col.mu.Unlock()
+	hits = append(hits, c.find("exported spans", spans)...)
+	// ... and every NATS message.
+	wire, nMsgs := tap.String()
+	hits = append(hits, c.find("NATS", wire)...)
+
+	t.Logf("searched %d NATS messages (%d bytes), %d spans, the logs and /metrics of 3 services for %d canaries",
+		nMsgs, len(wire), nSpans, len(c.list))
+	if len(hits) > 0 {
+		t.Fatalf("canaries outside Postgres:\n%s", strings.Join(hits, "\n"))
+	}
+	// The search can find them: the non-rejected ones are all in Postgres.
+	for _, s := range c.list {
+		if !strings.HasPrefix(s, "CANARY-rejected") && !strings.Contains(stored, s) {
+			t.Errorf("canary %s is not in Postgres either: the search proves nothing", s)
+		}
+	}
+	if nMsgs < handled+failing || nSpans == 0 {
+		t.Fatalf("the tap saw %d NATS messages and %d spans: not the traffic it should have", nMsgs, nSpans)
+	}
+}
