@@ -212,7 +212,13 @@ log:
 	// What left Postgres: /metrics of every service ...
 	var hits []string
 	for name, addr := range map[string]string{"ingress": ingressMetrics, "streamer": streamerHealth, "consumer": consumerHealth} {
-		hits = append(hits, c.find(name+" /metrics", httpGet(t, "http://"+addr+"/metrics"))...)
+		page := httpGet(t, "http://"+addr+"/metrics")
+		hits = append(hits, c.find(name+" /metrics", page)...)
+		for _, secret := range []string{ghSecret, "canary-forward-secret"} {
+			if strings.Contains(page, secret) {
+				hits = append(hits, name+" /metrics: a secret")
+			}
+		}
 	}
 	// ... every log line and every span (flushed at shutdown) ...
 	for _, p := range procs {
@@ -232,6 +238,14 @@ log:
 	// ... and every NATS message.
 	wire, nMsgs := tap.String()
 	hits = append(hits, c.find("NATS", wire)...)
+
+	// Secrets are canaries too: the signing and forwarding secrets.
+	secrets := canaries{list: []string{ghSecret, "canary-forward-secret"}}
+	for _, p := range procs {
+		hits = append(hits, secrets.find(p.cmd.Args[1]+" logs", p.out()+p.errOut())...)
+	}
+	hits = append(hits, secrets.find("NATS", wire)...)
+	hits = append(hits, secrets.find("exported spans", spans)...)
 
 	t.Logf("searched %d NATS messages (%d bytes), %d spans, the logs and /metrics of 3 services for %d canaries",
 		nMsgs, len(wire), nSpans, len(c.list))
