@@ -47,7 +47,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string) (*ingressMet
 		}
 	}
 	// Every configured series exists from the start, at 0.
-	reasons := append(append([]string{}, requestReasons...), verify.Reasons()...)
+	reasons := append(append(append([]string{}, requestReasons...), relayReasons...), verify.Reasons()...)
 	for _, s := range sources {
 		m.received.WithLabelValues(s)
 		m.stored.WithLabelValues(s)

@@ -59,6 +59,8 @@ type source struct {
 	name     string
 	scheme   string
 	verifier Verifier
+	// relay, when set, requires an Inlet-Relay-Signature (relay_secrets).
+	relay *relayCheck
 	// secretLogged is when each secret's use was last logged (unix seconds),
 	// so rotations are visible without a line per webhook.
 	secretLogged []atomic.Int64
@@ -128,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
 		}
 		s.sources[sc.Name] = &source{name: sc.Name, scheme: sc.Type, verifier: v,
+			relay:        newRelayCheck(sc.RelaySecrets, sc.RelayTolerance),
 			secretLogged: make([]atomic.Int64, len(sc.Secrets))}
 	}
 	mux := http.NewServeMux()
@@ -271,8 +274,16 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	header := r.Header
+	if src.relay != nil {
+		// Only the relay may deliver: its signature first, then the provider's.
+		if header, err = src.relay.check(name, r, body, s.cfg.Now()); err != nil {
+			reject(http.StatusUnauthorized, relayReason(err))
+			return
+		}
+	}
 	res, err := src.verifier.Verify(&verify.Request{
-		Header: r.Header,
+		Header: header,
 		Body:   body,
 		URL:    requestURL(r),
 		Now:    s.cfg.Now(),
@@ -290,7 +301,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	// The write deadline started when the headers were read; a slow upload
 	// must not eat the time the answer needs after the commit.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.StoreTimeout + 2*time.Second))
-	headers := r.Header
+	headers := header
 	if red, ok := src.verifier.(verify.StorageRedactor); ok {
 		headers = red.RedactForStorage(headers)
 	}

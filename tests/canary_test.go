@@ -87,16 +87,30 @@ func (w *wireTap) String() (string, int) {
 // letters, some rejected at ingress — with metrics, tracing and the
 // metadata reporter on. Then everything that left Postgres is searched:
 // every message NATS carried, every log line of every service, every
-// /metrics page, every span exported. No canary may be there; each must be
+// /metrics page, every span exported, the control plane's database, page
+// and logs. No canary may be there; each must be
 // in Postgres (so the search could have found them).
 func TestCanariesNeverLeavePostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	natsSrv := natstest.Start(t)
 	tap := tapNATS(t, natsSrv.URL())
-	dbURL := pgtest.NewDatabase(t)
+	dbURL, cpDB := pgtest.NewDatabase(t), pgtest.NewEmptyDatabase(t)
 	col, colURL := newCollector(t)
 	var c canaries
+
+	// The control plane the reporter sends attempt metadata to.
+	const tenantToken = "canary-control-plane-token"
+	cpAddr := freeAddr(t)
+	cpCfg := writeFile(t, t.TempDir(), "control-plane.yaml", fmt.Sprintf(`
+control_plane:
+  listen: %q
+  database_url: ${CP_DATABASE_URL}
+  tenants:
+    - {name: acme, token: "${ACME_TOKEN}"}
+`, cpAddr))
+	cp := start(t, cleanEnv("CP_DATABASE_URL="+cpDB, "ACME_TOKEN="+tenantToken), "control-plane", "--config", cpCfg)
+	cp.waitLog("control plane listening", 30*time.Second)
 
 	// The internal service: fails every webhook whose body asks it to.
 	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -133,9 +147,14 @@ consumer:
     - {name: audit-log, type: log}
 tracing:
   otlp_endpoint: %q
+reporter:
+  url: http://%s
+  token: %q
+  key: "canary-report-key"
+  interval: 200ms
 log:
   level: debug
-`, ingressAddr, ingressMetrics, ghSecret, natsSrv.URL(), streamerHealth, consumerHealth, internal.URL, colURL))
+`, ingressAddr, ingressMetrics, ghSecret, natsSrv.URL(), streamerHealth, consumerHealth, internal.URL, colURL, cpAddr, tenantToken))
 	env := cleanEnv("DATABASE_URL=" + dbURL)
 	cons := start(t, env, "consumer", "--config", cfg)
 	cons.waitLog("consumers started", 30*time.Second)
@@ -209,6 +228,55 @@ log:
 		t.Fatal(err)
 	}
 
+	// The control plane: every row of every table of its database, and its page,
+	// once every attempt has been reported.
+	cpConn, err := pgx.Connect(ctx, cpDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpConn.Close(ctx)
+	var cpDump string
+	var reported int
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := cpConn.QueryRow(ctx, `SELECT count(*) FROM control_plane.attempts`).Scan(&reported); err != nil {
+			t.Fatal(err)
+		}
+		if reported >= 2*handled+2*failing || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if reported < 2*handled+2*failing {
+		t.Fatalf("the control plane holds %d attempts, want %d", reported, 2*handled+2*failing)
+	}
+	tables, err := cpConn.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(tables, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range names {
+		var rows string
+		if err := cpConn.QueryRow(ctx, `SELECT coalesce(string_agg(t::text, E'\n'), '') FROM `+table+` t`).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		cpDump += table + "\n" + rows + "\n"
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+cpAddr+"/", nil)
+	req.SetBasicAuth("acme", tenantToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpPage bytes.Buffer
+	_, _ = cpPage.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(cpPage.String(), "dead_letter") {
+		t.Fatalf("control plane page: %d\n%s", resp.StatusCode, cpPage.String())
+	}
+
 	// What left Postgres: /metrics of every service ...
 	var hits []string
 	for name, addr := range map[string]string{"ingress": ingressMetrics, "streamer": streamerHealth, "consumer": consumerHealth} {
@@ -235,6 +303,13 @@ log:
 	spans, nSpans := col.raw.String(), len(col.spans)
 	col.mu.Unlock()
 	hits = append(hits, c.find("exported spans", spans)...)
+	// ... the control plane's database, page and logs ...
+	if err := cp.stop(); err != nil {
+		t.Fatalf("stop the control plane: %v", err)
+	}
+	hits = append(hits, c.find("control plane database", cpDump)...)
+	hits = append(hits, c.find("control plane page", cpPage.String())...)
+	hits = append(hits, c.find("control plane logs", cp.out()+cp.errOut())...)
 	// ... and every NATS message.
 	wire, nMsgs := tap.String()
 	hits = append(hits, c.find("NATS", wire)...)
@@ -246,9 +321,13 @@ log:
 	}
 	hits = append(hits, secrets.find("NATS", wire)...)
 	hits = append(hits, secrets.find("exported spans", spans)...)
+	hits = append(hits, secrets.find("control plane database", cpDump+cpPage.String())...)
+	if strings.Contains(cpDump, dbURL) || strings.Contains(cpDump, "webhook_ingress") {
+		hits = append(hits, "control plane database: the customer's database URL or schema")
+	}
 
-	t.Logf("searched %d NATS messages (%d bytes), %d spans, the logs and /metrics of 3 services for %d canaries",
-		nMsgs, len(wire), nSpans, len(c.list))
+	t.Logf("searched %d NATS messages (%d bytes), %d spans, the logs and /metrics of 3 services, and the control plane's %d reported attempts (%d bytes of rows) and page for %d canaries",
+		nMsgs, len(wire), nSpans, reported, len(cpDump), len(c.list))
 	if len(hits) > 0 {
 		t.Fatalf("canaries outside Postgres:\n%s", strings.Join(hits, "\n"))
 	}

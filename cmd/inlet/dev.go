@@ -124,6 +124,11 @@ over.`)
 		return err
 	}
 	defer stopHeartbeats()
+	stopReporter, err := startReporter(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopReporter()
 	if err := str.Start(ctx); err != nil {
 		return err
 	}

@@ -40,6 +40,8 @@ var commands = map[string]command{
 	"audit":         {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
 	"subscriptions": {"list subscriptions; switch a retired handler's off", runSubscriptions},
 	"retention":     {"drop whole old periods of the event log; create partitions ahead (as the owner)", runRetention},
+	"relay":         {"run the pass-through relay: verify, forward signed to the customer's ingress, store nothing", runRelay},
+	"control-plane": {"run the multi-tenant receiver of data planes' attempt metadata (reporter:)", runControlPlane},
 }
 
 // errUsage marks errors that are the caller's wording, exit code 2.

@@ -80,6 +80,11 @@ consumers report or the lease expires.`)
 		return err
 	}
 	defer stopSealer()
+	stopReporter, err := startReporter(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopReporter()
 	if err := str.Start(ctx); err != nil {
 		return err
 	}

@@ -50,6 +50,12 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
+	// Relay configures inlet relay, the pass-through mode (relay.go).
+	Relay Relay `yaml:"relay"`
+	// Reporter configures the metadata report to an outside control plane.
+	Reporter Reporter `yaml:"reporter"`
+	// ControlPlane configures inlet control-plane.
+	ControlPlane ControlPlane `yaml:"control_plane"`
 }
 
 // Streamer configures claiming and publishing.
@@ -296,6 +302,15 @@ type Source struct {
 	// lower-case letters, digits, '-' and '_'.
 	Name          string `yaml:"name"`
 	verify.Config `yaml:",inline"`
+	// RelaySecrets, when set, make ingress accept this source only through
+	// inlet relay: each request must carry a valid Inlet-Relay-Signature
+	// from one of these secrets (the relay's relay.secrets), checked before
+	// the provider's signature, which is verified too. Each at least 16
+	// bytes. Defaults to none: direct delivery.
+	RelaySecrets []string `yaml:"relay_secrets"`
+	// RelayTolerance is how far the relay signature's timestamp may be from
+	// now, in either direction. Defaults to 5m.
+	RelayTolerance time.Duration `yaml:"relay_tolerance"`
 }
 
 // Log configures log/slog output.
@@ -384,6 +399,8 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Retention.LockTimeout = or(c.Retention.LockTimeout, 5*time.Second)
 	c.Log.Level = or(c.Log.Level, "info")
+	c.Relay = c.Relay.WithDefaults()
+	c.reportingDefaults()
 	return c
 }
 
@@ -455,6 +472,12 @@ func (c Config) Validate() error {
 	if err := c.validateAdmin(); err != nil {
 		return err
 	}
+	if err := c.validateRelay(); err != nil {
+		return err
+	}
+	if err := c.validateReporting(); err != nil {
+		return err
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -491,12 +514,19 @@ const (
 	IngressService
 	StreamerService
 	ConsumerService
+	RelayService
+	ControlPlaneService
 )
 
 var droppedSections = map[Service][]string{
-	IngressService:  {"streamer", "consumer", "bus", "audit", "retention"},
-	StreamerService: {"ingress", "sources", "consumer", "admin", "retention"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "heartbeat"},
+	IngressService:  {"streamer", "consumer", "bus", "audit", "retention", "reporter", "control_plane", "relay"},
+	StreamerService: {"ingress", "sources", "consumer", "admin", "retention", "control_plane", "relay"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "heartbeat", "reporter", "control_plane", "relay"},
+	// The relay stores nothing: no database, only its sources and itself.
+	RelayService: {"database_url", "ingress", "streamer", "consumer", "bus", "audit", "admin", "retention", "heartbeat", "tracing", "reporter", "control_plane"},
+	// The control plane is another party's service: it reads only its own
+	// section, never the data plane's database or secrets.
+	ControlPlaneService: {"database_url", "ingress", "sources", "streamer", "consumer", "bus", "audit", "admin", "retention", "heartbeat", "tracing", "reporter", "relay"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of
@@ -515,6 +545,10 @@ func ServiceOf(subcommand string) Service {
 		return StreamerService
 	case "consumer":
 		return ConsumerService
+	case "relay":
+		return RelayService
+	case "control-plane":
+		return ControlPlaneService
 	}
 	return AllSections
 }

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/reporter"
+)
+
+// startReporter starts the metadata reporter when reporter.url is set, on a
+// small pool of its own as the streamer's role; stop ends it and closes the
+// pool. Without reporter.url both are no-ops.
+func startReporter(ctx context.Context, cfg config.Config, log *slog.Logger) (stop func(), err error) {
+	rc := cfg.Reporter
+	if rc.URL == "" {
+		return func() {}, nil
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, MaxConns: 2, AppName: "inlet-reporter"})
+	if err != nil {
+		return nil, err
+	}
+	rep, err := reporter.New(reporter.Config{
+		Pool: pool, URL: rc.URL, Token: rc.Token, Key: []byte(rc.Key),
+		SendDatabaseIDs: rc.SendDatabaseIDs, IncludeProvider: rc.IncludeProvider,
+		BatchSize: rc.BatchSize, Interval: rc.Interval,
+		Logger: log.With(slog.String("component", "reporter")),
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := rep.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return func() { rep.Stop(); pool.Close() }, nil
+}

@@ -1,0 +1,18 @@
+// Package controlplane is inlet control-plane: a small multi-tenant receiver
+// of the reporters' attempt records (package reporter) with a database of its
+// own (schema control_plane, migrated at start from embedded SQL).
+//
+// Each tenant is one data plane with its own token. POST /api/v1/reports
+// stores a batch idempotently on (tenant, attempt id) after checking every
+// record strictly: unknown fields, values outside the fixed lists or
+// patterns, and oversize batches are refused with 400 and a reason. GET
+// /api/v1/cursor answers the highest attempt id held for the tenant, where
+// its reporter resumes. GET / is the tenant's page (HTTP Basic: the tenant's
+// name and its token as password): jobs by their latest outcome, failure
+// classes and duration percentiles, server-rendered, no script. A token
+// selects exactly one tenant, and every query is by that tenant, so one
+// tenant never sees another's data.
+//
+// It never receives a body, a header or a database credential of a data
+// plane: a record has no field that could carry one.
+package controlplane

@@ -1,0 +1,223 @@
+package controlplane
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/reporter"
+)
+
+// Tenant is one reporting data plane.
+type Tenant struct {
+	// Name identifies the tenant in the tables and on its page.
+	Name string
+	// Token is its bearer token, and its page password.
+	Token string
+}
+
+// Config configures a [Server].
+type Config struct {
+	// Pool is the control plane's own database, migrated with [Migrate].
+	// Required.
+	Pool *pgxpool.Pool
+	// Tenants are the data planes that may report. At least one.
+	Tenants []Tenant
+	// Logger receives tenant names, counts and refusal reasons, never a
+	// token or a record. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// maxBody bounds a report's body: MaxBatch records are well under it.
+const maxBody = 2 << 20
+
+// Server is the control plane's HTTP handler.
+type Server struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	tenants []tenantKey
+	mux     *http.ServeMux
+}
+
+type tenantKey struct {
+	name   string
+	digest [sha256.Size]byte
+}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("controlplane: Pool is required")
+	}
+	if len(cfg.Tenants) == 0 {
+		return nil, errors.New("controlplane: at least one tenant is required")
+	}
+	s := &Server{pool: cfg.Pool, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for i, t := range cfg.Tenants {
+		if t.Name == "" || len(t.Token) < 16 {
+			return nil, fmt.Errorf("controlplane: tenants[%d]: a name and a token of at least 16 bytes are required", i)
+		}
+		s.tenants = append(s.tenants, tenantKey{name: t.Name, digest: sha256.Sum256([]byte(t.Token))})
+	}
+	s.mux.HandleFunc("POST /api/v1/reports", s.bearer(s.postReports))
+	s.mux.HandleFunc("GET /api/v1/cursor", s.bearer(s.getCursor))
+	s.mux.HandleFunc("GET /{$}", s.basic(s.page))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	s.mux.ServeHTTP(w, r)
+}
+
+// tenantOf returns the tenant whose token is token. Every tenant's digest is
+// compared, in constant time, so the answer's timing tells nothing.
+func (s *Server) tenantOf(token string) (string, bool) {
+	d := sha256.Sum256([]byte(token))
+	found := ""
+	for _, t := range s.tenants {
+		if subtle.ConstantTimeCompare(d[:], t.digest[:]) == 1 {
+			found = t.name
+		}
+	}
+	return found, found != "" && token != ""
+}
+
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string)
+
+func (s *Server) bearer(h tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		tenant, known := s.tenantOf(token)
+		if !ok || !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="inlet control plane"`)
+			writeError(w, http.StatusUnauthorized, "a tenant's bearer token is required")
+			return
+		}
+		h(w, r, tenant)
+	}
+}
+
+func (s *Server) basic(h tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		tenant, known := s.tenantOf(pass)
+		if !ok || !known || subtle.ConstantTimeCompare([]byte(user), []byte(tenant)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="inlet control plane", charset="UTF-8"`)
+			http.Error(w, "log in with the tenant's name and token", http.StatusUnauthorized)
+			return
+		}
+		h(w, r, tenant)
+	}
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, reason string) {
+	writeJSON(w, status, errorBody{Error: reason})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decodeBatch reads a batch strictly: one JSON object, no unknown field at
+// any level, every record valid.
+func decodeBatch(r io.Reader) (reporter.Batch, error) {
+	var b reporter.Batch
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return b, fmt.Errorf("body: %w", err)
+	}
+	if dec.More() {
+		return b, errors.New("body: more than one JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return b, errors.New("body: trailing data after the batch")
+	}
+	if b.Records == nil {
+		return b, errors.New(`body: "records" is required`)
+	}
+	return b, b.Validate()
+}
+
+func (s *Server) postReports(w http.ResponseWriter, r *http.Request, tenant string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
+		return
+	}
+	b, err := decodeBatch(bytes.NewReader(body))
+	if err != nil {
+		s.log.Warn("report refused", slog.String("tenant", tenant), slog.String("reason", err.Error()))
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n, err := s.store(r, tenant, b.Records)
+	if err != nil {
+		s.log.Error("store report", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "could not store the report; send it again")
+		return
+	}
+	s.log.Debug("report stored", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.Int64("new", n))
+	writeJSON(w, http.StatusOK, struct {
+		Received int   `json:"received"`
+		Stored   int64 `json:"stored"`
+	}{len(b.Records), n})
+}
+
+func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (int64, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	n := len(recs)
+	var (
+		ids                                      = make([]int64, n)
+		jobs, outcomes, classes, provs, evtTypes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		attempts                                 = make([]int32, n)
+		durs                                     = make([]float64, n)
+		starts, ends                             = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, rec := range recs {
+		ids[i], jobs[i], outcomes[i], attempts[i], durs[i] = rec.AttemptID, rec.Job, string(rec.Outcome), int32(rec.Attempt), rec.DurationMS
+		classes[i], starts[i], ends[i], provs[i], evtTypes[i] = string(rec.ErrorClass), rec.StartedAt, rec.FinishedAt, rec.Provider, rec.EventType
+	}
+	tag, err := s.pool.Exec(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (s *Server) getCursor(w http.ResponseWriter, r *http.Request, tenant string) {
+	var c reporter.Cursor
+	if err := s.pool.QueryRow(r.Context(), query("Cursor"), tenant).Scan(&c.AttemptID); err != nil {
+		s.log.Error("read cursor", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "could not read the cursor")
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}

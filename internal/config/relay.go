@@ -1,0 +1,121 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Relay configures `inlet relay`, the pass-through mode: it verifies each
+// webhook against its source (the sources section) exactly as ingress does,
+// and forwards the exact bytes and headers, signed with its own
+// Inlet-Relay-Signature, to the customer's ingress (whose source lists the
+// same secrets as relay_secrets). It stores nothing.
+type Relay struct {
+	// Listen is the address of the relay's webhook listener
+	// (POST /webhooks/{source}, GET /healthz). Defaults to ":8080".
+	Listen string `yaml:"listen"`
+	// Target is the base URL of the customer's ingress; a webhook for
+	// source S goes to Target + "/webhooks/S" with the query it came with.
+	// An https:// URL. Required by inlet relay.
+	Target string `yaml:"target"`
+	// AllowInsecureTarget accepts an http:// Target, for tests and local
+	// development only: the bytes would cross the network in clear.
+	// Defaults to false.
+	AllowInsecureTarget bool `yaml:"allow_insecure_target"`
+	// Secrets sign every forwarded request (one v1 per secret in
+	// Inlet-Relay-Signature, so the ingress side can rotate before or after
+	// the relay). Required by inlet relay: at least one, each at least 16
+	// bytes.
+	Secrets []string `yaml:"secrets"`
+	// CAFile is a PEM file of CA certificates trusted for Target, in place
+	// of the system pool (a private CA, tests). TLS verification is never
+	// off. Defaults to "": the system pool.
+	CAFile string `yaml:"ca_file"`
+	// Timeout bounds forwarding one webhook, the ingress's answer included
+	// (and the one retry after a connection error). Providers wait less for
+	// some (Slack 3s, Shopify 5s): keep it below theirs. Defaults to 8s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxBodyBytes is the largest body accepted; larger requests get 413
+	// without being read whole. Keep it at most the ingress's
+	// max_body_bytes. Defaults to 1 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// minRelaySecret is the shortest relay secret accepted, on either side.
+const minRelaySecret = 16
+
+// WithDefaults returns r with every unset field at its default.
+func (r Relay) WithDefaults() Relay {
+	r.Listen = or(r.Listen, ":8080")
+	r.Timeout = or(r.Timeout, 8*time.Second)
+	r.MaxBodyBytes = or(r.MaxBodyBytes, 1<<20)
+	return r
+}
+
+// Validate checks the relay section as inlet relay needs it: a target and
+// secrets are required.
+func (r Relay) Validate() error {
+	if r.Target == "" {
+		return errors.New("relay.target: required (the https:// base URL of the customer's ingress)")
+	}
+	if len(r.Secrets) == 0 {
+		return errors.New("relay.secrets: at least one secret is required to sign forwarded webhooks")
+	}
+	return r.validate()
+}
+
+// validate checks what is set; Config.Validate runs it for every service.
+func (r Relay) validate() error {
+	if r.Target != "" {
+		u, err := url.Parse(r.Target)
+		switch {
+		case err != nil || u.Host == "":
+			// url's message would quote the URL, credentials and all.
+			return errors.New("relay.target: want an https:// URL with a host")
+		case u.User != nil:
+			return errors.New("relay.target: must not carry credentials")
+		case u.RawQuery != "" || u.Fragment != "":
+			return errors.New("relay.target: must not have a query or fragment")
+		case u.Scheme == "http" && !r.AllowInsecureTarget:
+			return errors.New("relay.target: http:// sends the webhook bytes in clear; use https:// (or allow_insecure_target: true, for tests only)")
+		case u.Scheme != "https" && u.Scheme != "http":
+			return fmt.Errorf("relay.target: scheme %q must be https", u.Scheme)
+		}
+	}
+	for i, s := range r.Secrets {
+		if len(s) < minRelaySecret {
+			return fmt.Errorf("relay.secrets[%d]: at least %d bytes required", i, minRelaySecret)
+		}
+	}
+	if r.Timeout < 0 {
+		return fmt.Errorf("relay.timeout: must not be negative, got %s", r.Timeout)
+	}
+	if r.MaxBodyBytes < 0 {
+		return errors.New("relay.max_body_bytes: must be positive")
+	}
+	return nil
+}
+
+// validateRelay checks the relay section and every source's relay fields.
+func (c Config) validateRelay() error {
+	if err := c.Relay.validate(); err != nil {
+		return err
+	}
+	for i, s := range c.Sources {
+		for k, sec := range s.RelaySecrets {
+			if len(strings.TrimSpace(sec)) < minRelaySecret {
+				return fmt.Errorf("sources[%d].relay_secrets[%d]: at least %d bytes required", i, k, minRelaySecret)
+			}
+		}
+		if s.RelayTolerance < 0 {
+			return fmt.Errorf("sources[%d].relay_tolerance: must not be negative", i)
+		}
+		if s.RelayTolerance > 0 && len(s.RelaySecrets) == 0 {
+			return fmt.Errorf("sources[%d].relay_tolerance: only used with relay_secrets", i)
+		}
+	}
+	return nil
+}

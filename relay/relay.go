@@ -1,0 +1,276 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Relay holds the listener, target, secrets and limits (see
+	// config.Relay for each field's default). WithDefaults is applied by
+	// New, and Target and Secrets are required.
+	config.Relay
+	// Sources are the accepted senders, verified as ingress verifies them.
+	// At least one is required.
+	Sources []config.Source
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of signature windows and of the relay signature.
+	// Defaults to time.Now.
+	Now func() time.Time
+	// Transport sends forwarded requests. Defaults to one built from
+	// Relay.CAFile: TLS verified, bounded connections, no compression.
+	Transport http.RoundTripper
+}
+
+// Server is the relay's HTTP service.
+type Server struct {
+	cfg     Config
+	sources map[string]*source
+	fwd     *forwarder
+	mux     *http.ServeMux
+
+	mu   sync.Mutex
+	srv  *http.Server
+	addr net.Addr
+	done chan error
+}
+
+type source struct {
+	name     string
+	verifier verify.Verifier
+}
+
+// New checks cfg and builds a verifier per source and the forwarding client.
+// Errors name the bad field and never hold a secret.
+func New(cfg Config) (*Server, error) {
+	cfg.Relay = cfg.Relay.WithDefaults()
+	if err := cfg.Relay.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if len(cfg.Sources) == 0 {
+		return nil, errors.New("sources: at least one source is required to relay webhooks")
+	}
+	s := &Server{cfg: cfg, sources: map[string]*source{}}
+	for i, sc := range cfg.Sources {
+		v, err := verify.New(sc.Config)
+		if err != nil {
+			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
+		}
+		s.sources[sc.Name] = &source{name: sc.Name, verifier: v}
+	}
+	fwd, err := newForwarder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.fwd = fwd
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux = mux
+	return s, nil
+}
+
+// Handler is the HTTP handler (for tests and for embedding).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// readTimeout bounds reading one request from a provider.
+const readTimeout = 10 * time.Second
+
+// Start listens on cfg.Listen and serves in the background.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return errors.New("relay: already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("relay listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.srv = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       readTimeout,
+		// Reading, then forwarding within Timeout, then answering.
+		WriteTimeout:   readTimeout + s.cfg.Timeout + 2*time.Second,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.addr = ln.Addr()
+	s.done = make(chan error, 1)
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	s.cfg.Logger.Info("relay listening", slog.String("addr", s.addr.String()), slog.Int("sources", len(s.sources)))
+	return nil
+}
+
+// Addr is the bound address once started.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Stop stops accepting requests and waits for in-flight ones (their forwards
+// included) until ctx is done; requests still running then are cut off.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	if serveErr := <-done; serveErr != nil && err == nil {
+		err = serveErr
+	}
+	s.fwd.close()
+	return err
+}
+
+// answer is the relay's own answer body: short, fixed texts, never the
+// request body.
+type answer struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name := r.PathValue("source")
+	src, ok := s.sources[name]
+	relayID := newRelayID()
+	log := s.cfg.Logger.With(slog.String("source", name), slog.String("relay_id", relayID))
+	reject := func(code int, reason string) {
+		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
+		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
+	}
+	if !ok {
+		reject(http.StatusNotFound, "unknown_source")
+		return
+	}
+
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			reject(http.StatusRequestEntityTooLarge, "body_too_large")
+			return
+		}
+		reject(http.StatusBadRequest, "body_unreadable")
+		return
+	}
+	res, err := src.verifier.Verify(&verify.Request{Header: r.Header, Body: body, URL: requestURL(r), Now: s.cfg.Now()})
+	if err != nil {
+		code := http.StatusUnauthorized
+		if errors.Is(err, verify.ErrMalformedPayload) {
+			code = http.StatusBadRequest
+		}
+		reject(code, verify.Reason(err))
+		return
+	}
+
+	// Reading may have taken most of ReadTimeout; forwarding gets its own.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.Timeout + 2*time.Second))
+	log = log.With(slog.String("event_type", res.EventType))
+	// A provider that hangs up does not cut the forward off half-way: it
+	// finishes (within Timeout), and the provider's retry is a duplicate.
+	out := s.fwd.forward(context.WithoutCancel(r.Context()), name, r, body, relayID)
+	if out.err != nil {
+		log.Warn("webhook not relayed", slog.String("error_class", out.class), slog.Int("attempts", out.attempts),
+			slog.String("error", out.err.Error()), slog.Duration("took", time.Since(start)))
+	}
+	switch {
+	case out.status/100 == 2:
+		// Committed by the customer's ingress: its answer is the provider's
+		// (a duplicate's, or Slack's url_verification challenge).
+		w.Header().Set("Content-Type", out.contentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
+		w.WriteHeader(out.status)
+		_, _ = w.Write(out.body)
+		log.Info("webhook relayed", slog.Int("status", out.status), slog.Int("attempts", out.attempts),
+			slog.Duration("took", time.Since(start)))
+	case out.err != nil || out.status/100 == 5:
+		// Not committed, or not known to be: the provider must retry.
+		w.Header().Set("Retry-After", out.retryAfter)
+		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "ingress_unavailable"})
+		if out.err == nil {
+			log.Warn("webhook not relayed", slog.Int("ingress_status", out.status), slog.String("ingress_reason", out.reason),
+				slog.Duration("took", time.Since(start)))
+		}
+	default:
+		// The ingress refused a webhook the relay verified: the two disagree
+		// (secrets, limits, clocks), which an operator fixes; the provider
+		// retries meanwhile.
+		w.Header().Set("Retry-After", out.retryAfter)
+		writeJSON(w, http.StatusBadGateway, answer{Status: "unavailable", Reason: "ingress_rejected"})
+		log.Error("customer ingress refused a verified webhook", slog.Int("ingress_status", out.status),
+			slog.String("ingress_reason", out.reason), slog.Duration("took", time.Since(start)))
+	}
+}
+
+// requestURL reconstructs the URL the sender used, for schemes that sign it
+// (twilio), as ingress does.
+func requestURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
+}
+
+// newRelayID is a random id matching the relay's log lines with the
+// ingress's request.
+func newRelayID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,18 @@
+// Package reporter sends attempt metadata from the data plane to an outside
+// control plane (inlet control-plane, package controlplane): one [Record] per
+// row of webhook_ingress.job_attempts, read by id cursor as webhook_streamer,
+// batched, POSTed as JSON with a bearer token and retried with backoff until
+// the control plane acknowledges it with a 2xx.
+//
+// A record carries nothing but metadata, and its type has no field that
+// could carry more: an opaque job id (HMAC-SHA256 of jobs.id under a
+// per-deployment key), the attempt's id (the cursor), outcome and error class
+// from fixed lists, attempt number, duration and start and end times; the
+// source name and event type only when the operator opts in. No body, header,
+// error text or secret is ever read.
+//
+// At start the reporter asks the control plane for the last attempt id it
+// holds (GET /api/v1/cursor) and continues after it; the control plane stores
+// records idempotently on (tenant, attempt id), so a batch sent twice after
+// a lost answer is harmless.
+package reporter

@@ -1,0 +1,122 @@
+package reporter
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/inlet-dev/inlet/consumers"
+)
+
+// Outcome is how an attempt ended: the values of
+// webhook_ingress.job_attempts.outcome.
+type Outcome string
+
+// The fixed list of outcomes. [Outcomes] returns it.
+const (
+	OutcomeCompleted    Outcome = "completed"     // the handler succeeded
+	OutcomeFailed       Outcome = "failed"        // it failed and will be retried
+	OutcomeDeadLetter   Outcome = "dead_letter"   // the last attempt failed, or the error was permanent
+	OutcomeLeaseExpired Outcome = "lease_expired" // the consumer never reported; the reaper closed the attempt
+	OutcomeReplayed     Outcome = "replayed"      // not an attempt: an operator re-queued the job
+)
+
+var outcomes = []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeDeadLetter, OutcomeLeaseExpired, OutcomeReplayed}
+
+// Outcomes returns every outcome, a fresh slice each call.
+func Outcomes() []Outcome { return slices.Clone(outcomes) }
+
+// Record is one finished attempt as the control plane sees it. Every field
+// is a number, a time or a value checked against a fixed list or a narrow
+// pattern by [Record.Validate]: there is no map and no free text, so nothing
+// but this metadata can travel in one.
+type Record struct {
+	// AttemptID is job_attempts.id: the cursor, and with the tenant the
+	// control plane's idempotency key.
+	AttemptID int64 `json:"attempt_id"`
+	// Job is the opaque job id: hex HMAC-SHA256 of jobs.id under the
+	// deployment's key (64 hex digits), or jobs.id in decimal when the
+	// operator sends database ids.
+	Job string `json:"job"`
+	// Outcome is one of [Outcomes].
+	Outcome Outcome `json:"outcome"`
+	// Attempt is the attempt number (0 for a replay of a job never tried).
+	Attempt int `json:"attempt"`
+	// DurationMS is finished_at − started_at in milliseconds.
+	DurationMS float64 `json:"duration_ms"`
+	// ErrorClass is one of consumers.Classes(), or empty.
+	ErrorClass consumers.ErrorClass `json:"error_class,omitempty"`
+	// StartedAt and FinishedAt bound the attempt.
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	// Provider is the source name; sent only when the operator opts in.
+	Provider string `json:"provider,omitempty"`
+	// EventType is the event's type; sent only when the operator opts in.
+	EventType string `json:"event_type,omitempty"`
+}
+
+// Batch is the body of POST /api/v1/reports.
+type Batch struct {
+	Records []Record `json:"records"`
+}
+
+// Cursor is the answer of GET /api/v1/cursor: the highest attempt id the
+// control plane holds for the tenant, 0 for none.
+type Cursor struct {
+	AttemptID int64 `json:"attempt_id"`
+}
+
+// MaxBatch is the most records one batch may carry.
+const MaxBatch = 1000
+
+var (
+	jobPattern       = regexp.MustCompile(`^(?:[0-9a-f]{64}|[1-9][0-9]{0,18})$`)
+	providerPattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	eventTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+)
+
+// ErrInvalidRecord is wrapped by every error of [Record.Validate].
+var ErrInvalidRecord = errors.New("invalid record")
+
+// Validate reports the first field outside what a record may carry.
+func (r Record) Validate() error {
+	bad := func(field, why string) error { return fmt.Errorf("%w: %s: %s", ErrInvalidRecord, field, why) }
+	switch {
+	case r.AttemptID < 1:
+		return bad("attempt_id", "must be a positive integer")
+	case !jobPattern.MatchString(r.Job):
+		return bad("job", "must be 64 lower-case hex digits or a decimal id")
+	case !slices.Contains(outcomes, r.Outcome):
+		return bad("outcome", fmt.Sprintf("%q is not one of %v", r.Outcome, outcomes))
+	case r.Attempt < 0 || r.Attempt > 1_000_000:
+		return bad("attempt", "must be 0..1000000")
+	case r.DurationMS < 0 || r.DurationMS > 366*24*3600*1000:
+		return bad("duration_ms", "must be 0 or more and under a year")
+	case r.ErrorClass != "" && !slices.Contains(consumers.Classes(), r.ErrorClass):
+		return bad("error_class", fmt.Sprintf("%q is not one of %v", r.ErrorClass, consumers.Classes()))
+	case r.StartedAt.IsZero() || r.FinishedAt.IsZero():
+		return bad("started_at, finished_at", "required")
+	case r.FinishedAt.Before(r.StartedAt):
+		return bad("finished_at", "before started_at")
+	case r.Provider != "" && !providerPattern.MatchString(r.Provider):
+		return bad("provider", "must be a source name (lower-case letters, digits, '-', '_')")
+	case r.EventType != "" && !eventTypePattern.MatchString(r.EventType):
+		return bad("event_type", "must be letters, digits and . _ : / - (at most 128)")
+	}
+	return nil
+}
+
+// Validate checks the batch's size and every record.
+func (b Batch) Validate() error {
+	if len(b.Records) > MaxBatch {
+		return fmt.Errorf("%w: %d records, at most %d per batch", ErrInvalidRecord, len(b.Records), MaxBatch)
+	}
+	for i, r := range b.Records {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("records[%d]: %w", i, err)
+		}
+	}
+	return nil
+}

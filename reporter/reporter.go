@@ -1,0 +1,450 @@
+package reporter
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Config configures a [Reporter].
+type Config struct {
+	// Pool reads job_attempts and jobs; webhook_streamer's privileges are
+	// enough. Required.
+	Pool *pgxpool.Pool
+	// URL is the control plane's base URL. Required.
+	URL string
+	// Token is the bearer token of this data plane's tenant. Required.
+	Token string
+	// Key is the HMAC-SHA256 key of opaque job ids. Required unless
+	// SendDatabaseIDs, at least 16 bytes.
+	Key []byte
+	// SendDatabaseIDs sends jobs.id instead of the opaque id.
+	SendDatabaseIDs bool
+	// IncludeProvider adds the source name and event type to each record.
+	IncludeProvider bool
+	// BatchSize is the most records per POST. Defaults to 500, at most
+	// [MaxBatch].
+	BatchSize int
+	// Interval is the wait between looks once caught up. Defaults to 10s.
+	Interval time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a retry after the
+	// control plane failed to answer 2xx. Default to 500ms and 1m.
+	MinBackoff, MaxBackoff time.Duration
+	// GapTTL is how long an id the cursor passed without seeing it is looked
+	// for again (its transaction may commit after later ids). Defaults to 10m.
+	GapTTL time.Duration
+	// HTTPClient sends the requests. Defaults to a client with a 30s timeout.
+	HTTPClient *http.Client
+	// Logger receives counts, cursors and status codes, never a record or
+	// the token. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.Interval = cmp.Or(c.Interval, 10*time.Second)
+	c.MinBackoff = cmp.Or(c.MinBackoff, 500*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Minute)
+	c.GapTTL = cmp.Or(c.GapTTL, 10*time.Minute)
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("reporter: Pool is required")
+	case c.Token == "":
+		return errors.New("reporter: Token is required")
+	case !c.SendDatabaseIDs && len(c.Key) < 16:
+		return errors.New("reporter: Key of at least 16 bytes is required unless SendDatabaseIDs")
+	case c.BatchSize < 1 || c.BatchSize > MaxBatch:
+		return fmt.Errorf("reporter: BatchSize %d must be 1..%d", c.BatchSize, MaxBatch)
+	case c.Interval <= 0 || c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:
+		return errors.New("reporter: Interval and backoffs must be positive, MaxBackoff at least MinBackoff")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("reporter: URL must be an http:// or https:// URL")
+	}
+	return nil
+}
+
+// Reporter sends attempt records to the control plane. It implements the
+// start/stop contract: [Reporter.Start], [Reporter.Stop].
+type Reporter struct {
+	cfg     Config
+	base    string
+	started chan struct{}
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// gaps are ids the cursor passed without seeing them, with when: an
+	// attempt whose transaction committed after a later id's. Bounded by
+	// maxGaps; each is looked for until GapTTL.
+	gaps map[int64]time.Time
+	// lastRead is the highest id collect read, valid or not; skipped are
+	// the ids it read but could not report, which are no gaps.
+	lastRead int64
+	skipped  []int64
+}
+
+// maxGaps bounds the remembered gaps, and maxGapRun the length of one run of
+// missing ids worth remembering: ids held by transactions still open are few
+// (one per connection); a longer run is ids that will never commit.
+const (
+	maxGaps   = 10_000
+	maxGapRun = 1_000
+)
+
+// New returns a reporter for cfg.
+func New(cfg Config) (*Reporter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Reporter{
+		cfg:     cfg,
+		base:    strings.TrimRight(cfg.URL, "/"),
+		started: make(chan struct{}),
+		gaps:    map[int64]time.Time{},
+	}, nil
+}
+
+// Start runs the reporter in the background until ctx ends or Stop.
+func (r *Reporter) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return errors.New("reporter: already started")
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.run(ctx)
+	}()
+	close(r.started)
+	return nil
+}
+
+// Started is closed once Start has been called.
+func (r *Reporter) Started() <-chan struct{} { return r.started }
+
+// Stop ends the reporter and waits for it. Records not yet acknowledged are
+// sent again by the next start (the cursor comes from the control plane).
+func (r *Reporter) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (r *Reporter) run(ctx context.Context) {
+	log := r.cfg.Logger
+	var cursor int64
+	err := r.retry(ctx, "fetch cursor", func() error {
+		c, err := r.fetchCursor(ctx)
+		cursor = c
+		return err
+	})
+	if err != nil {
+		return // ctx ended
+	}
+	log.Info("reporter started", slog.Int64("cursor", cursor),
+		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
+	for {
+		var batch []Record
+		var next int64
+		err := r.retry(ctx, "read attempts", func() error {
+			var err error
+			batch, next, err = r.read(ctx, cursor)
+			return err
+		})
+		if err != nil {
+			return
+		}
+		if len(batch) > 0 {
+			if err := r.retry(ctx, "send report", func() error { return r.send(ctx, batch) }); err != nil {
+				return
+			}
+			for _, rec := range batch {
+				delete(r.gaps, rec.AttemptID)
+			}
+			log.Debug("report acknowledged", slog.Int("records", len(batch)), slog.Int64("cursor", next))
+		}
+		for _, id := range r.skipped {
+			delete(r.gaps, id)
+		}
+		if next > cursor {
+			r.noteGaps(cursor, next, batch)
+			cursor = next
+		}
+		if len(batch) >= r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.cfg.Interval):
+		}
+	}
+}
+
+// retry runs f until it succeeds or ctx ends, waiting with exponential
+// backoff and jitter between tries.
+func (r *Reporter) retry(ctx context.Context, what string, f func() error) error {
+	wait := r.cfg.MinBackoff
+	for try := 1; ; try++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.cfg.Logger.Warn("reporter: "+what+" failed, retrying", slog.Int("try", try),
+			slog.Duration("wait", wait), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		}
+		wait = min(wait*2, r.cfg.MaxBackoff)
+	}
+}
+
+// read returns the next records: the gaps that became visible, then up to a
+// batch of ids above cursor. next is the new cursor once they are sent.
+func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next int64, err error) {
+	next = cursor
+	r.lastRead, r.skipped = 0, r.skipped[:0]
+	now := time.Now()
+	var gapIDs []int64
+	for id, seen := range r.gaps {
+		if now.Sub(seen) > r.cfg.GapTTL {
+			delete(r.gaps, id)
+			continue
+		}
+		if len(gapIDs) < max(r.cfg.BatchSize/2, 1) { // the rest wait for the next batch
+			gapIDs = append(gapIDs, id)
+		}
+	}
+	if len(gapIDs) > 0 {
+		rows, err := r.cfg.Pool.Query(ctx, schema.Query("ReporterAttemptsByID"), gapIDs)
+		if err != nil {
+			return nil, cursor, fmt.Errorf("read gap attempts: %w", err)
+		}
+		batch, err = r.collect(rows, batch)
+		if err != nil {
+			return nil, cursor, fmt.Errorf("read gap attempts: %w", err)
+		}
+	}
+	rows, err := r.cfg.Pool.Query(ctx, schema.Query("ReporterAttemptsAfter"), cursor, max(r.cfg.BatchSize-len(batch), 1))
+	if err != nil {
+		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
+	}
+	n := len(batch)
+	batch, err = r.collect(rows, batch)
+	if err != nil {
+		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
+	}
+	for _, rec := range batch[n:] {
+		next = max(next, rec.AttemptID)
+	}
+	// collect drops invalid rows; the cursor still moves past them.
+	next = max(next, r.lastRead)
+	return batch, next, nil
+}
+
+// collect appends a record per row, skipping (and logging) a row that is not
+// a valid record, and remembers the highest id read in lastRead.
+func (r *Reporter) collect(rows pgx.Rows, batch []Record) ([]Record, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			rec                 Record
+			jobID               int64
+			outcome, class      string
+			provider, eventType string
+		)
+		if err := rows.Scan(&rec.AttemptID, &jobID, &rec.Attempt, &outcome, &class,
+			&rec.StartedAt, &rec.FinishedAt, &rec.DurationMS, &provider, &eventType); err != nil {
+			return nil, err
+		}
+		r.lastRead = max(r.lastRead, rec.AttemptID)
+		rec.Job = r.jobRef(jobID)
+		rec.Outcome = Outcome(outcome)
+		rec.ErrorClass = consumers.ErrorClass(class)
+		rec.StartedAt, rec.FinishedAt = rec.StartedAt.UTC(), rec.FinishedAt.UTC()
+		if rec.FinishedAt.Before(rec.StartedAt) {
+			// started_at is the consumer's clock, finished_at the database's:
+			// a skew between them is not a reason to lose the record.
+			rec.StartedAt, rec.DurationMS = rec.FinishedAt, 0
+		}
+		if r.cfg.IncludeProvider {
+			rec.Provider = provider
+			if eventTypePattern.MatchString(eventType) {
+				rec.EventType = eventType
+			}
+		}
+		if err := rec.Validate(); err != nil {
+			r.cfg.Logger.Warn("reporter: attempt not reportable, skipped", slog.Int64("attempt_id", rec.AttemptID),
+				slog.String("error", err.Error()))
+			r.skipped = append(r.skipped, rec.AttemptID)
+			continue
+		}
+		batch = append(batch, rec)
+	}
+	return batch, rows.Err()
+}
+
+// jobRef is the job id as the control plane sees it.
+func (r *Reporter) jobRef(jobID int64) string {
+	id := strconv.FormatInt(jobID, 10)
+	if r.cfg.SendDatabaseIDs {
+		return id
+	}
+	return OpaqueJobID(r.cfg.Key, jobID)
+}
+
+// OpaqueJobID is the hex HMAC-SHA256 of the decimal job id under key.
+func OpaqueJobID(key []byte, jobID int64) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(strconv.FormatInt(jobID, 10)))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// noteGaps remembers the ids in (from, to] that the batch did not carry.
+func (r *Reporter) noteGaps(from, to int64, batch []Record) {
+	seen := make(map[int64]bool, len(batch))
+	for _, rec := range batch {
+		if rec.AttemptID > from && rec.AttemptID <= to {
+			seen[rec.AttemptID] = true
+		}
+	}
+	for _, id := range r.skipped {
+		if id > from && id <= to {
+			seen[id] = true
+		}
+	}
+	if to-from-int64(len(seen)) > maxGapRun {
+		return // far more missing than open transactions can hold
+	}
+	now := time.Now()
+	for id := from + 1; id < to && len(r.gaps) < maxGaps; id++ {
+		if !seen[id] {
+			r.gaps[id] = now
+		}
+	}
+}
+
+// errStatus is a control plane answer other than 2xx.
+type errStatus struct {
+	status int
+	reason string
+}
+
+func (e *errStatus) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("control plane answered %d", e.status)
+	}
+	return fmt.Sprintf("control plane answered %d: %s", e.status, e.reason)
+}
+
+func (r *Reporter) fetchCursor(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+"/api/v1/cursor", nil)
+	if err != nil {
+		return 0, err
+	}
+	var c Cursor
+	if err := r.do(req, &c); err != nil {
+		return 0, fmt.Errorf("get cursor: %w", err)
+	}
+	if c.AttemptID < 0 {
+		return 0, fmt.Errorf("get cursor: negative attempt id %d", c.AttemptID)
+	}
+	return c.AttemptID, nil
+}
+
+func (r *Reporter) send(ctx context.Context, records []Record) error {
+	body, err := json.Marshal(Batch{Records: records})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/api/v1/reports", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if err := r.do(req, nil); err != nil {
+		return fmt.Errorf("post %d records: %w", len(records), err)
+	}
+	return nil
+}
+
+// do sends req with the token and decodes a 2xx answer into out (if non-nil).
+func (r *Reporter) do(req *http.Request, out any) error {
+	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	resp, err := r.cfg.HTTPClient.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the URL is configuration; the log needs only why
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = json.Unmarshal(b, &e)
+		if len(e.Error) > 200 {
+			e.Error = e.Error[:200]
+		}
+		return &errStatus{status: resp.StatusCode, reason: e.Error}
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,425 @@
+package reporter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/controlplane"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/reporter"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const (
+	tenantToken = "reporter-test-tenant-token"
+	hmacKey     = "reporter-test-hmac-key-0123"
+	errorText   = "dial tcp 10.1.2.3:443: secret-error-text"
+)
+
+// controlPlane is a real control plane over real HTTP that records every
+// report body it is sent and can be taken down (connections dropped unanswered).
+type controlPlane struct {
+	url    string
+	pool   *pgxpool.Pool
+	down   atomic.Bool
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func newControlPlane(t *testing.T) *controlPlane {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := controlplane.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := controlplane.New(controlplane.Config{Pool: pool, Tenants: []controlplane.Tenant{{Name: "acme", Token: tenantToken}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &controlPlane{pool: pool}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cp.down.Load() {
+			panic(http.ErrAbortHandler) // as if nothing listened: no answer at all
+		}
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			cp.mu.Lock()
+			cp.bodies = append(cp.bodies, b)
+			cp.mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	cp.url = hs.URL
+	return cp
+}
+
+// sent is every record the control plane was sent, decoded field by field.
+func (cp *controlPlane) sent(t *testing.T) []map[string]json.RawMessage {
+	t.Helper()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []map[string]json.RawMessage
+	for _, b := range cp.bodies {
+		var batch map[string][]map[string]json.RawMessage
+		if err := json.Unmarshal(b, &batch); err != nil {
+			t.Fatalf("report body is not a batch: %v", err)
+		}
+		for k := range batch {
+			if k != "records" {
+				t.Errorf("batch has a field %q", k)
+			}
+		}
+		out = append(out, batch["records"]...)
+	}
+	return out
+}
+
+type storedRow struct {
+	attemptID                     int64
+	job, outcome                  string
+	attempt                       int
+	durationMS                    float64
+	errorClass, provider, evtType *string
+	startedAt, finishedAt         time.Time
+}
+
+func (cp *controlPlane) rows(t *testing.T) []storedRow {
+	t.Helper()
+	rows, err := cp.pool.Query(context.Background(), `SELECT attempt_id, job, outcome, attempt, duration_ms, error_class,
+		provider, event_type, started_at, finished_at FROM control_plane.attempts WHERE tenant = 'acme' ORDER BY attempt_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []storedRow
+	for rows.Next() {
+		var r storedRow
+		if err := rows.Scan(&r.attemptID, &r.job, &r.outcome, &r.attempt, &r.durationMS, &r.errorClass,
+			&r.provider, &r.evtType, &r.startedAt, &r.finishedAt); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitStored waits until the control plane holds n records.
+func (cp *controlPlane) waitStored(t *testing.T, n int) []storedRow {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rows := cp.rows(t)
+		if len(rows) >= n || time.Now().After(deadline) {
+			if len(rows) != n {
+				t.Fatalf("control plane holds %d records, want %d", len(rows), n)
+			}
+			return rows
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dataPlane is a migrated Inlet database with a subscribed handler.
+type dataPlane struct {
+	url   string
+	super *pgxpool.Pool
+	n     int
+}
+
+func newDataPlane(t *testing.T) *dataPlane {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('forward', 'github')`); err != nil {
+		t.Fatal(err)
+	}
+	return &dataPlane{url: url, super: pool}
+}
+
+// job stores an event (the fan-out trigger creates its job) and returns the
+// job's id.
+func (d *dataPlane) job(t *testing.T) int64 {
+	t.Helper()
+	ctx := context.Background()
+	d.n++
+	var eventID int64
+	if err := d.super.QueryRow(ctx, `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
+		VALUES ('github', 'github', $1, 'push', '{"X-Secret-Header": ["hdr-value"]}', '\x626f64792d6279746573', true)
+		RETURNING id`, "delivery-"+strconv.Itoa(d.n)).Scan(&eventID); err != nil {
+		t.Fatal(err)
+	}
+	var jobID int64
+	if err := d.super.QueryRow(ctx, `SELECT id FROM webhook_ingress.jobs WHERE event_id = $1`, eventID).Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	return jobID
+}
+
+// attempt records a finished attempt the way a consumer does.
+func (d *dataPlane) attempt(t *testing.T, jobID int64, n int, outcome, class, errText string) {
+	t.Helper()
+	var cls, txt any
+	if class != "" {
+		cls, txt = class, errText
+	}
+	if _, err := d.super.Exec(context.Background(), schema.Query("InsertAttempt"), jobID, n, "worker-1",
+		time.Now().Add(-25*time.Millisecond), outcome, cls, txt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *dataPlane) attemptIDs(t *testing.T) []int64 {
+	t.Helper()
+	rows, err := d.super.Query(context.Background(), `SELECT id FROM webhook_ingress.job_attempts ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// startReporter runs a reporter as webhook_streamer against cp.
+func startReporter(t *testing.T, d *dataPlane, cp *controlPlane, edit func(*reporter.Config)) *reporter.Reporter {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := database.Open(ctx, d.url, database.Options{Role: "webhook_streamer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	cfg := reporter.Config{
+		Pool: pool, URL: cp.url, Token: tenantToken, Key: []byte(hmacKey),
+		BatchSize: 3, Interval: 30 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	r, err := reporter.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+var allowedFields = []string{"attempt_id", "job", "outcome", "attempt", "duration_ms", "error_class", "started_at", "finished_at"}
+
+func TestRecordsCarryOnlyTheAllowedFields(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	jobs := []int64{d.job(t), d.job(t), d.job(t)}
+	d.attempt(t, jobs[0], 1, "completed", "", "")
+	d.attempt(t, jobs[1], 1, "failed", "http_5xx", errorText)
+	d.attempt(t, jobs[1], 2, "dead_letter", "http_5xx", errorText)
+	d.attempt(t, jobs[2], 1, "lease_expired", "lease_expired", "")
+	startReporter(t, d, cp, nil)
+	rows := cp.waitStored(t, 4)
+
+	for _, rec := range cp.sent(t) {
+		for k := range rec {
+			if !slices.Contains(allowedFields, k) {
+				t.Errorf("a record carries field %q", k)
+			}
+		}
+	}
+	cp.mu.Lock()
+	for _, b := range cp.bodies {
+		for _, leak := range []string{"secret-error-text", "10.1.2.3", "hdr-value", "X-Secret-Header", "body-bytes", "delivery-", "github", "push", tenantToken, hmacKey} {
+			if bytes.Contains(b, []byte(leak)) {
+				t.Errorf("a report carries %q", leak)
+			}
+		}
+	}
+	cp.mu.Unlock()
+
+	ids := d.attemptIDs(t)
+	want := []struct {
+		job           int64
+		outcome, cls  string
+		attemptNumber int
+	}{{jobs[0], "completed", "", 1}, {jobs[1], "failed", "http_5xx", 1}, {jobs[1], "dead_letter", "http_5xx", 2}, {jobs[2], "lease_expired", "lease_expired", 1}}
+	for i, r := range rows {
+		w := want[i]
+		if r.attemptID != ids[i] {
+			t.Errorf("record %d: attempt id %d, want %d", i, r.attemptID, ids[i])
+		}
+		if r.job == strconv.FormatInt(w.job, 10) || r.job != reporter.OpaqueJobID([]byte(hmacKey), w.job) || len(r.job) != 64 {
+			t.Errorf("record %d: job %q is not the opaque id of job %d", i, r.job, w.job)
+		}
+		cls := ""
+		if r.errorClass != nil {
+			cls = *r.errorClass
+		}
+		if r.outcome != w.outcome || cls != w.cls || r.attempt != w.attemptNumber {
+			t.Errorf("record %d: %s/%q attempt %d, want %s/%q attempt %d", i, r.outcome, cls, r.attempt, w.outcome, w.cls, w.attemptNumber)
+		}
+		if r.provider != nil || r.evtType != nil {
+			t.Errorf("record %d: provider/event type sent without opting in", i)
+		}
+		if r.durationMS < 20 || r.finishedAt.Before(r.startedAt) {
+			t.Errorf("record %d: duration %.1fms from %s to %s", i, r.durationMS, r.startedAt, r.finishedAt)
+		}
+	}
+}
+
+func TestProviderAndDatabaseIDsOnlyWhenOptedIn(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	job := d.job(t)
+	d.attempt(t, job, 1, "completed", "", "")
+	startReporter(t, d, cp, func(c *reporter.Config) { c.IncludeProvider, c.SendDatabaseIDs, c.Key = true, true, nil })
+	rows := cp.waitStored(t, 1)
+	r := rows[0]
+	if r.job != strconv.FormatInt(job, 10) {
+		t.Errorf("job %q, want the database id %d", r.job, job)
+	}
+	if r.provider == nil || *r.provider != "github" || r.evtType == nil || *r.evtType != "push" {
+		t.Errorf("provider %v, event type %v; want github, push", r.provider, r.evtType)
+	}
+}
+
+func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	cp.down.Store(true) // down before the reporter even has its cursor
+	for range 4 {
+		d.attempt(t, d.job(t), 1, "completed", "", "")
+	}
+	rep := startReporter(t, d, cp, nil)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(cp.rows(t)); n != 0 {
+		t.Fatalf("%d records stored while down", n)
+	}
+	cp.down.Store(false)
+	cp.waitStored(t, 4)
+
+	// Down again mid-stream: the unacknowledged batches are sent once it is back.
+	cp.down.Store(true)
+	for range 5 {
+		d.attempt(t, d.job(t), 1, "failed", "timeout", errorText)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cp.down.Store(false)
+	cp.waitStored(t, 9)
+
+	// A restarted reporter resumes at the control plane's cursor: nothing
+	// already held is sent again.
+	rep.Stop()
+	before := len(cp.sent(t))
+	for range 2 {
+		d.attempt(t, d.job(t), 1, "completed", "", "")
+	}
+	startReporter(t, d, cp, nil)
+	rows := cp.waitStored(t, 11)
+	if again := len(cp.sent(t)) - before; again != 2 {
+		t.Errorf("the restarted reporter sent %d records, want the 2 new ones", again)
+	}
+	var got []int64
+	for _, r := range rows {
+		got = append(got, r.attemptID)
+	}
+	if want := d.attemptIDs(t); !slices.Equal(got, want) {
+		t.Fatalf("control plane holds attempts %v, data plane has %v", got, want)
+	}
+}
+
+// An attempt whose transaction commits after a later attempt's (its id is
+// lower) is still reported, though the cursor already passed it.
+func TestLateCommittedAttemptIsReported(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	ctx := context.Background()
+	slowJob, fastJob := d.job(t), d.job(t)
+	startReporter(t, d, cp, nil)
+	tx, err := d.super.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, schema.Query("InsertAttempt"), slowJob, 1, "w", time.Now(), "completed", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.attempt(t, fastJob, 1, "completed", "", "")
+	cp.waitStored(t, 1)
+	time.Sleep(100 * time.Millisecond) // a few more rounds past the gap
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows := cp.waitStored(t, 2)
+	if rows[0].job != reporter.OpaqueJobID([]byte(hmacKey), slowJob) {
+		t.Fatalf("the late attempt is not the one stored first: %+v", rows)
+	}
+}
+
+func TestBadTokenIsRetriedNotSkipped(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	d.attempt(t, d.job(t), 1, "completed", "", "")
+	startReporter(t, d, cp, func(c *reporter.Config) { c.Token = "not-the-tenant-token-000" })
+	time.Sleep(200 * time.Millisecond)
+	if n := len(cp.rows(t)); n != 0 {
+		t.Fatalf("%d records stored with a bad token", n)
+	}
+}
+
+func TestRecordValidate(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ok := reporter.Record{AttemptID: 1, Job: strings.Repeat("0", 64), Outcome: reporter.OutcomeCompleted, StartedAt: now, FinishedAt: now}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range reporter.Outcomes() {
+		r := ok
+		r.Outcome = o
+		if err := r.Validate(); err != nil {
+			t.Errorf("outcome %s: %v", o, err)
+		}
+	}
+	bad := ok
+	bad.Job = "Job 42"
+	if err := bad.Validate(); err == nil {
+		t.Error("free text accepted as job id")
+	}
+}
