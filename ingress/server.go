@@ -203,6 +203,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	if serveErr := <-done; serveErr != nil && err == nil {
 		err = serveErr
 	}
+	// Every request has its answer: a store with committers of its own
+	// (GroupStore) can stop now.
+	if c, ok := s.cfg.Store.(interface{ Close() }); ok {
+		c.Close()
+	}
 	return err
 }
 

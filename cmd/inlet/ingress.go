@@ -73,10 +73,15 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 }
 
 func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hinter ingress.Hinter, reg prometheus.Registerer, log *slog.Logger) (*ingress.Server, error) {
+	var store ingress.Store = ingress.NewPGStore(pool, hinter)
+	if gc := cfg.Ingress.GroupCommit; !gc.Disabled {
+		store = ingress.NewGroupStore(pool, hinter, ingress.GroupConfig{
+			MaxBatch: gc.MaxBatch, MaxWait: gc.MaxWait, Committers: gc.Committers, Timeout: cfg.Ingress.StoreTimeout})
+	}
 	srv, err := ingress.New(ingress.Config{
 		Ingress: cfg.Ingress,
 		Sources: cfg.Sources,
-		Store:   ingress.NewPGStore(pool, hinter),
+		Store:   store,
 		Ready:   database.Ready(pool),
 		Logger:  log,
 		Metrics: reg,

@@ -256,6 +256,23 @@ type Ingress struct {
 	// own, never the public webhook port. In inlet dev it carries every
 	// component's metrics. Defaults to ":8083"; "off" disables it.
 	MetricsListen string `yaml:"metrics_listen"`
+	// GroupCommit lets concurrent webhooks share one transaction.
+	GroupCommit GroupCommit `yaml:"group_commit"`
+}
+
+// GroupCommit configures ingress's group commit: verified webhooks that
+// arrive together are stored by one multi-row INSERT and one COMMIT, each
+// answered after it with its own stored or duplicate.
+type GroupCommit struct {
+	// Disabled stores each webhook in a transaction of its own.
+	Disabled bool `yaml:"disabled"`
+	// MaxBatch is the most webhooks one transaction stores. Defaults to 128.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxWait is how long a batch waits for more after its first webhook.
+	// Defaults to 1ms.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Committers is how many batches commit at once. Defaults to 4.
+	Committers int `yaml:"committers"`
 }
 
 // Heartbeat configures the silent-source detector, run by inlet streamer
@@ -357,6 +374,9 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Streamer.HealthListen = or(c.Streamer.HealthListen, ":8081")
 	c.Ingress.MetricsListen = or(c.Ingress.MetricsListen, ":8083")
+	c.Ingress.GroupCommit.MaxBatch = or(c.Ingress.GroupCommit.MaxBatch, 128)
+	c.Ingress.GroupCommit.MaxWait = or(c.Ingress.GroupCommit.MaxWait, time.Millisecond)
+	c.Ingress.GroupCommit.Committers = or(c.Ingress.GroupCommit.Committers, 4)
 	c.Heartbeat.CheckEvery = or(c.Heartbeat.CheckEvery, time.Minute)
 	c.Tracing.SampleRatio = or(c.Tracing.SampleRatio, 1)
 	c.Heartbeat.Factor = or(c.Heartbeat.Factor, 2)
@@ -428,6 +448,9 @@ func (c Config) Validate() error {
 		if d < 0 {
 			return fmt.Errorf("%s: must not be negative, got %s", name, d)
 		}
+	}
+	if gc := c.Ingress.GroupCommit; gc.MaxBatch < 1 || gc.MaxBatch > 10000 || gc.MaxWait < 0 || gc.MaxWait > time.Second || gc.Committers < 1 || gc.Committers > 64 {
+		return fmt.Errorf("ingress.group_commit: max_batch %d (1..10000), max_wait %s (0..1s), committers %d (1..64)", gc.MaxBatch, gc.MaxWait, gc.Committers)
 	}
 	if c.Ingress.StoreTimeout >= c.Ingress.WriteTimeout {
 		return fmt.Errorf("ingress.store_timeout (%s) must be shorter than ingress.write_timeout (%s), or no answer is written", c.Ingress.StoreTimeout, c.Ingress.WriteTimeout)

@@ -235,3 +235,20 @@ func TestSecretFromFile(t *testing.T) {
 		t.Fatalf("missing secret file: %v", err)
 	}
 }
+
+func TestGroupCommitSection(t *testing.T) {
+	t.Parallel()
+	none := func(string) (string, bool) { return "", false }
+	c, err := Parse([]byte("ingress:\n  group_commit: {max_batch: 32}\n"), none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gc := c.Ingress.GroupCommit; gc.MaxBatch != 32 || gc.MaxWait != time.Millisecond || gc.Committers != 4 || gc.Disabled {
+		t.Fatalf("group_commit = %+v", gc)
+	}
+	for _, bad := range []string{"max_batch: -1", "max_wait: 2s", "committers: 100"} {
+		if _, err := Parse([]byte("ingress:\n  group_commit: {"+bad+"}\n"), none); err == nil || !strings.Contains(err.Error(), "ingress.group_commit") {
+			t.Errorf("group_commit %s: %v, want an error naming the field", bad, err)
+		}
+	}
+}

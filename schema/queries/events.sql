@@ -10,3 +10,17 @@
 INSERT INTO webhook_ingress.events
     (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''))
+
+-- name: InsertEvents
+-- Several verified webhooks in one statement (group commit: one transaction,
+-- one WAL flush). Arrays, one element per event, in the order of InsertEvent's
+-- parameters ($5 headers as JSON text; $8 NULL for an unverified event; $10
+-- '' for no trace). A duplicate inserts nothing, as in InsertEvent; RETURNING
+-- names the keys stored (the ingress role may read only those columns).
+INSERT INTO webhook_ingress.events
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
+SELECT u.provider, u.scheme, u.external_event_id, u.event_type, u.headers::jsonb, u.raw_body, u.signature_verified,
+       u.secret_index, u.request_uri, nullif(u.trace_parent, '')
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::smallint[], $9::text[], $10::text[])
+    AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
+RETURNING provider, external_event_id

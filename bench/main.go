@@ -1,0 +1,262 @@
+// Command bench measures Inlet against a baseline measured in the same run,
+// on a throwaway PostgreSQL with fsync and synchronous_commit on, and prints
+// the figures as a table and saves them as JSON under bench/.
+//
+//	go tool task bench              # or: go run ./bench -duration 5s
+//
+// Ingest: signed Stripe webhooks per second through HTTP → verified →
+// committed, from a Go load generator on loopback at 1, 32 and 256
+// connections, with group commit and without; p50/p99 of the 200. Baseline:
+// pgbench running one single-row INSERT transaction per client at the same
+// concurrency against the same cluster. Printed: ingest / baseline.
+//
+// Not yet measured here (issue 9): end-to-end latency, jobs/s against
+// River, claim latency at 1M/10M finished jobs, peak RSS.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgcluster"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+const stripeSecret = "whsec_bench_secret"
+
+// Result is one measured row.
+type Result struct {
+	Name        string  `json:"name"`
+	Connections int     `json:"connections"`
+	PerSecond   float64 `json:"per_second"`
+	P50ms       float64 `json:"p50_ms,omitempty"`
+	P99ms       float64 `json:"p99_ms,omitempty"`
+	Errors      int64   `json:"errors"`
+}
+
+func main() {
+	duration := flag.Duration("duration", 5*time.Second, "how long each measurement runs")
+	conns := flag.String("connections", "1,32,256", "concurrency levels")
+	out := flag.String("out", "bench", "directory for the JSON results")
+	flag.Parse()
+	if err := run(*duration, *conns, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(duration time.Duration, connList, outDir string) error {
+	ctx := context.Background()
+	var levels []int
+	for _, s := range strings.Split(connList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-connections: %q is not a list of positive numbers", connList)
+		}
+		levels = append(levels, n)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "inlet-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: log,
+		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB"}})
+	if err != nil {
+		return err
+	}
+	if err := cluster.Start(ctx); err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	url := cluster.URL("postgres")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE bench_baseline (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body bytea NOT NULL)`); err != nil {
+		return err
+	}
+	conn.Close(ctx)
+	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n\n", cluster.BinDir(), duration)
+
+	var results []Result
+	baseline := map[int]float64{}
+	for _, n := range levels {
+		tps, err := pgbench(ctx, cluster, url, n, duration)
+		if err != nil {
+			return err
+		}
+		baseline[n] = tps
+		results = append(results, Result{Name: "pgbench single-row INSERT", Connections: n, PerSecond: tps})
+		for _, group := range []bool{true, false} {
+			r, err := ingest(ctx, url, n, duration, group)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+		}
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASUREMENT\tCONNS\tPER SECOND\tP50 MS\tP99 MS\tERRORS\t/ BASELINE")
+	for _, r := range results {
+		ratio := r.PerSecond / baseline[r.Connections]
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%.2f×\n", r.Name, r.Connections, r.PerSecond, ms(r.P50ms), ms(r.P99ms), r.Errors, ratio)
+	}
+	tw.Flush()
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(outDir, "ingest-"+time.Now().UTC().Format("20060102T150405Z")+".json")
+	b, _ := json.MarshalIndent(map[string]any{"duration": duration.String(), "results": results}, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nsaved %s\n", path)
+	return nil
+}
+
+func ms(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbench runs the baseline: each client commits one single-row INSERT of a
+// body the size of the webhooks' per transaction.
+func pgbench(ctx context.Context, c *pgcluster.Cluster, url string, clients int, d time.Duration) (float64, error) {
+	script, err := os.CreateTemp("", "inlet-bench-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(script.Name())
+	fmt.Fprintln(script, `INSERT INTO bench_baseline (body) VALUES (convert_to(repeat('x', 300), 'UTF8'));`)
+	script.Close()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "pgbench"), "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 4)),
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", script.Name(), url)
+	outB, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, outB)
+	}
+	m := tpsLine.FindSubmatch(outB)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench -c %d: no tps in its output:\n%s", clients, outB)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// ingest runs ingress in this process on loopback and drives it with conns
+// keep-alive connections for d.
+func ingest(ctx context.Context, url string, conns int, d time.Duration, group bool) (Result, error) {
+	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 16, AppName: "inlet-bench-ingress"})
+	if err != nil {
+		return Result{}, err
+	}
+	defer pool.Close()
+	var store ingress.Store = ingress.NewPGStore(pool, nil)
+	name := "inlet ingest, one transaction each"
+	if group {
+		store = ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
+		name = "inlet ingest, group commit"
+	}
+	srv, err := ingress.New(ingress.Config{
+		Ingress: config.Ingress{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
+		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
+		Store:   store,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer srv.Stop(context.Background())
+	base := "http://" + srv.Addr().(*net.TCPAddr).String() + "/webhooks/stripe"
+
+	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
+	var seq, errs atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	stop := time.Now().Add(d)
+	prefix := fmt.Sprintf("evt_bench_%t_%d_%d_", group, conns, time.Now().UnixNano())
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conns {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, 1024)
+			for time.Now().Before(stop) {
+				id := prefix + strconv.FormatInt(seq.Add(1), 10)
+				body := []byte(`{"id":"` + id + `","object":"event","type":"invoice.paid","data":{"object":{"id":"in_1","amount_due":2000,"currency":"usd","customer":"cus_bench"}}}` + strings.Repeat(" ", 160))
+				req, _ := http.NewRequest(http.MethodPost, base, bytes.NewReader(body))
+				req.Header = verify.SignStripe(stripeSecret, time.Now(), body)
+				req.Header.Set("Content-Type", "application/json")
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if c, ok := store.(interface{ Close() }); ok {
+		c.Close()
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	return Result{Name: name, Connections: conns, PerSecond: float64(len(lat)) / elapsed.Seconds(),
+		P50ms: pct(0.50), P99ms: pct(0.99), Errors: errs.Load()}, nil
+}
+

@@ -1,0 +1,152 @@
+package ingress_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+type countingHinter struct{ n atomic.Int64 }
+
+func (h *countingHinter) Hint() { h.n.Add(1) }
+
+func groupStore(t *testing.T, cfg ingress.GroupConfig) (*ingress.GroupStore, *pgxpool.Pool, *countingHinter) {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h := &countingHinter{}
+	g := ingress.NewGroupStore(pool, h, cfg)
+	t.Cleanup(g.Close)
+	return g, admin, h
+}
+
+func event(id string) *ingress.Event {
+	return &ingress.Event{Provider: "stripe", Scheme: "stripe", ExternalID: id, EventType: "invoice.paid",
+		Headers: map[string][]string{"Stripe-Signature": {"t=1,v1=x"}}, RequestURI: "/webhooks/stripe",
+		RawBody: []byte(`{"id":"` + id + `"}`), Verified: true}
+}
+
+// 400 concurrent inserts of 100 distinct keys, each sent four times: exactly
+// one answer per key says stored, the rest duplicate, 100 rows; the
+// transactions were shared (fewer commits than inserts).
+func TestGroupCommitAnswersEachRequest(t *testing.T) {
+	t.Parallel()
+	g, admin, hints := groupStore(t, ingress.GroupConfig{MaxBatch: 64, MaxWait: 2 * time.Millisecond, Committers: 2})
+	ctx := context.Background()
+	const keys, copies = 100, 4
+	stored := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	for c := range copies {
+		for k := range keys {
+			wg.Go(func() {
+				s, err := g.Insert(ctx, event(fmt.Sprintf("evt_g_%d", k)))
+				if err != nil {
+					t.Errorf("insert %d (copy %d): %v", k, c, err)
+				}
+				if s {
+					stored[k].Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := stored[k].Load(); n != 1 {
+			t.Fatalf("key %d: %d answers said stored, want 1", k, n)
+		}
+	}
+	var rows int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events`).Scan(&rows); err != nil || rows != keys {
+		t.Fatalf("%d rows (%v), want %d", rows, err, keys)
+	}
+	if hints.n.Load() == 0 {
+		t.Fatal("no hint after commits that stored events")
+	}
+	// Same key twice in one batch: the first stored, the second duplicate.
+	var a, b bool
+	var wg2 sync.WaitGroup
+	wg2.Go(func() { a, _ = g.Insert(ctx, event("evt_same_batch")) })
+	wg2.Go(func() { b, _ = g.Insert(ctx, event("evt_same_batch")) })
+	wg2.Wait()
+	if a == b {
+		t.Fatalf("two inserts of one key in one batch: stored %v and %v, want exactly one", a, b)
+	}
+	// Each transaction that stored rows left its xmin on them.
+	var xacts int
+	if err := admin.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM webhook_ingress.events`).Scan(&xacts); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events stored by %d transactions", keys+1, xacts)
+	if xacts >= keys {
+		t.Fatalf("%d transactions stored %d events: nothing was grouped", xacts, keys+1)
+	}
+}
+
+// A batch with one event the database refuses fails only that event.
+func TestGroupCommitFailsOnlyTheBadEvent(t *testing.T) {
+	t.Parallel()
+	g, admin, _ := groupStore(t, ingress.GroupConfig{MaxBatch: 16, MaxWait: 50 * time.Millisecond, Committers: 1})
+	ctx := context.Background()
+	bad := event("evt_bad")
+	bad.Provider = "" // violates events_provider_not_empty
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range 6 {
+		wg.Go(func() {
+			e := event(fmt.Sprintf("evt_ok_%d", i))
+			if i == 3 {
+				e = bad
+			}
+			_, errs[i] = g.Insert(ctx, e)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err != nil) != (i == 3) {
+			t.Fatalf("insert %d: %v (only 3 should fail)", i, err)
+		}
+	}
+	var rows int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events`).Scan(&rows); err != nil || rows != 5 {
+		t.Fatalf("%d rows (%v), want 5", rows, err)
+	}
+}
+
+// A caller whose context ends while queued gets its error; after Close,
+// Insert refuses.
+func TestGroupCommitContextAndClose(t *testing.T) {
+	t.Parallel()
+	g, _, _ := groupStore(t, ingress.GroupConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := g.Insert(ctx, event("evt_cancelled")); err == nil {
+		t.Fatal("Insert with a cancelled context succeeded")
+	}
+	if s, err := g.Insert(context.Background(), event("evt_live")); err != nil || !s {
+		t.Fatalf("Insert: %v, %v", s, err)
+	}
+	g.Close()
+	if _, err := g.Insert(context.Background(), event("evt_after_close")); err == nil {
+		t.Fatal("Insert after Close succeeded")
+	}
+}
