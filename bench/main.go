@@ -84,6 +84,9 @@ func run(duration time.Duration, connList, outDir string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // the server's user must enter it
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: log,
 		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB"}})
@@ -164,7 +167,11 @@ func pgbench(ctx context.Context, c *pgcluster.Cluster, url string, clients int,
 	defer os.Remove(script.Name())
 	fmt.Fprintln(script, `INSERT INTO bench_baseline (body) VALUES (convert_to(repeat('x', 300), 'UTF8'));`)
 	script.Close()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "pgbench"), "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 4)),
+	bin, err := findPgbench(c.BinDir())
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 4)),
 		"-T", strconv.Itoa(int(d.Seconds())), "-f", script.Name(), url)
 	outB, err := cmd.CombinedOutput()
 	if err != nil {
@@ -175,6 +182,32 @@ func pgbench(ctx context.Context, c *pgcluster.Cluster, url string, clients int,
 		return 0, fmt.Errorf("pgbench -c %d: no tps in its output:\n%s", clients, outB)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// findPgbench looks beside the server binaries, on PATH, then in Debian's
+// versioned directories (newest first).
+func findPgbench(binDir string) (string, error) {
+	if p := filepath.Join(binDir, "pgbench"); fileExists(p) {
+		return p, nil
+	}
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	slices.SortFunc(dirs, func(a, b string) int {
+		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(a))))
+		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(b))))
+		return vb - va
+	})
+	if len(dirs) > 0 {
+		return dirs[0], nil
+	}
+	return "", fmt.Errorf("pgbench not found beside %s, on PATH or in /usr/lib/postgresql/*/bin (Debian: apt-get install postgresql-<version>)", binDir)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // ingest runs ingress in this process on loopback and drives it with conns
@@ -259,4 +292,3 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 	return Result{Name: name, Connections: conns, PerSecond: float64(len(lat)) / elapsed.Seconds(),
 		P50ms: pct(0.50), P99ms: pct(0.99), Errors: errs.Load()}, nil
 }
-

@@ -22,8 +22,9 @@ type GroupConfig struct {
 	// MaxBatch is the most events one transaction stores. Defaults to 128.
 	MaxBatch int
 	// MaxWait is how long a batch that is not full waits for more events
-	// after its first one. Defaults to 1ms; a negative value never waits (a
-	// batch is then whatever queued while the last commit ran).
+	// once it holds two (a lone event never waits). Defaults to 1ms; a
+	// negative value never waits (a batch is then whatever queued while the
+	// last commit ran).
 	MaxWait time.Duration
 	// Committers is how many batches commit at once (each holds a pool
 	// connection). Defaults to 4.
@@ -164,7 +165,9 @@ func (g *GroupStore) fill(batch []*pending) []*pending {
 			continue
 		default:
 		}
-		if timeout == nil {
+		// Alone (nothing else was waiting): commit at once, so a lone webhook
+		// pays no wait. Company: wait a little for more of it.
+		if timeout == nil || len(batch) == 1 {
 			return batch
 		}
 		select {
