@@ -102,6 +102,11 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	p := &pending{ctx: ctx, e: e, headers: string(headers), done: make(chan result, 1)}
 	select {
+	case <-g.stop: // checked first: the queue may have room after Close
+		return false, ErrStoreClosed
+	default:
+	}
+	select {
 	case g.queue <- p:
 	case <-ctx.Done():
 		return false, ctx.Err()
@@ -111,6 +116,14 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	select {
 	case r := <-p.done:
 		return r.stored, r.err
+	case <-g.stop:
+		// Closed while queued (or committing): unacknowledged either way.
+		select {
+		case r := <-p.done:
+			return r.stored, r.err
+		default:
+			return false, ErrStoreClosed
+		}
 	case <-ctx.Done():
 		// The batch may still commit it: unacknowledged, so the provider
 		// retries and gets "duplicate".
