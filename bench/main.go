@@ -10,8 +10,12 @@
 // pgbench running one single-row INSERT transaction per client at the same
 // concurrency against the same cluster. Printed: ingest / baseline.
 //
-// Not yet measured here (issue 9): end-to-end latency, jobs/s against
-// River, claim latency at 1M/10M finished jobs, peak RSS.
+// End to end: the time from the ingress 200 to the handler call at a steady
+// offered rate (-e2e-rate, default 1,000/s), with the streamer woken by
+// NOTIFY, by logical replication, and by polling alone.
+//
+// Not yet measured here (issue 9): jobs/s against River, claim latency at
+// 1M/10M finished jobs, peak RSS.
 package main
 
 import (
@@ -62,14 +66,15 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long each measurement runs")
 	conns := flag.String("connections", "1,32,256", "concurrency levels")
 	out := flag.String("out", "bench", "directory for the JSON results")
+	rate := flag.Int("e2e-rate", 1000, "offered webhooks per second of the end-to-end measurement (0: skip it)")
 	flag.Parse()
-	if err := run(*duration, *conns, *out); err != nil {
+	if err := run(*duration, *conns, *out, *rate); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(duration time.Duration, connList, outDir string) error {
+func run(duration time.Duration, connList, outDir string, rate int) error {
 	ctx := context.Background()
 	var levels []int
 	for _, s := range strings.Split(connList, ",") {
@@ -89,7 +94,8 @@ func run(duration time.Duration, connList, outDir string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: log,
-		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB"}})
+		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB",
+			"wal_level": "logical", "max_replication_slots": "4", "max_wal_senders": "4"}})
 	if err != nil {
 		return err
 	}
@@ -136,11 +142,29 @@ func run(duration time.Duration, connList, outDir string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%.2f×\n", r.Name, r.Connections, r.PerSecond, ms(r.P50ms), ms(r.P99ms), r.Errors, ratio)
 	}
 	tw.Flush()
+
+	var latencies []Latency
+	if rate > 0 {
+		for _, wake := range []string{"notify", "replication", "poll"} {
+			l, err := endToEnd(ctx, url, wake, rate, duration)
+			if err != nil {
+				return fmt.Errorf("end to end, %s: %w", wake, err)
+			}
+			latencies = append(latencies, l)
+		}
+		fmt.Printf("\nEnd to end, from the ingress 200 to the handler call, %d webhooks/s offered for %s (poll_interval 1s):\n\n", rate, duration)
+		tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WAKE\tDELIVERED\tP50 MS\tP99 MS\tMAX MS\tERRORS")
+		for _, l := range latencies {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\n", l.Wake, l.Delivered, l.P50ms, l.P99ms, l.MaxMs, l.Errors)
+		}
+		tw.Flush()
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	path := filepath.Join(outDir, "ingest-"+time.Now().UTC().Format("20060102T150405Z")+".json")
-	b, _ := json.MarshalIndent(map[string]any{"duration": duration.String(), "results": results}, "", "  ")
+	path := filepath.Join(outDir, "bench-"+time.Now().UTC().Format("20060102T150405Z")+".json")
+	b, _ := json.MarshalIndent(map[string]any{"duration": duration.String(), "ingest": results, "end_to_end": latencies}, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
