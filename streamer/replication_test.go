@@ -76,7 +76,8 @@ func (r *replTarget) connect(ctx context.Context) (*pgconn.PgConn, error) {
 }
 
 func (r *replTarget) config(poll time.Duration) streamer.Config {
-	return streamer.Config{PollInterval: poll, ReplicationConnect: r.connect, SlotName: r.slot}
+	// No follow-up claims: these tests see what the replication wake-ups do.
+	return streamer.Config{PollInterval: poll, ReplicationConnect: r.connect, SlotName: r.slot, FollowUp: -1}
 }
 
 func waitReplicationConnected(t *testing.T, s *streamer.Streamer, reconnects int) {

@@ -65,6 +65,10 @@ type Config struct {
 	PollInterval time.Duration
 	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
 	ReapInterval time.Duration
+	// FollowUp: after a claim round that leased jobs, claim again this much
+	// later, until a round finds none, so a steady stream is picked up
+	// between wake-ups. Defaults to 10ms; negative turns it off.
+	FollowUp time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the streamer metrics (inlet_streamer_*). Nil: not
@@ -83,6 +87,7 @@ func (c Config) WithDefaults() Config {
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
+	c.FollowUp = cmp.Or(c.FollowUp, 10*time.Millisecond)
 	c.SlotName = cmp.Or(c.SlotName, DefaultSlotName)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -278,8 +283,10 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 		case <-s.wake:
 		}
 		// Claim until a batch comes back short: a backlog drains at full speed.
+		leased := 0
 		for ctx.Err() == nil {
 			n, err := s.ClaimOnce(ctx)
+			leased += n
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -297,6 +304,12 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 			if n < s.cfg.BatchSize {
 				break
 			}
+		}
+		// Jobs are arriving: look again soon instead of waiting for the next
+		// NOTIFY (debounced to one per ~100ms) or poll. A round that finds
+		// nothing ends the follow-ups.
+		if leased > 0 && s.cfg.FollowUp > 0 {
+			time.AfterFunc(s.cfg.FollowUp, s.Wake)
 		}
 	}
 }

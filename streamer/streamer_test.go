@@ -300,8 +300,8 @@ func TestNotifyWakesWithinMilliseconds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "h")
 	c := b.collect(t, "h")
-	// Polling effectively off: only the NOTIFY can deliver in time.
-	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, ListenConnect: b.listenConnect})
+	// Polling and follow-ups off: only the NOTIFY can deliver in time.
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, ListenConnect: b.listenConnect, FollowUp: -1})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -428,4 +428,33 @@ func TestMaxLeasedPerHandlerStopsLeasingAhead(t *testing.T) {
 	if fast != 40 {
 		t.Fatalf("fast handler has %d of its 40 jobs leased: the slow one's cap held it back", fast)
 	}
+}
+
+// After a round that leased jobs the streamer looks again FollowUp later, so
+// an event stored just after is delivered with no NOTIFY and no poll; a
+// round that finds nothing ends the follow-ups.
+func TestFollowUpClaimsBetweenWakeUps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, FollowUp: 300 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil { // Start claims once
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	b.insertEvents(t, 1)
+	s.Wake()
+	c.wait(t, 1, 2*time.Second)
+	b.insertEvents(t, 1) // no wake-up: only the follow-up can deliver it
+	c.wait(t, 1, 2*time.Second)
+	// The follow-up after that one finds nothing; then no more rounds.
+	time.Sleep(800 * time.Millisecond)
+	b.insertEvents(t, 1)
+	select {
+	case r := <-c.got:
+		t.Fatalf("job %d delivered with no wake-up and no follow-up due", r.JobID)
+	case <-time.After(time.Second):
+	}
+	s.Wake()
+	c.wait(t, 1, 2*time.Second)
 }
