@@ -57,7 +57,7 @@ func endToEnd(ctx context.Context, url, wake string, rate int, d time.Duration) 
 		return Latency{}, err
 	}
 	open := func(role, name string) (*pgxpool.Pool, error) {
-		return database.Open(ctx, url, database.Options{Role: role, MaxConns: 16, AppName: "inlet-bench-" + name})
+		return database.Open(ctx, url, database.Options{Role: role, MaxConns: 64, AppName: "inlet-bench-" + name})
 	}
 	ipool, err := open(config.DefaultIngressRole, "ingress")
 	if err != nil {
