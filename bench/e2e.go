@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -143,17 +141,7 @@ func endToEnd(ctx context.Context, url, wake string, rate int, d time.Duration) 
 	for range 128 {
 		wg.Go(func() {
 			for id := range work {
-				body := []byte(`{"id":"` + id + `","object":"event","type":"invoice.paid"}`)
-				req, _ := http.NewRequest(http.MethodPost, base, bytes.NewReader(body))
-				req.Header = verify.SignStripe(stripeSecret, time.Now(), body)
-				resp, err := client.Do(req)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
+				if !post(client, base, []byte(`{"id":"`+id+`","object":"event","type":"invoice.paid"}`)) {
 					errs.Add(1)
 					continue
 				}
@@ -195,11 +183,6 @@ func endToEnd(ctx context.Context, url, wake string, rate int, d time.Duration) 
 	})
 	mu.Unlock()
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	return Latency{Wake: wake, Rate: rate, Delivered: len(lat), P50ms: pct(0.5), P99ms: pct(0.99), MaxMs: pct(1), Errors: errs.Load()}, nil
+	return Latency{Wake: wake, Rate: rate, Delivered: len(lat),
+		P50ms: percentileMs(lat, 0.5), P99ms: percentileMs(lat, 0.99), MaxMs: percentileMs(lat, 1), Errors: errs.Load()}, nil
 }

@@ -279,18 +279,8 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 			for time.Now().Before(stop) {
 				id := prefix + strconv.FormatInt(seq.Add(1), 10)
 				body := []byte(`{"id":"` + id + `","object":"event","type":"invoice.paid","data":{"object":{"id":"in_1","amount_due":2000,"currency":"usd","customer":"cus_bench"}}}` + strings.Repeat(" ", 160))
-				req, _ := http.NewRequest(http.MethodPost, base, bytes.NewReader(body))
-				req.Header = verify.SignStripe(stripeSecret, time.Now(), body)
-				req.Header.Set("Content-Type", "application/json")
 				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
+				if !post(client, base, body) {
 					errs.Add(1)
 					continue
 				}
@@ -307,12 +297,28 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 		c.Close()
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
 	return Result{Name: name, Connections: conns, PerSecond: float64(len(lat)) / elapsed.Seconds(),
-		P50ms: pct(0.50), P99ms: pct(0.99), Errors: errs.Load()}, nil
+		P50ms: percentileMs(lat, 0.50), P99ms: percentileMs(lat, 0.99), Errors: errs.Load()}, nil
+}
+
+// post sends one Stripe-signed webhook and reports whether it got its 200.
+func post(client *http.Client, url string, body []byte) bool {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header = verify.SignStripe(stripeSecret, time.Now(), body)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// percentileMs is the p-th quantile of sorted, in milliseconds (0 when empty).
+func percentileMs(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[min(len(sorted)-1, int(p*float64(len(sorted))))].Microseconds()) / 1000
 }
