@@ -14,8 +14,8 @@
 // offered rate (-e2e-rate, default 1,000/s), with the streamer woken by
 // NOTIFY, by logical replication, and by polling alone.
 //
-// Not yet measured here (issue 9): jobs/s against River, claim latency at
-// 1M/10M finished jobs, peak RSS.
+// Each measurement is a section (-only picks some); its figures are saved
+// under its name in the JSON.
 package main
 
 import (
@@ -62,27 +62,71 @@ type Result struct {
 	Errors      int64   `json:"errors"`
 }
 
+// bench is what every measurement gets: the run's cluster, the owner's URL,
+// how long each measurement runs, and a logger for warnings.
+type bench struct {
+	cluster  *pgcluster.Cluster
+	url      string
+	duration time.Duration
+	levels   []int
+	rate     int
+	log      *slog.Logger
+}
+
+// section is one measurement of the run: it prints its own table and returns
+// what is saved under its name in the JSON.
+type section struct {
+	name string
+	run  func(ctx context.Context, b *bench) (any, error)
+}
+
+var sections = []section{
+	{"ingest", runIngest},
+	{"e2e", runEndToEnd},
+}
+
 func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long each measurement runs")
-	conns := flag.String("connections", "1,32,256", "concurrency levels")
+	conns := flag.String("connections", "1,32,256", "concurrency levels of the ingest measurement")
 	out := flag.String("out", "bench", "directory for the JSON results")
-	rate := flag.Int("e2e-rate", 1000, "offered webhooks per second of the end-to-end measurement (0: skip it)")
+	rate := flag.Int("e2e-rate", 1000, "offered webhooks per second of the end-to-end measurement")
+	var names []string
+	for _, s := range sections {
+		names = append(names, s.name)
+	}
+	only := flag.String("only", strings.Join(names, ","), "the measurements to run, comma-separated")
 	flag.Parse()
-	if err := run(*duration, *conns, *out, *rate); err != nil {
+	if err := run(*duration, *conns, *out, *rate, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(duration time.Duration, connList, outDir string, rate int) error {
+func run(duration time.Duration, connList, outDir string, rate int, only string) error {
 	ctx := context.Background()
-	var levels []int
+	b := &bench{duration: duration, rate: rate}
 	for _, s := range strings.Split(connList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
 			return fmt.Errorf("-connections: %q is not a list of positive numbers", connList)
 		}
-		levels = append(levels, n)
+		b.levels = append(b.levels, n)
+	}
+	if rate < 1 {
+		return fmt.Errorf("-e2e-rate: %d is not a positive rate", rate)
+	}
+	var chosen []section
+	for _, name := range strings.Split(only, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(sections, func(s section) bool { return s.name == name })
+		if i < 0 {
+			var names []string
+			for _, s := range sections {
+				names = append(names, s.name)
+			}
+			return fmt.Errorf("-only: no measurement %q (there are: %s)", name, strings.Join(names, ", "))
+		}
+		chosen = append(chosen, sections[i])
 	}
 	dir, err := os.MkdirTemp("/var/tmp", "inlet-bench-")
 	if err != nil {
@@ -92,8 +136,8 @@ func run(duration time.Duration, connList, outDir string, rate int) error {
 	if err := os.Chmod(dir, 0o755); err != nil { // the server's user must enter it
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: log,
+	b.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: b.log,
 		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB",
 			"wal_level": "logical", "max_replication_slots": "4", "max_wal_senders": "4"}})
 	if err != nil {
@@ -103,38 +147,66 @@ func run(duration time.Duration, connList, outDir string, rate int) error {
 		return err
 	}
 	defer cluster.Stop()
-	url := cluster.URL("postgres")
-	conn, err := pgx.Connect(ctx, url)
+	b.cluster, b.url = cluster, cluster.URL("postgres")
+	conn, err := pgx.Connect(ctx, b.url)
 	if err != nil {
 		return err
 	}
 	if _, err := schema.Migrate(ctx, conn); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE bench_baseline (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body bytea NOT NULL)`); err != nil {
+	conn.Close(ctx)
+	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n", cluster.BinDir(), duration)
+
+	saved := map[string]any{"duration": duration.String()}
+	for _, s := range chosen {
+		fmt.Printf("\n== %s ==\n\n", s.name)
+		v, err := s.run(ctx, b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		saved[s.name] = v
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	conn.Close(ctx)
-	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n\n", cluster.BinDir(), duration)
+	path := filepath.Join(outDir, "bench-"+time.Now().UTC().Format("20060102T150405Z")+".json")
+	out, _ := json.MarshalIndent(saved, "", "  ")
+	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nsaved %s\n", path)
+	return nil
+}
 
+// runIngest measures ingest against the pgbench baseline at each level.
+func runIngest(ctx context.Context, b *bench) (any, error) {
+	conn, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		return nil, err
+	}
+	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_baseline (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body bytea NOT NULL)`)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var results []Result
 	baseline := map[int]float64{}
-	for _, n := range levels {
-		tps, err := pgbench(ctx, cluster, url, n, duration)
+	for _, n := range b.levels {
+		tps, err := pgbench(ctx, b.cluster, b.url, n, b.duration)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		baseline[n] = tps
 		results = append(results, Result{Name: "pgbench single-row INSERT", Connections: n, PerSecond: tps})
 		for _, group := range []bool{true, false} {
-			r, err := ingest(ctx, url, n, duration, group)
+			r, err := ingest(ctx, b.url, n, b.duration, group)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			results = append(results, r)
 		}
 	}
-
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tCONNS\tPER SECOND\tP50 MS\tP99 MS\tERRORS\t/ BASELINE")
 	for _, r := range results {
@@ -142,34 +214,27 @@ func run(duration time.Duration, connList, outDir string, rate int) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%.2f×\n", r.Name, r.Connections, r.PerSecond, ms(r.P50ms), ms(r.P99ms), r.Errors, ratio)
 	}
 	tw.Flush()
+	return results, nil
+}
 
+// runEndToEnd measures the 200-to-handler latency for each wake source.
+func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 	var latencies []Latency
-	if rate > 0 {
-		for _, wake := range []string{"notify", "replication", "poll"} {
-			l, err := endToEnd(ctx, url, wake, rate, duration)
-			if err != nil {
-				return fmt.Errorf("end to end, %s: %w", wake, err)
-			}
-			latencies = append(latencies, l)
+	for _, wake := range []string{"notify", "replication", "poll"} {
+		l, err := endToEnd(ctx, b.url, wake, b.rate, b.duration)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", wake, err)
 		}
-		fmt.Printf("\nEnd to end, from the ingress 200 to the handler call, %d webhooks/s offered for %s (poll_interval 1s):\n\n", rate, duration)
-		tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WAKE\tDELIVERED\tP50 MS\tP99 MS\tMAX MS\tERRORS")
-		for _, l := range latencies {
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\n", l.Wake, l.Delivered, l.P50ms, l.P99ms, l.MaxMs, l.Errors)
-		}
-		tw.Flush()
+		latencies = append(latencies, l)
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return err
+	fmt.Printf("From the ingress 200 to the handler call, %d webhooks/s offered for %s (poll_interval 1s):\n\n", b.rate, b.duration)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WAKE\tDELIVERED\tP50 MS\tP99 MS\tMAX MS\tERRORS")
+	for _, l := range latencies {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%d\n", l.Wake, l.Delivered, l.P50ms, l.P99ms, l.MaxMs, l.Errors)
 	}
-	path := filepath.Join(outDir, "bench-"+time.Now().UTC().Format("20060102T150405Z")+".json")
-	b, _ := json.MarshalIndent(map[string]any{"duration": duration.String(), "ingest": results, "end_to_end": latencies}, "", "  ")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Printf("\nsaved %s\n", path)
-	return nil
+	tw.Flush()
+	return latencies, nil
 }
 
 func ms(v float64) string {
