@@ -152,6 +152,8 @@ type lease struct {
 	// attempt number, the fencing token of every later update, since attempt
 	// numbers repeat after a replay.
 	leasedAt time.Time
+	// partition is the job's event_received_at, its partition key.
+	partition time.Time
 }
 
 // take claims this attempt for this consumer and loads its event, in one
@@ -164,7 +166,7 @@ func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) 
 		headers map[string][]string
 	)
 	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend).Scan(
-		&ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &eventID, &ev.Provider, &ev.Scheme,
+		&ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &l.partition, &eventID, &ev.Provider, &ev.Scheme,
 		&ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
 	if err != nil {
 		return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
@@ -250,6 +252,18 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer cancel()
 
+	if herr == nil && s.completions != nil {
+		completed, err := s.completions.Do(ctx, completion{ref: ref, l: l})
+		if err == nil {
+			if completed {
+				return "completed", nil
+			}
+			return "", nil
+		}
+		// Nothing of the failed batch was written: record this attempt alone.
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched completion failed; recording the attempt alone",
+			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
+	}
 	var text string
 	var retryIn time.Duration
 	if herr != nil {

@@ -34,6 +34,11 @@ type Config struct {
 	// the job's lease is pushed to now()+LeaseExtend. The streamer's lease
 	// must outlast LeaseExtend/3 plus delivery delay. Defaults to 30s.
 	LeaseExtend time.Duration
+	// CompleteBatch is the most successful outcomes recorded by one
+	// statement: attempts that finish while the last batch is being written
+	// share the next one (a lone one is written at once). Defaults to 128; a
+	// negative value records each attempt in its own transaction.
+	CompleteBatch int
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the consumer metrics (inlet_consumer_*). Nil: not
@@ -56,6 +61,7 @@ func (c Config) WithDefaults() Config {
 	c.Handlers = hs
 	c.WorkerID = cmp.Or(c.WorkerID, defaultWorkerID())
 	c.LeaseExtend = cmp.Or(c.LeaseExtend, defaultLeaseExtend)
+	c.CompleteBatch = cmp.Or(c.CompleteBatch, 128)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

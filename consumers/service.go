@@ -33,6 +33,8 @@ type Service struct {
 	attempts   sync.WaitGroup          // one per in-flight attempt
 	inFlight   atomic.Int64            // attempts holding a slot
 	lost       atomic.Pointer[string]  // handler whose subscription the transport closed
+	// completions batches successful outcomes; nil when CompleteBatch < 0.
+	completions *completions
 }
 
 const (
@@ -99,6 +101,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.subCancel = subCancel
 	s.workCtx, s.workCancel = context.WithCancelCause(base)
+	if s.cfg.CompleteBatch > 0 {
+		s.completions = s.newCompletions()
+	}
 	for i, r := range s.runners {
 		s.readers.Go(func() { s.read(subCtx, r, chans[i]) })
 	}
@@ -134,15 +139,24 @@ func (s *Service) Stop(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		s.closeCompletions()
 		s.workCancel(nil)
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers stopped")
 		return nil
 	case <-ctx.Done():
 		n := s.inFlight.Load()
 		s.workCancel(errShutdown)
+		// Attempts still finishing record their outcomes one by one.
+		s.closeCompletions()
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; their leases will expire",
 			slog.Int64("attempts", n))
 		return fmt.Errorf("stop consumers: %d attempts still running: %w", n, ctx.Err())
+	}
+}
+
+func (s *Service) closeCompletions() {
+	if s.completions != nil {
+		s.completions.Close()
 	}
 }
 

@@ -165,8 +165,41 @@ WITH taken AS (
       AND worker_id IS NULL
     RETURNING event_id, event_received_at, attempt_count, max_attempts, updated_at, attempted_at
 )
-SELECT t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at,
+SELECT t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at, t.event_received_at,
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
        coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
 FROM taken t
 LEFT JOIN webhook_ingress.events e ON e.id = t.event_id AND e.received_at = t.event_received_at
+
+-- name: CompleteJobs
+-- A batch of successful attempts, in one statement: attempt $2[i] of job
+-- $1[i] (in the partition of $3[i], leased at $4[i], taken at $5[i]) by
+-- consumer $6 succeeded. Each is fenced as CompleteJob; its history row is
+-- written only when its update matched. Returns the ids completed; an id
+-- missing lost its lease.
+WITH done AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::timestamptz[])
+        AS d(id, attempt, event_received_at, leased_at, started_at)
+), completed AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'completed',
+        completed_at     = now(),
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        last_error       = NULL,
+        last_error_class = NULL,
+        updated_at       = now()
+    FROM done d
+    WHERE j.id = d.id
+      AND j.event_received_at = d.event_received_at
+      AND j.status = 'leased'
+      AND j.attempt_count = d.attempt
+      AND j.attempted_at = d.leased_at
+    RETURNING j.id, j.event_received_at, d.attempt, d.started_at
+), history AS (
+    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+    SELECT id, event_received_at, attempt, $6, started_at, now(), 'completed'
+    FROM completed
+)
+SELECT id FROM completed

@@ -1,0 +1,74 @@
+package consumers_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+)
+
+// TestSuccessfulOutcomesShareStatements finishes 40 attempts at once and
+// counts the transactions that recorded them (distinct xmin of the completed
+// jobs): batched, far fewer than 40; one transaction each with CompleteBatch
+// -1. Either way each job has exactly one completed history row.
+func TestSuccessfulOutcomesShareStatements(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		batch   int
+		atMost  int
+		atLeast int
+	}{
+		{"batched", 0, 20, 1},
+		{"one transaction each", -1, 40, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 40
+			b := setup(t)
+			var running atomic.Int32
+			release := make(chan struct{})
+			cfg := b.config(consumers.Handler{Name: "h", Concurrency: n, Func: func(ctx context.Context, _ *consumers.Event) error {
+				if running.Add(1) == n {
+					close(release)
+				}
+				select {
+				case <-release:
+				case <-time.After(wait):
+				}
+				return nil
+			}})
+			cfg.CompleteBatch = tc.batch
+			b.start(t, cfg)
+			var jobs []int64
+			for range n {
+				jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
+			}
+			b.StartStreamer(t, consumertest.StreamerOptions{})
+			for _, id := range jobs {
+				b.WaitJobStatus(t, id, "completed", wait)
+			}
+			if running.Load() != n {
+				t.Fatalf("%d attempts ran, want %d", running.Load(), n)
+			}
+			var txns int
+			if err := b.Admin.QueryRow(context.Background(),
+				`SELECT count(DISTINCT xmin::text) FROM webhook_ingress.jobs WHERE id = ANY($1)`, jobs).Scan(&txns); err != nil {
+				t.Fatal(err)
+			}
+			if txns < tc.atLeast || txns > tc.atMost {
+				t.Fatalf("%d jobs completed by %d transactions, want %d..%d", n, txns, tc.atLeast, tc.atMost)
+			}
+			for _, id := range jobs {
+				as := b.Attempts(t, id)
+				if len(as) != 1 || as[0].Outcome != "completed" || as[0].Attempt != 1 || as[0].WorkerID == nil || *as[0].WorkerID != cfg.WorkerID {
+					t.Fatalf("job %d: history %+v, want one completed attempt 1 by %q", id, as, cfg.WorkerID)
+				}
+			}
+			t.Logf("%d jobs completed by %d transactions", n, txns)
+		})
+	}
+}
