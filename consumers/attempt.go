@@ -156,23 +156,60 @@ type lease struct {
 	partition time.Time
 }
 
-// take claims this attempt for this consumer and loads its event, in one
-// statement. It returns a nil event when the job's event no longer exists.
+// take claims this attempt for this consumer and loads its event: batched
+// with the other attempts starting now when batching is on, else in one
+// statement of its own. It returns a nil event when the job's event no longer
+// exists, and an error wrapping pgx.ErrNoRows when the attempt is not this
+// consumer's to take.
 func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
+	if s.takes != nil {
+		t, err := s.takes.Do(ctx, ref)
+		switch {
+		case err == nil && t.ev == nil && !t.missing:
+			return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, pgx.ErrNoRows)
+		case err == nil && t.missing:
+			return nil, t.l, nil
+		case err == nil:
+			return t.ev, t.l, nil
+		}
+		// Nothing of the failed batch was taken: take this attempt alone.
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched take failed; taking the attempt alone",
+			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
+	}
+	t, err := scanTaken(ref, s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend))
+	if err != nil {
+		return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+	}
+	if t.missing {
+		return nil, t.l, nil
+	}
+	return t.ev, t.l, nil
+}
+
+// taken is one attempt taken: its event (nil if not taken) and lease, or
+// missing when its event no longer exists.
+type taken struct {
+	ev      *Event
+	l       lease
+	missing bool
+}
+
+// scanTaken reads TakeJob's columns (TakeJobs' after the job id), prefixed
+// by dest.
+func scanTaken(ref bus.Ref, row pgx.Row, prefix ...any) (taken, error) {
 	ev := &Event{JobID: ref.JobID, Handler: ref.Handler}
 	var (
 		l       lease
 		eventID *int64
 		headers map[string][]string
 	)
-	err := s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend).Scan(
-		&ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &l.partition, &eventID, &ev.Provider, &ev.Scheme,
-		&ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
-	if err != nil {
-		return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+	dest := append(prefix, &ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &l.partition, &eventID,
+		&ev.Provider, &ev.Scheme, &ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
+	if err := row.Scan(dest...); err != nil {
+		return taken{}, err
 	}
 	if eventID == nil {
-		return nil, l, nil
+		return taken{l: l, missing: true}, nil
 	}
 	ev.EventID = *eventID
 	ev.Headers = http.Header(headers)
@@ -182,7 +219,7 @@ func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) 
 	if ev.Body == nil {
 		ev.Body = []byte{}
 	}
-	return ev, l, nil
+	return taken{ev: ev, l: l}, nil
 }
 
 var takeJobSQL = schema.Query("TakeJob")

@@ -39,6 +39,10 @@ type Config struct {
 	// share the next one (a lone one is written at once). Defaults to 128; a
 	// negative value records each attempt in its own transaction.
 	CompleteBatch int
+	// TakeBatch is the most attempts taken (leases claimed for this consumer
+	// and events fetched) by one statement, the same way. Defaults to 64; a
+	// negative value takes each attempt with its own statement.
+	TakeBatch int
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the consumer metrics (inlet_consumer_*). Nil: not
@@ -62,6 +66,7 @@ func (c Config) WithDefaults() Config {
 	c.WorkerID = cmp.Or(c.WorkerID, defaultWorkerID())
 	c.LeaseExtend = cmp.Or(c.LeaseExtend, defaultLeaseExtend)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 128)
+	c.TakeBatch = cmp.Or(c.TakeBatch, 64)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

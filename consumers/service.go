@@ -35,6 +35,8 @@ type Service struct {
 	lost       atomic.Pointer[string]  // handler whose subscription the transport closed
 	// completions batches successful outcomes; nil when CompleteBatch < 0.
 	completions *completions
+	// takes batches taking attempts; nil when TakeBatch < 0.
+	takes *takes
 }
 
 const (
@@ -104,6 +106,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.CompleteBatch > 0 {
 		s.completions = s.newCompletions()
 	}
+	if s.cfg.TakeBatch > 0 {
+		s.takes = s.newTakes()
+	}
 	for i, r := range s.runners {
 		s.readers.Go(func() { s.read(subCtx, r, chans[i]) })
 	}
@@ -157,6 +162,9 @@ func (s *Service) Stop(ctx context.Context) error {
 func (s *Service) closeCompletions() {
 	if s.completions != nil {
 		s.completions.Close()
+	}
+	if s.takes != nil {
+		s.takes.Close()
 	}
 }
 

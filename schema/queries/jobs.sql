@@ -203,3 +203,32 @@ WITH done AS (
     FROM completed
 )
 SELECT id FROM completed
+
+-- name: TakeJobs
+-- TakeJob for a batch, in one statement: consumer $5 takes attempt $2[i] of
+-- job $1[i] (handler $3[i], event $4[i]), pushing each lease out to
+-- now() + $6. Returns the job id and then TakeJob's columns for each attempt
+-- taken; an id missing is stale, misrouted or already taken.
+WITH want AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[]) AS w(id, attempt, handler, event_id)
+), taken AS (
+    UPDATE webhook_ingress.jobs j
+    SET worker_id        = $5,
+        lease_expires_at = greatest(j.lease_expires_at, now() + $6::interval),
+        updated_at       = now()
+    FROM want w
+    WHERE j.id = w.id
+      AND j.attempt_count = w.attempt
+      AND j.handler = w.handler
+      AND j.event_id = w.event_id
+      AND j.status = 'leased'
+      AND j.lease_expires_at > now()
+      AND j.worker_id IS NULL
+    RETURNING j.id, j.event_id, j.event_received_at, j.attempt_count, j.max_attempts, j.updated_at, j.attempted_at
+)
+SELECT t.id, t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at, t.event_received_at,
+       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
+       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
+FROM taken t
+LEFT JOIN webhook_ingress.events e ON e.id = t.event_id AND e.received_at = t.event_received_at

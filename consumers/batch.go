@@ -80,3 +80,68 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 		r.Answer(err == nil && done[r.Value.ref.JobID], err)
 	}
 }
+
+// takes takes attempts in batches: one TakeJobs statement for every attempt
+// that started while the last batch was being taken. A batch holds only
+// attempts that have a concurrency slot, so it holds no more bodies than
+// taking them one by one would.
+type takes = groupcommit.Group[bus.Ref, taken]
+
+func (s *Service) newTakes() *takes {
+	return groupcommit.New(groupcommit.Config{MaxBatch: s.cfg.TakeBatch, Committers: 2}, nil, s.takeBatch)
+}
+
+var takeJobsSQL = schema.Query("TakeJobs")
+
+// takeBatch answers each attempt with what was taken (a zero taken: not this
+// consumer's to take), or every attempt with the statement's error; nothing
+// of a failed statement was taken.
+func (s *Service) takeBatch(batch []*groupcommit.Request[bus.Ref, taken]) {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.Ctx.Err(); err != nil {
+			r.Answer(taken{}, err)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortFunc(live, func(a, b *groupcommit.Request[bus.Ref, taken]) int {
+		return cmp.Compare(a.Value.JobID, b.Value.JobID)
+	})
+	n := len(live)
+	ids, attempts, handlers, events := make([]int64, n), make([]int32, n), make([]string, n), make([]int64, n)
+	for i, r := range live {
+		ids[i], attempts[i], handlers[i], events[i] = r.Value.JobID, int32(r.Value.Attempt), r.Value.Handler, r.Value.EventID
+	}
+	// The takers' contexts all end with the service's work context.
+	got := make(map[int64]taken, n)
+	rows, err := s.cfg.Pool.Query(s.workCtx, takeJobsSQL, ids, attempts, handlers, events, s.cfg.WorkerID, s.cfg.LeaseExtend)
+	if err == nil {
+		for rows.Next() {
+			var id int64
+			t, serr := scanTaken(bus.Ref{}, rows, &id)
+			if serr != nil {
+				err = serr
+				break
+			}
+			got[id] = t
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("take %d attempts (job ids %d..%d): %w", n, ids[0], ids[n-1], err)
+	}
+	for _, r := range live {
+		t := got[r.Value.JobID]
+		if t.ev != nil {
+			t.ev.JobID, t.ev.Handler = r.Value.JobID, r.Value.Handler
+		}
+		r.Answer(t, err)
+	}
+}
