@@ -66,9 +66,14 @@ type Config struct {
 	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
 	ReapInterval time.Duration
 	// FollowUp: after a claim round that leased jobs, claim again this much
-	// later, until a round finds none, so a steady stream is picked up
-	// between wake-ups. Defaults to 10ms; negative turns it off.
+	// later, and keep doing so until FollowUpFor has passed since the last
+	// round that leased any, so a steady stream is picked up between
+	// wake-ups (a NOTIFY is debounced to one per ~100ms). Defaults to 10ms;
+	// negative turns it off.
 	FollowUp time.Duration
+	// FollowUpFor is how long follow-ups go on finding nothing before they
+	// stop. Defaults to 100ms, the NOTIFY debounce.
+	FollowUpFor time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics registers the streamer metrics (inlet_streamer_*). Nil: not
@@ -88,6 +93,7 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
 	c.FollowUp = cmp.Or(c.FollowUp, 10*time.Millisecond)
+	c.FollowUpFor = cmp.Or(c.FollowUpFor, 100*time.Millisecond)
 	c.SlotName = cmp.Or(c.SlotName, DefaultSlotName)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -276,6 +282,7 @@ func (s *Streamer) pollLoop(ctx context.Context) {
 
 func (s *Streamer) claimLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	var lastLeased time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -306,9 +313,12 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 			}
 		}
 		// Jobs are arriving: look again soon instead of waiting for the next
-		// NOTIFY (debounced to one per ~100ms) or poll. A round that finds
-		// nothing ends the follow-ups.
-		if leased > 0 && s.cfg.FollowUp > 0 {
+		// NOTIFY (debounced to one per ~100ms) or poll, until FollowUpFor
+		// has passed without finding any.
+		if leased > 0 {
+			lastLeased = time.Now()
+		}
+		if s.cfg.FollowUp > 0 && !lastLeased.IsZero() && (leased > 0 || time.Since(lastLeased) < s.cfg.FollowUpFor) {
 			time.AfterFunc(s.cfg.FollowUp, s.Wake)
 		}
 	}

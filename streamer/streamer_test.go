@@ -458,3 +458,31 @@ func TestFollowUpClaimsBetweenWakeUps(t *testing.T) {
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
 }
+
+func TestFollowUpsGoOnForAWhileAfterTheLastJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, FollowUp: 20 * time.Millisecond, FollowUpFor: 1500 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	b.insertEvents(t, 1)
+	s.Wake()
+	c.wait(t, 1, 2*time.Second)
+	// Several empty follow-ups later, still within FollowUpFor: found.
+	time.Sleep(300 * time.Millisecond)
+	b.insertEvents(t, 1)
+	c.wait(t, 1, time.Second)
+	// Past FollowUpFor with nothing found: the follow-ups have stopped.
+	time.Sleep(2500 * time.Millisecond)
+	b.insertEvents(t, 1)
+	select {
+	case r := <-c.got:
+		t.Fatalf("job %d delivered with no wake-up and no follow-up due", r.JobID)
+	case <-time.After(time.Second):
+	}
+	s.Wake()
+	c.wait(t, 1, 2*time.Second)
+}
