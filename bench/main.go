@@ -14,6 +14,12 @@
 // offered rate (-e2e-rate, default 1,000/s), with the streamer woken by
 // NOTIFY, by logical replication, and by polling alone.
 //
+// Jobs: jobs completed per second with a no-op handler, N loaded before the
+// clock starts (-jobs, default 20,000), with 1 and 4 consumer replicas over
+// the in-process bus and over NATS JetStream. Baseline: River (the library;
+// its CLI is not installable here) working the same number of jobs on the
+// same cluster, as river bench -n does. Printed: Inlet / River.
+//
 // Each measurement is a section (-only picks some); its figures are saved
 // under its name in the JSON.
 package main
@@ -83,6 +89,7 @@ type section struct {
 var sections = []section{
 	{"ingest", runIngest},
 	{"e2e", runEndToEnd},
+	{"jobs", runJobs},
 }
 
 func main() {

@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/freeport"
+	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+var jobsCount = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
+
+// What each side runs with. The total handler concurrency is the same for
+// every configuration, so one River figure compares with each: one Inlet
+// replica runs it all, four split it evenly (as four processes would), and
+// River's MaxWorkers equals it.
+const (
+	// jobsConcurrency is Inlet's total handler Concurrency (summed over the
+	// replicas) and River's MaxWorkers.
+	jobsConcurrency = 256
+	// jobsStreamerBatch is the streamer's BatchSize (its default): jobs
+	// leased and published per claim statement. The rest of the streamer's
+	// Config is at its defaults too: MaxLeasedPerHandler 5000, FollowUp
+	// 10ms for 100ms after the last round that leased, PollInterval 1s (no
+	// LISTEN: the events are loaded in bulk, nothing sends NOTIFY).
+	jobsStreamerBatch = 100
+	// jobsConsumerConns is each replica's pool (TakeBatch and
+	// CompleteBatch at their defaults, 64 and 128); jobsStreamerConns the
+	// streamer's.
+	jobsConsumerConns = 16
+	jobsStreamerConns = 4
+	// riverConns is River's pool: what one client needs for fetching,
+	// completing in batches and its maintenance services.
+	riverConns = 16
+	// riverInsertBatch is how many jobs one InsertManyFast call (COPY) loads,
+	// as river bench does with 5,000 per InsertMany.
+	riverInsertBatch = 5000
+	// jobsPoll is how often Inlet's measurement looks for jobs not yet
+	// completed.
+	jobsPoll = 20 * time.Millisecond
+)
+
+// JobsRun is one measurement of the jobs section: N jobs with a no-op
+// handler, loaded before the clock starts, worked to completion.
+type JobsRun struct {
+	System string `json:"system"`
+	// Bus is Inlet's transport: gochannel or nats (JetStream).
+	Bus string `json:"bus,omitempty"`
+	// Replicas is how many consumers.Service instances (each with its own
+	// pool and, over NATS, its own connection) share the handler.
+	Replicas    int     `json:"replicas,omitempty"`
+	Concurrency int     `json:"concurrency"`
+	Jobs        int     `json:"jobs"`
+	LoadSeconds float64 `json:"load_seconds"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"per_second"`
+	// VsRiver is PerSecond / River's.
+	VsRiver float64 `json:"vs_river,omitempty"`
+}
+
+// runJobs measures jobs completed per second with a no-op handler: Inlet with
+// 1 and 4 consumer replicas over the in-process bus and over NATS JetStream,
+// and River on the same cluster.
+func runJobs(ctx context.Context, b *bench) (any, error) {
+	n := *jobsCount
+	if n < 1 {
+		return nil, fmt.Errorf("-jobs: %d is not a positive count", n)
+	}
+	fmt.Println("River's CLI (river bench) cannot be installed here: the Go proxy does not serve github.com/riverqueue/river/cmd/river; River is measured through its library (river v0.51.2, riverpgxv5) the way river bench -n does.")
+	nc, err := startNATSServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.stop()
+
+	var runs []JobsRun
+	for _, kind := range []string{"gochannel", "nats"} {
+		for _, replicas := range []int{1, 4} {
+			r, err := inletJobs(ctx, b, kind, nc.url, replicas, n)
+			if err != nil {
+				return nil, fmt.Errorf("inlet over %s, %d replicas: %w", kind, replicas, err)
+			}
+			runs = append(runs, r)
+		}
+	}
+	rr, err := riverJobs(ctx, b, n)
+	if err != nil {
+		return nil, fmt.Errorf("river: %w", err)
+	}
+	for i := range runs {
+		runs[i].VsRiver = runs[i].PerSecond / rr.PerSecond
+	}
+	runs = append(runs, rr)
+
+	fmt.Printf("\n%d jobs each, no-op handler, loaded before the clock starts; total handler concurrency %d (River MaxWorkers %d); streamer batch %d:\n\n",
+		n, jobsConcurrency, jobsConcurrency, jobsStreamerBatch)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SYSTEM\tBUS\tREPLICAS\tCONCURRENCY\tLOAD S\tRUN S\tJOBS/S\t/ RIVER")
+	for _, r := range runs {
+		busName, replicas, ratio := "-", "-", "1.00×"
+		if r.System == "inlet" {
+			busName, replicas, ratio = r.Bus, strconv.Itoa(r.Replicas), fmt.Sprintf("%.2f×", r.VsRiver)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%s\n", r.System, busName, replicas, r.Concurrency, r.LoadSeconds, r.Seconds, r.PerSecond, ratio)
+	}
+	tw.Flush()
+	fmt.Println("\ngochannel with 4 replicas: one in-process channel gives every replica every reference, and all but one take of each job is fenced off; NATS splits the references among them (a queue group), as separate processes would.")
+	return runs, nil
+}
+
+// inletJobs loads n events that fan out to one job each for a fresh no-op
+// handler, then starts that many consumer replicas and a streamer and times
+// them until every job is completed.
+func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int) (JobsRun, error) {
+	run := JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Concurrency: jobsConcurrency, Jobs: n}
+	name := fmt.Sprintf("bench-jobs-%s-%d-%d", kind, replicas, time.Now().UnixNano())
+	owner, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		return run, err
+	}
+	defer owner.Close(ctx)
+	// Only this measurement's handler gets jobs.
+	if _, err := owner.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET enabled = false`); err != nil {
+		return run, err
+	}
+
+	// Everything the clock should not see is opened first: pools,
+	// transports, the services (not started) and the subscription.
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	openBus := func(who string) (bus.PubSub, error) {
+		if kind == "gochannel" {
+			return nil, nil
+		}
+		// Closing a connection logs a warning meant for a lost server.
+		quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		return bus.NewNATS(ctx, bus.NATSConfig{URL: natsURL, Name: "inlet-bench-" + who, Logger: quiet})
+	}
+	var shared bus.PubSub
+	if kind == "gochannel" {
+		// One process: the streamer and every replica share the channel,
+		// which gives each subscriber every reference (the replicas race
+		// to take each job; the take is fenced, one wins).
+		shared = bus.NewGoChannel(b.log)
+		closers = append(closers, func() { shared.Close() })
+	}
+	handler := consumers.Handler{Name: name, Provider: "stripe", Concurrency: jobsConcurrency / replicas,
+		Func: func(context.Context, *consumers.Event) error { return nil }}
+	var services []*consumers.Service
+	for i := range replicas {
+		pool, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultWorkerRole, MaxConns: jobsConsumerConns,
+			AppName: "inlet-bench-consumer-" + strconv.Itoa(i)})
+		if err != nil {
+			return run, err
+		}
+		closers = append(closers, pool.Close)
+		sub := shared
+		if sub == nil {
+			if sub, err = openBus("consumer-" + strconv.Itoa(i)); err != nil {
+				return run, err
+			}
+			closers = append(closers, func() { sub.Close() })
+		}
+		s, err := consumers.New(consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{handler},
+			WorkerID: "bench-jobs-" + strconv.Itoa(i), Logger: b.log})
+		if err != nil {
+			return run, err
+		}
+		services = append(services, s)
+	}
+	spool, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultStreamerRole, MaxConns: jobsStreamerConns, AppName: "inlet-bench-streamer"})
+	if err != nil {
+		return run, err
+	}
+	closers = append(closers, spool.Close)
+	pub := shared
+	if pub == nil {
+		if pub, err = openBus("streamer"); err != nil {
+			return run, err
+		}
+		closers = append(closers, func() { pub.Close() })
+	}
+	str, err := streamer.New(streamer.Config{Pool: spool, Publisher: pub, BatchSize: jobsStreamerBatch, Logger: b.log})
+	if err != nil {
+		return run, err
+	}
+	if err := services[0].Register(ctx); err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	events, err := loadEvents(ctx, owner, name, n)
+	if err != nil {
+		return run, err
+	}
+	run.LoadSeconds = time.Since(t0).Seconds()
+
+	start := time.Now()
+	for _, s := range services {
+		if err := s.Start(ctx); err != nil {
+			return run, err
+		}
+		defer s.Stop(context.Background())
+	}
+	if err := str.Start(ctx); err != nil {
+		return run, err
+	}
+	defer str.Stop()
+	end, err := waitCompleted(ctx, owner, name, events, n)
+	if err != nil {
+		return run, err
+	}
+	run.Seconds = end.Sub(start).Seconds()
+	run.PerSecond = float64(n) / run.Seconds
+	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s (streamer: %d claims)\n",
+		kind, replicas, handler.Concurrency, n, run.Seconds, run.PerSecond, str.Stats().Claims)
+	return run, nil
+}
+
+// eventRange is the ids of the events one measurement loaded.
+type eventRange struct{ lo, hi int64 }
+
+// loadEvents stores n Stripe events in one statement as the owner; the
+// fan-out trigger gives each a pending job for handler, the only enabled
+// subscription. The jobs table is then vacuumed and analyzed, so each
+// measurement starts from the same state (river bench vacuums its table).
+func loadEvents(ctx context.Context, owner *pgx.Conn, handler string, n int) (eventRange, error) {
+	var r eventRange
+	var stored int
+	err := owner.QueryRow(ctx, `
+		WITH ins AS (
+		    INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified, secret_index)
+		    SELECT 'stripe', 'stripe', $1 || '-' || g, 'invoice.paid',
+		           convert_to('{"id":"evt_' || g || '","object":"event","type":"invoice.paid","data":{"object":{"id":"in_' || g
+		                      || '","amount_due":2000,"currency":"usd","customer":"cus_bench"}}}' || repeat(' ', 160), 'UTF8'),
+		           true, 0
+		    FROM generate_series(1, $2::int) g
+		    RETURNING id
+		)
+		SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM ins`, handler, n).Scan(&stored, &r.lo, &r.hi)
+	if err != nil {
+		return r, fmt.Errorf("load %d events: %w", n, err)
+	}
+	if stored != n {
+		return r, fmt.Errorf("loaded %d events, want %d", stored, n)
+	}
+	jobs, err := countJobs(ctx, owner, handler, r, "pending")
+	if err != nil {
+		return r, err
+	}
+	if jobs != n {
+		return r, fmt.Errorf("%d events fanned out to %d pending jobs of %s, want %d", n, jobs, handler, n)
+	}
+	if _, err := owner.Exec(ctx, `VACUUM (ANALYZE) webhook_ingress.jobs, webhook_ingress.job_attempts`); err != nil {
+		return r, fmt.Errorf("vacuum: %w", err)
+	}
+	return r, nil
+}
+
+// countJobs counts handler's jobs of the events in r with status (by the
+// event/handler key, not a scan of every job a run has left behind).
+func countJobs(ctx context.Context, owner *pgx.Conn, handler string, r eventRange, status string) (int, error) {
+	var n int
+	err := owner.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs
+		WHERE event_id BETWEEN $1 AND $2 AND handler = $3 AND status = $4`, r.lo, r.hi, handler, status).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count %s jobs of %s: %w", status, handler, err)
+	}
+	return n, nil
+}
+
+// waitCompleted returns when every one of handler's n jobs is completed.
+// Every jobsPoll it asks whether any is left unfinished (pending, failed or
+// leased), which reads the first entry of two small partial indexes: a
+// count(*) of the completed ones would read a row per job worked so far,
+// and on this 2-core machine that polling would take a good share of the
+// CPU Postgres gives the system measured. At none left it checks that all n
+// are completed. The time returned is that of the poll that found none.
+func waitCompleted(ctx context.Context, owner *pgx.Conn, handler string, r eventRange, n int) (time.Time, error) {
+	deadline := time.Now().Add(time.Minute + 10*time.Duration(n)*time.Millisecond)
+	for {
+		var left bool
+		err := owner.QueryRow(ctx, `SELECT
+			EXISTS (SELECT FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') AND handler = $1) OR
+			EXISTS (SELECT FROM webhook_ingress.jobs WHERE status = 'leased' AND handler = $1)`, handler).Scan(&left)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("look for unfinished jobs of %s: %w", handler, err)
+		}
+		now := time.Now()
+		if !left {
+			done, err := countJobs(ctx, owner, handler, r, "completed")
+			if err != nil {
+				return time.Time{}, err
+			}
+			if done != n {
+				return time.Time{}, fmt.Errorf("%d of %d jobs of the no-op handler %s completed, none left to run", done, n, handler)
+			}
+			return now, nil
+		}
+		if now.After(deadline) {
+			done, _ := countJobs(ctx, owner, handler, r, "completed")
+			return time.Time{}, fmt.Errorf("%d of %d jobs of %s completed at the deadline", done, n, handler)
+		}
+		time.Sleep(jobsPoll)
+	}
+}
+
+// riverArgs is the no-op job River works.
+type riverArgs struct {
+	Num int `json:"num"`
+}
+
+func (riverArgs) Kind() string { return "inlet_bench_noop" }
+
+type riverWorker struct {
+	river.WorkerDefaults[riverArgs]
+}
+
+func (riverWorker) Work(context.Context, *river.Job[riverArgs]) error { return nil }
+
+// riverJobs is river bench's fixed-count mode (-n) through River's library:
+// River's schema migrated into its own schema of the same database, its jobs
+// table emptied and vacuumed, n jobs inserted in batches before the client
+// starts (then vacuumed and analyzed, as Inlet's jobs are), a client with river bench's fetch settings (FetchCooldown 2ms,
+// FetchPollInterval 20ms) and MaxWorkers jobsConcurrency, timed from Start
+// to the last job's completed event on a subscription.
+func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
+	run := JobsRun{System: "river", Concurrency: jobsConcurrency, Jobs: n}
+	pcfg, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		return run, err
+	}
+	pcfg.MaxConns = riverConns
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "inlet-bench-river"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return run, err
+	}
+	defer pool.Close()
+	const schemaName = "river_bench"
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schemaName); err != nil {
+		return run, err
+	}
+	driver := riverpgxv5.New(pool)
+	quiet := slog.New(slog.DiscardHandler)
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schemaName, Logger: quiet})
+	if err != nil {
+		return run, err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return run, fmt.Errorf("migrate River's schema: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `TRUNCATE `+schemaName+`.river_job`); err != nil {
+		return run, err
+	}
+	if _, err := pool.Exec(ctx, `VACUUM FULL `+schemaName+`.river_job`); err != nil {
+		return run, err
+	}
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, riverWorker{})
+	client, err := river.NewClient(driver, &river.Config{
+		Schema:            schemaName,
+		FetchCooldown:     2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: jobsConcurrency}},
+		Workers:           workers,
+		Logger:            b.log,
+	})
+	if err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	params := make([]river.InsertManyParams, 0, riverInsertBatch)
+	for i := 0; i < n; i += riverInsertBatch {
+		params = params[:0]
+		for j := i; j < min(n, i+riverInsertBatch); j++ {
+			params = append(params, river.InsertManyParams{Args: riverArgs{Num: j}})
+		}
+		if _, err := client.InsertManyFast(ctx, params); err != nil {
+			return run, fmt.Errorf("insert River jobs: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) `+schemaName+`.river_job`); err != nil {
+		return run, err
+	}
+	run.LoadSeconds = time.Since(t0).Seconds()
+
+	// As river bench: the completed events say when a job is done, since
+	// they come after River's completer recorded it, and the channel holds
+	// every one so none is dropped.
+	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n,
+		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return run, err
+	}
+	defer client.Stop(context.Background())
+	var last time.Time
+	timeout := time.After(time.Minute + 10*time.Duration(n)*time.Millisecond)
+	for done := 0; done < n; {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return run, errors.New("River's subscription closed")
+			}
+			if e.Kind != river.EventKindJobCompleted {
+				return run, fmt.Errorf("River job %d: %s, want completed", e.Job.ID, e.Kind)
+			}
+			done++
+			last = time.Now()
+		case <-timeout:
+			return run, fmt.Errorf("%d of %d River jobs completed before the deadline", done, n)
+		}
+	}
+	run.Seconds = last.Sub(start).Seconds()
+	run.PerSecond = float64(n) / run.Seconds
+	var completed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schemaName+`.river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
+		return run, err
+	}
+	if completed != n {
+		return run, fmt.Errorf("River reported %d completed jobs, its table has %d", n, completed)
+	}
+	fmt.Printf("river, MaxWorkers %d: %d jobs in %.2fs, %.0f/s\n", jobsConcurrency, n, run.Seconds, run.PerSecond)
+	return run, nil
+}
+
+// natsServer is a JetStream-enabled nats-server process built from the
+// module the project pins as a tool.
+type natsServer struct {
+	url  string
+	cmd  *exec.Cmd
+	dir  string
+	done chan struct{}
+}
+
+func startNATSServer(ctx context.Context) (*natsServer, error) {
+	bin, err := natstest.Binary()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freeport.Pick()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "inlet-bench-nats-")
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start nats-server: %w", err)
+	}
+	s := &natsServer{url: "nats://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := nats.Connect(s.url, nats.Timeout(time.Second))
+		if err == nil {
+			var js nats.JetStreamContext
+			if js, err = conn.JetStream(); err == nil {
+				_, err = js.AccountInfo(nats.Context(ctx))
+			}
+			conn.Close()
+			if err == nil {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			out, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("nats-server exited at start:\n%s", out)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("nats-server not ready after 30s: %w", err)
+		}
+	}
+}
+
+// stop shuts the server down (SIGTERM, then SIGKILL after 10s) and removes
+// its store and the built binary.
+func (s *natsServer) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	os.RemoveAll(s.dir)
+	natstest.Cleanup()
+}
