@@ -155,13 +155,49 @@ func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
 	return nil
 }
 
-// Publish implements message.Publisher.
+// publishTimeout bounds waiting for JetStream to store one Publish's
+// messages.
+const publishTimeout = 10 * time.Second
+
+// Publish implements message.Publisher. It sends every message before
+// awaiting any acknowledgement (JetStream's asynchronous publish: one round
+// trip for a claim batch instead of one per reference) and returns once the
+// stream has stored all of them, or with the first failure — then the
+// streamer releases the batch's leases, and a reference that did get stored
+// is fenced by its take.
 func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
 	if !n.conn.IsConnected() {
 		return fmt.Errorf("publish to %s: NATS is not connected", topic)
 	}
-	return n.pub.Publish(topic, msgs...)
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, msg := range msgs {
+		nm, err := marshaler.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("publish to %s: encode message %s: %w", topic, msg.UUID, err)
+		}
+		f, err := n.js.PublishMsgAsync(nm)
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", topic, err)
+		}
+		futures = append(futures, f)
+	}
+	timeout := time.NewTimer(publishTimeout)
+	defer timeout.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish to %s: %w", topic, err)
+		case <-timeout.C:
+			return fmt.Errorf("publish to %s: JetStream acknowledged no more of %d messages within %s", topic, len(msgs), publishTimeout)
+		}
+	}
+	return nil
 }
+
+// marshaler encodes messages as watermill-nats does (the UUID and metadata
+// as NATS headers), so its subscriber side reads them unchanged.
+var marshaler = &wmnats.NATSMarshaler{}
 
 // Subscribe implements message.Subscriber with a pull consumer on the
 // topic's durable consumer, which Inlet creates (or updates) itself: replicas
