@@ -14,6 +14,11 @@
 // offered rate (-e2e-rate, default 1,000/s), with the streamer woken by
 // NOTIFY, by logical replication, and by polling alone.
 //
+// Scale: ClaimJobs and a job lookup by id with 0, 1 M and 10 M finished jobs
+// in 13 weekly partitions (-scale-sizes), and the tables' sizes, dead tuples
+// and autovacuum runs after 1 M events through the whole lifecycle
+// (-scale-run-events).
+//
 // Jobs: jobs completed per second with a no-op handler, N loaded before the
 // clock starts (-jobs, default 20,000), with 1 and 4 consumer replicas over
 // the in-process bus and over NATS JetStream. Baseline: River (the library;
@@ -89,6 +94,7 @@ type section struct {
 var sections = []section{
 	{"ingest", runIngest},
 	{"e2e", runEndToEnd},
+	{"scale", runScale},
 	{"jobs", runJobs},
 }
 
