@@ -14,7 +14,7 @@ WITH in_flight AS (
     WHERE status = 'leased'
     GROUP BY handler
 ), due AS (
-    SELECT j.id
+    SELECT j.id, j.event_received_at
     FROM webhook_ingress.jobs j
     LEFT JOIN in_flight f ON f.handler = j.handler
     WHERE j.status IN ('pending', 'failed')
@@ -34,6 +34,7 @@ SET status           = 'leased',
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
+  AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
 RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, '')
 
 -- name: ReleaseJobs
