@@ -25,6 +25,10 @@
 // its CLI is not installable here) working the same number of jobs on the
 // same cluster, as river bench -n does. Printed: Inlet / River.
 //
+// Memory: the peak resident set of inlet ingress, streamer and consumer, each
+// its own process over NATS, while 256 connections post 1 MiB Stripe-signed
+// bodies to ingress for -duration and until the consumer has run them all.
+//
 // Each measurement is a section (-only picks some); its figures are saved
 // under its name in the JSON.
 package main
@@ -96,6 +100,7 @@ var sections = []section{
 	{"e2e", runEndToEnd},
 	{"scale", runScale},
 	{"jobs", runJobs},
+	{"memory", runMemory},
 }
 
 func main() {

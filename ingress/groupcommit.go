@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/groupcommit"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -21,6 +23,12 @@ import (
 type GroupConfig struct {
 	// MaxBatch is the most events one transaction stores. Defaults to 128.
 	MaxBatch int
+	// MaxBatchBytes closes a batch once its events' bodies and headers reach
+	// it: the driver copies a whole statement into its buffers, so this
+	// bounds that copy per committer. An event larger than it is stored in a
+	// batch of its own. Defaults to config.DefaultMaxBatchBytes (1 MiB); a
+	// negative value sets no byte bound.
+	MaxBatchBytes int64
 	// MaxWait is how long a batch that is not full waits for more events
 	// once it holds two (a lone event never waits). Defaults to 1ms; a
 	// negative value never waits (a batch is then whatever queued while the
@@ -37,6 +45,9 @@ func (c GroupConfig) withDefaults() GroupConfig {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 128
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = config.DefaultMaxBatchBytes
+	}
 	if c.MaxWait == 0 {
 		c.MaxWait = time.Millisecond
 	}
@@ -50,44 +61,35 @@ func (c GroupConfig) withDefaults() GroupConfig {
 }
 
 // GroupStore is a Store whose concurrent inserts share transactions: each
-// committer takes the events waiting (up to MaxBatch, waiting at most MaxWait
-// for more), stores them with one multi-row INSERT, and answers each caller
-// after that COMMIT with its own stored or duplicate. A batch that fails on
-// one event's data is retried event by event, so only that event fails; a
-// batch that fails because the database is unavailable fails all of its
-// callers (none was acknowledged).
+// committer takes the events waiting (up to MaxBatch events and MaxBatchBytes,
+// waiting at most MaxWait for more), stores them with one multi-row INSERT,
+// and answers each caller after that COMMIT with its own stored or duplicate.
+// A batch that fails on one event's data is retried event by event, so only
+// that event fails; a batch that fails because the database is unavailable
+// fails all of its callers (none was acknowledged).
 type GroupStore struct {
 	pool   *pgxpool.Pool
 	hinter Hinter
 	cfg    GroupConfig
 	single *PGStore
-
-	queue  chan *pending
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed sync.Once
+	group  *groupcommit.Group[*pending, bool]
 }
 
+// pending is one caller's event. A caller that gives up while its event is
+// queued drops the event, so the queue does not keep the body alive.
 type pending struct {
-	ctx     context.Context
-	e       *Event
+	event   atomic.Pointer[Event]
 	headers string
-	done    chan result
-}
-
-type result struct {
-	stored bool
-	err    error
+	size    int64
 }
 
 // NewGroupStore starts the committers; Close stops them.
 func NewGroupStore(pool *pgxpool.Pool, hinter Hinter, cfg GroupConfig) *GroupStore {
 	cfg = cfg.withDefaults()
-	g := &GroupStore{pool: pool, hinter: hinter, cfg: cfg, single: NewPGStore(pool, nil),
-		queue: make(chan *pending, cfg.MaxBatch*cfg.Committers), stop: make(chan struct{})}
-	for range cfg.Committers {
-		g.wg.Go(g.commitLoop)
-	}
+	g := &GroupStore{pool: pool, hinter: hinter, cfg: cfg, single: NewPGStore(pool, nil)}
+	g.group = groupcommit.New(groupcommit.Config{
+		MaxBatch: cfg.MaxBatch, MaxBytes: max(0, cfg.MaxBatchBytes), MaxWait: cfg.MaxWait, Committers: cfg.Committers,
+	}, func(p *pending) int64 { return p.size }, g.commit)
 	return g
 }
 
@@ -100,113 +102,44 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
 	}
-	p := &pending{ctx: ctx, e: e, headers: string(headers), done: make(chan result, 1)}
-	select {
-	case <-g.stop: // checked first: the queue may have room after Close
+	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers))}
+	p.event.Store(e)
+	stored, err := g.group.Do(ctx, p)
+	switch {
+	case errors.Is(err, groupcommit.ErrClosed):
 		return false, ErrStoreClosed
-	default:
+	case err != nil && ctx.Err() != nil:
+		// Unacknowledged: the provider retries and gets "duplicate" if the
+		// batch still commits it. A batch already writing holds the body
+		// until its statement ends; a queued one no longer does.
+		p.event.Store(nil)
+		return false, err
 	}
-	select {
-	case g.queue <- p:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-g.stop:
-		return false, ErrStoreClosed
-	}
-	select {
-	case r := <-p.done:
-		return r.stored, r.err
-	case <-g.stop:
-		// Closed while queued (or committing): unacknowledged either way.
-		select {
-		case r := <-p.done:
-			return r.stored, r.err
-		default:
-			return false, ErrStoreClosed
-		}
-	case <-ctx.Done():
-		// The batch may still commit it: unacknowledged, so the provider
-		// retries and gets "duplicate".
-		return false, ctx.Err()
-	}
+	return stored, err
 }
 
 // Close stops the committers after the batches in flight; events still
 // queued are failed with ErrStoreClosed.
-func (g *GroupStore) Close() {
-	g.closed.Do(func() {
-		close(g.stop)
-		g.wg.Wait()
-		for {
-			select {
-			case p := <-g.queue:
-				p.done <- result{err: ErrStoreClosed}
-			default:
-				return
-			}
-		}
-	})
-}
-
-func (g *GroupStore) commitLoop() {
-	batch := make([]*pending, 0, g.cfg.MaxBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case <-g.stop:
-			return
-		case p := <-g.queue:
-			batch = append(batch, p)
-		}
-		batch = g.fill(batch)
-		g.commit(batch)
-	}
-}
-
-// fill adds what is queued, waiting up to MaxWait for a full batch.
-func (g *GroupStore) fill(batch []*pending) []*pending {
-	var timeout <-chan time.Time
-	if g.cfg.MaxWait > 0 {
-		t := time.NewTimer(g.cfg.MaxWait)
-		defer t.Stop()
-		timeout = t.C
-	}
-	for len(batch) < g.cfg.MaxBatch {
-		select {
-		case p := <-g.queue:
-			batch = append(batch, p)
-			continue
-		default:
-		}
-		// Alone (nothing else was waiting): commit at once, so a lone webhook
-		// pays no wait. Company: wait a little for more of it.
-		if timeout == nil || len(batch) == 1 {
-			return batch
-		}
-		select {
-		case p := <-g.queue:
-			batch = append(batch, p)
-		case <-timeout:
-			return batch
-		case <-g.stop:
-			return batch
-		}
-	}
-	return batch
-}
+func (g *GroupStore) Close() { g.group.Close() }
 
 var insertEventsSQL = schema.Query("InsertEvents")
 
-func (g *GroupStore) commit(batch []*pending) {
+func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	// Callers that gave up before their turn are not stored: they already
 	// answered 503.
-	live := batch[:0]
-	for _, p := range batch {
-		if p.ctx.Err() != nil {
-			p.done <- result{err: p.ctx.Err()}
+	type item struct {
+		r       *groupcommit.Request[*pending, bool]
+		e       *Event
+		headers string
+	}
+	live := make([]item, 0, len(batch))
+	for _, r := range batch {
+		e := r.Value.event.Load()
+		if err := r.Ctx.Err(); err != nil || e == nil {
+			r.Answer(false, cmp.Or(err, context.Canceled))
 			continue
 		}
-		live = append(live, p)
+		live = append(live, item{r, e, r.Value.headers})
 	}
 	if len(live) == 0 {
 		return
@@ -214,15 +147,15 @@ func (g *GroupStore) commit(batch []*pending) {
 	// In key order: two batches claiming overlapping keys then wait on each
 	// other in one order and cannot deadlock. Stable, so of two requests
 	// with one key the first to arrive is the one stored.
-	slices.SortStableFunc(live, func(a, b *pending) int {
+	slices.SortStableFunc(live, func(a, b item) int {
 		return cmp.Or(strings.Compare(a.e.Provider, b.e.Provider), strings.Compare(a.e.ExternalID, b.e.ExternalID))
 	})
 	n := len(live)
 	provider, scheme, extID, evType, headers, uri, trace := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies, verified, secret := make([][]byte, n), make([]bool, n), make([]*int16, n)
-	for i, p := range live {
-		e := p.e
-		provider[i], scheme[i], extID[i], evType[i], headers[i] = e.Provider, e.Scheme, e.ExternalID, e.EventType, p.headers
+	for i, it := range live {
+		e := it.e
+		provider[i], scheme[i], extID[i], evType[i], headers[i] = e.Provider, e.Scheme, e.ExternalID, e.EventType, it.headers
 		bodies[i], verified[i], secret[i], uri[i], trace[i] = e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
@@ -245,9 +178,9 @@ func (g *GroupStore) commit(batch []*pending) {
 	switch {
 	case err == nil:
 		anyStored := len(stored) > 0
-		for _, p := range live {
-			k := [2]string{p.e.Provider, p.e.ExternalID}
-			p.done <- result{stored: stored[k]}
+		for _, it := range live {
+			k := [2]string{it.e.Provider, it.e.ExternalID}
+			it.r.Answer(stored[k], nil)
 			delete(stored, k) // a second request with the same key in this batch is a duplicate
 		}
 		if anyStored && g.hinter != nil {
@@ -255,17 +188,17 @@ func (g *GroupStore) commit(batch []*pending) {
 		}
 	case database.IsUnavailable(err) || ctx.Err() != nil:
 		err = fmt.Errorf("insert %d events: %w", n, err)
-		for _, p := range live {
-			p.done <- result{err: err}
+		for _, it := range live {
+			it.r.Answer(false, err)
 		}
 	default:
 		// One event's data failed the statement: store each alone, so only
 		// that one fails.
 		anyStored := false
-		for _, p := range live {
-			s, err := g.single.Insert(p.ctx, p.e)
+		for _, it := range live {
+			s, err := g.single.Insert(it.r.Ctx, it.e)
 			anyStored = anyStored || s
-			p.done <- result{stored: s, err: err}
+			it.r.Answer(s, err)
 		}
 		if anyStored && g.hinter != nil {
 			g.hinter.Hint()

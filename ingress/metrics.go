@@ -22,10 +22,11 @@ type ingressMetrics struct {
 	duplicates  *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
 	unavailable *prometheus.CounterVec
+	overloaded  *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 }
 
-func newIngressMetrics(reg prometheus.Registerer, sources []string) (*ingressMetrics, error) {
+func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *budget) (*ingressMetrics, error) {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, labels)
 	}
@@ -35,13 +36,22 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string) (*ingressMet
 		duplicates:  counter("duplicates_total", "Webhooks verified whose (source, event id) was already stored: answered 200, nothing written.", "source"),
 		rejected:    counter("rejected_total", "Webhooks refused, by reason (signature_mismatch, timestamp_outside_tolerance, body_too_large, ...).", "source", "reason"),
 		unavailable: counter("unavailable_total", "Verified webhooks not stored because the database failed: answered 503.", "source"),
+		overloaded: counter("overloaded_total", "Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for "+
+			"ingress.store_timeout (the database is not keeping up with the bodies arriving).", "source"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "ingest_duration_seconds",
 			Help:    "From the start of a request to the commit of its event (stored and duplicates).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source"}),
 	}
-	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.duration} {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, f)
+	}
+	inUse := gauge("inflight_bytes", "Body bytes reserved now by requests being read, verified or stored (at most inflight_limit_bytes).",
+		func() float64 { return float64(inflight.inUse()) })
+	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
+		func() float64 { return float64(inflight.size) })
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.overloaded, m.duration, inUse, limit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +63,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string) (*ingressMet
 		m.stored.WithLabelValues(s)
 		m.duplicates.WithLabelValues(s)
 		m.unavailable.WithLabelValues(s)
+		m.overloaded.WithLabelValues(s)
 		for _, r := range reasons {
 			if r != "unknown_source" {
 				m.rejected.WithLabelValues(s, r)

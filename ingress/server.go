@@ -88,6 +88,8 @@ type Server struct {
 	sources map[string]*source
 	mux     *http.ServeMux
 	metrics *ingressMetrics
+	// inflight holds the bytes of the bodies being read or stored.
+	inflight *budget
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -114,12 +116,12 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}}
+	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes)}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
 		names = append(names, sc.Name)
 	}
-	m, err := newIngressMetrics(metrics.OrDiscard(cfg.Metrics), names)
+	m, err := newIngressMetrics(metrics.OrDiscard(cfg.Metrics), names, s.inflight)
 	if err != nil {
 		return nil, fmt.Errorf("ingress metrics: %w", err)
 	}
@@ -268,7 +270,36 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// Room for the body before any of it is read (its Content-Length, or
+	// the most it may be): past ingress.max_inflight_bytes the request waits
+	// unread, so TCP holds the sender back, for at most the store timeout.
+	want := r.ContentLength
+	if want < 0 {
+		want = limit
+	}
+	wctx, cancelWait := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	held, waited, err := s.inflight.acquire(wctx, want)
+	cancelWait()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the sender left while waiting
+		}
+		// Nothing read, nothing acknowledged: the provider retries.
+		s.metrics.overloaded.WithLabelValues(name).Inc()
+		span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Connection", "close") // the body is left unread
+		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
+		log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
+			slog.Int64("content_length", r.ContentLength))
+		return
+	}
+	defer func() { s.inflight.release(held) }()
+	if waited && s.cfg.ReadTimeout > 0 {
+		// The wait was ingress's, not the sender's: its read time starts now.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
+	}
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -277,6 +308,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		}
 		reject(http.StatusBadRequest, "body_unreadable")
 		return
+	}
+	if size := int64(cap(body)); size < held {
+		s.inflight.release(held - size) // a body of unknown length is read: keep what it takes
+		held = size
 	}
 
 	header := r.Header
@@ -351,6 +386,21 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("webhook accepted", slog.String("status", status), slog.String("event_type", res.EventType),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))
+}
+
+// readBody reads the whole body, at most limit bytes: into a buffer of
+// exactly its Content-Length when the sender gave one (nothing grown, nothing
+// wasted), else growing as it comes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if r.ContentLength < 0 {
+		return io.ReadAll(rd)
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // requestURL reconstructs the URL the sender used, for schemes that sign it.

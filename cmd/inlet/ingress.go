@@ -76,7 +76,7 @@ func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hi
 	var store ingress.Store = ingress.NewPGStore(pool, hinter)
 	if gc := cfg.Ingress.GroupCommit; !gc.Disabled {
 		store = ingress.NewGroupStore(pool, hinter, ingress.GroupConfig{
-			MaxBatch: gc.MaxBatch, MaxWait: gc.MaxWait, Committers: gc.Committers, Timeout: cfg.Ingress.StoreTimeout})
+			MaxBatch: gc.MaxBatch, MaxBatchBytes: gc.MaxBatchBytes, MaxWait: gc.MaxWait, Committers: gc.Committers, Timeout: cfg.Ingress.StoreTimeout})
 	}
 	srv, err := ingress.New(ingress.Config{
 		Ingress: cfg.Ingress,

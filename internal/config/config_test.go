@@ -56,6 +56,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad duration", "ingress:\n  read_timeout: soon\n", "soon"},
 		{"bad level", "log:\n  level: loud\n", "log.level"},
 		{"store timeout", "ingress:\n  store_timeout: 20s\n", "ingress.store_timeout"},
+		{"inflight below a body", "ingress:\n  max_body_bytes: 2097152\n  max_inflight_bytes: 1048576\n", "ingress.max_inflight_bytes: 1048576 is less than ingress.max_body_bytes"},
+		{"negative inflight", "ingress:\n  max_inflight_bytes: -1\n", "ingress.max_inflight_bytes"},
+		{"negative batch bytes", "ingress:\n  group_commit: {max_batch_bytes: -1}\n", "ingress.group_commit.max_batch_bytes"},
 		{"wake", "streamer:\n  wake: smoke\n", "streamer.wake"},
 		{"batch", "streamer:\n  batch_size: 0\n  lease_duration: 10ms\n", "streamer.lease_duration"},
 		{"handler type", "consumer:\n  handlers:\n    - {name: a, type: carrier-pigeon}\n", "consumer.handlers[0].type"},
@@ -249,6 +252,32 @@ func TestGroupCommitSection(t *testing.T) {
 	for _, bad := range []string{"max_batch: -1", "max_wait: 2s", "committers: 100"} {
 		if _, err := Parse([]byte("ingress:\n  group_commit: {"+bad+"}\n"), none); err == nil || !strings.Contains(err.Error(), "ingress.group_commit") {
 			t.Errorf("group_commit %s: %v, want an error naming the field", bad, err)
+		}
+	}
+}
+
+// The memory bounds of ingress: defaults out of the box, a budget at least
+// one body of the largest size, and values as written.
+func TestIngressMemoryBounds(t *testing.T) {
+	t.Parallel()
+	none := func(string) (string, bool) { return "", false }
+	for _, c := range []struct {
+		doc                 string
+		inflight, batchSize int64
+	}{
+		{"", DefaultMaxInflightBytes, DefaultMaxBatchBytes},
+		{"ingress:\n  max_body_bytes: 67108864\n", 64 << 20, DefaultMaxBatchBytes},
+		{"ingress:\n  max_inflight_bytes: 8388608\n  group_commit: {max_batch_bytes: 65536}\n", 8 << 20, 64 << 10},
+	} {
+		cfg, err := Parse([]byte(c.doc), none)
+		if err != nil {
+			t.Fatalf("%q: %v", c.doc, err)
+		}
+		if got := cfg.Ingress.MaxInflightBytes; got != c.inflight {
+			t.Errorf("%q: max_inflight_bytes = %d, want %d", c.doc, got, c.inflight)
+		}
+		if got := cfg.Ingress.GroupCommit.MaxBatchBytes; got != c.batchSize {
+			t.Errorf("%q: group_commit.max_batch_bytes = %d, want %d", c.doc, got, c.batchSize)
 		}
 	}
 }

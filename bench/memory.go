@@ -1,0 +1,534 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/freeport"
+	"github.com/inlet-dev/inlet/internal/natstest"
+)
+
+// The memory measurement's load: this many keep-alive connections, each
+// posting back to back a Stripe-signed body of exactly memoryBodyBytes.
+const (
+	memoryConns     = 256
+	memoryBodyBytes = 1 << 20
+	memoryHandler   = "bench-memory"
+	memoryDatabase  = "inlet_bench_memory"
+)
+
+// ServiceMemory is one inlet process of the memory measurement.
+type ServiceMemory struct {
+	Service string `json:"service"`
+	// PeakRSSMiB is the kernel's high-water mark of the resident set
+	// (VmHWM), read just before the process was stopped.
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// SampledRSSMiB is the largest VmRSS seen, sampled every 20ms.
+	SampledRSSMiB float64 `json:"sampled_rss_max_mib"`
+	// PerSecond is acknowledged webhooks per second (ingress) or jobs
+	// completed per second from the first post to the last completion
+	// (streamer and consumer, which hand on and run the same jobs).
+	PerSecond float64 `json:"per_second"`
+	Count     int64   `json:"count"`
+	Errors    int64   `json:"errors"`
+	// Logged counts the process's warning and error lines by message, with
+	// the first one's error attribute.
+	Logged map[string]string `json:"logged,omitempty"`
+}
+
+// Memory is the memory measurement.
+type Memory struct {
+	Connections int             `json:"connections"`
+	BodyBytes   int             `json:"body_bytes"`
+	Duration    string          `json:"duration"`
+	Statuses    map[string]int  `json:"statuses"` // ingress answers by status code; "transport" for failed requests
+	Drained     bool            `json:"drained"`  // the consumer completed every acknowledged event in time
+	Services    []ServiceMemory `json:"services"`
+	Excluded    string          `json:"excluded"`
+}
+
+// runMemory runs inlet ingress, streamer and consumer as separate processes
+// (over a real nats-server, on a database of their own), drives ingress with
+// memoryConns connections posting 1 MiB bodies for b.duration, waits for the
+// consumer to complete every acknowledged event, and reports each process's
+// peak resident set.
+func runMemory(ctx context.Context, b *bench) (any, error) {
+	dir, err := os.MkdirTemp("", "inlet-bench-memory-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	inlet := filepath.Join(dir, "inlet")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", inlet, "github.com/inlet-dev/inlet/cmd/inlet").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build inlet: %w\n%s", err, out)
+	}
+	natsURL, stopNATS, err := startNATS(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer stopNATS()
+	dbURL, err := freshDatabase(ctx, b, memoryDatabase)
+	if err != nil {
+		return nil, err
+	}
+
+	// The handler forwards to a target that reads each body and answers 204.
+	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = target.Serve(tl) }()
+	defer target.Close()
+
+	ports := make([]string, 5)
+	for i := range ports {
+		p, err := freeport.Pick()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	ingressAddr := ports[0]
+	cfg := filepath.Join(dir, "inlet.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+database_url: ${DATABASE_URL}
+ingress:
+  listen: %q
+  metrics_listen: %q
+  max_body_bytes: %d
+sources:
+  - name: stripe
+    type: stripe
+    secrets: [%q]
+bus:
+  kind: nats
+  url: %q
+streamer:
+  health_listen: %q
+consumer:
+  health_listen: %q
+  handlers:
+    - name: %s
+      type: http-forward
+      provider: stripe
+      url: %q
+      secret: "bench-memory-forward-secret"
+log:
+  level: warn
+`, ingressAddr, ports[1], memoryBodyBytes+64<<10, stripeSecret, natsURL, ports[2], ports[3], memoryHandler,
+		"http://"+tl.Addr().String()+"/"), 0o600); err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), "DATABASE_URL="+dbURL)
+	migrate := exec.CommandContext(ctx, inlet, "migrate", "--config", cfg)
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("inlet migrate: %w\n%s", err, out)
+	}
+
+	// The consumer first: starting, it subscribes its handler, and events
+	// stored before that get no job.
+	var procs []*service
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, s := range []struct{ name, ready string }{
+		{"consumer", "http://" + ports[3] + "/readyz"},
+		{"streamer", "http://" + ports[2] + "/readyz"},
+		{"ingress", "http://" + ports[1] + "/readyz"},
+	} {
+		p, err := startService(ctx, inlet, s.name, cfg, dir, env)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		if err := p.waitReady(s.ready, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitSubscribed(ctx, dbURL, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	acked, statuses := postLarge(ingressAddr, b.duration)
+	ackedAt := time.Since(start)
+
+	// Every acknowledged event reaches the handler, or we stop waiting.
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	var events, completed, failed int64
+	drained := false
+	lastChange, lastDone := time.Now(), int64(-1)
+	for deadline := time.Now().Add(max(2*time.Minute, 20*b.duration)); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhook_ingress.events),
+			count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status IN ('failed', 'dead_letter'))
+			FROM webhook_ingress.jobs WHERE handler = $1`, memoryHandler).Scan(&events, &completed, &failed); err != nil {
+			return nil, err
+		}
+		if completed != lastDone {
+			lastChange, lastDone = time.Now(), completed
+		}
+		if completed >= events && events >= acked {
+			drained = true
+			break
+		}
+	}
+	deliveredIn := lastChange.Sub(start)
+
+	m := Memory{Connections: memoryConns, BodyBytes: memoryBodyBytes, Duration: b.duration.String(), Statuses: statuses,
+		Drained: drained, Excluded: "nats-server and postgres are not measured"}
+	for _, p := range procs {
+		hwm, _ := procStatusKiB(p.cmd.Process.Pid, "VmHWM")
+		p.stop()
+		sm := ServiceMemory{Service: p.name, PeakRSSMiB: float64(hwm) / 1024, SampledRSSMiB: float64(p.maxRSS.Load()) / 1024,
+			Logged: logSummary(p.log)}
+		switch p.name {
+		case "ingress":
+			sm.Count, sm.PerSecond = acked, float64(acked)/ackedAt.Seconds()
+			for code, n := range statuses {
+				if code != "200" {
+					sm.Errors += int64(n)
+				}
+			}
+		default:
+			sm.Count, sm.PerSecond, sm.Errors = completed, float64(completed)/deliveredIn.Seconds(), failed+max(0, events-completed-failed)
+		}
+		m.Services = append(m.Services, sm)
+	}
+	procs = nil
+	// ingress, streamer, consumer: the order of the pipeline.
+	m.Services[0], m.Services[2] = m.Services[2], m.Services[0]
+
+	fmt.Printf("inlet ingress, streamer and consumer as separate processes over NATS; %d connections posting %d-byte "+
+		"Stripe-signed bodies for %s, then until the consumer has completed every event (%s). %s.\n\n",
+		memoryConns, memoryBodyBytes, b.duration, map[bool]string{true: "it did", false: "it did NOT in time"}[drained], m.Excluded)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tPEAK RSS MiB (VmHWM)\tMAX SAMPLED RSS MiB\tCOUNT\tPER SECOND\tERRORS")
+	for _, s := range m.Services {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%.1f\t%d\n", s.Service, s.PeakRSSMiB, s.SampledRSSMiB, s.Count, s.PerSecond, s.Errors)
+	}
+	tw.Flush()
+	fmt.Printf("\ningress answers: %v (count: webhooks acknowledged; streamer and consumer: jobs completed)\n", statuses)
+	for _, s := range m.Services {
+		for msg, first := range s.Logged {
+			fmt.Printf("%s logged %s (first: %s)\n", s.Service, msg, first)
+		}
+	}
+	return m, nil
+}
+
+// postLarge drives ingress with memoryConns connections for d, each posting
+// its own event (a valid Stripe event JSON padded to memoryBodyBytes), and
+// returns how many got their 200 and the answers by status.
+func postLarge(addr string, d time.Duration) (int64, map[string]int) {
+	url := "http://" + addr + "/webhooks/stripe"
+	// Padding that does not compress, so Postgres stores each byte.
+	raw := make([]byte, memoryBodyBytes)
+	for i := range raw {
+		raw[i] = byte(rand.N(256))
+	}
+	const idWidth = 40
+	head := `{"id":"%s","object":"event","api_version":"2024-06-20","created":%d,"type":"invoice.paid","livemode":false,` +
+		`"data":{"object":{"id":"in_bench","object":"invoice","currency":"usd","amount_due":2000,"description":"`
+	tail := `"}}}`
+	headLen := len(fmt.Sprintf(head, strings.Repeat("x", idWidth), time.Now().Unix()))
+	pad := base64.RawURLEncoding.EncodeToString(raw)[:memoryBodyBytes-headLen-len(tail)]
+
+	transport := &http.Transport{MaxIdleConnsPerHost: memoryConns, MaxConnsPerHost: memoryConns}
+	client := &http.Client{Transport: transport, Timeout: 60 * time.Second}
+	defer transport.CloseIdleConnections()
+	prefix := fmt.Sprintf("evt_mem_%d_", time.Now().UnixNano())
+	var seq, acked atomic.Int64
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range memoryConns {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				id := fmt.Sprintf("%s%0*d", prefix, idWidth-len(prefix), seq.Add(1))
+				body := make([]byte, 0, memoryBodyBytes)
+				body = fmt.Appendf(body, head, id, time.Now().Unix())
+				body = append(append(body, pad...), tail...)
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+				req.Header = verify.SignStripe(stripeSecret, time.Now(), body)
+				req.Header.Set("Content-Type", "application/json")
+				code := "transport"
+				if resp, err := client.Do(req); err == nil {
+					answer, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					code = strconv.Itoa(resp.StatusCode)
+					switch {
+					case resp.StatusCode != http.StatusOK:
+					case bytes.Contains(answer, []byte(`"duplicate"`)):
+						code = "200 duplicate" // every event is new: this is a fault
+					default:
+						acked.Add(1)
+					}
+				}
+				mu.Lock()
+				statuses[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return acked.Load(), statuses
+}
+
+// freshDatabase (re)creates database name on the run's cluster, empty; inlet
+// migrate gives it the schema.
+func freshDatabase(ctx context.Context, b *bench, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`, `CREATE DATABASE ` + name} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return "", fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return b.cluster.URL(name), nil
+}
+
+// waitSubscribed waits for the consumer's subscription to be registered.
+func waitSubscribed(ctx context.Context, url string, within time.Duration) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.subscriptions WHERE handler = $1 AND enabled`, memoryHandler).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the consumer did not subscribe %s within %s", memoryHandler, within)
+}
+
+// startNATS runs a JetStream nats-server on a free port, its store in dir.
+func startNATS(ctx context.Context, dir string) (string, func(), error) {
+	bin, err := natstest.Binary()
+	if err != nil {
+		return "", nil, err
+	}
+	port, err := freeport.Pick()
+	if err != nil {
+		return "", nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "nats-server.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "nats"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return "", nil, fmt.Errorf("start nats-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		if err == nil {
+			var js nats.JetStreamContext
+			if js, err = nc.JetStream(); err == nil {
+				_, err = js.AccountInfo()
+			}
+			nc.Close()
+			if err == nil {
+				return url, stop, nil
+			}
+		}
+		select {
+		case <-done:
+			return "", nil, errors.New("nats-server exited at start; see its log")
+		case <-ctx.Done():
+			stop()
+			return "", nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("nats-server not ready after 30s: %w", err)
+		}
+	}
+}
+
+// service is one running inlet process whose resident set is sampled.
+type service struct {
+	name   string
+	cmd    *exec.Cmd
+	log    string
+	done   chan struct{}
+	maxRSS atomic.Int64 // KiB
+	once   sync.Once
+}
+
+func startService(ctx context.Context, bin, name, cfg, dir string, env []string) (*service, error) {
+	s := &service{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.cmd = exec.Command(bin, name, "--config", cfg)
+	s.cmd.Env, s.cmd.Dir = env, dir
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start inlet %s: %w", name, err)
+	}
+	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kib, err := procStatusKiB(s.cmd.Process.Pid, "VmRSS"); err == nil && kib > s.maxRSS.Load() {
+				s.maxRSS.Store(kib)
+			}
+			select {
+			case <-s.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s, nil
+}
+
+// waitReady polls url until it answers 200.
+func (s *service) waitReady(url string, within time.Duration) error {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(s.log)
+			return fmt.Errorf("inlet %s exited at start:\n%s", s.name, b)
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("inlet %s not ready at %s within %s", s.name, url, within)
+}
+
+// stop sends SIGTERM and waits, killing after 30s.
+func (s *service) stop() {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
+
+// procStatusKiB reads one "Vm…: N kB" field of /proc/<pid>/status.
+func procStatusKiB(pid int, field string) (int64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// logSummary counts a JSON log's warning and error lines by level and
+// message: "ERROR webhook not stored ×12" → the first such line's error.
+func logSummary(path string) map[string]string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	type line struct {
+		Level string `json:"level"`
+		Msg   string `json:"msg"`
+		Error string `json:"error"`
+	}
+	counts, first := map[string]int{}, map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l line
+		if json.Unmarshal(sc.Bytes(), &l) != nil || (l.Level != "WARN" && l.Level != "ERROR") {
+			continue
+		}
+		k := l.Level + " " + l.Msg
+		if counts[k]++; counts[k] == 1 {
+			first[k] = l.Error
+		}
+	}
+	if len(counts) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, n := range counts {
+		out[fmt.Sprintf("%s ×%d", k, n)] = first[k]
+	}
+	return out
+}
