@@ -78,6 +78,13 @@ type JobsRun struct {
 	PerSecond   float64 `json:"per_second"`
 	// VsRiver is PerSecond / River's.
 	VsRiver float64 `json:"vs_river,omitempty"`
+	// Statements per kind of write, for Inlet: claims (streamer), takes
+	// (distinct job_attempts.started_at, each take statement's now()) and
+	// completions (distinct xmin of the completed jobs). Jobs per statement
+	// is how well each batches.
+	Claims      int64 `json:"claim_statements,omitempty"`
+	Takes       int64 `json:"take_statements,omitempty"`
+	Completions int64 `json:"complete_statements,omitempty"`
 }
 
 // runJobs measures jobs completed per second with a no-op handler: Inlet with
@@ -237,8 +244,16 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	}
 	run.Seconds = end.Sub(start).Seconds()
 	run.PerSecond = float64(n) / run.Seconds
-	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s (streamer: %d claims)\n",
-		kind, replicas, handler.Concurrency, n, run.Seconds, run.PerSecond, str.Stats().Claims)
+	run.Claims = int64(str.Stats().Claims)
+	if err := owner.QueryRow(ctx, `SELECT
+		(SELECT count(DISTINCT a.started_at) FROM webhook_ingress.job_attempts a JOIN webhook_ingress.jobs j
+			ON j.id = a.job_id AND j.event_received_at = a.event_received_at WHERE j.handler = $1),
+		(SELECT count(DISTINCT xmin::text) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'completed')`, name).Scan(&run.Takes, &run.Completions); err != nil {
+		return run, fmt.Errorf("count the statements of %s: %w", name, err)
+	}
+	per := func(k int64) float64 { return float64(n) / float64(max(k, 1)) }
+	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s; jobs per statement: claim %.0f, take %.1f, complete %.1f\n",
+		kind, replicas, handler.Concurrency, n, run.Seconds, run.PerSecond, per(run.Claims), per(run.Takes), per(run.Completions))
 	return run, nil
 }
 

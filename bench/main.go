@@ -47,6 +47,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,9 +114,22 @@ func main() {
 		names = append(names, s.name)
 	}
 	only := flag.String("only", strings.Join(names, ","), "the measurements to run, comma-separated")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (in-process services included) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*duration, *conns, *out, *rate, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

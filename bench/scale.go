@@ -939,6 +939,7 @@ type claimedJob struct {
 	id, eventID int64
 	handler     string
 	attempt     int32
+	partition   time.Time
 }
 
 func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string, lo int64, k int) (int, error) {
@@ -980,7 +981,7 @@ func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.C
 			maxAttempts                   int32
 			leaseExpires                  time.Time
 		)
-		err := r.Scan(&j.id, &j.eventID, &j.handler, &provider, &eventType, &j.attempt, &maxAttempts, &leaseExpires, &traceCol)
+		err := r.Scan(&j.id, &j.eventID, &j.handler, &provider, &eventType, &j.attempt, &maxAttempts, &leaseExpires, &traceCol, &j.partition)
 		return j, err
 	})
 }
@@ -991,11 +992,11 @@ func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.C
 func takeAndComplete(ctx context.Context, pool *pgxpool.Pool, takeSQL, completeSQL string, cc consumers.Config, refs []claimedJob) (int, error) {
 	slices.SortFunc(refs, func(a, b claimedJob) int { return cmp.Compare(a.id, b.id) })
 	k := len(refs)
-	ids, attempts, handlers, events := make([]int64, k), make([]int32, k), make([]string, k), make([]int64, k)
+	ids, attempts, handlers, events, partitions := make([]int64, k), make([]int32, k), make([]string, k), make([]int64, k), make([]time.Time, k)
 	for i, r := range refs {
-		ids[i], attempts[i], handlers[i], events[i] = r.id, r.attempt, r.handler, r.eventID
+		ids[i], attempts[i], handlers[i], events[i], partitions[i] = r.id, r.attempt, r.handler, r.eventID, r.partition
 	}
-	rows, err := pool.Query(ctx, takeSQL, ids, attempts, handlers, events, cc.WorkerID, cc.LeaseExtend)
+	rows, err := pool.Query(ctx, takeSQL, ids, attempts, handlers, events, cc.WorkerID, cc.LeaseExtend, partitions)
 	if err != nil {
 		return 0, fmt.Errorf("take %d jobs (ids %d..): %w", k, ids[0], err)
 	}

@@ -162,7 +162,9 @@ type lease struct {
 // exists, and an error wrapping pgx.ErrNoRows when the attempt is not this
 // consumer's to take.
 func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
-	if s.takes != nil {
+	// A reference without its partition (published by an older streamer) is
+	// taken alone: the batch statement finds jobs by id and partition.
+	if s.takes != nil && !ref.EventReceivedAt.IsZero() {
 		t, err := s.takes.Do(ctx, ref)
 		switch {
 		case err == nil && t.ev == nil && !t.missing:

@@ -348,7 +348,7 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		var maxAttempts int
 		var leaseExpires time.Time
 		var traceParent string
-		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires, &traceParent); err != nil {
+		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires, &traceParent, &r.EventReceivedAt); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("claim jobs: scan: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -30,6 +31,10 @@ type Ref struct {
 	// Attempt is the attempt number the lease was taken for; outcomes are
 	// fenced on it, so a stale message cannot finish a newer attempt.
 	Attempt int `json:"attempt"`
+	// EventReceivedAt is the job's partition key (its event's received_at),
+	// so the consumer's statements touch one partition of jobs and events
+	// instead of probing each. Zero in references from before it was sent.
+	EventReceivedAt time.Time `json:"event_received_at,omitzero"`
 }
 
 // TopicPrefix starts every handler topic.

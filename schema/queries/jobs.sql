@@ -35,7 +35,8 @@ SET status           = 'leased',
 FROM due
 WHERE j.id = due.id
   AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, '')
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, ''),
+          j.event_received_at
 
 -- name: ReleaseJobs
 -- Give back leases whose references could not be published: pending again at
@@ -207,12 +208,13 @@ SELECT id FROM completed
 
 -- name: TakeJobs
 -- TakeJob for a batch, in one statement: consumer $5 takes attempt $2[i] of
--- job $1[i] (handler $3[i], event $4[i]), pushing each lease out to
--- now() + $6. Returns the job id and then TakeJob's columns for each attempt
--- taken; an id missing is stale, misrouted or already taken.
+-- job $1[i] (handler $3[i], event $4[i], in the partition of $7[i]), pushing
+-- each lease out to now() + $6. Returns the job id and then TakeJob's columns
+-- for each attempt taken; an id missing is stale, misrouted or already taken.
 WITH want AS (
     SELECT *
-    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[]) AS w(id, attempt, handler, event_id)
+    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $7::timestamptz[])
+        AS w(id, attempt, handler, event_id, event_received_at)
 ), taken AS (
     UPDATE webhook_ingress.jobs j
     SET worker_id        = $5,
@@ -220,6 +222,7 @@ WITH want AS (
         updated_at       = now()
     FROM want w
     WHERE j.id = w.id
+      AND j.event_received_at = w.event_received_at -- the partition key: one probe per job, not one per partition
       AND j.attempt_count = w.attempt
       AND j.handler = w.handler
       AND j.event_id = w.event_id

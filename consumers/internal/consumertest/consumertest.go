@@ -288,7 +288,7 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 			var maxAttempts int
 			var expires time.Time
 			var traceParent string
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent)
+			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
 			return ref, err
 		})
 		return err
@@ -333,7 +333,7 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 			var maxAttempts int
 			var expires time.Time
 			var traceParent string
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent)
+			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
 			return ref, err
 		})
 		return err
