@@ -532,7 +532,7 @@ func startNATSServer(ctx context.Context) (*natsServer, error) {
 }
 
 // stop shuts the server down (SIGTERM, then SIGKILL after 10s) and removes
-// its store and the built binary.
+// its store; the built binary stays for the next section (run removes it).
 func (s *natsServer) stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -542,5 +542,4 @@ func (s *natsServer) stop() {
 		<-s.done
 	}
 	os.RemoveAll(s.dir)
-	natstest.Cleanup()
 }

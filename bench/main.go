@@ -37,6 +37,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +63,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -179,6 +181,7 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 		return err
 	}
 	defer cluster.Stop()
+	defer natstest.Cleanup() // the nats-server binary the jobs and memory sections built
 	b.cluster, b.url = cluster, cluster.URL("postgres")
 	conn, err := pgx.Connect(ctx, b.url)
 	if err != nil {
@@ -191,11 +194,17 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n", cluster.BinDir(), duration)
 
 	saved := map[string]any{"duration": duration.String()}
+	// A section that fails is reported and recorded; the others still run
+	// and are saved.
+	var failed []error
 	for _, s := range chosen {
 		fmt.Printf("\n== %s ==\n\n", s.name)
 		v, err := s.run(ctx, b)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			err = fmt.Errorf("%s: %w", s.name, err)
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			failed = append(failed, err)
+			v = map[string]string{"error": err.Error()}
 		}
 		saved[s.name] = v
 	}
@@ -208,7 +217,7 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 		return err
 	}
 	fmt.Printf("\nsaved %s\n", path)
-	return nil
+	return errors.Join(failed...)
 }
 
 // runIngest measures ingest against the pgbench baseline at each level.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,11 +23,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/freeport"
-	"github.com/inlet-dev/inlet/internal/natstest"
 )
 
 // The memory measurement's load: this many keep-alive connections, each
@@ -86,11 +83,12 @@ func runMemory(ctx context.Context, b *bench) (any, error) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", inlet, "github.com/inlet-dev/inlet/cmd/inlet").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build inlet: %w\n%s", err, out)
 	}
-	natsURL, stopNATS, err := startNATS(ctx, dir)
+	ns, err := startNATSServer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer stopNATS()
+	defer ns.stop()
+	natsURL := ns.url
 	dbURL, err := freshDatabase(ctx, b, memoryDatabase)
 	if err != nil {
 		return nil, err
@@ -343,66 +341,6 @@ func waitSubscribed(ctx context.Context, url string, within time.Duration) error
 		}
 	}
 	return fmt.Errorf("the consumer did not subscribe %s within %s", memoryHandler, within)
-}
-
-// startNATS runs a JetStream nats-server on a free port, its store in dir.
-func startNATS(ctx context.Context, dir string) (string, func(), error) {
-	bin, err := natstest.Binary()
-	if err != nil {
-		return "", nil, err
-	}
-	port, err := freeport.Pick()
-	if err != nil {
-		return "", nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, "nats-server.log"))
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "nats"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return "", nil, fmt.Errorf("start nats-server: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
-		if err == nil {
-			var js nats.JetStreamContext
-			if js, err = nc.JetStream(); err == nil {
-				_, err = js.AccountInfo()
-			}
-			nc.Close()
-			if err == nil {
-				return url, stop, nil
-			}
-		}
-		select {
-		case <-done:
-			return "", nil, errors.New("nats-server exited at start; see its log")
-		case <-ctx.Done():
-			stop()
-			return "", nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("nats-server not ready after 30s: %w", err)
-		}
-	}
 }
 
 // service is one running inlet process whose resident set is sampled.

@@ -4,21 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
@@ -43,33 +36,14 @@ func (g *gatedStore) Insert(ctx context.Context, e *ingress.Event) (bool, error)
 func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	admin, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	pool, err := database.Open(ctx, dbURL, database.Options{Role: config.DefaultIngressRole})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store := &gatedStore{Store: ingress.NewPGStore(pool, nil), entered: make(chan string, 8), gate: make(chan struct{})}
-	reg := prometheus.NewRegistry()
 	const body, budget = 40 << 10, 64 << 10 // room for one body, not two
-	srv, err := ingress.New(ingress.Config{
-		Metrics: reg,
-		Ingress: config.Ingress{MaxBodyBytes: budget, MaxInflightBytes: budget, StoreTimeout: 2 * time.Second},
-		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
-		Store:   store,
-		Ready:   database.Ready(pool),
-		Logger:  slog.New(slog.DiscardHandler),
+	var store *gatedStore
+	tb := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Ingress.MaxBodyBytes, c.Ingress.MaxInflightBytes = budget, budget
+		store = &gatedStore{Store: c.Store, entered: make(chan string, 8), gate: make(chan struct{})}
+		c.Store = store
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	admin, reg := tb.admin, tb.reg
 
 	event := func(id string) []byte {
 		b := fmt.Appendf(nil, `{"id":%q,"type":"t","pad":"`, id)
@@ -83,7 +57,7 @@ func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 	}
 	send := func(id string) chan answer {
 		ch := make(chan answer, 1)
-		req := stripeRequest(t, hs.URL, event(id), time.Now())
+		req := stripeRequest(t, tb.url, event(id), time.Now())
 		go func() {
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -51,6 +51,13 @@ func setup(t *testing.T) *testBundle {
 
 func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	t.Helper()
+	return setupWith(t, dbURL, func(c *ingress.Config) { c.Ingress.MaxBodyBytes = maxBody })
+}
+
+// setupWith runs ingress on dbURL with the test sources, a PGStore as the
+// ingress role and StoreTimeout 2s, after edit has changed what it needs.
+func setupWith(t *testing.T, dbURL string, edit func(*ingress.Config)) *testBundle {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -65,9 +72,9 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	t.Cleanup(pool.Close)
 	logs := &syncWriter{buf: &bytes.Buffer{}}
 	reg := prometheus.NewRegistry()
-	srv, err := ingress.New(ingress.Config{
+	cfg := ingress.Config{
 		Metrics: reg,
-		Ingress: config.Ingress{MaxBodyBytes: maxBody, StoreTimeout: 2 * time.Second},
+		Ingress: config.Ingress{StoreTimeout: 2 * time.Second},
 		Sources: []config.Source{
 			{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}}},
 			{Name: "github", Config: verify.Config{Type: "github", Secrets: []string{githubSecret}}},
@@ -77,7 +84,9 @@ func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 		Store:  ingress.NewPGStore(pool, nil),
 		Ready:  database.Ready(pool),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-	})
+	}
+	edit(&cfg)
+	srv, err := ingress.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,10 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if c.IsClosed() {
+				return // our own Close, at shutdown: nothing is lost
+			}
 			log.Warn("NATS disconnected; publishing fails and leases cover the gap until it is back", slog.String("error", errString(err)))
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
