@@ -158,6 +158,9 @@ func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP inlet_ingress_overloaded_total Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for ingress.store_timeout (the database is not keeping up with the bodies arriving).
 # TYPE inlet_ingress_overloaded_total counter
+inlet_ingress_overloaded_total{source="github"} 0
+inlet_ingress_overloaded_total{source="gitlab"} 0
+inlet_ingress_overloaded_total{source="slack"} 0
 inlet_ingress_overloaded_total{source="stripe"} 1
 `), "inlet_ingress_overloaded_total"); err != nil {
 		t.Fatal(err)
