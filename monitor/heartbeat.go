@@ -51,6 +51,14 @@ type HeartbeatConfig struct {
 	Logger *slog.Logger
 	// Metrics registers inlet_source_* gauges. Nil: not exported.
 	Metrics prometheus.Registerer
+	// Leader, when set, lets only the replica it elects report changes (log
+	// line and alert), so several streamers send one alert per change; the
+	// others still judge every source and export the gauges. If the
+	// election fails the change is reported anyway: twice beats never. Nil:
+	// this replica always reports.
+	Leader interface {
+		Leading(context.Context) (bool, error)
+	}
 }
 
 // SourceStatus is one source's heartbeat.
@@ -199,6 +207,16 @@ func (h *Heartbeats) Check(ctx context.Context) ([]SourceStatus, error) {
 		h.threshold.WithLabelValues(st.Source).Set(st.Threshold.Seconds())
 		if !st.LastSeen.IsZero() {
 			h.lastSeen.WithLabelValues(st.Source).Set(float64(st.LastSeen.UnixMilli()) / 1000)
+		}
+	}
+	if h.cfg.Leader != nil {
+		// Every check, changes or not: a replica takes over as soon as the
+		// leader is gone.
+		leading, err := h.cfg.Leader.Leading(ctx)
+		if err != nil {
+			h.cfg.Logger.Warn("heartbeat reporter election failed; reporting changes from this replica", slog.String("error", err.Error()))
+		} else if !leading {
+			changed = nil // the leader reports them
 		}
 	}
 	for _, st := range changed {

@@ -25,9 +25,11 @@ func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool,
 		return nil, func() {}, nil
 	}
 	hc := cfg.Heartbeat
+	// Of several streamers on the database, one reports each change.
+	leader := monitor.NewLeader(pool.Config().ConnConfig)
 	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
 		DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-		MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg,
+		MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
 		Logger: log.With(slog.String("component", "heartbeat")),
 	})
 	if err != nil {
@@ -37,6 +39,7 @@ func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer leader.Close()
 		h.Run(ctx, hc.CheckEvery)
 	}()
 	return h, func() { cancel(); <-done }, nil

@@ -35,3 +35,9 @@ SELECT provider FROM p WHERE provider IS NOT NULL
 -- name: MonitorArrivals
 -- The latest $2 arrival times of source $1, newest first.
 SELECT received_at FROM webhook_ingress.events WHERE provider = $1 ORDER BY received_at DESC LIMIT $2
+
+-- name: TryReporterLock
+-- Take the heartbeat reporter's session lock if no other replica holds it:
+-- of several streamers on one database only the holder logs and POSTs
+-- source changes. Released when its connection ends.
+SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0))
