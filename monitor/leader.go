@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -12,54 +13,67 @@ import (
 )
 
 // Leader elects one replica among those on a database: the one whose
-// connection holds a session advisory lock. Its connection is its own, not
+// connection holds a session advisory lock. The connection is its own, not
 // one of a pool's, so the lock is released exactly when that connection
-// ends: by Close, or by the process or the network dying.
+// ends: by Close, or by the process or the network dying. A replica that
+// does not lead keeps its connection and tries the lock again on it.
 type Leader struct {
 	cfg *pgx.ConnConfig
 
-	mu   sync.Mutex
-	conn *pgx.Conn // non-nil while leading
+	mu      sync.Mutex
+	conn    *pgx.Conn
+	leading bool // conn holds the lock
 }
 
-// NewLeader elects over connections made with cfg (a pool's
-// Config().ConnConfig will do). Nothing connects until Leading.
-func NewLeader(cfg *pgx.ConnConfig) *Leader { return &Leader{cfg: cfg.Copy()} }
+// NewLeader elects over a connection made with cfg (a pool's
+// Config().ConnConfig will do), named ElectionAppName in pg_stat_activity.
+// Nothing connects until Leading.
+func NewLeader(cfg *pgx.ConnConfig) *Leader {
+	c := cfg.Copy()
+	c.RuntimeParams = maps.Clone(c.RuntimeParams)
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
+	c.RuntimeParams["application_name"] = ElectionAppName
+	return &Leader{cfg: c}
+}
+
+// ElectionAppName is the application_name of a Leader's connection.
+const ElectionAppName = "inlet heartbeat election"
 
 var tryReporterLockSQL = schema.Query("TryReporterLock")
 
 // Leading reports whether this replica leads, taking the lock when it is
 // free. A leader whose connection was lost (and with it the lock) finds out
-// here and tries again like any other replica.
+// here, reconnects and tries again like any other replica.
 func (l *Leader) Leading(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.conn != nil {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if l.conn != nil && l.leading {
 		if err := l.conn.Ping(ctx); err == nil {
 			return true, nil
 		}
+		l.closeLocked() // the lock went with the connection
+	}
+	if l.conn == nil || l.conn.IsClosed() {
+		conn, err := pgx.ConnectConfig(ctx, l.cfg)
+		if err != nil {
+			return false, fmt.Errorf("leader election: connect to %s: %w", l.cfg.Host, err)
+		}
+		l.conn = conn
+	}
+	// Tried only while not holding it: a session lock taken twice is held
+	// twice.
+	if err := l.conn.QueryRow(ctx, tryReporterLockSQL).Scan(&l.leading); err != nil {
 		l.closeLocked()
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, l.cfg)
-	if err != nil {
-		return false, fmt.Errorf("leader election: connect to %s: %w", l.cfg.Host, err)
-	}
-	var ok bool
-	if err := conn.QueryRow(ctx, tryReporterLockSQL).Scan(&ok); err != nil {
-		conn.Close(context.Background())
 		return false, fmt.Errorf("leader election: try the reporter lock: %w", err)
 	}
-	if !ok {
-		conn.Close(context.Background())
-		return false, nil
-	}
-	l.conn = conn
-	return true, nil
+	return l.leading, nil
 }
 
-// Close gives up the lead, if held.
+// Close gives up the lead, if held, and the connection.
 func (l *Leader) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -71,6 +85,6 @@ func (l *Leader) closeLocked() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = l.conn.Close(ctx)
-		l.conn = nil
 	}
+	l.conn, l.leading = nil, false
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,5 +124,30 @@ func TestHeartbeatChangesAreReportedByOneReplica(t *testing.T) {
 	}
 	if leading, err := r1.leader.Leading(ctx); err != nil || !leading {
 		t.Fatalf("new leader: leading %v, %v; want true", leading, err)
+	}
+
+	// Each replica keeps one election connection: a follower tries the lock
+	// again on its own, it does not reconnect every check.
+	var pids []int
+	for range 3 {
+		checkAll()
+		var ps []int
+		rows, err := super.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 ORDER BY pid`, monitor.ElectionAppName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var pid int
+			_ = rows.Scan(&pid)
+			ps = append(ps, pid)
+		}
+		rows.Close()
+		if pids != nil && !slices.Equal(ps, pids) {
+			t.Fatalf("election backends changed between checks: %v then %v", pids, ps)
+		}
+		pids = ps
+	}
+	if len(pids) != 2 {
+		t.Fatalf("%d election backends (%v), want 2 (one per replica)", len(pids), pids)
 	}
 }
