@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -106,6 +107,9 @@ var sections = []section{
 	{"memory", runMemory},
 }
 
+// pgSettings are the -pg-setting flags: tuning tried on the run's cluster.
+var pgSettings = map[string]string{}
+
 func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long each measurement runs")
 	conns := flag.String("connections", "1,32,256", "concurrency levels of the ingest measurement")
@@ -116,6 +120,14 @@ func main() {
 		names = append(names, s.name)
 	}
 	only := flag.String("only", strings.Join(names, ","), "the measurements to run, comma-separated")
+	flag.Func("pg-setting", "a PostgreSQL setting for the run's cluster, name=value (repeatable), e.g. autovacuum_naptime=10s", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%q is not name=value", v)
+		}
+		pgSettings[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		return nil
+	})
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (in-process services included) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -171,9 +183,11 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 		return err
 	}
 	b.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	settings := map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB",
+		"wal_level": "logical", "max_replication_slots": "4", "max_wal_senders": "4"}
+	maps.Copy(settings, pgSettings)
 	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: b.log,
-		Settings: map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB",
-			"wal_level": "logical", "max_replication_slots": "4", "max_wal_senders": "4"}})
+		Settings: settings})
 	if err != nil {
 		return err
 	}
@@ -192,8 +206,14 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	}
 	conn.Close(ctx)
 	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n", cluster.BinDir(), duration)
+	if len(pgSettings) > 0 {
+		fmt.Printf("settings from -pg-setting: %v\n", pgSettings)
+	}
 
 	saved := map[string]any{"duration": duration.String()}
+	if len(pgSettings) > 0 {
+		saved["pg_settings"] = pgSettings
+	}
 	// A section that fails is reported and recorded; the others still run
 	// and are saved.
 	var failed []error
