@@ -12,16 +12,21 @@ import (
 	"github.com/inlet-dev/inlet/schema"
 )
 
-// TestJobPartitionsAreTunedForAHotQueue checks the settings of migration 008:
-// every jobs partition, old or created by create_partitions, has fillfactor
-// 80 and vacuums at 2 % dead rows; and taking a leased job is a HOT update
+// TestJobPartitionsAreTunedForAHotQueue checks the settings of migrations 008
+// and 009: every jobs partition, old or created by create_partitions, has
+// fillfactor 80, vacuums and analyzes at 2 % dead rows, unthrottled; and taking a leased job is a HOT update
 // (no index entry written), which no index holding updated_at would allow.
 func TestJobPartitionsAreTunedForAHotQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, `SELECT * FROM webhook_ingress.create_partitions('week', 2)`); err != nil {
+	// Further ahead than migrate goes, so some partitions are new ones.
+	var created int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.create_partitions('week', 8)`).Scan(&created); err != nil {
 		t.Fatal(err)
+	}
+	if created == 0 {
+		t.Fatal("create_partitions('week', 8) created no partition: the new-partition settings go untested")
 	}
 	rows, err := pool.Query(ctx, `SELECT c.relname, coalesce(array_to_string(c.reloptions, ','), '')
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -41,7 +46,7 @@ func TestJobPartitionsAreTunedForAHotQueue(t *testing.T) {
 		t.Fatalf("jobs partitions %v: want the default and three weeks", parts)
 	}
 	for _, p := range parts {
-		for _, want := range []string{"fillfactor=80", "autovacuum_vacuum_scale_factor=0.02", "autovacuum_analyze_scale_factor=0.02"} {
+		for _, want := range []string{"fillfactor=80", "autovacuum_vacuum_scale_factor=0.02", "autovacuum_analyze_scale_factor=0.02", "autovacuum_vacuum_cost_delay=0"} {
 			if !strings.Contains(p.opts, want) {
 				t.Errorf("jobs partition %s: reloptions %q lack %s", p.name, p.opts, want)
 			}
