@@ -269,6 +269,10 @@ func TestReplicationResumesFromConfirmedPosition(t *testing.T) {
 	before := b.walLSN(t, `SELECT pg_current_wal_lsn()::text`)
 	b.insertEvents(t, 1)
 	c.wait(t, 1, 2*time.Second)
+	// The reference may come from the start's own claim, if that ran after
+	// the insert: wait until the stream has carried the insert too, or
+	// there is no position past it to confirm yet.
+	waitFor(t, 5*time.Second, "the insert seen in the replication stream", func() bool { return s1.Stats().ReplicationWakeups >= 1 })
 	s1.Stop()
 	confirmed1 := b.walLSN(t, confirmedFlushSQL, r.slot)
 	t.Logf("slot confirmed %s after the first streamer (it reported %s); WAL was at %s before its insert",
