@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -484,10 +483,9 @@ func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
 // natsServer is a JetStream-enabled nats-server process built from the
 // module the project pins as a tool.
 type natsServer struct {
-	url  string
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
+	*process
+	url string
+	dir string
 }
 
 func startNATSServer(ctx context.Context) (*natsServer, error) {
@@ -503,21 +501,12 @@ func startNATSServer(ctx context.Context) (*natsServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	p, err := startProcess(exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir), filepath.Join(dir, "server.log"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start nats-server: %w", err)
-	}
-	s := &natsServer{url: "nats://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
+	s := &natsServer{process: p, url: "nats://127.0.0.1:" + strconv.Itoa(port), dir: dir}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := nats.Connect(s.url, nats.Timeout(time.Second))
@@ -533,7 +522,7 @@ func startNATSServer(ctx context.Context) (*natsServer, error) {
 		}
 		select {
 		case <-s.done:
-			out, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			out, _ := os.ReadFile(s.log)
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("nats-server exited at start:\n%s", out)
 		case <-time.After(50 * time.Millisecond):
@@ -548,12 +537,6 @@ func startNATSServer(ctx context.Context) (*natsServer, error) {
 // stop shuts the server down (SIGTERM, then SIGKILL after 10s) and removes
 // its store; the built binary stays for the next section (run removes it).
 func (s *natsServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	s.terminate(10 * time.Second)
 	os.RemoveAll(s.dir)
 }

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -345,29 +344,20 @@ func waitSubscribed(ctx context.Context, url string, within time.Duration) error
 
 // service is one running inlet process whose resident set is sampled.
 type service struct {
+	*process
 	name   string
-	cmd    *exec.Cmd
-	log    string
-	done   chan struct{}
 	maxRSS atomic.Int64 // KiB
 	once   sync.Once
 }
 
 func startService(ctx context.Context, bin, name, cfg, dir string, env []string) (*service, error) {
-	s := &service{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(s.log)
+	cmd := exec.Command(bin, name, "--config", cfg)
+	cmd.Env, cmd.Dir = env, dir
+	p, err := startProcess(cmd, filepath.Join(dir, name+".log"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inlet %s: %w", name, err)
 	}
-	s.cmd = exec.Command(bin, name, "--config", cfg)
-	s.cmd.Env, s.cmd.Dir = env, dir
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start inlet %s: %w", name, err)
-	}
-	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
+	s := &service{process: p, name: name}
 	go func() {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
@@ -407,17 +397,7 @@ func (s *service) waitReady(url string, within time.Duration) error {
 }
 
 // stop sends SIGTERM and waits, killing after 30s.
-func (s *service) stop() {
-	s.once.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
-}
+func (s *service) stop() { s.once.Do(func() { s.terminate(30 * time.Second) }) }
 
 // procStatusKiB reads one "Vm…: N kB" field of /proc/<pid>/status.
 func procStatusKiB(pid int, field string) (int64, error) {
