@@ -283,14 +283,7 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.Ref, error) {
-			var ref bus.Ref
-			var maxAttempts int
-			var expires time.Time
-			var traceParent string
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
-			return ref, err
-		})
+		refs, err = pgx.CollectRows(rows, claimedRef)
 		return err
 	})
 	if err != nil {
@@ -306,6 +299,17 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		}
 	}
 	return nil
+}
+
+// claimedRef reads one row of ClaimJobs as the reference the streamer
+// publishes for it.
+func claimedRef(r pgx.CollectableRow) (bus.Ref, error) {
+	var ref bus.Ref
+	var maxAttempts int
+	var expires time.Time
+	var traceParent string
+	err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
+	return ref, err
 }
 
 // Publish sends ref on its handler's topic.
@@ -328,14 +332,7 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 		if err != nil {
 			return err
 		}
-		refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.Ref, error) {
-			var ref bus.Ref
-			var maxAttempts int
-			var expires time.Time
-			var traceParent string
-			err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
-			return ref, err
-		})
+		refs, err = pgx.CollectRows(rows, claimedRef)
 		return err
 	})
 	if err != nil {
