@@ -487,7 +487,7 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 }
 
 func (cb *claimBench) args() []any {
-	return []any{cb.sc.BatchSize, cb.sc.ID, cb.sc.LeaseDuration, cb.sc.MaxLeasedPerHandler}
+	return []any{cb.sc.BatchSize, cb.sc.ID, cb.sc.LeaseDuration, []string{}}
 }
 
 // claim runs ClaimJobs once, timed, and then gives the leases back
@@ -546,10 +546,10 @@ func (cb *claimBench) plans(ctx context.Context) (*Plans, error) {
 	if p.Claim, err = explainPlan(ctx, cb.spool, "", "EXPLAIN (ANALYZE, BUFFERS) "+claimSQL, cb.args()...); err != nil {
 		return nil, fmt.Errorf("explain claim: %w", err)
 	}
-	generic := fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_claim(%d, %s, '%d seconds', %d)",
-		cb.sc.BatchSize, quoteLiteral(cb.sc.ID), int(cb.sc.LeaseDuration.Seconds()), cb.sc.MaxLeasedPerHandler)
+	generic := fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_claim(%d, %s, '%d seconds', '{}')",
+		cb.sc.BatchSize, quoteLiteral(cb.sc.ID), int(cb.sc.LeaseDuration.Seconds()))
 	if p.ClaimGeneric, err = explainPlan(ctx, cb.spool,
-		"PREPARE bench_scale_claim(bigint, text, interval, bigint) AS "+claimSQL, generic); err != nil {
+		"PREPARE bench_scale_claim(bigint, text, interval, text[]) AS "+claimSQL, generic); err != nil {
 		return nil, fmt.Errorf("explain generic claim: %w", err)
 	}
 	if p.ByID, err = explainPlan(ctx, cb.wpool, "", "EXPLAIN (ANALYZE, BUFFERS) "+byIDSQL, cb.ids[0]); err != nil {
@@ -788,7 +788,7 @@ func scaleRun(ctx context.Context, b *bench, n int) (*LifecycleRun, error) {
 	cc := consumers.Config{WorkerID: "consumer-bench-scale-run"}.WithDefaults()
 	var (
 		insertSQL   = schema.Query("InsertEvents")
-		takeSQL     = schema.Query("TakeJobs")
+		takeSQL     = schema.Query("FetchJobs")
 		completeSQL = schema.Query("CompleteJobs")
 	)
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -940,6 +940,7 @@ type claimedJob struct {
 	handler     string
 	attempt     int32
 	partition   time.Time
+	leasedAt    time.Time
 }
 
 func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string, lo int64, k int) (int, error) {
@@ -970,7 +971,7 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 }
 
 func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.Config) ([]claimedJob, error) {
-	rows, err := pool.Query(ctx, sql, sc.BatchSize, sc.ID, sc.LeaseDuration, sc.MaxLeasedPerHandler)
+	rows, err := pool.Query(ctx, sql, sc.BatchSize, sc.ID, sc.LeaseDuration, []string{})
 	if err != nil {
 		return nil, err
 	}
@@ -981,57 +982,61 @@ func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.C
 			maxAttempts                   int32
 			leaseExpires                  time.Time
 		)
-		err := r.Scan(&j.id, &j.eventID, &j.handler, &provider, &eventType, &j.attempt, &maxAttempts, &leaseExpires, &traceCol, &j.partition)
+		err := r.Scan(&j.id, &j.eventID, &j.handler, &provider, &eventType, &j.attempt, &maxAttempts, &leaseExpires, &traceCol, &j.partition, &j.leasedAt)
 		return j, err
 	})
 }
 
-// takeAndComplete takes a claim's jobs in one TakeJobs statement, as a
+// takeAndComplete reads a claim's jobs in one FetchJobs statement, as a
 // consumer batches the attempts starting together, and records them all
 // successful in one CompleteJobs statement. It returns how many completed.
 func takeAndComplete(ctx context.Context, pool *pgxpool.Pool, takeSQL, completeSQL string, cc consumers.Config, refs []claimedJob) (int, error) {
 	slices.SortFunc(refs, func(a, b claimedJob) int { return cmp.Compare(a.id, b.id) })
 	k := len(refs)
-	ids, attempts, handlers, events, partitions := make([]int64, k), make([]int32, k), make([]string, k), make([]int64, k), make([]time.Time, k)
+	ids, attempts, handlers, events, partitions, leasedAt := make([]int64, k), make([]int32, k), make([]string, k), make([]int64, k), make([]time.Time, k), make([]time.Time, k)
 	for i, r := range refs {
-		ids[i], attempts[i], handlers[i], events[i], partitions[i] = r.id, r.attempt, r.handler, r.eventID, r.partition
+		ids[i], attempts[i], handlers[i], events[i], partitions[i], leasedAt[i] = r.id, r.attempt, r.handler, r.eventID, r.partition, r.leasedAt
 	}
-	rows, err := pool.Query(ctx, takeSQL, ids, attempts, handlers, events, cc.WorkerID, cc.LeaseExtend, partitions)
+	rows, err := pool.Query(ctx, takeSQL, ids, attempts, handlers, events, partitions, leasedAt)
 	if err != nil {
-		return 0, fmt.Errorf("take %d jobs (ids %d..): %w", k, ids[0], err)
+		return 0, fmt.Errorf("read %d jobs (ids %d..): %w", k, ids[0], err)
+	}
+	byID := make(map[int64]claimedJob, k)
+	for _, r := range refs {
+		byID[r.id] = r
 	}
 	var tIDs []int64
 	var tAttempts []int32
-	var tParts, tLeased, tStarted []time.Time
+	var tParts, tLeased []time.Time
 	for rows.Next() {
 		var (
-			id                                 int64
-			attempt, maxAttempts               int32
-			started, leased, part, received    time.Time
+			id, maxAttempts                    int64
+			leased, expires, started, received time.Time
 			eventID                            *int64
 			provider, scheme, extID, eventType string
 			headers                            map[string][]string
 			body                               []byte
 		)
-		if err := rows.Scan(&id, &attempt, &maxAttempts, &started, &leased, &part, &eventID,
+		if err := rows.Scan(&id, &leased, &expires, &maxAttempts, &started, &eventID,
 			&provider, &scheme, &extID, &eventType, &received, &headers, &body); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("take: scan: %w", err)
+			return 0, fmt.Errorf("read: scan: %w", err)
 		}
 		if eventID == nil {
 			rows.Close()
-			return 0, fmt.Errorf("take: job %d: its event is missing", id)
+			return 0, fmt.Errorf("read: job %d: its event is missing", id)
 		}
-		tIDs, tAttempts = append(tIDs, id), append(tAttempts, attempt)
-		tParts, tLeased, tStarted = append(tParts, part), append(tLeased, leased), append(tStarted, started)
+		r := byID[id]
+		tIDs, tAttempts = append(tIDs, id), append(tAttempts, r.attempt)
+		tParts, tLeased = append(tParts, r.partition), append(tLeased, leased)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("take %d jobs (ids %d..): %w", k, ids[0], err)
+		return 0, fmt.Errorf("read %d jobs (ids %d..): %w", k, ids[0], err)
 	}
 	if len(tIDs) == 0 {
 		return 0, nil
 	}
-	tag, err := pool.Exec(ctx, completeSQL, tIDs, tAttempts, tParts, tLeased, tStarted, cc.WorkerID)
+	tag, err := pool.Exec(ctx, completeSQL, tIDs, tAttempts, tParts, tLeased, cc.WorkerID)
 	if err != nil {
 		return 0, fmt.Errorf("complete %d jobs (ids %d..): %w", len(tIDs), tIDs[0], err)
 	}

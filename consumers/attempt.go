@@ -143,88 +143,132 @@ func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	return counted
 }
 
-// lease is what a consumer holds of a taken attempt.
+// lease is what a consumer holds of an attempt it read.
 type lease struct {
-	// started is when this consumer took it, on the database's clock (so
+	// started is when this consumer read it, on the database's clock (so
 	// job_attempts durations use one clock).
 	started time.Time
 	// leasedAt is when the streamer leased it (jobs.attempted_at): with the
-	// attempt number, the fencing token of every later update, since attempt
-	// numbers repeat after a replay.
+	// attempt number, the lease token every later statement is fenced on,
+	// since attempt numbers repeat after a replay.
 	leasedAt time.Time
+	// expires is when the lease runs out unless extended.
+	expires time.Time
 	// partition is the job's event_received_at, its partition key.
 	partition time.Time
 }
 
-// take claims this attempt for this consumer and loads its event: batched
-// with the other attempts starting now when batching is on, else in one
-// statement of its own. It returns a nil event when the job's event no longer
-// exists, and an error wrapping pgx.ErrNoRows when the attempt is not this
-// consumer's to take.
+// take reads this attempt's event, writing nothing: batched with the other
+// attempts starting now when batching is on, else in a statement of its own.
+// It returns a nil event when the job's event no longer exists, and an error
+// wrapping pgx.ErrNoRows when the reference's lease is not current (stale,
+// finished or misrouted). A lease that would run out before the heartbeat's
+// first extension (the reference waited in the bus) is extended first.
 func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
-	// A reference without its partition (published by an older streamer) is
-	// taken alone: the batch statement finds jobs by id and partition.
-	if s.takes != nil && !ref.EventReceivedAt.IsZero() {
-		t, err := s.takes.Do(ctx, ref)
-		switch {
-		case err == nil && t.ev == nil && !t.missing:
-			return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, pgx.ErrNoRows)
-		case err == nil && t.missing:
-			return nil, t.l, nil
-		case err == nil:
-			return t.ev, t.l, nil
+	var t taken
+	var err error
+	if s.takes != nil {
+		t, err = s.takes.Do(ctx, ref)
+		if err != nil {
+			// Nothing was written: read this attempt alone.
+			s.logger.LogAttrs(ctx, slog.LevelDebug, "batched read failed; reading the attempt alone",
+				slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
 		}
-		// Nothing of the failed batch was taken: take this attempt alone.
-		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched take failed; taking the attempt alone",
-			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
 	}
-	t, err := scanTaken(ref, s.cfg.Pool.QueryRow(ctx, takeJobSQL, ref.JobID, ref.Attempt, ref.Handler, s.cfg.WorkerID, ref.EventID, s.cfg.LeaseExtend))
+	if s.takes == nil || err != nil {
+		var got map[int64]taken
+		got, err = s.fetch(ctx, []bus.Ref{ref})
+		t = got[ref.JobID]
+	}
 	if err != nil {
-		return nil, lease{}, fmt.Errorf("take attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+		return nil, lease{}, fmt.Errorf("read attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
 	}
-	if t.missing {
-		return nil, t.l, nil
+	if !t.found {
+		return nil, lease{}, fmt.Errorf("read attempt %d of job %d: %w", ref.Attempt, ref.JobID, pgx.ErrNoRows)
+	}
+	if t.l.expires.Sub(t.l.started) < s.cfg.LeaseExtend/2 {
+		expires, err := s.extend(ctx, ref, t.l)
+		if err != nil {
+			return nil, lease{}, fmt.Errorf("extend lease of attempt %d of job %d before it starts: %w", ref.Attempt, ref.JobID, err)
+		}
+		t.l.expires = expires
 	}
 	return t.ev, t.l, nil
 }
 
-// taken is one attempt taken: its event (nil if not taken) and lease, or
-// missing when its event no longer exists.
+// taken is one attempt read: found when its lease is current, with its
+// event (nil when the event no longer exists) and lease.
 type taken struct {
-	ev      *Event
-	l       lease
-	missing bool
+	found bool
+	ev    *Event
+	l     lease
 }
 
-// scanTaken reads TakeJob's columns (TakeJobs' after the job id), prefixed
-// by dest.
-func scanTaken(ref bus.Ref, row pgx.Row, prefix ...any) (taken, error) {
-	ev := &Event{JobID: ref.JobID, Handler: ref.Handler}
-	var (
-		l       lease
-		eventID *int64
-		headers map[string][]string
-	)
-	dest := append(prefix, &ev.Attempt, &ev.MaxAttempts, &l.started, &l.leasedAt, &l.partition, &eventID,
-		&ev.Provider, &ev.Scheme, &ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body)
-	if err := row.Scan(dest...); err != nil {
-		return taken{}, err
+var fetchJobsSQL = schema.Query("FetchJobs")
+
+// fetch reads the attempts of refs in one read-only statement (FetchJobs),
+// by job id; a reference whose lease is not current is missing.
+func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, error) {
+	n := len(refs)
+	ids, attempts, handlers, events := make([]int64, n), make([]int32, n), make([]string, n), make([]int64, n)
+	partitions, leased := make([]time.Time, n), make([]*time.Time, n)
+	byID := make(map[int64]bus.Ref, n)
+	for i, r := range refs {
+		ids[i], attempts[i], handlers[i], events[i], partitions[i] = r.JobID, int32(r.Attempt), r.Handler, r.EventID, r.EventReceivedAt
+		if !r.LeasedAt.IsZero() {
+			leased[i] = &r.LeasedAt
+		}
+		byID[r.JobID] = r
 	}
-	if eventID == nil {
-		return taken{l: l, missing: true}, nil
+	s.readStatements.Add(1)
+	rows, err := s.cfg.Pool.Query(ctx, fetchJobsSQL, ids, attempts, handlers, events, partitions, leased)
+	if err != nil {
+		return nil, err
 	}
-	ev.EventID = *eventID
-	ev.Headers = http.Header(headers)
-	if ev.Headers == nil {
-		ev.Headers = http.Header{}
+	defer rows.Close()
+	got := make(map[int64]taken, n)
+	for rows.Next() {
+		var (
+			id, maxAttempts int64
+			l               lease
+			eventID         *int64
+			headers         map[string][]string
+			ev              Event
+		)
+		if err := rows.Scan(&id, &l.leasedAt, &l.expires, &maxAttempts, &l.started, &eventID,
+			&ev.Provider, &ev.Scheme, &ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body); err != nil {
+			return nil, err
+		}
+		ref := byID[id]
+		l.partition = ref.EventReceivedAt
+		t := taken{found: true, l: l}
+		if eventID != nil {
+			ev.JobID, ev.Handler, ev.Attempt, ev.MaxAttempts, ev.EventID = ref.JobID, ref.Handler, ref.Attempt, int(maxAttempts), *eventID
+			ev.Headers = http.Header(headers)
+			if ev.Headers == nil {
+				ev.Headers = http.Header{}
+			}
+			if ev.Body == nil {
+				ev.Body = []byte{}
+			}
+			t.ev = &ev
+		}
+		got[id] = t
 	}
-	if ev.Body == nil {
-		ev.Body = []byte{}
-	}
-	return taken{ev: ev, l: l}, nil
+	s.reads.Add(int64(len(got)))
+	return got, rows.Err()
 }
 
-var takeJobSQL = schema.Query("TakeJob")
+var extendLeaseSQL = schema.Query("ExtendLease")
+
+// extend pushes the attempt's lease out to now()+LeaseExtend and records
+// this consumer as its holder; it fails with pgx.ErrNoRows when the lease
+// was lost.
+func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, error) {
+	var expires time.Time
+	err := s.cfg.Pool.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
+	return expires, err
+}
 
 // run calls the handler under its timeout, turning a panic into an error. It
 // reports whether the attempt's own deadline passed.
@@ -266,15 +310,15 @@ func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, l lease, attrs []s
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseExtend)
-		tag, err := s.cfg.Pool.Exec(cctx, schema.Query("ExtendLease"), ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt)
+		_, err := s.extend(cctx, ref, l)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil:
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "extend lease failed",
 				append(attrs, slog.String("error", err.Error()))...)
-		case tag.RowsAffected() == 0:
+		case err != nil:
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "lease lost while the handler runs; its outcome will not be recorded", attrs...)
 			return
 		}
@@ -291,49 +335,25 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer cancel()
 
-	if herr == nil && s.completions != nil {
-		completed, err := s.completions.Do(ctx, completion{ref: ref, l: l})
-		if err == nil {
-			if completed {
-				return "completed", nil
-			}
-			return "", nil
-		}
-		// Nothing of the failed batch was written: record this attempt alone.
-		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched completion failed; recording the attempt alone",
-			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
+	if herr == nil {
+		return s.complete(ctx, ref, l)
 	}
-	var text string
-	var retryIn time.Duration
-	if herr != nil {
-		text = errorText(herr)
-		retryIn = max(h.Backoff(ref.Attempt), 0)
-	}
+	text := errorText(herr)
+	retryIn := max(h.Backoff(ref.Attempt), 0)
 	for try := 0; ; try++ {
 		var outcome string
 		err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 			outcome = ""
-			var errClass, errText *string
-			if herr == nil {
-				tag, err := tx.Exec(ctx, schema.Query("CompleteJob"), ref.JobID, ref.Attempt, l.leasedAt)
-				if err != nil || tag.RowsAffected() == 0 {
-					return err
-				}
-				outcome = "completed"
-			} else {
-				err := tx.QueryRow(ctx, schema.Query("FailJob"),
-					ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt).Scan(&outcome)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				c := string(class)
-				errClass, errText = &c, &text
+			err := tx.QueryRow(ctx, failJobSQL,
+				ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt, s.cfg.WorkerID).Scan(&outcome)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
 			}
-			_, err := tx.Exec(ctx, schema.Query("InsertAttempt"),
-				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, errClass, errText)
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, insertAttemptSQL,
+				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(class), text)
 			return err
 		})
 		if err == nil {
@@ -347,6 +367,47 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
 		}
 	}
+}
+
+var (
+	failJobSQL       = schema.Query("FailJob")
+	insertAttemptSQL = schema.Query("InsertAttempt")
+)
+
+// complete records a success: batched with the others finishing now when
+// batching is on, else (or when the batch failed, so nothing of it was
+// written) in a statement of its own, retried while Postgres is unavailable.
+func (s *Service) complete(ctx context.Context, ref bus.Ref, l lease) (string, error) {
+	c := completion{ref: ref, l: l}
+	if s.completions != nil {
+		completed, err := s.completions.Do(ctx, c)
+		if err == nil {
+			return completedOutcome(completed), nil
+		}
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched completion failed; recording the attempt alone",
+			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
+	}
+	for try := 0; ; try++ {
+		done, err := s.completeJobs(ctx, []completion{c})
+		if err == nil {
+			return completedOutcome(done[ref.JobID]), nil
+		}
+		if try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
+			return "", fmt.Errorf("record success of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
+		}
+	}
+}
+
+// completedOutcome is the outcome recorded: "" when the lease was lost.
+func completedOutcome(completed bool) string {
+	if completed {
+		return "completed"
+	}
+	return ""
 }
 
 // errorText makes err's text storable: valid UTF-8 without NUL (Postgres text

@@ -48,22 +48,38 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 	if len(live) == 0 {
 		return
 	}
-	// In id order, so batches locking overlapping rows wait in one order.
-	slices.SortFunc(live, func(a, b *groupcommit.Request[completion, bool]) int {
-		return cmp.Compare(a.Value.ref.JobID, b.Value.ref.JobID)
-	})
-	n := len(live)
-	ids, attempts := make([]int64, n), make([]int32, n)
-	partitions, leased, started := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	cs := make([]completion, len(live))
 	for i, r := range live {
-		c := r.Value
-		ids[i], attempts[i] = c.ref.JobID, int32(c.ref.Attempt)
-		partitions[i], leased[i], started[i] = c.l.partition, c.l.leasedAt, c.l.started
+		cs[i] = r.Value
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer cancel()
+	done, err := s.completeJobs(ctx, cs)
+	for _, r := range live {
+		// The bus may have delivered one attempt twice and both runs ended
+		// in this batch: the row was completed once, and the second outcome
+		// is fenced out as it would be in a later statement.
+		id := r.Value.ref.JobID
+		r.Answer(err == nil && done[id], err)
+		delete(done, id)
+	}
+}
+
+// completeJobs records successes in one CompleteJobs statement and returns
+// the ids completed; an id missing lost its lease.
+func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]bool, error) {
+	// In id order, so batches locking overlapping rows wait in one order.
+	slices.SortFunc(cs, func(a, b completion) int { return cmp.Compare(a.ref.JobID, b.ref.JobID) })
+	n := len(cs)
+	ids, attempts := make([]int64, n), make([]int32, n)
+	partitions, leased := make([]time.Time, n), make([]time.Time, n)
+	for i, c := range cs {
+		ids[i], attempts[i] = c.ref.JobID, int32(c.ref.Attempt)
+		partitions[i], leased[i] = c.l.partition, c.l.leasedAt
+	}
 	done := make(map[int64]bool, n)
-	rows, err := s.cfg.Pool.Query(ctx, completeJobsSQL, ids, attempts, partitions, leased, started, s.cfg.WorkerID)
+	s.completeStatements.Add(1)
+	rows, err := s.cfg.Pool.Query(ctx, completeJobsSQL, ids, attempts, partitions, leased, s.cfg.WorkerID)
 	if err == nil {
 		for rows.Next() {
 			var id int64
@@ -78,28 +94,24 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 		}
 	}
 	if err != nil {
-		err = fmt.Errorf("complete %d jobs (ids %d..%d): %w", n, ids[0], ids[n-1], err)
+		return nil, fmt.Errorf("complete %d jobs (ids %d..%d): %w", n, ids[0], ids[n-1], err)
 	}
-	for _, r := range live {
-		r.Answer(err == nil && done[r.Value.ref.JobID], err)
-	}
+	s.completed.Add(int64(len(done)))
+	return done, nil
 }
 
-// takes takes attempts in batches: one TakeJobs statement for every attempt
-// that started while the last batch was being taken. A batch holds only
+// takes reads attempts in batches: one FetchJobs statement for every attempt
+// that started while the last batch was being read. A batch holds only
 // attempts that have a concurrency slot, so it holds no more bodies than
-// taking them one by one would.
+// reading them one by one would.
 type takes = groupcommit.Group[bus.Ref, taken]
 
 func (s *Service) newTakes() *takes {
 	return groupcommit.New(groupcommit.Config{MaxBatch: s.cfg.TakeBatch, Committers: 1}, nil, s.takeBatch)
 }
 
-var takeJobsSQL = schema.Query("TakeJobs")
-
-// takeBatch answers each attempt with what was taken (a zero taken: not this
-// consumer's to take), or every attempt with the statement's error; nothing
-// of a failed statement was taken.
+// takeBatch answers each attempt with what was read (not found: its lease is
+// not current), or every attempt with the statement's error.
 func (s *Service) takeBatch(batch []*groupcommit.Request[bus.Ref, taken]) {
 	live := batch[:0]
 	for _, r := range batch {
@@ -112,41 +124,16 @@ func (s *Service) takeBatch(batch []*groupcommit.Request[bus.Ref, taken]) {
 	if len(live) == 0 {
 		return
 	}
-	slices.SortFunc(live, func(a, b *groupcommit.Request[bus.Ref, taken]) int {
-		return cmp.Compare(a.Value.JobID, b.Value.JobID)
-	})
-	n := len(live)
-	ids, attempts, handlers, events, partitions := make([]int64, n), make([]int32, n), make([]string, n), make([]int64, n), make([]time.Time, n)
+	refs := make([]bus.Ref, len(live))
 	for i, r := range live {
-		ids[i], attempts[i], handlers[i], events[i] = r.Value.JobID, int32(r.Value.Attempt), r.Value.Handler, r.Value.EventID
-		partitions[i] = r.Value.EventReceivedAt
+		refs[i] = r.Value
 	}
-	// The takers' contexts all end with the service's work context.
-	got := make(map[int64]taken, n)
-	rows, err := s.cfg.Pool.Query(s.workCtx, takeJobsSQL, ids, attempts, handlers, events, s.cfg.WorkerID, s.cfg.LeaseExtend, partitions)
-	if err == nil {
-		for rows.Next() {
-			var id int64
-			t, serr := scanTaken(bus.Ref{}, rows, &id)
-			if serr != nil {
-				err = serr
-				break
-			}
-			got[id] = t
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+	// The readers' contexts all end with the service's work context.
+	got, err := s.fetch(s.workCtx, refs)
 	if err != nil {
-		err = fmt.Errorf("take %d attempts (job ids %d..%d): %w", n, ids[0], ids[n-1], err)
+		err = fmt.Errorf("read %d attempts (job ids %d..%d): %w", len(refs), refs[0].JobID, refs[len(refs)-1].JobID, err)
 	}
 	for _, r := range live {
-		t := got[r.Value.JobID]
-		if t.ev != nil {
-			t.ev.JobID, t.ev.Handler = r.Value.JobID, r.Value.Handler
-		}
-		r.Answer(t, err)
+		r.Answer(got[r.Value.JobID], err)
 	}
 }

@@ -34,6 +34,12 @@ type Config struct {
 	// the job's lease is pushed to now()+LeaseExtend. The streamer's lease
 	// must outlast LeaseExtend/3 plus delivery delay. Defaults to 30s.
 	LeaseExtend time.Duration
+	// AliveInterval is how often the service tells Postgres it is alive for
+	// its handlers (webhook_ingress.consumers). Streamers lease nothing of a
+	// handler whose consumers have all been quiet for three intervals, and
+	// count an expired lease as an attempt only when a consumer of its
+	// handler was alive meanwhile. Defaults to 5s.
+	AliveInterval time.Duration
 	// CompleteBatch is the most successful outcomes recorded by one
 	// statement: attempts that finish while the last batch is being written
 	// share the next one (a lone one is written at once). Defaults to 128; a
@@ -65,6 +71,7 @@ func (c Config) WithDefaults() Config {
 	c.Handlers = hs
 	c.WorkerID = cmp.Or(c.WorkerID, defaultWorkerID())
 	c.LeaseExtend = cmp.Or(c.LeaseExtend, defaultLeaseExtend)
+	c.AliveInterval = cmp.Or(c.AliveInterval, 5*time.Second)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 128)
 	c.TakeBatch = cmp.Or(c.TakeBatch, 64)
 	if c.Logger == nil {
@@ -102,6 +109,9 @@ func (c Config) validate() error {
 	}
 	if c.LeaseExtend < minLeaseExtend {
 		return fmt.Errorf("lease_extend: %s is shorter than %s", c.LeaseExtend, minLeaseExtend)
+	}
+	if c.AliveInterval < 10*time.Millisecond {
+		return fmt.Errorf("alive_interval: %s is shorter than 10ms", c.AliveInterval)
 	}
 	if len(c.WorkerID) > 200 {
 		return fmt.Errorf("worker_id: %d bytes, longer than 200", len(c.WorkerID))

@@ -35,8 +35,38 @@ type Service struct {
 	lost       atomic.Pointer[string]  // handler whose subscription the transport closed
 	// completions batches successful outcomes; nil when CompleteBatch < 0.
 	completions *completions
-	// takes batches taking attempts; nil when TakeBatch < 0.
+	// takes batches reading attempts; nil when TakeBatch < 0.
 	takes *takes
+	// reads, readStatements, completed and completeStatements count the
+	// attempts read and completed and the statements that did it (Stats).
+	reads, readStatements, completed, completeStatements atomic.Int64
+	// aliveCancel ends the liveness loop, which closes aliveDone.
+	aliveCancel context.CancelFunc
+	aliveDone   chan struct{}
+	// running holds the attempts (runKey) running in this process, so a
+	// reference the bus delivers twice to one process runs once.
+	running sync.Map
+}
+
+// Stats are counters since Start, for metrics, tests and benchmarks.
+type Stats struct {
+	Reads              int64 // attempts read (their lease current)
+	ReadStatements     int64 // FetchJobs statements run
+	Completed          int64 // successes recorded
+	CompleteStatements int64 // CompleteJobs statements run
+}
+
+// Stats returns the counters.
+func (s *Service) Stats() Stats {
+	return Stats{Reads: s.reads.Load(), ReadStatements: s.readStatements.Load(),
+		Completed: s.completed.Load(), CompleteStatements: s.completeStatements.Load()}
+}
+
+// runKey names one attempt: its job and lease token.
+type runKey struct {
+	job      int64
+	attempt  int
+	leasedAt int64
 }
 
 const (
@@ -103,6 +133,18 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.subCancel = subCancel
 	s.workCtx, s.workCancel = context.WithCancelCause(base)
+	// Streamers lease nothing of a handler whose known consumers are all
+	// quiet: say so before the first reference is awaited.
+	if err := s.sayAlive(ctx); err != nil {
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness failed", slog.String("error", err.Error()))
+	}
+	aliveCtx, aliveCancel := context.WithCancel(base)
+	s.aliveCancel = aliveCancel
+	s.aliveDone = make(chan struct{})
+	go func() {
+		defer close(s.aliveDone)
+		s.aliveLoop(aliveCtx)
+	}()
 	if s.cfg.CompleteBatch > 0 {
 		s.completions = s.newCompletions()
 	}
@@ -160,6 +202,8 @@ func (s *Service) Stop(ctx context.Context) error {
 }
 
 func (s *Service) closeCompletions() {
+	s.aliveCancel()
+	<-s.aliveDone
 	if s.completions != nil {
 		s.completions.Close()
 	}
@@ -222,9 +266,17 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 		}
 		msg.Ack()
 		traceParent := tracing.TraceParent(tracing.Extract(ctx, msg))
+		key := runKey{job: ref.JobID, attempt: ref.Attempt, leasedAt: ref.LeasedAt.UnixMicro()}
+		if _, dup := s.running.LoadOrStore(key, struct{}{}); dup {
+			s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: this attempt is already running here",
+				slog.String("handler", r.h.Name), slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
+			<-r.slots
+			continue
+		}
 		s.inFlight.Add(1)
 		s.attempts.Go(func() {
 			defer func() {
+				s.running.Delete(key)
 				s.inFlight.Add(-1)
 				<-r.slots
 			}()

@@ -55,8 +55,14 @@ type Config struct {
 	// many jobs leased (by all streamers together): leases taken far ahead of
 	// what its consumers take would expire in the bus and churn. Set it above
 	// the handler's throughput × LeaseDuration's worth of queueing you accept.
-	// Defaults to 5000.
+	// Defaults to 5000. The count is kept in memory (see LeasedRecount), not
+	// re-counted by every claim.
 	MaxLeasedPerHandler int
+	// LeasedRecount is how often the in-memory count of leased jobs per
+	// handler is read again from Postgres (ten times as often while a
+	// handler is at MaxLeasedPerHandler): between recounts it adds this
+	// streamer's own leases and does not see completions. Defaults to 100ms.
+	LeasedRecount time.Duration
 	// LeaseDuration is how long a consumer has to report (or extend) before
 	// the reaper takes the job back. Defaults to 60s.
 	LeaseDuration time.Duration
@@ -89,6 +95,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
 	c.MaxLeasedPerHandler = cmp.Or(c.MaxLeasedPerHandler, 5000)
+	c.LeasedRecount = cmp.Or(c.LeasedRecount, 100*time.Millisecond)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReapInterval = cmp.Or(c.ReapInterval, 5*time.Second)
@@ -111,6 +118,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("streamer: BatchSize %d must be between 1 and 10000", c.BatchSize)
 	case c.LeaseDuration < time.Second:
 		return fmt.Errorf("streamer: LeaseDuration %s must be at least 1s", c.LeaseDuration)
+	case c.MaxLeasedPerHandler < 1:
+		return fmt.Errorf("streamer: MaxLeasedPerHandler %d must be at least 1", c.MaxLeasedPerHandler)
+	case c.LeasedRecount < time.Millisecond:
+		return fmt.Errorf("streamer: LeasedRecount %s must be at least 1ms", c.LeasedRecount)
 	case c.PollInterval < 0 || c.ReapInterval < 0:
 		return errors.New("streamer: PollInterval and ReapInterval must not be negative")
 	case c.ListenConnect != nil && c.ReplicationConnect != nil:
@@ -143,6 +154,7 @@ type Streamer struct {
 	replication *Replication
 	wake        chan struct{}
 	batchSizes  prometheus.Histogram
+	inFlight    *inFlight
 
 	claims, claimed, published, publishFailed atomic.Int64
 	reaped, deadLettered                      atomic.Int64
@@ -161,7 +173,7 @@ func New(cfg Config) (*Streamer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1)}
+	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount)}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
@@ -336,8 +348,12 @@ var (
 // many it leased. The lease commits before anything is published, so a crash
 // in between leaves leased jobs that the reaper returns.
 func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
+	full, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
+	if err != nil {
+		return 0, fmt.Errorf("claim jobs: %w", err)
+	}
 	s.claims.Add(1)
-	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration, s.cfg.MaxLeasedPerHandler)
+	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration, full)
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
@@ -346,14 +362,15 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	for rows.Next() {
 		var r bus.Ref
 		var maxAttempts int
-		var leaseExpires time.Time
 		var traceParent string
-		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts, &leaseExpires, &traceParent, &r.EventReceivedAt); err != nil {
+		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts,
+			&r.LeaseExpiresAt, &traceParent, &r.EventReceivedAt, &r.LeasedAt); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("claim jobs: scan: %w", err)
 		}
 		refs = append(refs, r)
 		traces = append(traces, traceParent)
+		s.inFlight.leased(r.Handler, 1)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)

@@ -1,25 +1,28 @@
--- Queries on webhook_ingress.jobs: claim-and-lease (streamer), reaping expired
--- leases (streamer), heartbeats and outcomes (consumers).
+-- Queries on webhook_ingress.jobs: the job protocol. A delivered job costs
+-- two writes of its row: the streamer's claim (the lease) and the consumer's
+-- outcome. In between the consumer only reads.
+--
+-- The lease token is (attempt_count, attempted_at), set by the claim and
+-- carried in the bus reference. Every later statement on the job (read,
+-- extend, complete, fail) is fenced on it: attempt numbers alone repeat after
+-- a replay, the lease time does not. A successful attempt stays on the job
+-- row (attempt_count, worker_id, completed_at, completed_attempt_id); failed
+-- attempts, expired leases and replays get a job_attempts row.
 
 -- name: ClaimJobs
 -- Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
 -- statement. SKIP LOCKED lets any number of streamers claim side by side
 -- without waiting on or double-leasing each other's rows. The attempt number
--- is taken here; outcomes are fenced on it. A handler that already has $4
--- jobs leased (by any streamer) gets no more this round: leasing far ahead of
--- what its consumers take only lets the leases expire in the bus and churn.
-WITH in_flight AS (
-    SELECT handler, count(*) AS n
-    FROM webhook_ingress.jobs
-    WHERE status = 'leased'
-    GROUP BY handler
-), due AS (
+-- and lease time taken here are the lease token. Handlers in $4 are at their
+-- in-flight limit and get no more this round; the streamer keeps that count
+-- in memory (CountLeasedJobs now and then, plus what it leased since), so
+-- the claim does not re-count every lease.
+WITH due AS (
     SELECT j.id, j.event_received_at
     FROM webhook_ingress.jobs j
-    LEFT JOIN in_flight f ON f.handler = j.handler
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
-      AND coalesce(f.n, 0) < $4
+      AND j.handler <> ALL ($4::text[])
     ORDER BY j.next_attempt_at, j.id
     LIMIT $1
     FOR UPDATE OF j SKIP LOCKED
@@ -36,12 +39,28 @@ FROM due
 WHERE j.id = due.id
   AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
 RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, ''),
-          j.event_received_at
+          j.event_received_at, j.attempted_at
+
+-- name: CountLeasedJobs
+-- Jobs leased now, per handler (by every streamer): the base of the
+-- streamers' in-memory in-flight counts (reads the partial index of leases);
+-- and the handlers whose known consumers have all gone quiet, to lease none
+-- of their jobs until one is back (a handler with no consumer known, e.g.
+-- one of an older version, is leased as usual).
+SELECT handler, count(*), false
+FROM webhook_ingress.jobs
+WHERE status = 'leased'
+GROUP BY handler
+UNION ALL
+SELECT handler, 0, true
+FROM webhook_ingress.consumers
+GROUP BY handler
+HAVING max(alive_until) < now()
 
 -- name: ReleaseJobs
 -- Give back leases whose references could not be published: pending again at
--- once, and the attempt does not count. A lease a consumer has already taken
--- (its reference went out before the publish failed) is left to it.
+-- once, and the attempt does not count. If a reference went out before the
+-- publish failed, its consumer's outcome is fenced out by the next lease.
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',
     attempt_count    = attempt_count - 1,
@@ -52,83 +71,138 @@ SET status           = 'pending',
 WHERE id = ANY($1::bigint[])
   AND status = 'leased'
   AND lease_holder_id = $2
-  AND worker_id IS NULL
 
 -- name: ReapExpiredLeases
--- Leases that ran out without an outcome. Taken by a consumer that then went
--- quiet (it died, or hung): back to pending, or to dead_letter when that was
--- the last attempt, and the attempt is closed in job_attempts as
--- lease_expired. Never taken (the reference was lost, or waited in the bus
--- while no consumer took it): back to pending and the attempt does not count,
--- since no handler ran; a lost message costs latency, never an attempt. At
--- most $1 per call.
+-- Leases that ran out without an outcome. Taking an attempt writes nothing,
+-- so whether a handler ran is judged by who was there: when the attempt's
+-- consumer extended the lease (worker_id), or a consumer of the handler was
+-- alive after the lease began, it may have run the handler and died or hung:
+-- the attempt counts, is closed in job_attempts as lease_expired, and the
+-- job goes back to pending, or to dead_letter with reason lease_expired when
+-- that was the last attempt. When no consumer of the handler was alive (an
+-- outage), no handler ran: back to pending and the attempt does not count.
+-- At most $1 per call.
 WITH expired AS (
-    SELECT id, attempt_count, worker_id, attempted_at
-    FROM webhook_ingress.jobs
-    WHERE status = 'leased'
-      AND lease_expires_at < now()
-    ORDER BY lease_expires_at
+    SELECT j.id, j.event_received_at, j.worker_id,
+           (j.worker_id IS NOT NULL OR EXISTS (
+               SELECT 1 FROM webhook_ingress.consumers c
+               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at)) AS ran
+    FROM webhook_ingress.jobs j
+    WHERE j.status = 'leased'
+      AND j.lease_expires_at < now()
+    ORDER BY j.lease_expires_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 ), reaped AS (
     UPDATE webhook_ingress.jobs j
-    SET status           = CASE WHEN expired.worker_id IS NOT NULL AND j.attempt_count >= j.max_attempts
-                                THEN 'dead_letter' ELSE 'pending' END,
-        attempt_count    = CASE WHEN expired.worker_id IS NULL THEN j.attempt_count - 1 ELSE j.attempt_count END,
+    SET status           = CASE WHEN e.ran AND j.attempt_count >= j.max_attempts THEN 'dead_letter' ELSE 'pending' END,
+        attempt_count    = CASE WHEN e.ran THEN j.attempt_count ELSE j.attempt_count - 1 END,
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
         worker_id        = NULL,
         next_attempt_at  = now(),
-        last_error_class = CASE WHEN expired.worker_id IS NULL THEN j.last_error_class ELSE 'lease_expired' END,
+        last_error_class = CASE WHEN e.ran THEN 'lease_expired' ELSE j.last_error_class END,
+        last_error       = CASE WHEN e.ran THEN 'attempt ' || j.attempt_count || ' leased at ' || j.attempted_at
+                                    || ' expired at ' || j.lease_expires_at || ' without an outcome (its consumer died or hung, or the reference was lost)'
+                                ELSE j.last_error END,
         updated_at       = now()
-    FROM expired
-    WHERE j.id = expired.id
-    RETURNING j.id, j.event_received_at, j.status, expired.attempt_count, expired.worker_id, expired.attempted_at
+    FROM expired e
+    WHERE j.id = e.id
+      AND j.event_received_at = e.event_received_at
+    RETURNING j.id, j.event_received_at, j.status, e.ran, e.worker_id, j.attempt_count AS attempt, j.attempted_at, j.last_error
 ), history AS (
-    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class)
-    SELECT id, event_received_at, attempt_count, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired'
+    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
+    SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', last_error
     FROM reaped
-    WHERE worker_id IS NOT NULL
+    WHERE ran
 )
 SELECT id, status FROM reaped
 
+-- name: FetchJobs
+-- The consumer's read of a batch of references, writing nothing: attempt
+-- $2[i] of job $1[i] (handler $3[i], event $4[i], in the partition of $5[i])
+-- leased at $6[i] (NULL: a reference from before the token was sent; the
+-- job's own lease time is used). A row only for a reference whose lease is
+-- still current (its outcome could be recorded): a stale, finished or
+-- misrouted one gets none. With the job's lease time and expiry, now() (the
+-- attempt's start on the database's clock) and the event (NULL columns: the
+-- event is gone).
+WITH want AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+        AS w(id, attempt, handler, event_id, event_received_at, leased_at)
+)
+SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, now(),
+       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
+       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
+FROM want w
+JOIN webhook_ingress.jobs j
+  ON j.id = w.id
+ AND j.event_received_at = w.event_received_at -- the partition key: one probe per job, not one per partition
+ AND j.attempt_count = w.attempt
+ AND j.handler = w.handler
+ AND j.event_id = w.event_id
+ AND j.status = 'leased'
+ AND j.attempted_at = coalesce(w.leased_at, j.attempted_at)
+LEFT JOIN webhook_ingress.events e ON e.id = j.event_id AND e.received_at = j.event_received_at
+
 -- name: ExtendLease
--- Heartbeat of a long handler: push the lease out to now() + $3 while attempt
--- $2 of job $1, leased at $4, still holds it. No row: the lease was lost.
+-- Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
+-- now() + $3 (a long handler's heartbeat, or a reference that waited in the
+-- bus), and is recorded as the attempt's consumer. No row: the lease was
+-- lost.
 UPDATE webhook_ingress.jobs
-SET lease_expires_at = now() + $3::interval,
+SET lease_expires_at = greatest(lease_expires_at, now() + $3::interval),
+    worker_id        = $5,
     updated_at       = now()
 WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
   AND attempted_at = $4
+RETURNING lease_expires_at
 
--- name: CompleteJob
--- Attempt $2 of job $1, leased at $3, succeeded. Fenced on the lease (the
--- attempt number and the time it was leased: attempt numbers repeat after a
--- replay), so a consumer whose lease was reaped cannot overwrite a newer one.
-UPDATE webhook_ingress.jobs
-SET status           = 'completed',
-    completed_at     = now(),
-    lease_holder_id  = NULL,
-    lease_expires_at = NULL,
-    last_error       = NULL,
-    last_error_class = NULL,
-    updated_at       = now()
-WHERE id = $1
-  AND status = 'leased'
-  AND attempt_count = $2
-  AND attempted_at = $3
+-- name: CompleteJobs
+-- A batch of successful attempts, in one statement: attempt $2[i] of job
+-- $1[i] (in the partition of $3[i], leased at $4[i]) succeeded on consumer
+-- $5. Fenced on the lease token, so a consumer whose lease was reaped or
+-- replayed cannot overwrite a newer attempt. The success stays on the row:
+-- attempt_count, worker_id, completed_at, and an attempt id from
+-- job_attempts' sequence (no history row). Returns the ids completed; an id
+-- missing lost its lease.
+WITH done AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[])
+        AS d(id, attempt, event_received_at, leased_at)
+)
+UPDATE webhook_ingress.jobs j
+SET status               = 'completed',
+    completed_at         = now(),
+    completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq'),
+    worker_id            = $5,
+    lease_holder_id      = NULL,
+    lease_expires_at     = NULL,
+    last_error           = NULL,
+    last_error_class     = NULL,
+    updated_at           = now()
+FROM done d
+WHERE j.id = d.id
+  AND j.event_received_at = d.event_received_at
+  AND j.status = 'leased'
+  AND j.attempt_count = d.attempt
+  AND j.attempted_at = d.leased_at
+RETURNING j.id
 
 -- name: FailJob
--- Attempt $2 of job $1, leased at $7, failed with error $3 of class $4.
--- Retried $5 (an interval, on the database's clock) from now unless attempts
--- are spent or $6 (permanent) is true: then dead_letter. Fenced as CompleteJob.
+-- Attempt $2 of job $1, leased at $7, failed on consumer $8 with error $3 of
+-- class $4. Retried $5 (an interval, on the database's clock) from now unless
+-- attempts are spent or $6 (permanent) is true: then dead_letter. Fenced as
+-- CompleteJobs; its history row is InsertAttempt, in the same transaction.
 UPDATE webhook_ingress.jobs
 SET status           = CASE WHEN $6::boolean OR attempt_count >= max_attempts THEN 'dead_letter' ELSE 'failed' END,
     next_attempt_at  = now() + $5::interval,
     lease_holder_id  = NULL,
     lease_expires_at = NULL,
+    worker_id        = $8,
     last_error       = $3,
     last_error_class = $4,
     updated_at       = now()
@@ -139,100 +213,28 @@ WHERE id = $1
 RETURNING status
 
 -- name: InsertAttempt
--- History row of one finished attempt, in the partition of its job.
+-- History row of one failed attempt, in the partition of its job.
 INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
 SELECT j.id, j.event_received_at, $2, $3, $4, now(), $5, $6, $7
 FROM webhook_ingress.jobs j
 WHERE j.id = $1
 
--- name: TakeJob
--- Consumer $4 takes attempt $2 of job $1 (handler $3, event $5) and fetches
--- its event, pushing the lease out to now() + $6 so the handler starts with a
--- whole lease ahead of it (it may have waited in the bus). A lease that has
--- already expired is not taken: the reaper gives it to a new attempt.
--- Only one consumer can take an attempt (worker_id is set once per lease), so
--- a reference the bus delivers twice runs the handler once. No row: stale,
--- misrouted or already taken. A NULL event id: the event is gone.
-WITH taken AS (
-    UPDATE webhook_ingress.jobs
-    SET worker_id        = $4,
-        lease_expires_at = greatest(lease_expires_at, now() + $6::interval),
-        updated_at       = now()
-    WHERE id = $1
-      AND attempt_count = $2
-      AND handler = $3
-      AND event_id = $5
-      AND status = 'leased'
-      AND lease_expires_at > now()
-      AND worker_id IS NULL
-    RETURNING event_id, event_received_at, attempt_count, max_attempts, updated_at, attempted_at
+-- name: ConsumerAlive
+-- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
+-- not heard from for a day are removed.
+WITH gone AS (
+    DELETE FROM webhook_ingress.consumers
+    WHERE handler = ANY ($2::text[])
+      AND alive_until < now() - interval '1 day'
 )
-SELECT t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at, t.event_received_at,
-       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
-       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
-FROM taken t
-LEFT JOIN webhook_ingress.events e ON e.id = t.event_id AND e.received_at = t.event_received_at
+INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
+SELECT h, $1, now(), now() + $3::interval
+FROM unnest($2::text[]) AS h
+ON CONFLICT (handler, worker_id) DO UPDATE
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until
 
--- name: CompleteJobs
--- A batch of successful attempts, in one statement: attempt $2[i] of job
--- $1[i] (in the partition of $3[i], leased at $4[i], taken at $5[i]) by
--- consumer $6 succeeded. Each is fenced as CompleteJob; its history row is
--- written only when its update matched. Returns the ids completed; an id
--- missing lost its lease.
-WITH done AS (
-    SELECT *
-    FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::timestamptz[])
-        AS d(id, attempt, event_received_at, leased_at, started_at)
-), completed AS (
-    UPDATE webhook_ingress.jobs j
-    SET status           = 'completed',
-        completed_at     = now(),
-        lease_holder_id  = NULL,
-        lease_expires_at = NULL,
-        last_error       = NULL,
-        last_error_class = NULL,
-        updated_at       = now()
-    FROM done d
-    WHERE j.id = d.id
-      AND j.event_received_at = d.event_received_at
-      AND j.status = 'leased'
-      AND j.attempt_count = d.attempt
-      AND j.attempted_at = d.leased_at
-    RETURNING j.id, j.event_received_at, d.attempt, d.started_at
-), history AS (
-    INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
-    SELECT id, event_received_at, attempt, $6, started_at, now(), 'completed'
-    FROM completed
-)
-SELECT id FROM completed
-
--- name: TakeJobs
--- TakeJob for a batch, in one statement: consumer $5 takes attempt $2[i] of
--- job $1[i] (handler $3[i], event $4[i], in the partition of $7[i]), pushing
--- each lease out to now() + $6. Returns the job id and then TakeJob's columns
--- for each attempt taken; an id missing is stale, misrouted or already taken.
-WITH want AS (
-    SELECT *
-    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $7::timestamptz[])
-        AS w(id, attempt, handler, event_id, event_received_at)
-), taken AS (
-    UPDATE webhook_ingress.jobs j
-    SET worker_id        = $5,
-        lease_expires_at = greatest(j.lease_expires_at, now() + $6::interval),
-        updated_at       = now()
-    FROM want w
-    WHERE j.id = w.id
-      AND j.event_received_at = w.event_received_at -- the partition key: one probe per job, not one per partition
-      AND j.attempt_count = w.attempt
-      AND j.handler = w.handler
-      AND j.event_id = w.event_id
-      AND j.status = 'leased'
-      AND j.lease_expires_at > now()
-      AND j.worker_id IS NULL
-    RETURNING j.id, j.event_id, j.event_received_at, j.attempt_count, j.max_attempts, j.updated_at, j.attempted_at
-)
-SELECT t.id, t.attempt_count, t.max_attempts, t.updated_at, t.attempted_at, t.event_received_at,
-       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
-       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
-FROM taken t
-LEFT JOIN webhook_ingress.events e ON e.id = t.event_id AND e.received_at = t.event_received_at
+-- name: ConsumerGone
+-- Consumer $1 stopped: it is no longer alive for handlers $2.
+DELETE FROM webhook_ingress.consumers
+WHERE worker_id = $1
+  AND handler = ANY ($2::text[])

@@ -133,7 +133,8 @@ func (b *Bundle) Job(t testing.TB, id int64) Job {
 	return j
 }
 
-// Attempt is a job_attempts row.
+// Attempt is a row of the view webhook_ingress.attempts: a job_attempts row,
+// or a job's successful attempt, kept on the job row.
 type Attempt struct {
 	Attempt    int
 	WorkerID   *string
@@ -148,7 +149,7 @@ type Attempt struct {
 func (b *Bundle) Attempts(t testing.TB, jobID int64) []Attempt {
 	t.Helper()
 	rows, err := b.Admin.Query(context.Background(), `SELECT attempt, worker_id, started_at, finished_at, outcome, error_class, error
-		FROM webhook_ingress.job_attempts WHERE job_id = $1 ORDER BY attempt, id`, jobID)
+		FROM webhook_ingress.attempts WHERE job_id = $1 ORDER BY id`, jobID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		if _, err := tx.Exec(ctx, schema.Query("ReapExpiredLeases"), 100); err != nil {
 			return fmt.Errorf("reap: %w", err)
 		}
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, 1<<30)
+		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, []string{})
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -306,9 +307,9 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 func claimedRef(r pgx.CollectableRow) (bus.Ref, error) {
 	var ref bus.Ref
 	var maxAttempts int
-	var expires time.Time
 	var traceParent string
-	err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts, &expires, &traceParent, &ref.EventReceivedAt)
+	err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts,
+		&ref.LeaseExpiresAt, &traceParent, &ref.EventReceivedAt, &ref.LeasedAt)
 	return ref, err
 }
 
@@ -328,7 +329,7 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 	ctx := context.Background()
 	var refs []bus.Ref
 	err := AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, 1<<30)
+		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, []string{})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,58 @@
+package consumers
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+var (
+	consumerAliveSQL = schema.Query("ConsumerAlive")
+	consumerGoneSQL  = schema.Query("ConsumerGone")
+)
+
+// handlerNames are the names of the service's handlers.
+func (s *Service) handlerNames() []string {
+	names := make([]string, len(s.runners))
+	for i, r := range s.runners {
+		names[i] = r.h.Name
+	}
+	return names
+}
+
+// sayAlive records that this service is alive for its handlers for three
+// AliveIntervals. Taking an attempt writes nothing, so this is how
+// streamers and the reaper know a consumer is there (see ReapExpiredLeases).
+func (s *Service) sayAlive(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
+	defer cancel()
+	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), 3*s.cfg.AliveInterval)
+	return err
+}
+
+// aliveLoop says the service is alive every AliveInterval until ctx ends,
+// and then that it is gone, so streamers stop leasing at once for handlers
+// that have no other consumer.
+func (s *Service) aliveLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.AliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AliveInterval)
+			defer cancel()
+			if _, err := s.cfg.Pool.Exec(gctx, consumerGoneSQL, s.cfg.WorkerID, s.handlerNames()); err != nil {
+				s.logger.LogAttrs(gctx, slog.LevelWarn, "could not record that the consumer stopped; streamers notice when its liveness runs out",
+					slog.String("error", err.Error()))
+			}
+			return
+		case <-t.C:
+		}
+		if err := s.sayAlive(ctx); err != nil && ctx.Err() == nil {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness failed",
+				slog.String("error", err.Error()))
+		}
+	}
+}

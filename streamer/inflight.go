@@ -1,0 +1,104 @@
+package streamer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// inFlight keeps each handler's count of leased jobs in memory, so a claim
+// need not re-count every lease: the count read from Postgres now and then
+// (CountLeasedJobs, every lease of every streamer) plus what this streamer
+// leased since. Completions lower it only at the next recount, so between
+// recounts it errs high: a handler reaching its limit is recounted sooner.
+// Streamers running side by side each add their own leases to a shared base,
+// so together they may overshoot the limit by what they lease in one
+// refresh interval.
+type inFlight struct {
+	limit   int
+	refresh time.Duration
+	// atLimitRefresh is the shorter refresh while some handler is at its
+	// limit: its consumers are finishing jobs that the count does not show.
+	atLimitRefresh time.Duration
+
+	mu     sync.Mutex
+	counts map[string]int
+	// quiet are the handlers whose known consumers have all gone quiet:
+	// nothing of theirs is leased until one is back (an outage burns no
+	// attempts and no leases).
+	quiet   []string
+	counted time.Time
+}
+
+func newInFlight(limit int, refresh time.Duration) *inFlight {
+	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{}}
+}
+
+var countLeasedSQL = schema.Query("CountLeasedJobs")
+
+// atLimit returns the handlers to lease nothing of: those with limit jobs or
+// more leased, and those without a live consumer; counting again first when
+// the count is older than its refresh interval.
+func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	full := f.full()
+	age := time.Since(f.counted)
+	if age >= f.refresh || (len(full) > len(f.quiet) && age >= f.atLimitRefresh) {
+		if err := f.recount(ctx, pool); err != nil {
+			return nil, err
+		}
+		full = f.full()
+	}
+	return full, nil
+}
+
+func (f *inFlight) full() []string {
+	full := append([]string{}, f.quiet...)
+	for h, n := range f.counts {
+		if n >= f.limit {
+			full = append(full, h)
+		}
+	}
+	return full
+}
+
+func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, countLeasedSQL)
+	if err != nil {
+		return fmt.Errorf("count leased jobs: %w", err)
+	}
+	defer rows.Close()
+	counts := map[string]int{}
+	var quiet []string
+	for rows.Next() {
+		var h string
+		var n int
+		var isQuiet bool
+		if err := rows.Scan(&h, &n, &isQuiet); err != nil {
+			return fmt.Errorf("count leased jobs: scan: %w", err)
+		}
+		if isQuiet {
+			quiet = append(quiet, h)
+			continue
+		}
+		counts[h] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count leased jobs: %w", err)
+	}
+	f.counts, f.quiet, f.counted = counts, quiet, time.Now()
+	return nil
+}
+
+// leased adds n leases of handler h, taken by this streamer.
+func (f *inFlight) leased(h string, n int) {
+	f.mu.Lock()
+	f.counts[h] += n
+	f.mu.Unlock()
+}
