@@ -93,7 +93,7 @@ func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 	// start and the lease time it fences its outcome on.
 	oldTake := func(ref bus.Ref, worker string) (started, leasedAt time.Time) {
 		t.Helper()
-		err := wpool.QueryRow(ctx, old["TakeJob"], ref.JobID, ref.Attempt, ref.Handler, worker, ref.EventID, 30*time.Second).Scan(
+		err := wpool.QueryRow(ctx, old["TakeJob"], ref.JobID, ref.Attempt, ref.Handler, worker, ref.EventID, 2*time.Second).Scan(
 			new(int), new(int), &started, &leasedAt, new(time.Time), new(*int64), new(string), new(string), new(string),
 			new(string), new(time.Time), new(map[string][]string), new([]byte))
 		if err != nil {
