@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"slices"
@@ -604,9 +605,9 @@ func TestLogsCarryMetadataOnly(t *testing.T) {
 	}
 }
 
-// Two consumer services on one bus both receive every reference (gochannel
-// fans out): the attempt is taken by exactly one of them, so the handler runs
-// once per attempt.
+// Two consumer services on one bus share each handler's topic like a queue
+// group: each reference goes to one of them, so the handler runs once per
+// attempt.
 func TestTwoConsumersOneBusRunEachAttemptOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -678,6 +679,74 @@ func TestStaleConsumerCannotFinishTheNextLeaseWithTheSameAttemptNumber(t *testin
 	})
 	if j := b.Job(t, jobID); j.Status != "leased" || j.AttemptCount != 1 {
 		t.Fatalf("job %+v: the stale consumer finished the new lease", j)
+	}
+}
+
+// Can a handler run twice for one attempt? Yes: taking an attempt writes
+// nothing, so when the bus delivers one reference to two consumer processes
+// at once, both run the handler. Only one outcome is recorded; the second is
+// fenced out (the lease it was read under is no longer current). A reference
+// delivered again after the outcome is recorded does not run the handler.
+func TestDuplicateDeliveryOfOneAttemptIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	both := make(chan struct{})
+	h := consumers.Handler{Name: "h", Func: func(ctx context.Context, _ *consumers.Event) error {
+		if calls.Add(1) == 2 {
+			close(both)
+		}
+		select { // both runs overlap: neither outcome is recorded before the other ran
+		case <-both:
+		case <-time.After(wait):
+		}
+		return nil
+	}}
+	// Two consumer processes, each with its own bus delivery of the reference.
+	other := bus.NewGoChannel(slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { other.Close() })
+	first := b.start(t, b.config(h))
+	cfg := b.config(h)
+	cfg.Subscriber, cfg.WorkerID = other, "test-worker-2"
+	b.start(t, cfg)
+
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{EventType: "x"}), "h")
+	refs := b.ClaimOnce(t, time.Minute)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %d", len(refs))
+	}
+	msg, err := bus.NewMessage(refs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Publish(bus.Topic("h"), msg); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJobStatus(t, jobID, "completed", wait)
+	consumertest.WaitFor(t, wait, "the second outcome to be fenced out", func() bool {
+		return strings.Contains(b.logs.String(), "attempt outcome not recorded: the job's lease was lost")
+	})
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times for the doubly delivered attempt, want 2 (both deliveries read a current lease)", n)
+	}
+	as := b.Attempts(t, jobID)
+	if len(as) != 1 || as[0].Outcome != "completed" || as[0].Attempt != 1 {
+		t.Fatalf("history %+v, want one successful attempt 1", as)
+	}
+	// Delivered once more after the outcome: read, found finished, not run.
+	reads := first.Stats().ReadStatements
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	consumertest.WaitFor(t, wait, "the late reference to be read", func() bool { return first.Stats().ReadStatements > reads })
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("a reference delivered after its outcome ran the handler again (%d runs)", n)
+	}
+	if j := b.Job(t, jobID); j.Status != "completed" {
+		t.Fatalf("job %+v", j)
 	}
 }
 

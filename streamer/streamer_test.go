@@ -228,31 +228,47 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 	}
 	c := b.collect(t, "h")
 	b.insertEvents(t, 1)
-	// A consumer takes each attempt and then goes quiet: each lease expires.
-	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Second, ReapInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	// A consumer of h is alive (it says so, as consumer services do) and
+	// receives each attempt, then dies without an outcome: each lease
+	// expires, and is recovered within the lease plus the reap interval.
+	const lease, reap = time.Second, 100 * time.Millisecond
+	alive := func() {
+		t.Helper()
+		if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.consumers (handler, worker_id, alive_until) VALUES ('h', 'quiet-consumer', now() + interval '1 hour')
+			ON CONFLICT (handler, worker_id) DO UPDATE SET seen_at = now()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alive()
+	s := b.newStreamer(t, streamer.Config{LeaseDuration: lease, ReapInterval: reap, PollInterval: 50 * time.Millisecond})
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Stop()
 	var refs []bus.Ref
+	var got []time.Time
 	for len(refs) < 2 {
 		r := c.wait(t, 1, 15*time.Second)[0]
-		if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET worker_id = 'quiet-consumer' WHERE id = $1 AND attempt_count = $2`, r.JobID, r.Attempt); err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, r)
+		alive() // seen after the lease began: it may have run the handler
+		refs, got = append(refs, r), append(got, time.Now())
 	}
 	if refs[0].Attempt != 1 || refs[1].Attempt != 2 || refs[0].JobID != refs[1].JobID {
 		t.Fatalf("references %+v, want attempts 1 then 2 of one job", refs)
 	}
+	// Slack for the poll and a loaded machine; the bound is lease + reap.
+	if d := got[1].Sub(got[0]); d > lease+reap+time.Second {
+		t.Errorf("expired lease recovered after %s, want within lease %s + reap interval %s", d, lease, reap)
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter' AND last_error_class = 'lease_expired'`) != 1 {
+	for b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter' AND last_error_class = 'lease_expired'
+			AND last_error LIKE 'attempt 2 leased at % without an outcome%'`) != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("job not dead-lettered after its last lease expired")
+			t.Fatal("job not dead-lettered with a reason after its last lease expired")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired' AND worker_id = 'quiet-consumer'`); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired'
+			AND error LIKE '% without an outcome%'`); n != 2 {
 		t.Fatalf("%d lease_expired attempts in history, want 2", n)
 	}
 	select {
@@ -265,9 +281,9 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 	}
 }
 
-// A lease no consumer took (the reference was lost, or no consumer runs) is
-// no attempt: it goes back to pending without counting, however often, and
-// never dead-letters. A lost message costs latency, never an attempt.
+// A lease that expires while no consumer of its handler is known to be alive
+// is no attempt (no handler can have run it): it goes back to pending without
+// counting, however often, and never dead-letters.
 func TestUntakenLeasesDoNotSpendAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "h")
@@ -395,6 +411,52 @@ func TestPublishFailureGivesTheLeaseBack(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending' AND attempt_count = 0 AND lease_holder_id IS NULL`); n != 5 {
 		t.Fatalf("%d jobs given back, want 5", n)
+	}
+}
+
+// A handler whose consumers have all gone quiet (they said they were alive,
+// and that ran out) gets no leases, so an outage burns no attempts; other
+// handlers keep flowing; it is leased again once a consumer is back.
+func TestHandlerWithoutALiveConsumerIsNotLeased(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "down", "up")
+	ctx := context.Background()
+	if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
+		VALUES ('down', 'gone', now() - interval '1 hour', now() - interval '1 hour'),
+		       ('up', 'here', now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "down", "up")
+	b.insertEvents(t, 30)
+	s := b.newStreamer(t, streamer.Config{LeasedRecount: 10 * time.Millisecond})
+	for range 3 {
+		if _, err := s.ClaimOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range c.wait(t, 30, 5*time.Second) {
+		if r.Handler != "up" {
+			t.Fatalf("job %d of handler %q leased while its consumers are quiet", r.JobID, r.Handler)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'down' AND status = 'pending' AND attempt_count = 0`); n != 30 {
+		t.Fatalf("%d of the quiet handler's 30 jobs untouched", n)
+	}
+	// A consumer comes back.
+	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.consumers SET seen_at = now(), alive_until = now() + interval '1 hour' WHERE handler = 'down'`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	leased := 0
+	for leased < 30 && time.Now().Before(deadline) {
+		n, err := s.ClaimOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased += n
+	}
+	if leased != 30 {
+		t.Fatalf("%d of the handler's 30 jobs leased after its consumer came back", leased)
 	}
 }
 
