@@ -6,21 +6,37 @@
 // webhook_ingress.subscriptions (so ingress's fan-out trigger creates one job
 // per matching event and handler from then on) and subscribes to each
 // handler's bus topic. The streamer leases due jobs and publishes a
-// [bus.Ref] (ids and metadata only) for each; the service fetches the event's
-// raw bytes and headers from Postgres by job id, runs the handler, and records
-// the outcome on that job alone, fenced on the attempt number:
+// [bus.Ref] (ids, metadata and the lease token) for each; the service reads
+// the event's raw bytes and headers from Postgres with a read-only statement
+// fenced on that token (batched with the other attempts starting together),
+// runs the handler, and records the outcome on that job alone, fenced on the
+// token (the attempt number and the time it was leased):
 //
-//   - success: the job is completed;
+//   - success: the job is completed; the job row keeps the attempt number,
+//     the consumer (worker_id) and the time (completed_at), and successes
+//     finishing together share one statement;
 //   - an error: the job is failed and retried after the handler's Backoff, or
 //     dead-lettered once MaxAttempts are spent or the error is [Permanent];
-//   - every attempt leaves a row in webhook_ingress.job_attempts with its
-//     outcome and [ErrorClass].
+//     every failed attempt leaves a row in webhook_ingress.job_attempts with
+//     its [ErrorClass], error text, consumer and times (the view
+//     webhook_ingress.attempts shows failures and successes together).
 //
 // Postgres is the source of truth and the bus carries only wake-ups: a
 // message is acknowledged as soon as a concurrency slot is free, and an
 // attempt that never reports (crash, lost message) is recovered by lease
-// expiry upstream. Delivery is therefore at-least-once; [Event.IdempotencyKey]
+// expiry upstream. Every AliveInterval the service says in Postgres that it
+// is alive for its handlers: streamers lease nothing of a handler none of
+// whose consumers is alive, and an expired lease counts as an attempt only
+// when one was. Delivery is therefore at-least-once; [Event.IdempotencyKey]
 // lets handlers make their side effects idempotent.
+//
+// Can a handler run twice for one attempt? Yes: reading an attempt writes
+// nothing, so if the bus delivers one reference to two consumer processes at
+// once, both run the handler; only the first outcome is recorded and the
+// second is fenced out (logged as "the job's lease was lost"). Within one
+// process a second delivery of a running attempt is skipped, and a delivery
+// after the outcome was recorded is skipped. The package streamer describes
+// the whole protocol.
 //
 // Error text returned by a handler is stored in Postgres only (jobs.last_error,
 // job_attempts.error); logs and everything else outside Postgres carry only

@@ -10,6 +10,58 @@
 // The streamer's role (webhook_streamer) cannot read raw_body or headers;
 // nothing it publishes could carry them.
 //
+// # The job protocol
+//
+// A delivered job costs two writes of its row and one read; the statements
+// are the named queries in schema/queries/jobs.sql (migration 010).
+//
+//  1. Claim (streamer, ClaimJobs): one UPDATE … FROM (SELECT … FOR UPDATE
+//     SKIP LOCKED LIMIT n) leases a batch: status leased, attempt_count + 1,
+//     attempted_at = now(), lease_expires_at. (attempt_count, attempted_at)
+//     is the lease token; it travels in the reference (bus.Ref Attempt,
+//     LeasedAt). Handlers at their in-flight limit (MaxLeasedPerHandler) or
+//     without a live consumer are left out; the streamer keeps the per-handler
+//     count of leases in memory (CountLeasedJobs every LeasedRecount, plus its
+//     own leases since), so no claim re-counts every lease.
+//  2. Read (consumer, FetchJobs): one read-only SELECT per batch of
+//     references returns the events of those whose lease is still current
+//     (fenced on the token); a stale, finished or misrouted reference gets
+//     nothing and its handler does not run. Nothing is written, unless the
+//     reference waited in the bus so long that the lease would run out before
+//     the first heartbeat (ExtendLease).
+//  3. Outcome (consumer): successes in batches, one UPDATE per batch
+//     (CompleteJobs): status completed, worker_id, completed_at and
+//     completed_attempt_id (an id from job_attempts' sequence) stay on the
+//     row; no history row. A failure: FailJob and its job_attempts row
+//     (error class, text, consumer, times) in one transaction; failed with
+//     next_attempt_at by backoff, or dead_letter. Every outcome is fenced on
+//     the lease token, so one from a lease that was reaped, given back or
+//     replayed (attempt numbers restart at 1) changes nothing.
+//  4. Recovery (streamer's reaper, ReapExpiredLeases): a lease that expired
+//     without an outcome goes back to pending, or to dead_letter with
+//     last_error_class lease_expired and a reason in last_error when it was
+//     the last attempt, and leaves a lease_expired history row. Because
+//     reading writes nothing, an expired lease counts as an attempt only when
+//     a consumer of its handler was alive after the lease began (consumers
+//     say so in webhook_ingress.consumers every AliveInterval) or its
+//     consumer extended it: in an outage no handler ran, and nothing is
+//     spent. A lease is recovered within LeaseDuration + ReapInterval.
+//
+// Can a handler run twice for one attempt? Yes, rarely: the bus may deliver
+// one reference twice (a NATS redelivery, a publish retried after a lost
+// acknowledgement), and two consumer processes that read it before either
+// recorded an outcome both run the handler. Only the first outcome is
+// recorded; the second is fenced out and logged as a lost lease. Within one
+// process the second delivery is skipped, and a delivery read after the
+// outcome is skipped. Handlers get Event.IdempotencyKey for this, as for
+// every at-least-once redelivery.
+//
+// Services of the previous protocol (009) may run beside these during a
+// rolling upgrade: migration 010 only adds (completed_attempt_id, the
+// consumers table, the attempts view), an old consumer's take and completion
+// still fence on the same token, and a reference without LeasedAt is read
+// under the job's own lease time. No drain is needed.
+//
 // # Choosing a wake source (streamer.wake)
 //
 // Every source is only a hint: what a wake-up misses, the poll tick (and the
