@@ -1,9 +1,12 @@
 // Package bus is the wiring between the streamer and consumers: the reference
 // message the streamer publishes for a leased job, the topic of each handler,
-// and the watermill transports (an in-process channel here; NATS JetStream for
-// several processes). Only references travel: never a body, a header or a
-// secret. Postgres stays the source of truth; a lost message costs latency
-// (the lease expires and the job is published again), never data.
+// and the watermill transports: an in-process queue when streamer and
+// consumers share one process, NATS JetStream across processes. On both, the
+// subscribers of a topic (replicas of one handler's consumer, in one process
+// or several) share its jobs: each reference goes to one of them. Only
+// references travel: never a body, a header or a secret. Postgres stays the
+// source of truth; a lost message costs latency (the lease expires and the job
+// is published again), never data.
 package bus
 
 import (
@@ -17,7 +20,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 )
 
 // Ref is the whole content of a bus message: which job to run and what it is
@@ -35,6 +37,16 @@ type Ref struct {
 	// so the consumer's statements touch one partition of jobs and events
 	// instead of probing each. Zero in references from before it was sent.
 	EventReceivedAt time.Time `json:"event_received_at,omitzero"`
+	// LeasedAt is when the streamer leased this attempt (jobs.attempted_at):
+	// with Attempt, the lease token. The consumer reads the event fenced on
+	// it and every outcome is fenced on it, since attempt numbers repeat
+	// after a replay. Zero in references from before it was sent: the
+	// consumer then reads the token from the job row.
+	LeasedAt time.Time `json:"leased_at,omitzero"`
+	// LeaseExpiresAt is when the lease runs out unless extended, so a
+	// consumer whose reference waited in the bus extends it before the
+	// handler starts.
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
 }
 
 // TopicPrefix starts every handler topic.
@@ -84,9 +96,12 @@ type PubSub interface {
 	message.Subscriber
 }
 
-// NewGoChannel returns the in-process transport (inlet dev, single-process use).
+// NewGoChannel returns the in-process transport (inlet dev, single-process
+// use). Subscribers of one topic share its messages, each message going to one
+// of them, as on NATS; a topic queues up to 256 messages, and Publish waits
+// while its queue is full. Close it to end every subscription.
 func NewGoChannel(logger *slog.Logger) PubSub {
-	return gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 256}, watermillLogger(logger))
+	return newGoChannel(logger)
 }
 
 func watermillLogger(logger *slog.Logger) watermill.LoggerAdapter {

@@ -1,8 +1,18 @@
 package bus
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 )
 
 func TestRefRoundTrip(t *testing.T) {
@@ -40,5 +50,384 @@ func TestValidHandlerName(t *testing.T) {
 		if err := ValidHandlerName(name); (err == nil) != ok {
 			t.Errorf("ValidHandlerName(%q) = %v", name, err)
 		}
+	}
+}
+
+// wait is how long the tests below wait for something that should happen;
+// quiet is how long they watch for something that should not.
+const (
+	wait  = 10 * time.Second
+	quiet = 50 * time.Millisecond
+)
+
+func setupGoChannel(t *testing.T) PubSub {
+	t.Helper()
+	ps := NewGoChannel(slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { ps.Close() })
+	return ps
+}
+
+func publishN(t *testing.T, ps PubSub, topic string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := ps.Publish(topic, message.NewMessage(strconv.Itoa(i), nil)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+}
+
+func next(t *testing.T, ch <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			t.Fatal("subscription closed")
+		}
+		return m
+	case <-time.After(wait):
+		t.Fatal("no message")
+	}
+	return nil
+}
+
+func closedWithin(t *testing.T, ch <-chan *message.Message, why string) {
+	t.Helper()
+	for {
+		select {
+		case _, open := <-ch:
+			if !open {
+				return
+			}
+		case <-time.After(wait):
+			t.Fatal(why)
+		}
+	}
+}
+
+func nothing(t *testing.T, ch <-chan *message.Message, why string) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("%s, got %v", why, m)
+	case <-time.After(quiet):
+	}
+}
+
+// Watermill's universal tests against the in-process transport. Features,
+// and why:
+//   - ConsumerGroups false: a topic has one queue its subscribers share, as
+//     in a NATS queue group; there are no named groups to choose.
+//   - ExactlyOnceDelivery true: in one process nothing duplicates a message;
+//     it comes again only when its subscriber Nacks it (even after the
+//     subscription ended), never after an Ack. This makes the suite read
+//     without deduplication, so a message delivered twice, or to two
+//     subscribers, fails it. It also skips TestConcurrentClose, which needs
+//     messages to outlive their instance (see Persistent; with this false it
+//     is the one test that fails), and TestMessageCtx, run below on its own.
+//   - GuaranteedOrder false: a Nacked message goes to the back of the queue,
+//     and so does one given back by a subscriber that stopped reading.
+//   - Persistent false, RequireSingleInstance true: messages live in the
+//     instance that queued them; publisher and subscriber must be one.
+//   - ForceShort: the long variants publish up to 10,000 messages before
+//     subscribing, and Publish waits (by design) once 256 are queued.
+func TestGoChannelUniversalPubSub(t *testing.T) {
+	features := tests.Features{
+		ConsumerGroups:                      false,
+		ExactlyOnceDelivery:                 true,
+		GuaranteedOrder:                     false,
+		GuaranteedOrderWithSingleSubscriber: false,
+		Persistent:                          false,
+		RequireSingleInstance:               true,
+		NewSubscriberReceivesOldMessages:    false,
+		ForceShort:                          true,
+	}
+	constructor := func(t *testing.T) (message.Publisher, message.Subscriber) {
+		ps := NewGoChannel(slog.New(slog.DiscardHandler))
+		return ps, ps
+	}
+	tests.TestPubSub(t, features, constructor, nil)
+
+	// A delivery's context comes from the subscription's and ends with the
+	// Ack, or with Close. (Skipped above: the suite assumes exactly-once
+	// transports drop a second publish of the same id, as NATS does; this
+	// one delivers both.)
+	t.Run("TestMessageCtxWithoutExactlyOnce", func(t *testing.T) {
+		t.Parallel()
+		features := features
+		features.ExactlyOnceDelivery = false
+		tests.TestMessageCtx(t, tests.TestContext{TestID: tests.NewTestID(), Features: features}, constructor)
+	})
+}
+
+// Replicas subscribed to one topic share its messages: together they get
+// each exactly once, more than one of them gets work, and another topic's
+// subscriber gets only its own. Messages published before anyone subscribed
+// wait for the first subscriber.
+func TestGoChannelReplicasShareATopic(t *testing.T) {
+	t.Parallel()
+	ps := setupGoChannel(t)
+	const replicas, early, total = 4, 100, 2000
+	publishN(t, ps, Topic("billing"), 0, early)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		got      = map[string]int{} // message -> deliveries
+		perSub   = make([]int, replicas)
+		firsts   = make(chan int, replicas)
+		release  = make(chan struct{})
+		complete = make(chan struct{})
+		done     sync.WaitGroup
+	)
+	for i := range replicas {
+		ch, err := ps.Subscribe(ctx, Topic("billing"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done.Go(func() {
+			for m := range ch {
+				mu.Lock()
+				got[m.UUID]++
+				perSub[i]++
+				n := perSub[i]
+				if len(got) == total && got[m.UUID] == 1 {
+					close(complete)
+				}
+				mu.Unlock()
+				if n == 1 {
+					// Hold the first message unanswered until every replica
+					// has one: a replica gets no second message before it
+					// answers its first, so the others must be getting
+					// theirs from the queue meanwhile.
+					firsts <- i
+					<-release
+				}
+				m.Ack()
+			}
+		})
+	}
+	audit, err := ps.Subscribe(ctx, Topic("audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	published := make(chan error, 1)
+	go func() {
+		for i := early; i < total; i++ {
+			if err := ps.Publish(Topic("billing"), message.NewMessage(strconv.Itoa(i), nil)); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	publishN(t, ps, Topic("audit"), total, total+10)
+	for range replicas {
+		select {
+		case <-firsts:
+		case <-time.After(wait):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("replicas holding a message did not leave the rest to the others: %v per replica", perSub)
+		}
+	}
+	close(release)
+	for range 10 {
+		m := next(t, audit)
+		if id, _ := strconv.Atoi(m.UUID); id < total {
+			t.Fatalf("audit got billing's message %s", m.UUID)
+		}
+		m.Ack()
+	}
+	select {
+	case <-complete:
+	case <-time.After(wait):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("got %d of %d messages: %v per replica", len(got), total, perSub)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	nothing(t, audit, "audit got more than its 10")
+	cancel()
+	done.Wait()
+
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("message %s delivered %d times", id, n)
+		}
+	}
+	if len(got) != total {
+		t.Errorf("got %d distinct messages, want %d", len(got), total)
+	}
+	for i, n := range perSub {
+		if n == 0 {
+			t.Errorf("replica %d got no work: %v per replica", i, perSub)
+		}
+	}
+	t.Logf("messages per replica: %v", perSub)
+}
+
+// A subscriber gets its next message only after answering the last; a Nacked
+// message comes again, as a fresh delivery, to whichever subscriber is free;
+// an Acked one never does.
+func TestGoChannelNackRedelivers(t *testing.T) {
+	t.Parallel()
+	ps := setupGoChannel(t)
+	topic := Topic("h")
+	a, err := ps.Subscribe(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, ps, topic, 1, 3)
+
+	first := next(t, a)
+	nothing(t, a, "second message before the first was answered")
+	first.Nack()
+	again := next(t, a)
+	if again == first {
+		t.Fatal("redelivery reused the Nacked message: its Ack state would be spent")
+	}
+	if !again.Ack() {
+		t.Fatal("redelivered message cannot be Acked")
+	}
+	var ids []string
+	for _, m := range []*message.Message{again, next(t, a)} {
+		ids = append(ids, m.UUID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"1", "2"}) || first.UUID != "1" {
+		t.Fatalf("first %s, then %v; want 1, then 1 and 2", first.UUID, ids)
+	}
+
+	// Redelivered to another subscriber: a's subscription ends while it holds
+	// a message; b gets it once a Nacks it, and not if a Acks it.
+	publishN(t, ps, topic, 3, 5)
+	ctx, cancel := context.WithCancel(t.Context())
+	c, err := ps.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a still holds its last message unanswered, so c gets 3.
+	m3 := next(t, c)
+	cancel()
+	closedWithin(t, c, "subscription open after its context ended")
+	b, err := ps.Subscribe(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m4 := next(t, b)
+	m4.Ack()
+	nothing(t, b, "the message c holds was redelivered before c answered")
+	m3.Nack()
+	if m := next(t, b); m.UUID != m3.UUID {
+		t.Fatalf("got %s, want the Nacked %s", m.UUID, m3.UUID)
+	} else {
+		m.Ack()
+	}
+	nothing(t, b, "an Acked message came again")
+}
+
+// A subscriber that stops reading without ending its subscription keeps no
+// message from the others for long.
+func TestGoChannelStalledSubscriberGivesBack(t *testing.T) {
+	t.Parallel()
+	ps := setupGoChannel(t)
+	topic := Topic("h")
+	if _, err := ps.Subscribe(t.Context(), topic); err != nil { // never read
+		t.Fatal(err)
+	}
+	publishN(t, ps, topic, 1, 4)
+	b, err := ps.Subscribe(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 3 {
+		m := next(t, b)
+		if seen[m.UUID] {
+			t.Fatalf("message %s twice", m.UUID)
+		}
+		seen[m.UUID] = true
+		m.Ack()
+	}
+}
+
+// Publish waits while a topic's queue is full, until a subscriber takes a
+// message; Close releases a waiting Publish with ErrClosed, ends the
+// subscriptions, and makes later calls fail.
+func TestGoChannelPublishBlocksWhenFullAndFailsAfterClose(t *testing.T) {
+	t.Parallel()
+	ps := setupGoChannel(t)
+	topic := Topic("h")
+	publishN(t, ps, topic, 0, queueSize) // fits: nobody subscribed yet
+
+	publishAsync := func(id int) <-chan error {
+		errc := make(chan error, 1)
+		go func() { errc <- ps.Publish(topic, message.NewMessage(strconv.Itoa(id), nil)) }()
+		return errc
+	}
+	blocked := publishAsync(queueSize)
+	select {
+	case err := <-blocked:
+		t.Fatalf("publish into a full queue returned %v", err)
+	case <-time.After(quiet):
+	}
+	sub, err := ps.Subscribe(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-blocked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("publish still blocked after a subscriber took a message")
+	}
+
+	// The subscriber holds a message unanswered: the queue fills again.
+	next(t, sub)
+	var stuck <-chan error
+	for i := queueSize + 1; stuck == nil; i++ {
+		errc := publishAsync(i)
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(quiet):
+			stuck = errc
+		}
+	}
+	other, err := ps.Subscribe(t.Context(), Topic("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ps.Close() }()
+	select {
+	case err := <-stuck:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("blocked publish returned %v at Close, want ErrClosed", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Close did not release a blocked publish")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	closedWithin(t, sub, "subscription open after Close")
+	closedWithin(t, other, "subscription open after Close")
+	if err := ps.Publish(topic, message.NewMessage("late", nil)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after Close: %v", err)
+	}
+	if _, err := ps.Subscribe(t.Context(), topic); !errors.Is(err, ErrClosed) {
+		t.Fatalf("subscribe after Close: %v", err)
+	}
+	if err := ps.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

@@ -1,0 +1,221 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ErrClosed is returned by Publish and Subscribe once the in-process
+// transport is closed.
+var ErrClosed = errors.New("in-process bus is closed")
+
+// queueSize bounds each topic's queue. A full queue blocks Publish: the
+// streamer then leases no faster than consumers take jobs.
+const queueSize = 256
+
+// giveBackAfter is how long a subscription keeps a message its subscriber
+// has not come to read before putting it back for the topic's other
+// subscribers. Healthy subscribers read again right after they acknowledge,
+// so this only rescues messages from a subscriber that stopped reading
+// without cancelling its subscription.
+const giveBackAfter = 100 * time.Millisecond
+
+// goChannel is the in-process transport. Unlike watermill's gochannel, which
+// gives every subscriber of a topic every message, the subscribers of a
+// topic compete for its messages like a NATS queue group: a topic is one
+// handler's jobs, and replicas of a consumer must share them, not each run
+// every job.
+//
+// Each topic has one bounded queue; each subscription has a goroutine that
+// takes the next message from it once its subscriber acknowledged the last,
+// so a busy subscriber leaves the queue to idle ones.
+type goChannel struct {
+	log     *slog.Logger
+	closing chan struct{}
+	running sync.WaitGroup // subscription goroutines; Close waits so their channels are closed when it returns
+
+	mu     sync.Mutex
+	closed bool
+	topics map[string]chan *message.Message
+}
+
+func newGoChannel(logger *slog.Logger) *goChannel {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &goChannel{
+		log:     logger.With(slog.String("component", "bus")),
+		closing: make(chan struct{}),
+		topics:  map[string]chan *message.Message{},
+	}
+}
+
+// queue returns topic's queue, made on first use so that messages published
+// before anyone subscribed wait for the first subscriber.
+func (g *goChannel) queue(topic string) chan *message.Message {
+	q, ok := g.topics[topic]
+	if !ok {
+		q = make(chan *message.Message, queueSize)
+		g.topics[topic] = q
+	}
+	return q
+}
+
+// Publish queues msgs on topic, blocking while the queue is full until a
+// subscriber makes room or the transport is closed.
+func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return fmt.Errorf("publish to %s: %w", topic, ErrClosed)
+	}
+	q := g.queue(topic)
+	g.mu.Unlock()
+	for _, m := range msgs {
+		// The publisher may reuse its message; the queue keeps its own.
+		c := m.Copy()
+		// A select picks at random among ready cases: check closing first so
+		// that nothing is queued once Close has begun.
+		select {
+		case <-g.closing:
+			return fmt.Errorf("publish to %s: %w", topic, ErrClosed)
+		default:
+		}
+		select {
+		case q <- c:
+		case <-g.closing:
+			return fmt.Errorf("publish to %s: %w", topic, ErrClosed)
+		}
+	}
+	return nil
+}
+
+// Subscribe returns a channel of topic's messages that this subscriber gets
+// instead of, not as well as, the topic's other subscribers. The channel is
+// closed when ctx ends or the transport is closed.
+func (g *goChannel) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, fmt.Errorf("subscribe to %s: %w", topic, ErrClosed)
+	}
+	out := make(chan *message.Message)
+	g.running.Add(1)
+	go g.serve(ctx, topic, g.queue(topic), out)
+	return out, nil
+}
+
+// Close closes every subscription's channel and makes Publish and Subscribe
+// fail. Messages still queued are dropped: their leases in Postgres expire and
+// the streamer publishes them again. Close can be called more than once.
+func (g *goChannel) Close() error {
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		close(g.closing)
+	}
+	g.mu.Unlock()
+	g.running.Wait()
+	return nil
+}
+
+// serve feeds one subscription until its ctx ends or the transport closes.
+// A message it took from the queue is not lost when the subscription ends:
+// it goes back for the other subscribers unless the subscriber acknowledged
+// it.
+func (g *goChannel) serve(ctx context.Context, topic string, q chan *message.Message, out chan<- *message.Message) {
+	defer g.running.Done()
+	g.log.Debug("subscribed", slog.String("topic", topic))
+	held, delivered := g.feed(ctx, q, out)
+	close(out)
+	g.log.Debug("subscription ended", slog.String("topic", topic))
+	if delivered != nil {
+		// The subscriber still has it and may yet acknowledge it: wait for
+		// its answer rather than risk running the message twice.
+		select {
+		case <-delivered.Acked():
+			return
+		case <-delivered.Nacked():
+		case <-g.closing:
+			return
+		}
+	}
+	if held != nil {
+		select {
+		case q <- held:
+		case <-g.closing:
+		}
+	}
+}
+
+// feed delivers messages from q to out, one at a time: the next only after
+// the subscriber acknowledged (Ack or Nack) the last, as watermill expects.
+// When ctx ends or the transport closes it returns the message it holds, if
+// any, and that message's delivery if the subscriber received it but has not
+// answered yet.
+func (g *goChannel) feed(ctx context.Context, q chan *message.Message, out chan<- *message.Message) (held, delivered *message.Message) {
+	patience := time.NewTimer(giveBackAfter)
+	defer patience.Stop()
+	for {
+		if held == nil {
+			select {
+			case held = <-q:
+			case <-ctx.Done():
+				return nil, nil
+			case <-g.closing:
+				return nil, nil
+			}
+		}
+		// Each delivery is a copy, so that a redelivery after a Nack starts
+		// with fresh Ack state; its context ends with the delivery.
+		d := held.Copy()
+		dctx, cancel := context.WithCancel(ctx)
+		d.SetContext(dctx)
+		patience.Reset(giveBackAfter)
+		select {
+		case out <- d:
+		case <-patience.C:
+			cancel()
+			held = giveBack(q, held)
+			continue
+		case <-ctx.Done():
+			cancel()
+			return held, nil
+		case <-g.closing:
+			cancel()
+			return held, nil
+		}
+		select {
+		case <-d.Acked():
+			held = nil
+		case <-d.Nacked():
+			held = giveBack(q, held)
+		case <-ctx.Done():
+			cancel()
+			return held, d
+		case <-g.closing:
+			cancel()
+			return held, d
+		}
+		cancel()
+	}
+}
+
+// giveBack puts m at the back of q, where any subscriber (this one too) can
+// take it, and returns nil; if q is full it returns m for this subscription
+// to offer again, since waiting for room could wait for this subscriber
+// itself.
+func giveBack(q chan<- *message.Message, m *message.Message) *message.Message {
+	select {
+	case q <- m:
+		return nil
+	default:
+		return m
+	}
+}
