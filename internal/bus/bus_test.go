@@ -358,7 +358,7 @@ func TestGoChannelStalledSubscriberGivesBack(t *testing.T) {
 // Publish waits while a topic's queue is full, until a subscriber takes a
 // message; Close releases a waiting Publish with ErrClosed, ends the
 // subscriptions, and makes later calls fail.
-func TestGoChannelPublishBlocksWhenFullAndFailsAfterClose(t *testing.T) {
+func TestGoChannelPublishBlocksWhenFullOrDropsWithoutSubscribersAndFailsAfterClose(t *testing.T) {
 	t.Parallel()
 	ps := setupGoChannel(t)
 	topic := Topic("h")
@@ -369,15 +369,41 @@ func TestGoChannelPublishBlocksWhenFullAndFailsAfterClose(t *testing.T) {
 		go func() { errc <- ps.Publish(topic, message.NewMessage(strconv.Itoa(id), nil)) }()
 		return errc
 	}
-	blocked := publishAsync(queueSize)
+	// Full and nobody subscribes: dropped at once rather than blocking the
+	// publisher (and with it every other topic) for good.
 	select {
-	case err := <-blocked:
-		t.Fatalf("publish into a full queue returned %v", err)
-	case <-time.After(quiet):
+	case err := <-publishAsync(queueSize):
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("publish into a full queue nobody reads blocked")
 	}
 	sub, err := ps.Subscribe(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// With a subscriber, a full queue blocks the publisher until it reads
+	// (the subscription holds one message in hand, so one more fits first).
+	var blocked <-chan error
+	for i := 0; blocked == nil; i++ {
+		if i == 5 {
+			t.Fatal("publish into a full queue with a subscriber never blocked")
+		}
+		errc := publishAsync(queueSize + 1000 + i)
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(quiet):
+			blocked = errc
+		}
+	}
+	if m := next(t, sub); m.UUID != "0" {
+		t.Fatalf("first message %s, want 0", m.UUID)
+	} else {
+		m.Ack()
 	}
 	select {
 	case err := <-blocked:
@@ -387,7 +413,6 @@ func TestGoChannelPublishBlocksWhenFullAndFailsAfterClose(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("publish still blocked after a subscriber took a message")
 	}
-
 	// The subscriber holds a message unanswered: the queue fills again.
 	next(t, sub)
 	var stuck <-chan error

@@ -43,6 +43,9 @@ type goChannel struct {
 	mu     sync.Mutex
 	closed bool
 	topics map[string]chan *message.Message
+	// subs counts each topic's live subscriptions: a full queue that nobody
+	// reads drops instead of blocking the publisher (see Publish).
+	subs map[string]int
 }
 
 func newGoChannel(logger *slog.Logger) *goChannel {
@@ -53,6 +56,7 @@ func newGoChannel(logger *slog.Logger) *goChannel {
 		log:     logger.With(slog.String("component", "bus")),
 		closing: make(chan struct{}),
 		topics:  map[string]chan *message.Message{},
+		subs:    map[string]int{},
 	}
 }
 
@@ -89,6 +93,23 @@ func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
 		}
 		select {
 		case q <- c:
+			continue
+		default:
+		}
+		// Full. With subscribers, wait for room: backpressure on the
+		// streamer. With none (a handler whose consumer is not in this
+		// process), waiting could stall every other topic's publishing for
+		// good: drop the reference instead; its lease expires and, no
+		// consumer being alive, the attempt is not counted.
+		g.mu.Lock()
+		n := g.subs[topic]
+		g.mu.Unlock()
+		if n == 0 {
+			g.log.Debug("dropped a reference: its topic's queue is full and nobody subscribes", slog.String("topic", topic))
+			continue
+		}
+		select {
+		case q <- c:
 		case <-g.closing:
 			return fmt.Errorf("publish to %s: %w", topic, ErrClosed)
 		}
@@ -106,6 +127,7 @@ func (g *goChannel) Subscribe(ctx context.Context, topic string) (<-chan *messag
 		return nil, fmt.Errorf("subscribe to %s: %w", topic, ErrClosed)
 	}
 	out := make(chan *message.Message)
+	g.subs[topic]++
 	g.running.Add(1)
 	go g.serve(ctx, topic, g.queue(topic), out)
 	return out, nil
@@ -133,6 +155,9 @@ func (g *goChannel) serve(ctx context.Context, topic string, q chan *message.Mes
 	defer g.running.Done()
 	g.log.Debug("subscribed", slog.String("topic", topic))
 	held, delivered := g.feed(ctx, q, out)
+	g.mu.Lock()
+	g.subs[topic]--
+	g.mu.Unlock()
 	close(out)
 	g.log.Debug("subscription ended", slog.String("topic", topic))
 	if delivered != nil {
