@@ -169,6 +169,23 @@ func (b *testBundle) deadLetter(t *testing.T, id int64, attempts int, class stri
 		last_error_class = $3, worker_id = 'w1', updated_at = now() WHERE id = $1`, id, attempts, class)
 }
 
+// complete makes attempt n of job id its successful one by consumer worker,
+// as the consumers record it since 010_lease_token: on the job row, under an
+// id from job_attempts' sequence, with no history row. The attempt was
+// leased two seconds before. It returns the attempt's id.
+func (b *testBundle) complete(t *testing.T, id int64, n int, worker string) int64 {
+	t.Helper()
+	var attemptID int64
+	if err := b.super.QueryRow(context.Background(), `UPDATE webhook_ingress.jobs
+		SET status = 'completed', attempt_count = $2, attempted_at = now() - interval '2 seconds', completed_at = now(),
+		    completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq'), worker_id = $3,
+		    lease_holder_id = NULL, lease_expires_at = NULL, last_error = NULL, last_error_class = NULL, updated_at = now()
+		WHERE id = $1 RETURNING completed_attempt_id`, id, n, worker).Scan(&attemptID); err != nil {
+		t.Fatalf("complete job %d: %v", id, err)
+	}
+	return attemptID
+}
+
 type jobRow struct {
 	Status       string
 	AttemptCount int

@@ -5,7 +5,8 @@
 //   - the event log: [ListEvents] filtered by source, event type glob, time
 //     range and external id, paged newest first by id; [GetEvent] with its
 //     headers, the exact stored bytes, and every handler's job with its
-//     attempt history;
+//     attempt history (failed attempts from job_attempts, the successful one
+//     from its job row: the view webhook_ingress.attempts);
 //   - re-verification: [Reverify] recomputes the signatures of stored events
 //     from their stored bytes, headers and request URI with the configured
 //     sources' secrets (tolerance ignored) and reports the ones that no longer
@@ -28,7 +29,11 @@
 // last error cleared and attempt_count set back to 0, so the handler gets its
 // full max_attempts again. Its earlier attempts stay in job_attempts, and the
 // replay itself adds a row with outcome 'replayed' (attempt: the count the job
-// had; worker_id: the login role, session_user, that replayed it). Jobs
+// had; worker_id: the login role, session_user, that replayed it). A completed
+// job's successful attempt, kept on its job row (schema migration
+// 010_lease_token), is first archived into job_attempts as a 'completed' row
+// under the id it already had (jobs.completed_attempt_id), so the history
+// and the control plane's reporter keep it, once, after the row is reset. Jobs
 // created from the log by a replay get such a row with attempt 0. A job that
 // is leased (in flight) is never touched: replaying it alone is an error
 // ([ErrConflict]); in a batch it is counted as skipped. Replay never changes

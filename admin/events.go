@@ -125,8 +125,13 @@ type Job struct {
 	Attempts       []Attempt  `json:"attempts"`
 }
 
-// Attempt is one job_attempts row: a finished attempt, or a replay marker
-// (Outcome "replayed").
+// Attempt is one row of the view webhook_ingress.attempts: a finished
+// attempt, or a replay marker (Outcome "replayed"). A failed, expired or
+// archived attempt is a job_attempts row; a job's current successful attempt
+// (Outcome "completed") is its job row's: the attempt number, the consumer
+// that completed it (WorkerID), when its lease was taken (StartedAt) and
+// when it completed (FinishedAt). WorkerID is nil for an expired lease whose
+// consumer never reported.
 type Attempt struct {
 	ID         int64     `json:"id"`
 	Attempt    int       `json:"attempt"`

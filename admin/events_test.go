@@ -123,6 +123,12 @@ func TestEventsShowWithJobsAndAttempts(t *testing.T) {
 	id := b.insert(t, event{source: "stripe", id: "evt_raw", eventType: "invoice.paid", body: body, headers: headers, requestURI: "/webhooks/stripe?x=1"})
 	billing := b.jobID(t, id, "billing")
 	b.deadLetter(t, billing, 3, "http_5xx")
+	// audit: the first lease expired (the reaper knows no consumer), the
+	// second attempt succeeded on consumer c2, kept on the job row.
+	auditJob := b.jobID(t, id, "audit")
+	b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error_class)
+		SELECT id, event_received_at, 1, now() - interval '1 minute', 'lease_expired', 'lease_expired' FROM webhook_ingress.jobs WHERE id = $1`, auditJob)
+	success := b.complete(t, auditJob, 2, "c2")
 
 	e, err := admin.GetEvent(ctx, b.op, id)
 	if err != nil {
@@ -138,8 +144,18 @@ func TestEventsShowWithJobsAndAttempts(t *testing.T) {
 		t.Fatalf("jobs = %+v", e.Jobs)
 	}
 	audit, bill := e.Jobs[0], e.Jobs[1]
-	if audit.Status != "pending" || len(audit.Attempts) != 0 || audit.MaxAttempts != 25 {
+	if audit.Status != "completed" || len(audit.Attempts) != 2 || audit.MaxAttempts != 25 || audit.CompletedAt == nil ||
+		audit.WorkerID == nil || *audit.WorkerID != "c2" {
 		t.Fatalf("audit job = %+v", audit)
+	}
+	if a := audit.Attempts[0]; a.Outcome != "lease_expired" || a.Attempt != 1 || a.WorkerID != nil {
+		t.Fatalf("audit's expired attempt = %+v", a)
+	}
+	// The success: its number, consumer and completion time, from the job row.
+	if a := audit.Attempts[1]; a.ID != success || a.Outcome != "completed" || a.Attempt != 2 || a.WorkerID == nil || *a.WorkerID != "c2" ||
+		!a.FinishedAt.Equal(*audit.CompletedAt) || !a.StartedAt.Equal(*audit.AttemptedAt) || a.DurationMS < 1900 ||
+		a.ErrorClass != nil || a.Error != nil {
+		t.Fatalf("audit's successful attempt = %+v", a)
 	}
 	if bill.Status != "dead_letter" || bill.AttemptCount != 3 || bill.MaxAttempts != 3 || *bill.LastErrorClass != "http_5xx" ||
 		*bill.LastError != "upstream said no" || len(bill.Attempts) != 3 {

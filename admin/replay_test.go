@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,14 +277,17 @@ func TestReplayFilterToANewHandler(t *testing.T) {
 
 	// Again: now the jobs exist, and are re-queued instead; one of them is
 	// in flight and left alone.
-	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), attempt_count = 1 WHERE handler = 'late'`)
-	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's', lease_expires_at = now() + interval '1 minute' WHERE handler = 'late' AND event_id = $1`, ids["evt_2"])
+	success := b.complete(t, b.jobID(t, ids["evt_1"], "late"), 1, "c1")
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'leased', attempt_count = 1, attempted_at = now(), lease_holder_id = 's', lease_expires_at = now() + interval '1 minute' WHERE handler = 'late' AND event_id = $1`, ids["evt_2"])
 	res, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "late", EventType: "invoice.*", Since: since})
 	if err != nil || res != (admin.ReplayResult{Requeued: 1, SkippedLeased: 1}) {
 		t.Fatalf("second replay: %+v, %v", res, err)
 	}
 	if j := b.job(t, b.jobID(t, ids["evt_1"], "late")); j.Status != "pending" || j.AttemptCount != 0 {
 		t.Fatalf("re-queued job = %+v", j)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE id = $1 AND outcome = 'completed' AND worker_id = 'c1'`, success); n != 1 {
+		t.Fatalf("the re-queued job's success was not archived (%d rows)", n)
 	}
 	if j := b.job(t, b.jobID(t, ids["evt_2"], "late")); j.Status != "leased" {
 		t.Fatalf("leased job = %+v", j)
@@ -327,5 +331,120 @@ func TestReplayRequestValidation(t *testing.T) {
 			continue
 		}
 		wantErr(t, err, admin.ErrInvalid)
+	}
+}
+
+// A success is kept on the job row; a replay archives it into job_attempts
+// under the id it had before resetting the row, so after the replay and a
+// second success both successes are in the history, each once, and the
+// archived one is exactly what the history showed before.
+func TestReplayArchivesTheSuccessfulAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.subscribe(t, "billing", "stripe", "*", 3)
+	ev := b.insert(t, event{source: "stripe", id: "evt_1", eventType: "invoice.paid", body: []byte("{}")})
+	id := b.jobID(t, ev, "billing")
+	b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
+		SELECT id, event_received_at, 1, 'c1', now() - interval '3 seconds', 'failed', 'timeout', 'slow' FROM webhook_ingress.jobs WHERE id = $1`, id)
+	first := b.complete(t, id, 2, "c2")
+
+	history := func() []admin.Attempt {
+		t.Helper()
+		d, err := admin.GetJob(ctx, b.op, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Attempts
+	}
+	outcomes := func(as []admin.Attempt) string {
+		var s []string
+		for _, a := range as {
+			w := "-"
+			if a.WorkerID != nil {
+				w = *a.WorkerID
+			}
+			s = append(s, fmt.Sprintf("%s:%d:%s", a.Outcome, a.Attempt, w))
+		}
+		return fmt.Sprint(s)
+	}
+	before := history()
+	if got, want := outcomes(before), "[failed:1:c1 completed:2:c2]"; got != want {
+		t.Fatalf("history before the replay %s, want %s", got, want)
+	}
+	if before[1].ID != first {
+		t.Fatalf("the success shows id %d, want the job's completed_attempt_id %d", before[1].ID, first)
+	}
+
+	if res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id}); err != nil || res.Requeued != 1 {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	var cleared bool
+	if err := b.super.QueryRow(ctx, `SELECT status = 'pending' AND completed_attempt_id IS NULL AND completed_at IS NULL
+		AND worker_id IS NULL AND attempt_count = 0 FROM webhook_ingress.jobs WHERE id = $1`, id).Scan(&cleared); err != nil || !cleared {
+		t.Fatalf("replayed job not reset (%v)", err)
+	}
+	after := history()
+	if got, want := outcomes(after), "[failed:1:c1 completed:2:c2 replayed:2:"+*after[len(after)-1].WorkerID+"]"; got != want {
+		t.Fatalf("history after the replay %s, want %s", got, want)
+	}
+	// Archived as it was shown: same id, consumer, times and duration; now a
+	// job_attempts row.
+	if a, w := after[1], before[1]; a.ID != w.ID || !a.StartedAt.Equal(w.StartedAt) || !a.FinishedAt.Equal(w.FinishedAt) ||
+		a.DurationMS != w.DurationMS || *a.WorkerID != *w.WorkerID || a.Attempt != w.Attempt {
+		t.Fatalf("archived success %+v, was %+v", a, w)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE id = $1 AND job_id = $2 AND outcome = 'completed'`, first, id); n != 1 {
+		t.Fatalf("%d job_attempts rows with the success's id, want 1", n)
+	}
+	if after[2].ID <= first {
+		t.Fatalf("replay marker id %d not after the archived success's %d", after[2].ID, first)
+	}
+
+	// The second run succeeds at once: both successes are in the history,
+	// each once, under distinct ids.
+	second := b.complete(t, id, 1, "c3")
+	got := history()
+	if want := "[failed:1:c1 completed:2:c2 replayed:2:" + *after[2].WorkerID + " completed:1:c3]"; outcomes(got) != want {
+		t.Fatalf("history after the second success %s, want %s", outcomes(got), want)
+	}
+	if got[3].ID != second || second <= after[2].ID {
+		t.Fatalf("second success id %d (history %d), want it after the marker %d", second, got[3].ID, after[2].ID)
+	}
+
+	// Replayed again: the second success is archived too; the first stays.
+	if _, err := admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE job_id = $1 AND outcome = 'completed' AND id IN ($2, $3)`, id, first, second); n != 2 {
+		t.Fatalf("%d archived successes, want 2", n)
+	}
+	if got := outcomes(history()); !strings.HasPrefix(got, "[failed:1:c1 completed:2:c2 replayed:2:") || !strings.Contains(got, " completed:1:c3 replayed:1:") {
+		t.Fatalf("history after the second replay %s", got)
+	}
+}
+
+// A job completed by a service of the previous version has its success as a
+// job_attempts row and no completed_attempt_id: a replay archives nothing
+// more, so the success is not in the history twice.
+func TestReplayOfAJobCompletedTheOldWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.subscribe(t, "billing", "stripe", "*", 3)
+	ev := b.insert(t, event{source: "stripe", id: "evt_1", eventType: "invoice.paid", body: []byte("{}")})
+	id := b.jobID(t, ev, "billing")
+	b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome)
+		SELECT id, event_received_at, 1, 'old', now() - interval '1 second', 'completed' FROM webhook_ingress.jobs WHERE id = $1`, id)
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', attempt_count = 1, completed_at = now(), worker_id = 'old' WHERE id = $1`, id)
+	if _, err := admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: id}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := admin.GetJob(ctx, b.op, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != "completed" || d.Attempts[1].Outcome != "replayed" {
+		t.Fatalf("history %+v, want the one success then the replay", d.Attempts)
 	}
 }

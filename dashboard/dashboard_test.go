@@ -133,6 +133,25 @@ func (b *testBundle) attempt(t *testing.T, job int64, n int, outcome string, fin
 		FROM webhook_ingress.jobs WHERE id = $1`, job, n, outcome, finished)
 }
 
+// complete makes job completed at finished with its successful attempt on
+// the job row, as consumers record it (010_lease_token): no history row.
+func (b *testBundle) complete(t *testing.T, job int64, finished time.Time) {
+	t.Helper()
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', attempt_count = 1, worker_id = 'w1',
+		attempted_at = $2::timestamptz - interval '20 milliseconds', completed_at = $2,
+		completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq') WHERE id = $1`, job, finished)
+}
+
+// eventID is the id of the event with external id ext.
+func (b *testBundle) eventID(t *testing.T, ext string) int64 {
+	t.Helper()
+	var id int64
+	if err := b.super.QueryRow(context.Background(), `SELECT id FROM webhook_ingress.events WHERE external_event_id = $1`, ext).Scan(&id); err != nil {
+		t.Fatalf("event %s: %v", ext, err)
+	}
+	return id
+}
+
 func (b *testBundle) deadLetter(t *testing.T, job int64) {
 	t.Helper()
 	b.attempt(t, job, 1, "dead_letter", b.now.Add(-time.Minute))
@@ -535,20 +554,25 @@ func TestDashboardOverviewPlotsRatesAndHandlerStats(t *testing.T) {
 
 	// billing: one job due 10 minutes ago (its lag), one due in the future;
 	// attempts in the last hour: 2 completed, 1 failed, 1 dead letter
-	// (failure rate 50%); an older failure and a replay marker do not count.
+	// (failure rate 50%); an older failure, an older success and a replay
+	// marker do not count. One success is on its job row (how consumers
+	// record it), the other a job_attempts row (archived by a replay of the
+	// due job).
 	due := b.jobID(t, e1, "billing")
 	later := b.jobID(t, e2, "billing")
 	b.exec(t, `UPDATE webhook_ingress.jobs SET next_attempt_at = $2 WHERE id = $1`, due, b.now.Add(-10*time.Minute))
 	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'failed', next_attempt_at = $2 WHERE id = $1`, later, b.now.Add(time.Hour))
 	b.attempt(t, due, 1, "completed", b.now.Add(-5*time.Minute))
-	b.attempt(t, due, 2, "completed", b.now.Add(-4*time.Minute))
+	b.complete(t, b.jobID(t, b.eventID(t, "evt_3"), "billing"), b.now.Add(-4*time.Minute))
+	b.complete(t, b.jobID(t, b.eventID(t, "evt_old"), "billing"), b.now.Add(-2*time.Hour))
 	b.attempt(t, later, 1, "failed", b.now.Add(-3*time.Minute))
 	b.attempt(t, later, 2, "dead_letter", b.now.Add(-2*time.Minute))
 	b.attempt(t, later, 3, "failed", b.now.Add(-2*time.Hour))
 	b.exec(t, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
 		SELECT id, event_received_at, 0, 'operator', $2, $2, 'replayed' FROM webhook_ingress.jobs WHERE id = $1`, later, b.now.Add(-time.Minute))
-	// audit: every job completed, none due.
-	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'audit'`)
+	// audit: every job completed, none due, none in the last hour.
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = $1::timestamptz - interval '2 hours',
+		completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq') WHERE handler = 'audit'`, b.now)
 
 	c := b.client(t)
 	c.login()

@@ -1,8 +1,16 @@
 // Package reporter sends attempt metadata from the data plane to an outside
 // control plane (inlet control-plane, package controlplane): one [Record] per
-// row of webhook_ingress.job_attempts, read by id cursor as webhook_streamer,
-// batched, POSTed as JSON with a bearer token and retried with backoff until
-// the control plane acknowledges it with a 2xx.
+// finished attempt, read by id cursor as webhook_streamer, batched, POSTed as
+// JSON with a bearer token and retried with backoff until the control plane
+// acknowledges it with a 2xx.
+//
+// A finished attempt is in one of two tables, under one id space (job_attempts'
+// sequence): a failed, dead-lettered or expired attempt (and a replay marker)
+// is a row of webhook_ingress.job_attempts; a successful one stays on its job
+// row (jobs.completed_attempt_id, with attempt_count, attempted_at as its start
+// and completed_at as its end) until a replay archives it into job_attempts
+// under the same id. The reporter reads both after its cursor in one
+// statement, so every attempt is reported once, wherever it is.
 //
 // A record carries nothing but metadata, and its type has no field that
 // could carry more: an opaque job id (HMAC-SHA256 of jobs.id under a

@@ -11,7 +11,8 @@ import (
 )
 
 // Outcome is how an attempt ended: the values of
-// webhook_ingress.job_attempts.outcome.
+// webhook_ingress.job_attempts.outcome (a success kept on its job row is
+// "completed").
 type Outcome string
 
 // The fixed list of outcomes. [Outcomes] returns it.
@@ -33,8 +34,9 @@ func Outcomes() []Outcome { return slices.Clone(outcomes) }
 // pattern by [Record.Validate]: there is no map and no free text, so nothing
 // but this metadata can travel in one.
 type Record struct {
-	// AttemptID is job_attempts.id: the cursor, and with the tenant the
-	// control plane's idempotency key.
+	// AttemptID is the attempt's id: job_attempts.id, or for a success kept
+	// on its job row jobs.completed_attempt_id (one sequence for both). The
+	// cursor, and with the tenant the control plane's idempotency key.
 	AttemptID int64 `json:"attempt_id"`
 	// Job is the opaque job id: hex HMAC-SHA256 of jobs.id under the
 	// deployment's key (64 hex digits), or jobs.id in decimal when the

@@ -29,8 +29,9 @@ import (
 
 // Config configures a [Reporter].
 type Config struct {
-	// Pool reads job_attempts and jobs; webhook_streamer's privileges are
-	// enough. Required.
+	// Pool reads job_attempts and jobs (failed attempts are rows of the
+	// first, successes are on the second); webhook_streamer's privileges
+	// are enough. Required.
 	Pool *pgxpool.Pool
 	// URL is the control plane's base URL. Required.
 	URL string

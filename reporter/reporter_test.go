@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,13 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/controlplane"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/reporter"
-	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -187,31 +190,57 @@ func (d *dataPlane) job(t *testing.T) int64 {
 	return jobID
 }
 
-// attempt records a finished attempt the way a consumer does.
+// attempt records a failed (or expired, or replayed) attempt the way the
+// consumers and the reaper do: a job_attempts row. The reaper knows no
+// consumer for an expired lease, so that one has none.
 func (d *dataPlane) attempt(t *testing.T, jobID int64, n int, outcome, class, errText string) {
 	t.Helper()
-	var cls, txt any
+	var cls, txt, worker any
 	if class != "" {
 		cls, txt = class, errText
 	}
-	if _, err := d.super.Exec(context.Background(), schema.Query("InsertAttempt"), jobID, n, "worker-1",
+	if outcome != "lease_expired" {
+		worker = "worker-1"
+	}
+	if _, err := d.super.Exec(context.Background(), insertAttempt, jobID, n, worker,
 		time.Now().Add(-25*time.Millisecond), outcome, cls, txt); err != nil {
 		t.Fatal(err)
 	}
 }
 
+const insertAttempt = `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
+	SELECT id, event_received_at, $2, $3, $4, $5, $6, $7 FROM webhook_ingress.jobs WHERE id = $1`
+
+// complete records attempt n of job as successful the way a consumer does
+// since 010_lease_token: no history row, the job row keeps it, under an id
+// from job_attempts' sequence. The lease was taken 25ms before.
+func (d *dataPlane) complete(t *testing.T, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, jobID int64, n int) {
+	t.Helper()
+	if _, err := q.Exec(context.Background(), completeJob, jobID, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const completeJob = `UPDATE webhook_ingress.jobs
+	SET status = 'completed', attempt_count = $2, attempted_at = now() - interval '25 milliseconds',
+	    completed_at = now(), completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq'),
+	    worker_id = 'worker-1', lease_holder_id = NULL, lease_expires_at = NULL, updated_at = now()
+	WHERE id = $1`
+
+// attemptIDs are the ids of every finished attempt in the data plane, in
+// both places.
 func (d *dataPlane) attemptIDs(t *testing.T) []int64 {
 	t.Helper()
-	rows, err := d.super.Query(context.Background(), `SELECT id FROM webhook_ingress.job_attempts ORDER BY id`)
+	rows, err := d.super.Query(context.Background(), `SELECT id FROM webhook_ingress.job_attempts
+		UNION ALL SELECT completed_attempt_id FROM webhook_ingress.jobs WHERE completed_attempt_id IS NOT NULL ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		_ = rows.Scan(&id)
-		ids = append(ids, id)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
@@ -249,7 +278,7 @@ func TestRecordsCarryOnlyTheAllowedFields(t *testing.T) {
 	t.Parallel()
 	d, cp := newDataPlane(t), newControlPlane(t)
 	jobs := []int64{d.job(t), d.job(t), d.job(t)}
-	d.attempt(t, jobs[0], 1, "completed", "", "")
+	d.complete(t, d.super, jobs[0], 1)
 	d.attempt(t, jobs[1], 1, "failed", "http_5xx", errorText)
 	d.attempt(t, jobs[1], 2, "dead_letter", "http_5xx", errorText)
 	d.attempt(t, jobs[2], 1, "lease_expired", "lease_expired", "")
@@ -307,7 +336,7 @@ func TestProviderAndDatabaseIDsOnlyWhenOptedIn(t *testing.T) {
 	t.Parallel()
 	d, cp := newDataPlane(t), newControlPlane(t)
 	job := d.job(t)
-	d.attempt(t, job, 1, "completed", "", "")
+	d.complete(t, d.super, job, 1)
 	startReporter(t, d, cp, func(c *reporter.Config) { c.IncludeProvider, c.SendDatabaseIDs, c.Key = true, true, nil })
 	rows := cp.waitStored(t, 1)
 	r := rows[0]
@@ -324,7 +353,7 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 	d, cp := newDataPlane(t), newControlPlane(t)
 	cp.down.Store(true) // down before the reporter even has its cursor
 	for range 4 {
-		d.attempt(t, d.job(t), 1, "completed", "", "")
+		d.complete(t, d.super, d.job(t), 1)
 	}
 	rep := startReporter(t, d, cp, nil)
 	time.Sleep(300 * time.Millisecond)
@@ -348,7 +377,7 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 	rep.Stop()
 	before := len(cp.sent(t))
 	for range 2 {
-		d.attempt(t, d.job(t), 1, "completed", "", "")
+		d.complete(t, d.super, d.job(t), 1)
 	}
 	startReporter(t, d, cp, nil)
 	rows := cp.waitStored(t, 11)
@@ -365,37 +394,109 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 }
 
 // An attempt whose transaction commits after a later attempt's (its id is
-// lower) is still reported, though the cursor already passed it.
+// lower) is still reported, though the cursor already passed it: a success
+// on its job row and a failure's history row alike.
 func TestLateCommittedAttemptIsReported(t *testing.T) {
 	t.Parallel()
 	d, cp := newDataPlane(t), newControlPlane(t)
 	ctx := context.Background()
-	slowJob, fastJob := d.job(t), d.job(t)
+	slowDone, slowFailed, fastJob := d.job(t), d.job(t), d.job(t)
 	startReporter(t, d, cp, nil)
-	tx, err := d.super.Begin(ctx)
+	begin := func() pgx.Tx {
+		tx, err := d.super.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		return tx
+	}
+	txDone, txFailed := begin(), begin()
+	d.complete(t, txDone, slowDone, 1)
+	if _, err := txFailed.Exec(ctx, insertAttempt, slowFailed, 1, "w", time.Now(), "failed", "timeout", errorText); err != nil {
+		t.Fatal(err)
+	}
+	d.complete(t, d.super, fastJob, 1)
+	cp.waitStored(t, 1)
+	time.Sleep(100 * time.Millisecond) // a few more rounds past the gaps
+	for _, tx := range []pgx.Tx{txDone, txFailed} {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := cp.waitStored(t, 3)
+	for i, want := range []struct {
+		job     int64
+		outcome string
+	}{{slowDone, "completed"}, {slowFailed, "failed"}, {fastJob, "completed"}} {
+		if rows[i].job != reporter.OpaqueJobID([]byte(hmacKey), want.job) || rows[i].outcome != want.outcome {
+			t.Fatalf("record %d is %s of another job, want the %s attempt of job %d: %+v", i, rows[i].outcome, want.outcome, want.job, rows)
+		}
+	}
+}
+
+// A replay moves a job's success from its row into job_attempts under the
+// same id: whether the reporter read it before the replay or after, it is
+// reported once, and the second success after the replay is reported too.
+func TestReplayedSuccessIsReportedOnce(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	ctx := context.Background()
+	op, err := database.Open(ctx, d.url, database.Options{Role: "webhook_operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, schema.Query("InsertAttempt"), slowJob, 1, "w", time.Now(), "completed", nil, nil); err != nil {
-		t.Fatal(err)
+	t.Cleanup(op.Close)
+	replay := func(job int64) {
+		t.Helper()
+		if res, err := admin.Replay(ctx, op, admin.ReplayRequest{JobID: job}); err != nil || res.Requeued != 1 {
+			t.Fatalf("replay job %d: %+v, %v", job, res, err)
+		}
 	}
-	d.attempt(t, fastJob, 1, "completed", "", "")
-	cp.waitStored(t, 1)
-	time.Sleep(100 * time.Millisecond) // a few more rounds past the gap
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
+
+	// Replayed before the reporter ever looked: the success is read from
+	// job_attempts.
+	early := d.job(t)
+	d.complete(t, d.super, early, 1)
+	replay(early)
+	d.complete(t, d.super, early, 1)
+	startReporter(t, d, cp, nil)
+	cp.waitStored(t, 3)
+
+	// Read from the job row first, then replayed and completed again.
+	late := d.job(t)
+	d.complete(t, d.super, late, 1)
+	cp.waitStored(t, 4)
+	replay(late)
+	d.complete(t, d.super, late, 1)
+	rows := cp.waitStored(t, 6)
+	time.Sleep(100 * time.Millisecond) // a few more rounds: nothing more comes
+
+	var got []string
+	var ids []int64
+	for _, r := range rows {
+		job := "early"
+		if r.job == reporter.OpaqueJobID([]byte(hmacKey), late) {
+			job = "late"
+		}
+		got = append(got, fmt.Sprintf("%s:%s:%d", job, r.outcome, r.attempt))
+		ids = append(ids, r.attemptID)
 	}
-	rows := cp.waitStored(t, 2)
-	if rows[0].job != reporter.OpaqueJobID([]byte(hmacKey), slowJob) {
-		t.Fatalf("the late attempt is not the one stored first: %+v", rows)
+	want := "early:completed:1 early:replayed:1 early:completed:1 late:completed:1 late:replayed:1 late:completed:1"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("control plane holds %v, want %s", got, want)
+	}
+	if dataIDs := d.attemptIDs(t); !slices.Equal(ids, dataIDs) {
+		t.Fatalf("control plane holds attempts %v, data plane has %v", ids, dataIDs)
+	}
+	if sent := len(cp.sent(t)); sent != len(rows) {
+		t.Fatalf("%d records sent for %d attempts: one was sent twice", sent, len(rows))
 	}
 }
 
 func TestBadTokenIsRetriedNotSkipped(t *testing.T) {
 	t.Parallel()
 	d, cp := newDataPlane(t), newControlPlane(t)
-	d.attempt(t, d.job(t), 1, "completed", "", "")
+	d.complete(t, d.super, d.job(t), 1)
 	startReporter(t, d, cp, func(c *reporter.Config) { c.Token = "not-the-tenant-token-000" })
 	time.Sleep(200 * time.Millisecond)
 	if n := len(cp.rows(t)); n != 0 {

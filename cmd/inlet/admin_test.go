@@ -7,6 +7,9 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/admin"
 )
 
 // Usage errors are found before any database is needed: these run with none.
@@ -95,5 +98,40 @@ func TestParseBodyPrintable(t *testing.T) {
 	printBody(&out, 7, []byte("\x00\x01binary"))
 	if s := out.String(); !strings.Contains(s, "inlet events show 7 --raw") || !strings.Contains(s, "00 01 62 69") {
 		t.Errorf("binary body shown as:\n%s", s)
+	}
+}
+
+// inlet events show and inlet dlq show list a job's successful attempt with
+// its failures: number, consumer and completion time; an expired lease has
+// no consumer.
+func TestPrintJobShowsEveryAttempt(t *testing.T) {
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	str := func(s string) *string { return &s }
+	done := at("2026-11-24T10:00:07Z")
+	j := admin.Job{ID: 9, Handler: "billing", Status: "completed", AttemptCount: 2, MaxAttempts: 5, WorkerID: str("consumer-b"), CompletedAt: &done,
+		Attempts: []admin.Attempt{
+			{ID: 3, Attempt: 1, StartedAt: at("2026-11-24T10:00:00Z"), FinishedAt: at("2026-11-24T10:00:05Z"), Outcome: "lease_expired",
+				ErrorClass: str("lease_expired"), DurationMS: 5000},
+			{ID: 8, Attempt: 2, WorkerID: str("consumer-b"), StartedAt: at("2026-11-24T10:00:06Z"), FinishedAt: done, Outcome: "completed", DurationMS: 1000},
+		}}
+	var out bytes.Buffer
+	printJob(&out, j)
+	s := out.String()
+	for _, want := range []string{
+		"completed at:       2026-11-24T10:00:07Z (attempt 2, worker consumer-b)",
+		"#  OUTCOME        STARTED               FINISHED              DURATION  WORKER",
+		"1  lease_expired  2026-11-24T10:00:00Z  2026-11-24T10:00:05Z  5000ms    -           lease_expired",
+		"2  completed      2026-11-24T10:00:06Z  2026-11-24T10:00:07Z  1000ms    consumer-b  -",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("printJob lacks %q:\n%s", want, s)
+		}
 	}
 }

@@ -227,7 +227,7 @@ func printJob(w io.Writer, j admin.Job) {
 	case "leased":
 		fmt.Fprintf(tw, "    leased by:\t%s until %s (worker %s)\n", optCell(j.LeaseHolderID), optStamp(j.LeaseExpiresAt), optCell(j.WorkerID))
 	case "completed":
-		fmt.Fprintf(tw, "    completed at:\t%s\n", optStamp(j.CompletedAt))
+		fmt.Fprintf(tw, "    completed at:\t%s (attempt %d, worker %s)\n", optStamp(j.CompletedAt), j.AttemptCount, optCell(j.WorkerID))
 	}
 	if j.LastErrorClass != nil || j.LastError != nil {
 		fmt.Fprintf(tw, "    last error:\t%s: %s\n", optCell(j.LastErrorClass), optCell(j.LastError))
@@ -238,13 +238,15 @@ func printJob(w io.Writer, j admin.Job) {
 		return
 	}
 	tw = newTable(w)
-	fmt.Fprintln(tw, "    #\tOUTCOME\tSTARTED\tDURATION\tWORKER\tERROR CLASS\tERROR")
+	// A success is listed with the failures (admin reads it from its job
+	// row): its number, consumer (WORKER) and completion time (FINISHED).
+	fmt.Fprintln(tw, "    #\tOUTCOME\tSTARTED\tFINISHED\tDURATION\tWORKER\tERROR CLASS\tERROR")
 	for _, a := range j.Attempts {
-		dur := fmt.Sprintf("%.0fms", a.DurationMS)
+		dur, finished := fmt.Sprintf("%.0fms", a.DurationMS), stamp(a.FinishedAt)
 		if a.Outcome == "replayed" {
-			dur = "-"
+			dur, finished = "-", "-"
 		}
-		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, stamp(a.StartedAt), dur,
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, stamp(a.StartedAt), finished, dur,
 			optCell(a.WorkerID), optCell(a.ErrorClass), optCell(a.Error))
 	}
 	_ = tw.Flush()

@@ -58,8 +58,12 @@ WHERE j.id = $1
 
 -- name: AdminJobAttempts
 -- The attempt history (and replay markers) of jobs $1, in the order written.
+-- Through the view attempts (010_lease_token): job_attempts' rows and each
+-- job's successful attempt, which stays on its job row (attempt number,
+-- consumer, lease time as start, completion time) until a replay archives
+-- it. One id space, so ordering by id is the order the attempts finished.
 SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms
-FROM webhook_ingress.job_attempts
+FROM webhook_ingress.attempts
 WHERE job_id = ANY($1::bigint[])
 ORDER BY job_id, id
 
@@ -206,8 +210,16 @@ SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0):
 -- is one that is no longer a dead letter (replayed meanwhile by someone
 -- else). The status is re-checked on the locked row. Returns the ids
 -- re-queued.
+--
+-- A completed job's successful attempt lives on its row (completed_attempt_id,
+-- attempt_count, worker_id, attempted_at, completed_at) and the re-queue
+-- clears those: first it is archived into job_attempts as a 'completed' row
+-- under the same id (OVERRIDING SYSTEM VALUE; the id came from job_attempts'
+-- own sequence), so the history keeps it and the reporter, which may have
+-- sent it already from the job row, never sees it under a new id. The
+-- archive's id is below the replay marker's, drawn after it.
 WITH target AS (
-    SELECT id, attempt_count
+    SELECT id, attempt_count, completed_attempt_id, worker_id, attempted_at, completed_at, updated_at
     FROM webhook_ingress.jobs
     WHERE id = ANY($1::bigint[])
       AND status <> 'leased'
@@ -215,19 +227,28 @@ WITH target AS (
     FOR UPDATE
 ), requeued AS (
     UPDATE webhook_ingress.jobs j
-    SET status           = 'pending',
-        attempt_count    = 0,
-        next_attempt_at  = now(),
-        lease_holder_id  = NULL,
-        lease_expires_at = NULL,
-        worker_id        = NULL,
-        last_error       = NULL,
-        last_error_class = NULL,
-        completed_at     = NULL,
-        updated_at       = now()
+    SET status               = 'pending',
+        attempt_count        = 0,
+        next_attempt_at      = now(),
+        lease_holder_id      = NULL,
+        lease_expires_at     = NULL,
+        worker_id            = NULL,
+        last_error           = NULL,
+        last_error_class     = NULL,
+        completed_at         = NULL,
+        completed_attempt_id = NULL,
+        updated_at           = now()
     FROM target t
     WHERE j.id = t.id
-    RETURNING j.id, j.event_received_at, t.attempt_count
+    RETURNING j.id, j.event_received_at, t.attempt_count, t.completed_attempt_id, t.worker_id,
+              t.attempted_at, coalesce(t.completed_at, t.updated_at) AS completed_at
+), archived AS (
+    INSERT INTO webhook_ingress.job_attempts (id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+    OVERRIDING SYSTEM VALUE
+    SELECT completed_attempt_id, id, event_received_at, attempt_count, worker_id,
+           coalesce(attempted_at, completed_at), completed_at, 'completed'
+    FROM requeued
+    WHERE completed_attempt_id IS NOT NULL
 ), marked AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued

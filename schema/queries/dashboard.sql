@@ -46,8 +46,15 @@ ORDER BY s.n
 -- due time of its oldest due pending or failed job (NULL: none due); and
 -- the attempts that finished since $2, all of them and the failed or
 -- dead-lettered ones. Replay markers are not attempts and are left out.
--- job_attempts has no index on finished_at, so the attempts part reads the
--- attempts table whole.
+-- A finished attempt is counted where it is kept (010_lease_token): a job's
+-- successful attempt on its job row (completed_attempt_id, completed_at),
+-- everything else in job_attempts: failures and expired leases, and the
+-- 'completed' rows there, successes a replay archived or a service of the
+-- previous version wrote (those have no completed_attempt_id), so each
+-- attempt is counted once. job_attempts is read by its finished_at index
+-- (006); jobs has no index on completed_at (one would cost every completion
+-- another index write), so the success part reads jobs whole, as the
+-- attempts part read job_attempts whole when every success had a row there.
 WITH jobs AS (
     SELECT handler,
            count(*) FILTER (WHERE status = 'pending')     AS pending,
@@ -58,15 +65,23 @@ WITH jobs AS (
     FROM webhook_ingress.jobs
     WHERE status IN ('pending', 'leased', 'failed', 'dead_letter')
     GROUP BY handler
-), attempts AS (
-    SELECT j.handler,
-           count(*) AS total,
-           count(*) FILTER (WHERE a.outcome IN ('failed', 'dead_letter')) AS failures
+), finished AS (
+    SELECT j.handler, a.outcome
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
     WHERE a.finished_at >= $2::timestamptz
       AND a.outcome <> 'replayed'
-    GROUP BY j.handler
+    UNION ALL
+    SELECT handler, 'completed'
+    FROM webhook_ingress.jobs
+    WHERE completed_attempt_id IS NOT NULL
+      AND completed_at >= $2::timestamptz
+), attempts AS (
+    SELECT handler,
+           count(*) AS total,
+           count(*) FILTER (WHERE outcome IN ('failed', 'dead_letter')) AS failures
+    FROM finished
+    GROUP BY handler
 ), handlers AS (
     SELECT handler FROM webhook_ingress.subscriptions
     UNION

@@ -1,25 +1,64 @@
 -- Queries of the metadata reporter (package reporter), run as
 -- webhook_streamer. They read attempt metadata only: never job_attempts.error,
 -- jobs.last_error, or anything of events.
+--
+-- A finished attempt is in one of two places (010_lease_token), under one id
+-- space (job_attempts' sequence): a job_attempts row (failed, dead_letter,
+-- lease_expired, replayed, and a success a replay archived), or the job row
+-- of a completed job (completed_attempt_id, attempt_count, attempted_at,
+-- completed_at). Both are read in one statement, so one snapshot: a replay
+-- moves a success from the job row to job_attempts under the same id in one
+-- transaction, and a read sees it in exactly one of the two. The streamer
+-- does not read the view webhook_ingress.attempts (not granted); the tables
+-- let each side use its own index for the cursor.
+--
+-- A success's started_at is when its lease was taken (attempted_at, the
+-- database's clock) and its finished_at completed_at; updated_at stands in
+-- only for a row completed by hand without them, so a NULL never stops the
+-- reporter.
 
 -- name: ReporterAttemptsAfter
 -- Up to $2 finished attempts with an id above the cursor $1, oldest id first,
 -- with their job's provider and event type (sent only when the operator opts
--- in).
-SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-       a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
-FROM webhook_ingress.job_attempts a
-JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-WHERE a.id > $1
-ORDER BY a.id
+-- in). Each side is limited before the merge, so each reads at most $2 rows
+-- by its index (job_attempts' primary key, idx_jobs_completed_attempt).
+SELECT * FROM (
+    (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
+            a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+     FROM webhook_ingress.job_attempts a
+     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+     WHERE a.id > $1
+     ORDER BY a.id
+     LIMIT $2)
+    UNION ALL
+    (SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
+            coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
+            coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
+            j.provider, j.event_type
+     FROM webhook_ingress.jobs j
+     WHERE j.completed_attempt_id > $1
+     ORDER BY j.completed_attempt_id
+     LIMIT $2)
+) finished
+ORDER BY 1
 LIMIT $2
 
 -- name: ReporterAttemptsByID
 -- The attempts among ids $1 that are visible now: ids the cursor passed while
--- their transaction had not yet committed.
-SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-       a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
-FROM webhook_ingress.job_attempts a
-JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-WHERE a.id = ANY($1::bigint[])
-ORDER BY a.id
+-- their transaction had not yet committed (a failure's history row, or a
+-- completion of the job row), looked for in both places.
+SELECT * FROM (
+    SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
+           a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+    FROM webhook_ingress.job_attempts a
+    JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+    WHERE a.id = ANY($1::bigint[])
+    UNION ALL
+    SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
+           coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
+           coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
+           j.provider, j.event_type
+    FROM webhook_ingress.jobs j
+    WHERE j.completed_attempt_id = ANY($1::bigint[])
+) finished
+ORDER BY 1
