@@ -14,22 +14,26 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "subscriptions", "audit_checkpoints", "retention_log", "schema_migrations"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "audit_checkpoints", "retention_log", "schema_migrations"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
 // wantMatrix is every role × table × privilege: S I U D T where held on the
 // whole table, s i u where held on some columns only (listed in
-// wantColumns), - where not held. README.md shows the same table.
+// wantColumns), - where not held. attempts is a view (010_lease_token) of
+// every finished attempt: job_attempts' rows and the successes kept on job
+// rows; consumers (010 too) is where consumer services say they are alive,
+// the one table a role may DELETE from (its rows expire). README.md shows
+// the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | subscriptions | audit_checkpoints | retention_log | schema_migrations |
-|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | s---- | ----- | ----- | S---- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | Siu-- | ----- | ----- | S---- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S-u-- | S---- | S---- | S---- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | audit_checkpoints | retention_log | schema_migrations |
+|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | S---- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | S---- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
@@ -40,13 +44,13 @@ webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_t
 webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_streamer SELECT subscriptions: handler, enabled
-webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at
+webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
 webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at
 webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts
-webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at
-webhook_operator INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
+webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
+webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
 webhook_operator UPDATE subscriptions: enabled, updated_at
 webhook_sealer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, headers, request_uri, body_sha256, signature_verified, secret_index
 `
@@ -136,6 +140,14 @@ func tryDenied(t *testing.T, pool interface {
 		"TRUNCATE": "TRUNCATE " + rel + " CASCADE",
 	}[priv]
 	_, err = tx.Exec(ctx, sql)
+	if rel == "webhook_ingress.attempts" && priv != "SELECT" {
+		// The view is not updatable (a UNION ALL): PostgreSQL refuses a
+		// write to it before it looks at privileges, to every role alike.
+		if err == nil {
+			return fmt.Errorf("%s could %s the view %s with %q", role, priv, rel, sql)
+		}
+		return nil
+	}
 	if !isPermissionDenied(err) {
 		return fmt.Errorf("%s may not %s %s, but %q gave %v, want permission denied (42501)", role, priv, rel, sql, err)
 	}
@@ -149,11 +161,13 @@ func firstColumn(rel string) string {
 		return "updated_at"
 	case "webhook_ingress.schema_migrations":
 		return "name"
+	case "webhook_ingress.consumers":
+		return "seen_at"
 	case "webhook_ingress.audit_checkpoints":
 		return "created_at"
 	case "webhook_ingress.retention_log":
 		return "dropped_by"
-	case "webhook_ingress.job_attempts":
+	case "webhook_ingress.job_attempts", "webhook_ingress.attempts":
 		return "outcome"
 	}
 	return "provider"

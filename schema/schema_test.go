@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -148,10 +149,24 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_streamer", "lease a job", exec(`UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 's1', lease_expires_at = now(), attempt_count = attempt_count + 1`), true},
 		{"webhook_streamer", "repoint a job at another handler", exec(`UPDATE webhook_ingress.jobs SET handler = 'other'`), false},
 		{"webhook_streamer", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
+		// The reporter runs as the streamer: it reads the two tables, not the view.
+		{"webhook_streamer", "read attempt metadata in both places", query(`SELECT a.id, a.outcome, j.completed_attempt_id, j.attempt_count, j.completed_at
+			FROM webhook_ingress.job_attempts a, webhook_ingress.jobs j`), true},
+		{"webhook_streamer", "read the view attempts", query(`SELECT * FROM webhook_ingress.attempts`), false},
+		{"webhook_streamer", "draw an attempt id", query(`SELECT nextval('webhook_ingress.job_attempts_id_seq')`), false},
 
 		{"webhook_worker", "read raw_body", query(`SELECT raw_body, headers FROM webhook_ingress.events`), true},
 		{"webhook_worker", "insert an event", exec(insertEvent, "evt_worker"), false},
 		{"webhook_worker", "complete a job", exec(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), updated_at = now()`), true},
+		// 010_lease_token: the success stays on the job row, under an id
+		// drawn from job_attempts' sequence.
+		{"webhook_worker", "complete a job keeping its attempt", exec(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(),
+			completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq'), worker_id = 'c1', lease_holder_id = NULL, lease_expires_at = NULL, updated_at = now()`), true},
+		{"webhook_worker", "draw an attempt id", query(`SELECT nextval('webhook_ingress.job_attempts_id_seq')`), true},
+		{"webhook_worker", "move the attempt id sequence", query(`SELECT setval('webhook_ingress.job_attempts_id_seq', 1)`), false},
+		{"webhook_worker", "record an attempt under a chosen id", exec(`INSERT INTO webhook_ingress.job_attempts (id, job_id, event_received_at, attempt, started_at, outcome)
+			OVERRIDING SYSTEM VALUE SELECT 1000, id, event_received_at, 1, now(), 'failed' FROM webhook_ingress.jobs`), false},
+		{"webhook_worker", "read the view attempts", query(`SELECT * FROM webhook_ingress.attempts`), false},
 		{"webhook_worker", "change a job's event", exec(`UPDATE webhook_ingress.jobs SET event_id = event_id`), false},
 		{"webhook_worker", "change a job's attempt count", exec(`UPDATE webhook_ingress.jobs SET attempt_count = 0`), false},
 		{"webhook_worker", "record an attempt", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome) SELECT id, event_received_at, 1, now(), 'completed' FROM webhook_ingress.jobs`), true},
@@ -160,6 +175,8 @@ func TestPrivileges(t *testing.T) {
 		{"webhook_worker", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
 
 		{"webhook_auditor", "read everything", query(`SELECT e.raw_body, e.headers, j.*, a.* FROM webhook_ingress.events e, webhook_ingress.jobs j, webhook_ingress.job_attempts a, webhook_ingress.subscriptions s`), true},
+		{"webhook_auditor", "read every finished attempt", query(`SELECT * FROM webhook_ingress.attempts`), true},
+		{"webhook_auditor", "draw an attempt id", query(`SELECT nextval('webhook_ingress.job_attempts_id_seq')`), false},
 		{"webhook_auditor", "insert an event", exec(insertEvent, "evt_auditor"), false},
 		{"webhook_auditor", "update a job", exec(`UPDATE webhook_ingress.jobs SET status = 'pending'`), false},
 		{"webhook_auditor", "add a subscription", exec(`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('x')`), false},
@@ -177,6 +194,14 @@ func TestPrivileges(t *testing.T) {
 			SELECT id, received_at, 'late', provider, event_type, 25 FROM webhook_ingress.events`), true},
 		{"webhook_operator", "record a replay", exec(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
 			SELECT id, event_received_at, attempt_count, session_user, now(), now(), 'replayed' FROM webhook_ingress.jobs`), true},
+		{"webhook_operator", "read every finished attempt", query(`SELECT * FROM webhook_ingress.attempts`), true},
+		// A replay archives a job's success under the id it had on the job row.
+		{"webhook_operator", "archive a success and re-queue its job", exec(`WITH r AS (
+				UPDATE webhook_ingress.jobs SET status = 'pending', completed_attempt_id = NULL, completed_at = NULL, worker_id = NULL, updated_at = now()
+				RETURNING id, event_received_at)
+			INSERT INTO webhook_ingress.job_attempts (id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
+			OVERRIDING SYSTEM VALUE SELECT 1000 + id, id, event_received_at, 1, 'c1', now(), now(), 'completed' FROM r`), true},
+		{"webhook_operator", "draw an attempt id", query(`SELECT nextval('webhook_ingress.job_attempts_id_seq')`), false},
 		{"webhook_operator", "change an event", exec(`UPDATE webhook_ingress.events SET raw_body = '\x00'`), false},
 		{"webhook_operator", "insert an event", exec(insertEvent, "evt_operator"), false},
 		{"webhook_operator", "delete a job", exec(`DELETE FROM webhook_ingress.jobs`), false},
@@ -490,6 +515,10 @@ func TestREADMEAuditorQuery(t *testing.T) {
 			('github', 'github', 'gh_tue', 'push', '{}', true, '2026-11-24T11:00:00Z')`,
 		`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error_class)
 			SELECT id, event_received_at, 1, event_received_at, 'failed', 'timeout' FROM webhook_ingress.jobs WHERE handler = 'billing'`,
+		// The second attempt succeeded: kept on the job row (010_lease_token).
+		`UPDATE webhook_ingress.jobs SET status = 'completed', attempt_count = 2, attempted_at = event_received_at + interval '1 minute',
+			completed_at = event_received_at + interval '61 seconds', worker_id = 'c2',
+			completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq') WHERE handler = 'billing'`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -507,14 +536,37 @@ func TestREADMEAuditorQuery(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			got = append(got, fmt.Sprintf("%v %v %v", v[1], v[6], v[10]))
+			// external id, handler, outcome, attempt, consumer; a success
+			// also its completion time.
+			row := fmt.Sprintf("%v %v %v %v %v", v[1], v[6], v[10], v[9], v[12])
+			if v[10] == "completed" {
+				row += " " + v[14].(time.Time).UTC().Format(time.RFC3339)
+			}
+			got = append(got, row)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		t.Fatalf("the README's auditor query as webhook_auditor: %v", err)
 	}
-	if want := "evt_tue billing failed|evt_tue ledger <nil>"; strings.Join(got, "|") != want {
+	if want := "evt_tue billing failed 1 <nil>|evt_tue billing completed 2 c2 2026-11-24T10:01:01Z|evt_tue ledger <nil> <nil> <nil>"; strings.Join(got, "|") != want {
 		t.Fatalf("auditor query rows %q, want %q", strings.Join(got, "|"), want)
+	}
+	// Only that day's partitions are read: the day is in no period partition
+	// of this database (they start at its creation), so the plan names none.
+	var plan []string
+	err = asRole(t, pool, "webhook_auditor", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+sql)
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "jobs_default") || regexp.MustCompile(`_p[0-9]{8}\b`).MatchString(p) {
+		t.Fatalf("the auditor query reads other periods' partitions:\n%s", p)
 	}
 }

@@ -260,7 +260,7 @@ log:
 		}
 	}
 	rows, err = conn.Query(ctx, `SELECT outcome || coalesce('/' || error_class, '') || '=' || count(*)
-		FROM webhook_ingress.job_attempts GROUP BY outcome, error_class ORDER BY 1`)
+		FROM webhook_ingress.attempts GROUP BY outcome, error_class ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}

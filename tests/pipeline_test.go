@@ -163,10 +163,12 @@ func (p *pipeline) waitJob(t *testing.T, handler, status string, within time.Dur
 	}
 }
 
+// outcomes is the handler's attempt history through the view attempts:
+// failures from job_attempts, the success from its job row (010_lease_token).
 func (p *pipeline) outcomes(t *testing.T, handler string) []string {
 	t.Helper()
-	rows, err := p.admin.Query(context.Background(), `SELECT a.outcome FROM webhook_ingress.job_attempts a
-		JOIN webhook_ingress.jobs j ON j.id = a.job_id WHERE j.handler = $1 ORDER BY a.attempt`, handler)
+	rows, err := p.admin.Query(context.Background(), `SELECT a.outcome FROM webhook_ingress.attempts a
+		JOIN webhook_ingress.jobs j ON j.id = a.job_id WHERE j.handler = $1 ORDER BY a.id`, handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,8 +372,8 @@ func TestTwoStreamersTwoConsumersFiveThousandJobs(t *testing.T) {
 	}
 	var attempts, jobsWithOne, workers int
 	err = p.admin.QueryRow(context.Background(), `SELECT count(*),
-		(SELECT count(*) FROM (SELECT job_id FROM webhook_ingress.job_attempts GROUP BY job_id HAVING count(*) = 1 AND bool_and(outcome = 'completed')) x),
-		count(DISTINCT worker_id) FROM webhook_ingress.job_attempts`).Scan(&attempts, &jobsWithOne, &workers)
+		(SELECT count(*) FROM (SELECT job_id FROM webhook_ingress.attempts GROUP BY job_id HAVING count(*) = 1 AND bool_and(outcome = 'completed')) x),
+		count(DISTINCT worker_id) FROM webhook_ingress.attempts`).Scan(&attempts, &jobsWithOne, &workers)
 	if err != nil {
 		t.Fatal(err)
 	}
