@@ -109,3 +109,16 @@ COMMENT ON TABLE webhook_ingress.consumers IS
     'One row per (handler, consumer service): when it last said it was alive, and until when that holds. Written by consumers every few seconds; read by streamers (lease only for handlers with a live consumer, or none known) and the reaper.';
 GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_ingress.consumers TO webhook_worker;
 GRANT SELECT ON webhook_ingress.consumers TO webhook_streamer, webhook_auditor, webhook_operator;
+
+-- Leases by expiry, for the reaper and the streamers' in-flight count. Partial
+-- on lease_expires_at IS NOT NULL, not on status = 'leased' (the same rows:
+-- every statement that ends a lease clears lease_expires_at): the consumers'
+-- FetchJobs and CompleteJobs find their jobs by primary key with the fence
+-- status = 'leased', and an index whose predicate that fence implied let the
+-- planner, under stale statistics, hash-join every lease instead of probing
+-- the batch's rows (measured: the whole leased set read per batch).
+DROP INDEX webhook_ingress.idx_jobs_leased;
+CREATE INDEX idx_jobs_leased ON webhook_ingress.jobs (lease_expires_at)
+    WHERE lease_expires_at IS NOT NULL;
+COMMENT ON INDEX webhook_ingress.idx_jobs_leased IS
+    'Leases by expiry (reaper, in-flight counts). Partial on lease_expires_at, which only a leased job has.';

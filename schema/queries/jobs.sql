@@ -49,7 +49,8 @@ RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count
 -- one of an older version, is leased as usual).
 SELECT handler, count(*), false
 FROM webhook_ingress.jobs
-WHERE status = 'leased'
+WHERE lease_expires_at IS NOT NULL
+  AND status = 'leased'
 GROUP BY handler
 UNION ALL
 SELECT handler, 0, true
@@ -88,8 +89,8 @@ WITH expired AS (
                SELECT 1 FROM webhook_ingress.consumers c
                WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at)) AS ran
     FROM webhook_ingress.jobs j
-    WHERE j.status = 'leased'
-      AND j.lease_expires_at < now()
+    WHERE j.lease_expires_at < now()
+      AND j.status = 'leased'
     ORDER BY j.lease_expires_at
     LIMIT $1
     FOR UPDATE OF j SKIP LOCKED
@@ -126,25 +127,34 @@ SELECT id, status FROM reaped
 -- still current (its outcome could be recorded): a stale, finished or
 -- misrouted one gets none. With the job's lease time and expiry, now() (the
 -- attempt's start on the database's clock) and the event (NULL columns: the
--- event is gone).
-WITH want AS (
-    SELECT *
-    FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
-        AS w(id, attempt, handler, event_id, event_received_at, leased_at)
-)
+-- event is gone). Each job and event is probed by its primary key, partition
+-- key included (LATERAL … LIMIT 1): a join left to the planner read every
+-- lease, or every event sharing a received_at, when statistics were stale.
 SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, now(),
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
        coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
-FROM want w
-JOIN webhook_ingress.jobs j
-  ON j.id = w.id
- AND j.event_received_at = w.event_received_at -- the partition key: one probe per job, not one per partition
- AND j.attempt_count = w.attempt
- AND j.handler = w.handler
- AND j.event_id = w.event_id
- AND j.status = 'leased'
- AND j.attempted_at = coalesce(w.leased_at, j.attempted_at)
-LEFT JOIN webhook_ingress.events e ON e.id = j.event_id AND e.received_at = j.event_received_at
+FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+    AS w(id, attempt, handler, event_id, event_received_at, leased_at)
+CROSS JOIN LATERAL (
+    SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, j.event_id, j.event_received_at
+    FROM webhook_ingress.jobs j
+    WHERE j.id = w.id
+      AND j.event_received_at = w.event_received_at
+      AND j.attempt_count = w.attempt
+      AND j.handler = w.handler
+      AND j.event_id = w.event_id
+      AND j.status = 'leased'
+      AND j.attempted_at = coalesce(w.leased_at, j.attempted_at)
+    LIMIT 1
+) j
+LEFT JOIN LATERAL (
+    SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at, e.headers, e.raw_body
+    FROM webhook_ingress.events e
+    WHERE e.id = j.event_id
+      AND e.received_at = j.event_received_at
+    ORDER BY e.id, e.received_at -- the primary key's order: its probe, never the received_at index's scan of one commit's events
+    LIMIT 1
+) e ON true
 
 -- name: ExtendLease
 -- Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
@@ -169,10 +179,27 @@ RETURNING lease_expires_at
 -- attempt_count, worker_id, completed_at, and an attempt id from
 -- job_attempts' sequence (no history row). Returns the ids completed; an id
 -- missing lost its lease.
+--
+-- Each row is found by its primary key (LATERAL … LIMIT 1) and updated by
+-- its tuple id in its partition: a join left to the planner seq-scanned the
+-- partition for every batch when statistics were stale (a new period, or
+-- leases rare when last analyzed). A row changed since it was found (the
+-- reaper took the lease) has a new tuple id and is left alone, and the
+-- fence is checked again on the row updated.
 WITH done AS (
-    SELECT *
+    SELECT d.attempt, d.leased_at, j.event_received_at, j.tableoid AS part, j.ctid AS tid
     FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[])
         AS d(id, attempt, event_received_at, leased_at)
+    CROSS JOIN LATERAL (
+        SELECT j.event_received_at, j.tableoid, j.ctid
+        FROM webhook_ingress.jobs j
+        WHERE j.id = d.id
+          AND j.event_received_at = d.event_received_at
+          AND j.status = 'leased'
+          AND j.attempt_count = d.attempt
+          AND j.attempted_at = d.leased_at
+        LIMIT 1
+    ) j
 )
 UPDATE webhook_ingress.jobs j
 SET status               = 'completed',
@@ -185,8 +212,9 @@ SET status               = 'completed',
     last_error_class     = NULL,
     updated_at           = now()
 FROM done d
-WHERE j.id = d.id
-  AND j.event_received_at = d.event_received_at
+WHERE j.event_received_at = d.event_received_at -- the partition key: one partition per row
+  AND j.tableoid = d.part
+  AND j.ctid = d.tid
   AND j.status = 'leased'
   AND j.attempt_count = d.attempt
   AND j.attempted_at = d.leased_at
