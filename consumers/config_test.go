@@ -67,7 +67,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		t.Errorf("defaults: lease_extend %s, logger %v, worker id %q", c.LeaseExtend, c.Logger, c.WorkerID)
 	}
 	a := c.Handlers[0]
-	if a.MaxAttempts != 25 || a.Timeout != 60*time.Second || a.Concurrency != 8 || a.Backoff == nil {
+	if a.MaxAttempts != 25 || a.Timeout != 60*time.Second || a.Concurrency != 64 || a.Backoff == nil {
 		t.Errorf("handler defaults: %+v", a)
 	}
 	if len(a.Patterns) != 1 || a.Patterns[0] != (consumers.Pattern{Provider: "*", EventType: "*"}) {

@@ -420,7 +420,7 @@ func (c Config) WithDefaults() Config {
 		h.Provider = or(h.Provider, "*")
 		h.EventType = or(h.EventType, "*")
 		h.MaxAttempts = or(h.MaxAttempts, 25)
-		h.Concurrency = or(h.Concurrency, 8)
+		h.Concurrency = or(h.Concurrency, 64)
 		if h.Type == "http-forward" {
 			h.Timeout = or(h.Timeout, 10*time.Second)
 		}
