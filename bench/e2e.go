@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,12 +23,20 @@ import (
 	"github.com/inlet-dev/inlet/streamer"
 )
 
-// Latency is one end-to-end measurement: from the ingress 200 to the
-// handler's call, at a steady offered rate.
+// e2eConns is how many connections the end-to-end measurement posts from
+// (paced, or back to back at saturation).
+const e2eConns = 128
+
+// Latency is one end-to-end measurement: from the 200 to the handler's
+// call, at a steady offered rate.
 type Latency struct {
+	// System is "inlet" or "river" (the River receiver, see river.go).
+	System string `json:"system"`
+	// Wake is Inlet's wake source (notify, replication, poll); "river" for
+	// the River receiver (River's own LISTEN/NOTIFY and fetch poll).
 	Wake string `json:"wake"`
-	// Rate is the offered rate; 0 at saturation (128 connections posting
-	// back to back).
+	// Rate is the offered rate; 0 at saturation (e2eConns connections
+	// posting back to back).
 	Rate      int `json:"offered_per_second"`
 	Delivered int `json:"delivered"`
 	// PerSecond is delivered / (first post to last handler call).
@@ -40,72 +45,137 @@ type Latency struct {
 	P99ms     float64 `json:"p99_ms"`
 	MaxMs     float64 `json:"max_ms"`
 	Errors    int64   `json:"errors"`
+	// VsRiver is, for Inlet, P99ms / the River receiver's p99 at the same
+	// offered rate in the same run.
+	VsRiver float64 `json:"vs_river,omitempty"`
+	*Cost
 }
 
-// endToEnd runs ingress (group commit), a streamer woken by wake (notify,
-// replication or poll) and a no-op handler in this process over the
-// in-process bus, offers rate signed webhooks per second for d (rate 0: as
-// fast as 128 connections can post), and measures for each the time from
-// its 200 to its handler call.
-func endToEnd(ctx context.Context, url, wake string, rate int, d time.Duration) (Latency, error) {
+// calls records when the handler first ran for each event id.
+type calls struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func newCalls() *calls { return &calls{at: map[string]time.Time{}} }
+
+// record is the measured handler: it notes the time of the first call for
+// the event (a redelivery does not move it) and does nothing else.
+func (c *calls) record(_ context.Context, externalID string, _ []byte) {
+	now := time.Now()
+	c.mu.Lock()
+	if _, ok := c.at[externalID]; !ok {
+		c.at[externalID] = now
+	}
+	c.mu.Unlock()
+}
+
+func (c *calls) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.at)
+}
+
+// noop is the sustained measurement's handler: it does nothing, for Inlet's
+// consumers and the River receiver's worker alike.
+func noop(context.Context, string, []byte) {}
+
+// inletOptions is what an in-process Inlet pipeline runs.
+type inletOptions struct {
+	// wake is the streamer's wake source: notify, replication or poll.
+	wake string
+	// handlers are the subscribed handlers (provider stripe, every event
+	// type); each runs handle.
+	handlers    []string
+	concurrency int
+	handle      func(ctx context.Context, externalID string, body []byte)
+	// conns is each service's pool (ingress, streamer, consumers).
+	conns int
+	// ingressOnly registers the handlers' subscriptions (so events fan out
+	// to jobs) but runs neither consumers nor a streamer.
+	ingressOnly bool
+}
+
+// inletPipeline is ingress (group commit), a streamer and the consumers in
+// this process over the in-process bus, as bench/e2e has always run them.
+type inletPipeline struct {
+	url     string // where webhooks are posted
+	closers []func()
+	once    sync.Once
+}
+
+// stop stops the services and closes their pools, last started first.
+func (p *inletPipeline) stop() {
+	p.once.Do(func() {
+		for _, c := range slices.Backward(p.closers) {
+			c()
+		}
+	})
+}
+
+// startInlet starts the pipeline on the database at url. Only o's handlers
+// get jobs when the database's other subscriptions are disabled (the
+// caller's choice: a fresh database has none).
+func startInlet(ctx context.Context, url string, o inletOptions) (p *inletPipeline, err error) {
+	p = &inletPipeline{}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
 	log := slog.New(slog.DiscardHandler)
-	// Only this run's handler is subscribed: earlier runs' would add jobs.
-	owner, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return Latency{}, err
-	}
-	_, err = owner.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET enabled = false`)
-	owner.Close(ctx)
-	if err != nil {
-		return Latency{}, err
-	}
 	open := func(role, name string) (*pgxpool.Pool, error) {
-		return database.Open(ctx, url, database.Options{Role: role, MaxConns: 64, AppName: "inlet-bench-" + name})
+		pool, err := database.Open(ctx, url, database.Options{Role: role, MaxConns: int32(o.conns), AppName: "inlet-bench-" + name})
+		if err == nil {
+			p.closers = append(p.closers, pool.Close)
+		}
+		return pool, err
 	}
 	ipool, err := open(config.DefaultIngressRole, "ingress")
 	if err != nil {
-		return Latency{}, err
+		return nil, err
 	}
-	defer ipool.Close()
 	spool, err := open(config.DefaultStreamerRole, "streamer")
 	if err != nil {
-		return Latency{}, err
+		return nil, err
 	}
-	defer spool.Close()
 	wpool, err := open(config.DefaultWorkerRole, "worker")
 	if err != nil {
-		return Latency{}, err
+		return nil, err
 	}
-	defer wpool.Close()
 	ps := bus.NewGoChannel(log)
-	defer ps.Close()
+	p.closers = append(p.closers, func() { ps.Close() })
 
-	// The handler records when it was called, by the event's id.
-	var mu sync.Mutex
-	called := map[string]time.Time{}
-	handler := consumers.Handler{Name: "bench-" + wake, Provider: "stripe", Concurrency: 64, Func: func(_ context.Context, e *consumers.Event) error {
-		now := time.Now()
-		mu.Lock()
-		called[e.ExternalID] = now
-		mu.Unlock()
-		return nil
-	}}
-	cons, err := consumers.New(consumers.Config{Pool: wpool, Subscriber: ps, Handlers: []consumers.Handler{handler}, Logger: log})
+	var handlers []consumers.Handler
+	for _, name := range o.handlers {
+		handlers = append(handlers, consumers.Handler{Name: name, Provider: "stripe", Concurrency: o.concurrency,
+			Func: func(ctx context.Context, e *consumers.Event) error {
+				o.handle(ctx, e.ExternalID, e.Body)
+				return nil
+			}})
+	}
+	cons, err := consumers.New(consumers.Config{Pool: wpool, Subscriber: ps, Handlers: handlers, Logger: log})
 	if err != nil {
-		return Latency{}, err
+		return nil, err
+	}
+	if o.ingressOnly {
+		if err := cons.Register(ctx); err != nil {
+			return nil, err
+		}
+		return p, startIngress(ctx, p, ipool, nil)
 	}
 	if err := cons.Start(ctx); err != nil {
-		return Latency{}, err
+		return nil, err
 	}
-	defer cons.Stop(context.Background())
+	p.closers = append(p.closers, func() { _ = cons.Stop(context.Background()) })
 
 	sc := streamer.Config{Pool: spool, Publisher: ps, PollInterval: time.Second, Logger: log}
 	var hinter ingress.Hinter
-	switch wake {
+	switch o.wake {
 	case "notify":
 		sc.ListenConnect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }
 		h := notify.NewHinter(ipool, 0, log)
-		defer h.Stop()
+		p.closers = append(p.closers, h.Stop)
 		hinter = h
 	case "replication":
 		sc.SlotName = "inlet_bench"
@@ -113,92 +183,103 @@ func endToEnd(ctx context.Context, url, wake string, rate int, d time.Duration) 
 	}
 	str, err := streamer.New(sc)
 	if err != nil {
-		return Latency{}, err
+		return nil, err
 	}
 	if err := str.Start(ctx); err != nil {
-		return Latency{}, err
+		return nil, err
 	}
-	defer str.Stop()
+	p.closers = append(p.closers, str.Stop)
+	return p, startIngress(ctx, p, ipool, hinter)
+}
 
-	store := ingress.NewGroupStore(ipool, hinter, ingress.GroupConfig{})
+// startIngress starts ingress with group commit on pool and sets p.url.
+func startIngress(ctx context.Context, p *inletPipeline, pool *pgxpool.Pool, hinter ingress.Hinter) error {
+	log := slog.New(slog.DiscardHandler)
+	store := ingress.NewGroupStore(pool, hinter, ingress.GroupConfig{})
+	p.closers = append(p.closers, store.Close)
 	srv, err := ingress.New(ingress.Config{
 		Ingress: config.Ingress{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
 		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
 		Store:   store, Logger: log,
 	})
 	if err != nil {
-		return Latency{}, err
+		return err
 	}
 	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	p.closers = append(p.closers, func() { _ = srv.Stop(context.Background()) })
+	p.url = "http://" + srv.Addr().(*net.TCPAddr).String() + "/webhooks/stripe"
+	return nil
+}
+
+// endToEnd runs ingress (group commit), a streamer woken by wake (notify,
+// replication or poll) and a handler in this process over the in-process
+// bus, offers rate signed webhooks per second for d (rate 0: as fast as
+// e2eConns connections can post), and measures for each the time from its
+// 200 to its handler call.
+func endToEnd(ctx context.Context, b *bench, wake string, rate int, d time.Duration) (Latency, error) {
+	// Only this run's handler is subscribed: earlier runs' would add jobs.
+	owner, err := pgx.Connect(ctx, b.url)
+	if err != nil {
 		return Latency{}, err
 	}
-	defer srv.Stop(context.Background())
-	base := "http://" + srv.Addr().(*net.TCPAddr).String() + "/webhooks/stripe"
+	_, err = owner.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET enabled = false`)
+	owner.Close(ctx)
+	if err != nil {
+		return Latency{}, fmt.Errorf("disable earlier subscriptions: %w", err)
+	}
+	c := newCalls()
+	p, err := startInlet(ctx, b.url, inletOptions{wake: wake, handlers: []string{"bench-" + wake}, concurrency: 64, handle: c.record, conns: 64})
+	if err != nil {
+		return Latency{}, err
+	}
+	defer p.stop()
+	m, err := b.startMeter(ctx, b.url)
+	if err != nil {
+		return Latency{}, err
+	}
+	defer m.close()
+	l := measureLatency(ctx, p.url, fmt.Sprintf("evt_e2e_%s_%d_", wake, time.Now().UnixNano()), rate, d, c)
+	l.System, l.Wake = "inlet", wake
+	p.stop()
+	if l.Cost, err = m.finish(ctx, int64(l.Delivered)); err != nil {
+		return l, err
+	}
+	return l, nil
+}
 
-	// Offer rate per second, paced, from up to 128 connections.
-	transport := &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	defer transport.CloseIdleConnections()
-	var errs atomic.Int64
-	acked := sync.Map{} // id → time of the 200
-	work := make(chan string, 1024)
-	var wg sync.WaitGroup
-	for range 128 {
-		wg.Go(func() {
-			for id := range work {
-				if !post(client, base, []byte(`{"id":"`+id+`","object":"event","type":"invoice.paid"}`)) {
-					errs.Add(1)
-					continue
-				}
-				acked.Store(id, time.Now())
-			}
-		})
-	}
-	prefix := fmt.Sprintf("evt_e2e_%s_%d_", wake, time.Now().UnixNano())
-	total := 0
+// measureLatency offers rate webhooks per second to url for d (rate 0:
+// e2eConns connections back to back), waits until every acknowledged one
+// has reached the handler that records into c (up to 15s: polling catches
+// any missed wake-up within a second), and returns the latencies from each
+// 200 to its handler call.
+func measureLatency(ctx context.Context, url, prefix string, rate int, d time.Duration, c *calls) Latency {
+	var mu sync.Mutex
+	acked := map[string]time.Time{}
 	start := time.Now()
-	if rate > 0 {
-		total = int(float64(rate) * d.Seconds())
-		interval := time.Second / time.Duration(rate)
-		for i := range total {
-			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-				time.Sleep(wait)
-			}
-			work <- prefix + strconv.Itoa(i)
-		}
-	} else {
-		for stop := start.Add(d); time.Now().Before(stop); total++ {
-			work <- prefix + strconv.Itoa(total)
-		}
-	}
-	close(work)
-	wg.Wait()
-	// Every acknowledged webhook reaches the handler (polling catches any
-	// missed wake-up within a second).
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		n := len(called)
-		mu.Unlock()
-		if int64(n) >= int64(total)-errs.Load() {
-			break
-		}
+	ld := offer(ctx, offerConfig{url: url, rate: rate, d: d, conns: e2eConns, prefix: prefix, body: minimalStripeBody,
+		onAck: func(id string, at time.Time) {
+			mu.Lock()
+			acked[id] = at
+			mu.Unlock()
+		}})
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && int64(c.count()) < ld.Acked; {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var lat []time.Duration
 	var last time.Time
-	mu.Lock()
-	acked.Range(func(k, v any) bool {
-		if c, ok := called[k.(string)]; ok {
-			lat = append(lat, max(c.Sub(v.(time.Time)), 0))
-			if c.After(last) {
-				last = c
+	c.mu.Lock()
+	for id, at := range acked {
+		if called, ok := c.at[id]; ok {
+			lat = append(lat, max(called.Sub(at), 0))
+			if called.After(last) {
+				last = called
 			}
 		}
-		return true
-	})
-	mu.Unlock()
+	}
+	c.mu.Unlock()
 	slices.Sort(lat)
-	return Latency{Wake: wake, Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(start).Seconds(),
-		P50ms: percentileMs(lat, 0.5), P99ms: percentileMs(lat, 0.99), MaxMs: percentileMs(lat, 1), Errors: errs.Load()}, nil
+	return Latency{Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(start).Seconds(),
+		P50ms: percentileMs(lat, 0.5), P99ms: percentileMs(lat, 0.99), MaxMs: percentileMs(lat, 1), Errors: ld.Errors}
 }

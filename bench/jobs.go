@@ -86,6 +86,9 @@ type JobsRun struct {
 	Claims      int64 `json:"claim_statements,omitempty"`
 	Takes       int64 `json:"take_statements,omitempty"`
 	Completions int64 `json:"complete_statements,omitempty"`
+	// The database's work from the clock's start (the jobs loaded) to the
+	// last completion, per job.
+	*Cost
 }
 
 // runJobs measures jobs completed per second with a no-op handler: Inlet with
@@ -146,15 +149,19 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\n", r.System, busName, replicas, r.Concurrency, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver)
 	}
 	tw.Flush()
-	fmt.Println("\ngochannel with 4 replicas: one in-process channel gives every replica every reference, and all but one take of each job is fenced off; NATS splits the references among them (a queue group), as separate processes would.")
+	fmt.Println("\nWith 4 replicas both buses split the references among them: the in-process bus hands each to one subscriber of its topic, NATS to one member of the queue group, as separate processes would get them.")
 	return runs, nil
 }
 
 // inletJobs loads n events that fan out to one job each for a fresh no-op
 // handler, then starts that many consumer replicas and a streamer and times
 // them until every job is completed.
-func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int) (JobsRun, error) {
-	run := JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Concurrency: jobsConcurrency, Jobs: n}
+func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int) (run JobsRun, err error) {
+	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Concurrency: jobsConcurrency, Jobs: n}
+	// Deferred first, so it runs last: after every service has stopped and
+	// every pool is closed.
+	var m *meter
+	defer func() { err = finishMeter(ctx, m, &run, int64(n), err) }()
 	name := fmt.Sprintf("bench-jobs-%s-%d-%d", kind, replicas, time.Now().UnixNano())
 	owner, err := pgx.Connect(ctx, b.url)
 	if err != nil {
@@ -184,9 +191,9 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	}
 	var shared bus.PubSub
 	if kind == "gochannel" {
-		// One process: the streamer and every replica share the channel,
-		// which gives each subscriber every reference (the replicas race
-		// to take each job; the take is fenced, one wins).
+		// One process: the streamer and every replica share the
+		// in-process bus, which hands each reference to one of a topic's
+		// subscribers, as a NATS queue group does.
 		shared = bus.NewGoChannel(b.log)
 		closers = append(closers, func() { shared.Close() })
 	}
@@ -239,6 +246,9 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		return run, err
 	}
 	run.LoadSeconds = time.Since(t0).Seconds()
+	if m, err = b.startMeter(ctx, b.url); err != nil {
+		return run, err
+	}
 
 	start := time.Now()
 	for _, s := range services {
@@ -258,16 +268,40 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	run.Seconds = end.Sub(start).Seconds()
 	run.PerSecond = float64(n) / run.Seconds
 	run.Claims = int64(str.Stats().Claims)
-	if err := owner.QueryRow(ctx, `SELECT
+	if err := owner.QueryRow(ctx, `/* bench-monitor */ SELECT
 		(SELECT count(DISTINCT a.started_at) FROM webhook_ingress.job_attempts a JOIN webhook_ingress.jobs j
 			ON j.id = a.job_id AND j.event_received_at = a.event_received_at WHERE j.handler = $1),
 		(SELECT count(DISTINCT xmin::text) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'completed')`, name).Scan(&run.Takes, &run.Completions); err != nil {
 		return run, fmt.Errorf("count the statements of %s: %w", name, err)
 	}
-	per := func(k int64) float64 { return float64(n) / float64(max(k, 1)) }
-	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s; jobs per statement: claim %.0f, take %.1f, complete %.1f\n",
+	// Since protocol 010 a success leaves no job_attempts row, so there are
+	// no takes to count ("-"); the statements below say what each job cost.
+	per := func(k int64) string {
+		if k == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(float64(n)/float64(k), 'f', 1, 64)
+	}
+	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s; jobs per statement: claim %s, take %s, complete %s\n",
 		kind, replicas, handler.Concurrency, n, run.Seconds, run.PerSecond, per(run.Claims), per(run.Takes), per(run.Completions))
 	return run, nil
+}
+
+// finishMeter measures the cost of a jobs run whose meter m started (nil:
+// it did not get that far) once the run returned err, and prints it.
+func finishMeter(ctx context.Context, m *meter, run *JobsRun, jobs int64, err error) error {
+	if m == nil {
+		return err
+	}
+	if err != nil {
+		m.close()
+		return err
+	}
+	if run.Cost, err = m.finish(ctx, jobs); err != nil {
+		return err
+	}
+	run.Cost.print("  ")
+	return nil
 }
 
 // eventRange is the ids of the events one measurement loaded.
@@ -307,14 +341,14 @@ func loadEvents(ctx context.Context, owner *pgx.Conn, handler string, n int) (ev
 	if _, err := owner.Exec(ctx, `VACUUM (ANALYZE) webhook_ingress.jobs, webhook_ingress.job_attempts`); err != nil {
 		return r, fmt.Errorf("vacuum: %w", err)
 	}
-	return r, nil
+	return r, reportStats(ctx, owner)
 }
 
 // countJobs counts handler's jobs of the events in r with status (by the
 // event/handler key, not a scan of every job a run has left behind).
 func countJobs(ctx context.Context, owner *pgx.Conn, handler string, r eventRange, status string) (int, error) {
 	var n int
-	err := owner.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs
+	err := owner.QueryRow(ctx, `/* bench-monitor */ SELECT count(*) FROM webhook_ingress.jobs
 		WHERE event_id BETWEEN $1 AND $2 AND handler = $3 AND status = $4`, r.lo, r.hi, handler, status).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s jobs of %s: %w", status, handler, err)
@@ -333,7 +367,7 @@ func waitCompleted(ctx context.Context, owner *pgx.Conn, handler string, r event
 	deadline := time.Now().Add(time.Minute + 10*time.Duration(n)*time.Millisecond)
 	for {
 		var left bool
-		err := owner.QueryRow(ctx, `SELECT
+		err := owner.QueryRow(ctx, `/* bench-monitor */ SELECT
 			EXISTS (SELECT FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') AND handler = $1) OR
 			EXISTS (SELECT FROM webhook_ingress.jobs WHERE status = 'leased' AND handler = $1)`, handler).Scan(&left)
 		if err != nil {
@@ -377,8 +411,10 @@ func (riverWorker) Work(context.Context, *river.Job[riverArgs]) error { return n
 // starts (then vacuumed and analyzed, as Inlet's jobs are), a client with river bench's fetch settings (FetchCooldown 2ms,
 // FetchPollInterval 20ms) and MaxWorkers jobsConcurrency, timed from Start
 // to the last job's completed event on a subscription.
-func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
-	run := JobsRun{System: "river", Concurrency: jobsConcurrency, Jobs: n}
+func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
+	run = JobsRun{System: "river", Concurrency: jobsConcurrency, Jobs: n}
+	var m *meter // see inletJobs
+	defer func() { err = finishMeter(ctx, m, &run, int64(n), err) }()
 	pcfg, err := pgxpool.ParseConfig(b.url)
 	if err != nil {
 		return run, err
@@ -424,20 +460,13 @@ func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
 		return run, err
 	}
 	t0 := time.Now()
-	params := make([]river.InsertManyParams, 0, riverInsertBatch)
-	for i := 0; i < n; i += riverInsertBatch {
-		params = params[:0]
-		for j := i; j < min(n, i+riverInsertBatch); j++ {
-			params = append(params, river.InsertManyParams{Args: riverArgs{Num: j}})
-		}
-		if _, err := client.InsertManyFast(ctx, params); err != nil {
-			return run, fmt.Errorf("insert River jobs: %w", err)
-		}
-	}
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) `+schemaName+`.river_job`); err != nil {
+	if err := loadRiverJobs(ctx, b.url, client, schemaName, n); err != nil {
 		return run, err
 	}
 	run.LoadSeconds = time.Since(t0).Seconds()
+	if m, err = b.startMeter(ctx, b.url); err != nil {
+		return run, err
+	}
 
 	// As river bench: the completed events say when a job is done, since
 	// they come after River's completer recorded it, and the channel holds
@@ -470,7 +499,7 @@ func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
 	run.Seconds = last.Sub(start).Seconds()
 	run.PerSecond = float64(n) / run.Seconds
 	var completed int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schemaName+`.river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
+	if err := pool.QueryRow(ctx, `/* bench-monitor */ SELECT count(*) FROM `+schemaName+`.river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
 		return run, err
 	}
 	if completed != n {
@@ -478,6 +507,36 @@ func riverJobs(ctx context.Context, b *bench, n int) (JobsRun, error) {
 	}
 	fmt.Printf("river, MaxWorkers %d: %d jobs in %.2fs, %.0f/s\n", jobsConcurrency, n, run.Seconds, run.PerSecond)
 	return run, nil
+}
+
+// loadRiverJobs inserts n jobs in batches of riverInsertBatch (COPY, as
+// river bench's InsertMany) and vacuums and analyzes the table, on a
+// connection of its own whose statistics are reported before it returns, so
+// the measurement's first reading of them already holds the load.
+func loadRiverJobs(ctx context.Context, url string, client *river.Client[pgx.Tx], schemaName string, n int) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	params := make([]river.InsertManyParams, 0, riverInsertBatch)
+	for i := 0; i < n; i += riverInsertBatch {
+		params = params[:0]
+		for j := i; j < min(n, i+riverInsertBatch); j++ {
+			params = append(params, river.InsertManyParams{Args: riverArgs{Num: j}})
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := client.InsertManyFastTx(ctx, tx, params)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("insert River jobs: %w", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) `+schemaName+`.river_job`); err != nil {
+		return fmt.Errorf("vacuum River's jobs: %w", err)
+	}
+	return reportStats(ctx, conn)
 }
 
 // natsServer is a JetStream-enabled nats-server process built from the

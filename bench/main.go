@@ -12,7 +12,19 @@
 //
 // End to end: the time from the ingress 200 to the handler call at a steady
 // offered rate (-e2e-rate, default 1,000/s), with the streamer woken by
-// NOTIFY, by logical replication, and by polling alone.
+// NOTIFY, by logical replication, and by polling alone. Baseline: a webhook
+// receiver built on River (receiver.go) at the same rate. Printed: Inlet's
+// p99 / River's.
+//
+// Sustained: the highest offered webhook rate the whole pipeline (signed
+// POST → handler call → job completed) holds for -duration with its backlog
+// not growing, with 1 and with 3 handlers, against the River receiver, and
+// for `inlet dev`'s embedded defaults and the separate services' defaults
+// (-sustained-systems); then what each delivers offered twice that. Printed:
+// / River, / Inlet's ingest-only peak. A saturation probe and at most
+// -sustained-points rates per configuration keep the wall time bounded
+// (about 6 runs of -duration each). The River receiver's settings are
+// flags (-river-*), printed and saved with the figures.
 //
 // Scale: ClaimJobs and a job lookup by id with 0, 1 M and 10 M finished jobs
 // in 13 weekly partitions (-scale-sizes), and the tables' sizes, dead tuples
@@ -30,7 +42,10 @@
 // bodies to ingress for -duration and until the consumer has run them all.
 //
 // Each measurement is a section (-only picks some); its figures are saved
-// under its name in the JSON.
+// under its name in the JSON. The e2e, jobs and sustained measurements also
+// print what the database did per delivered job (statements from
+// pg_stat_statements, which the cluster preloads when the server has it;
+// transactions and rows written from the cumulative statistics).
 package main
 
 import (
@@ -90,6 +105,9 @@ type bench struct {
 	levels   []int
 	rate     int
 	log      *slog.Logger
+	// statements says the cluster loaded pg_stat_statements, so each
+	// measurement can count its statements.
+	statements bool
 }
 
 // section is one measurement of the run: it prints its own table and returns
@@ -105,6 +123,7 @@ var sections = []section{
 	{"scale", runScale},
 	{"jobs", runJobs},
 	{"memory", runMemory},
+	{"sustained", runSustained},
 }
 
 // pgSettings are the -pg-setting flags: tuning tried on the run's cluster.
@@ -185,6 +204,15 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	b.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	settings := map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "400", "shared_buffers": "256MB",
 		"wal_level": "logical", "max_replication_slots": "4", "max_wal_senders": "4"}
+	bin, err := pgcluster.FindBinaries(ctx, pgcluster.FindOptions{Install: true, Logger: b.log})
+	if err != nil {
+		return err
+	}
+	// Statement counts per job come from pg_stat_statements, which must be
+	// preloaded; a server without the library would not start with it.
+	if statementsLibrary(bin) {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+	}
 	maps.Copy(settings, pgSettings)
 	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Install: true, Logger: b.log,
 		Settings: settings})
@@ -206,6 +234,15 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	}
 	conn.Close(ctx)
 	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n", cluster.BinDir(), duration)
+	if strings.Contains(settings["shared_preload_libraries"], "pg_stat_statements") {
+		if err := createStatementsExtension(ctx, b.url); err != nil {
+			fmt.Printf("pg_stat_statements did not load (%v): no statement counts, only transactions and rows\n", err)
+		} else {
+			b.statements = true
+		}
+	} else {
+		fmt.Println("pg_stat_statements is not installed with the server: no statement counts, only transactions and rows")
+	}
 	if len(pgSettings) > 0 {
 		fmt.Printf("settings from -pg-setting: %v\n", pgSettings)
 	}
@@ -278,30 +315,56 @@ func runIngest(ctx context.Context, b *bench) (any, error) {
 	return results, nil
 }
 
-// runEndToEnd measures the 200-to-handler latency for each wake source, at
-// the steady offered rate and at saturation.
+// runEndToEnd measures the 200-to-handler latency for each wake source and
+// for the River receiver, at the steady offered rate and at saturation.
 func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 	var latencies []Latency
+	river := map[int]float64{} // the River receiver's p99 by offered rate
 	for _, rate := range []int{b.rate, 0} {
 		for _, wake := range []string{"notify", "replication", "poll"} {
-			l, err := endToEnd(ctx, b.url, wake, rate, b.duration)
+			l, err := endToEnd(ctx, b, wake, rate, b.duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s at %d/s: %w", wake, rate, err)
 			}
 			latencies = append(latencies, l)
 		}
+		l, err := riverEndToEnd(ctx, b, rate, b.duration)
+		if err != nil {
+			return nil, fmt.Errorf("River receiver at %d/s: %w", rate, err)
+		}
+		latencies = append(latencies, l)
+		river[rate] = l.P99ms
 	}
-	fmt.Printf("From the ingress 200 to the handler call, %s each (poll_interval 1s; saturation: 128 connections posting back to back):\n\n", b.duration)
+	for i, l := range latencies {
+		if l.System == "inlet" && river[l.Rate] > 0 {
+			latencies[i].VsRiver = l.P99ms / river[l.Rate]
+		}
+	}
+	fmt.Printf("From the 200 to the handler call, %s each (Inlet: poll_interval 1s; River receiver: %s; saturation: %d connections posting back to back):\n\n",
+		b.duration, settingsLine(riverForLatency().settings(1)), e2eConns)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OFFERED\tWAKE\tDELIVERED\tDELIVERED/S\tP50 MS\tP99 MS\tMAX MS\tERRORS")
+	fmt.Fprintln(tw, "OFFERED\tSYSTEM\tWAKE\tDELIVERED\tDELIVERED/S\tP50 MS\tP99 MS\tMAX MS\tERRORS\tP99 / RIVER")
 	for _, l := range latencies {
 		offered := "saturation"
 		if l.Rate > 0 {
 			offered = strconv.Itoa(l.Rate) + "/s"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\n", offered, l.Wake, l.Delivered, l.PerSecond, l.P50ms, l.P99ms, l.MaxMs, l.Errors)
+		vs := "-"
+		if l.VsRiver > 0 {
+			vs = fmt.Sprintf("%.2f×", l.VsRiver)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\n", offered, l.System, l.Wake, l.Delivered, l.PerSecond, l.P50ms, l.P99ms, l.MaxMs, l.Errors, vs)
 	}
 	tw.Flush()
+	fmt.Println()
+	for _, l := range latencies {
+		offered := "saturation"
+		if l.Rate > 0 {
+			offered = strconv.Itoa(l.Rate) + "/s"
+		}
+		fmt.Printf("%s %s at %s:\n", l.System, l.Wake, offered)
+		l.Cost.print("  ")
+	}
 	return latencies, nil
 }
 
