@@ -338,7 +338,7 @@ func loadEvents(ctx context.Context, owner *pgx.Conn, handler string, n int) (ev
 	if jobs != n {
 		return r, fmt.Errorf("%d events fanned out to %d pending jobs of %s, want %d", n, jobs, handler, n)
 	}
-	if _, err := owner.Exec(ctx, `VACUUM (ANALYZE) webhook_ingress.jobs, webhook_ingress.job_attempts`); err != nil {
+	if _, err := owner.Exec(ctx, `VACUUM (ANALYZE) webhook_ingress.events, webhook_ingress.jobs, webhook_ingress.job_attempts`); err != nil {
 		return r, fmt.Errorf("vacuum: %w", err)
 	}
 	return r, reportStats(ctx, owner)
