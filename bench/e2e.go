@@ -254,6 +254,9 @@ func endToEnd(ctx context.Context, b *bench, wake string, rate int, d time.Durat
 // has reached the handler that records into c (up to 15s: polling catches
 // any missed wake-up within a second), and returns the latencies from each
 // 200 to its handler call.
+// e2eWarmUp is the start of a steady-rate run left out of its latencies.
+const e2eWarmUp = time.Second
+
 func measureLatency(ctx context.Context, url, prefix string, rate int, d time.Duration, c *calls) Latency {
 	var mu sync.Mutex
 	acked := map[string]time.Time{}
@@ -267,10 +270,22 @@ func measureLatency(ctx context.Context, url, prefix string, rate int, d time.Du
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && int64(c.count()) < ld.Acked; {
 		time.Sleep(20 * time.Millisecond)
 	}
+	// At a steady rate, the first second is warm-up for either system (pool
+	// connections opened, statements prepared and planned), not steady
+	// state: it is offered and delivered but not counted in the latencies.
+	// (Measured: Inlet's first 250 ms at 1,000/s waited ~120 ms, every later
+	// quarter second at most ~15-25 ms.) At saturation everything counts.
+	warm := start
+	if rate > 0 && d > 2*e2eWarmUp {
+		warm = start.Add(e2eWarmUp)
+	}
 	var lat []time.Duration
 	var last time.Time
 	c.mu.Lock()
 	for id, at := range acked {
+		if at.Before(warm) {
+			continue
+		}
 		if called, ok := c.at[id]; ok {
 			lat = append(lat, max(called.Sub(at), 0))
 			if called.After(last) {
@@ -280,6 +295,6 @@ func measureLatency(ctx context.Context, url, prefix string, rate int, d time.Du
 	}
 	c.mu.Unlock()
 	slices.Sort(lat)
-	return Latency{Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(start).Seconds(),
+	return Latency{Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(warm).Seconds(),
 		P50ms: percentileMs(lat, 0.5), P99ms: percentileMs(lat, 0.99), MaxMs: percentileMs(lat, 1), Errors: ld.Errors}
 }

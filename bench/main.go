@@ -340,8 +340,8 @@ func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 			latencies[i].VsRiver = l.P99ms / river[l.Rate]
 		}
 	}
-	fmt.Printf("From the 200 to the handler call, %s each (Inlet: poll_interval 1s; River receiver: %s; saturation: %d connections posting back to back):\n\n",
-		b.duration, settingsLine(riverForLatency().settings(1)), e2eConns)
+	fmt.Printf("From the 200 to the handler call, %s each, the first %s of a steady rate left out as warm-up (Inlet: poll_interval 1s; River receiver: %s; saturation: %d connections posting back to back):\n\n",
+		b.duration, e2eWarmUp, settingsLine(riverForLatency().settings(1)), e2eConns)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OFFERED\tSYSTEM\tWAKE\tDELIVERED\tDELIVERED/S\tP50 MS\tP99 MS\tMAX MS\tERRORS\tP99 / RIVER")
 	for _, l := range latencies {
