@@ -340,9 +340,9 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	}
 	text := errorText(herr)
 	retryIn := max(h.Backoff(ref.Attempt), 0)
-	for try := 0; ; try++ {
-		var outcome string
-		err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+	var outcome string
+	err := retryWhileUnavailable(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 			outcome = ""
 			err := tx.QueryRow(ctx, failJobSQL,
 				ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt, s.cfg.WorkerID).Scan(&outcome)
@@ -356,11 +356,20 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(class), text)
 			return err
 		})
-		if err == nil {
-			return outcome, nil
-		}
-		if try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
-			return "", fmt.Errorf("record outcome of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+	})
+	if err != nil {
+		return "", fmt.Errorf("record outcome of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
+	}
+	return outcome, nil
+}
+
+// retryWhileUnavailable runs f up to three times while it fails because
+// Postgres is unavailable, waiting 0.5s and then 1s between tries.
+func retryWhileUnavailable(ctx context.Context, f func() error) error {
+	for try := 0; ; try++ {
+		err := f()
+		if err == nil || try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -387,19 +396,16 @@ func (s *Service) complete(ctx context.Context, ref bus.Ref, l lease) (string, e
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "batched completion failed; recording the attempt alone",
 			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
 	}
-	for try := 0; ; try++ {
-		done, err := s.completeJobs(ctx, []completion{c})
-		if err == nil {
-			return completedOutcome(done[ref.JobID]), nil
-		}
-		if try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
-			return "", fmt.Errorf("record success of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
-		}
+	var done map[int64]bool
+	err := retryWhileUnavailable(ctx, func() error {
+		var err error
+		done, err = s.completeJobs(ctx, []completion{c})
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("record success of attempt %d of job %d: %w", ref.Attempt, ref.JobID, err)
 	}
+	return completedOutcome(done[ref.JobID]), nil
 }
 
 // completedOutcome is the outcome recorded: "" when the lease was lost.

@@ -186,7 +186,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		s.closeCompletions()
+		s.stopBackground()
 		s.workCancel(nil)
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers stopped")
 		return nil
@@ -194,14 +194,15 @@ func (s *Service) Stop(ctx context.Context) error {
 		n := s.inFlight.Load()
 		s.workCancel(errShutdown)
 		// Attempts still finishing record their outcomes one by one.
-		s.closeCompletions()
+		s.stopBackground()
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; their leases will expire",
 			slog.Int64("attempts", n))
 		return fmt.Errorf("stop consumers: %d attempts still running: %w", n, ctx.Err())
 	}
 }
 
-func (s *Service) closeCompletions() {
+// stopBackground ends the liveness loop and the batching committers.
+func (s *Service) stopBackground() {
 	s.aliveCancel()
 	<-s.aliveDone
 	if s.completions != nil {
