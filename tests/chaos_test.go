@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +24,18 @@ import (
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
 )
+
+// The chaos runs: signed webhooks sent as a provider sends them (each retried
+// until acknowledged) through separate ingress, streamer and consumer
+// processes over NATS while faults are injected, then a table of what was
+// sent, acknowledged, stored and delivered. Any acknowledged webhook missing
+// or any job left unfinished fails the run.
+//
+// TestChaosNothingAcknowledgedIsLost runs in CI. The others take minutes
+// each, or need root (a tmpfs for the full disk); they run with
+// INLET_CHAOS=1, which `go tool task chaos` sets (run it before a release).
+// INLET_CHAOS_N and INLET_CHAOS_RATE set the webhooks per run and the
+// offered rate (0: as fast as eight senders go).
 
 // service is a restartable inlet process.
 type service struct {
@@ -45,41 +60,272 @@ func (s *service) kill(t *testing.T) {
 	<-p.done
 }
 
-// 10,000 signed webhooks while processes are SIGKILLed and restarted every
-// few seconds, Postgres crashes once and NATS once: every acknowledged
-// webhook is stored exactly once, every job completes, no handler effect is
-// lost. Two streamers and three consumer replicas share the work.
-func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	const total = 10000
-	const ghSecret = "chaos-github-secret"
-	const fwdSecret = "chaos-forward-secret-0123"
+// chaosFault is one injected fault; it returns once the fault is over (the
+// broken thing restarted or resumed).
+type chaosFault struct {
+	name string
+	do   func(t *testing.T) error
+}
 
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(pgtest.TempDir(t), "pg"), Install: true,
-		Settings: map[string]string{"max_connections": "200"}})
+// chaosRun describes one run.
+type chaosRun struct {
+	scenario string
+	// dbURL is what the services connect to; checkURL what the final count
+	// reads (the primary at the end).
+	dbURL    string
+	checkURL func() string
+	nats     *natstest.Server
+	// natsStorage is bus.storage: file or memory.
+	natsStorage string
+	// wake is streamer.wake.
+	wake string
+	// faults run in order, one every 2-3 s from the start of sending; with
+	// killServices, a random service is SIGKILLed and restarted at every
+	// other round until sending ends.
+	faults       []chaosFault
+	killServices bool
+	total, rate  int
+}
+
+// chaosReport is what a run saw.
+type chaosReport struct {
+	scenario                                                              string
+	sent, acked, httpAttempts, stored, ackedMissing                       int
+	jobs, delivered, duplicates, stuck, deadLetters, killed, badSignature int
+	faults                                                                []string
+}
+
+func (r chaosReport) table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nchaos %s (faults: %s)\n", r.scenario, strings.Join(r.faults, ", "))
+	fmt.Fprintf(&b, "  %-10s %-7s %-7s %-7s %-19s %-9s %-10s %-5s %-12s %-7s\n",
+		"sent", "acked", "tries", "stored", "acked-but-missing", "delivered", "duplicates", "stuck", "dead-letters", "killed")
+	fmt.Fprintf(&b, "  %-10d %-7d %-7d %-7d %-19d %-9d %-10d %-5d %-12d %-7d\n",
+		r.sent, r.acked, r.httpAttempts, r.stored, r.ackedMissing, r.delivered, r.duplicates, r.stuck, r.deadLetters, r.killed)
+	return b.String()
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+func needChaos(t *testing.T) {
+	if os.Getenv("INLET_CHAOS") == "" {
+		t.Skip("a long fault run: go tool task chaos (INLET_CHAOS=1)")
+	}
+}
+
+// chaosCluster starts a throwaway PostgreSQL for one run under dir, migrated.
+func chaosCluster(t *testing.T, dir string, settings map[string]string) *pgcluster.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	all := map[string]string{"max_connections": "200", "wal_level": "logical"}
+	for k, v := range settings {
+		all[k] = v
+	}
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: dir, Install: true, Settings: all})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Stop() })
-	dbURL := cluster.URL("postgres")
-	func() {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := schema.Migrate(ctx, conn); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	t.Cleanup(func() { _ = cluster.Thaw(); _ = cluster.Stop() })
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	return cluster
+}
+
+// postgresFaults are the faults on one server: a crash, an immediate stop
+// and an 8 s freeze, each followed by recovery.
+func postgresFaults(cluster *pgcluster.Cluster) []chaosFault {
+	ctx := context.Background()
+	return []chaosFault{
+		{"postgres SIGKILL", func(*testing.T) error {
+			_ = cluster.Kill()
+			time.Sleep(time.Second)
+			return cluster.Start(ctx)
+		}},
+		{"postgres stop -m immediate", func(*testing.T) error {
+			_ = cluster.StopImmediate()
+			time.Sleep(time.Second)
+			return cluster.Start(ctx)
+		}},
+		{"postgres frozen 8s", func(*testing.T) error {
+			if err := cluster.Freeze(); err != nil {
+				return err
+			}
+			time.Sleep(8 * time.Second)
+			return cluster.Thaw()
+		}},
+	}
+}
+
+// natsFault kills NATS and starts it again.
+func natsFault(nats *natstest.Server) chaosFault {
+	return chaosFault{"NATS SIGKILL", func(*testing.T) error {
+		nats.Kill()
+		time.Sleep(time.Second)
+		return nats.Restart()
+	}}
+}
+
+// 10,000 signed webhooks (INLET_CHAOS_N) while processes are SIGKILLed and
+// restarted every few seconds, Postgres crashes, stops immediately and
+// freezes for 8 s, and NATS crashes: every acknowledged webhook is stored
+// exactly once, every job completes, no handler effect is lost. Two
+// streamers and three consumer replicas share the work.
+func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
+	t.Parallel()
+	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 	nats := natstest.Start(t)
+	faults := postgresFaults(cluster)
+	faults = append(faults[:1], append([]chaosFault{natsFault(nats)}, faults[1:]...)...)
+	runChaos(t, chaosRun{scenario: "processes, postgres, nats", dbURL: cluster.URL("postgres"),
+		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
+		total: envInt("INLET_CHAOS_N", 10000), rate: envInt("INLET_CHAOS_RATE", 0)})
+}
+
+// NATS killed and restarted every few seconds, with the stream on disk and
+// in memory (a restart then loses every reference in it: the streamer must
+// recreate the stream, the consumers their durable, and lease expiry must
+// bring the lost references back).
+func TestChaosNATSRestarts(t *testing.T) {
+	needChaos(t)
+	for _, storage := range []string{"file", "memory"} {
+		t.Run(storage, func(t *testing.T) {
+			cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
+			nats := natstest.Start(t)
+			var faults []chaosFault
+			for range 4 {
+				faults = append(faults, natsFault(nats))
+			}
+			runChaos(t, chaosRun{scenario: "nats restarts, " + storage + " storage", dbURL: cluster.URL("postgres"),
+				checkURL: func() string { return cluster.URL("postgres") }, nats: nats, natsStorage: storage, faults: faults,
+				total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+		})
+	}
+}
+
+// A synchronous streaming standby is promoted while traffic flows and the
+// primary is gone for good. The services reach the new primary through a
+// two-host URL (target_session_attrs=read-write); the streamer's
+// replication slot does not exist there, so it falls back to NOTIFY and
+// polling, says so, and makes a new slot. With synchronous_commit on and the
+// standby synchronous, nothing acknowledged is lost.
+func TestChaosStandbyPromoted(t *testing.T) {
+	needChaos(t)
+	ctx := context.Background()
+	dir := pgtest.TempDir(t)
+	settings := map[string]string{"synchronous_standby_names": "'*'", "max_wal_senders": "10", "max_replication_slots": "10"}
+	primary := chaosCluster(t, filepath.Join(dir, "primary"), settings)
+	standby, err := primary.NewStandby(ctx, filepath.Join(dir, "standby"),
+		map[string]string{"max_connections": "200", "wal_level": "logical", "max_wal_senders": "10", "max_replication_slots": "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = standby.Stop() })
+	nats := natstest.Start(t)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
+		primary.Port(), standby.Port())
+	promote := chaosFault{"primary SIGKILL, standby promoted", func(*testing.T) error {
+		_ = primary.Kill()
+		return standby.Promote(ctx)
+	}}
+	runChaos(t, chaosRun{scenario: "standby promoted", dbURL: url, wake: "replication",
+		checkURL: func() string { return standby.URL("postgres") }, nats: nats,
+		faults: []chaosFault{{"none", func(*testing.T) error { return nil }}, promote},
+		total:  envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+}
+
+// The disk under PostgreSQL fills up while traffic flows: ingress answers
+// 503 (nothing is acknowledged that is not stored), and once space returns
+// everything recovers. Needs root to mount a small tmpfs.
+func TestChaosDiskFull(t *testing.T) {
+	needChaos(t)
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs for the data directory needs root")
+	}
+	ctx := context.Background()
+	mnt := filepath.Join(pgtest.TempDir(t), "disk")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=512m,mode=0755"); err != nil {
+		t.Skipf("mount a tmpfs at %s: %v", mnt, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	cluster := chaosCluster(t, filepath.Join(mnt, "pg"), map[string]string{"max_wal_size": "96MB", "min_wal_size": "32MB"})
+	nats := natstest.Start(t)
+	filler := filepath.Join(mnt, "filler")
+	fill := chaosFault{"disk full for 10s", func(t *testing.T) error {
+		f, err := os.Create(filler)
+		if err != nil {
+			return err
+		}
+		chunk := make([]byte, 1<<20)
+		for {
+			if _, err := f.Write(chunk); err != nil {
+				break // ENOSPC: the disk is full
+			}
+		}
+		f.Close()
+		t.Log("chaos: disk full")
+		time.Sleep(10 * time.Second)
+		if err := os.Remove(filler); err != nil {
+			return err
+		}
+		t.Log("chaos: space back")
+		// A PANIC on a WAL write restarts the server by itself; if the
+		// postmaster gave up, start it as a supervisor would.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if conn, err := pgx.Connect(ctx, cluster.URL("postgres")); err == nil {
+				conn.Close(ctx)
+				return nil
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		_ = cluster.StopImmediate()
+		return cluster.Start(ctx)
+	}}
+	runChaos(t, chaosRun{scenario: "disk full", dbURL: cluster.URL("postgres"),
+		checkURL: func() string { return cluster.URL("postgres") }, nats: nats,
+		faults: []chaosFault{{"none", func(*testing.T) error { return nil }}, fill},
+		total:  envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+}
+
+// runChaos starts the services, sends, injects the faults, waits for every
+// job to finish, prints the table and fails on any loss.
+func runChaos(t *testing.T, run chaosRun) chaosReport {
+	t.Helper()
+	ctx := context.Background()
+	const ghSecret = "chaos-github-secret"
+	const fwdSecret = "chaos-forward-secret-0123"
+	rep := chaosReport{scenario: run.scenario}
 
 	target, targetURL := newCountingTarget(t, fwdSecret)
 	ingressAddrs := []string{freeAddr(t), freeAddr(t)}
+	storage := ""
+	if run.natsStorage != "" {
+		storage = "\n  storage: " + run.natsStorage
+	}
+	wake := "notify"
+	if run.wake != "" {
+		wake = run.wake + "\n  slot_name: ${INLET_CHAOS_SLOT}" // each streamer reads its own slot
+	}
 	cfg := writeFile(t, t.TempDir(), "inlet.yaml", fmt.Sprintf(`
 database_url: ${DATABASE_URL}
 ingress:
@@ -91,8 +337,9 @@ sources:
 bus:
   kind: nats
   url: %q
-  ack_wait: 5s
+  ack_wait: 5s%s
 streamer:
+  wake: %s
   lease_duration: 4s
   max_leased_per_handler: 300
   reap_interval: 500ms
@@ -111,18 +358,19 @@ consumer:
       max_attempts: 1000
 log:
   level: info
-`, ghSecret, nats.URL(), targetURL, fwdSecret))
-	env := cleanEnv("DATABASE_URL=" + dbURL)
+`, ghSecret, run.nats.URL(), storage, wake, targetURL, fwdSecret))
+	env := cleanEnv("DATABASE_URL=" + run.dbURL)
 	var services []*service
 	add := func(name string, args ...string) *service {
-		s := &service{name: name, args: append(args, "--config", cfg), env: env}
+		s := &service{name: name, args: append(args, "--config", cfg),
+			env: append(env[:len(env):len(env)], "INLET_CHAOS_SLOT=inlet_chaos_"+strings.ReplaceAll(name, "-", "_"))}
 		services = append(services, s)
 		return s
 	}
-	for i := 0; i < 3; i++ {
+	for i := range 3 {
 		add(fmt.Sprintf("consumer-%d", i), "consumer")
 	}
-	for i := 0; i < 2; i++ {
+	for i := range 2 {
 		add(fmt.Sprintf("streamer-%d", i), "streamer")
 	}
 	for i, a := range ingressAddrs {
@@ -139,20 +387,32 @@ log:
 	}
 
 	// Senders: like a provider, retry each webhook until it is acknowledged.
+	total := run.total
 	var sent, acked, attempts atomic.Int64
 	ackedIDs := make([]atomic.Bool, total)
 	client := &http.Client{Timeout: 5 * time.Second}
 	next := atomic.Int64{}
+	var pace <-chan time.Time
+	if run.rate > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(run.rate))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	var senders sync.WaitGroup
-	sendCtx, stopSending := context.WithTimeout(ctx, 8*time.Minute)
+	sendCtx, stopSending := context.WithTimeout(ctx, 10*time.Minute)
 	defer stopSending()
-	for w := 0; w < 8; w++ {
-		senders.Add(1)
-		go func() {
-			defer senders.Done()
+	for range 8 {
+		senders.Go(func() {
 			for {
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-sendCtx.Done():
+						return
+					}
+				}
 				i := next.Add(1) - 1
-				if i >= total {
+				if i >= int64(total) {
 					return
 				}
 				id := fmt.Sprintf("chaos-%05d", i)
@@ -177,34 +437,32 @@ log:
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
-		}()
+		})
 	}
 
-	// Chaos: a random process every 2-3 s; Postgres once, NATS once.
+	// Faults: the listed ones in order, one every 2-3 s; with killServices a
+	// random service is killed between them and after them until sending
+	// ends.
 	chaosDone := make(chan struct{})
 	var kills atomic.Int64
+	var faultsDone []string
 	go func() {
 		defer close(chaosDone)
-		for round := 0; sendCtx.Err() == nil && next.Load() < total; round++ {
+		faults := run.faults
+		for round := 0; sendCtx.Err() == nil && (len(faults) > 0 || (run.killServices && next.Load() < int64(total))); round++ {
 			time.Sleep(time.Duration(2000+rand.N(1000)) * time.Millisecond)
-			switch round {
-			case 3:
-				t.Log("chaos: Postgres crash (SIGKILL) and restart")
-				_ = cluster.Kill()
-				time.Sleep(time.Second)
-				if err := cluster.Start(ctx); err != nil {
-					t.Errorf("restart Postgres: %v", err)
+			if len(faults) > 0 && (!run.killServices || round%2 == 1) {
+				f := faults[0]
+				faults = faults[1:]
+				t.Logf("chaos: %s", f.name)
+				if err := f.do(t); err != nil {
+					t.Errorf("chaos %s: %v", f.name, err)
 					return
 				}
-			case 6:
-				t.Log("chaos: NATS crash (SIGKILL) and restart")
-				nats.Kill()
-				time.Sleep(time.Second)
-				if err := nats.Restart(); err != nil {
-					t.Errorf("restart NATS: %v", err)
-					return
-				}
-			default:
+				faultsDone = append(faultsDone, f.name)
+				continue
+			}
+			if run.killServices {
 				s := services[rand.N(len(services))]
 				s.kill(t)
 				kills.Add(1)
@@ -214,11 +472,12 @@ log:
 	}()
 	senders.Wait()
 	<-chaosDone
+	rep.faults = faultsDone
 	if sendCtx.Err() != nil {
 		t.Fatalf("sending did not finish: %d of %d acknowledged", acked.Load(), total)
 	}
 
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := pgx.Connect(ctx, run.checkURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +496,8 @@ log:
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 4 minutes: %d jobs, %d completed, %d dead letters", jobs, completed, dead)
+			t.Errorf("after 4 minutes: %d jobs, %d completed, %d dead letters", jobs, completed, dead)
+			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -253,10 +513,9 @@ log:
 	for _, id := range stored {
 		storedSet[id] = true
 	}
-	missing := 0
 	for i := range ackedIDs {
 		if ackedIDs[i].Load() && !storedSet[fmt.Sprintf("chaos-%05d", i)] {
-			missing++
+			rep.ackedMissing++
 		}
 	}
 	rows, err = conn.Query(ctx, `SELECT outcome || coalesce('/' || error_class, '') || '=' || count(*)
@@ -270,27 +529,27 @@ log:
 	}
 	t.Logf("attempts by outcome/error class: %v", byOutcome)
 	target.mu.Lock()
-	effects, bad := len(target.keys), target.bad
-	duplicateCalls := 0
+	rep.delivered, rep.badSignature = len(target.keys), target.bad
 	for _, n := range target.keys {
-		duplicateCalls += n - 1
+		rep.duplicates += n - 1
 	}
 	target.mu.Unlock()
-	t.Logf("sent %d, acknowledged %d (%d HTTP attempts), stored %d, jobs %d, completed %d, dead-lettered %d, "+
-		"distinct handler effects %d, duplicate handler calls %d, processes killed %d",
-		sent.Load(), acked.Load(), attempts.Load(), events, jobs, completed, dead, effects, duplicateCalls, kills.Load())
+	rep.sent, rep.acked, rep.httpAttempts = int(sent.Load()), int(acked.Load()), int(attempts.Load())
+	rep.stored, rep.jobs, rep.stuck, rep.deadLetters, rep.killed = events, jobs, jobs-completed-dead, dead, int(kills.Load())
+	t.Log(rep.table())
 	switch {
-	case acked.Load() != total:
-		t.Errorf("%d of %d webhooks acknowledged", acked.Load(), total)
-	case missing != 0:
-		t.Errorf("%d acknowledged webhooks are not in events", missing)
+	case rep.acked != total:
+		t.Errorf("%d of %d webhooks acknowledged", rep.acked, total)
+	case rep.ackedMissing != 0:
+		t.Errorf("%d acknowledged webhooks are not in events", rep.ackedMissing)
 	case events != distinctIDs || events != total:
 		t.Errorf("events %d, distinct ids %d, want %d each (exactly once)", events, distinctIDs, total)
 	case jobs != total || completed != total:
 		t.Errorf("jobs %d, completed %d, want %d", jobs, completed, total)
-	case effects != total:
-		t.Errorf("handler effects for %d jobs, want %d: effects were lost", effects, total)
-	case bad != 0:
-		t.Errorf("%d forwarded requests failed the signature check", bad)
+	case rep.delivered != total:
+		t.Errorf("handler effects for %d jobs, want %d: effects were lost", rep.delivered, total)
+	case rep.badSignature != 0:
+		t.Errorf("%d forwarded requests failed the signature check", rep.badSignature)
 	}
+	return rep
 }

@@ -1,0 +1,88 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StopImmediate stops the server as `pg_ctl stop -m immediate` does
+// (SIGQUIT): no checkpoint, sessions cut, crash recovery at the next Start.
+func (c *Cluster) StopImmediate() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopLocked(syscall.SIGQUIT, 60*time.Second)
+}
+
+// Freeze stops every process of the server (SIGSTOP to its process group):
+// connections stay open and nothing answers, as on a stalled disk or a paused
+// VM. Thaw resumes it.
+func (c *Cluster) Freeze() error { return c.signalGroup(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server.
+func (c *Cluster) Thaw() error { return c.signalGroup(syscall.SIGCONT) }
+
+func (c *Cluster) signalGroup(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return errors.New("pgcluster: not running")
+	}
+	if err := syscall.Kill(-c.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %s to the server's process group: %w", sig, err)
+	}
+	return nil
+}
+
+// NewStandby makes a streaming standby of c in dir (pg_basebackup of the
+// running server, with its primary_conninfo written) and returns it, not
+// started. Start it with the same Settings as the primary; Promote makes it
+// a primary.
+func (c *Cluster) NewStandby(ctx context.Context, dir string, settings map[string]string) (*Cluster, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Cluster{cfg: Config{Dir: dir, Settings: settings, Logger: c.cfg.Logger}, binDir: c.binDir,
+		uid: c.uid, gid: c.gid, asUser: c.asUser}
+	for _, d := range []string{dir, s.socketDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create standby directory %s: %w", d, err)
+		}
+		if err := s.chown(d); err != nil {
+			return nil, fmt.Errorf("give standby directory %s to the postgres user: %w", d, err)
+		}
+	}
+	cmd := s.command(ctx, "pg_basebackup", "--pgdata", s.dataDir(), "--host", "127.0.0.1",
+		"--port", strconv.Itoa(c.Port()), "--username", "postgres", "--wal-method", "stream",
+		"--write-recovery-conf", "--checkpoint", "fast", "--no-sync")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_basebackup of the server on port %d into %s: %w\n%s", c.Port(), s.dataDir(), err, out)
+	}
+	return s, nil
+}
+
+// Promote ends recovery on a standby (pg_promote) and waits until it
+// accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect to the standby to promote it: %w", err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {
+		return fmt.Errorf("promote the standby on port %d: %w", c.Port(), err)
+	}
+	if !ok {
+		return fmt.Errorf("the standby on port %d was not promoted within 60s", c.Port())
+	}
+	return nil
+}
