@@ -392,6 +392,27 @@ func listenPort(t *testing.T, where string, cfg config.Config, service string) i
 	return n
 }
 
+// reachable reports why port is not a listener of service in cfg that
+// other hosts reach (nil when it is).
+func reachable(cfg config.Config, service string, port int) error {
+	addrs := map[string][]string{
+		"ingress":  {cfg.Ingress.Listen, cfg.Ingress.MetricsListen},
+		"streamer": {cfg.Streamer.HealthListen},
+		"consumer": {cfg.Consumer.HealthListen},
+	}[service]
+	for _, addr := range addrs {
+		host, p, err := net.SplitHostPort(addr)
+		if err != nil || p != strconv.Itoa(port) {
+			continue
+		}
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return fmt.Errorf("inlet %s binds it on loopback (%s): set the address to \":%d\" in inlet.yaml", service, addr, port)
+		}
+		return nil
+	}
+	return fmt.Errorf("inlet %s listens on no such port (%q)", service, addrs)
+}
+
 // loginRole is the login role each service is expected to connect as.
 var loginRole = map[string]string{
 	"ingress": "inlet_ingress", "streamer": "inlet_streamer", "consumer": "inlet_consumer",

@@ -1004,6 +1004,15 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 		}
 	}
 
+	// Every declared port is one the service listens on, on the pod's
+	// address: a loopback listener (the default of the /metrics listeners)
+	// is out of reach of the kubelet's probes and of Prometheus.
+	for _, cp := range c.Ports {
+		if err := reachable(cfg, name, int(cp.ContainerPort)); err != nil {
+			t.Errorf("containerPort %s (%d): %v", cp.Name, cp.ContainerPort, err)
+		}
+	}
+
 	// Stopping: the grace period outlasts the drain deadline.
 	grace := 30 * time.Second
 	if spec.TerminationGracePeriodSeconds != nil {

@@ -84,7 +84,7 @@ over.`)
 		_ = os.MkdirAll(*dataDir, 0o755)
 		_ = os.WriteFile(filepath.Join(*dataDir, "database_url"), []byte(cfg.DatabaseURL+"\n"), 0o600)
 		log.Info("local PostgreSQL started", slog.String("bin", cluster.BinDir()),
-			slog.String("data", pgDir), slog.String("url", cfg.DatabaseURL))
+			slog.String("data", pgDir), slog.String("url", redactURL(cfg.DatabaseURL)))
 	}
 
 	if err := migrateURL(ctx, cfg.DatabaseURL, cfg.Retention, log); err != nil {
@@ -190,14 +190,24 @@ func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
 	for _, s := range cfg.Sources {
 		fmt.Fprintf(env.stdout, "  go run ./cmd/inlet send %s --url %s\n", s.Name, base)
 	}
-	if gh, ok := firstOfType(cfg, "github"); ok && from == "embedded defaults" {
-		body := `{"zen":"Keep it logically awesome."}`
-		h := verify.SignGitHub(gh.Secrets[0], "00000000-0000-0000-0000-000000000001", "ping", []byte(body))
-		fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n"+
-			"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
-			base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)
+	if gh, ok := firstOfType(cfg, "github"); ok {
+		// GitHub signs no timestamp: a signed request printed here could be
+		// replayed for as long as the secret lives, so only the public
+		// development secret gets a ready one.
+		if len(gh.Secrets) > 0 && gh.Secrets[0] == devGitHubSecret {
+			body := `{"zen":"Keep it logically awesome."}`
+			h := verify.SignGitHub(gh.Secrets[0], "00000000-0000-0000-0000-000000000001", "ping", []byte(body))
+			fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n"+
+				"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
+				base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)
+		} else {
+			fmt.Fprintf(env.stdout, "\n(No ready curl for %s: its secret is your own, and a signed request printed here\n"+
+				"would stay valid as long as the secret does. inlet send signs one when you run it.)\n", gh.Name)
+		}
 	}
-	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql '%s' -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n", cfg.DatabaseURL)
+	target, note := psqlTarget(cfg.DatabaseURL)
+	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql %s -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n%s",
+		target, note)
 	if cfg.Admin.Listen != "" {
 		fmt.Fprintf(env.stdout, "\nor on the dashboard: http://%s/dashboard/", dashboardHost(cfg.Admin.Listen))
 		if cfg.Admin.Token == devAdminToken { // a token of your own is never printed
@@ -206,10 +216,32 @@ func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
 		fmt.Fprintln(env.stdout)
 	}
 	if cfg.Ingress.MetricsListen != "off" {
-		fmt.Fprintf(env.stdout, "\nMetrics: http://%s/metrics\n", dashboardHost(cfg.Ingress.MetricsListen))
+		fmt.Fprintf(env.stdout, "\nMetrics: http://%s/metrics", dashboardHost(cfg.Ingress.MetricsListen))
+		if loopback(cfg.Ingress.MetricsListen) {
+			fmt.Fprint(env.stdout, " (this machine only: set ingress.metrics_listen to scrape from others)")
+		}
+		fmt.Fprintln(env.stdout)
 	}
 	fmt.Fprintf(env.stdout, "\nCtrl-C stops.\n\n")
 }
+
+// psqlTarget is the database argument of the walkthrough's psql command,
+// quoted for a shell and never with a password: "$DATABASE_URL" when that is
+// where the URL came from, else the URL redacted, with a note saying so.
+func psqlTarget(dbURL string) (target, note string) {
+	red := redactURL(dbURL)
+	switch {
+	case red == dbURL:
+		return "'" + dbURL + "'", ""
+	case os.Getenv("DATABASE_URL") == dbURL:
+		return `"$DATABASE_URL"`, ""
+	}
+	return "'" + red + "'", "  (the password is left out: put yours where " + redactMark + " is)\n"
+}
+
+// devGitHubSecret is the embedded defaults' github secret
+// (internal/config/dev.yaml), public by design.
+const devGitHubSecret = "inlet-dev-github-secret"
 
 // devAdminToken is the embedded defaults' admin token (internal/config/dev.yaml).
 const devAdminToken = "inlet-dev-admin-token"

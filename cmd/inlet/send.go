@@ -68,11 +68,11 @@ running ingress. Prints the answer's status and body.
 	req.Header = hdr
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("send to %s: %w", url, err)
+		return fmt.Errorf("send to %s: %w", redactURL(url), err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	fmt.Fprintf(env.stdout, "%s %s (event id %s)\n%s", resp.Status, url, id, answer)
+	fmt.Fprintf(env.stdout, "%s %s (event id %s)\n%s", resp.Status, redactURL(url), id, answer)
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("ingress answered %s", resp.Status)
 	}

@@ -75,6 +75,7 @@ consumers report or the lease expires.`)
 	if err != nil {
 		return err
 	}
+	noteLoopback(log, "streamer.health_listen", hs.Addr())
 	stopSealer, err := startSealer(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -143,6 +144,7 @@ consumers/example).`)
 	if err != nil {
 		return err
 	}
+	noteLoopback(log, "consumer.health_listen", hs.Addr())
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -51,7 +52,34 @@ func startMetricsListener(ctx context.Context, addr string, reg *prometheus.Regi
 	if addr == "off" {
 		return nil, nil
 	}
-	return health.Start(ctx, addr, ready, metricsHandler(reg), log)
+	s, err := health.Start(ctx, addr, ready, metricsHandler(reg), log)
+	if err == nil {
+		noteLoopback(log, "ingress.metrics_listen", s.Addr())
+	}
+	return s, err
+}
+
+// noteLoopback says so when the listener of field, which serves /metrics,
+// is reachable from this machine only (the default).
+func noteLoopback(log *slog.Logger, field, addr string) {
+	if loopback(addr) {
+		log.Info("metrics listener on loopback only: this machine can scrape it, no other host can; set "+field+" to bind another address",
+			slog.String("addr", addr))
+	}
+}
+
+// loopback reports whether the listen address addr binds a loopback
+// interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Handler(reg) }

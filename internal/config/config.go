@@ -85,8 +85,10 @@ type Streamer struct {
 	// DBRole is assumed after connecting. "" keeps the login role. Defaults
 	// to "webhook_streamer".
 	DBRole *string `yaml:"db_role"`
-	// HealthListen serves GET /healthz and /readyz for `inlet streamer`.
-	// Defaults to ":8081".
+	// HealthListen serves GET /healthz, /readyz and /metrics for `inlet
+	// streamer`. Defaults to "127.0.0.1:8081": this machine only, so
+	// set it (":8081") where probes or Prometheus come from elsewhere, as in
+	// Kubernetes.
 	HealthListen string `yaml:"health_listen"`
 }
 
@@ -101,8 +103,10 @@ type Consumer struct {
 	// DBRole is assumed after connecting. "" keeps the login role. Defaults
 	// to "webhook_worker".
 	DBRole *string `yaml:"db_role"`
-	// HealthListen serves GET /healthz and /readyz for `inlet consumer`.
-	// Defaults to ":8082".
+	// HealthListen serves GET /healthz, /readyz and /metrics for `inlet
+	// consumer`. Defaults to "127.0.0.1:8082": this machine only, so
+	// set it (":8082") where probes or Prometheus come from elsewhere, as in
+	// Kubernetes.
 	HealthListen string `yaml:"health_listen"`
 }
 
@@ -263,7 +267,8 @@ type Ingress struct {
 	DBRole *string `yaml:"db_role"`
 	// MetricsListen serves GET /metrics (Prometheus) on a listener of its
 	// own, never the public webhook port. In inlet dev it carries every
-	// component's metrics. Defaults to ":8083"; "off" disables it.
+	// component's metrics. Defaults to "127.0.0.1:8083": this machine only,
+	// so set it (":8083") for a Prometheus elsewhere; "off" disables it.
 	MetricsListen string `yaml:"metrics_listen"`
 	// GroupCommit lets concurrent webhooks share one transaction.
 	GroupCommit GroupCommit `yaml:"group_commit"`
@@ -395,8 +400,8 @@ func (c Config) WithDefaults() Config {
 		r := DefaultStreamerRole
 		c.Streamer.DBRole = &r
 	}
-	c.Streamer.HealthListen = or(c.Streamer.HealthListen, ":8081")
-	c.Ingress.MetricsListen = or(c.Ingress.MetricsListen, ":8083")
+	c.Streamer.HealthListen = or(c.Streamer.HealthListen, "127.0.0.1:8081")
+	c.Ingress.MetricsListen = or(c.Ingress.MetricsListen, "127.0.0.1:8083")
 	c.Ingress.GroupCommit.MaxBatch = or(c.Ingress.GroupCommit.MaxBatch, 128)
 	c.Ingress.GroupCommit.MaxBatchBytes = or(c.Ingress.GroupCommit.MaxBatchBytes, DefaultMaxBatchBytes)
 	c.Ingress.GroupCommit.MaxWait = or(c.Ingress.GroupCommit.MaxWait, time.Millisecond)
@@ -407,7 +412,7 @@ func (c Config) WithDefaults() Config {
 	c.Heartbeat.History = or(c.Heartbeat.History, 50)
 	c.Heartbeat.MinEvents = or(c.Heartbeat.MinEvents, 10)
 	c.Heartbeat.MinSilence = or(c.Heartbeat.MinSilence, time.Minute)
-	c.Consumer.HealthListen = or(c.Consumer.HealthListen, ":8082")
+	c.Consumer.HealthListen = or(c.Consumer.HealthListen, "127.0.0.1:8082")
 	c.Bus.AckWait = or(c.Bus.AckWait, 30*time.Second)
 	c.Bus.Replicas = or(c.Bus.Replicas, 1)
 	c.Consumer.LeaseExtend = or(c.Consumer.LeaseExtend, 30*time.Second)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
+)
+
+// The walkthrough prints a ready signed curl only for the public
+// development secret, and a database URL never with its password.
+func TestDevWalkthroughPrintsNoSecret(t *testing.T) {
+	const (
+		password = "canary-db-password"
+		ghSecret = "canary-github-secret"
+		local    = "postgres://postgres@127.0.0.1:5999/postgres?sslmode=disable"
+		withPW   = "postgres://inlet:" + password + "@db.internal:5432/inlet?sslmode=require"
+	)
+	walkthrough := func(t *testing.T, dbURL string) string {
+		t.Helper()
+		t.Setenv("INLET_METRICS_LISTEN", "")
+		cfg, err := config.Dev()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DatabaseURL = dbURL
+		var out bytes.Buffer
+		printWalkthrough(&environment{stdout: &out, stderr: &out}, cfg, "[::]:8080", "embedded defaults")
+		return out.String()
+	}
+	// What the old walkthrough printed for a secret of one's own: a
+	// signature valid forever.
+	leaked := verify.SignGitHub(ghSecret, "00000000-0000-0000-0000-000000000001", "ping", []byte(`{"zen":"Keep it logically awesome."}`)).Get("X-Hub-Signature-256")
+
+	t.Run("development secrets", func(t *testing.T) {
+		t.Setenv("GITHUB_WEBHOOK_SECRET", "")
+		t.Setenv("DATABASE_URL", "")
+		out := walkthrough(t, local)
+		for _, want := range []string{"X-Hub-Signature-256: sha256=", "psql '" + local + "'", "inlet send github",
+			"Metrics: http://127.0.0.1:8083/metrics (this machine only"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("walkthrough lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("own secret, DATABASE_URL with a password", func(t *testing.T) {
+		t.Setenv("GITHUB_WEBHOOK_SECRET", ghSecret)
+		t.Setenv("DATABASE_URL", withPW)
+		out := walkthrough(t, withPW)
+		for _, bad := range []string{password, ghSecret, leaked, "X-Hub-Signature-256", "curl -i"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("walkthrough prints %q:\n%s", bad, out)
+			}
+		}
+		for _, want := range []string{"inlet send github", `psql "$DATABASE_URL"`, "No ready curl for github"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("walkthrough lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("database_url of a config file with a password", func(t *testing.T) {
+		t.Setenv("DATABASE_URL", "")
+		out := walkthrough(t, withPW)
+		if strings.Contains(out, password) || !strings.Contains(out, "psql 'postgres://inlet:xxxxx@db.internal:5432/inlet?sslmode=require'") ||
+			!strings.Contains(out, "password is left out") {
+			t.Errorf("walkthrough:\n%s", out)
+		}
+	})
+}
+
+// The secrets the walkthrough treats as public are the embedded defaults'.
+func TestDevSecretsAreTheEmbeddedOnes(t *testing.T) {
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "")
+	t.Setenv("INLET_ADMIN_TOKEN", "")
+	cfg, err := config.Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, ok := firstOfType(cfg, "github")
+	if !ok || len(gh.Secrets) == 0 || gh.Secrets[0] != devGitHubSecret {
+		t.Errorf("embedded github source %+v, want secret %q", gh, devGitHubSecret)
+	}
+	if cfg.Admin.Token != devAdminToken {
+		t.Errorf("embedded admin token %q, want %q", cfg.Admin.Token, devAdminToken)
+	}
+}
+
+// Every listener that serves /metrics binds loopback unless configured.
+func TestMetricsListenersDefaultToLoopback(t *testing.T) {
+	t.Setenv("INLET_METRICS_LISTEN", "")
+	dev, err := config.Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := config.Config{}.WithDefaults()
+	for field, addr := range map[string]string{
+		"ingress.metrics_listen":             def.Ingress.MetricsListen,
+		"streamer.health_listen":             def.Streamer.HealthListen,
+		"consumer.health_listen":             def.Consumer.HealthListen,
+		"ingress.metrics_listen (inlet dev)": dev.Ingress.MetricsListen,
+	} {
+		if !loopback(addr) {
+			t.Errorf("%s defaults to %q: not loopback", field, addr)
+		}
+	}
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8083": true, "[::1]:8083": true, "localhost:8083": true, "127.0.0.2:1": true,
+		":8083": false, "0.0.0.0:8083": false, "[::]:8083": false, "10.0.0.5:8083": false, "off": false,
+	} {
+		if got := loopback(addr); got != want {
+			t.Errorf("loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
