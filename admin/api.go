@@ -192,6 +192,9 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		w = rec
 		w.Header().Set("Cache-Control", "no-store")
+		// Every answer, errors and the mux's plain-text 404/405 included, is
+		// what its Content-Type says: a browser must not sniff one into HTML.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		// Compare digests: constant time, and no length leak either.
 		got := sha256.Sum256([]byte(token))

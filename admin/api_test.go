@@ -85,6 +85,9 @@ func TestAdminAPIRequiresTheToken(t *testing.T) {
 			if code != http.StatusUnauthorized || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
 				t.Errorf("%q %s %s: %d %s, want 401", auth, r[0], r[1], code, body)
 			}
+			if h.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("%q %s %s: 401 without X-Content-Type-Options: nosniff", auth, r[0], r[1])
+			}
 		}
 	}
 	if code, _, _ := b.callAs(t, "bearer "+apiToken, "GET", "/api/events", ""); code != http.StatusOK {
@@ -199,12 +202,19 @@ func TestAdminAPIErrors(t *testing.T) {
 		{"POST", "/api/events/verify", `{"id":999999}`, 404},
 		{"GET", "/api/replay", "", 405},
 		{"DELETE", "/api/events/1", "", 405},
+		{"GET", "/api/nothing", "", 404},
 	}
 	for _, c := range cases {
 		code, h, body := b.call(t, c.method, c.path, c.body)
 		if code != c.code {
 			t.Errorf("%s %s %s: %d %s, want %d", c.method, c.path, c.body, code, body, c.code)
 			continue
+		}
+		if got := h.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s %s: %d with X-Content-Type-Options %q, want nosniff", c.method, c.path, code, got)
+		}
+		if c.path == "/api/nothing" {
+			continue // the mux's own plain-text 404
 		}
 		if code != 405 && (h.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"error":`)) {
 			t.Errorf("%s %s: error body %q (%s)", c.method, c.path, body, h.Get("Content-Type"))
