@@ -5,7 +5,10 @@
 // inside the request: delivery to handlers is the streamer's.
 //
 // Answers: 200 stored or duplicate, 401 bad/missing/stale signature (nothing
-// stored, body never echoed), 400 verified but unreadable event, 404 unknown
-// source, 405 wrong method, 413 body over the limit, 503 + Retry-After when the
-// database cannot take the write, so the provider retries.
+// stored, body never echoed), 400 verified but unreadable event or a key field
+// over its limit (MaxExternalIDBytes, MaxEventTypeBytes), 404 unknown source,
+// 405 wrong method, 413 body over the limit, 431 headers over MaxHeaderCount or
+// MaxHeaderBytes, 503 + Retry-After when the database cannot take the write, so
+// the provider retries. A fault the same request would meet again is 4xx and
+// stores nothing; only one that may pass is 5xx.
 package ingress

@@ -96,11 +96,15 @@ func NewGroupStore(pool *pgxpool.Pool, hinter Hinter, cfg GroupConfig) *GroupSto
 // ErrStoreClosed is returned by Insert after Close.
 var ErrStoreClosed = errors.New("ingress store closed")
 
-// Insert implements Store.
+// Insert implements Store. An event over a limit (MaxExternalIDBytes, …) or
+// one the database refuses for its data fails with ErrUnstorable.
 func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
+	if err := checkEvent(e); err != nil {
+		return false, fmt.Errorf("insert %s event: %w", e.Provider, err)
+	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
+		return false, fmt.Errorf("encode headers of %s event %q: %w: %w", e.Provider, e.ExternalID, ErrUnstorable, err)
 	}
 	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers))}
 	p.event.Store(e)
@@ -109,11 +113,14 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	case errors.Is(err, groupcommit.ErrClosed):
 		return false, ErrStoreClosed
 	case err != nil && ctx.Err() != nil:
-		// Unacknowledged: the provider retries and gets "duplicate" if the
-		// batch still commits it. A batch already writing holds the body
-		// until its statement ends; a queued one no longer does.
-		p.event.Store(nil)
-		return false, err
+		// Unacknowledged: the provider retries. Taking the event back tells
+		// whether a committer took it first: a queued event is dropped
+		// (and its body with it), never written; one a batch took may
+		// still commit, and the retry is then a duplicate.
+		if p.event.Swap(nil) != nil {
+			return false, fmt.Errorf("insert %s event %q: %w: %w", e.Provider, e.ExternalID, errNotWritten, err)
+		}
+		return false, fmt.Errorf("insert %s event %q while its batch was written: %w", e.Provider, e.ExternalID, err)
 	}
 	return stored, err
 }
@@ -134,9 +141,15 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	}
 	live := make([]item, 0, len(batch))
 	for _, r := range batch {
-		e := r.Value.event.Load()
-		if err := r.Ctx.Err(); err != nil || e == nil {
-			r.Answer(false, cmp.Or(err, context.Canceled))
+		if err := r.Ctx.Err(); err != nil {
+			r.Answer(false, err)
+			continue
+		}
+		// Taken, so a caller giving up from now on knows the batch may
+		// write its event (see Insert).
+		e := r.Value.event.Swap(nil)
+		if e == nil {
+			r.Answer(false, context.Canceled)
 			continue
 		}
 		live = append(live, item{r, e, r.Value.headers})
@@ -186,7 +199,9 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		if anyStored && g.hinter != nil {
 			g.hinter.Hint()
 		}
-	case database.IsUnavailable(err) || ctx.Err() != nil:
+	case database.IsUnavailable(err) || ctx.Err() != nil || !isStatementError(err):
+		// Down, too slow, or cut off mid-statement: every caller gets the
+		// error, which says whether the batch may have committed.
 		err = fmt.Errorf("insert %d events: %w", n, err)
 		for _, it := range live {
 			it.r.Answer(false, err)

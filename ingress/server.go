@@ -127,6 +127,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	for i, sc := range cfg.Sources {
+		if sc.Name == "" || len(sc.Name) > MaxSourceNameBytes {
+			return nil, fmt.Errorf("sources[%d].name: must be 1-%d bytes, got %d", i, MaxSourceNameBytes, len(sc.Name))
+		}
 		v, err := verify.New(sc.Config)
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
@@ -264,6 +267,13 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
 	}
 
+	// Stored with the event: over a limit, every retry would be refused too.
+	var lim *limitError
+	if err := checkHeaders(r.Header); errors.As(err, &lim) {
+		w.Header().Set("Connection", "close") // the body is left unread
+		reject(lim.status, lim.reason)
+		return
+	}
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
@@ -345,10 +355,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if red, ok := src.verifier.(verify.StorageRedactor); ok {
 		headers = red.RedactForStorage(headers)
 	}
-	span.SetAttributes(attribute.String("inlet.event_type", res.EventType))
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
-	stored, err := s.cfg.Store.Insert(ctx, &Event{
+	event := &Event{
 		Provider:    src.name,
 		Scheme:      src.scheme,
 		ExternalID:  res.EventID,
@@ -359,7 +368,22 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		SecretIndex: res.SecretIndex,
 		Verified:    true,
 		TraceParent: tracing.TraceParent(ctx),
-	})
+	}
+	// An id or type the database cannot index would fail every retry.
+	if err := checkEvent(event); errors.As(err, &lim) {
+		reject(lim.status, lim.reason)
+		return
+	}
+	span.SetAttributes(attribute.String("inlet.event_type", res.EventType))
+	stored, err := s.cfg.Store.Insert(ctx, event)
+	if err != nil && classify(err) == faultPermanent {
+		// The database refused the event's data (or a store's own limit
+		// did): the same request would be refused again.
+		span.SetStatus(codes.Error, "event cannot be stored")
+		reject(http.StatusBadRequest, "event_unstorable")
+		log.Warn("webhook cannot be stored", slog.String("error", err.Error()))
+		return
+	}
 	if err != nil {
 		// Not committed, so not acknowledged: the provider will retry.
 		s.metrics.unavailable.WithLabelValues(name).Inc()

@@ -31,6 +31,11 @@ type Event struct {
 
 // Store writes events. Insert reports whether the event was new (false: a
 // duplicate delivery, nothing written). It returns only after COMMIT.
+//
+// An error wrapping ErrUnstorable means the event can never be stored as it
+// is. Any other error may or may not have committed the event: ingress tells
+// the two apart where it can (see classify) and answers 503 either way, so
+// the provider retries and a retry of a committed event is a duplicate.
 type Store interface {
 	Insert(ctx context.Context, e *Event) (stored bool, err error)
 }
@@ -56,16 +61,27 @@ func NewPGStore(pool *pgxpool.Pool, hinter Hinter) *PGStore {
 
 var insertEventSQL = schema.Query("InsertEvent")
 
-// Insert implements Store.
+// Insert implements Store. An event over a limit (MaxExternalIDBytes, …) or
+// one the database refuses for its data fails with ErrUnstorable.
 func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
+	if err := checkEvent(e); err != nil {
+		return false, fmt.Errorf("insert %s event: %w", e.Provider, err)
+	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %q: %w", e.Provider, e.ExternalID, err)
+		return false, fmt.Errorf("encode headers of %s event %q: %w: %w", e.Provider, e.ExternalID, ErrUnstorable, err)
 	}
-	tag, err := s.pool.Exec(ctx, insertEventSQL,
+	// A connection first: giving up while waiting for one is known to have
+	// written nothing, unlike giving up while the statement runs.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("insert %s event %q: %w: %w", e.Provider, e.ExternalID, errNotWritten, err)
+	}
+	defer conn.Release()
+	tag, err := conn.Exec(ctx, insertEventSQL,
 		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, err)
+		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, unstorable(err))
 	}
 	stored := tag.RowsAffected() == 1
 	if stored && s.hinter != nil {

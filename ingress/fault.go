@@ -1,0 +1,100 @@
+package ingress
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// storeFault is what a failed Store.Insert means for the provider.
+type storeFault int
+
+const (
+	// faultNotStored: the write is known not to have committed (never sent,
+	// or the server refused the statement, which rolled it back) and the
+	// cause may pass (database down, shutting down, privileges being
+	// fixed): 503, the provider retries.
+	faultNotStored storeFault = iota
+	// faultUnknown: the write was sent and its answer never came (the store
+	// timeout fired, the connection was lost, the server was stopped): the
+	// transaction may still commit. 503 all the same, and the provider's
+	// retry is then answered "duplicate".
+	faultUnknown
+	// faultPermanent: the same event would fail the same way on every
+	// retry (a field over its limit, data the database refuses): 4xx.
+	faultPermanent
+)
+
+// errNotWritten marks an insert given up before any of it reached the
+// database (waiting for a pool connection, or queued for a batch).
+var errNotWritten = errors.New("not written")
+
+// classify says what err from Store.Insert means. What it cannot place is
+// outcome unknown: the one answer that is never wrong.
+func classify(err error) storeFault {
+	if errors.Is(err, ErrUnstorable) {
+		return faultPermanent
+	}
+	if errors.Is(err, errNotWritten) || errors.Is(err, ErrStoreClosed) {
+		return faultNotStored
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return faultNotStored
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if sessionEnded(pgErr) {
+			// The server ended the session (shutdown, crash) while the
+			// statement ran: it may have committed first.
+			return faultUnknown
+		}
+		// An ERROR fails the statement and rolls its implicit transaction
+		// back.
+		if permanentSQLState(pgErr.Code) {
+			return faultPermanent
+		}
+		return faultNotStored
+	}
+	if pgconn.SafeToRetry(err) {
+		return faultNotStored // pgx knows nothing was sent
+	}
+	return faultUnknown
+}
+
+// permanentSQLState reports the SQLSTATEs caused by the event's own data:
+// class 22 (data exception: invalid text, out-of-range values) and class 54
+// (program limit exceeded: an index row too large). A privilege, a missing
+// table or a constraint is the operator's to fix, and a retry may then pass.
+func permanentSQLState(code string) bool {
+	return len(code) == 5 && (code[:2] == "22" || code[:2] == "54")
+}
+
+// unstorable wraps err, a statement the server refused because of the
+// event's data, so classify and callers see ErrUnstorable.
+func unstorable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !sessionEnded(pgErr) && permanentSQLState(pgErr.Code) {
+		return fmt.Errorf("%w: %w", ErrUnstorable, err)
+	}
+	return err
+}
+
+// sessionEnded reports an error that ended the session rather than the
+// statement (FATAL, PANIC).
+func sessionEnded(e *pgconn.PgError) bool {
+	switch cmp.Or(e.SeverityUnlocalized, e.Severity) {
+	case "FATAL", "PANIC":
+		return true
+	}
+	return false
+}
+
+// isStatementError reports an error the server raised for the statement
+// alone (severity ERROR): it rolled back, and the session is still usable.
+func isStatementError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && !sessionEnded(pgErr)
+}
