@@ -85,6 +85,9 @@ type chaosRun struct {
 	faults       []chaosFault
 	killServices bool
 	total, rate  int
+	// expectLogs must each appear in some service's output: the run took
+	// the recovery path it is meant to prove.
+	expectLogs []string
 }
 
 // chaosReport is what a run saw.
@@ -205,13 +208,17 @@ func TestChaosNATSRestarts(t *testing.T) {
 		t.Run(storage, func(t *testing.T) {
 			cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 			nats := natstest.Start(t)
+			var expect []string
+			if storage == "memory" {
+				expect = []string{"JetStream lost the stream"}
+			}
 			var faults []chaosFault
 			for range 4 {
 				faults = append(faults, natsFault(nats))
 			}
 			runChaos(t, chaosRun{scenario: "nats restarts, " + storage + " storage", dbURL: cluster.URL("postgres"),
 				checkURL: func() string { return cluster.URL("postgres") }, nats: nats, natsStorage: storage, faults: faults,
-				total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+				total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250), expectLogs: expect})
 		})
 	}
 }
@@ -537,6 +544,17 @@ log:
 	rep.sent, rep.acked, rep.httpAttempts = int(sent.Load()), int(acked.Load()), int(attempts.Load())
 	rep.stored, rep.jobs, rep.stuck, rep.deadLetters, rep.killed = events, jobs, jobs-completed-dead, dead, int(kills.Load())
 	t.Log(rep.table())
+	for _, want := range run.expectLogs {
+		found := false
+		for _, s := range services {
+			s.mu.Lock()
+			found = found || strings.Contains(s.p.out()+s.p.errOut(), want)
+			s.mu.Unlock()
+		}
+		if !found {
+			t.Errorf("no service logged %q: the run did not take the path it proves", want)
+		}
+	}
 	switch {
 	case rep.acked != total:
 		t.Errorf("%d of %d webhooks acknowledged", rep.acked, total)

@@ -20,7 +20,7 @@ func openBus(ctx context.Context, cfg config.Config, service string, log *slog.L
 	switch cfg.Bus.Kind {
 	case "nats":
 		return bus.NewNATS(ctx, bus.NATSConfig{
-			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Logger: log,
+			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Storage: cfg.Bus.Storage, Logger: log,
 		})
 	case "gochannel":
 		if service != "dev" {

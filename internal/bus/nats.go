@@ -36,6 +36,11 @@ type NATSConfig struct {
 	MaxAge time.Duration
 	// Replicas of the stream in a NATS cluster. Defaults to 1.
 	Replicas int
+	// Storage of the stream: "file" (the default: references survive a
+	// NATS restart) or "memory" (a restart loses the references in flight;
+	// the transport recreates the stream and its durable consumers, and the
+	// streamer's lease expiry publishes the lost references again).
+	Storage string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -47,13 +52,16 @@ type NATSConfig struct {
 type NATS struct {
 	conn    *nats.Conn
 	js      jetstream.JetStream
+	cfg     NATSConfig
 	ackWait time.Duration
 	pub     *wmnats.Publisher
 	log     *slog.Logger
 
 	mu      sync.Mutex
 	closing chan struct{}
-	subs    sync.WaitGroup
+	// streamChecked is when a failed publish last recreated the stream.
+	streamChecked time.Time
+	subs          sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -82,6 +90,13 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
+	}
+	switch cfg.Storage {
+	case "":
+		cfg.Storage = "file"
+	case "file", "memory":
+	default:
+		return nil, fmt.Errorf("bus.storage: %q is not file or memory", cfg.Storage)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -133,13 +148,17 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 		conn.Close()
 		return nil, fmt.Errorf("JetStream: %w", err)
 	}
-	return &NATS{conn: conn, js: js2, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
+	return &NATS{conn: conn, js: js2, cfg: cfg, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
 }
 
 func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream: %w", err)
+	}
+	storage := jetstream.FileStorage
+	if cfg.Storage == "memory" {
+		storage = jetstream.MemoryStorage
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -149,7 +168,7 @@ func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
 		Subjects:    []string{TopicPrefix + ">"},
 		Retention:   jetstream.WorkQueuePolicy,
 		MaxAge:      cfg.MaxAge,
-		Storage:     jetstream.FileStorage,
+		Storage:     storage,
 		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
@@ -190,12 +209,33 @@ func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			n.streamMissing(err)
 			return fmt.Errorf("publish to %s: %w", topic, err)
 		case <-timeout.C:
 			return fmt.Errorf("publish to %s: JetStream acknowledged no more of %d messages within %s", topic, len(msgs), publishTimeout)
 		}
 	}
 	return nil
+}
+
+// streamMissing recreates the stream when a publish found none (a NATS
+// restart with memory storage, or a delete), at most once a second; the
+// failed publish is released and claimed again by the streamer.
+func (n *NATS) streamMissing(err error) {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	n.mu.Lock()
+	if time.Since(n.streamChecked) < time.Second {
+		n.mu.Unlock()
+		return
+	}
+	n.streamChecked = time.Now()
+	n.mu.Unlock()
+	n.log.Warn("JetStream has no stream for the references: recreating it", slog.String("stream", StreamName), slog.String("storage", n.cfg.Storage))
+	if err := ensureStream(context.Background(), n.conn, n.cfg); err != nil {
+		n.log.Warn("recreate JetStream stream failed; the next publish tries again", slog.String("error", err.Error()))
+	}
 }
 
 // marshaler encodes messages as watermill-nats does (the UUID and metadata
@@ -223,8 +263,7 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	n.mu.Unlock()
 
 	name := DurableName(topic)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	cons, err := n.js.CreateOrUpdateConsumer(cctx, StreamName, jetstream.ConsumerConfig{
+	consumerConfig := jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "Inlet consumers of " + topic,
 		FilterSubject: topic,
@@ -232,7 +271,9 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       n.ackWait,
 		MaxAckPending: 1000,
-	})
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cons, err := n.js.CreateOrUpdateConsumer(cctx, StreamName, consumerConfig)
 	cancel()
 	if err != nil {
 		n.subs.Done()
@@ -244,7 +285,7 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	var sending sync.RWMutex // held (read) by each delivery, (write) by the closer
 	closed := false
 	unmarshal := &wmnats.NATSMarshaler{}
-	cc, err := cons.Consume(func(jm jetstream.Msg) {
+	deliver := func(jm jetstream.Msg) {
 		msg, err := unmarshal.Unmarshal(&nats.Msg{Subject: jm.Subject(), Data: jm.Data(), Header: jm.Headers()})
 		if err != nil {
 			n.log.Warn("drop undecodable bus message", slog.String("topic", topic), slog.String("error", err.Error()))
@@ -276,16 +317,48 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		case <-stop:
 			_ = jm.Nak()
 		}
-	}, jetstream.PullMaxMessages(64))
+	}
+	// Any consume error (a missed heartbeat, a deleted or unknown
+	// consumer) asks the loop below to check that the stream and the
+	// durable still exist: a NATS restart with memory storage, or an
+	// operator's delete, loses both.
+	check := make(chan struct{}, 1)
+	onErr := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		select {
+		case check <- struct{}{}:
+		default:
+		}
+	})
+	cc, err := cons.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
 	if err != nil {
 		n.subs.Done()
 		return nil, fmt.Errorf("consume JetStream consumer %s: %w", name, err)
 	}
 	go func() {
 		defer n.subs.Done()
-		select {
-		case <-ctx.Done():
-		case <-n.closing:
+		tick := time.NewTicker(consumerCheckInterval)
+		defer tick.Stop()
+		for done := false; !done; {
+			select {
+			case <-ctx.Done():
+				done = true
+			case <-n.closing:
+				done = true
+			case <-check:
+			case <-tick.C:
+			}
+			if done {
+				break
+			}
+			if restored := n.restoreConsumer(ctx, consumerConfig); restored != nil {
+				cc.Stop()
+				next, err := restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
+				if err != nil {
+					n.log.Warn("resume JetStream consumer failed; retrying", slog.String("consumer", name), slog.String("error", err.Error()))
+					continue
+				}
+				cc = next
+			}
 		}
 		close(stop)
 		cc.Stop()
@@ -295,6 +368,37 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		sending.Unlock()
 	}()
 	return out, nil
+}
+
+// consumerCheckInterval is how often a subscription checks that its stream
+// and durable consumer still exist when nothing reported an error.
+const consumerCheckInterval = 5 * time.Second
+
+// restoreConsumer returns nil while the durable exists (or NATS cannot be
+// asked), else recreates the stream and the durable and returns the new
+// consumer.
+func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) jetstream.Consumer {
+	if !n.conn.IsConnected() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := n.js.Consumer(ctx, StreamName, cfg.Durable)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	n.log.Warn("JetStream lost the stream or this handler's durable consumer (a NATS restart with memory storage, or a delete): recreating; lease expiry republishes the references lost",
+		slog.String("stream", StreamName), slog.String("consumer", cfg.Durable), slog.String("storage", n.cfg.Storage))
+	if err := ensureStream(ctx, n.conn, n.cfg); err != nil {
+		n.log.Warn("recreate JetStream stream failed; retrying", slog.String("error", err.Error()))
+		return nil
+	}
+	cons, err := n.js.CreateOrUpdateConsumer(ctx, StreamName, cfg)
+	if err != nil {
+		n.log.Warn("recreate JetStream consumer failed; retrying", slog.String("consumer", cfg.Durable), slog.String("error", err.Error()))
+		return nil
+	}
+	return cons
 }
 
 // Close ends every subscription and closes the connection.

@@ -26,7 +26,12 @@ func TestMain(m *testing.M) {
 
 func newNATS(t *testing.T, url string) *bus.NATS {
 	t.Helper()
-	n, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: url, AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	return newNATSStorage(t, url, "")
+}
+
+func newNATSStorage(t *testing.T, url, storage string) *bus.NATS {
+	t.Helper()
+	n, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: url, AckWait: 5 * time.Second, Storage: storage, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +162,18 @@ func TestReplicasShareAHandlerAndHandlersAreSeparate(t *testing.T) {
 
 // A restart of NATS: publishing fails while it is down (so the streamer gives
 // leases back), and works again after, with the old subscription delivering.
+// With memory storage the restart loses the stream and the durable: the
+// publisher recreates the stream, the subscription its durable.
 func TestNATSRestart(t *testing.T) {
+	for _, storage := range []string{"file", "memory"} {
+		t.Run(storage, func(t *testing.T) { testNATSRestart(t, storage) })
+	}
+}
+
+func testNATSRestart(t *testing.T, storage string) {
 	srv := natstest.Start(t)
-	pub := newNATS(t, srv.URL())
-	sub := newNATS(t, srv.URL())
+	pub := newNATSStorage(t, srv.URL(), storage)
+	sub := newNATSStorage(t, srv.URL(), storage)
 	ch := receive(t, sub, bus.Topic("h"))
 	publish(t, pub, "h", 1, 11)
 	collect(t, map[string]<-chan bus.Ref{"h": ch}, 10, 10*time.Second)
@@ -193,6 +206,14 @@ func TestNATSRestart(t *testing.T) {
 			t.Fatalf("got %d, want 100", r.JobID)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal(fmt.Sprint("no delivery after the NATS restart"))
+		t.Fatal(fmt.Sprint("no delivery after the NATS restart (", storage, " storage)"))
+	}
+}
+
+// A stream's storage cannot change in place; the error says which setting.
+func TestNATSStorageValidated(t *testing.T) {
+	_, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: "nats://127.0.0.1:1", Storage: "disk"})
+	if err == nil || !strings.Contains(err.Error(), "bus.storage") {
+		t.Fatalf("storage disk: %v, want an error naming bus.storage", err)
 	}
 }

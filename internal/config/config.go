@@ -163,6 +163,13 @@ type Bus struct {
 	AckWait time.Duration `yaml:"ack_wait"`
 	// Replicas of the INLET_JOBS stream in a NATS cluster. Defaults to 1.
 	Replicas int `yaml:"replicas"`
+	// Storage of the INLET_JOBS stream: "file" (references survive a NATS
+	// restart) or "memory" (faster; a NATS restart loses the references in
+	// the stream, and lease expiry publishes them again, so nothing is lost
+	// but delivery waits up to streamer.lease_duration). Defaults to "file".
+	// A stream's storage cannot change in place: delete the stream (nats
+	// stream rm INLET_JOBS) with every service stopped to switch.
+	Storage string `yaml:"storage"`
 }
 
 // Admin configures the operator tools and the admin HTTP API.
@@ -415,6 +422,7 @@ func (c Config) WithDefaults() Config {
 	c.Consumer.HealthListen = or(c.Consumer.HealthListen, "127.0.0.1:8082")
 	c.Bus.AckWait = or(c.Bus.AckWait, 30*time.Second)
 	c.Bus.Replicas = or(c.Bus.Replicas, 1)
+	c.Bus.Storage = or(c.Bus.Storage, "file")
 	c.Consumer.LeaseExtend = or(c.Consumer.LeaseExtend, 30*time.Second)
 	if c.Consumer.DBRole == nil {
 		r := DefaultWorkerRole
@@ -833,6 +841,9 @@ func (c Config) validatePipeline() error {
 		}
 	default:
 		return fmt.Errorf("bus.kind: %q is not gochannel or nats", c.Bus.Kind)
+	}
+	if c.Bus.Storage != "file" && c.Bus.Storage != "memory" {
+		return fmt.Errorf("bus.storage: %q is not file or memory", c.Bus.Storage)
 	}
 	return nil
 }
