@@ -18,8 +18,9 @@ import (
 // Config configures a [Service].
 type Config struct {
 	// Pool is the consumer's database pool, connected as (or SET ROLE to)
-	// webhook_worker, e.g. database.Open(ctx, url, database.Options{Role:
-	// "webhook_worker"}). Required.
+	// webhook_worker, which runs every handler (OpenPool), or to a consumer
+	// role of the team's own, which PostgreSQL holds to its handlers
+	// (OpenPoolAs; inlet roles create-consumer). Required.
 	Pool *pgxpool.Pool
 	// Subscriber receives the streamer's job references (bus.NewGoChannel in
 	// one process, NATS JetStream across processes). Required.

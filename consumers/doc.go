@@ -42,5 +42,26 @@
 // job_attempts.error); logs and everything else outside Postgres carry only
 // the error class and metadata, never a body, a header value or an error text.
 //
+// # A database role per team
+//
+// [OpenPool] runs as webhook_worker, which may work every handler's jobs and
+// read every event: the single-team setup. When several teams run consumers,
+// each team gets a role of its own, so that one compromised consumer cannot
+// complete, fail or disable another team's handler or read its events. The
+// schema owner makes it:
+//
+//	inlet roles create-consumer payments --handlers billing,refunds --member payments_login
+//
+// and the team's service runs as it: [OpenPoolAs] with
+// "webhook_consumer_payments" (or consumer.db_role for inlet consumer).
+// PostgreSQL enforces the rest, with row-level security on jobs,
+// job_attempts, subscriptions, consumers and events: the role sees, extends,
+// completes and fails only billing's and refunds' jobs, registers and
+// disables only their subscriptions, says only they are alive, and reads
+// the body and headers only of events that have a job for one of them. The
+// SDK needs nothing else: a reference of another handler reads as not this
+// consumer's to take, and declaring a handler the role does not run makes
+// [Service.Start] fail naming it.
+//
 // Ready-made handlers live in the subpackages log and httpforward.
 package consumers

@@ -2,10 +2,13 @@ package consumers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -23,6 +26,10 @@ func (s *Service) Register(ctx context.Context) error {
 			types := make([]string, len(h.Patterns))
 			for i, p := range h.Patterns {
 				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts); err != nil {
+					if isRowSecurityViolation(err) {
+						return fmt.Errorf("handler %q is not one of this database role's handlers (inlet roles create-consumer NAME --handlers …,%s, or run as webhook_worker): %w",
+							h.Name, h.Name, err)
+					}
 					return fmt.Errorf("upsert subscription of handler %q to (%q, %q): %w", h.Name, p.Provider, p.EventType, err)
 				}
 				providers[i], types[i] = p.Provider, p.EventType
@@ -42,4 +49,12 @@ func (s *Service) Register(ctx context.Context) error {
 		return fmt.Errorf("register subscriptions: %w", err)
 	}
 	return nil
+}
+
+// isRowSecurityViolation reports whether err is PostgreSQL refusing a row
+// that its row-level security policies do not let the role write: a
+// consumer role (011_consumer_roles) registering a handler not its own.
+func isRowSecurityViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")
 }

@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "audit_checkpoints", "retention_log", "schema_migrations"}
+	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -23,17 +23,22 @@ var (
 // wantColumns), - where not held. attempts is a view (010_lease_token) of
 // every finished attempt: job_attempts' rows and the successes kept on job
 // rows; consumers (010 too) is where consumer services say they are alive,
-// the one table a role may DELETE from (its rows expire). README.md shows
-// the same table.
+// the one table a role may DELETE from (its rows expire). webhook_consumer
+// (011_consumer_roles) holds webhook_worker's grants for the per-consumer
+// roles, its members, which row-level security narrows to their own
+// handlers' rows (consumer_roles says which; see
+// TestConsumerRolesCannotTouchEachOthersRows). README.md shows the same
+// table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | audit_checkpoints | retention_log | schema_migrations |
-|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | S---- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | S---- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
@@ -48,6 +53,10 @@ webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expi
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
 webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at
+webhook_consumer UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
+webhook_consumer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
+webhook_consumer INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
+webhook_consumer UPDATE subscriptions: max_attempts, enabled, updated_at
 webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts
 webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
@@ -163,6 +172,8 @@ func firstColumn(rel string) string {
 		return "name"
 	case "webhook_ingress.consumers":
 		return "seen_at"
+	case "webhook_ingress.consumer_roles":
+		return "handler"
 	case "webhook_ingress.audit_checkpoints":
 		return "created_at"
 	case "webhook_ingress.retention_log":
