@@ -39,6 +39,7 @@ var commands = map[string]command{
 	"backfill":      {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
 	"audit":         {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
 	"subscriptions": {"list subscriptions; switch a retired handler's off", runSubscriptions},
+	"roles":         {"a database role per consumer, held to its own handlers (as the owner)", runRoles},
 	"retention":     {"drop whole old periods of the event log; create partitions ahead (as the owner)", runRetention},
 	"relay":         {"run the pass-through relay: verify, forward signed to the customer's ingress, store nothing", runRelay},
 	"control-plane": {"run the multi-tenant receiver of data planes' attempt metadata (reporter:)", runControlPlane},

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+var roleVerbs = map[string]subcommand{
+	"create-consumer": {"make (or update) a team's consumer role, held to its handlers", runRolesCreateConsumer},
+	"list":            {"list consumer roles: handlers, and who may act as each", runRolesList},
+	"drop-consumer":   {"remove a consumer role and its handler list", runRolesDropConsumer},
+}
+
+// rolesHelp ends the --help of every roles command.
+const rolesHelp = `
+
+They run as the owner of webhook_ingress (the role of inlet migrate, which
+may create roles). The database comes from --database-url, else
+database_url in the config file, else DATABASE_URL.`
+
+func runRoles(ctx context.Context, env *environment, args []string) error {
+	return runVerbs(ctx, env, "roles", `
+A database role per consumer service (or group of handlers), so one team's
+consumer cannot read, complete, fail or disable another team's handlers.
+PostgreSQL enforces it: row-level security holds a consumer role to the jobs,
+attempt history, subscriptions and liveness rows of its own handlers, and to
+the bodies of events that have a job for one of them. The shared
+webhook_worker role keeps running every handler (the single-team setup).`+rolesHelp, roleVerbs, args)
+}
+
+// consumerRolePrefix starts every consumer role's name: a consumer named
+// payments runs as webhook_consumer_payments.
+const consumerRolePrefix = "webhook_consumer_"
+
+var consumerName = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// consumerRole is the role of consumer name (which may be the role's own
+// name already).
+func consumerRole(name string) (string, error) {
+	role := name
+	if !strings.HasPrefix(role, consumerRolePrefix) {
+		role = consumerRolePrefix + name
+	}
+	if !consumerName.MatchString(name) || len(role) > 63 || role == consumerRolePrefix {
+		return "", fmt.Errorf("%w: consumer name %q: lower-case letters, digits and _, the role (%s…) at most 63 bytes", errUsage, name, consumerRolePrefix)
+	}
+	return role, nil
+}
+
+// rolesFlags are what every roles command takes.
+func rolesFlags(fs *flag.FlagSet) (cfgPath, dbURL *string) {
+	return configFlag(fs), fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
+}
+
+// withOwner connects as the owner (--database-url, the config file's
+// database_url, DATABASE_URL) and runs f in one transaction.
+func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) error) error {
+	url := dbURL
+	if url == "" {
+		c, _, err := loadConfig(cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+		if err != nil {
+			return err
+		}
+		url = c.DatabaseURL
+	}
+	if url == "" {
+		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, cfgPath)
+	}
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		// pgx's message may quote the URL, password included.
+		return errors.New("database URL is not a valid PostgreSQL connection string")
+	}
+	cc.RuntimeParams["application_name"] = "inlet-roles"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if err := schema.Check(ctx, conn); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, conn, f)
+}
+
+func runRolesCreateConsumer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "roles create-consumer", " NAME", `
+Make the database role webhook_consumer_NAME (NOLOGIN, a member of
+webhook_consumer, which holds the consumers' grants) and record the handlers
+it runs in webhook_ingress.consumer_roles. Run again, it sets the role's
+handlers to the new list. Row-level security then holds it to those
+handlers: it reads, extends, completes and fails only their jobs, appends
+history only to them, registers and disables only their subscriptions, says
+only they are alive, and reads the body and headers only of events that have
+a job for one of them.
+
+The consumer must run as the role: consumer.db_role: webhook_consumer_NAME
+for inlet consumer, or consumers.OpenPoolAs in the SDK (SET ROLE after
+logging in as a member), or log in as the role itself. --member grants it to
+a login role; that login role should not also be a member of webhook_worker,
+which runs every handler.
+
+  inlet roles create-consumer payments --handlers billing,refunds --member payments_login`+rolesHelp)
+	cfgPath, dbURL := rolesFlags(fs)
+	handlers := fs.String("handlers", "", "comma-separated handler names the role runs (required)")
+	var members []string
+	fs.Func("member", "login role that may act as the consumer role (GRANT role TO member); repeatable", func(s string) error {
+		members = append(members, s)
+		return nil
+	})
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: inlet roles create-consumer takes one consumer name, got %d arguments", errUsage, fs.NArg())
+	}
+	role, err := consumerRole(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	var hs []string
+	for h := range strings.SplitSeq(*handlers, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		}
+		if err := bus.ValidHandlerName(h); err != nil {
+			return fmt.Errorf("%w: --handlers: %q: %v", errUsage, h, err)
+		}
+		hs = append(hs, h)
+	}
+	if len(hs) == 0 {
+		return fmt.Errorf("%w: inlet roles create-consumer needs --handlers (one or more, comma-separated)", errUsage)
+	}
+	for _, m := range members {
+		if m == "" || m == role {
+			return fmt.Errorf("%w: --member %q: a login role other than the consumer role", errUsage, m)
+		}
+	}
+	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, schema.Query("CreateConsumerRole"), role, hs)
+		if err != nil {
+			return fmt.Errorf("create consumer role %s: %w", role, err)
+		}
+		var created bool
+		var changes [][2]string
+		for rows.Next() {
+			var name, handler, change string
+			if err := rows.Scan(&name, &created, &handler, &change); err != nil {
+				return err
+			}
+			changes = append(changes, [2]string{handler, change})
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("create consumer role %s: %w", role, err)
+		}
+		var warnings []string
+		for _, m := range members {
+			if _, err := tx.Exec(ctx, "GRANT "+pgx.Identifier{role}.Sanitize()+" TO "+pgx.Identifier{m}.Sanitize()); err != nil {
+				return fmt.Errorf("grant %s to %s: %w", role, m, err)
+			}
+			var worker bool
+			if err := tx.QueryRow(ctx, schema.Query("ReachesWorkerRole"), m).Scan(&worker); err != nil {
+				return err
+			}
+			if worker {
+				warnings = append(warnings, fmt.Sprintf("warning: %s is also a member of webhook_worker, which runs every handler: it could SET ROLE webhook_worker (REVOKE webhook_worker FROM %s)", m, m))
+			}
+		}
+		verb := "updated"
+		if created {
+			verb = "created"
+		}
+		fmt.Fprintf(env.stdout, "%s consumer role %s\n", verb, role)
+		tw := newTable(env.stdout)
+		fmt.Fprintln(tw, "HANDLER\tCHANGE")
+		for _, c := range changes {
+			fmt.Fprintf(tw, "%s\t%s\n", safe(c[0]), c[1])
+		}
+		tw.Flush()
+		for _, m := range members {
+			fmt.Fprintf(env.stdout, "granted to %s\n", m)
+		}
+		for _, w := range warnings {
+			fmt.Fprintln(env.stderr, w)
+		}
+		fmt.Fprintf(env.stdout, "run its consumers as this role: consumer.db_role: %s (or consumers.OpenPoolAs)\n", role)
+		return nil
+	})
+}
+
+// consumerRoleRow is one line of inlet roles list.
+type consumerRoleRow struct {
+	Role     string   `json:"role"`
+	Handlers []string `json:"handlers"`
+	Members  []string `json:"members"`
+}
+
+func runRolesList(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "roles list", " [NAME]", `
+List every consumer role (member of webhook_consumer) with the handlers it
+runs and the roles that may act as it (its members, e.g. login roles), or
+only consumer NAME's.`+rolesHelp)
+	cfgPath, dbURL := rolesFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	only := ""
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		r, err := consumerRole(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		only = r
+	default:
+		return fmt.Errorf("%w: inlet roles list takes at most one consumer name, got %d arguments", errUsage, fs.NArg())
+	}
+	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, schema.Query("ListConsumerRoles"), only)
+		if err != nil {
+			return fmt.Errorf("list consumer roles: %w", err)
+		}
+		list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[consumerRoleRow])
+		if err != nil {
+			return fmt.Errorf("list consumer roles: %w", err)
+		}
+		if *asJSON {
+			if list == nil {
+				list = []consumerRoleRow{}
+			}
+			return printJSON(env.stdout, list)
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(env.stdout, "no consumer roles (every consumer runs as webhook_worker)")
+			return nil
+		}
+		tw := newTable(env.stdout)
+		fmt.Fprintln(tw, "ROLE\tHANDLERS\tMEMBERS")
+		for _, r := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Role, safe(strings.Join(r.Handlers, ",")), cell(strings.Join(r.Members, ",")))
+		}
+		return tw.Flush()
+	})
+}
+
+func runRolesDropConsumer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "roles drop-consumer", " NAME", `
+Remove consumer role webhook_consumer_NAME: its rows of
+webhook_ingress.consumer_roles, then the role (its memberships go with it).
+Its handlers' subscriptions and jobs stay; run them under another role, or
+switch them off with inlet subscriptions disable.`+rolesHelp)
+	cfgPath, dbURL := rolesFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: inlet roles drop-consumer takes one consumer name, got %d arguments", errUsage, fs.NArg())
+	}
+	role, err := consumerRole(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, schema.Query("DropConsumerRole"), role)
+		if err != nil {
+			return fmt.Errorf("drop consumer role %s: %w", role, err)
+		}
+		handlers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("drop consumer role %s: %w", role, err)
+		}
+		fmt.Fprintf(env.stdout, "dropped consumer role %s (handlers: %s)\n", role, cell(strings.Join(handlers, ",")))
+		return nil
+	})
+}
