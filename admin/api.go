@@ -42,6 +42,11 @@ type APIConfig struct {
 	Now func() time.Time
 	// RequestTimeout bounds one request's database work. Defaults to 60s.
 	RequestTimeout time.Duration
+	// AuthLimiter limits wrong bearer tokens per client address: past its
+	// budget a client is answered 429 with Retry-After. Give the dashboard
+	// the same one, so that both share one budget. Defaults to
+	// NewAuthLimiter(AuthLimit{}): 10 wrong tokens, then one more try every 6s.
+	AuthLimiter *AuthLimiter
 	// Dashboard, when set, is served under /dashboard/ on this listener with
 	// its own authentication (package dashboard: a login form and session
 	// cookie for browsers, or the same bearer token); every other path keeps
@@ -58,6 +63,9 @@ func (c APIConfig) withDefaults() APIConfig {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 60 * time.Second
+	}
+	if c.AuthLimiter == nil {
+		c.AuthLimiter = NewAuthLimiter(AuthLimit{})
 	}
 	return c
 }
@@ -87,7 +95,8 @@ func (c APIConfig) validate() error {
 //
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
 // with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
-// (replay refused), 503 (database unavailable) or 500.
+// (replay refused), 429 (too many wrong tokens from the client's address,
+// with Retry-After), 503 (database unavailable) or 500.
 type API struct {
 	cfg     APIConfig
 	token   [sha256.Size]byte
@@ -195,20 +204,30 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		// Every answer, errors and the mux's plain-text 404/405 included, is
 		// what its Content-Type says: a browser must not sniff one into HTML.
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		// Compare digests: constant time, and no length leak either.
-		got := sha256.Sum256([]byte(token))
 		if a.isDashboard(r) {
 			next.ServeHTTP(w, r)
-		} else if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], a.token[:]) != 1 {
+		} else if end, wait, ok := a.cfg.AuthLimiter.Begin(r); !ok {
+			w.Header().Set("Retry-After", RetryAfter(wait))
+			writeError(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry after "+RetryAfter(wait)+"s")
+		} else if !a.tokenOK(r) {
+			end(true)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="inlet-admin"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 		} else {
+			end(false)
 			next.ServeHTTP(w, r)
 		}
 		a.cfg.Logger.Info("admin request", slog.String("method", r.Method), slog.String("route", r.Pattern),
 			slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
 	})
+}
+
+// tokenOK reports whether r carries the bearer token. It compares digests:
+// constant time, and no length leak either.
+func (a *API) tokenOK(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	got := sha256.Sum256([]byte(token))
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], a.token[:]) == 1
 }
 
 type statusRecorder struct {

@@ -26,7 +26,10 @@ type apiBundle struct {
 func setupAPI(t *testing.T) *apiBundle {
 	t.Helper()
 	b := setup(t)
-	api, err := admin.NewAPI(admin.APIConfig{Token: apiToken, DB: b.op, Sources: b.sources, Logger: slog.New(slog.DiscardHandler)})
+	// These tests try many wrong tokens from one address on purpose; the
+	// limit of wrong tokens has a test of its own.
+	lim := admin.NewAuthLimiter(admin.AuthLimit{Failures: 1 << 20})
+	api, err := admin.NewAPI(admin.APIConfig{Token: apiToken, DB: b.op, Sources: b.sources, Logger: slog.New(slog.DiscardHandler), AuthLimiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/inlet-dev/inlet/admin"
 )
 
 // cookieName is the session cookie. (A __Host- prefix would need Path=/,
@@ -156,12 +158,18 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
 func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if auth := r.Header.Get("Authorization"); auth != "" {
+			end, ok := d.limit(w, r, nil)
+			if !ok {
+				return
+			}
 			scheme, token, ok := strings.Cut(auth, " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") || !d.tokenOK(token) {
+				end(true)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="inlet-admin"`)
 				d.fail(w, r, nil, http.StatusUnauthorized, "Missing or wrong bearer token.")
 				return
 			}
+			end(false)
 			next(w, r, &session{bearer: true})
 			return
 		}
@@ -192,6 +200,27 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 	})
 }
 
+// limit takes an attempt at the token for r's client (AuthLimiter). When it
+// has none left it answers 429 with Retry-After (the login form again when
+// form is set) and returns false; otherwise the caller calls end with
+// whether the token was wrong.
+func (d *Dashboard) limit(w http.ResponseWriter, r *http.Request, form *loginPage) (end func(wrong bool), ok bool) {
+	end, wait, ok := d.cfg.AuthLimiter.Begin(r)
+	if ok {
+		return end, true
+	}
+	after := admin.RetryAfter(wait)
+	w.Header().Set("Retry-After", after)
+	msg := "Too many wrong tokens from your address: try again in " + after + " s."
+	if form != nil {
+		form.Error = msg
+		d.render(w, r, nil, http.StatusTooManyRequests, "login", "Log in", *form)
+	} else {
+		d.fail(w, r, nil, http.StatusTooManyRequests, msg)
+	}
+	return nil, false
+}
+
 // loginPage is the data of the login template.
 type loginPage struct {
 	Next  string
@@ -209,10 +238,16 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 	next := localPath(r.PostFormValue("next"))
+	end, ok := d.limit(w, r, &loginPage{Next: next})
+	if !ok {
+		return
+	}
 	if !d.tokenOK(r.PostFormValue("token")) {
+		end(true)
 		d.render(w, r, nil, http.StatusUnauthorized, "login", "Log in", loginPage{Next: next, Error: "Wrong token."})
 		return
 	}
+	end(false)
 	_, value, err := d.sessions.create()
 	if err != nil {
 		d.failErr(w, r, nil, err)

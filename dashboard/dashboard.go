@@ -45,6 +45,12 @@ type Config struct {
 	Now func() time.Time
 	// RequestTimeout bounds one page's database work. Defaults to 30s.
 	RequestTimeout time.Duration
+	// AuthLimiter limits wrong tokens (login form and bearer header) per
+	// client address: past its budget a client gets 429 with Retry-After.
+	// Pass the admin API's (APIConfig.AuthLimiter) so both share one budget.
+	// Defaults to a limiter of its own with admin.AuthLimit's defaults (10
+	// wrong tokens, then one more try every 6s) on Now.
+	AuthLimiter *admin.AuthLimiter
 	// SessionTTL is how long a login lasts. Defaults to 12h.
 	SessionTTL time.Duration
 	// Window is the span of the event-rate plot. Defaults to 24h.
@@ -59,6 +65,9 @@ func (c Config) WithDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.AuthLimiter == nil {
+		c.AuthLimiter = admin.NewAuthLimiter(admin.AuthLimit{Now: c.Now})
 	}
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, 30*time.Second)
 	c.SessionTTL = cmp.Or(c.SessionTTL, 12*time.Hour)

@@ -693,3 +693,73 @@ func TestNewChecksTheConfig(t *testing.T) {
 }
 
 type fakeDB struct{ admin.DB }
+
+// Wrong tokens are limited per client address, on the login form and in a
+// bearer header alike: past the budget even the right token is refused
+// (429 with Retry-After) until time gives an attempt back, while other
+// addresses log in.
+func TestDashboardLoginIsRateLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var skew atomic.Int64
+	now := func() time.Time { return b.now.Add(time.Duration(skew.Load())) }
+	d, err := dashboard.New(dashboard.Config{DB: b.op, Token: token, Logger: slog.New(slog.DiscardHandler), Now: now,
+		AuthLimiter: admin.NewAuthLimiter(admin.AuthLimit{Failures: 5, Every: 30 * time.Second, Now: now})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := func(addr, tok string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/dashboard/login", strings.NewReader(url.Values{"token": {tok}, "next": {"/dashboard/events"}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		return w
+	}
+	bearer := func(addr, tok string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/dashboard/", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		return w
+	}
+	const attacker, colleague = "203.0.113.7:50000", "198.51.100.9:50000"
+	for i := range 3 {
+		if w := login(attacker, fmt.Sprintf("guess-%d", i)); w.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
+		}
+	}
+	for i := range 2 { // one budget for the form and the header
+		if w := bearer(attacker, fmt.Sprintf("guess-bearer-%d", i)); w.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong bearer token %d: %d, want 401", i+1, w.Code)
+		}
+	}
+	for _, tok := range []string{"guess-6", token} {
+		w := login(attacker, tok)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "30" || w.Header().Get("Set-Cookie") != "" ||
+			!strings.Contains(w.Body.String(), "Too many wrong tokens") || !strings.Contains(w.Body.String(), `name="token"`) {
+			t.Fatalf("login after 5 wrong tokens: %d, Retry-After %q, cookie %q\n%s", w.Code, w.Header().Get("Retry-After"),
+				w.Header().Get("Set-Cookie"), w.Body.String())
+		}
+	}
+	if w := bearer(attacker, token); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("bearer token after 5 wrong tokens: %d", w.Code)
+	}
+	// Another address is not locked out.
+	if w := login(colleague, token); w.Code != http.StatusSeeOther || !strings.Contains(w.Header().Get("Set-Cookie"), "inlet_dashboard=") {
+		t.Fatalf("another address with the token: %d", w.Code)
+	}
+	// 30 seconds give the attacker one attempt, not more.
+	skew.Add(int64(30 * time.Second))
+	if w := login(attacker, "guess-7"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("one attempt after 30s: %d, want 401", w.Code)
+	}
+	if w := login(attacker, token); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a second attempt after 30s: %d, want 429", w.Code)
+	}
+	skew.Add(int64(30 * time.Second))
+	if w := login(attacker, token); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/dashboard/events" {
+		t.Fatalf("the token after the wait: %d", w.Code)
+	}
+}

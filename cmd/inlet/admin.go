@@ -108,12 +108,16 @@ func startAdmin(ctx context.Context, cfg config.Config, log *slog.Logger) (*admi
 	if err != nil {
 		return nil, err
 	}
-	dash, err := newDashboard(cfg, pool, log)
+	// One budget of wrong tokens per client address, whether tried on the
+	// API, the dashboard's form or its bearer header.
+	limiter := admin.NewAuthLimiter(admin.AuthLimit{})
+	dash, err := newDashboard(cfg, pool, limiter, log)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	api, err := admin.NewAPI(admin.APIConfig{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, DB: pool, Sources: sourcesOf(cfg), Logger: log, Dashboard: dash})
+	api, err := admin.NewAPI(admin.APIConfig{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, DB: pool, Sources: sourcesOf(cfg), Logger: log,
+		AuthLimiter: limiter, Dashboard: dash})
 	if err == nil {
 		err = api.Start(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
@@ -88,12 +89,12 @@ func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Hand
 // come from a detector of its own over the operator pool, with the
 // heartbeat section's thresholds, evaluated on each page load (no alerts:
 // those are the streamer's).
-func newDashboard(cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (http.Handler, error) {
+func newDashboard(cfg config.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
 	names := make([]string, 0, len(cfg.Sources))
 	for _, s := range cfg.Sources {
 		names = append(names, s.Name)
 	}
-	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, Logger: log.With(slog.String("component", "dashboard"))}
+	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard"))}
 	if !cfg.Heartbeat.Disabled {
 		hc := cfg.Heartbeat
 		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
