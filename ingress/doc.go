@@ -8,7 +8,9 @@
 // stored, body never echoed), 400 verified but unreadable event or a key field
 // over its limit (MaxExternalIDBytes, MaxEventTypeBytes), 404 unknown source,
 // 405 wrong method, 413 body over the limit, 431 headers over MaxHeaderCount or
-// MaxHeaderBytes, 503 + Retry-After when the database cannot take the write, so
-// the provider retries. A fault the same request would meet again is 4xx and
-// stores nothing; only one that may pass is 5xx.
+// MaxHeaderBytes, 503 + Retry-After when the database did not take the write
+// or its outcome is unknown (sent, but no answer came within the store
+// timeout: the transaction may still commit, and the provider's retry is then
+// answered duplicate), so the provider retries. A fault the same request would
+// meet again is 4xx and stores nothing; only one that may pass is 5xx.
 package ingress

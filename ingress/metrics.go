@@ -22,8 +22,10 @@ type ingressMetrics struct {
 	duplicates  *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
 	unavailable *prometheus.CounterVec
-	overloaded  *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
+	// outcomeUnknown counts the 503s after which the event may be stored.
+	outcomeUnknown *prometheus.CounterVec
+	overloaded     *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
 }
 
 func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *budget) (*ingressMetrics, error) {
@@ -35,7 +37,9 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		stored:      counter("stored_total", "Webhooks verified and committed as new events.", "source"),
 		duplicates:  counter("duplicates_total", "Webhooks verified whose (source, event id) was already stored: answered 200, nothing written.", "source"),
 		rejected:    counter("rejected_total", "Webhooks refused, by reason (signature_mismatch, timestamp_outside_tolerance, body_too_large, ...).", "source", "reason"),
-		unavailable: counter("unavailable_total", "Verified webhooks not stored because the database failed: answered 503.", "source"),
+		unavailable: counter("unavailable_total", "Verified webhooks answered 503 because the database failed: not stored, or outcome unknown.", "source"),
+		outcomeUnknown: counter("outcome_unknown_total", "Verified webhooks answered 503 whose write was sent but not answered (store timeout, connection "+
+			"lost): the event may be stored, and the provider's retry is then answered duplicate. Included in unavailable_total.", "source"),
 		overloaded: counter("overloaded_total", "Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for "+
 			"ingress.store_timeout (the database is not keeping up with the bodies arriving).", "source"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -51,7 +55,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		func() float64 { return float64(inflight.inUse()) })
 	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
 		func() float64 { return float64(inflight.size) })
-	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.overloaded, m.duration, inUse, limit} {
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.duration, inUse, limit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -63,6 +67,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		m.stored.WithLabelValues(s)
 		m.duplicates.WithLabelValues(s)
 		m.unavailable.WithLabelValues(s)
+		m.outcomeUnknown.WithLabelValues(s)
 		m.overloaded.WithLabelValues(s)
 		for _, r := range reasons {
 			if r != "unknown_source" {

@@ -376,23 +376,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	span.SetAttributes(attribute.String("inlet.event_type", res.EventType))
 	stored, err := s.cfg.Store.Insert(ctx, event)
-	if err != nil && classify(err) == faultPermanent {
-		// The database refused the event's data (or a store's own limit
-		// did): the same request would be refused again.
-		span.SetStatus(codes.Error, "event cannot be stored")
-		reject(http.StatusBadRequest, "event_unstorable")
-		log.Warn("webhook cannot be stored", slog.String("error", err.Error()))
-		return
-	}
 	if err != nil {
-		// Not committed, so not acknowledged: the provider will retry.
-		s.metrics.unavailable.WithLabelValues(name).Inc()
-		span.SetAttributes(attribute.String("inlet.outcome", "unavailable"))
-		span.SetStatus(codes.Error, "database unavailable")
-		w.Header().Set("Retry-After", "5")
-		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "database_unavailable"})
-		log.Error("webhook not stored", slog.String("event_type", res.EventType),
-			slog.Bool("database_unavailable", database.IsUnavailable(err)), slog.String("error", err.Error()))
+		s.storeFailed(w, span, log, name, res.EventType, err, reject)
 		return
 	}
 	s.metrics.accepted(name, !stored, start)
@@ -410,6 +395,46 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("webhook accepted", slog.String("status", status), slog.String("event_type", res.EventType),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))
+}
+
+// storeFailed answers a webhook whose Store.Insert failed, after what the
+// error says about the write (classify).
+func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.Logger, source, eventType string, err error,
+	reject func(code int, reason string)) {
+	fault := classify(err)
+	if fault == faultPermanent {
+		// The database refused the event's own data (or a store's limit
+		// did): the same request would be refused again.
+		span.SetStatus(codes.Error, "event cannot be stored")
+		reject(http.StatusBadRequest, "event_unstorable")
+		log.Warn("webhook cannot be stored", slog.String("event_type", eventType), slog.String("error", err.Error()))
+		return
+	}
+	// Not acknowledged, so the provider retries.
+	s.metrics.unavailable.WithLabelValues(source).Inc()
+	span.SetAttributes(attribute.String("inlet.outcome", "unavailable"))
+	w.Header().Set("Retry-After", "5")
+	if fault == faultUnknown {
+		// Sent, but its answer never came (the store timeout fired, the
+		// connection or the server went away): the transaction may still
+		// commit, and then the retry is answered "duplicate".
+		s.metrics.outcomeUnknown.WithLabelValues(source).Inc()
+		span.SetStatus(codes.Error, "outcome unknown")
+		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "outcome_unknown"})
+		log.Error("webhook outcome unknown; the provider's retry will be deduplicated", slog.String("event_type", eventType),
+			slog.String("error", err.Error()))
+		return
+	}
+	// Known not committed: never sent, or refused by the server (which
+	// rolled it back).
+	reason := "database_unavailable"
+	if errors.Is(err, ErrStoreClosed) {
+		reason = "shutting_down"
+	}
+	span.SetStatus(codes.Error, "not stored")
+	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: reason})
+	log.Error("webhook not stored", slog.String("event_type", eventType),
+		slog.Bool("database_unavailable", database.IsUnavailable(err)), slog.String("error", err.Error()))
 }
 
 // readBody reads the whole body, at most limit bytes: into a buffer of
