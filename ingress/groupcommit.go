@@ -104,7 +104,7 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %q: %w: %w", e.Provider, e.ExternalID, ErrUnstorable, err)
+		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
 	}
 	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers))}
 	p.event.Store(e)
@@ -118,9 +118,9 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		// (and its body with it), never written; one a batch took may
 		// still commit, and the retry is then a duplicate.
 		if p.event.Swap(nil) != nil {
-			return false, fmt.Errorf("insert %s event %q: %w: %w", e.Provider, e.ExternalID, errNotWritten, err)
+			return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), errNotWritten, err)
 		}
-		return false, fmt.Errorf("insert %s event %q while its batch was written: %w", e.Provider, e.ExternalID, err)
+		return false, fmt.Errorf("insert %s event %s while its batch was written: %w", e.Provider, clipText(e.ExternalID), err)
 	}
 	return stored, err
 }

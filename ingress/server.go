@@ -90,6 +90,9 @@ type Server struct {
 	metrics *ingressMetrics
 	// inflight holds the bytes of the bodies being read or stored.
 	inflight *budget
+	// rejectLog rate-limits the lines of rejected requests per source and
+	// reason: a sender repeating a bad request must not fill the log.
+	rejectLog *logLimiter
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -116,7 +119,8 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes)}
+	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes),
+		rejectLog: newLogLimiter(rejectLogEvery)}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
 		names = append(names, sc.Name)
@@ -254,7 +258,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.metrics.received.WithLabelValues(unknownSource).Inc()
 		s.metrics.rejected.WithLabelValues(unknownSource, "unknown_source").Inc()
 		writeJSON(w, http.StatusNotFound, answer{Status: "rejected", Reason: "unknown_source"})
-		s.cfg.Logger.Info("webhook rejected", slog.String("source", name), slog.String("reason", "unknown_source"))
+		// The name is the sender's: cut, and one line a second at most
+		// whatever names it sends.
+		s.logRejected(s.cfg.Logger, unknownSource, "unknown_source", append(logAttrs("source", name), slog.String("reason", "unknown_source"))...)
 		return
 	}
 	s.metrics.received.WithLabelValues(name).Inc()
@@ -264,7 +270,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		span.SetAttributes(attribute.String("inlet.outcome", "rejected"), attribute.String("inlet.reason", reason))
 		s.metrics.rejected.WithLabelValues(name, reason).Inc()
 		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
-		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
+		s.logRejected(log, name, reason, slog.Int("status", code), slog.String("reason", reason))
 	}
 
 	// Stored with the event: over a limit, every retry would be refused too.
@@ -393,8 +399,26 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	} else {
 		writeJSON(w, http.StatusOK, answer{Status: status})
 	}
-	log.Debug("webhook accepted", slog.String("status", status), slog.String("event_type", res.EventType),
-		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))
+	log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
+		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))...)
+}
+
+// rejectLogEvery is how often a rejection of one source for one reason is
+// logged at most; the lines held back are counted in the next one
+// (suppressed) and every rejection in inlet_ingress_rejected_total.
+const rejectLogEvery = time.Second
+
+// logRejected writes a "webhook rejected" line unless one for source and
+// reason was written less than rejectLogEvery ago.
+func (s *Server) logRejected(log *slog.Logger, source, reason string, attrs ...any) {
+	ok, suppressed := s.rejectLog.allow(source+"\x00"+reason, time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	log.Info("webhook rejected", attrs...)
 }
 
 // storeFailed answers a webhook whose Store.Insert failed, after what the
@@ -407,7 +431,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 		// did): the same request would be refused again.
 		span.SetStatus(codes.Error, "event cannot be stored")
 		reject(http.StatusBadRequest, "event_unstorable")
-		log.Warn("webhook cannot be stored", slog.String("event_type", eventType), slog.String("error", err.Error()))
+		log.Warn("webhook cannot be stored", append(logAttrs("event_type", eventType), errorAttr(err))...)
 		return
 	}
 	// Not acknowledged, so the provider retries.
@@ -421,8 +445,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 		s.metrics.outcomeUnknown.WithLabelValues(source).Inc()
 		span.SetStatus(codes.Error, "outcome unknown")
 		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "outcome_unknown"})
-		log.Error("webhook outcome unknown; the provider's retry will be deduplicated", slog.String("event_type", eventType),
-			slog.String("error", err.Error()))
+		log.Error("webhook outcome unknown; the provider's retry will be deduplicated", append(logAttrs("event_type", eventType), errorAttr(err))...)
 		return
 	}
 	// Known not committed: never sent, or refused by the server (which
@@ -433,8 +456,8 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 	}
 	span.SetStatus(codes.Error, "not stored")
 	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: reason})
-	log.Error("webhook not stored", slog.String("event_type", eventType),
-		slog.Bool("database_unavailable", database.IsUnavailable(err)), slog.String("error", err.Error()))
+	log.Error("webhook not stored", append(logAttrs("event_type", eventType),
+		slog.Bool("database_unavailable", database.IsUnavailable(err)), errorAttr(err))...)
 }
 
 // readBody reads the whole body, at most limit bytes: into a buffer of

@@ -69,19 +69,19 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %q: %w: %w", e.Provider, e.ExternalID, ErrUnstorable, err)
+		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
 	}
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %q: %w: %w", e.Provider, e.ExternalID, errNotWritten, err)
+		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), errNotWritten, err)
 	}
 	defer conn.Release()
 	tag, err := conn.Exec(ctx, insertEventSQL,
 		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %q: %w", e.Provider, e.ExternalID, unstorable(err))
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), unstorable(err))
 	}
 	stored := tag.RowsAffected() == 1
 	if stored && s.hinter != nil {
