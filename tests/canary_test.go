@@ -3,9 +3,11 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -95,7 +97,10 @@ func TestCanariesNeverLeavePostgres(t *testing.T) {
 	ctx := context.Background()
 	natsSrv := natstest.Start(t)
 	tap := tapNATS(t, natsSrv.URL())
-	dbURL, cpDB := pgtest.NewDatabase(t), pgtest.NewEmptyDatabase(t)
+	// The database URLs carry passwords (the test cluster trusts every
+	// login, so any password connects): no log may print them.
+	const dbPassword, cpPassword = "canary-db-password", "canary-cp-db-password"
+	dbURL, cpDB := withPassword(t, pgtest.NewDatabase(t), dbPassword), withPassword(t, pgtest.NewEmptyDatabase(t), cpPassword)
 	col, colURL := newCollector(t)
 	var c canaries
 
@@ -314,9 +319,10 @@ log:
 	wire, nMsgs := tap.String()
 	hits = append(hits, c.find("NATS", wire)...)
 
-	// Secrets are canaries too: the signing and forwarding secrets.
-	secrets := canaries{list: []string{ghSecret, "canary-forward-secret"}}
-	for _, p := range procs {
+	// Secrets are canaries too: the signing and forwarding secrets and the
+	// database passwords.
+	secrets := canaries{list: []string{ghSecret, "canary-forward-secret", dbPassword, cpPassword}}
+	for _, p := range append(procs, cp) {
 		hits = append(hits, secrets.find(p.cmd.Args[1]+" logs", p.out()+p.errOut())...)
 	}
 	hits = append(hits, secrets.find("NATS", wire)...)
@@ -339,5 +345,159 @@ log:
 	}
 	if nMsgs < handled+failing || nSpans == 0 {
 		t.Fatalf("the tap saw %d NATS messages and %d spans: not the traffic it should have", nMsgs, nSpans)
+	}
+}
+
+// withPassword is the database URL u with the login's password set to pw.
+func withPassword(t *testing.T, u, pw string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		t.Fatalf("database URL %q: %v", u, err)
+	}
+	p.User = url.UserPassword(p.User.Username(), pw)
+	return p.String()
+}
+
+// Every command, run with canary secrets in its environment — a database
+// URL with a password, the sources' signing secrets, the admin token,
+// provider API keys — and made to fail where a failure could echo one
+// (unreachable or unparseable database URLs, an unreachable ingress):
+// none may be printed or logged. inlet dev on the embedded defaults with
+// the operator's own GitHub secret prints no ready signed request (GitHub
+// signs no timestamp, so it would be valid forever) and no password.
+// (ingress, streamer, consumer and control-plane run in
+// TestCanariesNeverLeavePostgres, with passwords in their database URLs.)
+func TestNoCommandPrintsASecret(t *testing.T) {
+	t.Parallel()
+	var c canaries
+	password := c.next("password")
+	ghSecret, stripeSecret := c.next("githubsecret"), "whsec_"+c.next("stripesecret")
+	acmeKey := c.next("acmekey")
+	acmeSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte(acmeKey))
+	c.list = append(c.list, stripeSecret, acmeSecret, base64.StdEncoding.EncodeToString([]byte(acmeKey)))
+	adminToken, apiKey, relaySecret := c.next("admintoken"), "sk_test_"+c.next("apikey"), c.next("relaysecret")
+	// The signed curl the walkthrough used to print for one's own secret.
+	leaked := verify.SignGitHub(ghSecret, "00000000-0000-0000-0000-000000000001", "ping", []byte(`{"zen":"Keep it logically awesome."}`))
+	c.list = append(c.list, strings.TrimPrefix(leaked.Get("X-Hub-Signature-256"), "sha256="))
+
+	dbURL := withPassword(t, pgtest.NewEmptyDatabase(t), password)
+	addr, metricsAddr, adminAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	env := cleanEnv("DATABASE_URL="+dbURL, "GITHUB_WEBHOOK_SECRET="+ghSecret, "STRIPE_WEBHOOK_SECRET="+stripeSecret,
+		"ACME_WEBHOOK_SECRET="+acmeSecret, "INLET_ADMIN_TOKEN="+adminToken, "STRIPE_API_KEY="+apiKey, "GITHUB_TOKEN="+c.next("githubtoken"),
+		"RELAY_SECRET="+relaySecret, "INLET_METRICS_LISTEN="+metricsAddr, "INLET_ADMIN_LISTEN="+adminAddr)
+	var hits []string
+	ran := 0
+	check := func(what, out string) {
+		t.Helper()
+		ran++
+		hits = append(hits, c.find(what, out)...)
+	}
+	// run runs a command to its end; wantOK: whether it should succeed.
+	run := func(wantOK bool, args ...string) string {
+		t.Helper()
+		out, errOut, code := runInlet(t, env, args...)
+		if (code == 0) != wantOK {
+			t.Errorf("inlet %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		check("inlet "+strings.Join(args, " "), out+errOut)
+		return out
+	}
+
+	run(true, "migrate")
+	dev := start(t, env, "dev", "--listen", addr)
+	dev.waitOutput("Ctrl-C stops.", 2*time.Minute)
+	base := "http://" + addr
+	for _, src := range []string{"github", "stripe", "acme"} {
+		if out := run(true, "send", src, "--url", base); !strings.Contains(out, `"stored"`) {
+			t.Fatalf("send %s with the canary secret: %s", src, out)
+		}
+	}
+	run(true, "events", "list")
+	run(true, "events", "list", "--json")
+	run(true, "events", "show", "1")
+	run(true, "events", "verify", "--since", "1h")
+	run(true, "dlq", "list")
+	run(true, "replay", "--handler", "log", "--since", "1h", "--dry-run")
+	run(true, "subscriptions", "list")
+	run(true, "audit", "seal", "--grace", "1ms")
+	run(true, "audit", "verify")
+	run(true, "retention", "--dry-run")
+
+	// Backfill from a Stripe API that knows the key.
+	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+apiKey {
+			http.Error(w, `{"error":{"message":"Invalid API Key provided"}}`, http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(`{"object":"list","data":[],"has_more":false}`))
+	}))
+	defer stripeAPI.Close()
+	run(true, "backfill", "stripe", "--base-url", stripeAPI.URL)
+	run(false, "backfill", "stripe", "--base-url", stripeAPI.URL, "--api-key", "sk_test_"+c.next("wrongkey"), "--restart")
+
+	// The relay: refusing a target URL with a password, then relaying.
+	relayAddr := freeAddr(t)
+	relayYAML := `
+relay:
+  listen: %q
+  target: "http://%s"
+  allow_insecure_target: true
+  secrets: ["${RELAY_SECRET}"]
+sources:
+  - {name: github, type: github, secrets: ["${GITHUB_WEBHOOK_SECRET}"]}
+`
+	run(false, "relay", "--config", writeFile(t, t.TempDir(), "relay.yaml", fmt.Sprintf(relayYAML, relayAddr, "relay:"+password+"@"+addr)))
+	relayCfg := writeFile(t, t.TempDir(), "relay.yaml", fmt.Sprintf(relayYAML, relayAddr, addr))
+	relay := start(t, env, "relay", "--config", relayCfg)
+	relay.waitLog("relay listening", 30*time.Second)
+	if out := run(true, "send", "github", "--url", "http://"+relayAddr); !strings.Contains(out, `"stored"`) {
+		t.Errorf("send through the relay: %s", out)
+	}
+	if err := relay.stop(); err != nil {
+		t.Errorf("relay: %v", err)
+	}
+	check("inlet relay", relay.out()+relay.errOut())
+
+	if err := dev.stop(); err != nil {
+		t.Errorf("inlet dev: %v", err)
+	}
+	walk := dev.out()
+	check("inlet dev", walk+dev.errOut())
+	for _, want := range []string{"inlet send github", "No ready curl for github", `psql "$DATABASE_URL"`} {
+		if !strings.Contains(walk, want) {
+			t.Errorf("inlet dev's walkthrough lacks %q:\n%s", want, walk)
+		}
+	}
+	if strings.Contains(walk, "X-Hub-Signature-256") || strings.Contains(walk, "token:") {
+		t.Errorf("inlet dev prints a signed request or the admin token:\n%s", walk)
+	}
+
+	// Failures that could echo a URL or a secret.
+	unreachable := "postgres://postgres:" + password + "@127.0.0.1:1/inlet?connect_timeout=2"
+	for _, bad := range []string{
+		unreachable,
+		"postgres://postgres:" + password + "@127.0.0.1:notaport/inlet",
+		"host=127.0.0.1 port=1 user=postgres password=" + password + " dbname=inlet connect_timeout=2",
+	} {
+		run(false, "migrate", "--database-url", bad)
+		run(false, "retention", "--database-url", bad)
+	}
+	env = cleanEnv("DATABASE_URL="+unreachable, "GITHUB_WEBHOOK_SECRET="+ghSecret, "INLET_ADMIN_TOKEN="+adminToken)
+	run(false, "events", "list")
+	run(false, "dlq", "list")
+	run(false, "audit", "verify")
+	run(false, "send", "github", "--url", "http://hook:"+password+"@127.0.0.1:1")
+	failing := start(t, env, "dev", "--listen", freeAddr(t), "--data-dir", t.TempDir())
+	select {
+	case <-failing.done:
+	case <-time.After(time.Minute):
+		t.Fatal("inlet dev on an unreachable database did not exit")
+	}
+	check("inlet dev (unreachable database)", failing.out()+failing.errOut())
+
+	t.Logf("searched the output of %d runs for %d canaries", ran, len(c.list))
+	if len(hits) > 0 {
+		t.Fatalf("secrets printed:\n%s", strings.Join(hits, "\n"))
 	}
 }
