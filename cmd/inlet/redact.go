@@ -10,10 +10,12 @@ import (
 const redactMark = "xxxxx"
 
 // redactURL is s, a URL or a PostgreSQL key=value connection string, fit to
-// print or log: the password of its user info (url.URL.Redacted) and the
-// value of any parameter named for a password, secret, token or key become "xxxxx". A URL
-// that does not parse keeps only its scheme and what follows the last '@'.
-// Every URL a command prints or logs goes through it.
+// print or log: the password of its user info (url.URL.Redacted), a user
+// name standing alone outside postgres:// URLs (a token, in http:// and
+// nats://), and the value of any parameter named for a password, secret,
+// token or key become "xxxxx". A URL that does not parse keeps only its
+// scheme and what follows the last '@'. Every URL a command prints or logs
+// goes through it.
 func redactURL(s string) string {
 	if !strings.Contains(s, "://") {
 		return secretParam.ReplaceAllString(s, "${1}"+redactMark) // host=… password=…
@@ -34,6 +36,9 @@ func redactURL(s string) string {
 			}
 		}
 		u.RawQuery = strings.Join(parts, "&")
+	}
+	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword && u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		u.User = url.User(redactMark) // a user name alone is a token in http:// and nats:// URLs
 	}
 	return u.Redacted()
 }

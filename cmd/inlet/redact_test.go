@@ -19,6 +19,8 @@ func TestRedactURL(t *testing.T) {
 		{"https://hooks.example/alert?token=s3cret&x=1", "https://hooks.example/alert?token=xxxxx&x=1"},
 		{"http://localhost:8080/webhooks/github", "http://localhost:8080/webhooks/github"},
 		{"nats://u:s3cret@nats:4222", "nats://u:xxxxx@nats:4222"},
+		{"nats://s3cret@nats:4222", "nats://xxxxx@nats:4222"},
+		{"https://s3cret@hooks.example/x", "https://xxxxx@hooks.example/x"},
 	} {
 		got := redactURL(c.in)
 		if got != c.want {
