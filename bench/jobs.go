@@ -26,10 +26,14 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
-var jobsCount = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
+var (
+	jobsCount = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
+	jobsRLS   = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
+)
 
 // What each side runs with. The total handler concurrency is the same for
 // every configuration, so one River figure compares with each: one Inlet
@@ -69,7 +73,11 @@ type JobsRun struct {
 	Bus string `json:"bus,omitempty"`
 	// Replicas is how many consumers.Service instances (each with its own
 	// pool and, over NATS, its own connection) share the handler.
-	Replicas    int     `json:"replicas,omitempty"`
+	Replicas int `json:"replicas,omitempty"`
+	// Role is the consumers' database role, for Inlet: webhook_worker (every
+	// handler), or "consumer role" (webhook_consumer_…, held to its handler
+	// by row-level security; -jobs-rls).
+	Role        string  `json:"role,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Jobs        int     `json:"jobs"`
 	LoadSeconds float64 `json:"load_seconds"`
@@ -77,6 +85,9 @@ type JobsRun struct {
 	PerSecond   float64 `json:"per_second"`
 	// VsRiver is PerSecond / the mean of River's two runs.
 	VsRiver float64 `json:"vs_river,omitempty"`
+	// VsWorker is PerSecond / that of the same configuration as
+	// webhook_worker, for a run as a consumer role (-jobs-rls).
+	VsWorker float64 `json:"vs_worker,omitempty"`
 	// When is River's: "first" (before Inlet's runs) or "last" (after).
 	When string `json:"when,omitempty"`
 	// Statements per kind of write, for Inlet: claims (streamer), takes
@@ -114,13 +125,30 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 	}
 	first.When = "first"
 	var runs []JobsRun
+	roles := []bool{false}
+	if *jobsRLS {
+		roles = []bool{false, true}
+	}
 	for _, kind := range []string{"gochannel", "nats"} {
 		for _, replicas := range []int{1, 4} {
-			r, err := inletJobs(ctx, b, kind, nc.url, replicas, n)
-			if err != nil {
-				return nil, fmt.Errorf("inlet over %s, %d replicas: %w", kind, replicas, err)
+			var worker float64
+			var rls []JobsRun
+			for _, asConsumerRole := range roles {
+				r, err := inletJobs(ctx, b, kind, nc.url, replicas, n, asConsumerRole)
+				if err != nil {
+					return nil, fmt.Errorf("inlet over %s, %d replicas (%s): %w", kind, replicas, r.Role, err)
+				}
+				if asConsumerRole {
+					rls = append(rls, r)
+				} else {
+					worker = r.PerSecond
+					runs = append(runs, r)
+				}
 			}
-			runs = append(runs, r)
+			for _, r := range rls {
+				r.VsWorker = r.PerSecond / worker
+				runs = append(runs, r)
+			}
 		}
 	}
 	last, err := riverJobs(ctx, b, n)
@@ -138,15 +166,18 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 	fmt.Printf("\n%d jobs each, no-op handler, loaded before the clock starts; total handler concurrency %d (River MaxWorkers %d); streamer batch %d:\n\n",
 		n, jobsConcurrency, jobsConcurrency, jobsStreamerBatch)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SYSTEM\tBUS\tREPLICAS\tCONCURRENCY\tLOAD S\tRUN S\tJOBS/S\t/ RIVER (MEAN)")
+	fmt.Fprintln(tw, "SYSTEM\tBUS\tREPLICAS\tROLE\tCONCURRENCY\tLOAD S\tRUN S\tJOBS/S\t/ RIVER (MEAN)\t/ WORKER ROLE")
 	for _, r := range runs {
-		busName, replicas := "-", "-"
+		busName, replicas, role, vsWorker := "-", "-", "-", "-"
 		if r.System == "inlet" {
-			busName, replicas = r.Bus, strconv.Itoa(r.Replicas)
+			busName, replicas, role = r.Bus, strconv.Itoa(r.Replicas), r.Role
 		} else {
 			replicas = "(" + r.When + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\n", r.System, busName, replicas, r.Concurrency, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver)
+		if r.VsWorker > 0 {
+			vsWorker = fmt.Sprintf("%.2f×", r.VsWorker)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\t%s\n", r.System, busName, replicas, role, r.Concurrency, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver, vsWorker)
 	}
 	tw.Flush()
 	fmt.Println("\nWith 4 replicas both buses split the references among them: the in-process bus hands each to one subscriber of its topic, NATS to one member of the queue group, as separate processes would get them.")
@@ -155,9 +186,14 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 
 // inletJobs loads n events that fan out to one job each for a fresh no-op
 // handler, then starts that many consumer replicas and a streamer and times
-// them until every job is completed.
-func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int) (run JobsRun, err error) {
-	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Concurrency: jobsConcurrency, Jobs: n}
+// them until every job is completed. The consumers run as webhook_worker,
+// or, asConsumerRole, as a consumer role made for the handler (as inlet
+// roles create-consumer does), under row-level security.
+func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int, asConsumerRole bool) (run JobsRun, err error) {
+	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Role: config.DefaultWorkerRole, Concurrency: jobsConcurrency, Jobs: n}
+	if asConsumerRole {
+		run.Role = "consumer role"
+	}
 	// Deferred first, so it runs last: after every service has stopped and
 	// every pool is closed.
 	var m *meter
@@ -171,6 +207,18 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	// Only this measurement's handler gets jobs.
 	if _, err := owner.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET enabled = false`); err != nil {
 		return run, err
+	}
+	role := config.DefaultWorkerRole
+	if asConsumerRole {
+		role = fmt.Sprintf("webhook_consumer_bench_%d", time.Now().UnixNano())
+		if _, err := owner.Exec(ctx, schema.Query("CreateConsumerRole"), role, []string{name}); err != nil {
+			return run, fmt.Errorf("create consumer role: %w", err)
+		}
+		defer func() {
+			if _, derr := owner.Exec(context.Background(), schema.Query("DropConsumerRole"), role); derr != nil && err == nil {
+				err = fmt.Errorf("drop consumer role %s: %w", role, derr)
+			}
+		}()
 	}
 
 	// Everything the clock should not see is opened first: pools,
@@ -201,7 +249,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		Func: func(context.Context, *consumers.Event) error { return nil }}
 	var services []*consumers.Service
 	for i := range replicas {
-		pool, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultWorkerRole, MaxConns: jobsConsumerConns,
+		pool, err := database.Open(ctx, b.url, database.Options{Role: role, MaxConns: jobsConsumerConns,
 			AppName: "inlet-bench-consumer-" + strconv.Itoa(i)})
 		if err != nil {
 			return run, err
@@ -282,8 +330,8 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		}
 		return strconv.FormatFloat(float64(n)/float64(k), 'f', 1, 64)
 	}
-	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d: %d jobs in %.2fs, %.0f/s; jobs per statement: claim %s, take %s, complete %s\n",
-		kind, replicas, handler.Concurrency, n, run.Seconds, run.PerSecond, per(run.Claims), per(run.Takes), per(run.Completions))
+	fmt.Printf("inlet over %s, %d replica(s) × concurrency %d as %s: %d jobs in %.2fs, %.0f/s; jobs per statement: claim %s, take %s, complete %s\n",
+		kind, replicas, handler.Concurrency, run.Role, n, run.Seconds, run.PerSecond, per(run.Claims), per(run.Takes), per(run.Completions))
 	return run, nil
 }
 

@@ -35,7 +35,10 @@
 // clock starts (-jobs, default 20,000), with 1 and 4 consumer replicas over
 // the in-process bus and over NATS JetStream. Baseline: River (the library;
 // its CLI is not installable here) working the same number of jobs on the
-// same cluster, as river bench -n does. Printed: Inlet / River.
+// same cluster, as river bench -n does. Printed: Inlet / River. With
+// -jobs-rls each Inlet configuration runs twice: its consumers as
+// webhook_worker and as a per-consumer role (inlet roles create-consumer),
+// which row-level security holds to its handler. Printed: / worker role.
 //
 // Memory: the peak resident set of inlet ingress, streamer and consumer, each
 // its own process over NATS, while 256 connections post 1 MiB Stripe-signed

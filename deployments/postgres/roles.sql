@@ -51,5 +51,12 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_cons
 -- ALTER ROLE inlet_streamer REPLICATION;
 -- CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true);
 
+-- Several teams' consumers: give each team a consumer role of its own, which
+-- row-level security holds to its handlers' jobs, subscriptions and event
+-- bodies (README, "A database role per consumer"), and take webhook_worker,
+-- which runs every handler, away from its login role:
+--   inlet roles create-consumer payments --handlers billing,refunds --member payments_login
+-- then consumer.db_role: webhook_consumer_payments in that team's config.
+
 -- An auditor (reads everything in webhook_ingress, writes nothing):
 -- CREATE ROLE alice LOGIN PASSWORD '…' IN ROLE webhook_auditor;
