@@ -20,9 +20,9 @@ func runIngress(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "ingress", "", `
 Run the webhook receiver: POST /webhooks/{source} for every source in the
 config file, plus GET /healthz and GET /readyz (and the same with GET /metrics
-on ingress.metrics_listen, default :8083). Each webhook is verified and
-committed to Postgres before the 2xx. SIGTERM stops accepting, drains in-flight
-requests for --drain-timeout, then exits.
+on ingress.metrics_listen, default 127.0.0.1:8083: this machine only). Each
+webhook is verified and committed to Postgres before the 2xx. SIGTERM stops
+accepting, drains in-flight requests for --drain-timeout, then exits.
 
 With admin.listen set it also serves the admin HTTP API (events, dead letters,
 replay; bearer admin.token) on that listener, as admin.db_role.`)

@@ -38,7 +38,8 @@ Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
 lease due jobs in batches, and publish a reference per job to its handler's
 topic on the bus (bus.kind: nats). Any number of streamers may run at once.
 Watches every source for silence (heartbeat). Serves GET /healthz, /readyz
-and /metrics on streamer.health_listen. SIGTERM finishes
+and /metrics on streamer.health_listen (default 127.0.0.1:8081: this machine
+only). SIGTERM finishes
 the claim round in progress and exits; jobs it leased stay leased until their
 consumers report or the lease expires.`)
 	cfgPath := configFlag(fs)
@@ -104,7 +105,8 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 Run the ready consumers of consumer.handlers (log, http-forward): register
 their subscriptions, take their jobs from the bus (bus.kind: nats), and record
 each outcome on its job. Replicas of the same handlers share the work.
-Serves GET /healthz, /readyz and /metrics on consumer.health_listen. SIGTERM stops
+Serves GET /healthz, /readyz and /metrics on consumer.health_listen (default
+127.0.0.1:8082: this machine only). SIGTERM stops
 taking jobs and waits up to --drain-timeout for running attempts.
 
 Your own consumers: build a binary with the consumers package (see
