@@ -423,6 +423,8 @@ func TestNoCommandPrintsASecret(t *testing.T) {
 	run(true, "audit", "seal", "--grace", "1ms")
 	run(true, "audit", "verify")
 	run(true, "retention", "--dry-run")
+	run(true, "roles", "create-consumer", "billing", "--handlers", "log")
+	run(true, "roles", "list")
 
 	// Backfill from a Stripe API that knows the key.
 	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -482,6 +484,7 @@ sources:
 	} {
 		run(false, "migrate", "--database-url", bad)
 		run(false, "retention", "--database-url", bad)
+		run(false, "roles", "list", "--database-url", bad)
 	}
 	env = cleanEnv("DATABASE_URL="+unreachable, "GITHUB_WEBHOOK_SECRET="+ghSecret, "INLET_ADMIN_TOKEN="+adminToken)
 	run(false, "events", "list")
