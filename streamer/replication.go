@@ -106,7 +106,10 @@ type Replication struct {
 	mu         sync.Mutex
 	connected  bool
 	reconnects int
-	confirmed  atomic.Uint64
+	// streamed is set once a stream opened: a slot created after that
+	// replaces one that vanished.
+	streamed  bool
+	confirmed atomic.Uint64
 }
 
 func newReplication(cfg Config, wake, nudge func()) *Replication {
@@ -268,6 +271,18 @@ func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
+		r.mu.Lock()
+		streamed := r.streamed
+		r.mu.Unlock()
+		if streamed {
+			// It streamed from this slot before, so the slot vanished: a
+			// standby promoted to primary (slots are not replicated) or
+			// a drop. The new slot starts now; the claim after reconnecting
+			// finds what was committed meanwhile, and polling covered the gap.
+			r.logger.Warn("replication slot was missing on this server (a promoted standby, or dropped): created afresh; polling covered the gap and a claim now finds what was committed meanwhile",
+				slog.String("slot", r.slot), slog.String("drop_with", "SELECT pg_drop_replication_slot('"+r.slot+"')"))
+			return nil
+		}
 		r.logger.Info("replication slot created; drop it if this streamer is retired, or it retains WAL",
 			slog.String("slot", r.slot), slog.String("drop_with", "SELECT pg_drop_replication_slot('"+r.slot+"')"))
 		return nil
@@ -284,6 +299,7 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 	defer closeConn(conn)
 	r.mu.Lock()
 	r.connected = true
+	r.streamed = true
 	if !first {
 		r.reconnects++
 	}

@@ -110,7 +110,10 @@ func serverUser(ctx context.Context) (int, int, error) {
 }
 
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(c.binDir, name)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = c.cfg.Dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

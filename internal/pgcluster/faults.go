@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -60,7 +61,15 @@ func (c *Cluster) NewStandby(ctx context.Context, dir string, settings map[strin
 			return nil, fmt.Errorf("give standby directory %s to the postgres user: %w", d, err)
 		}
 	}
-	cmd := s.command(ctx, "pg_basebackup", "--pgdata", s.dataDir(), "--host", "127.0.0.1",
+	// pg_basebackup is a client tool: a server-only directory (the
+	// machine's postgres and initdb on PATH) may lack it.
+	tool := filepath.Join(c.binDir, "pg_basebackup")
+	if _, err := os.Stat(tool); err != nil {
+		if tool, err = exec.LookPath("pg_basebackup"); err != nil {
+			return nil, fmt.Errorf("pg_basebackup is neither in %s nor on PATH: %w", c.binDir, err)
+		}
+	}
+	cmd := s.command(ctx, tool, "--pgdata", s.dataDir(), "--host", "127.0.0.1",
 		"--port", strconv.Itoa(c.Port()), "--username", "postgres", "--wal-method", "stream",
 		"--write-recovery-conf", "--checkpoint", "fast", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
