@@ -96,6 +96,9 @@ type chaosReport struct {
 	sent, acked, httpAttempts, stored, ackedMissing                       int
 	jobs, delivered, duplicates, stuck, deadLetters, killed, badSignature int
 	faults                                                                []string
+	// answers counts the ingress's non-200 answers by status ("error": no
+	// answer at all).
+	answers map[string]int
 }
 
 func (r chaosReport) table() string {
@@ -105,6 +108,7 @@ func (r chaosReport) table() string {
 		"sent", "acked", "tries", "stored", "acked-but-missing", "delivered", "duplicates", "stuck", "dead-letters", "killed")
 	fmt.Fprintf(&b, "  %-10d %-7d %-7d %-7d %-19d %-9d %-10d %-5d %-12d %-7d\n",
 		r.sent, r.acked, r.httpAttempts, r.stored, r.ackedMissing, r.delivered, r.duplicates, r.stuck, r.deadLetters, r.killed)
+	fmt.Fprintf(&b, "  answers other than 200 (retried by the sender): %v\n", r.answers)
 	return b.String()
 }
 
@@ -425,6 +429,13 @@ log:
 	total := run.total
 	var sent, acked, attempts atomic.Int64
 	ackedIDs := make([]atomic.Bool, total)
+	var answersMu sync.Mutex
+	answers := map[string]int{}
+	answered := func(what string) {
+		answersMu.Lock()
+		answers[what]++
+		answersMu.Unlock()
+	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	next := atomic.Int64{}
 	var pace <-chan time.Time
@@ -461,13 +472,16 @@ log:
 						req.Header[k] = v
 					}
 					resp, err := client.Do(req)
-					if err == nil {
+					if err != nil {
+						answered("error")
+					} else {
 						resp.Body.Close()
 						if resp.StatusCode == http.StatusOK {
 							ackedIDs[i].Store(true)
 							acked.Add(1)
 							break
 						}
+						answered(strconv.Itoa(resp.StatusCode))
 					}
 					time.Sleep(50 * time.Millisecond)
 				}
@@ -570,6 +584,9 @@ log:
 	}
 	target.mu.Unlock()
 	rep.sent, rep.acked, rep.httpAttempts = int(sent.Load()), int(acked.Load()), int(attempts.Load())
+	answersMu.Lock()
+	rep.answers = answers
+	answersMu.Unlock()
 	rep.stored, rep.jobs, rep.stuck, rep.deadLetters, rep.killed = events, jobs, jobs-completed-dead, dead, int(kills.Load())
 	t.Log(rep.table())
 	for _, want := range run.expectLogs {
@@ -581,6 +598,13 @@ log:
 		}
 		if !found {
 			t.Errorf("no service logged %q: the run did not take the path it proves", want)
+		}
+	}
+	for status, n := range rep.answers {
+		if status != "error" && status[0] == '4' {
+			// A provider drops a webhook answered 4xx: a fault of ours must
+			// never look permanent.
+			t.Errorf("%d valid webhooks answered %s during faults", n, status)
 		}
 	}
 	switch {
