@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"sync"
@@ -289,19 +290,30 @@ func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.AlertURL, bytes.NewReader(body))
 	if err != nil {
-		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", err.Error()))
+		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", alertError(err)))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.cfg.HTTPClient.Do(req)
 	if err != nil {
-		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", err.Error()))
+		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source),
+			slog.String("alert_host", req.URL.Host), slog.String("error", alertError(err)))
 		return
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		h.cfg.Logger.Warn("heartbeat alert refused", slog.String("source", st.Source), slog.Int("status", resp.StatusCode))
 	}
+}
+
+// alertError is err without the alert URL: a chat webhook URL carries its
+// secret in the path or query, and *url.Error repeats it whole.
+func alertError(err error) string {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Op + " (alert URL withheld): " + alertError(uerr.Err)
+	}
+	return err.Error()
 }
 
 func (h *Heartbeats) sources(ctx context.Context) ([]string, error) {

@@ -236,3 +236,38 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, source string) flo
 	t.Fatalf("no %s{source=%q}", name, source)
 	return 0
 }
+
+// An alert that cannot be posted is logged without its URL: a chat webhook
+// URL carries its secret in the path.
+func TestHeartbeatAlertErrorHidesTheURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, streamer := pools(t)
+	// A server that is gone: the POST fails with a *url.Error naming the URL.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	const secret = "T000/B000/canary-alert-secret"
+	alertURL := gone.URL + "/services/" + secret + "?token=canary-alert-token"
+	gone.Close()
+	var logs strings.Builder
+	var logMu sync.Mutex
+	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+		DB: streamer, AlertURL: alertURL, Metrics: prometheus.NewRegistry(),
+		MaxSilence: map[string]time.Duration{"github": time.Minute},
+		Logger:     newLogger(&logs, &logMu),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	out := logs.String()
+	if !strings.Contains(out, "heartbeat alert not sent") {
+		t.Fatalf("no failed alert logged:\n%s", out)
+	}
+	if strings.Contains(out, "canary-alert") {
+		t.Fatalf("the alert URL's secret is in the log:\n%s", out)
+	}
+}
