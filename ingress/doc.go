@@ -7,10 +7,15 @@
 // Answers: 200 stored or duplicate, 401 bad/missing/stale signature (nothing
 // stored, body never echoed), 400 verified but unreadable event or a key field
 // over its limit (MaxExternalIDBytes, MaxEventTypeBytes), 404 unknown source,
-// 405 wrong method, 413 body over the limit, 431 headers over MaxHeaderCount or
-// MaxHeaderBytes, 503 + Retry-After when the database did not take the write
-// or its outcome is unknown (sent, but no answer came within the store
-// timeout: the transaction may still commit, and the provider's retry is then
-// answered duplicate), so the provider retries. A fault the same request would
-// meet again is 4xx and stores nothing; only one that may pass is 5xx.
+// 405 wrong method, 408 body too slow (its head not within 2 s, the rest not
+// within the read timeout), 413 body over the limit, 431 headers over
+// MaxHeaderCount or MaxHeaderBytes, 503 + Retry-After when the database did not
+// take the write or its outcome is unknown (sent, but no answer came within the
+// store timeout: the transaction may still commit, and the provider's retry is
+// then answered duplicate), so the provider retries. A fault the same request
+// would meet again is 4xx and stores nothing; only one that may pass is 5xx.
+//
+// Bodies are held within ingress.max_inflight_bytes: room for a body's head
+// first, for its rest once the head has arrived (see budget), so slow senders
+// hold little of it and the rest waits unread while it is spent.
 package ingress

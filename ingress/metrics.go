@@ -14,7 +14,7 @@ import (
 const unknownSource = "_unknown"
 
 // Reasons a request is rejected before verification (verify.Reasons are the rest).
-var requestReasons = append([]string{"unknown_source", "body_too_large", "body_unreadable", "event_unstorable"}, limitReasons...)
+var requestReasons = append([]string{"unknown_source", "body_too_large", "body_unreadable", "body_read_timeout", "event_unstorable"}, limitReasons...)
 
 type ingressMetrics struct {
 	received    *prometheus.CounterVec

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -119,7 +118,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes),
+	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes),
 		rejectLog: newLogLimiter(rejectLogEvery)}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
@@ -286,21 +285,16 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
-	// Room for the body before any of it is read (its Content-Length, or
-	// the most it may be): past ingress.max_inflight_bytes the request waits
-	// unread, so TCP holds the sender back, for at most the store timeout.
-	want := r.ContentLength
-	if want < 0 {
-		want = limit
-	}
-	wctx, cancelWait := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	held, waited, err := s.inflight.acquire(wctx, want)
-	cancelWait()
-	if err != nil {
-		if r.Context().Err() != nil {
-			return // the sender left while waiting
-		}
-		// Nothing read, nothing acknowledged: the provider retries.
+	// Room for the body before any of it is read: past
+	// ingress.max_inflight_bytes the request waits unread, so TCP holds the
+	// sender back, for at most the store timeout.
+	body, held, fault := s.readBody(ctx, w, r, limit)
+	defer func() { s.inflight.release(held) }()
+	switch fault {
+	case readGone:
+		return // the sender left while waiting
+	case readOverloaded:
+		// Not all read, nothing acknowledged: the provider retries.
 		s.metrics.overloaded.WithLabelValues(name).Inc()
 		span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
 		w.Header().Set("Retry-After", "5")
@@ -309,30 +303,25 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
 			slog.Int64("content_length", r.ContentLength))
 		return
-	}
-	defer func() { s.inflight.release(held) }()
-	if waited && s.cfg.ReadTimeout > 0 {
-		// The wait was ingress's, not the sender's: its read time starts now.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
-	}
-	body, err := readBody(w, r, limit)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			reject(http.StatusRequestEntityTooLarge, "body_too_large")
-			return
-		}
+	case readTooLarge:
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return
+	case readTimeout:
+		// Too slow a sender loses its room, not the others.
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestTimeout, "body_read_timeout")
+		return
+	case readBroken:
+		w.Header().Set("Connection", "close")
 		reject(http.StatusBadRequest, "body_unreadable")
 		return
-	}
-	if size := int64(cap(body)); size < held {
-		s.inflight.release(held - size) // a body of unknown length is read: keep what it takes
-		held = size
 	}
 
 	header := r.Header
 	if src.relay != nil {
 		// Only the relay may deliver: its signature first, then the provider's.
+		var err error
 		if header, err = src.relay.check(name, r, body, s.cfg.Now()); err != nil {
 			reject(http.StatusUnauthorized, relayReason(err))
 			return
@@ -458,21 +447,6 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: reason})
 	log.Error("webhook not stored", append(logAttrs("event_type", eventType),
 		slog.Bool("database_unavailable", database.IsUnavailable(err)), errorAttr(err))...)
-}
-
-// readBody reads the whole body, at most limit bytes: into a buffer of
-// exactly its Content-Length when the sender gave one (nothing grown, nothing
-// wasted), else growing as it comes.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	if r.ContentLength < 0 {
-		return io.ReadAll(rd)
-	}
-	body := make([]byte, r.ContentLength)
-	if _, err := io.ReadFull(rd, body); err != nil {
-		return nil, err
-	}
-	return body, nil
 }
 
 // requestURL reconstructs the URL the sender used, for schemes that sign it.
