@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -31,8 +32,9 @@ import (
 )
 
 var (
-	jobsCount = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
-	jobsRLS   = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
+	jobsCount   = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
+	jobsConfigs = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
+	jobsRLS     = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
 
 // What each side runs with. The total handler concurrency is the same for
@@ -129,8 +131,15 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 	if *jobsRLS {
 		roles = []bool{false, true}
 	}
+	configs := map[string]bool{}
+	for c := range strings.SplitSeq(*jobsConfigs, ",") {
+		configs[strings.TrimSpace(c)] = true
+	}
 	for _, kind := range []string{"gochannel", "nats"} {
 		for _, replicas := range []int{1, 4} {
+			if !configs[kind+"/"+strconv.Itoa(replicas)] {
+				continue
+			}
 			var worker float64
 			var rls []JobsRun
 			for _, asConsumerRole := range roles {
