@@ -114,7 +114,7 @@ var tracer = tracing.Tracer("consumers")
 func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) string {
 	ctx := s.workCtx
 	outcome, err := s.record(h, ref, l, herr, class)
-	took := time.Since(l.started)
+	took := time.Since(l.read) // this process's monotonic clock: never the skew between hosts
 	counted := outcome
 	switch {
 	case err != nil:
@@ -148,6 +148,9 @@ type lease struct {
 	// started is when this consumer read it, on the database's clock (so
 	// job_attempts durations use one clock).
 	started time.Time
+	// read is the same moment on this process's monotonic clock, for
+	// durations: a wall clock off from the database's would skew them.
+	read time.Time
 	// leasedAt is when the streamer leased it (jobs.attempted_at): with the
 	// attempt number, the lease token every later statement is fenced on,
 	// since attempt numbers repeat after a replay.
@@ -227,6 +230,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 	}
 	defer rows.Close()
 	got := make(map[int64]taken, n)
+	read := time.Now()
 	for rows.Next() {
 		var (
 			id, maxAttempts int64
@@ -240,7 +244,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 			return nil, err
 		}
 		ref := byID[id]
-		l.partition = ref.EventReceivedAt
+		l.partition, l.read = ref.EventReceivedAt, read
 		t := taken{found: true, l: l}
 		if eventID != nil {
 			ev.JobID, ev.Handler, ev.Attempt, ev.MaxAttempts, ev.EventID = ref.JobID, ref.Handler, ref.Attempt, int(maxAttempts), *eventID

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -126,14 +127,14 @@ func needChaos(t *testing.T) {
 }
 
 // chaosCluster starts a throwaway PostgreSQL for one run under dir, migrated.
-func chaosCluster(t *testing.T, dir string, settings map[string]string) *pgcluster.Cluster {
+func chaosCluster(t *testing.T, dir string, settings map[string]string, env ...string) *pgcluster.Cluster {
 	t.Helper()
 	ctx := context.Background()
 	all := map[string]string{"max_connections": "200", "wal_level": "logical"}
 	for k, v := range settings {
 		all[k] = v
 	}
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: dir, Install: true, Settings: all})
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: dir, Install: true, Settings: all, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,6 +345,85 @@ func TestChaosDiskFull(t *testing.T) {
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats,
 		faults: []chaosFault{{"none", func(*testing.T) error { return nil }}, fill},
 		total:  envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+}
+
+// The database's clock 10 minutes ahead of and behind every service's
+// (PostgreSQL under libfaketime): for each consumer, its own wall clock 10
+// minutes off the database's. Leases, fencing, retries and durations use the
+// database's clock or the process's monotonic one, so nothing changes:
+// nothing lost, nothing stuck, no more duplicates than a restart makes. (A Go
+// binary reads the clock without libc, so libfaketime cannot skew a consumer
+// alone; skewing the one server they all share is the same offset.)
+func TestChaosClockSkew(t *testing.T) {
+	needChaos(t)
+	lib := faketimeLibrary(t)
+	for _, offset := range []string{"+10m", "-10m"} {
+		t.Run(offset, func(t *testing.T) {
+			cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil,
+				"LD_PRELOAD="+lib, "FAKETIME="+offset, "DONT_FAKE_MONOTONIC=1")
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var skew float64
+			err = conn.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp() - $1::timestamptz)`, time.Now()).Scan(&skew)
+			conn.Close(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, _ := time.ParseDuration(offset); skew < want.Seconds()-30 || skew > want.Seconds()+30 {
+				t.Fatalf("the database's clock is %.0fs off this process's, want %s: libfaketime did not take", skew, offset)
+			}
+			nats := natstest.Start(t)
+			runChaos(t, chaosRun{scenario: "database clock " + offset + " off every service's", dbURL: cluster.URL("postgres"),
+				checkURL: func() string { return cluster.URL("postgres") }, nats: nats, killServices: true,
+				faults: []chaosFault{{"none", func(*testing.T) error { return nil }}},
+				total:  envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250)})
+		})
+	}
+}
+
+// faketimeLibrary finds libfaketime, installing it with apt-get when absent
+// (root only).
+func faketimeLibrary(t *testing.T) string {
+	t.Helper()
+	find := func() string {
+		m, _ := filepath.Glob("/usr/lib/*/faketime/libfaketime.so.1")
+		if len(m) == 0 {
+			m, _ = filepath.Glob("/usr/lib/faketime/libfaketime.so.1")
+		}
+		if len(m) == 0 {
+			return ""
+		}
+		return m[0]
+	}
+	if lib := find(); lib != "" {
+		return lib
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("libfaketime is not installed (apt-get install libfaketime)")
+	}
+	install := func() error {
+		out, err := exec.Command("apt-get", "install", "-y", "-q", "libfaketime").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := install(); err != nil {
+		if out, err := exec.Command("apt-get", "update", "-q").CombinedOutput(); err != nil {
+			t.Fatalf("apt-get update: %v: %s", err, out)
+		}
+		if err := install(); err != nil {
+			t.Fatalf("apt-get install libfaketime: %v", err)
+		}
+	}
+	lib := find()
+	if lib == "" {
+		t.Fatal("libfaketime installed but libfaketime.so.1 not found")
+	}
+	return lib
 }
 
 // runChaos starts the services, sends, injects the faults, waits for every

@@ -32,6 +32,9 @@ type Config struct {
 	Settings map[string]string
 	// Install allows installing PostgreSQL with apt-get when absent (root only).
 	Install bool
+	// Env is added to the server's environment (tests: LD_PRELOAD of
+	// libfaketime to put its clock off).
+	Env []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -115,7 +118,7 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = c.cfg.Dir
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
+	cmd.Env = append(append(os.Environ(), "LC_ALL=C", "TZ=UTC"), c.cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.asUser {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}
