@@ -1,0 +1,126 @@
+// Package filter is a subscription's content filter: a CEL expression
+// (cel.dev, the language of Kubernetes admission rules and Envoy) over the
+// event's metadata and its parsed JSON body, compiled once and evaluated for
+// each event before its jobs are written.
+//
+// An expression sees
+//
+//	event.source       string: the source name (stripe, github, …)
+//	event.type         string: the event type
+//	event.headers      map(string, string): request headers, lower-case
+//	                   names, repeated values joined with ", "
+//	event.occurred_at  timestamp, or null when the provider gives none
+//	payload            the body parsed as JSON (maps, lists, numbers as
+//	                   doubles, strings, booleans), or null when the body
+//	                   is not JSON
+//
+// and must be a bool, for example
+//
+//	payload.data.object.amount > 10000 && event.type == "charge.succeeded"
+//
+// An expression that fails to evaluate for an event (a field the payload
+// lacks, a type mismatch) does not match it, and Match says so with an
+// error; write has(payload.data.object.amount) to test for a field. Each
+// evaluation is bounded in cost, since the payload is the sender's.
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+)
+
+// MaxLength bounds an expression's text.
+const MaxLength = 4096
+
+// costLimit bounds one evaluation (CEL's cost units: about one per node
+// visited and per element of a list or map comprehension).
+const costLimit = 100_000
+
+// Event is what an expression is evaluated against.
+type Event struct {
+	Source     string
+	Type       string
+	Headers    map[string][]string
+	OccurredAt *time.Time
+	// Payload is the body parsed as JSON (encoding/json into any), or nil.
+	Payload any
+}
+
+// Filter is a compiled expression, safe for concurrent use.
+type Filter struct {
+	expr string
+	prg  cel.Program
+}
+
+var env = func() *cel.Env {
+	e, err := cel.NewEnv(
+		cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("payload", cel.DynType),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+	)
+	if err != nil {
+		panic(fmt.Sprintf("filter: CEL environment: %v", err))
+	}
+	return e
+}()
+
+// Compile checks expr and prepares it. The error names the position of
+// the first problem (line:column) and quotes the expression.
+func Compile(expr string) (*Filter, error) {
+	expr = strings.TrimSpace(expr)
+	if expr == "" {
+		return nil, errors.New("filter: empty expression")
+	}
+	if len(expr) > MaxLength {
+		return nil, fmt.Errorf("filter: expression is %d bytes, at most %d", len(expr), MaxLength)
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("filter %q: %s", expr, strings.TrimSpace(iss.Err().Error()))
+	}
+	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+		return nil, fmt.Errorf("filter %q: is a %s, want a bool", expr, t)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, fmt.Errorf("filter %q: %w", expr, err)
+	}
+	return &Filter{expr: expr, prg: prg}, nil
+}
+
+// String is the expression.
+func (f *Filter) String() string { return f.expr }
+
+// Match reports whether ev passes the filter. An evaluation error (a
+// missing field, a non-bool result, the cost limit) is a miss, returned
+// with the error so the caller can count it.
+func (f *Filter) Match(ev Event) (bool, error) {
+	headers := make(map[string]string, len(ev.Headers))
+	for k, v := range ev.Headers {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	var occurred any
+	if ev.OccurredAt != nil {
+		occurred = *ev.OccurredAt
+	}
+	out, _, err := f.prg.Eval(map[string]any{
+		"event": map[string]any{
+			"source": ev.Source, "type": ev.Type, "headers": headers, "occurred_at": occurred,
+		},
+		"payload": ev.Payload,
+	})
+	if err != nil {
+		return false, fmt.Errorf("filter %q: %w", f.expr, err)
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("filter %q: evaluated to %v (%s), want a bool", f.expr, out.Value(), out.Type())
+	}
+	return b, nil
+}

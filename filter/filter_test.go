@@ -1,0 +1,96 @@
+package filter_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/filter"
+)
+
+func payload(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMatch(t *testing.T) {
+	occurred := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	charge := filter.Event{Source: "stripe", Type: "charge.succeeded",
+		Headers:    map[string][]string{"Stripe-Signature": {"t=1,v1=x"}, "X-Multi": {"a", "b"}},
+		OccurredAt: &occurred,
+		Payload:    payload(t, `{"data":{"object":{"amount":25000,"customer":"cus_123","tags":["vip"]}}}`)}
+	small := charge
+	small.Payload = payload(t, `{"data":{"object":{"amount":500}}}`)
+	notJSON := charge
+	notJSON.Payload = nil
+	notJSON.OccurredAt = nil
+
+	for _, c := range []struct {
+		expr string
+		ev   filter.Event
+		want bool
+		err  bool
+	}{
+		{`payload.data.object.amount > 10000 && event.type == "charge.succeeded"`, charge, true, false},
+		{`payload.data.object.amount > 10000 && event.type == "charge.succeeded"`, small, false, false},
+		{`event.source == "stripe" && event.type.startsWith("charge.")`, charge, true, false},
+		{`event.headers["x-multi"] == "a, b"`, charge, true, false},
+		{`"vip" in payload.data.object.tags`, charge, true, false},
+		{`event.occurred_at > timestamp("2026-11-30T00:00:00Z")`, charge, true, false},
+		{`event.occurred_at == null`, notJSON, true, false},
+		{`payload == null`, notJSON, true, false},
+		// A field the payload lacks: a miss, with the error to count.
+		{`payload.data.object.customer == "cus_123"`, small, false, true},
+		{`has(payload.data.object.customer) && payload.data.object.customer == "cus_123"`, small, false, false},
+		{`payload.data.object.amount > 10000`, notJSON, false, true},
+	} {
+		f, err := filter.Compile(c.expr)
+		if err != nil {
+			t.Fatalf("Compile(%q): %v", c.expr, err)
+		}
+		got, err := f.Match(c.ev)
+		if got != c.want || (err != nil) != c.err {
+			t.Errorf("%q on %s: got %v, %v; want %v, error %v", c.expr, c.ev.Type, got, err, c.want, c.err)
+		}
+	}
+}
+
+// A bad expression fails at Compile with the position of the problem.
+func TestCompileErrors(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{``, "empty expression"},
+		{`event.type == `, ":1:"},
+		{`payload.amount >`, ":1:"},
+		{`unknown_var == 1`, "undeclared reference to 'unknown_var'"},
+		{`"charge"`, "want a bool"},
+		{`1 + 2`, "want a bool"},
+		{strings.Repeat("a", filter.MaxLength+1), "at most"},
+	} {
+		_, err := filter.Compile(c.expr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Compile(%.40q): %v, want an error containing %q", c.expr, err, c.want)
+		}
+	}
+}
+
+// A payload built to make evaluation expensive is cut off by the cost
+// limit: a miss with an error, not a stalled ingress.
+func TestCostLimit(t *testing.T) {
+	big := make([]any, 5000)
+	for i := range big {
+		big[i] = float64(i)
+	}
+	f, err := filter.Compile(`payload.all(x, payload.all(y, x + y >= 0))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := f.Match(filter.Event{Payload: big})
+	if ok || err == nil || !strings.Contains(err.Error(), "cost") {
+		t.Fatalf("quadratic filter over 5,000 elements: %v, %v; want a miss with a cost error", ok, err)
+	}
+}
