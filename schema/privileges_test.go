@@ -14,7 +14,7 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations", "event_types", "event_type_arrivals"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -27,28 +27,32 @@ var (
 // (011_consumer_roles) holds webhook_worker's grants for the per-consumer
 // roles, its members, which row-level security narrows to their own
 // handlers' rows (consumer_roles says which; see
-// TestConsumerRolesCannotTouchEachOthersRows). README.md shows the same
-// table.
+// TestConsumerRolesCannotTouchEachOthersRows). event_types (013) is every
+// (source, event type) seen: the streamer folds it (through
+// fold_event_types, owner's rights) and marks new types alerted; only
+// fold_event_types and the events_type_seen trigger write it and its
+// arrivals. README.md shows the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations |
-|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- |
-| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- | S-u-- | ----- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- | ----- | ----- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- | S---- | ----- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- | ----- | ----- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
 const wantColumns = `
 webhook_ingress_writer SELECT events: provider, external_event_id
-webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent
+webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
 webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_streamer SELECT subscriptions: handler, enabled
+webhook_streamer UPDATE event_types: alerted_at
 webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
