@@ -180,6 +180,11 @@ func migrateURL(ctx context.Context, url string, r config.Retention, log *slog.L
 		return err
 	}
 	log.Info("schema current", slog.Int("version", schema.Latest()), slog.Int("applied_now", len(applied)))
+	if _, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) {
+		log.Info("building partition index concurrently", slog.String("index", b.Index), slog.String("partition", b.Partition))
+	}); err != nil {
+		return err
+	}
 	return ensurePartitions(ctx, conn, r, log)
 }
 

@@ -16,7 +16,11 @@ func runMigrate(ctx context.Context, env *environment, args []string) error {
 Apply every schema migration the database lacks, as the connecting role (which
 becomes the owner of webhook_ingress and must be allowed to create roles the
 first time), then create the period partitions the config's retention section
-asks for ahead of now (inlet retention does too). Running it again is a no-op. The database comes from
+asks for ahead of now (inlet retention does too). Partition indexes a
+migration left for later (012's payload index on partitions over 10,000 rows)
+are then built one partition at a time with CREATE INDEX CONCURRENTLY, so
+ingest goes on meanwhile; each build is printed, and an interrupted run picks
+up where it stopped. Running it again is a no-op. The database comes from
 --database-url, else database_url in the config file, else DATABASE_URL.`)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (overrides the config file)")
@@ -50,6 +54,15 @@ asks for ahead of now (inlet retention does too). Running it again is a no-op. T
 			fmt.Fprintf(env.stdout, "applied %03d_%s\n", m.Version, m.Name)
 		}
 		fmt.Fprintf(env.stdout, "schema %s is at version %d\n", schema.Name, schema.Latest())
+	}
+	built, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) {
+		fmt.Fprintf(env.stdout, "building %s on partition %s (CONCURRENTLY: ingest continues)\n", b.Index, b.Partition)
+	})
+	if err != nil {
+		return err
+	}
+	if len(built) > 0 {
+		fmt.Fprintf(env.stdout, "built %s\n", plural(len(built), "partition index"))
 	}
 	o, err := retentionOptions(c.Retention)
 	if err != nil {

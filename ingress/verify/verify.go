@@ -189,6 +189,17 @@ type Config struct {
 	// A request without it has type "". At most one of EventTypeHeader and
 	// EventTypeJSON may be set. Defaults to "": the scheme's default.
 	EventTypeJSON string `yaml:"event_type_json"`
+	// OccurredAtHeader names a request header whose value is when the event
+	// happened (Unix seconds or RFC 3339), replacing the scheme's own field
+	// (see [NewOccurredAt]). Defaults to "": the scheme's field, none for
+	// hmac.
+	OccurredAtHeader string `yaml:"occurred_at_header"`
+	// OccurredAtJSON is a dotted path into the JSON body, as for
+	// EventIDJSON, to when the event happened (Unix seconds or RFC 3339).
+	// A request without it, or with a value that is no time, is stored
+	// with occurred_at NULL, never rejected. At most one of
+	// OccurredAtHeader and OccurredAtJSON may be set. Defaults to "".
+	OccurredAtJSON string `yaml:"occurred_at_json"`
 
 	// HMAC configures type "hmac", the generic scheme for providers without
 	// a scheme of their own. Only for type hmac.
@@ -263,6 +274,9 @@ func (c Config) validate() error {
 		}
 	}
 	if err := validateIdentity(c); err != nil {
+		return err
+	}
+	if err := validateOccurred(c); err != nil {
 		return err
 	}
 	if c.Type == typeHMAC {

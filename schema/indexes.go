@@ -1,0 +1,113 @@
+package schema
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// IndexBuild is one partition index BuildIndexes made (or found pending).
+type IndexBuild struct {
+	Index     string // the partitioned index, e.g. idx_events_payload
+	Partition string // the partition it was built on
+}
+
+// pendingIndexesSQL lists every partition of a partitioned table that has no
+// index attached to one of the table's partitioned indexes: the ones a
+// migration left to build CONCURRENTLY (012_occurred_at_payload's payload
+// index on partitions over 10,000 rows), or a build interrupted before its
+// ATTACH. The index definition is the parent's, retargeted to the partition.
+const pendingIndexesSQL = `
+SELECT pi.relname::text, pc.relname::text, pg_catalog.pg_get_indexdef(pi.oid)
+FROM pg_catalog.pg_index px
+JOIN pg_catalog.pg_class pi ON pi.oid = px.indexrelid AND pi.relkind = 'I'
+JOIN pg_catalog.pg_class pt ON pt.oid = px.indrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = pt.relnamespace AND n.nspname = 'webhook_ingress'
+JOIN pg_catalog.pg_inherits ih ON ih.inhparent = pt.oid
+JOIN pg_catalog.pg_class pc ON pc.oid = ih.inhrelid
+WHERE NOT EXISTS (
+    SELECT FROM pg_catalog.pg_inherits ii
+    JOIN pg_catalog.pg_index cx ON cx.indexrelid = ii.inhrelid
+    WHERE ii.inhparent = pi.oid AND cx.indrelid = pc.oid)
+ORDER BY 1, 2`
+
+// PendingIndexes lists the partition indexes still to be built.
+func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
+	rows, err := conn.Query(ctx, pendingIndexesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list pending partition indexes: %w", err)
+	}
+	var out []IndexBuild
+	for rows.Next() {
+		var b IndexBuild
+		var def string
+		if err := rows.Scan(&b.Index, &b.Partition, &def); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// BuildIndexes builds, one partition at a time, every partition index a
+// migration left pending, with CREATE INDEX CONCURRENTLY so ingest goes on
+// writing meanwhile, and attaches each to its partitioned index (which becomes
+// valid once every partition has one). report is called before each build.
+// Run it after Migrate, outside any transaction (inlet migrate does); it is
+// idempotent, and a build interrupted half-way (an INVALID index left by a
+// cancelled CONCURRENTLY) is dropped and made again.
+func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild)) ([]IndexBuild, error) {
+	pending, err := PendingIndexes(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var built []IndexBuild
+	for _, b := range pending {
+		if report != nil {
+			report(b)
+		}
+		var def string
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_get_indexdef(('webhook_ingress.' || quote_ident($1))::regclass)`, b.Index).Scan(&def); err != nil {
+			return built, fmt.Errorf("read definition of %s: %w", b.Index, err)
+		}
+		child := b.Partition + "_" + trimIdxPrefix(b.Index)
+		method, err := indexTail(def)
+		if err != nil {
+			return built, fmt.Errorf("index %s: %w", b.Index, err)
+		}
+		stmts := []string{
+			fmt.Sprintf(`DROP INDEX CONCURRENTLY IF EXISTS webhook_ingress.%s`, pgx.Identifier{child}.Sanitize()),
+			fmt.Sprintf(`CREATE INDEX CONCURRENTLY %s ON webhook_ingress.%s %s`,
+				pgx.Identifier{child}.Sanitize(), pgx.Identifier{b.Partition}.Sanitize(), method),
+			fmt.Sprintf(`ALTER INDEX webhook_ingress.%s ATTACH PARTITION webhook_ingress.%s`,
+				pgx.Identifier{b.Index}.Sanitize(), pgx.Identifier{child}.Sanitize()),
+		}
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return built, fmt.Errorf("build %s on partition %s: %w", b.Index, b.Partition, err)
+			}
+		}
+		built = append(built, b)
+	}
+	return built, nil
+}
+
+func trimIdxPrefix(name string) string {
+	if len(name) > 4 && name[:4] == "idx_" {
+		name = name[4:]
+	}
+	return name
+}
+
+// indexTail returns what follows "ON ONLY table" / "ON table" in an index
+// definition: "USING gin (payload jsonb_path_ops)".
+func indexTail(def string) (string, error) {
+	const using = " USING "
+	for i := 0; i+len(using) <= len(def); i++ {
+		if def[i:i+len(using)] == using {
+			return def[i+1:], nil
+		}
+	}
+	return "", fmt.Errorf("unexpected definition %q", def)
+}
