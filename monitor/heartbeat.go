@@ -284,26 +284,35 @@ func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
 	if h.cfg.AlertURL == "" {
 		return
 	}
-	body, _ := json.Marshal(map[string]any{
+	_ = postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "heartbeat", map[string]any{
 		"source": st.Source, "status": status, "last_seen": st.LastSeen,
 		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.AlertURL, bytes.NewReader(body))
+	}, slog.String("source", st.Source))
+}
+
+// postAlert POSTs payload as JSON to alertURL; a failure is logged (with
+// the URL's host only) and returned. kind names the alert in the log line
+// ("heartbeat alert not sent").
+func postAlert(ctx context.Context, client *http.Client, alertURL string, log *slog.Logger, kind string, payload map[string]any, attrs ...slog.Attr) error {
+	body, _ := json.Marshal(payload)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, alertURL, bytes.NewReader(body))
 	if err != nil {
-		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source), slog.String("error", alertError(err)))
-		return
+		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert not sent", append(attrs, slog.String("error", alertError(err)))...)
+		return errors.New(alertError(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.cfg.HTTPClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		h.cfg.Logger.Warn("heartbeat alert not sent", slog.String("source", st.Source),
-			slog.String("alert_host", req.URL.Host), slog.String("error", alertError(err)))
-		return
+		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert not sent", append(attrs,
+			slog.String("alert_host", req.URL.Host), slog.String("error", alertError(err)))...)
+		return errors.New(alertError(err))
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		h.cfg.Logger.Warn("heartbeat alert refused", slog.String("source", st.Source), slog.Int("status", resp.StatusCode))
+		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert refused", append(attrs, slog.Int("status", resp.StatusCode))...)
+		return fmt.Errorf("alert refused: HTTP %d", resp.StatusCode)
 	}
+	return nil
 }
 
 // alertError is err without the alert URL: a chat webhook URL carries its

@@ -1,0 +1,252 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// DefaultMaxTypesPerSource is how many distinct event types a source keeps
+// in event_types, the metric and the alerts unless configured otherwise.
+const DefaultMaxTypesPerSource = 100
+
+// OtherType is the event type that counts a source's types past the cap.
+const OtherType = "_other"
+
+// EventTypesConfig configures the event-type watcher.
+type EventTypesConfig struct {
+	// DB folds and reads event_types, as webhook_streamer. Required.
+	DB interface {
+		Querier
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	}
+	// MaxTypesPerSource caps the distinct types a source keeps (the rest
+	// count as _other): GitHub's and Shopify's type headers are not signed,
+	// so a replayed request with random types must not grow the table, the
+	// metric or the alerts. Defaults to DefaultMaxTypesPerSource.
+	MaxTypesPerSource int
+	// AlertURL, when set, receives a JSON POST per new type (source,
+	// status "new_event_type", event_type, routed, first_seen, reason), the
+	// same sink as the silent-source alerts.
+	AlertURL string
+	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout.
+	HTTPClient *http.Client
+	// Logger receives one line per new type. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics registers inlet_events_unrouted_total and
+	// inlet_events_types_seen_total. Nil: not exported.
+	Metrics prometheus.Registerer
+	// Leader, when set, lets only the replica it elects log and alert new
+	// types (every replica folds and exports the metric). Nil: this replica
+	// always reports.
+	Leader interface {
+		Leading(context.Context) (bool, error)
+	}
+}
+
+// EventTypes watches the (source, event type) pairs stored: Check folds the
+// arrivals into event_types, refreshes the metric and reports each type not
+// seen before (log line and alert, once: event_types.alerted_at records it,
+// so an alert that failed is retried on the next Check and one that went
+// out is not repeated after a restart).
+type EventTypes struct {
+	cfg EventTypesConfig
+
+	mu     sync.Mutex
+	rows   []EventTypeRow
+	logged map[[2]string]bool // new types logged by this process, alert pending
+
+	unrouted, seen *prometheus.Desc
+}
+
+// EventTypeRow is one row of event_types as the watcher read it.
+type EventTypeRow struct {
+	Source, Type   string
+	FirstSeen      time.Time
+	Events         int64
+	UnroutedEvents int64
+	// Routed: the latest event created a job (nil: seen only before the
+	// upgrade that added event_types).
+	Routed *bool
+	// New: not yet logged and alerted.
+	New bool
+}
+
+// NewEventTypes checks cfg and returns the watcher.
+func NewEventTypes(cfg EventTypesConfig) (*EventTypes, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("monitor: EventTypesConfig.DB is required")
+	}
+	if cfg.MaxTypesPerSource == 0 {
+		cfg.MaxTypesPerSource = DefaultMaxTypesPerSource
+	}
+	if cfg.MaxTypesPerSource < 1 {
+		return nil, fmt.Errorf("monitor: max types per source %d must be at least 1", cfg.MaxTypesPerSource)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &EventTypes{cfg: cfg, logged: map[[2]string]bool{},
+		unrouted: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "unrouted_total"),
+			"Events that created no job (no enabled subscription matched), by source and event type; a source's types past "+
+				"heartbeat.max_types_per_source count as type _other. From event_types: every replica reports the same total.",
+			[]string{"source", "type"}, nil),
+		seen: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "types_seen_total"),
+			"Events stored by source and event type since event_types was added (types past the cap as _other).",
+			[]string{"source", "type"}, nil),
+	}
+	if err := metrics.OrDiscard(cfg.Metrics).Register(w); err != nil {
+		return nil, fmt.Errorf("monitor: event type metrics: %w", err)
+	}
+	return w, nil
+}
+
+// Describe implements prometheus.Collector.
+func (w *EventTypes) Describe(ch chan<- *prometheus.Desc) { ch <- w.unrouted; ch <- w.seen }
+
+// Collect implements prometheus.Collector: the rows of the last Check, so a
+// scrape never queries the database.
+func (w *EventTypes) Collect(ch chan<- prometheus.Metric) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.rows {
+		typ := metricType(r.Type)
+		ch <- prometheus.MustNewConstMetric(w.unrouted, prometheus.CounterValue, float64(r.UnroutedEvents), r.Source, typ)
+		ch <- prometheus.MustNewConstMetric(w.seen, prometheus.CounterValue, float64(r.Events), r.Source, typ)
+	}
+}
+
+// metricType is the label of an event type: "" (a provider that sends
+// none) would read as a missing label.
+func metricType(t string) string {
+	if t == "" {
+		return "_none"
+	}
+	return t
+}
+
+// Last is what the latest Check read.
+func (w *EventTypes) Last() []EventTypeRow {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]EventTypeRow(nil), w.rows...)
+}
+
+// Run checks every interval until ctx is done; failures are logged.
+func (w *EventTypes) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("event type check failed", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Check folds, reads event_types, and reports new types.
+func (w *EventTypes) Check(ctx context.Context) error {
+	if _, err := w.cfg.DB.Exec(ctx, schema.Query("FoldEventTypes"), w.cfg.MaxTypesPerSource); err != nil {
+		return fmt.Errorf("fold event types: %w", err)
+	}
+	rows, err := w.cfg.DB.Query(ctx, schema.Query("MonitorEventTypes"))
+	if err != nil {
+		return fmt.Errorf("read event types: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventTypeRow, error) {
+		var e EventTypeRow
+		err := r.Scan(&e.Source, &e.Type, &e.FirstSeen, &e.Events, &e.UnroutedEvents, &e.Routed, &e.New)
+		return e, err
+	})
+	if err != nil {
+		return fmt.Errorf("read event types: %w", err)
+	}
+	w.mu.Lock()
+	w.rows = out
+	w.mu.Unlock()
+
+	var fresh []EventTypeRow
+	for _, r := range out {
+		if r.New {
+			fresh = append(fresh, r)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if w.cfg.Leader != nil {
+		leading, err := w.cfg.Leader.Leading(ctx)
+		if err != nil {
+			w.cfg.Logger.Warn("event type reporter election failed; reporting from this replica", slog.String("error", err.Error()))
+		} else if !leading {
+			return nil
+		}
+	}
+	for _, r := range fresh {
+		w.report(ctx, r)
+	}
+	return nil
+}
+
+func (w *EventTypes) report(ctx context.Context, r EventTypeRow) {
+	key := [2]string{r.Source, r.Type}
+	routed, reason := "unknown", ""
+	switch {
+	case r.Type == OtherType:
+		reason = fmt.Sprintf("source %s sent more than %d distinct event types; the rest are counted as %s", r.Source, w.cfg.MaxTypesPerSource, OtherType)
+	case r.Routed != nil && !*r.Routed:
+		routed, reason = "no", "no subscription matches it: its events create no job (inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
+	case r.Routed != nil:
+		routed, reason = "yes", "a subscription routes it"
+	}
+	if r.Type == OtherType && r.UnroutedEvents < r.Events {
+		routed = "partly"
+	}
+	attrs := []slog.Attr{slog.String("source", r.Source), slog.String("event_type", r.Type), slog.String("routed", routed),
+		slog.Time("first_seen", r.FirstSeen)}
+	w.mu.Lock()
+	first := !w.logged[key]
+	w.logged[key] = true
+	w.mu.Unlock()
+	if first {
+		level := slog.LevelInfo
+		if routed != "yes" {
+			level = slog.LevelWarn
+		}
+		w.cfg.Logger.LogAttrs(ctx, level, "new event type", append(attrs, slog.String("reason", reason))...)
+	}
+	if w.cfg.AlertURL != "" {
+		err := postAlert(ctx, w.cfg.HTTPClient, w.cfg.AlertURL, w.cfg.Logger, "new event type", map[string]any{
+			"source": r.Source, "status": "new_event_type", "event_type": r.Type, "routed": routed,
+			"first_seen": r.FirstSeen, "reason": reason,
+		}, attrs...)
+		if err != nil {
+			return // alerted_at stays NULL: retried next Check
+		}
+	}
+	if _, err := w.cfg.DB.Exec(ctx, schema.Query("MonitorEventTypeAlerted"), r.Source, r.Type); err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "new event type: could not record the alert", append(attrs, slog.String("error", err.Error()))...)
+		return
+	}
+	w.mu.Lock()
+	delete(w.logged, key)
+	w.mu.Unlock()
+}
