@@ -34,6 +34,12 @@ type ReplayRequest struct {
 	Provider     string
 	EventType    string
 	Since, Until time.Time
+	// Unrouted, with Handler, creates the handler's jobs for the events that
+	// created no job at all (event_types counts them as unrouted) and that
+	// its enabled subscriptions match: the catch-up for a handler
+	// subscribed after they arrived. Provider, EventType, Since and Until
+	// narrow it; nothing is re-queued.
+	Unrouted bool
 	// DryRun counts what the replay would do and changes nothing.
 	DryRun bool
 	// MaxJobs refuses (ErrConflict) a replay that would touch more jobs, so
@@ -65,7 +71,7 @@ func (r ReplayRequest) Validate() error {
 		return invalid("job id %d: must be positive", r.JobID)
 	case r.MaxJobs < 0:
 		return invalid("max jobs %d: must not be negative", r.MaxJobs)
-	case r.JobID > 0 && (r.Handler != "" || r.DeadLetters || filter):
+	case r.JobID > 0 && (r.Handler != "" || r.DeadLetters || r.Unrouted || filter):
 		return invalid("a job id replays that job alone: give no handler, dead letters or filter with it")
 	case r.JobID > 0:
 		return nil
@@ -73,7 +79,9 @@ func (r ReplayRequest) Validate() error {
 		return invalid("give a job id, or a handler (with dead letters, or with a filter)")
 	case r.DeadLetters && filter:
 		return invalid("dead letters replays all of the handler's: give no filter with it")
-	case !r.DeadLetters && !filter:
+	case r.Unrouted && r.DeadLetters:
+		return invalid("unrouted events have no jobs, so no dead letters: give one of the two")
+	case !r.DeadLetters && !filter && !r.Unrouted:
 		return invalid("replaying events to handler %q needs a filter (source, event type, since or until): "+
 			"to replay its whole history, say so with a type of \"*\"", r.Handler)
 	}
@@ -134,6 +142,8 @@ func (r ReplayRequest) describe() string {
 		return fmt.Sprintf("job %d", r.JobID)
 	case r.DeadLetters:
 		return fmt.Sprintf("dead letters of handler %q", r.Handler)
+	case r.Unrouted:
+		return fmt.Sprintf("unrouted events to handler %q", r.Handler)
 	}
 	return fmt.Sprintf("events to handler %q", r.Handler)
 }
@@ -169,6 +179,13 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 	}
 	like := globLike(req.EventType)
 	since, until := nullTime(req.Since), nullTime(req.Until)
+	if req.Unrouted {
+		if !subscribed {
+			return plan, notFound("handler %q has no enabled subscription to match unrouted events with", req.Handler)
+		}
+		err := tx.QueryRow(ctx, schema.Query("AdminCountUnroutedJobs"), req.Handler, req.Provider, like, since, until).Scan(&plan.Created)
+		return plan, err
+	}
 	if err := tx.QueryRow(ctx, schema.Query("AdminCountFilterJobs"), req.Handler, req.Provider, like, since, until).
 		Scan(&plan.Requeued, &plan.SkippedLeased); err != nil {
 		return plan, err
@@ -200,6 +217,9 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	}
 	if req.JobID > 0 {
 		return res, requeue([]int64{req.JobID})
+	}
+	if req.Unrouted {
+		return res, createMissing(ctx, tx, req, "AdminCreateUnroutedJobs", &res)
 	}
 
 	// Existing jobs, keyset over their ids.
@@ -235,20 +255,27 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 		return res, nil
 	}
 
-	// Missing jobs, keyset over event ids. Jobs just re-queued are not
-	// missing, so nothing is touched twice.
+	// Missing jobs. Jobs just re-queued are not missing, so nothing is
+	// touched twice.
+	return res, createMissing(ctx, tx, req, "AdminCreateMissingJobs", &res)
+}
+
+// createMissing runs query (AdminCreateMissingJobs or
+// AdminCreateUnroutedJobs) batch by batch, keyset over event ids.
+func createMissing(ctx context.Context, tx pgx.Tx, req ReplayRequest, query string, res *ReplayResult) error {
+	like := globLike(req.EventType)
+	since, until := nullTime(req.Since), nullTime(req.Until)
 	for after := int64(0); ; {
 		var created int
 		var last int64
-		if err := tx.QueryRow(ctx, schema.Query("AdminCreateMissingJobs"), req.Handler, req.Provider, like, since, until, after, batchSize).
+		if err := tx.QueryRow(ctx, schema.Query(query), req.Handler, req.Provider, like, since, until, after, batchSize).
 			Scan(&created, &last); err != nil {
-			return res, err
+			return err
 		}
 		res.Created += created
 		if last == 0 {
-			break
+			return nil
 		}
 		after = last
 	}
-	return res, nil
 }

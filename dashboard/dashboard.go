@@ -36,6 +36,10 @@ type Config struct {
 	// Heartbeats flags silent sources. Defaults to nil: the last event of
 	// each source is read from the database and none is flagged.
 	Heartbeats Heartbeats
+	// MaxTypesPerSource is the cap event types are folded with before the
+	// overview lists the unrouted ones (heartbeat.max_types_per_source).
+	// Defaults to 100.
+	MaxTypesPerSource int
 	// Logger defaults to slog.Default(). The dashboard logs failures and
 	// replays; never a token, a cookie, a body or a header value. (Package
 	// admin logs each request.)
@@ -73,6 +77,7 @@ func (c Config) WithDefaults() Config {
 	c.SessionTTL = cmp.Or(c.SessionTTL, 12*time.Hour)
 	c.Window = cmp.Or(c.Window, 24*time.Hour)
 	c.Bucket = cmp.Or(c.Bucket, time.Hour)
+	c.MaxTypesPerSource = cmp.Or(c.MaxTypesPerSource, 100)
 	return c
 }
 

@@ -38,6 +38,9 @@ type overviewPage struct {
 	Handlers         []handlerStats
 	DeadLetters      admin.DeadLetterPage
 	Events           admin.EventPage
+	// UnroutedTypes are the event types whose latest events created no job
+	// (no subscription matches them), shown first.
+	UnroutedTypes []admin.EventType
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -65,6 +68,15 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	if err == nil {
 		p.Events, err = admin.ListEvents(ctx, d.cfg.DB, admin.EventFilter{Limit: overviewEvents})
+	}
+	if err == nil {
+		var types []admin.EventType
+		types, err = admin.EventTypes(ctx, d.cfg.DB, d.cfg.MaxTypesPerSource)
+		for _, t := range types {
+			if t.Unrouted() {
+				p.UnroutedTypes = append(p.UnroutedTypes, t)
+			}
+		}
 	}
 	if err != nil {
 		d.failErr(w, r, s, err)

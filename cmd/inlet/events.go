@@ -20,6 +20,7 @@ import (
 var eventsVerbs = map[string]subcommand{
 	"list":   {"list stored events, newest first, by source, type, time and external id", runEventsList},
 	"show":   {"show one event: metadata, headers, the exact body, its jobs and their attempts", runEventsShow},
+	"types":  {"every event type seen per source: first and last seen, events, unrouted ones (no job), unrouted first", runEventsTypes},
 	"verify": {"re-verify stored events' signatures from their stored bytes; exit 1 if any fails", runEventsVerify},
 }
 

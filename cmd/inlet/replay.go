@@ -18,12 +18,17 @@ Put jobs back in the queue, in one transaction. Three forms:
   inlet replay --handler billing --dead-letters   every dead letter of a handler
   inlet replay --handler billing --source stripe --type 'invoice.*' --since 7d
                                                   every matching event, to one handler
+  inlet replay --handler billing --unrouted       the events that created no job
+                                                  (inlet events types), to one handler
 
 The third re-queues the handler's existing jobs of the matching events and
 creates the jobs it is missing: a handler subscribed after the events arrived
 gets them from the log (only events its subscriptions match, as at fan-out).
 It needs at least one of --source, --type, --since, --until (--type '*' for
-the whole history). --dry-run prints how many jobs would be re-queued and
+the whole history). --unrouted is the catch-up of a handler subscribed after
+events nobody routed arrived: it creates the handler's jobs for the events
+that created no job at all and that its subscriptions match (the filters
+narrow it), and re-queues nothing. --dry-run prints how many jobs would be re-queued and
 created, and changes nothing.
 
 A replayed job is pending and due now, its lease and last error cleared, and
@@ -39,6 +44,7 @@ at once (NOTIFY).`+operatorHelp)
 	typ := fs.String("type", "", "with --handler: only events whose type matches this glob (invoice.*)")
 	since := fs.String("since", "", "with --handler: only events received at or after (RFC 3339, a date, or 24h, 7d)")
 	until := fs.String("until", "", "with --handler: only events received before")
+	unrouted := fs.Bool("unrouted", false, "with --handler: create its jobs for the events that created no job (see inlet events types)")
 	dryRun := fs.Bool("dry-run", false, "print how many jobs would be re-queued and created; change nothing")
 	maxJobs := fs.Int("max-jobs", admin.DefaultMaxJobs, "refuse a replay touching more jobs than this")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -48,7 +54,7 @@ at once (NOTIFY).`+operatorHelp)
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet replay takes flags only, got %q", errUsage, fs.Args())
 	}
-	req := admin.ReplayRequest{JobID: *job, Handler: *handler, DeadLetters: *dead, Provider: *source, EventType: *typ,
+	req := admin.ReplayRequest{JobID: *job, Handler: *handler, DeadLetters: *dead, Unrouted: *unrouted, Provider: *source, EventType: *typ,
 		DryRun: *dryRun, MaxJobs: *maxJobs}
 	var err error
 	if req.Since, err = timeFlag("since", *since); err != nil {
@@ -63,7 +69,13 @@ at once (NOTIFY).`+operatorHelp)
 	if err := req.Validate(); err != nil {
 		return cliError(err)
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, _ string) error {
+		if req.Unrouted {
+			// Events committed since the streamer's last fold count too.
+			if err := admin.FoldEventTypes(ctx, pool, maxTypesPerSource(cfg)); err != nil {
+				return err
+			}
+		}
 		res, err := admin.Replay(ctx, pool, req)
 		if err != nil {
 			return err

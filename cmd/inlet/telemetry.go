@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,31 +21,40 @@ import (
 )
 
 // startHeartbeats runs the silent-source detector of cfg over pool (the
-// streamer's: it reads event metadata only) until ctx is done or stop is
-// called; nil when heartbeat.disabled.
+// streamer's: it reads event metadata only), and the event-type watcher
+// (event_types, inlet_events_unrouted_total, new-type alerts), until ctx is
+// done or stop is called. The detector is nil when heartbeat.disabled; the
+// event-type watcher runs regardless: no event type goes unseen.
 func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.Heartbeats, func(), error) {
-	if cfg.Heartbeat.Disabled {
-		return nil, func() {}, nil
-	}
 	hc := cfg.Heartbeat
 	// Of several streamers on the database, one reports each change.
 	leader := monitor.NewLeader(pool.Config().ConnConfig)
-	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
-		DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-		MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
-		Logger: log.With(slog.String("component", "heartbeat")),
+	var h *monitor.Heartbeats
+	if !hc.Disabled {
+		var err error
+		h, err = monitor.NewHeartbeats(monitor.HeartbeatConfig{
+			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
+			MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
+			Logger: log.With(slog.String("component", "heartbeat")),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	types, err := monitor.NewEventTypes(monitor.EventTypesConfig{
+		DB: pool, MaxTypesPerSource: hc.MaxTypesPerSource, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
+		Logger: log.With(slog.String("component", "event-types")),
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer leader.Close()
-		h.Run(ctx, hc.CheckEvery)
-	}()
-	return h, func() { cancel(); <-done }, nil
+	var wg sync.WaitGroup
+	wg.Go(func() { types.Run(ctx, hc.TypesEvery) })
+	if h != nil {
+		wg.Go(func() { h.Run(ctx, hc.CheckEvery) })
+	}
+	return h, func() { cancel(); wg.Wait(); leader.Close() }, nil
 }
 
 // startMetricsListener serves reg's /metrics with the probes on addr ("off":
@@ -94,7 +104,8 @@ func newDashboard(cfg config.Config, pool *pgxpool.Pool, limiter *admin.AuthLimi
 	for _, s := range cfg.Sources {
 		names = append(names, s.Name)
 	}
-	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard"))}
+	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard")),
+		MaxTypesPerSource: cfg.Heartbeat.MaxTypesPerSource}
 	if !cfg.Heartbeat.Disabled {
 		hc := cfg.Heartbeat
 		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{

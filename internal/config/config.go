@@ -323,8 +323,18 @@ type Heartbeat struct {
 	MaxSilence map[string]time.Duration `yaml:"max_silence"`
 	// AlertURL receives a JSON POST when a source goes silent or resumes
 	// (source, status, last_seen, threshold_seconds, reason). Defaults to
-	// "": log line and metric only.
+	// "": log line and metric only. New event types are POSTed here too
+	// (status new_event_type).
 	AlertURL string `yaml:"alert_url"`
+	// TypesEvery is how often the streamer folds the event types stored
+	// into event_types, refreshes inlet_events_unrouted_total and reports
+	// types never seen before. Defaults to 10s.
+	TypesEvery time.Duration `yaml:"types_every"`
+	// MaxTypesPerSource caps the distinct event types a source keeps in
+	// event_types, the metrics and the alerts; later new types are counted
+	// as _other (GitHub's and Shopify's type headers are not signed).
+	// Defaults to 100.
+	MaxTypesPerSource int `yaml:"max_types_per_source"`
 }
 
 // Tracing configures OpenTelemetry tracing: spans from ingress through the
@@ -419,6 +429,8 @@ func (c Config) WithDefaults() Config {
 	c.Heartbeat.History = or(c.Heartbeat.History, 50)
 	c.Heartbeat.MinEvents = or(c.Heartbeat.MinEvents, 10)
 	c.Heartbeat.MinSilence = or(c.Heartbeat.MinSilence, time.Minute)
+	c.Heartbeat.TypesEvery = or(c.Heartbeat.TypesEvery, 10*time.Second)
+	c.Heartbeat.MaxTypesPerSource = or(c.Heartbeat.MaxTypesPerSource, 100)
 	c.Consumer.HealthListen = or(c.Consumer.HealthListen, "127.0.0.1:8082")
 	c.Bus.AckWait = or(c.Bus.AckWait, 30*time.Second)
 	c.Bus.Replicas = or(c.Bus.Replicas, 1)
@@ -876,6 +888,10 @@ func (c Config) validateHeartbeat() error {
 		return fmt.Errorf("heartbeat.min_events: %d must be at least 2 and at most heartbeat.history (%d)", h.MinEvents, h.History)
 	case h.MinSilence < 0:
 		return fmt.Errorf("heartbeat.min_silence: must not be negative, got %s", h.MinSilence)
+	case h.TypesEvery < 100*time.Millisecond:
+		return fmt.Errorf("heartbeat.types_every: %s must be at least 100ms", h.TypesEvery)
+	case h.MaxTypesPerSource < 1:
+		return fmt.Errorf("heartbeat.max_types_per_source: %d must be at least 1", h.MaxTypesPerSource)
 	}
 	for name, d := range h.MaxSilence {
 		if d <= 0 {

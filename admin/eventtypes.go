@@ -1,0 +1,78 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// EventType is one (source, event type) seen, from event_types.
+type EventType struct {
+	Source string `json:"source"`
+	// Type is the event type; "_other" counts the source's types past the
+	// cap (heartbeat.max_types_per_source).
+	Type      string    `json:"type"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Events stored, and of them those that created no job.
+	Events         int64 `json:"events"`
+	UnroutedEvents int64 `json:"unrouted_events"`
+	// Routed says whether the latest event of the type created a job; nil
+	// for a type seen only before event_types existed.
+	Routed *bool `json:"routed"`
+	// Handlers are those whose enabled subscriptions match the type now: a
+	// handler here on an unrouted type can catch its events up with
+	// inlet replay --handler H --unrouted.
+	Handlers []string `json:"handlers"`
+}
+
+// Unrouted reports whether the latest event of the type created no job.
+func (t EventType) Unrouted() bool { return t.Routed != nil && !*t.Routed }
+
+// EventTypes folds the arrivals not yet folded (at most maxPerSource named
+// types per source, as the streamer folds) and lists every type seen,
+// unrouted first.
+func EventTypes(ctx context.Context, db DB, maxPerSource int) ([]EventType, error) {
+	var out []EventType
+	err := writeTx(ctx, db, func(tx pgx.Tx) error {
+		if err := foldEventTypes(ctx, tx, maxPerSource); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, schema.Query("AdminEventTypes"))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventType, error) {
+			var e EventType
+			err := r.Scan(&e.Source, &e.Type, &e.FirstSeen, &e.LastSeen, &e.Events, &e.UnroutedEvents, &e.Routed, &e.Handlers)
+			return e, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list event types: %w", err)
+	}
+	return out, nil
+}
+
+// FoldEventTypes folds the arrivals not yet folded into event_types, so
+// what follows (a listing, inlet replay --unrouted) sees every event
+// committed so far.
+func FoldEventTypes(ctx context.Context, db DB, maxPerSource int) error {
+	if err := writeTx(ctx, db, func(tx pgx.Tx) error { return foldEventTypes(ctx, tx, maxPerSource) }); err != nil {
+		return fmt.Errorf("fold event types: %w", err)
+	}
+	return nil
+}
+
+func foldEventTypes(ctx context.Context, tx pgx.Tx, maxPerSource int) error {
+	if maxPerSource < 1 {
+		return invalid("max types per source %d: must be at least 1", maxPerSource)
+	}
+	_, err := tx.Exec(ctx, schema.Query("FoldEventTypes"), maxPerSource)
+	return err
+}
