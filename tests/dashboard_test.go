@@ -172,6 +172,20 @@ heartbeat:
 	if got := eval(`Array.from(document.querySelectorAll('tr.heartbeat')).map(r => r.dataset.source + '=' + r.dataset.silent).join(' ')`); got != "github=true stripe=false" {
 		t.Errorf("heartbeats: %q, want github silent (max_silence 1h), stripe not", got)
 	}
+	// github's invoice.paid matches no subscription: the overview shows it
+	// as an unrouted type, above everything else.
+	if got := eval(`Array.from(document.querySelectorAll('#unrouted-types tr.unrouted-type')).map(r => r.dataset.source + '/' + r.dataset.type + '=' + r.dataset.unrouted).join(' ')`); got != "github/invoice.paid=1" {
+		t.Errorf("unrouted types on the overview: %q, want github/invoice.paid=1", got)
+	}
+	if got := eval(`String(document.querySelector('#unrouted-types').getBoundingClientRect().top < document.querySelector('#rates').getBoundingClientRect().top)`); got != "true" {
+		t.Errorf("the unrouted types are not shown above the rates")
+	}
+	// inlet events types lists it first, with its figures.
+	out, errOut, code := runInlet(t, cleanEnv("DATABASE_URL="+url, "ADMIN_TOKEN="+token), "events", "types", "--config", cfg)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) < 3 ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "github invoice.paid no 1 1 ") {
+		t.Errorf("inlet events types: exit %d, stderr %s\n%s\nwant github invoice.paid (routed no, 1 event, 1 unrouted) first", code, errOut, out)
+	}
 	if got := eval(`Array.from(document.querySelectorAll('svg.plot g.series')).map(g => g.dataset.source + '=' + g.dataset.total).join(' ')`); got != "stripe=3 github=1" {
 		t.Errorf("plot series: %q, want stripe=3 github=1", got)
 	}
