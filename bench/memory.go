@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -64,13 +67,16 @@ type Memory struct {
 	Drained     bool            `json:"drained"`  // the consumer completed every acknowledged event in time
 	Services    []ServiceMemory `json:"services"`
 	Excluded    string          `json:"excluded"`
+	// Burst is inlet ingress alone under burstConns connections at once.
+	Burst *Burst `json:"burst,omitempty"`
 }
 
 // runMemory runs inlet ingress, streamer and consumer as separate processes
 // (over a real nats-server, on a database of their own), drives ingress with
 // memoryConns connections posting 1 MiB bodies for b.duration, waits for the
 // consumer to complete every acknowledged event, and reports each process's
-// peak resident set.
+// peak resident set. Then the burst: inlet ingress alone under burstConns
+// connections posting 1 MiB bodies at once for b.duration.
 func runMemory(ctx context.Context, b *bench) (any, error) {
 	dir, err := os.MkdirTemp("", "inlet-bench-memory-")
 	if err != nil {
@@ -245,6 +251,13 @@ log:
 			fmt.Printf("%s logged %s (first: %s)\n", s.Service, msg, first)
 		}
 	}
+
+	burst, err := runBurst(ctx, b, inlet, dir)
+	if err != nil {
+		return nil, fmt.Errorf("burst: %w", err)
+	}
+	m.Burst = burst
+	printBurst(burst)
 	return m, nil
 }
 
@@ -449,4 +462,169 @@ func logSummary(path string) map[string]string {
 		out[fmt.Sprintf("%s ×%d", k, n)] = first[k]
 	}
 	return out
+}
+
+// The burst measurement's load: inlet ingress alone, burstConns connections
+// at once, each posting Stripe-signed bodies of memoryBodyBytes back to back.
+// Far more bodies than ingress.max_inflight_bytes holds arrive at once: the
+// budget must cap ingress's memory whatever the concurrency, storing what fits
+// and answering the excess 503 overloaded.
+const (
+	burstConns    = 1000
+	burstDatabase = "inlet_bench_memory_burst"
+)
+
+// Burst is the burst measurement.
+type Burst struct {
+	Connections      int            `json:"connections"`
+	BodyBytes        int            `json:"body_bytes"`
+	Duration         string         `json:"duration"`
+	MaxInflightBytes int64          `json:"max_inflight_bytes"`
+	Statuses         map[string]int `json:"statuses"` // by status code and reason; "transport" for failed requests
+	Acked            int64          `json:"acked"`
+	Stored           int64          `json:"stored"` // events in the table afterwards
+	// PeakRSSMiB is ingress's VmHWM, SampledRSSMiB the largest VmRSS seen
+	// every 20ms.
+	PeakRSSMiB    float64           `json:"peak_rss_mib"`
+	SampledRSSMiB float64           `json:"sampled_rss_max_mib"`
+	Logged        map[string]string `json:"logged,omitempty"`
+}
+
+// runBurst runs inlet ingress (built at inlet) on a database of its own and
+// drives it with burstConns connections for b.duration.
+func runBurst(ctx context.Context, b *bench, inlet, dir string) (*Burst, error) {
+	dbURL, err := freshDatabase(ctx, b, burstDatabase)
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]string, 2)
+	for i := range ports {
+		p, err := freeport.Pick()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	const inflight = 32 << 20 // the default, said out loud
+	cfg := filepath.Join(dir, "burst.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+database_url: ${DATABASE_URL}
+ingress:
+  listen: %q
+  metrics_listen: %q
+  max_body_bytes: %d
+  max_inflight_bytes: %d
+sources:
+  - name: stripe
+    type: stripe
+    secrets: [%q]
+log:
+  level: warn
+`, ports[0], ports[1], memoryBodyBytes+64<<10, inflight, stripeSecret), 0o600); err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), "DATABASE_URL="+dbURL)
+	migrate := exec.CommandContext(ctx, inlet, "migrate", "--config", cfg)
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("inlet migrate: %w\n%s", err, out)
+	}
+	p, err := startService(ctx, inlet, "ingress", cfg, dir, env)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	if err := p.waitReady("http://"+ports[1]+"/readyz", 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	acked, statuses := postBurst(ports[0], burstConns, b.duration)
+	hwm, _ := procStatusKiB(p.cmd.Process.Pid, "VmHWM")
+	p.stop()
+	r := &Burst{Connections: burstConns, BodyBytes: memoryBodyBytes, Duration: b.duration.String(), MaxInflightBytes: inflight,
+		Statuses: statuses, Acked: acked, PeakRSSMiB: float64(hwm) / 1024, SampledRSSMiB: float64(p.maxRSS.Load()) / 1024,
+		Logged: logSummary(p.log)}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events`).Scan(&r.Stored); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// postBurst drives ingress at addr with conns connections for d, each
+// posting its own events of memoryBodyBytes back to back. The bodies are
+// streamed from one shared padding (a thousand bodies in flight would
+// otherwise cost the load generator a GiB), signed as they are streamed.
+// It returns how many got their 200 and the answers by status and reason.
+func postBurst(addr string, conns int, d time.Duration) (int64, map[string]int) {
+	url := "http://" + addr + "/webhooks/stripe"
+	raw := make([]byte, memoryBodyBytes)
+	for i := range raw {
+		raw[i] = byte(rand.N(256))
+	}
+	const idWidth = 40
+	head := `{"id":"%s","object":"event","api_version":"2024-06-20","created":%d,"type":"invoice.paid","livemode":false,` +
+		`"data":{"object":{"id":"in_bench","object":"invoice","currency":"usd","amount_due":2000,"description":"`
+	tail := []byte(`"}}}`)
+	headLen := len(fmt.Sprintf(head, strings.Repeat("x", idWidth), time.Now().Unix()))
+	pad := []byte(base64.RawURLEncoding.EncodeToString(raw)[:memoryBodyBytes-headLen-len(tail)])
+
+	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
+	client := &http.Client{Transport: transport, Timeout: 60 * time.Second}
+	defer transport.CloseIdleConnections()
+	prefix := fmt.Sprintf("evt_burst_%d_", time.Now().UnixNano())
+	var seq, acked atomic.Int64
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				id := fmt.Sprintf("%s%0*d", prefix, idWidth-len(prefix), seq.Add(1))
+				now := time.Now()
+				h := fmt.Appendf(nil, head, id, now.Unix())
+				mac := hmac.New(sha256.New, []byte(stripeSecret))
+				fmt.Fprintf(mac, "%d.", now.Unix())
+				mac.Write(h)
+				mac.Write(pad)
+				mac.Write(tail)
+				body := io.MultiReader(bytes.NewReader(h), bytes.NewReader(pad), bytes.NewReader(tail))
+				req, _ := http.NewRequest(http.MethodPost, url, body)
+				req.ContentLength = int64(len(h) + len(pad) + len(tail))
+				req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%s", now.Unix(), hex.EncodeToString(mac.Sum(nil))))
+				req.Header.Set("Content-Type", "application/json")
+				code := "transport"
+				if resp, err := client.Do(req); err == nil {
+					var a struct{ Status, Reason string }
+					answer, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					_ = json.Unmarshal(answer, &a)
+					code = strings.TrimSpace(strconv.Itoa(resp.StatusCode) + " " + a.Reason)
+					if resp.StatusCode == http.StatusOK && a.Status == "stored" {
+						acked.Add(1)
+					}
+				}
+				mu.Lock()
+				statuses[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return acked.Load(), statuses
+}
+
+func printBurst(r *Burst) {
+	fmt.Printf("\ninlet ingress alone, %d connections posting %d-byte Stripe-signed bodies at once for %s, ingress.max_inflight_bytes %d MiB:\n",
+		r.Connections, r.BodyBytes, r.Duration, r.MaxInflightBytes>>20)
+	fmt.Printf("  peak RSS %.1f MiB (VmHWM), max sampled RSS %.1f MiB; %d acknowledged, %d stored; answers %v\n",
+		r.PeakRSSMiB, r.SampledRSSMiB, r.Acked, r.Stored, r.Statuses)
+	for msg, first := range r.Logged {
+		fmt.Printf("  ingress logged %s (first: %s)\n", msg, first)
+	}
 }

@@ -40,6 +40,9 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 		cfg.Ingress.Listen = *listen
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "ingress"))
+	if limit, set := ingress.ApplyMemoryLimit(cfg.Ingress); set { // from the body budget, unless GOMEMLIMIT is set
+		log.Info("go memory limit", slog.Int64("bytes", limit))
+	}
 	stopTracing, err := setupTracing(ctx, cfg, "ingress", log)
 	if err != nil {
 		return err
