@@ -94,7 +94,7 @@ func (b *bundle) insert(t testing.TB, ctx context.Context) {
 	t.Helper()
 	n := extID.Add(1)
 	_, err := b.writer.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", fmt.Sprintf("evt_%d", n), "invoice.paid",
-		map[string][]string{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=00", n)}}, []byte(fmt.Sprintf(`{"id":"evt_%d"}`, n)), true, 0, "/webhooks/stripe", "")
+		map[string][]string{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=00", n)}}, []byte(fmt.Sprintf(`{"id":"evt_%d"}`, n)), true, 0, "/webhooks/stripe", "", false, nil)
 	if err != nil {
 		t.Errorf("insert event: %v", err)
 	}
@@ -108,7 +108,7 @@ func (b *bundle) rolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_rolled_back", "x", "{}", []byte("{}"), true, 0, "", ""); err != nil {
+	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_rolled_back", "x", "{}", []byte("{}"), true, 0, "", "", false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {

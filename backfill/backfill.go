@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
 )
 
 // Config configures one backfill run.
@@ -23,6 +24,14 @@ type Config struct {
 	Scheme string
 	// Store is ingress's write path (ingress.NewPGStore). Required.
 	Store ingress.Store
+	// OccurredAt reads each event's time, as ingress does for the source
+	// (verify.NewOccurredAt). Defaults to nil: occurred_at NULL.
+	OccurredAt verify.OccurredAt
+	// StoreJSON stores a payload copy of each body that
+	// ingress.JSONCopyable(body, StoreJSONMaxBytes) accepts, as ingress does
+	// for the source (config.Source.JSONCopy). Defaults to false.
+	StoreJSON         bool
+	StoreJSONMaxBytes int
 	// StatePath is the JSON file holding the cursor of an unfinished run.
 	// Required.
 	StatePath string
@@ -173,6 +182,8 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 				Headers:    it.Headers,
 				RawBody:    it.Body,
 				Verified:   false,
+				OccurredAt: occurredAt(cfg.OccurredAt, it),
+				StoreJSON:  cfg.StoreJSON && ingress.JSONCopyable(it.Body, cfg.StoreJSONMaxBytes),
 			})
 			if err != nil {
 				return p.snapshot(), fmt.Errorf("backfill %s: %w", cfg.Source, err)
@@ -278,4 +289,11 @@ func (p *progress) finish() {
 			fmt.Fprintln(p.w)
 		}
 	}
+}
+
+func occurredAt(f verify.OccurredAt, it item) time.Time {
+	if f == nil {
+		return time.Time{}
+	}
+	return f(http.Header(it.Headers), it.Body)
 }

@@ -958,7 +958,8 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 		provider[i], scheme[i], extID[i], evType[i], headers[i], uri[i] = "stripe", "stripe", id, "invoice.paid", string(hj), "/webhooks/stripe"
 		bodies[i], verified[i], secret[i] = body, true, &zero
 	}
-	rows, err := pool.Query(ctx, sql, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace)
+	rows, err := pool.Query(ctx, sql, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace,
+		make([]bool, len(provider)), make([]*time.Time, len(provider)))
 	if err != nil {
 		return 0, err
 	}

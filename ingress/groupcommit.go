@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/internal/config"
@@ -166,14 +167,16 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	n := len(live)
 	provider, scheme, extID, evType, headers, uri, trace := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies, verified, secret := make([][]byte, n), make([]bool, n), make([]*int16, n)
+	storeJSON, occurred := make([]bool, n), make([]pgtype.Timestamptz, n)
 	for i, it := range live {
 		e := it.e
 		provider[i], scheme[i], extID[i], evType[i], headers[i] = e.Provider, e.Scheme, e.ExternalID, e.EventType, it.headers
 		bodies[i], verified[i], secret[i], uri[i], trace[i] = e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent
+		storeJSON[i], occurred[i] = e.StoreJSON, occurredAt(e)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
-	rows, err := g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace)
+	rows, err := g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
 	stored := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {

@@ -26,6 +26,9 @@ type ingressMetrics struct {
 	outcomeUnknown *prometheus.CounterVec
 	overloaded     *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
+	// deliveryLag is received − occurred of each stored event that has an
+	// occurred_at: how late the provider delivers (retries, backlogs).
+	deliveryLag *prometheus.HistogramVec
 }
 
 func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *budget) (*ingressMetrics, error) {
@@ -47,6 +50,12 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 			Help:    "From the start of a request to the commit of its event (stored and duplicates).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source"}),
+		deliveryLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "delivery_lag_seconds",
+			Help: "Provider delivery lag of stored events: received_at − occurred_at (the provider's own event time; " +
+				"events without one are not observed; a sender's clock ahead of ours counts as 0). Retries and provider backlogs show here.",
+			Buckets: []float64{1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 3 * 24 * 3600},
+		}, []string{"source"}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, f)
@@ -55,7 +64,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		func() float64 { return float64(inflight.inUse()) })
 	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
 		func() float64 { return float64(inflight.size) })
-	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.duration, inUse, limit} {
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.duration, m.deliveryLag, inUse, limit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,6 +78,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		m.unavailable.WithLabelValues(s)
 		m.outcomeUnknown.WithLabelValues(s)
 		m.overloaded.WithLabelValues(s)
+		m.deliveryLag.WithLabelValues(s)
 		for _, r := range reasons {
 			if r != "unknown_source" {
 				m.rejected.WithLabelValues(s, r)
@@ -86,4 +96,13 @@ func (m *ingressMetrics) accepted(source string, duplicate bool, start time.Time
 		m.stored.WithLabelValues(source).Inc()
 	}
 	m.duration.WithLabelValues(source).Observe(time.Since(start).Seconds())
+}
+
+// lag observes a stored event's delivery lag; a zero occurred (none given) is
+// not observed.
+func (m *ingressMetrics) lag(source string, occurred, received time.Time) {
+	if occurred.IsZero() {
+		return
+	}
+	m.deliveryLag.WithLabelValues(source).Observe(max(received.Sub(occurred), 0).Seconds())
 }

@@ -63,6 +63,11 @@ type source struct {
 	// secretLogged is when each secret's use was last logged (unix seconds),
 	// so rotations are visible without a line per webhook.
 	secretLogged []atomic.Int64
+	// occurredAt reads the provider's event time; storeJSON and jsonMax
+	// say whether bodies get a payload copy (sources.<name>.store_json).
+	occurredAt verify.OccurredAt
+	storeJSON  bool
+	jsonMax    int
 }
 
 // secretLogEvery is how often the use of each secret is logged again.
@@ -139,7 +144,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.sources[sc.Name] = &source{name: sc.Name, scheme: sc.Type, verifier: v,
 			relay:        newRelayCheck(sc.RelaySecrets, sc.RelayTolerance),
-			secretLogged: make([]atomic.Int64, len(sc.Secrets))}
+			secretLogged: make([]atomic.Int64, len(sc.Secrets)),
+			occurredAt:   verify.NewOccurredAt(sc.Config)}
+		s.sources[sc.Name].storeJSON, s.sources[sc.Name].jsonMax = sc.JSONCopy()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
@@ -363,6 +370,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		SecretIndex: res.SecretIndex,
 		Verified:    true,
 		TraceParent: tracing.TraceParent(ctx),
+		OccurredAt:  src.occurredAt(header, body),
+		StoreJSON:   src.storeJSON && JSONCopyable(body, src.jsonMax),
 	}
 	// An id or type the database cannot index would fail every retry.
 	if err := checkEvent(event); errors.As(err, &lim) {
@@ -376,6 +385,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.accepted(name, !stored, start)
+	if stored {
+		s.metrics.lag(name, event.OccurredAt, s.cfg.Now())
+	}
 	status := "stored"
 	if !stored {
 		status = "duplicate"

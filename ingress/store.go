@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,6 +30,13 @@ type Event struct {
 	// TraceParent is the W3C traceparent of the span that received it ("":
 	// none), stored so the handler's spans join the request's trace.
 	TraceParent string
+	// OccurredAt is when the provider says the event happened
+	// (verify.NewOccurredAt); zero stores NULL.
+	OccurredAt time.Time
+	// StoreJSON stores the parsed RawBody as payload too (set it only when
+	// JSONCopyable(RawBody) holds); false stores NULL. The body is sent once:
+	// PostgreSQL parses the raw_body it receives.
+	StoreJSON bool
 }
 
 // Store writes events. Insert reports whether the event was new (false: a
@@ -79,7 +89,15 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	defer conn.Release()
 	tag, err := conn.Exec(ctx, insertEventSQL,
-		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent)
+		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
+		e.StoreJSON, occurredAt(e))
+	if err != nil && e.StoreJSON && isStatementError(err) {
+		// The copy is never worth a webhook: should PostgreSQL refuse a
+		// body JSONCopyable let through, store it with payload NULL.
+		tag, err = conn.Exec(ctx, insertEventSQL,
+			e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
+			false, occurredAt(e))
+	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), unstorable(err))
 	}
@@ -88,6 +106,11 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		s.hinter.Hint()
 	}
 	return stored, nil
+}
+
+// occurredAt is NULL for the zero time.
+func occurredAt(e *Event) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: e.OccurredAt, Valid: !e.OccurredAt.IsZero()}
 }
 
 // secretIndex is NULL for an unverified event: no secret matched.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
@@ -122,14 +123,17 @@ file's database_url (else DATABASE_URL, else, without a config file, the
 	hinter := notify.NewHinter(pool, 0, stderrLogger(cfg, "text"))
 	defer hinter.Stop()
 
+	keepJSON, jsonMax := src.JSONCopy()
 	stats, err := backfill.Run(ctx, backfill.Config{
-		Source:    src.Name,
-		Scheme:    src.Type,
-		Store:     ingress.NewPGStore(pool, hinter),
-		StatePath: *statePath,
-		Restart:   *restart,
-		Progress:  env.stderr,
-		Terminal:  isTerminal(env.stderr),
+		StoreJSON: keepJSON, StoreJSONMaxBytes: jsonMax,
+		Source:     src.Name,
+		Scheme:     src.Type,
+		Store:      ingress.NewPGStore(pool, hinter),
+		OccurredAt: verify.NewOccurredAt(src.Config),
+		StatePath:  *statePath,
+		Restart:    *restart,
+		Progress:   env.stderr,
+		Terminal:   isTerminal(env.stderr),
 	}, lister)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)

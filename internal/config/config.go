@@ -364,6 +364,29 @@ type Source struct {
 	// RelayTolerance is how far the relay signature's timestamp may be from
 	// now, in either direction. Defaults to 5m.
 	RelayTolerance time.Duration `yaml:"relay_tolerance"`
+	// StoreJSON keeps a parsed copy of each body in events.payload (jsonb,
+	// GIN-indexed) for auditors' JSON-path queries (inlet events list
+	// --where). A body that is not JSON PostgreSQL accepts, or is over
+	// StoreJSONMaxBytes, gets NULL there and is still stored and delivered.
+	// Costs ingest time and disk (the bench measures it). Defaults to true,
+	// except for twilio, whose webhooks are form-encoded.
+	StoreJSON *bool `yaml:"store_json"`
+	// StoreJSONMaxBytes is the largest body copied to payload. Defaults to
+	// 256 KiB (DefaultStoreJSONMaxBytes).
+	StoreJSONMaxBytes int `yaml:"store_json_max_bytes"`
+}
+
+// DefaultStoreJSONMaxBytes is Source.StoreJSONMaxBytes's default.
+const DefaultStoreJSONMaxBytes = 256 << 10
+
+// JSONCopy says whether the source keeps a payload copy and up to what size,
+// its defaults applied.
+func (s Source) JSONCopy() (keep bool, maxBytes int) {
+	keep = s.Type != "twilio"
+	if s.StoreJSON != nil {
+		keep = *s.StoreJSON
+	}
+	return keep, or(s.StoreJSONMaxBytes, DefaultStoreJSONMaxBytes)
 }
 
 // Log configures log/slog output.
@@ -523,6 +546,9 @@ func (c Config) Validate() error {
 		seen[s.Name] = i
 		if s.Type == "" {
 			return fmt.Errorf("%s.type: required", field)
+		}
+		if s.StoreJSONMaxBytes < 0 {
+			return fmt.Errorf("%s.store_json_max_bytes: must not be negative, got %d", field, s.StoreJSONMaxBytes)
 		}
 		if len(s.Secrets) == 0 {
 			return fmt.Errorf("%s.secrets: at least one secret is required", field)

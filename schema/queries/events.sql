@@ -6,21 +6,31 @@
 -- nothing (the events_dedupe trigger claims the key in event_keys first, and
 -- skips the row when it is taken, waiting on a concurrent insert of the same
 -- key); RowsAffected tells stored (1) from duplicate (0). No RETURNING: the
--- ingress role may read only the dedupe key.
+-- ingress role may read only the dedupe key. $11 true stores the parsed body
+-- as payload, parsed here from $6 so the body crosses the wire once (ingress
+-- sets it only for a body ingress.JSONCopyable accepts); $12 occurred_at or
+-- NULL.
 INSERT INTO webhook_ingress.events
-    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''))
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
+     payload, occurred_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
+        CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12)
 
 -- name: InsertEvents
 -- Several verified webhooks in one statement (group commit: one transaction,
 -- one WAL flush). Arrays, one element per event, in the order of InsertEvent's
 -- parameters ($5 headers as JSON text; $8 NULL for an unverified event; $10
--- '' for no trace). A duplicate inserts nothing, as in InsertEvent; RETURNING
--- names the keys stored (the ingress role may read only those columns).
+-- '' for no trace; $11 store the parsed body as payload; $12 occurred_at). A
+-- duplicate inserts nothing, as in InsertEvent; RETURNING names the keys
+-- stored (the ingress role may read only those columns).
 INSERT INTO webhook_ingress.events
-    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
+    (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
+     payload, occurred_at)
 SELECT u.provider, u.scheme, u.external_event_id, u.event_type, u.headers::jsonb, u.raw_body, u.signature_verified,
-       u.secret_index, u.request_uri, nullif(u.trace_parent, '')
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::smallint[], $9::text[], $10::text[])
-    AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent)
+       u.secret_index, u.request_uri, nullif(u.trace_parent, ''),
+       CASE WHEN u.store_json THEN convert_from(u.raw_body, 'UTF8')::jsonb END, u.occurred_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::smallint[], $9::text[], $10::text[],
+            $11::boolean[], $12::timestamptz[])
+    AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
+         store_json, occurred_at)
 RETURNING provider, external_event_id
