@@ -84,6 +84,7 @@ func (c APIConfig) validate() error {
 // a bearer token.
 //
 //	GET  /api/events             ?source= &type= &since= &until= &external_id= &before= &limit=
+//	                             &occurred_after= &occurred_before= &where= (a JSON path predicate over payload)
 //	GET  /api/events/{id}        the event, its headers, raw_body (base64) and jobs with attempts
 //	GET  /api/events/{id}/raw    the exact stored bytes, application/octet-stream
 //	POST /api/events/verify      {"id": N} | {"since": "24h", "until": …, "source": …}
@@ -251,6 +252,8 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 	f.EventType = p.str("type", "event_type")
 	f.ExternalEventID = p.str("external_id", "external_event_id")
 	f.Since, f.Until = p.time("since"), p.time("until")
+	f.OccurredAfter, f.OccurredBefore = p.time("occurred_after"), p.time("occurred_before")
+	f.Where = p.str("where")
 	f.Before, f.Limit = p.int64("before"), int(p.int64("limit"))
 	if p.err != nil {
 		a.fail(w, p.err)

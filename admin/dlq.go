@@ -99,7 +99,7 @@ func GetJob(ctx context.Context, db DB, id int64) (JobDetail, error) {
 		e := &d.Event
 		j, err := scanJob(tx.QueryRow(ctx, schema.Query("AdminGetJob"), id),
 			&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum)
+			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("no such job")
 		}

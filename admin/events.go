@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -24,6 +26,10 @@ type EventMeta struct {
 	SecretIndex       *int16    `json:"secret_index"`
 	BodySize          int64     `json:"body_size"`
 	BodySHA256        string    `json:"body_sha256"` // hex
+	// OccurredAt is when the provider says the event happened; nil when it
+	// gives no time (GitHub, Twilio) or the event predates 012 and was not
+	// backfilled.
+	OccurredAt *time.Time `json:"occurred_at"`
 }
 
 // JobState is one handler's job of an event, in a list.
@@ -48,6 +54,14 @@ type EventFilter struct {
 	Since, Until time.Time
 	// ExternalEventID is the provider's event id, exactly.
 	ExternalEventID string
+	// OccurredAfter (inclusive) and OccurredBefore (exclusive) bound
+	// occurred_at; events without one never match either.
+	OccurredAfter, OccurredBefore time.Time
+	// Where is a PostgreSQL JSON path predicate over the payload copy
+	// ('$.data.object.customer == "cus_123"'), evaluated with @@; events
+	// without a payload never match. Bound as a parameter; a path PostgreSQL
+	// rejects is ErrInvalid with its message.
+	Where string
 	// Before is the keyset cursor: only events with a smaller id. 0 starts at
 	// the newest; pass the previous page's NextBefore for the next.
 	Before int64
@@ -71,9 +85,10 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	page := EventPage{Events: []EventSummary{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, schema.Query("AdminListEvents"),
-			f.Provider, globLike(f.EventType), nullTime(f.Since), nullTime(f.Until), f.ExternalEventID, f.Before, limit)
+			f.Provider, globLike(f.EventType), nullTime(f.Since), nullTime(f.Until), f.ExternalEventID, f.Before, limit,
+			nullTime(f.OccurredAfter), nullTime(f.OccurredBefore), f.Where)
 		if err != nil {
-			return err
+			return badPath(err)
 		}
 		defer rows.Close()
 		for rows.Next() {
@@ -81,7 +96,7 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 			var sum []byte
 			var handlers, statuses []string
 			if err := rows.Scan(&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-				&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &handlers, &statuses); err != nil {
+				&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt, &handlers, &statuses); err != nil {
 				return err
 			}
 			e.BodySHA256 = hex.EncodeToString(sum)
@@ -91,7 +106,7 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 			}
 			page.Events = append(page.Events, e)
 		}
-		return rows.Err()
+		return badPath(rows.Err())
 	})
 	if err != nil {
 		return EventPage{}, fmt.Errorf("list events: %w", err)
@@ -153,6 +168,8 @@ type EventDetail struct {
 	RequestURI string `json:"request_uri"`
 	// RawBody is the exact stored bytes (base64 in JSON).
 	RawBody []byte `json:"raw_body"`
+	// HasPayload says whether the parsed copy (events.payload) is kept.
+	HasPayload bool `json:"has_payload"`
 	// Jobs are the event's jobs, one per handler, each with its attempts.
 	Jobs []Job `json:"jobs"`
 }
@@ -164,7 +181,7 @@ func GetEvent(ctx context.Context, db DB, id int64) (EventDetail, error) {
 		var sum []byte
 		err := tx.QueryRow(ctx, schema.Query("AdminGetEvent"), id).Scan(
 			&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.Headers, &e.RequestURI, &e.RawBody)
+			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt, &e.Headers, &e.RequestURI, &e.RawBody, &e.HasPayload)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("no such event")
 		}
@@ -231,4 +248,15 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 		}
 	}
 	return rows.Err()
+}
+
+// badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error
+// in the jsonpath input, or a path its evaluation rejects) into ErrInvalid
+// with PostgreSQL's own message.
+func badPath(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "22P02" || strings.HasPrefix(pgErr.Code, "22")) {
+		return invalid("where: PostgreSQL rejects the JSON path: %s", pgErr.Message)
+	}
+	return err
 }

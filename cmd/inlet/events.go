@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -32,19 +33,30 @@ handler did with it. Read-only.`+operatorHelp, eventsVerbs, args)
 
 func runEventsList(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "events list", "", `
-List stored events, newest first: id, time received, source, type, external
-id, body size and each handler's job status. Bodies are never listed (see
-inlet events show). Pages are keyset on the id: when more events match, the
+List stored events, newest first: id, time received, when the provider says
+it happened (occurred_at; - when it gives none), source, type, external id,
+body size and each handler's job status. Bodies are never listed (see inlet
+events show). Pages are keyset on the id: when more events match, the
 --before to pass for the next page is printed on stderr.
 
+--where takes a PostgreSQL JSON path predicate over the parsed body
+(events.payload, kept for sources with store_json), passed to PostgreSQL as
+a parameter and evaluated with @@; a path PostgreSQL rejects is a usage
+error with its message. Events without a payload never match.
+
   inlet events list --source stripe --type 'invoice.*' --since 24h
-  inlet events list --since 2026-03-03 --until 2026-03-04 --json`+operatorHelp)
+  inlet events list --since 2026-03-03 --until 2026-03-04 --json
+  inlet events list --where '$.data.object.customer == "cus_123"'
+  inlet events list --occurred-before 2026-03-03 --since 2026-03-04   # delivered a day late`+operatorHelp)
 	cfgPath := configFlag(fs)
 	source := fs.String("source", "", "only events of this source (events.provider)")
 	typ := fs.String("type", "", "only events whose type matches this glob ('*' matches anything: invoice.*)")
 	since := fs.String("since", "", "only events received at or after: RFC 3339, a date, or a duration back (24h, 7d)")
 	until := fs.String("until", "", "only events received before (same forms as --since)")
 	external := fs.String("external-id", "", "only the event with this provider event id")
+	occAfter := fs.String("occurred-after", "", "only events the provider says happened at or after (same forms as --since)")
+	occBefore := fs.String("occurred-before", "", "only events the provider says happened before (same forms as --since)")
+	where := fs.String("where", "", `only events whose payload matches this JSON path predicate ('$.data.object.amount > 1000')`)
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most events to print (at most %d)", admin.MaxLimit))
 	before := fs.Int64("before", 0, "only events with a smaller id (the next page)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -54,8 +66,14 @@ inlet events show). Pages are keyset on the id: when more events match, the
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet events list takes no arguments, got %q", errUsage, fs.Args())
 	}
-	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Before: *before}
+	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Before: *before, Where: *where}
 	var err error
+	if f.OccurredAfter, err = timeFlag("occurred-after", *occAfter); err != nil {
+		return err
+	}
+	if f.OccurredBefore, err = timeFlag("occurred-before", *occBefore); err != nil {
+		return err
+	}
 	if f.Since, err = timeFlag("since", *since); err != nil {
 		return err
 	}
@@ -75,9 +93,9 @@ inlet events show). Pages are keyset on the id: when more events match, the
 			return nil
 		}
 		tw := newTable(env.stdout)
-		fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tTYPE\tEXTERNAL ID\tBYTES\tJOBS")
+		fmt.Fprintln(tw, "ID\tRECEIVED\tOCCURRED\tSOURCE\tTYPE\tEXTERNAL ID\tBYTES\tJOBS")
 		for _, e := range page.Events {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, stamp(e.ReceivedAt), cell(e.Provider), cell(e.EventType),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, stamp(e.ReceivedAt), occurred(e.OccurredAt), cell(e.Provider), cell(e.EventType),
 				cell(e.ExternalEventID), e.BodySize, jobStates(e.Jobs))
 		}
 		if err := tw.Flush(); err != nil {
@@ -174,6 +192,11 @@ func printMeta(tw io.Writer, e admin.EventMeta) {
 	fmt.Fprintf(tw, "  external id:\t%s\n", cell(e.ExternalEventID))
 	fmt.Fprintf(tw, "  type:\t%s\n", cell(e.EventType))
 	fmt.Fprintf(tw, "  received at:\t%s\n", stamp(e.ReceivedAt))
+	if e.OccurredAt != nil {
+		fmt.Fprintf(tw, "  occurred at:\t%s (provider's time; received %s later)\n", stamp(*e.OccurredAt), e.ReceivedAt.Sub(*e.OccurredAt).Round(time.Second))
+	} else {
+		fmt.Fprintf(tw, "  occurred at:\t- (the provider gives no event time)\n")
+	}
 	sig := "not verified"
 	if e.SignatureVerified {
 		sig = "verified at ingress"
@@ -323,4 +346,11 @@ twilio source needs public_url to be re-verified.`+operatorHelp)
 		}
 		return nil
 	})
+}
+
+func occurred(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return stamp(*t)
 }

@@ -9,9 +9,15 @@
 -- name: AdminListEvents
 -- Event metadata (never the body) with each job's handler and status.
 -- $1 provider, $2 event type LIKE pattern, $3 since (inclusive), $4 until
--- (exclusive), $5 external event id, $6 before id, $7 limit.
+-- (exclusive), $5 external event id, $6 before id, $7 limit, $8 occurred
+-- after (inclusive), $9 occurred before (exclusive), $10 a JSON path
+-- predicate over payload ('' none; --where). $10 is a bound parameter, cast
+-- to jsonpath by PostgreSQL (a bad path is its syntax error, never SQL), and
+-- with the custom plan admin forces it is a constant the planner gives to
+-- idx_events_payload (GIN jsonb_path_ops answers @@). Events without a
+-- payload never match a path.
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256,
+       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at,
        coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
 FROM webhook_ingress.events e
 LEFT JOIN LATERAL (
@@ -25,14 +31,17 @@ WHERE ($1::text = '' OR e.provider = $1)
   AND ($4::timestamptz IS NULL OR e.received_at < $4)
   AND ($5::text = '' OR e.external_event_id = $5)
   AND ($6::bigint = 0 OR e.id < $6)
+  AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
+  AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
+  AND ($10::text = '' OR e.payload @@ $10::jsonpath)
 ORDER BY e.id DESC
 LIMIT $7
 
 -- name: AdminGetEvent
 -- One event whole: metadata, headers, request URI and the exact stored bytes.
 SELECT id, provider, scheme, external_event_id, event_type, received_at,
-       signature_verified, secret_index, octet_length(raw_body), body_sha256,
-       headers, request_uri, raw_body
+       signature_verified, secret_index, octet_length(raw_body), body_sha256, occurred_at,
+       headers, request_uri, raw_body, payload IS NOT NULL
 FROM webhook_ingress.events
 WHERE id = $1
 
@@ -51,7 +60,7 @@ SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attemp
        j.next_attempt_at, j.lease_holder_id, j.lease_expires_at, j.attempted_at, j.worker_id,
        j.last_error, j.last_error_class, j.created_at, j.updated_at, j.completed_at,
        e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256
+       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.id = $1
