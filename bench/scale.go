@@ -1019,7 +1019,7 @@ func takeAndComplete(ctx context.Context, pool *pgxpool.Pool, takeSQL, completeS
 			body                               []byte
 		)
 		if err := rows.Scan(&id, &leased, &expires, &maxAttempts, &started, &eventID,
-			&provider, &scheme, &extID, &eventType, &received, &headers, &body); err != nil {
+			&provider, &scheme, &extID, &eventType, &received, &headers, &body, new(*time.Time)); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("read: scan: %w", err)
 		}

@@ -238,10 +238,14 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 			eventID         *int64
 			headers         map[string][]string
 			ev              Event
+			occurred        *time.Time
 		)
 		if err := rows.Scan(&id, &l.leasedAt, &l.expires, &maxAttempts, &l.started, &eventID,
-			&ev.Provider, &ev.Scheme, &ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body); err != nil {
+			&ev.Provider, &ev.Scheme, &ev.ExternalID, &ev.EventType, &ev.ReceivedAt, &headers, &ev.Body, &occurred); err != nil {
 			return nil, err
+		}
+		if occurred != nil {
+			ev.OccurredAt = *occurred
 		}
 		ref := byID[id]
 		l.partition, l.read = ref.EventReceivedAt, read

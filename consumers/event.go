@@ -27,6 +27,11 @@ type Event struct {
 	EventType string
 	// ReceivedAt is when ingress accepted the webhook.
 	ReceivedAt time.Time
+	// OccurredAt is when the provider says the event happened (Stripe's
+	// created, Paddle's occurred_at, …); zero when it gives none (GitHub,
+	// Twilio). Providers retry and reorder: order by it, not by arrival,
+	// where order matters.
+	OccurredAt time.Time
 	// Headers are the request headers as received.
 	Headers http.Header
 	// Body holds the exact bytes the provider signed.

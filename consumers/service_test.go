@@ -43,6 +43,7 @@ func TestHandlerGetsTheStoredEvent(t *testing.T) {
 	b.StartStreamer(t, consumertest.StreamerOptions{})
 
 	body := []byte("{\"id\":\"evt_1\"}\r\n\x00\xff\xfe not utf-8 \x80")
+	occurredAt := time.Date(2026, 3, 3, 9, 0, 0, 0, time.UTC)
 	headers := map[string][]string{
 		"Stripe-Signature": {"t=1700000000,v1=abc"},
 		"X-Multi":          {"a", "b"},
@@ -50,6 +51,7 @@ func TestHandlerGetsTheStoredEvent(t *testing.T) {
 	}
 	eventID := b.InsertEvent(t, consumertest.EventParams{
 		Provider: "stripe", ExternalID: "evt_exact", EventType: "invoice.paid", Headers: headers, Body: body,
+		OccurredAt: occurredAt,
 	})
 	jobID := b.JobID(t, eventID, "capture")
 	b.WaitJobStatus(t, jobID, "completed", wait)
@@ -66,13 +68,17 @@ func TestHandlerGetsTheStoredEvent(t *testing.T) {
 		e := c.ev
 		want := consumers.Event{
 			JobID: jobID, EventID: eventID, Handler: "capture", Provider: "stripe", Scheme: "stripe",
-			ExternalID: "evt_exact", EventType: "invoice.paid", ReceivedAt: receivedAt,
+			ExternalID: "evt_exact", EventType: "invoice.paid", ReceivedAt: receivedAt, OccurredAt: occurredAt,
 			Headers: http.Header(headers), Body: body, Attempt: i + 1, MaxAttempts: 25,
 		}
 		if !e.ReceivedAt.Equal(receivedAt) {
 			t.Errorf("call %d: ReceivedAt %v, want %v", i, e.ReceivedAt, receivedAt)
 		}
 		e.ReceivedAt = receivedAt
+		if !e.OccurredAt.Equal(occurredAt) {
+			t.Errorf("call %d: OccurredAt %v, want %v", i, e.OccurredAt, occurredAt)
+		}
+		e.OccurredAt = occurredAt
 		if !bytes.Equal(e.Body, body) {
 			t.Errorf("call %d: body %q, want %q", i, e.Body, body)
 		}

@@ -299,7 +299,7 @@ func fetch(j leasedJob) func(pgx.Tx) (int64, error) {
 			if err != nil {
 				return n, err
 			}
-			if body, _ := vals[len(vals)-1].([]byte); len(body) == 0 {
+			if body, _ := vals[12].([]byte); len(body) == 0 { // raw_body (occurred_at follows)
 				return n, errors.New("the attempt came back without its event's body")
 			}
 			n++

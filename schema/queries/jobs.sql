@@ -132,7 +132,8 @@ SELECT id, status FROM reaped
 -- lease, or every event sharing a received_at, when statistics were stale.
 SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, now(),
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
-       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, '')
+       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, ''),
+       e.occurred_at
 FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
     AS w(id, attempt, handler, event_id, event_received_at, leased_at)
 CROSS JOIN LATERAL (
@@ -148,7 +149,7 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) j
 LEFT JOIN LATERAL (
-    SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at, e.headers, e.raw_body
+    SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at, e.headers, e.raw_body, e.occurred_at
     FROM webhook_ingress.events e
     WHERE e.id = j.event_id
       AND e.received_at = j.event_received_at

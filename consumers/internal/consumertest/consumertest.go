@@ -56,6 +56,7 @@ type EventParams struct {
 	EventType  string
 	Headers    map[string][]string
 	Body       []byte
+	OccurredAt time.Time // zero: NULL
 }
 
 var eventSeq sync.Mutex
@@ -86,7 +87,7 @@ func (b *Bundle) InsertEvent(t testing.TB, p EventParams) int64 {
 	}
 	ctx := context.Background()
 	if _, err := b.Admin.Exec(ctx, schema.Query("InsertEvent"),
-		p.Provider, p.Provider, p.ExternalID, p.EventType, headers, p.Body, true, int16(0), "/webhooks/"+p.Provider, "", false, nil); err != nil {
+		p.Provider, p.Provider, p.ExternalID, p.EventType, headers, p.Body, true, int16(0), "/webhooks/"+p.Provider, "", false, occurredAt(p.OccurredAt)); err != nil {
 		t.Fatalf("insert event %s: %v", p.ExternalID, err)
 	}
 	var id int64
@@ -370,4 +371,11 @@ func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+func occurredAt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
