@@ -17,13 +17,18 @@ import (
 )
 
 func runBackfill(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "backfill", " stripe|github", `
+	if len(args) > 0 && args[0] == "stored" {
+		return runBackfillStored(ctx, env, args[1:])
+	}
+	fs := newFlagSet(env, "backfill", " stripe|github|stored", `
 Fill the event log from the provider's history API, for events that never
 arrived as webhooks (Inlet was down past the provider's retries, or was set up
 later):
 
   inlet backfill stripe [--since 7d] [--types 'invoice.*,charge.refunded']
   inlet backfill github --repo owner/name --hook-id 123   (or --org name)
+  inlet backfill stored    (occurred_at and payload of old events from their
+                           stored bytes; see inlet backfill stored --help)
 
 Stripe: GET /v1/events, newest first (Stripe keeps 30 days), with the secret
 or a restricted events:read key from --api-key or $STRIPE_API_KEY. GitHub:
