@@ -183,7 +183,11 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 		if !subscribed {
 			return plan, notFound("handler %q has no enabled subscription to match unrouted events with", req.Handler)
 		}
-		err := tx.QueryRow(ctx, schema.Query("AdminCountUnroutedJobs"), req.Handler, req.Provider, like, since, until).Scan(&plan.Created)
+		if err := tx.QueryRow(ctx, schema.Query("AdminCountUnroutedJobs"), req.Handler, req.Provider, like, since, until).Scan(&plan.Created); err != nil {
+			return plan, err
+		}
+		filtered, err := missingFiltered(ctx, tx, req, false)
+		plan.Created += filtered
 		return plan, err
 	}
 	if err := tx.QueryRow(ctx, schema.Query("AdminCountFilterJobs"), req.Handler, req.Provider, like, since, until).
@@ -195,6 +199,11 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 			Scan(&plan.Created); err != nil {
 			return plan, err
 		}
+		filtered, err := missingFiltered(ctx, tx, req, false)
+		if err != nil {
+			return plan, err
+		}
+		plan.Created += filtered
 	}
 	return plan, nil
 }
@@ -219,7 +228,12 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 		return res, requeue([]int64{req.JobID})
 	}
 	if req.Unrouted {
-		return res, createMissing(ctx, tx, req, "AdminCreateUnroutedJobs", &res)
+		if err := createMissing(ctx, tx, req, "AdminCreateUnroutedJobs", &res); err != nil {
+			return res, err
+		}
+		filtered, err := missingFiltered(ctx, tx, req, true)
+		res.Created += filtered
+		return res, err
 	}
 
 	// Existing jobs, keyset over their ids.
@@ -256,8 +270,14 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	}
 
 	// Missing jobs. Jobs just re-queued are not missing, so nothing is
-	// touched twice.
-	return res, createMissing(ctx, tx, req, "AdminCreateMissingJobs", &res)
+	// touched twice. The handler's filtered subscriptions: their filters
+	// decide, as at arrival.
+	if err := createMissing(ctx, tx, req, "AdminCreateMissingJobs", &res); err != nil {
+		return res, err
+	}
+	filtered, err := missingFiltered(ctx, tx, req, true)
+	res.Created += filtered
+	return res, err
 }
 
 // createMissing runs query (AdminCreateMissingJobs or

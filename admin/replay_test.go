@@ -448,3 +448,44 @@ func TestReplayOfAJobCompletedTheOldWay(t *testing.T) {
 		t.Fatalf("history %+v, want the one success then the replay", d.Attempts)
 	}
 }
+
+// Catch-up to a handler whose subscription carries a filter creates jobs
+// only for the events that pass it, evaluated on the stored bytes as ingress
+// does at arrival; the dry run counts the same.
+func TestReplayAppliesTheSubscriptionFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, e := range []event{
+		{source: "stripe", id: "evt_big", eventType: "charge.succeeded", body: []byte(`{"data":{"object":{"amount":25000}}}`)},
+		{source: "stripe", id: "evt_small", eventType: "charge.succeeded", body: []byte(`{"data":{"object":{"amount":500}}}`)},
+		{source: "stripe", id: "evt_form", eventType: "charge.succeeded", body: []byte(`amount=25000`)},
+		{source: "stripe", id: "evt_refund", eventType: "charge.refunded", body: []byte(`{"data":{"object":{"amount":90000}}}`)},
+	} {
+		b.insert(t, e)
+	}
+	b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter)
+		VALUES ('big', 'stripe', 'charge.*', 6, 'payload.data.object.amount > 10000 && event.type == "charge.succeeded"')`)
+	req := admin.ReplayRequest{Handler: "big", Provider: "stripe", DryRun: true}
+	res, err := admin.Replay(ctx, b.op, req)
+	if err != nil || res != (admin.ReplayResult{DryRun: true, Created: 1}) {
+		t.Fatalf("dry run: %+v, %v; want 1 job to create", res, err)
+	}
+	req.DryRun = false
+	res, err = admin.Replay(ctx, b.op, req)
+	if err != nil || res != (admin.ReplayResult{Created: 1}) {
+		t.Fatalf("replay: %+v, %v; want 1 job created", res, err)
+	}
+	var got string
+	if err := b.super.QueryRow(ctx, `SELECT string_agg(e.external_event_id || ':' || j.max_attempts, ',')
+		FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id WHERE j.handler = 'big'`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "evt_big:6" {
+		t.Fatalf("big's jobs: %s, want evt_big:6", got)
+	}
+	// A filter that does not compile fails the replay, naming it.
+	b.exec(t, `UPDATE webhook_ingress.subscriptions SET filter = 'payload.amount >' WHERE handler = 'big'`)
+	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "big", Provider: "stripe", DryRun: true})
+	wantErr(t, err, admin.ErrInvalid)
+}

@@ -42,6 +42,11 @@ func TestConfigValidate(t *testing.T) {
 			`handlers[0].patterns[2]: {"stripe", "*"} is also patterns[0]`},
 		{"control char", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, EventType: "a\nb"}}},
 			"handlers[0].patterns[0].event_type"},
+		{"bad filter", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount >`}}},
+			`handlers[0].filter: filter "payload.amount >": ERROR: <input>:1:17`},
+		{"filter not a bool", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `"x"`}}},
+			"handlers[0].filter: filter"},
+		{"good filter", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount > 10`}}}, ""},
 		{"tiny lease", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, LeaseExtend: time.Millisecond},
 			"lease_extend"},
 	}

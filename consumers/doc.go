@@ -2,7 +2,9 @@
 // where verified webhooks reach application code.
 //
 // A consumer service declares named [Handler]s, each with provider and
-// event-type glob patterns. [Service.Start] registers those patterns in
+// event-type glob patterns and optionally a content filter
+// ([Handler.Filter], a CEL expression compiled by New, so a bad one stops
+// the service with its position). [Service.Start] registers those patterns in
 // webhook_ingress.subscriptions (so ingress's fan-out trigger creates one job
 // per matching event and handler from then on) and subscribes to each
 // handler's bus topic. The streamer leases due jobs and publishes a

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/bus"
 )
 
@@ -38,6 +39,12 @@ type Handler struct {
 	// pairs; when set, Provider and EventType are ignored. An event matching
 	// several pairs still makes one job.
 	Patterns []Pattern
+	// Filter, when set, is a CEL expression an event must also pass to get
+	// a job of this handler (package filter: event.source, event.type,
+	// event.headers, event.occurred_at, payload), evaluated by ingress
+	// before the jobs are written, so an event it rejects costs no job row.
+	// A bad expression fails Start with the position of the error.
+	Filter string
 	// MaxAttempts is how many attempts a job gets before it is dead-lettered.
 	// It applies to jobs created after registration. Defaults to 25.
 	MaxAttempts int
@@ -106,6 +113,11 @@ func (h Handler) validate() error {
 	}
 	if h.Concurrency < 1 {
 		return fmt.Errorf("concurrency: %d must be at least 1", h.Concurrency)
+	}
+	if h.Filter != "" {
+		if _, err := filter.Compile(h.Filter); err != nil {
+			return fmt.Errorf("filter: %w", err)
+		}
 	}
 	for i, p := range h.Patterns {
 		if err := validPattern(p.Provider); err != nil {

@@ -25,7 +25,11 @@ func (s *Service) Register(ctx context.Context) error {
 			providers := make([]string, len(h.Patterns))
 			types := make([]string, len(h.Patterns))
 			for i, p := range h.Patterns {
-				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts); err != nil {
+				var expr *string
+				if h.Filter != "" {
+					expr = &h.Filter
+				}
+				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts, expr); err != nil {
 					if isRowSecurityViolation(err) {
 						return fmt.Errorf("handler %q is not one of this database role's handlers (inlet roles create-consumer NAME --handlers …,%s, or run as webhook_worker): %w",
 							h.Name, h.Name, err)

@@ -132,3 +132,39 @@ func TestRegister(t *testing.T) {
 		t.Errorf("reverting made a new row %d instead of re-enabling %d", got[3].ID, first[1].ID)
 	}
 }
+
+// A handler's filter is stored on each of its subscriptions, changed in
+// place when it changes, and cleared when it goes.
+func TestRegisterFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	filters := func() []string {
+		t.Helper()
+		rows, err := b.Admin.Query(context.Background(), `SELECT provider_pattern || ' ' || coalesce(filter, '-') FROM webhook_ingress.subscriptions
+			WHERE handler = 'f' AND enabled ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	h := consumers.Handler{Name: "f", Func: ok, Patterns: []consumers.Pattern{{Provider: "stripe"}, {Provider: "github"}},
+		Filter: `payload.amount > 10`}
+	register(t, b, h)
+	if got, want := filters(), []string{"github payload.amount > 10", "stripe payload.amount > 10"}; !slices.Equal(got, want) {
+		t.Fatalf("after registering a filter: %q, want %q", got, want)
+	}
+	h.Filter = `event.type == "x"`
+	register(t, b, h)
+	if got, want := filters(), []string{`github event.type == "x"`, `stripe event.type == "x"`}; !slices.Equal(got, want) {
+		t.Fatalf("after changing the filter: %q, want %q", got, want)
+	}
+	h.Filter = ""
+	register(t, b, h)
+	if got, want := filters(), []string{"github -", "stripe -"}; !slices.Equal(got, want) {
+		t.Fatalf("after removing the filter: %q, want %q", got, want)
+	}
+}

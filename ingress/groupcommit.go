@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -82,6 +83,8 @@ type pending struct {
 	event   atomic.Pointer[Event]
 	headers string
 	size    int64
+	// matches are the filtered subscriptions the event passed.
+	matches []int64
 }
 
 // NewGroupStore starts the committers; Close stops them.
@@ -107,7 +110,7 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
 	}
-	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers))}
+	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: g.single.filters.match(ctx, e)}
 	p.event.Store(e)
 	stored, err := g.group.Do(ctx, p)
 	switch {
@@ -139,6 +142,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		r       *groupcommit.Request[*pending, bool]
 		e       *Event
 		headers string
+		matches []int64
 	}
 	live := make([]item, 0, len(batch))
 	for _, r := range batch {
@@ -153,7 +157,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			r.Answer(false, context.Canceled)
 			continue
 		}
-		live = append(live, item{r, e, r.Value.headers})
+		live = append(live, item{r, e, r.Value.headers, r.Value.matches})
 	}
 	if len(live) == 0 {
 		return
@@ -176,7 +180,27 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
-	rows, err := g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
+	// Events that passed a subscription's filter get those jobs in the
+	// same implicit transaction (one round trip: a pipelined batch).
+	events, matches := make([]*Event, n), make([][]int64, n)
+	for i, it := range live {
+		events[i], matches[i] = it.e, it.matches
+	}
+	fp, fx, fs := fanOutArgs(events, matches)
+	var (
+		rows pgx.Rows
+		br   pgx.BatchResults
+		err  error
+	)
+	if len(fs) == 0 {
+		rows, err = g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
+		b.Queue(fanOutFilteredSQL, fp, fx, fs)
+		br = g.pool.SendBatch(ctx, b)
+		rows, err = br.Query()
+	}
 	stored := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {
@@ -189,6 +213,14 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		rows.Close()
 		if err == nil {
 			err = rows.Err()
+		}
+	}
+	if br != nil {
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
 	}
 	switch {

@@ -134,6 +134,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("ingress metrics: %w", err)
 	}
 	s.metrics = m
+	if fm, ok := cfg.Store.(interface{ FilterMetrics() prometheus.Collector }); ok {
+		if err := metrics.OrDiscard(cfg.Metrics).Register(fm.FilterMetrics()); err != nil {
+			return nil, fmt.Errorf("ingress filter metrics: %w", err)
+		}
+	}
 	for i, sc := range cfg.Sources {
 		if sc.Name == "" || len(sc.Name) > MaxSourceNameBytes {
 			return nil, fmt.Errorf("sources[%d].name: must be 1-%d bytes, got %d", i, MaxSourceNameBytes, len(sc.Name))

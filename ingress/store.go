@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/schema"
@@ -54,8 +56,9 @@ type Store interface {
 // autocommit statement is its own transaction, and the fan-out trigger runs
 // inside it.
 type PGStore struct {
-	pool   *pgxpool.Pool
-	hinter Hinter
+	pool    *pgxpool.Pool
+	hinter  Hinter
+	filters *filters
 }
 
 // Hinter is told after each commit that stored an event, so streamers wake
@@ -66,7 +69,7 @@ type Hinter interface{ Hint() }
 // NewPGStore returns a Store over pool (which should run as the ingress role).
 // hinter may be nil: streamers then find new jobs by polling.
 func NewPGStore(pool *pgxpool.Pool, hinter Hinter) *PGStore {
-	return &PGStore{pool: pool, hinter: hinter}
+	return &PGStore{pool: pool, hinter: hinter, filters: newFilters(pool)}
 }
 
 var insertEventSQL = schema.Query("InsertEvent")
@@ -81,6 +84,9 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
 	}
+	// Filters before the connection: reading the filtered subscriptions
+	// takes one of the pool's own.
+	matches := s.filters.match(ctx, e)
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
@@ -88,15 +94,33 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), errNotWritten, err)
 	}
 	defer conn.Release()
-	tag, err := conn.Exec(ctx, insertEventSQL,
-		e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
-		e.StoreJSON, occurredAt(e))
+	insert := func(storeJSON bool) (pgconn.CommandTag, error) {
+		args := []any{e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
+			storeJSON, occurredAt(e)}
+		if len(matches) == 0 {
+			return conn.Exec(ctx, insertEventSQL, args...)
+		}
+		// The jobs of the filters it passed, in the same implicit
+		// transaction (a pipelined batch).
+		fp, fx, fs := fanOutArgs([]*Event{e}, [][]int64{matches})
+		b := &pgx.Batch{}
+		b.Queue(insertEventSQL, args...)
+		b.Queue(fanOutFilteredSQL, fp, fx, fs)
+		br := conn.SendBatch(ctx, b)
+		tag, err := br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return tag, err
+	}
+	tag, err := insert(e.StoreJSON)
 	if err != nil && e.StoreJSON && isStatementError(err) {
 		// The copy is never worth a webhook: should PostgreSQL refuse a
 		// body JSONCopyable let through, store it with payload NULL.
-		tag, err = conn.Exec(ctx, insertEventSQL,
-			e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
-			false, occurredAt(e))
+		tag, err = insert(false)
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), unstorable(err))

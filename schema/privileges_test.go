@@ -35,7 +35,7 @@ var (
 const wantMatrix = `
 | role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
 | webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- | S-u-- | ----- |
 | webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- | ----- | ----- |
 | webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- | ----- | ----- |
@@ -48,6 +48,7 @@ const wantMatrix = `
 const wantColumns = `
 webhook_ingress_writer SELECT events: provider, external_event_id
 webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
+webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, event_type_pattern, enabled, filter
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
 webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
@@ -55,12 +56,12 @@ webhook_streamer SELECT subscriptions: handler, enabled
 webhook_streamer UPDATE event_types: alerted_at
 webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
-webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
-webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at
+webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter
+webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at, filter
 webhook_consumer UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_consumer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
-webhook_consumer INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at
-webhook_consumer UPDATE subscriptions: max_attempts, enabled, updated_at
+webhook_consumer INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter
+webhook_consumer UPDATE subscriptions: max_attempts, enabled, updated_at, filter
 webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts
 webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome

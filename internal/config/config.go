@@ -122,6 +122,10 @@ type Handler struct {
 	Provider string `yaml:"provider"`
 	// EventType is a glob over the event type. Defaults to "*".
 	EventType string `yaml:"event_type"`
+	// Filter is a CEL expression an event must also pass (event.source,
+	// event.type, event.headers, event.occurred_at, payload), e.g.
+	// `payload.data.object.amount > 10000`. Defaults to "": none.
+	Filter string `yaml:"filter"`
 	// MaxAttempts before dead_letter. Defaults to 25.
 	MaxAttempts int `yaml:"max_attempts"`
 	// Concurrency is the handler's in-flight attempts in this process.

@@ -162,8 +162,9 @@ LIMIT $7
 
 -- name: AdminCountMissingJobs
 -- Events matching the filter that have no job of handler $1 but match one of
--- its enabled subscriptions: the jobs a replay creates. Events the handler
--- does not subscribe to get none, as at fan-out.
+-- its enabled unfiltered subscriptions: the jobs a replay creates. Events the
+-- handler does not subscribe to get none, as at fan-out; its filtered
+-- subscriptions are evaluated in Go (AdminMissingFilteredCandidates).
 SELECT count(*)
 FROM webhook_ingress.events e
 WHERE ($2::text = '' OR e.provider = $2)
@@ -172,7 +173,7 @@ WHERE ($2::text = '' OR e.provider = $2)
   AND ($5::timestamptz IS NULL OR e.received_at < $5)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled
+              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 
 -- name: AdminCreateMissingJobs
@@ -187,7 +188,7 @@ WITH batch AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled
+        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL

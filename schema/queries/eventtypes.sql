@@ -60,7 +60,7 @@ WHERE ($3::text = '' OR e.event_type LIKE $3)
   AND ($5::timestamptz IS NULL OR e.received_at < $5)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled
+              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 
 -- name: AdminCreateUnroutedJobs
@@ -88,7 +88,7 @@ WITH t AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled
+        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL

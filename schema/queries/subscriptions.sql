@@ -1,10 +1,13 @@
 -- name: UpsertSubscription
--- Register (or refresh) one (handler, provider pattern, event type pattern).
-INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at)
-VALUES ($1, $2, $3, $4, true, now())
+-- Register (or refresh) one (handler, provider pattern, event type pattern)
+-- with its content filter $5 (a CEL expression, NULL for none).
+INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, enabled, updated_at)
+VALUES ($1, $2, $3, $4, $5, true, now())
 ON CONFLICT (handler, provider_pattern, event_type_pattern)
-DO UPDATE SET max_attempts = excluded.max_attempts, enabled = true, updated_at = now()
-WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts OR NOT subscriptions.enabled
+DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, enabled = true, updated_at = now()
+WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts
+   OR subscriptions.filter IS DISTINCT FROM excluded.filter
+   OR NOT subscriptions.enabled
 
 -- name: DisableOtherSubscriptions
 -- A handler's patterns changed: switch off its rows not in the new set

@@ -1,0 +1,194 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inlet-dev/inlet/filter"
+	"github.com/inlet-dev/inlet/internal/metrics"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// filterRefresh is how stale ingress's copy of the filtered subscriptions
+// may get: a filter registered or changed applies to events stored from at
+// most this long after its commit (inlet replay --missing creates the jobs
+// of events stored before).
+const filterRefresh = time.Second
+
+// maxFilterPayload bounds the body parsed for a filter; a larger body is
+// evaluated with payload null.
+const maxFilterPayload = 1 << 20
+
+// filters is ingress's copy of the enabled subscriptions that carry a CEL
+// filter (the events_fan_out trigger makes the jobs of the others), compiled,
+// and what each evaluation concluded.
+type filters struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu       sync.Mutex
+	loaded   time.Time
+	subs     []filteredSub
+	compiled map[string]*filter.Filter // by expression, across refreshes
+	broken   map[string]bool           // expressions already logged as not compiling
+
+	evaluations *prometheus.CounterVec
+}
+
+type filteredSub struct {
+	id              int64
+	handler         string
+	provider, etype *regexp.Regexp
+	f               *filter.Filter
+}
+
+func newFilters(pool *pgxpool.Pool) *filters {
+	return &filters{pool: pool, logger: slog.Default().With(slog.String("component", "ingress")),
+		compiled: map[string]*filter.Filter{}, broken: map[string]bool{},
+		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "filter_evaluations_total",
+			Help: "Subscription filters evaluated at ingress, by handler and result (match, miss, error: a miss whose expression failed on the event).",
+		}, []string{"handler", "result"})}
+}
+
+var filteredSubscriptionsSQL = schema.Query("IngressFilteredSubscriptions")
+
+// current returns the filtered subscriptions, reloaded when older than
+// filterRefresh. A failed reload keeps the last copy until the next: the
+// insert that follows fails the same way if Postgres is unreachable.
+func (f *filters) current(ctx context.Context) []filteredSub {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Since(f.loaded) < filterRefresh {
+		return f.subs
+	}
+	// Reloaded at most once per filterRefresh, also when reading fails.
+	f.loaded = time.Now()
+	rows, err := f.pool.Query(ctx, filteredSubscriptionsSQL)
+	if err != nil {
+		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
+		return f.subs
+	}
+	defer rows.Close()
+	var subs []filteredSub
+	for rows.Next() {
+		var (
+			id                             int64
+			handler, provider, etype, expr string
+		)
+		if err := rows.Scan(&id, &handler, &provider, &etype, &expr); err != nil {
+			f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
+			return f.subs
+		}
+		prg, ok := f.compiled[expr]
+		if !ok {
+			if prg, err = filter.Compile(expr); err != nil {
+				// Consumers compile their filters before registering them,
+				// so this is a row written by hand: its handler gets no
+				// jobs from it, which the metric and this line say.
+				if !f.broken[expr] {
+					f.broken[expr] = true
+					f.logger.Error("subscription filter does not compile; its handler gets no jobs through it",
+						slog.Int64("subscription", id), slog.String("handler", handler), slog.String("error", err.Error()))
+				}
+				continue
+			}
+			f.compiled[expr] = prg
+		}
+		subs = append(subs, filteredSub{id: id, handler: handler, provider: globRE(provider), etype: globRE(etype), f: prg})
+	}
+	if err := rows.Err(); err != nil {
+		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
+		return f.subs
+	}
+	f.subs = subs
+	return subs
+}
+
+// globRE turns a subscription pattern ('*': any run of characters) into
+// an anchored regular expression, as the trigger's LIKE does.
+func globRE(p string) *regexp.Regexp {
+	parts := strings.Split(p, "*")
+	for i, s := range parts {
+		parts[i] = regexp.QuoteMeta(s)
+	}
+	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`)
+}
+
+// match returns the filtered subscriptions e passes. The body is parsed
+// once, and only when some subscription's patterns match e.
+func (f *filters) match(ctx context.Context, e *Event) []int64 {
+	subs := f.current(ctx)
+	if len(subs) == 0 {
+		return nil
+	}
+	var (
+		ev     filter.Event
+		parsed bool
+		ids    []int64
+	)
+	for _, s := range subs {
+		if !s.provider.MatchString(e.Provider) || !s.etype.MatchString(e.EventType) {
+			continue
+		}
+		if !parsed {
+			parsed = true
+			ev = filter.Event{Source: e.Provider, Type: e.EventType, Headers: e.Headers}
+			if !e.OccurredAt.IsZero() {
+				at := e.OccurredAt
+				ev.OccurredAt = &at
+			}
+			if len(e.RawBody) <= maxFilterPayload {
+				var v any
+				if json.Unmarshal(e.RawBody, &v) == nil {
+					ev.Payload = v
+				}
+			}
+		}
+		ok, err := s.f.Match(ev)
+		switch {
+		case err != nil:
+			f.evaluations.WithLabelValues(s.handler, "error").Inc()
+		case ok:
+			f.evaluations.WithLabelValues(s.handler, "match").Inc()
+			ids = append(ids, s.id)
+		default:
+			f.evaluations.WithLabelValues(s.handler, "miss").Inc()
+		}
+	}
+	return ids
+}
+
+var fanOutFilteredSQL = schema.Query("FanOutFiltered")
+
+// fanOutArgs flattens (event key, subscription) pairs for FanOutFiltered.
+func fanOutArgs(events []*Event, matches [][]int64) (providers, extIDs []string, subs []int64) {
+	for i, e := range events {
+		for _, id := range matches[i] {
+			providers, extIDs, subs = append(providers, e.Provider), append(extIDs, e.ExternalID), append(subs, id)
+		}
+	}
+	return providers, extIDs, subs
+}
+
+// FilterMetrics is the subscription filters' metric
+// (inlet_ingress_filter_evaluations_total); ingress.New registers it.
+func (s *PGStore) FilterMetrics() prometheus.Collector { return s.filters.evaluations }
+
+// FilterMetrics is the subscription filters' metric; ingress.New registers it.
+func (g *GroupStore) FilterMetrics() prometheus.Collector { return g.single.filters.evaluations }
+
+func (f *filters) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprintf("%d filtered subscriptions", len(f.subs))
+}

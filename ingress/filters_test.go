@@ -1,0 +1,159 @@
+package ingress_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+func charge(id string, amount int) *ingress.Event {
+	e := event(id)
+	e.EventType = "charge.succeeded"
+	e.RawBody = fmt.Appendf(nil, `{"id":%q,"data":{"object":{"amount":%d}}}`, id, amount)
+	return e
+}
+
+// A subscription's CEL filter routes as written, in the group commit path
+// and the single-insert path alike: the events it rejects get no job row of
+// its handler (an unfiltered handler still gets every event); an event the
+// expression cannot be evaluated on (not JSON) is a miss counted as an
+// error; a duplicate makes no second job; the counts are in the metric.
+func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter) VALUES
+		('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000 && event.type == "charge.succeeded"'),
+		('headers', '*', '*', 'event.headers["stripe-signature"].startsWith("t=1")'),
+		('recent', '*', '*', 'event.occurred_at != null && event.occurred_at > timestamp("2026-01-01T00:00:00Z")'),
+		('all', '*', '*', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	group := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{MaxWait: 2 * time.Millisecond})
+	t.Cleanup(group.Close)
+	single := ingress.NewPGStore(pool, nil)
+
+	notJSON := charge("evt_form", 0)
+	notJSON.RawBody = []byte("amount=25000")
+	other := event("evt_invoice") // invoice.paid: big's pattern does not match it
+	other.OccurredAt = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		store ingress.Store
+		e     *ingress.Event
+	}{
+		{group, charge("evt_big_g", 25000)}, {group, charge("evt_small_g", 500)}, {group, notJSON},
+		{single, charge("evt_big_s", 12000)}, {single, charge("evt_small_s", 10000)}, {group, other},
+		{group, charge("evt_big_g", 25000)}, // a duplicate: nothing more
+	} {
+		wg.Go(func() {
+			if _, err := c.store.Insert(ctx, c.e); err != nil {
+				t.Errorf("insert %s: %v", c.e.ExternalID, err)
+			}
+		})
+	}
+	wg.Wait()
+
+	jobs := func(handler string) string {
+		t.Helper()
+		var ids string
+		if err := admin.QueryRow(ctx, `SELECT coalesce(string_agg(e.external_event_id, ',' ORDER BY e.external_event_id), '')
+			FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id WHERE j.handler = $1`, handler).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if got, want := jobs("big"), "evt_big_g,evt_big_s"; got != want {
+		t.Errorf("jobs of the filtered handler big: %s, want %s", got, want)
+	}
+	if got, want := jobs("all"), "evt_big_g,evt_big_s,evt_form,evt_invoice,evt_small_g,evt_small_s"; got != want {
+		t.Errorf("jobs of the unfiltered handler all: %s, want %s", got, want)
+	}
+	if got, want := jobs("recent"), "evt_invoice"; got != want {
+		t.Errorf("jobs of the occurred_at-filtered handler: %s, want %s", got, want)
+	}
+	if got, want := jobs("headers"), "evt_big_g,evt_big_s,evt_form,evt_invoice,evt_small_g,evt_small_s"; got != want {
+		t.Errorf("jobs of the header-filtered handler: %s, want %s", got, want)
+	}
+
+	want := func(c prometheus.Collector, handler, result string, n float64) {
+		t.Helper()
+		if got := testutil.ToFloat64(mustCounter(t, c, handler, result)); got != n {
+			t.Errorf("filter_evaluations_total{handler=%q,result=%q} = %v, want %v", handler, result, got, n)
+		}
+	}
+	// The group path saw evt_big_g twice (the duplicate is evaluated before
+	// the database says it is one), evt_small_g and evt_form.
+	want(group.FilterMetrics(), "big", "match", 2)
+	want(group.FilterMetrics(), "big", "miss", 1)
+	want(group.FilterMetrics(), "big", "error", 1)
+	want(single.FilterMetrics(), "big", "match", 1)
+	want(single.FilterMetrics(), "big", "miss", 1)
+}
+
+func mustCounter(t *testing.T, c prometheus.Collector, handler, result string) prometheus.Collector {
+	t.Helper()
+	vec, ok := c.(*prometheus.CounterVec)
+	if !ok {
+		t.Fatalf("filter metrics are a %T, want a CounterVec", c)
+	}
+	return vec.WithLabelValues(handler, result)
+}
+
+// A filtered subscription registered after ingress started applies from
+// the next refresh (at most a second).
+func TestSubscriptionFilterRegisteredLaterApplies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	g, admin, _ := groupStore(t, ingress.GroupConfig{})
+	if _, err := g.Insert(ctx, charge("evt_before", 25000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, filter) VALUES ('late', 'payload.data.object.amount > 1')`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("evt_after_%d", i)
+		if _, err := g.Insert(ctx, charge(id, 25000)); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'late'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a filtered subscription registered 10s ago still gets no jobs")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var before int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+		WHERE j.handler = 'late' AND e.external_event_id = 'evt_before'`).Scan(&before); err != nil || before != 0 {
+		t.Fatalf("event stored before the subscription got %d jobs (%v): catch-up is inlet replay's", before, err)
+	}
+}
