@@ -127,6 +127,7 @@ var sections = []section{
 	{"jobs", runJobs},
 	{"memory", runMemory},
 	{"sustained", runSustained},
+	{"payload", runPayload},
 }
 
 // pgSettings are the -pg-setting flags: tuning tried on the run's cluster.
