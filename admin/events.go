@@ -84,7 +84,11 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	}
 	page := EventPage{Events: []EventSummary{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("AdminListEvents"),
+		query := schema.Query("AdminListEvents")
+		if f.Where != "" {
+			query = schema.Query("AdminListEventsWhere")
+		}
+		rows, err := tx.Query(ctx, query,
 			f.Provider, globLike(f.EventType), nullTime(f.Since), nullTime(f.Until), f.ExternalEventID, f.Before, limit,
 			nullTime(f.OccurredAfter), nullTime(f.OccurredBefore), f.Where)
 		if err != nil {

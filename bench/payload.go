@@ -35,6 +35,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // PayloadResult is what the payload section saves.
@@ -216,7 +217,13 @@ func wherQuery(ctx context.Context, b *bench, res *PayloadResult) error {
 	}
 	slices.Sort(times)
 	res.WhereMinms, res.WhereP50ms, res.WhereMaxms = msOf(times[0]), msOf(times[len(times)/2]), msOf(times[len(times)-1])
-	rows, err := conn.Query(ctx, `EXPLAIN SELECT id FROM webhook_ingress.events e WHERE e.payload @@ '$.data.object.customer == "cus_1000"'::jsonpath ORDER BY e.id DESC LIMIT 50`)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	rows, err := tx.Query(ctx, "EXPLAIN "+schema.Query("AdminListEventsWhere"), "", "", nil, nil, "", int64(0), 50, nil, nil,
+		`$.data.object.customer == "cus_1000"`)
 	if err != nil {
 		return err
 	}
