@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,19 +43,11 @@ func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFi
 		if err != nil {
 			return nil, invalid("subscription %d of handler %q: %v", id, handler, err)
 		}
-		out = append(out, handlerFilter{provider: globRE(provider), etype: globRE(etype), f: f, maxAttempts: maxAttempts})
+		out = append(out, handlerFilter{provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: f, maxAttempts: maxAttempts})
 	}
 	return out, rows.Err()
 }
 
-// globRE is a subscription pattern ('*': any run) as an anchored regexp.
-func globRE(p string) *regexp.Regexp {
-	parts := strings.Split(p, "*")
-	for i, s := range parts {
-		parts[i] = regexp.QuoteMeta(s)
-	}
-	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`)
-}
 
 // missingFiltered finds the events req selects that have no job of its
 // handler (with req.Unrouted: no job at all) and pass one of the handler's filtered subscriptions (evaluated

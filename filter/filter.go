@@ -27,6 +27,7 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -123,4 +124,16 @@ func (f *Filter) Match(ev Event) (bool, error) {
 		return false, fmt.Errorf("filter %q: evaluated to %v (%s), want a bool", f.expr, out.Value(), out.Type())
 	}
 	return b, nil
+}
+
+// Pattern is a subscription's source or event-type pattern ('*' matches
+// any run of characters, as the fan-out trigger's LIKE does) as an
+// anchored regular expression, for the writers that evaluate filters in Go
+// to find the filtered subscriptions an event's source and type fall under.
+func Pattern(glob string) *regexp.Regexp {
+	parts := strings.Split(glob, "*")
+	for i, s := range parts {
+		parts[i] = regexp.QuoteMeta(s)
+	}
+	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`)
 }

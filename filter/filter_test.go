@@ -94,3 +94,20 @@ func TestCostLimit(t *testing.T) {
 		t.Fatalf("quadratic filter over 5,000 elements: %v, %v; want a miss with a cost error", ok, err)
 	}
 }
+
+// Patterns match as the fan-out trigger's LIKE: '*' is any run, everything
+// else literal (regexp metacharacters included).
+func TestPattern(t *testing.T) {
+	for _, c := range []struct {
+		glob, s string
+		want    bool
+	}{
+		{"*", "anything", true}, {"*", "", true}, {"charge.*", "charge.succeeded", true},
+		{"charge.*", "chargeXsucceeded", false}, {"stripe", "stripe", true}, {"stripe", "stripe2", false},
+		{"a*c", "abbbc", true}, {"a+b", "a+b", true}, {"a+b", "aab", false}, {"*.paid", "invoice.paid", true},
+	} {
+		if got := filter.Pattern(c.glob).MatchString(c.s); got != c.want {
+			t.Errorf("Pattern(%q) on %q: %v, want %v", c.glob, c.s, got, c.want)
+		}
+	}
+}

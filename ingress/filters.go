@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,7 +103,7 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 			}
 			f.compiled[expr] = prg
 		}
-		subs = append(subs, filteredSub{id: id, handler: handler, provider: globRE(provider), etype: globRE(etype), f: prg})
+		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
 	}
 	if err := rows.Err(); err != nil {
 		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
@@ -114,15 +113,6 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 	return subs
 }
 
-// globRE turns a subscription pattern ('*': any run of characters) into
-// an anchored regular expression, as the trigger's LIKE does.
-func globRE(p string) *regexp.Regexp {
-	parts := strings.Split(p, "*")
-	for i, s := range parts {
-		parts[i] = regexp.QuoteMeta(s)
-	}
-	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`)
-}
 
 // match returns the filtered subscriptions e passes. The body is parsed
 // once, and only when some subscription's patterns match e.
