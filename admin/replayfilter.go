@@ -48,10 +48,10 @@ func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFi
 	return out, rows.Err()
 }
 
-
 // missingFiltered finds the events req selects that have no job of its
-// handler (with req.Unrouted: no job at all) and pass one of the handler's filtered subscriptions (evaluated
-// here, as ingress does at arrival), and with create makes their jobs.
+// handler (with req.Unrouted: no job at all) and pass one of the handler's
+// filtered subscriptions (evaluated here, as ingress does at arrival), and
+// with create makes their jobs.
 // Returns how many.
 func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create bool) (int, error) {
 	fs, err := handlerFilters(ctx, tx, req.Handler)

@@ -113,7 +113,6 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 	return subs
 }
 
-
 // match returns the filtered subscriptions e passes. The body is parsed
 // once, and only when some subscription's patterns match e.
 func (f *filters) match(ctx context.Context, e *Event) []int64 {
