@@ -188,7 +188,7 @@ RETURNING lease_expires_at
 -- reaper took the lease) has a new tuple id and is left alone, and the
 -- fence is checked again on the row updated.
 WITH done AS (
-    SELECT d.attempt, d.leased_at, j.event_received_at, j.tableoid AS part, j.ctid AS tid
+    SELECT d.id, d.attempt, d.leased_at, j.event_received_at, j.tableoid AS part, j.ctid AS tid
     FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[])
         AS d(id, attempt, event_received_at, leased_at)
     CROSS JOIN LATERAL (
@@ -213,7 +213,8 @@ SET status               = 'completed',
     last_error_class     = NULL,
     updated_at           = now()
 FROM done d
-WHERE j.event_received_at = d.event_received_at -- the partition key: one partition per row
+WHERE j.id = d.id -- with the partition key, the primary key: a probe per row whatever the statistics
+  AND j.event_received_at = d.event_received_at -- the partition key: one partition per row
   AND j.tableoid = d.part
   AND j.ctid = d.tid
   AND j.status = 'leased'
