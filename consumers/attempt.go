@@ -33,7 +33,10 @@ const (
 // record. It never returns an error: whatever it cannot record is left to
 // lease expiry. Its span joins the trace of traceParent (the streamer's,
 // carried by the message) and is the parent of the handler's spans.
-func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string) {
+// handlerDone is called once the handler has returned (or was never called):
+// the handler's concurrency slot is free while the outcome waits for its
+// batch to be written.
+func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDone func()) {
 	ctx, span := tracer.Start(tracing.WithTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
@@ -79,6 +82,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string) {
 	herr, timedOut := s.run(ctx, h, ev)
 	stopHeartbeat()
 	<-hbDone
+	handlerDone()
 
 	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
 		// Not the handler's fault: do not spend a failure on it.

@@ -54,8 +54,11 @@ type Handler struct {
 	// Timeout bounds one attempt; the handler's context ends then. Defaults
 	// to 60s.
 	Timeout time.Duration
-	// Concurrency caps this handler's in-flight attempts in this process;
-	// further messages wait unacknowledged. Defaults to 64: an attempt spends
+	// Concurrency caps this handler's attempts reading their event or
+	// running in this process; further messages wait unacknowledged. An
+	// attempt whose handler returned gives its slot back while its outcome
+	// waits for its batch to be written (the streamer's
+	// max_leased_per_handler bounds those). Defaults to 64: an attempt spends
 	// most of its time waiting on batched statements, so a handler needs many
 	// in flight to keep up with ingress (8 held inlet dev to ~750/s).
 	Concurrency int

@@ -275,13 +275,15 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			continue
 		}
 		s.inFlight.Add(1)
+		var freed sync.Once
+		free := func() { freed.Do(func() { <-r.slots }) }
 		s.attempts.Go(func() {
 			defer func() {
 				s.running.Delete(key)
 				s.inFlight.Add(-1)
-				<-r.slots
+				free()
 			}()
-			s.attempt(r.h, ref, traceParent)
+			s.attempt(r.h, ref, traceParent, free)
 		})
 	}
 }
