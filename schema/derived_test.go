@@ -63,13 +63,19 @@ func TestDerivedBackfillIsTheOnlyUpdate(t *testing.T) {
 		}
 	}
 	denied := map[string]func(pgx.Tx) error{
-		"without the setting":    exec(`UPDATE webhook_ingress.events SET occurred_at = now()`),
-		"another column":         backfill(`UPDATE webhook_ingress.events SET occurred_at = now(), event_type = 'forged'`),
-		"payload not the body":   backfill(`UPDATE webhook_ingress.events SET payload = '{"id":"forged"}'`),
-		"the body":               backfill(`UPDATE webhook_ingress.events SET raw_body = '{}'`),
-		"delete":                 backfill(`DELETE FROM webhook_ingress.events`),
-		"as the operator":        func(tx pgx.Tx) error { _, _ = tx.Exec(ctx, "SET LOCAL ROLE webhook_operator"); return backfill(`UPDATE webhook_ingress.events SET occurred_at = now()`)(tx) },
-		"a partition, as worker": func(tx pgx.Tx) error { _, _ = tx.Exec(ctx, "SET LOCAL ROLE webhook_worker"); return backfill(`UPDATE webhook_ingress.events_default SET occurred_at = now()`)(tx) },
+		"without the setting":  exec(`UPDATE webhook_ingress.events SET occurred_at = now()`),
+		"another column":       backfill(`UPDATE webhook_ingress.events SET occurred_at = now(), event_type = 'forged'`),
+		"payload not the body": backfill(`UPDATE webhook_ingress.events SET payload = '{"id":"forged"}'`),
+		"the body":             backfill(`UPDATE webhook_ingress.events SET raw_body = '{}'`),
+		"delete":               backfill(`DELETE FROM webhook_ingress.events`),
+		"as the operator": func(tx pgx.Tx) error {
+			_, _ = tx.Exec(ctx, "SET LOCAL ROLE webhook_operator")
+			return backfill(`UPDATE webhook_ingress.events SET occurred_at = now()`)(tx)
+		},
+		"a partition, as worker": func(tx pgx.Tx) error {
+			_, _ = tx.Exec(ctx, "SET LOCAL ROLE webhook_worker")
+			return backfill(`UPDATE webhook_ingress.events_default SET occurred_at = now()`)(tx)
+		},
 	}
 	for name, f := range denied {
 		if err := asRole(t, pool, "", f); !isPermissionDenied(err) {
