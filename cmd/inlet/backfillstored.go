@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/schema"
 )
 
 func runBackfillStored(ctx context.Context, env *environment, args []string) error {
@@ -45,22 +41,11 @@ tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.`)
 	if url == "" {
 		url = c.DatabaseURL
 	}
-	if url == "" {
-		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, *cfgPath)
-	}
-	cc, err := pgx.ParseConfig(url)
+	conn, err := connectOwner(ctx, url, *cfgPath, "inlet-backfill-stored")
 	if err != nil {
-		return errors.New("database URL is not a valid PostgreSQL connection string")
-	}
-	cc.RuntimeParams["application_name"] = "inlet-backfill-stored"
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
-	}
-	defer conn.Close(context.Background())
-	if err := schema.Check(ctx, conn); err != nil {
 		return err
 	}
+	defer conn.Close(context.Background())
 	sources := map[string]backfill.Derive{}
 	for _, s := range c.Sources {
 		keep, max := s.JSONCopy()

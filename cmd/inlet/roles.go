@@ -73,24 +73,36 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 		}
 		url = c.DatabaseURL
 	}
+	conn, err := connectOwner(ctx, url, cfgPath, "inlet-roles")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return pgx.BeginFunc(ctx, conn, f)
+}
+
+// connectOwner connects to url (the schema owner's, from --database-url,
+// the config file at cfgPath or DATABASE_URL) as appName and checks the
+// schema is migrated. The errors never quote the URL.
+func connectOwner(ctx context.Context, url, cfgPath, appName string) (*pgx.Conn, error) {
 	if url == "" {
-		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, cfgPath)
+		return nil, fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, cfgPath)
 	}
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
 		// pgx's message may quote the URL, password included.
-		return errors.New("database URL is not a valid PostgreSQL connection string")
+		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
-	cc.RuntimeParams["application_name"] = "inlet-roles"
+	cc.RuntimeParams["application_name"] = appName
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
+		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	defer conn.Close(context.Background())
 	if err := schema.Check(ctx, conn); err != nil {
-		return err
+		conn.Close(context.Background())
+		return nil, err
 	}
-	return pgx.BeginFunc(ctx, conn, f)
+	return conn, nil
 }
 
 func runRolesCreateConsumer(ctx context.Context, env *environment, args []string) error {
