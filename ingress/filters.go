@@ -3,7 +3,6 @@ package ingress
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"sync"
@@ -175,9 +174,3 @@ func (s *PGStore) FilterMetrics() prometheus.Collector { return s.filters.evalua
 
 // FilterMetrics is the subscription filters' metric; ingress.New registers it.
 func (g *GroupStore) FilterMetrics() prometheus.Collector { return g.single.filters.evaluations }
-
-func (f *filters) String() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return fmt.Sprintf("%d filtered subscriptions", len(f.subs))
-}
