@@ -31,7 +31,7 @@ var (
 // (source, event type) seen: the streamer folds it (through
 // fold_event_types, owner's rights) and marks new types alerted; only
 // fold_event_types and the events_type_seen trigger write it and its
-// arrivals. README.md shows the same table.
+// arrivals. docs/database.md shows the same table.
 const wantMatrix = `
 | role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
@@ -70,8 +70,8 @@ webhook_sealer SELECT events: id, provider, scheme, external_event_id, event_typ
 `
 
 // The privilege matrix, read from the catalog and printed; every privilege
-// not held is also tried for real and must fail with 42501. The README's
-// copy must match.
+// not held is also tried for real and must fail with 42501. The copy in
+// docs/database.md must match.
 func TestPrivilegeMatrix(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -122,12 +122,12 @@ func TestPrivilegeMatrix(t *testing.T) {
 	if columns.String() != wantColumns {
 		t.Errorf("column grants:%s\nwant:%s", columns.String(), wantColumns)
 	}
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/database.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), strings.TrimSpace(wantMatrix)) {
-		t.Error("README.md does not show the privilege matrix as it is")
+	if !strings.Contains(string(doc), strings.TrimSpace(wantMatrix)) {
+		t.Error("docs/database.md does not show the privilege matrix as it is")
 	}
 }
 

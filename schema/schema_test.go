@@ -489,22 +489,23 @@ func TestPartitionMigrationKeepsRows(t *testing.T) {
 	}
 }
 
-// The README's auditor query runs as webhook_auditor and answers what it says.
-func TestREADMEAuditorQuery(t *testing.T) {
+// The auditor query of docs/database.md runs as webhook_auditor and answers
+// what it says.
+func TestDocsAuditorQuery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/database.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "<!-- auditor-query")
+	_, after, ok := strings.Cut(string(doc), "<!-- auditor-query")
 	if !ok {
-		t.Fatal("README.md has no auditor-query block")
+		t.Fatal("docs/database.md has no auditor-query block")
 	}
 	_, after, _ = strings.Cut(after, "```sql\n")
 	sql, _, ok := strings.Cut(after, "```")
 	if !ok || sql == "" {
-		t.Fatal("README.md's auditor-query block has no SQL")
+		t.Fatal("docs/database.md's auditor-query block has no SQL")
 	}
 	pool := pgtest.NewPool(t)
 	for _, q := range []string{
@@ -547,7 +548,7 @@ func TestREADMEAuditorQuery(t *testing.T) {
 		return rows.Err()
 	})
 	if err != nil {
-		t.Fatalf("the README's auditor query as webhook_auditor: %v", err)
+		t.Fatalf("the auditor query of docs/database.md as webhook_auditor: %v", err)
 	}
 	if want := "evt_tue billing failed 1 <nil>|evt_tue billing completed 2 c2 2026-11-24T10:01:01Z|evt_tue ledger <nil> <nil> <nil>"; strings.Join(got, "|") != want {
 		t.Fatalf("auditor query rows %q, want %q", strings.Join(got, "|"), want)

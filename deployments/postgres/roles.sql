@@ -53,7 +53,7 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_cons
 
 -- Several teams' consumers: give each team a consumer role of its own, which
 -- row-level security holds to its handlers' jobs, subscriptions and event
--- bodies (README, "A database role per consumer"), and take webhook_worker,
+-- bodies (docs/operations.md, "A database role per consumer"), and take webhook_worker,
 -- which runs every handler, away from its login role:
 --   inlet roles create-consumer payments --handlers billing,refunds --member payments_login
 -- then consumer.db_role: webhook_consumer_payments in that team's config.

@@ -9,7 +9,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/config"
 )
 
-// exampleSources is the README's copy-paste example of every type. The
+// exampleSources is docs/providers.md's copy-paste example of every type. The
 // test parses it strictly, as `inlet` does, and builds each verifier, so
 // the documented keys cannot drift from Config's yaml tags.
 const exampleSources = `
