@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -294,20 +295,88 @@ func (c *Cluster) stopLocked(sig syscall.Signal, wait time.Duration) error {
 	}
 	cmd, done := c.cmd, c.done
 	c.cmd, c.done = nil, nil
-	if sig == syscall.SIGKILL {
-		// The whole process group: a killed postmaster leaves its backends otherwise.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	} else {
+	if sig != syscall.SIGKILL {
 		_ = cmd.Process.Signal(sig)
+		select {
+		case <-done:
+			return nil
+		case <-time.After(wait):
+		}
 	}
-	select {
-	case <-done:
-		return nil
-	case <-time.After(wait):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+	// Every server process, as a crash of the machine would: each backend
+	// runs in a process group of its own (PostgreSQL's children call
+	// setsid), so signalling the postmaster's group misses them, and a
+	// backend left behind keeps the shared memory attached: the next Start
+	// then fails with "pre-existing shared memory block is still in use".
+	children := childPIDs(cmd.Process.Pid)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for _, pid := range children {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-done
+	deadline := time.Now().Add(wait)
+	for _, pid := range children {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("postgres process %d still running %s after SIGKILL", pid, wait)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if sig != syscall.SIGKILL {
 		return fmt.Errorf("postgres did not stop within %s; killed", wait)
 	}
+	return nil
+}
+
+// childPIDs lists the processes whose parent is pid, from /proc.
+func childPIDs(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := procStat(n); ok && st.ppid == pid {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid still runs (a zombie, waiting for its new parent
+// to reap it, holds no shared memory and counts as gone).
+func alive(pid int) bool {
+	st, ok := procStat(pid)
+	return ok && st.state != 'Z' && st.state != 'X'
+}
+
+type stat struct {
+	state byte
+	ppid  int
+}
+
+// procStat reads the state and parent of pid from /proc/<pid>/stat; the
+// command name in parentheses may itself contain spaces and parentheses.
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return stat{}, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return stat{}, false
+	}
+	return stat{state: f[0][0], ppid: ppid}, true
 }
 
 // Running reports whether the server process is up.

@@ -36,8 +36,13 @@ func (c *Cluster) signalGroup(sig syscall.Signal) error {
 	if c.cmd == nil {
 		return errors.New("pgcluster: not running")
 	}
+	// The postmaster's group, and each child: PostgreSQL's backends and
+	// auxiliary processes run in process groups of their own.
 	if err := syscall.Kill(-c.cmd.Process.Pid, sig); err != nil {
 		return fmt.Errorf("signal %s to the server's process group: %w", sig, err)
+	}
+	for _, pid := range childPIDs(c.cmd.Process.Pid) {
+		_ = syscall.Kill(pid, sig)
 	}
 	return nil
 }
