@@ -20,9 +20,9 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -54,7 +54,7 @@ func setup(t *testing.T, opts options) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(super.Close)
-	op, err := database.Open(ctx, url, database.Options{Role: config.DefaultOperatorRole, MaxConns: 4, AppName: "dashboard-test-operator"})
+	op, err := database.Open(ctx, url, database.Options{Role: schema.OperatorRole, MaxConns: 4, AppName: "dashboard-test-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/monitor"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -35,7 +35,7 @@ func pools(t *testing.T) (super, streamer *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(super.Close)
-	streamer, err = database.Open(ctx, url, database.Options{Role: config.DefaultStreamerRole, MaxConns: 2, AppName: "monitor-test"})
+	streamer, err = database.Open(ctx, url, database.Options{Role: schema.StreamerRole, MaxConns: 2, AppName: "monitor-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/monitor"
 )
 
@@ -36,7 +36,7 @@ A handler subscribed after unrouted events arrived gets them with
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet events types takes no arguments, got %q", errUsage, fs.Args())
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, _ string) error {
 		types, err := admin.EventTypes(ctx, pool, maxTypesPerSource(cfg))
 		if err != nil {
 			return err
@@ -86,7 +86,7 @@ A handler subscribed after unrouted events arrived gets them with
 }
 
 // maxTypesPerSource is the cap the streamer folds event types with.
-func maxTypesPerSource(cfg config.Config) int {
+func maxTypesPerSource(cfg inletyaml.Config) int {
 	return cmp.Or(cfg.Heartbeat.MaxTypesPerSource, monitor.DefaultMaxTypesPerSource)
 }
 

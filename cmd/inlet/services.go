@@ -10,18 +10,19 @@ import (
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema"
 )
 
 // openBus opens the configured transport. Separate services need one that
 // crosses processes.
-func openBus(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (bus.PubSub, error) {
+func openBus(ctx context.Context, cfg inletyaml.Config, service string, log *slog.Logger) (bus.PubSub, error) {
 	switch cfg.Bus.Kind {
 	case "nats":
-		return bus.NewNATS(ctx, bus.NATSConfig{
-			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Storage: cfg.Bus.Storage, Logger: log,
-		})
+		nc := cfg.Bus.NATSConfig()
+		nc.Name, nc.Logger = "inlet-"+service, log
+		return bus.NewNATS(ctx, nc)
 	case "gochannel":
 		if service != "dev" {
 			return nil, fmt.Errorf("bus.kind: gochannel connects streamer and consumers only inside one process; "+

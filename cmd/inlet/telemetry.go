@@ -13,8 +13,8 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/monitor"
@@ -25,26 +25,23 @@ import (
 // (event_types, inlet_events_unrouted_total, new-type alerts), until ctx is
 // done or stop is called. The detector is nil when heartbeat.disabled; the
 // event-type watcher runs regardless: no event type goes unseen.
-func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.Heartbeats, func(), error) {
+func startHeartbeats(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.Heartbeats, func(), error) {
 	hc := cfg.Heartbeat
 	// Of several streamers on the database, one reports each change.
 	leader := monitor.NewLeader(pool.Config().ConnConfig)
 	var h *monitor.Heartbeats
 	if !hc.Disabled {
 		var err error
-		h, err = monitor.NewHeartbeats(monitor.HeartbeatConfig{
-			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-			MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
-			Logger: log.With(slog.String("component", "heartbeat")),
-		})
+		c := hc.HeartbeatConfig()
+		c.DB, c.Metrics, c.Leader, c.Logger = pool, reg, leader, log.With(slog.String("component", "heartbeat"))
+		h, err = monitor.NewHeartbeats(c)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
-	types, err := monitor.NewEventTypes(monitor.EventTypesConfig{
-		DB: pool, MaxTypesPerSource: hc.MaxTypesPerSource, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
-		Logger: log.With(slog.String("component", "event-types")),
-	})
+	tc := hc.EventTypesConfig()
+	tc.DB, tc.Metrics, tc.Leader, tc.Logger = pool, reg, leader, log.With(slog.String("component", "event-types"))
+	types, err := monitor.NewEventTypes(tc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +96,7 @@ func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Hand
 // come from a detector of its own over the operator pool, with the
 // heartbeat section's thresholds, evaluated on each page load (no alerts:
 // those are the streamer's).
-func newDashboard(cfg config.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
+func newDashboard(cfg inletyaml.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
 	names := make([]string, 0, len(cfg.Sources))
 	for _, s := range cfg.Sources {
 		names = append(names, s.Name)
@@ -107,11 +104,9 @@ func newDashboard(cfg config.Config, pool *pgxpool.Pool, limiter *admin.AuthLimi
 	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard")),
 		MaxTypesPerSource: cfg.Heartbeat.MaxTypesPerSource}
 	if !cfg.Heartbeat.Disabled {
-		hc := cfg.Heartbeat
-		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
-			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-			MaxSilence: hc.MaxSilence, Logger: log,
-		})
+		hc := cfg.Heartbeat.HeartbeatConfig()
+		hc.DB, hc.Logger, hc.AlertURL = pool, log, "" // no alerts: those are the streamer's
+		h, err := monitor.NewHeartbeats(hc)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +132,7 @@ func (d dashboardHeartbeats) Heartbeats(ctx context.Context) ([]dashboard.Heartb
 
 // setupTracing exports this process's spans as tracing says (a no-op when
 // off); the returned func flushes them.
-func setupTracing(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (func(), error) {
+func setupTracing(ctx context.Context, cfg inletyaml.Config, service string, log *slog.Logger) (func(), error) {
 	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.SampleRatio, Service: "inlet-" + service})
 	if err != nil {
 		return nil, err
