@@ -8,15 +8,17 @@ import (
 	"time"
 )
 
-// Section is the heartbeat: section of inlet.yaml: the silent-source
-// detector and the event-type watcher, run by inlet streamer (and inlet
-// dev). A source is silent when the time since its last event exceeds
-// Factor × the median gap between its recent events, or its fixed
-// MaxSilence.
+// Section is the silence: section of inlet.yaml (its old name heartbeat: is
+// still read, with a warning): the silent-source detector, run by inlet
+// streamer (and inlet dev). A source is silent when the time since its last
+// event exceeds Factor × the median gap between its recent events, or its
+// fixed MaxSilence. TypesEvery and MaxTypesPerSource tune the event-type
+// watcher that runs beside the detector (even when it is disabled) and
+// shares its AlertURL.
 type Section struct {
 	// CheckEvery is how often sources are judged. Defaults to 1m.
 	CheckEvery time.Duration `yaml:"check_every"`
-	// Disabled turns the detector off.
+	// Disabled turns the detector off (not the event-type watcher).
 	Disabled bool `yaml:"disabled"`
 	// Factor multiplies the median gap. Defaults to 2.
 	Factor float64 `yaml:"factor"`
@@ -62,36 +64,36 @@ func (s Section) WithDefaults() Section {
 func (s Section) Validate() error {
 	switch {
 	case s.CheckEvery < time.Second:
-		return fmt.Errorf("heartbeat.check_every: %s must be at least 1s", s.CheckEvery)
+		return fmt.Errorf("silence.check_every: %s must be at least 1s", s.CheckEvery)
 	case s.Factor < 1:
-		return fmt.Errorf("heartbeat.factor: %g must be at least 1", s.Factor)
+		return fmt.Errorf("silence.factor: %g must be at least 1", s.Factor)
 	case s.MinEvents < 2 || s.History < s.MinEvents:
-		return fmt.Errorf("heartbeat.min_events: %d must be at least 2 and at most heartbeat.history (%d)", s.MinEvents, s.History)
+		return fmt.Errorf("silence.min_events: %d must be at least 2 and at most silence.history (%d)", s.MinEvents, s.History)
 	case s.MinSilence < 0:
-		return fmt.Errorf("heartbeat.min_silence: must not be negative, got %s", s.MinSilence)
+		return fmt.Errorf("silence.min_silence: must not be negative, got %s", s.MinSilence)
 	case s.TypesEvery < 100*time.Millisecond:
-		return fmt.Errorf("heartbeat.types_every: %s must be at least 100ms", s.TypesEvery)
+		return fmt.Errorf("silence.types_every: %s must be at least 100ms", s.TypesEvery)
 	case s.MaxTypesPerSource < 1:
-		return fmt.Errorf("heartbeat.max_types_per_source: %d must be at least 1", s.MaxTypesPerSource)
+		return fmt.Errorf("silence.max_types_per_source: %d must be at least 1", s.MaxTypesPerSource)
 	}
 	for name, d := range s.MaxSilence {
 		if d <= 0 {
-			return fmt.Errorf("heartbeat.max_silence.%s: %s must be positive", name, d)
+			return fmt.Errorf("silence.max_silence.%s: %s must be positive", name, d)
 		}
 	}
 	if s.AlertURL != "" {
 		u, err := url.Parse(s.AlertURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errors.New("heartbeat.alert_url: want an http:// or https:// URL")
+			return errors.New("silence.alert_url: want an http:// or https:// URL")
 		}
 	}
 	return nil
 }
 
-// HeartbeatConfig is the detector's config with the section's settings;
+// SilenceConfig is the detector's config with the section's settings;
 // the caller adds the database, logger, metrics and leader.
-func (s Section) HeartbeatConfig() HeartbeatConfig {
-	return HeartbeatConfig{Factor: s.Factor, History: s.History, MinEvents: s.MinEvents, MinSilence: s.MinSilence,
+func (s Section) SilenceConfig() SilenceConfig {
+	return SilenceConfig{Factor: s.Factor, History: s.History, MinEvents: s.MinEvents, MinSilence: s.MinSilence,
 		MaxSilence: s.MaxSilence, AlertURL: s.AlertURL}
 }
 

@@ -121,11 +121,11 @@ over.`)
 		return err
 	}
 	defer spool.Close()
-	_, stopHeartbeats, err := startHeartbeats(ctx, cfg, spool, reg, log)
+	_, stopMonitors, err := startMonitors(ctx, cfg, spool, reg, log)
 	if err != nil {
 		return err
 	}
-	defer stopHeartbeats()
+	defer stopMonitors()
 	stopReporter, err := startReporter(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -19,6 +21,14 @@ import (
 type File[T any] interface {
 	WithDefaults() T
 	Validate() error
+}
+
+// Renamer is a File some of whose top-level keys were renamed: RenamedKeys
+// maps each old key to its new one. A file with an old key is read as if it
+// had the new one, and a warning says so once per process; one with both is
+// an error.
+type Renamer interface {
+	RenamedKeys() map[string]string
 }
 
 // Service says which inlet service reads the file. A service reads only its
@@ -41,12 +51,12 @@ const (
 var droppedSections = map[Service][]string{
 	IngressService:  {"streamer", "consumer", "bus", "audit", "retention", "reporter", "control_plane", "relay"},
 	StreamerService: {"ingress", "sources", "consumer", "admin", "retention", "control_plane", "relay"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "heartbeat", "reporter", "control_plane", "relay"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "silence", "reporter", "control_plane", "relay"},
 	// The relay stores nothing: no database, only its sources and itself.
-	RelayService: {"database_url", "ingress", "streamer", "consumer", "bus", "audit", "admin", "retention", "heartbeat", "tracing", "reporter", "control_plane"},
+	RelayService: {"database_url", "ingress", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "control_plane"},
 	// The control plane is another party's service: it reads only its own
 	// section, never the data plane's database or secrets.
-	ControlPlaneService: {"database_url", "ingress", "sources", "streamer", "consumer", "bus", "audit", "admin", "retention", "heartbeat", "tracing", "reporter", "relay"},
+	ControlPlaneService: {"database_url", "ingress", "sources", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "relay"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of
@@ -98,6 +108,11 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return c, err
 	}
+	if r, ok := any(c).(Renamer); ok {
+		if err := renameKeys(&root, r.RenamedKeys()); err != nil {
+			return c, err
+		}
+	}
 	dropSections(&root, droppedSections[service])
 	if err := expandNode(&root, lookup); err != nil {
 		return c, err
@@ -121,6 +136,40 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 		return zero, err
 	}
 	return c, nil
+}
+
+// renameKeys gives each old top-level key of a document its new name.
+func renameKeys(root *yaml.Node, renamed map[string]string) error {
+	if len(renamed) == 0 || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	m := root.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		to, ok := renamed[k.Value]
+		if !ok {
+			continue
+		}
+		for j := 0; j+1 < len(m.Content); j += 2 {
+			if m.Content[j].Value == to {
+				return fmt.Errorf("line %d: %s is the old name of %s (line %d): keep only %s", k.Line, k.Value, to, m.Content[j].Line, to)
+			}
+		}
+		warnRenamed(k.Value, to, k.Line)
+		k.Value = to
+	}
+	return nil
+}
+
+var warned sync.Map // old key → struct{}: warned once per process
+
+// warnRenamed logs, once per process and key, that an old key was read.
+var warnRenamed = func(old, key string, line int) {
+	if _, done := warned.LoadOrStore(old, struct{}{}); done {
+		return
+	}
+	slog.Warn("config key renamed: read as the new key; rename it in the file, the old name will stop working",
+		slog.String("old", old), slog.String("new", key), slog.Int("line", line))
 }
 
 // dropSections removes the named top-level keys of a document.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,5 +73,43 @@ func TestLoadNamesTheFile(t *testing.T) {
 	}
 	if _, err := Load[testFile](p, AllSections); err == nil || !strings.Contains(err.Error(), "config "+p+": name: bad") {
 		t.Fatalf("invalid file: %v", err)
+	}
+}
+
+type renamedFile struct {
+	New string `yaml:"new"`
+}
+
+func (f renamedFile) WithDefaults() renamedFile    { return f }
+func (renamedFile) Validate() error                { return nil }
+func (renamedFile) RenamedKeys() map[string]string { return map[string]string{"old": "new"} }
+
+// An old key is read as the new one, with a warning once per process; both
+// together are an error naming both lines.
+func TestRenamedKeys(t *testing.T) {
+	var warnings []string
+	defer func(w func(string, string, int)) { warnRenamed = w }(warnRenamed)
+	warnRenamed = func(old, key string, line int) { warnings = append(warnings, old+"→"+key) }
+	f, err := Parse[renamedFile]([]byte("old: x\n"), env(nil), AllSections)
+	if err != nil || f.New != "x" || strings.Join(warnings, ",") != "old→new" {
+		t.Fatalf("got %+v, %v, warnings %q", f, err, warnings)
+	}
+	if _, err := Parse[renamedFile]([]byte("new: x\nold: y\n"), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), "line 2: old is the old name of new (line 1)") {
+		t.Fatalf("both keys: %v", err)
+	}
+}
+
+func TestRenamedKeyWarnsOnce(t *testing.T) {
+	var buf strings.Builder
+	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	warned.Delete("old")
+	for range 3 {
+		if _, err := Parse[renamedFile]([]byte("old: x\n"), env(nil), AllSections); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(buf.String(), "config key renamed"); n != 1 || !strings.Contains(buf.String(), "old=old new=new line=1") {
+		t.Fatalf("%d warnings: %s", n, buf.String())
 	}
 }

@@ -51,8 +51,9 @@ type Config struct {
 	// Retention configures inlet retention: how long the event log is kept
 	// and how it is partitioned.
 	Retention retention.Section `yaml:"retention"`
-	// Heartbeat configures the silent-source detector.
-	Heartbeat monitor.Section `yaml:"heartbeat"`
+	// Silence configures the silent-source detector (read from the old key
+	// heartbeat: too).
+	Silence monitor.Section `yaml:"silence"`
 	// Tracing configures OpenTelemetry span export.
 	Tracing tracing.Section `yaml:"tracing"`
 	// Log configures logging.
@@ -73,6 +74,14 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
+// RenamedKeys are the old names of top-level keys, still read (with a
+// warning once): heartbeat: meant three things (the consumers' lease
+// extension, this detector, a dashboard table), so the detector's section is
+// silence: now.
+func (Config) RenamedKeys() map[string]string {
+	return map[string]string{"heartbeat": "silence"}
+}
+
 // WithDefaults returns a copy with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	if c.DatabaseURL == "" {
@@ -85,7 +94,7 @@ func (c Config) WithDefaults() Config {
 	c.Audit = c.Audit.WithDefaults()
 	c.Admin = c.Admin.WithDefaults()
 	c.Retention = c.Retention.WithDefaults()
-	c.Heartbeat = c.Heartbeat.WithDefaults()
+	c.Silence = c.Silence.WithDefaults()
 	c.Tracing = c.Tracing.WithDefaults()
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
@@ -117,7 +126,7 @@ func (c Config) Validate() error {
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
 		return fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration)
 	}
-	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Heartbeat, c.Retention, c.Admin} {
+	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin} {
 		if err := s.Validate(); err != nil {
 			return err
 		}

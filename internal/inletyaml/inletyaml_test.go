@@ -270,3 +270,28 @@ func TestIngressMemoryBounds(t *testing.T) {
 		}
 	}
 }
+
+// heartbeat: is the old name of silence: (it meant three things): a file
+// with it is read as before, one with both names is refused.
+func TestHeartbeatIsReadAsSilence(t *testing.T) {
+	t.Parallel()
+	none := env(nil)
+	c, err := Parse([]byte("heartbeat:\n  check_every: 2m\n  max_silence: {stripe: 6h}\n"), none)
+	if err != nil || c.Silence.CheckEvery != 2*time.Minute || c.Silence.MaxSilence["stripe"] != 6*time.Hour || c.Silence.Factor != 2 {
+		t.Fatalf("heartbeat: read as %+v, %v", c.Silence, err)
+	}
+	if _, err := Parse([]byte("heartbeat:\n  check_every: 1ms\n"), none); err == nil || !strings.Contains(err.Error(), "silence.check_every") {
+		t.Fatalf("bad value under heartbeat: %v", err)
+	}
+	if _, err := Parse([]byte("silence: {factor: 3}\nheartbeat: {factor: 4}\n"), none); err == nil || !strings.Contains(err.Error(), "line 2: heartbeat is the old name of silence (line 1)") {
+		t.Fatalf("both names: %v", err)
+	}
+	// A consumer reads neither, whichever name the file uses.
+	c, err = ParseFor([]byte("heartbeat:\n  alert_url: ${ALERT_URL}\n"), none, config.ConsumerService)
+	if err != nil || c.Silence.AlertURL != "" {
+		t.Fatalf("consumer: %+v, %v", c.Silence, err)
+	}
+	if config.ConsumerService.Reads("silence") || !config.StreamerService.Reads("silence") {
+		t.Fatal("Reads disagrees with the sections dropped")
+	}
+}
