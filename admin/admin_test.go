@@ -14,9 +14,9 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -47,7 +47,7 @@ func setup(t *testing.T) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(super.Close)
-	op, err := database.Open(ctx, url, database.Options{Role: config.DefaultOperatorRole, MaxConns: 4, AppName: "admin-test-operator"})
+	op, err := database.Open(ctx, url, database.Options{Role: schema.OperatorRole, MaxConns: 4, AppName: "admin-test-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 type EventType struct {
 	Source string `json:"source"`
 	// Type is the event type; "_other" counts the source's types past the
-	// cap (heartbeat.max_types_per_source).
+	// cap (silence.max_types_per_source).
 	Type      string    `json:"type"`
 	FirstSeen time.Time `json:"first_seen"`
 	LastSeen  time.Time `json:"last_seen"`

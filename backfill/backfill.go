@@ -29,7 +29,7 @@ type Config struct {
 	OccurredAt verify.OccurredAt
 	// StoreJSON stores a payload copy of each body that
 	// ingress.JSONCopyable(body, StoreJSONMaxBytes) accepts, as ingress does
-	// for the source (config.Source.JSONCopy). Defaults to false.
+	// for the source (sources.Source.JSONCopy). Defaults to false.
 	StoreJSON         bool
 	StoreJSONMaxBytes int
 	// StatePath is the JSON file holding the cursor of an unfinished run.

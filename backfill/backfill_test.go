@@ -19,9 +19,9 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -42,7 +42,7 @@ func setup(t *testing.T) *testBundle {
 	}
 	t.Cleanup(admin.Close)
 	// Backfill writes as ingress does, with ingress's least-privilege role.
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}

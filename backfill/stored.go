@@ -13,7 +13,7 @@ import (
 )
 
 // Derive says how one source's derived columns are made from stored bytes:
-// as ingress makes them now (verify.NewOccurredAt, config.Source.JSONCopy).
+// as ingress makes them now (verify.NewOccurredAt, sources.Source.JSONCopy).
 type Derive struct {
 	OccurredAt        verify.OccurredAt
 	StoreJSON         bool

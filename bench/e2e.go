@@ -15,11 +15,12 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
+	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -131,15 +132,15 @@ func startInlet(ctx context.Context, url string, o inletOptions) (p *inletPipeli
 		}
 		return pool, err
 	}
-	ipool, err := open(config.DefaultIngressRole, "ingress")
+	ipool, err := open(schema.IngressRole, "ingress")
 	if err != nil {
 		return nil, err
 	}
-	spool, err := open(config.DefaultStreamerRole, "streamer")
+	spool, err := open(schema.StreamerRole, "streamer")
 	if err != nil {
 		return nil, err
 	}
-	wpool, err := open(config.DefaultWorkerRole, "worker")
+	wpool, err := open(schema.WorkerRole, "worker")
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +199,8 @@ func startIngress(ctx context.Context, p *inletPipeline, pool *pgxpool.Pool, hin
 	store := ingress.NewGroupStore(pool, hinter, ingress.GroupConfig{})
 	p.closers = append(p.closers, store.Close)
 	srv, err := ingress.New(ingress.Config{
-		Ingress: config.Ingress{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
-		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
+		Section: ingress.Section{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
+		Sources: []sources.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
 		Store:   store, Logger: log,
 	})
 	if err != nil {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
@@ -199,7 +198,7 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 // or, asConsumerRole, as a consumer role made for the handler (as inlet
 // roles create-consumer does), under row-level security.
 func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int, asConsumerRole bool) (run JobsRun, err error) {
-	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Role: config.DefaultWorkerRole, Concurrency: jobsConcurrency, Jobs: n}
+	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Role: schema.WorkerRole, Concurrency: jobsConcurrency, Jobs: n}
 	if asConsumerRole {
 		run.Role = "consumer role"
 	}
@@ -217,7 +216,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	if _, err := owner.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET enabled = false`); err != nil {
 		return run, err
 	}
-	role := config.DefaultWorkerRole
+	role := schema.WorkerRole
 	if asConsumerRole {
 		role = fmt.Sprintf("webhook_consumer_bench_%d", time.Now().UnixNano())
 		if _, err := owner.Exec(ctx, schema.Query("CreateConsumerRole"), role, []string{name}); err != nil {
@@ -278,7 +277,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		}
 		services = append(services, s)
 	}
-	spool, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultStreamerRole, MaxConns: jobsStreamerConns, AppName: "inlet-bench-streamer"})
+	spool, err := database.Open(ctx, b.url, database.Options{Role: schema.StreamerRole, MaxConns: jobsStreamerConns, AppName: "inlet-bench-streamer"})
 	if err != nil {
 		return run, err
 	}

@@ -79,8 +79,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
@@ -437,7 +437,7 @@ func fileExists(p string) bool {
 // ingest runs ingress in this process on loopback and drives it with conns
 // keep-alive connections for d.
 func ingest(ctx context.Context, url string, conns int, d time.Duration, group bool) (Result, error) {
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 16, AppName: "inlet-bench-ingress"})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 16, AppName: "inlet-bench-ingress"})
 	if err != nil {
 		return Result{}, err
 	}
@@ -449,8 +449,8 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 		name = "inlet ingest, group commit"
 	}
 	srv, err := ingress.New(ingress.Config{
-		Ingress: config.Ingress{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
-		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
+		Section: ingress.Section{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
+		Sources: []sources.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}}},
 		Store:   store,
 		Logger:  slog.New(slog.DiscardHandler),
 	})

@@ -32,8 +32,8 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -110,7 +110,7 @@ func runPayload(ctx context.Context, b *bench) (any, error) {
 }
 
 func ingestPayload(ctx context.Context, url string, conns int, d time.Duration, storeJSON bool) (Result, error) {
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 16, AppName: "inlet-bench-payload"})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 16, AppName: "inlet-bench-payload"})
 	if err != nil {
 		return Result{}, err
 	}
@@ -118,8 +118,8 @@ func ingestPayload(ctx context.Context, url string, conns int, d time.Duration, 
 	store := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
 	defer store.Close()
 	srv, err := ingress.New(ingress.Config{
-		Ingress: config.Ingress{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
-		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, StoreJSON: &storeJSON}},
+		Section: ingress.Section{Listen: "127.0.0.1:0", StoreTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second},
+		Sources: []sources.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, StoreJSON: &storeJSON}},
 		Store:   store,
 		Logger:  slog.New(slog.DiscardHandler),
 	})
@@ -196,7 +196,7 @@ func wherQuery(ctx context.Context, b *bench, res *PayloadResult) error {
 	res.Events, res.LoadSeconds = payloadEvents, time.Since(start).Seconds()
 	fmt.Printf("loaded %d events with payloads in %.0fs\n", payloadEvents, res.LoadSeconds)
 
-	op, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultOperatorRole, MaxConns: 2, AppName: "inlet-bench-where"})
+	op, err := database.Open(ctx, b.url, database.Options{Role: schema.OperatorRole, MaxConns: 2, AppName: "inlet-bench-where"})
 	if err != nil {
 		return err
 	}

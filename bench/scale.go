@@ -22,7 +22,6 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/streamer"
@@ -454,11 +453,11 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 	}
 	cb := &claimBench{owner: owner, sc: streamer.Config{ID: "streamer-bench-scale"}.WithDefaults()}
 	var err error
-	cb.spool, err = database.Open(ctx, url, database.Options{Role: config.DefaultStreamerRole, MaxConns: 1, AppName: "inlet-bench-scale-streamer"})
+	cb.spool, err = database.Open(ctx, url, database.Options{Role: schema.StreamerRole, MaxConns: 1, AppName: "inlet-bench-scale-streamer"})
 	if err != nil {
 		return nil, err
 	}
-	cb.wpool, err = database.Open(ctx, url, database.Options{Role: config.DefaultWorkerRole, MaxConns: 1, AppName: "inlet-bench-scale-worker"})
+	cb.wpool, err = database.Open(ctx, url, database.Options{Role: schema.WorkerRole, MaxConns: 1, AppName: "inlet-bench-scale-worker"})
 	if err != nil {
 		cb.spool.Close()
 		return nil, err
@@ -768,17 +767,17 @@ func scaleRun(ctx context.Context, b *bench, n int) (*LifecycleRun, error) {
 	open := func(role, name string, conns int32) (*pgxpool.Pool, error) {
 		return database.Open(ctx, url, database.Options{Role: role, MaxConns: conns, AppName: "inlet-bench-scale-" + name})
 	}
-	ipool, err := open(config.DefaultIngressRole, "ingress", 2)
+	ipool, err := open(schema.IngressRole, "ingress", 2)
 	if err != nil {
 		return nil, err
 	}
 	defer ipool.Close()
-	spool, err := open(config.DefaultStreamerRole, "streamer", 2)
+	spool, err := open(schema.StreamerRole, "streamer", 2)
 	if err != nil {
 		return nil, err
 	}
 	defer spool.Close()
-	wpool, err := open(config.DefaultWorkerRole, "worker", 4)
+	wpool, err := open(schema.WorkerRole, "worker", 4)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ const (
 	recordTimeout = 15 * time.Second
 )
 
-// attempt runs one job reference end to end: fetch, run with heartbeat,
+// attempt runs one job reference end to end: fetch, run with lease extension,
 // record. It never returns an error: whatever it cannot record is left to
 // lease expiry. Its span joins the trace of traceParent (the streamer's,
 // carried by the message) and is the parent of the handler's spans.
@@ -73,15 +73,15 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDon
 		return
 	}
 
-	hbCtx, stopHeartbeat := context.WithCancel(ctx)
-	hbDone := make(chan struct{})
+	extendCtx, stopExtending := context.WithCancel(ctx)
+	extendDone := make(chan struct{})
 	go func() {
-		defer close(hbDone)
-		s.heartbeat(hbCtx, ref, l, attrs)
+		defer close(extendDone)
+		s.extendLease(extendCtx, ref, l, attrs)
 	}()
 	herr, timedOut := s.run(ctx, h, ev)
-	stopHeartbeat()
-	<-hbDone
+	stopExtending()
+	<-extendDone
 	handlerDone()
 
 	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
@@ -169,8 +169,8 @@ type lease struct {
 // attempts starting now when batching is on, else in a statement of its own.
 // It returns a nil event when the job's event no longer exists, and an error
 // wrapping pgx.ErrNoRows when the reference's lease is not current (stale,
-// finished or misrouted). A lease that would run out before the heartbeat's
-// first extension (the reference waited in the bus) is extended first.
+// finished or misrouted). A lease that would run out before its first
+// extension (the reference waited in the bus) is extended first.
 func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
 	var t taken
 	var err error
@@ -309,10 +309,10 @@ type panicError struct {
 func (e *panicError) Error() string          { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
 func (e *panicError) errorClass() ErrorClass { return ClassPanic }
 
-// heartbeat pushes the lease out every LeaseExtend/3 until ctx ends or the
+// extendLease pushes the lease out every LeaseExtend/3 until ctx ends or the
 // lease is lost. The handler keeps running either way: a lost lease only
 // means its outcome will not be recorded.
-func (s *Service) heartbeat(ctx context.Context, ref bus.Ref, l lease, attrs []slog.Attr) {
+func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, attrs []slog.Attr) {
 	t := time.NewTicker(s.cfg.LeaseExtend / 3)
 	defer t.Stop()
 	for {

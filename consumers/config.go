@@ -31,7 +31,7 @@ type Config struct {
 	// WorkerID is recorded in job_attempts.worker_id. Defaults to
 	// "<hostname>-<pid>".
 	WorkerID string
-	// LeaseExtend is the heartbeat of a running attempt: every LeaseExtend/3
+	// LeaseExtend is the lease extension of a running attempt: every LeaseExtend/3
 	// the job's lease is pushed to now()+LeaseExtend. The streamer's lease
 	// must outlast LeaseExtend/3 plus delivery delay. Defaults to 30s.
 	LeaseExtend time.Duration

@@ -264,7 +264,7 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-func TestHeartbeatKeepsTheLease(t *testing.T) {
+func TestLeaseExtensionKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const lease = 300 * time.Millisecond
@@ -277,8 +277,8 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 	})})
 	cfg.LeaseExtend = lease
 	b.start(t, cfg)
-	// The streamer's own lease is as short as the heartbeat's, and its reaper
-	// runs every tick: without heartbeats the job would be re-leased.
+	// The streamer's own lease is as short as the extension's, and its reaper
+	// runs every tick: without lease extension the job would be re-leased.
 	st := b.StartStreamer(t, consumertest.StreamerOptions{Lease: lease})
 
 	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "long")

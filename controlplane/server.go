@@ -18,12 +18,14 @@ import (
 	"github.com/inlet-dev/inlet/reporter"
 )
 
-// Tenant is one reporting data plane.
+// Tenant is one reporting data plane (an entry of control_plane.tenants).
 type Tenant struct {
-	// Name identifies the tenant in the tables and on its page.
-	Name string
-	// Token is its bearer token, and its page password.
-	Token string
+	// Name identifies the tenant in the tables and on its page. Required;
+	// lower-case letters, digits, '-' and '_'.
+	Name string `yaml:"name"`
+	// Token is its bearer token (reports), and its page password. Required,
+	// at least 16 bytes; give it as ${VAR}.
+	Token string `yaml:"token"`
 }
 
 // Config configures a [Server].

@@ -33,11 +33,12 @@ type Config struct {
 	// Sources are the configured source names, in the order to show them.
 	// Sources with events in the plotted window are shown too.
 	Sources []string
-	// Heartbeats flags silent sources. Defaults to nil: the last event of
-	// each source is read from the database and none is flagged.
-	Heartbeats Heartbeats
+	// Silence flags silent sources in the source activity table. Defaults
+	// to nil: the last event of each source is read from the database and
+	// none is flagged.
+	Silence Silence
 	// MaxTypesPerSource is the cap event types are folded with before the
-	// overview lists the unrouted ones (heartbeat.max_types_per_source).
+	// overview lists the unrouted ones (silence.max_types_per_source).
 	// Defaults to 100.
 	MaxTypesPerSource int
 	// Logger defaults to slog.Default(). The dashboard logs failures and

@@ -20,9 +20,9 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -40,9 +40,9 @@ type testBundle struct {
 }
 
 type options struct {
-	now        time.Time // zero: now, to the second
-	heartbeats dashboard.Heartbeats
-	sources    []string
+	now     time.Time // zero: now, to the second
+	silence dashboard.Silence
+	sources []string
 }
 
 func setup(t *testing.T, opts options) *testBundle {
@@ -54,7 +54,7 @@ func setup(t *testing.T, opts options) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(super.Close)
-	op, err := database.Open(ctx, url, database.Options{Role: config.DefaultOperatorRole, MaxConns: 4, AppName: "dashboard-test-operator"})
+	op, err := database.Open(ctx, url, database.Options{Role: schema.OperatorRole, MaxConns: 4, AppName: "dashboard-test-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func setup(t *testing.T, opts options) *testBundle {
 func serve(t *testing.T, db admin.DB, opts options, now func() time.Time) string {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	d, err := dashboard.New(dashboard.Config{DB: db, Token: token, Sources: opts.sources, Heartbeats: opts.heartbeats, Logger: log, Now: now})
+	d, err := dashboard.New(dashboard.Config{DB: db, Token: token, Sources: opts.sources, Silence: opts.silence, Logger: log, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,12 +612,12 @@ func TestDashboardOverviewPlotsRatesAndHandlerStats(t *testing.T) {
 		t.Errorf("lag or failure rate not shown for people")
 	}
 	// No monitor: last events from the database, nothing flagged.
-	if !strings.Contains(r.body, "No heartbeat monitor configured") || strings.Contains(r.body, `class="heartbeat silent"`) {
-		t.Errorf("heartbeats without a monitor")
+	if !strings.Contains(r.body, "No silence detector configured") || strings.Contains(r.body, `class="activity silent"`) {
+		t.Errorf("source activity without a silence detector")
 	}
 	for _, want := range []string{`data-source="acme" data-silent="false">`, "never", hour.Add(2 * time.Second).UTC().Format("2006-01-02 15:04:05Z")} {
 		if !strings.Contains(r.body, want) {
-			t.Errorf("heartbeats lack %q", want)
+			t.Errorf("source activity lacks %q", want)
 		}
 	}
 	// Recent events link to their pages.
@@ -626,14 +626,16 @@ func TestDashboardOverviewPlotsRatesAndHandlerStats(t *testing.T) {
 	}
 }
 
-type fakeHeartbeats []dashboard.Heartbeat
+type fakeSilence []dashboard.SourceActivity
 
-func (f fakeHeartbeats) Heartbeats(context.Context) ([]dashboard.Heartbeat, error) { return f, nil }
+func (f fakeSilence) SourceActivity(context.Context) ([]dashboard.SourceActivity, error) {
+	return f, nil
+}
 
 func TestDashboardFlagsSilentSources(t *testing.T) {
 	t.Parallel()
 	now := time.Now().Truncate(time.Second)
-	b := setup(t, options{now: now, heartbeats: fakeHeartbeats{
+	b := setup(t, options{now: now, silence: fakeSilence{
 		{Source: "stripe", LastSeen: now.Add(-time.Minute)},
 		{Source: "github", LastSeen: now.Add(-190 * time.Minute), Silent: true, Reason: "no event for 3h10m (2× the median gap 1h35m)"},
 		{Source: "acme", Silent: true, Reason: "never received an event"},
@@ -645,9 +647,9 @@ func TestDashboardFlagsSilentSources(t *testing.T) {
 		t.Fatalf("overview: %d", r.code)
 	}
 	for _, want := range []string{
-		`<tr class="heartbeat" data-source="stripe" data-silent="false">`,
-		`<tr class="heartbeat silent" data-source="github" data-silent="true">`,
-		`<tr class="heartbeat silent" data-source="acme" data-silent="true">`,
+		`<tr class="activity" data-source="stripe" data-silent="false">`,
+		`<tr class="activity silent" data-source="github" data-silent="true">`,
+		`<tr class="activity silent" data-source="acme" data-silent="true">`,
 		`<span class="badge silent">silent</span> no event for 3h10m (2× the median gap 1h35m)`,
 		`3h10m ago`,
 	} {
@@ -655,7 +657,7 @@ func TestDashboardFlagsSilentSources(t *testing.T) {
 			t.Errorf("overview lacks %s", want)
 		}
 	}
-	if strings.Contains(r.body, "No heartbeat monitor configured") {
+	if strings.Contains(r.body, "No silence detector configured") {
 		t.Error("says no monitor though one is configured")
 	}
 }

@@ -6,8 +6,8 @@
 //
 // Pages:
 //
-//	GET  /dashboard/             events per source per hour over the last 24h, heartbeats
-//	                             (silent sources flagged), handlers with lag and failure
+//	GET  /dashboard/             events per source per hour over the last 24h, source
+//	                             activity (silent sources flagged), handlers with lag and failure
 //	                             rate, dead letters with a Replay button, recent events
 //	GET  /dashboard/events       the event log, newest first (?source= &before=)
 //	GET  /dashboard/events/{id}  one event: metadata, headers, the body as escaped text
@@ -30,7 +30,7 @@
 // an Origin (or Referer) that must name this host. Every response carries a
 // Content-Security-Policy that allows no script, frame or foreign resource.
 //
-// Silent-source flags come from a [Heartbeats] implementation when one is
-// configured; without one the dashboard shows each source's last event from
+// Silent-source flags come from a [Silence] implementation (the silence
+// detector) when one is configured; without one the dashboard shows each source's last event from
 // the database and flags nothing.
 package dashboard

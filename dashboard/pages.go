@@ -29,15 +29,15 @@ type overviewPage struct {
 	Plot   template.HTML
 	Rates  rates
 	Colors []string
-	// Heartbeats: from the monitor, or last events from the database
-	// (HeartbeatsFromDB: nothing flagged). HeartbeatsErr when the monitor
-	// failed.
-	Heartbeats       []heartbeatRow
-	HeartbeatsFromDB bool
-	HeartbeatsErr    string
-	Handlers         []handlerStats
-	DeadLetters      admin.DeadLetterPage
-	Events           admin.EventPage
+	// Activity: from the silence detector, or last events from the
+	// database (ActivityFromDB: nothing flagged). SilenceErr when the
+	// detector failed.
+	Activity       []activityRow
+	ActivityFromDB bool
+	SilenceErr     string
+	Handlers       []handlerStats
+	DeadLetters    admin.DeadLetterPage
+	Events         admin.EventPage
 	// UnroutedTypes are the event types whose latest events created no job
 	// (no subscription matches them), shown first.
 	UnroutedTypes []admin.EventType
@@ -49,7 +49,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 	now := d.cfg.Now()
 	var p overviewPage
 	since, n := d.cfg.window(now)
-	var seen []Heartbeat
+	var seen []SourceActivity
 	err := readTx(ctx, d.cfg.DB, func(tx pgx.Tx) error {
 		var err error
 		if p.Rates, err = loadRates(ctx, tx, d.cfg.Sources, since, d.cfg.Bucket, n); err != nil {
@@ -58,7 +58,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 		if p.Handlers, err = loadHandlers(ctx, tx, now); err != nil {
 			return err
 		}
-		if d.cfg.Heartbeats == nil {
+		if d.cfg.Silence == nil {
 			seen, err = lastSeen(ctx, tx, sourceNames(d.cfg.Sources, p.Rates))
 		}
 		return err
@@ -82,21 +82,21 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 		d.failErr(w, r, s, err)
 		return
 	}
-	if d.cfg.Heartbeats != nil {
-		var hbErr error
-		if seen, hbErr = d.cfg.Heartbeats.Heartbeats(ctx); hbErr != nil {
-			d.cfg.Logger.Warn("dashboard: heartbeats", slog.String("error", hbErr.Error()))
-			p.HeartbeatsErr = hbErr.Error()
+	if d.cfg.Silence != nil {
+		var silenceErr error
+		if seen, silenceErr = d.cfg.Silence.SourceActivity(ctx); silenceErr != nil {
+			d.cfg.Logger.Warn("dashboard: silence detector", slog.String("error", silenceErr.Error()))
+			p.SilenceErr = silenceErr.Error()
 		}
 	} else {
-		p.HeartbeatsFromDB = true
+		p.ActivityFromDB = true
 	}
-	for _, h := range seen {
-		row := heartbeatRow{Heartbeat: h}
-		if !h.LastSeen.IsZero() {
-			row.Age = max(now.Sub(h.LastSeen), 0)
+	for _, a := range seen {
+		row := activityRow{SourceActivity: a}
+		if !a.LastSeen.IsZero() {
+			row.Age = max(now.Sub(a.LastSeen), 0)
 		}
-		p.Heartbeats = append(p.Heartbeats, row)
+		p.Activity = append(p.Activity, row)
 	}
 	p.Plot = renderPlot(p.Rates)
 	p.Colors = make([]string, len(p.Rates.Series))

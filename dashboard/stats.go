@@ -85,22 +85,22 @@ func loadRates(ctx context.Context, tx pgx.Tx, sources []string, since time.Time
 	return r, nil
 }
 
-// heartbeatRow is one row of the heartbeats table.
-type heartbeatRow struct {
-	Heartbeat
+// activityRow is one row of the source activity table.
+type activityRow struct {
+	SourceActivity
 	// Age is how long ago LastSeen was (0 when never).
 	Age time.Duration
 }
 
-// lastSeen reads each source's last event, for when no heartbeat monitor is
+// lastSeen reads each source's last event, for when no silence detector is
 // configured: nothing is flagged silent.
-func lastSeen(ctx context.Context, tx pgx.Tx, sources []string) ([]Heartbeat, error) {
+func lastSeen(ctx context.Context, tx pgx.Tx, sources []string) ([]SourceActivity, error) {
 	rows, err := tx.Query(ctx, schema.Query("DashboardLastSeen"), nonNil(sources))
 	if err != nil {
 		return nil, fmt.Errorf("last events per source: %w", err)
 	}
-	hb, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Heartbeat, error) {
-		var h Heartbeat
+	hb, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceActivity, error) {
+		var h SourceActivity
 		var at *time.Time
 		err := r.Scan(&h.Source, &at)
 		if at != nil {

@@ -27,7 +27,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // services are the long-running subcommands every deployment runs, each as
@@ -295,13 +297,13 @@ func stopDeadline(t *testing.T, cli inletCLI, inv invocation) time.Duration {
 	return 0
 }
 
-// parseConfig loads b as inlet <sub> does (config.ParseFor with the sections
+// parseConfig loads b as inlet <sub> does (inletyaml.ParseFor with the sections
 // of config.ServiceOf(sub)), ${VAR}s from env only, and checks what running
 // the services as separate processes needs of the sections sub reads.
-func parseConfig(t *testing.T, where, sub string, b []byte, env map[string]string) config.Config {
+func parseConfig(t *testing.T, where, sub string, b []byte, env map[string]string) inletyaml.Config {
 	t.Helper()
 	svc := config.ServiceOf(sub)
-	cfg, err := config.ParseFor(b, func(k string) (string, bool) {
+	cfg, err := inletyaml.ParseFor(b, func(k string) (string, bool) {
 		v, ok := env[k]
 		return v, ok
 	}, svc)
@@ -376,7 +378,7 @@ func checkNeedlessSecrets(t *testing.T, where string, b []byte, needed []string,
 }
 
 // listenPort is the port of a service's listener in cfg.
-func listenPort(t *testing.T, where string, cfg config.Config, service string) int {
+func listenPort(t *testing.T, where string, cfg inletyaml.Config, service string) int {
 	t.Helper()
 	addr := map[string]string{
 		"ingress": cfg.Ingress.Listen, "streamer": cfg.Streamer.HealthListen, "consumer": cfg.Consumer.HealthListen,
@@ -394,7 +396,7 @@ func listenPort(t *testing.T, where string, cfg config.Config, service string) i
 
 // reachable reports why port is not a listener of service in cfg that
 // other hosts reach (nil when it is).
-func reachable(cfg config.Config, service string, port int) error {
+func reachable(cfg inletyaml.Config, service string, port int) error {
 	addrs := map[string][]string{
 		"ingress":  {cfg.Ingress.Listen, cfg.Ingress.MetricsListen},
 		"streamer": {cfg.Streamer.HealthListen},
@@ -447,7 +449,7 @@ func retentionArgs(inv invocation) error {
 	var errs []error
 	var err error
 	if v, ok := inv.flags["max-age"]; ok {
-		if o.MaxAge, err = config.ParseAge(v); err != nil {
+		if o.MaxAge, err = retention.ParseAge(v); err != nil {
 			errs = append(errs, fmt.Errorf("--max-age %q: %w", v, err))
 		} else if o.MaxAge == 0 {
 			errs = append(errs, fmt.Errorf("--max-age %q keeps everything; leave it out instead", v))
@@ -600,7 +602,7 @@ func TestPostgresSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for svc, group := range map[string]string{"ingress": config.DefaultIngressRole, "streamer": config.DefaultStreamerRole, "consumer": config.DefaultWorkerRole} {
+	for svc, group := range map[string]string{"ingress": schema.IngressRole, "streamer": schema.StreamerRole, "consumer": schema.WorkerRole} {
 		grant := fmt.Sprintf("GRANT %s TO %s;", group, loginRole[svc])
 		if !bytes.Contains(roles, []byte(grant)) {
 			t.Errorf("postgres/roles.sql lacks %q", grant)

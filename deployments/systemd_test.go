@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 const systemdDir = "systemd"
@@ -274,7 +275,7 @@ func TestSystemdUnits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var cfg config.Config
+			var cfg inletyaml.Config
 			if slices.Contains(ownerTools, svc) {
 				if got, ok := inv.flags["config"]; ok {
 					t.Errorf("ExecStart: --config %q: %s needs only DATABASE_URL; with --config it would also need every secret inlet.yaml names", got, svc)

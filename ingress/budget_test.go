@@ -43,7 +43,7 @@ func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 	const body, budget = 40 << 10, 64 << 10 // room for one body, not two
 	var store *gatedStore
 	tb := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
-		c.Ingress.MaxBodyBytes, c.Ingress.MaxInflightBytes = budget, budget
+		c.Section.MaxBodyBytes, c.Section.MaxInflightBytes = budget, budget
 		store = &gatedStore{Store: c.Store, entered: make(chan string, 8), gate: make(chan struct{})}
 		c.Store = store
 	})
@@ -204,10 +204,10 @@ func TestBudgetCapsBodiesWhateverTheConcurrency(t *testing.T) {
 	const conns, body, budget = 1000, 24 << 10, 384 << 10
 	var store *countingStore
 	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
-		c.Ingress.MaxBodyBytes, c.Ingress.MaxInflightBytes = body, budget
+		c.Section.MaxBodyBytes, c.Section.MaxInflightBytes = body, budget
 		// 16 bodies fit; at 100 ms or more each, 1,000 take over 6 s, so
 		// those still waiting at the store timeout (2 s) are refused.
-		c.Ingress.StoreTimeout = 2 * time.Second
+		c.Section.StoreTimeout = 2 * time.Second
 		store = &countingStore{Store: c.Store, delay: 100 * time.Millisecond}
 		c.Store = store
 	})

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func charge(id string, amount int) *ingress.Event {
@@ -45,7 +45,7 @@ func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
 		('all', '*', '*', NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 8})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

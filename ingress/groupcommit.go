@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/groupcommit"
 	"github.com/inlet-dev/inlet/schema"
@@ -28,7 +27,7 @@ type GroupConfig struct {
 	// MaxBatchBytes closes a batch once its events' bodies and headers reach
 	// it: the driver copies a whole statement into its buffers, so this
 	// bounds that copy per committer. An event larger than it is stored in a
-	// batch of its own. Defaults to config.DefaultMaxBatchBytes (1 MiB); a
+	// batch of its own. Defaults to DefaultMaxBatchBytes (1 MiB); a
 	// negative value sets no byte bound.
 	MaxBatchBytes int64
 	// MaxWait is how long a batch that is not full waits for more events
@@ -48,7 +47,7 @@ func (c GroupConfig) withDefaults() GroupConfig {
 		c.MaxBatch = 128
 	}
 	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = config.DefaultMaxBatchBytes
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = time.Millisecond

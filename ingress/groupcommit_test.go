@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 type countingHinter struct{ n atomic.Int64 }
@@ -29,7 +29,7 @@ func groupStore(t *testing.T, cfg ingress.GroupConfig) (*ingress.GroupStore, *pg
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole, MaxConns: 8})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // A correctly signed request whose key fields the database could never index
@@ -92,7 +93,7 @@ func TestSourceNameOverItsLimit(t *testing.T) {
 	t.Parallel()
 	_, err := ingress.New(ingress.Config{
 		Store:   ingress.NewPGStore(nil, nil),
-		Sources: []config.Source{{Name: strings.Repeat("s", ingress.MaxSourceNameBytes+1), Config: verify.Config{Type: "github", Secrets: []string{"x"}}}},
+		Sources: []sources.Source{{Name: strings.Repeat("s", ingress.MaxSourceNameBytes+1), Config: verify.Config{Type: "github", Secrets: []string{"x"}}}},
 	})
 	if err == nil || !strings.Contains(err.Error(), "sources[0].name") {
 		t.Fatalf("New with a 64-byte source name: %v", err)
@@ -107,7 +108,7 @@ func TestStoresReportUnstorableEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
-	pool, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // A sender cannot grow the log by the size of what it sends: ten requests for
@@ -54,7 +54,7 @@ func TestLogsStayBoundedWhateverTheSenderSends(t *testing.T) {
 func TestStoreErrorsCarryNoLargeValue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := database.Open(ctx, pgtest.NewDatabase(t), database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(ctx, pgtest.NewDatabase(t), database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}

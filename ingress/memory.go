@@ -3,8 +3,6 @@ package ingress
 import (
 	"os"
 	"runtime/debug"
-
-	"github.com/inlet-dev/inlet/internal/config"
 )
 
 // memoryLimitBase is what ingress needs beside its bodies: the runtime, a
@@ -25,8 +23,8 @@ const memoryLimitBase = 48 << 20
 // burst). Bodies are pointer-free, so collecting more often costs little
 // CPU. The limit is soft: past it the collector works harder (at most half
 // the CPU), it never fails an allocation.
-func MemoryLimit(in config.Ingress) int64 {
-	in = config.Config{Ingress: in}.WithDefaults().Ingress
+func MemoryLimit(in Section) int64 {
+	in = in.WithDefaults()
 	return 2*in.MaxInflightBytes + memoryLimitBase
 }
 
@@ -35,7 +33,7 @@ func MemoryLimit(in config.Ingress) int64 {
 // wins). It returns the limit and whether it set it. Call it from a program
 // that runs ingress alone; a library embedding ingress beside other work
 // should choose its own limit.
-func ApplyMemoryLimit(in config.Ingress) (int64, bool) {
+func ApplyMemoryLimit(in Section) (int64, bool) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1), false
 	}

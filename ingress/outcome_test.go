@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // lockKeys holds an exclusive lock on event_keys, which every insert of an
@@ -61,7 +61,7 @@ func waitLockWaiters(t *testing.T, admin *pgxpool.Pool, n int) {
 // groupStoreOn is a GroupStore over its own pool as the ingress role.
 func groupStoreOn(t *testing.T, url string, cfg ingress.GroupConfig) *ingress.GroupStore {
 	t.Helper()
-	pool, err := database.Open(context.Background(), url, database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(context.Background(), url, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestStoreTimeoutIsOutcomeUnknown(t *testing.T) {
 			t.Parallel()
 			url := pgtest.NewDatabase(t)
 			b := setupWith(t, url, func(c *ingress.Config) {
-				c.Ingress.StoreTimeout = time.Second
+				c.Section.StoreTimeout = time.Second
 				if storeKind == "GroupStore" {
 					// One committer: a second event waits behind the stuck batch.
 					c.Store = groupStoreOn(t, url, ingress.GroupConfig{Committers: 1, Timeout: 30 * time.Second})

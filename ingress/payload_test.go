@@ -15,8 +15,8 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
@@ -90,9 +90,9 @@ func TestPayloadNullWhenNotStorableJSON(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	off := false
 	b := setupWith(t, url, func(c *ingress.Config) {
-		c.Ingress.MaxBodyBytes = 1 << 20
+		c.Section.MaxBodyBytes = 1 << 20
 		c.Sources[1].StoreJSONMaxBytes = 64 // github
-		c.Sources = append(c.Sources, config.Source{Name: "quiet", Config: c.Sources[1].Config, StoreJSON: &off})
+		c.Sources = append(c.Sources, sources.Source{Name: "quiet", Config: c.Sources[1].Config, StoreJSON: &off})
 	})
 	cases := map[string]struct {
 		source string

@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
@@ -36,11 +36,11 @@ type Readiness func(ctx context.Context) error
 
 // Config configures a Server.
 type Config struct {
-	// Ingress holds the listener, limits and timeouts (see config.Ingress for
+	// Section holds the listener, limits and timeouts (see Section for
 	// each field's default). WithDefaults is applied by New.
-	config.Ingress
+	Section
 	// Sources are the accepted senders. At least one is required.
-	Sources []config.Source
+	Sources []sources.Source
 	// Store persists verified events. Required.
 	Store Store
 	// Ready backs GET /readyz. Defaults to always ready.
@@ -107,7 +107,7 @@ type Server struct {
 // New builds the server and a verifier per source. Errors name the bad source
 // field (`sources[1] "github": secrets[0]: must not be empty`).
 func New(cfg Config) (*Server, error) {
-	cfg.Ingress = config.Config{Ingress: cfg.Ingress}.WithDefaults().Ingress
+	cfg.Section = cfg.Section.WithDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -20,11 +20,12 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -51,7 +52,7 @@ func setup(t *testing.T) *testBundle {
 
 func setupOn(t *testing.T, dbURL string, maxBody int64) *testBundle {
 	t.Helper()
-	return setupWith(t, dbURL, func(c *ingress.Config) { c.Ingress.MaxBodyBytes = maxBody })
+	return setupWith(t, dbURL, func(c *ingress.Config) { c.Section.MaxBodyBytes = maxBody })
 }
 
 // setupWith runs ingress on dbURL with the test sources, a PGStore as the
@@ -65,7 +66,7 @@ func setupWith(t *testing.T, dbURL string, edit func(*ingress.Config)) *testBund
 	}
 	t.Cleanup(admin.Close)
 	// Ingress runs as its own least-privilege role, as in production.
-	pool, err := database.Open(ctx, dbURL, database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(ctx, dbURL, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +75,8 @@ func setupWith(t *testing.T, dbURL string, edit func(*ingress.Config)) *testBund
 	reg := prometheus.NewRegistry()
 	cfg := ingress.Config{
 		Metrics: reg,
-		Ingress: config.Ingress{StoreTimeout: 2 * time.Second},
-		Sources: []config.Source{
+		Section: ingress.Section{StoreTimeout: 2 * time.Second},
+		Sources: []sources.Source{
 			{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{"whsec_old_one", stripeSecret}}},
 			{Name: "github", Config: verify.Config{Type: "github", Secrets: []string{githubSecret}}},
 			{Name: "gitlab", Config: verify.Config{Type: "gitlab", Secrets: []string{gitlabToken}}},

@@ -118,8 +118,8 @@ func (s *slowSenders) close() {
 func TestSlowSendersDoNotDelaySignedRequests(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
-		c.Ingress.MaxBodyBytes = 1 << 20
-		c.Ingress.StoreTimeout = 5 * time.Second
+		c.Section.MaxBodyBytes = 1 << 20
+		c.Section.StoreTimeout = 5 * time.Second
 	})
 	const attackers, signed = 80, 200
 	send := func(id string) (time.Duration, error) {

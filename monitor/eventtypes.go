@@ -103,7 +103,7 @@ func NewEventTypes(cfg EventTypesConfig) (*EventTypes, error) {
 	w := &EventTypes{cfg: cfg, logged: map[[2]string]bool{},
 		unrouted: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "unrouted_total"),
 			"Events that created no job (no enabled subscription matched), by source and event type; a source's types past "+
-				"heartbeat.max_types_per_source count as type _other. From event_types: every replica reports the same total.",
+				"silence.max_types_per_source count as type _other. From event_types: every replica reports the same total.",
 			[]string{"source", "type"}, nil),
 		seen: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "types_seen_total"),
 			"Events stored by source and event type since event_types was added (types past the cap as _other).",

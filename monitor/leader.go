@@ -39,7 +39,7 @@ func NewLeader(cfg *pgx.ConnConfig) *Leader {
 }
 
 // ElectionAppName is the application_name of a Leader's connection.
-const ElectionAppName = "inlet heartbeat election"
+const ElectionAppName = "inlet monitor election"
 
 var tryReporterLockSQL = schema.Query("TryReporterLock")
 

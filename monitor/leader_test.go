@@ -20,7 +20,7 @@ import (
 // once, by the one holding the reporter lock, while both export the gauges.
 // When the leader's connection dies (its backend terminated, as when its
 // host goes away), the other takes over and reports the next change.
-func TestHeartbeatChangesAreReportedByOneReplica(t *testing.T) {
+func TestSilenceChangesAreReportedByOneReplica(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	super, streamer := pools(t)
@@ -30,7 +30,7 @@ func TestHeartbeatChangesAreReportedByOneReplica(t *testing.T) {
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	type replica struct {
 		name   string
-		h      *monitor.Heartbeats
+		h      *monitor.SilenceDetector
 		leader *monitor.Leader
 		reg    *prometheus.Registry
 		logs   *strings.Builder
@@ -51,7 +51,7 @@ func TestHeartbeatChangesAreReportedByOneReplica(t *testing.T) {
 		r := &replica{name: name, leader: monitor.NewLeader(streamer.Config().ConnConfig), reg: prometheus.NewRegistry(),
 			logs: &strings.Builder{}, logMu: &sync.Mutex{}}
 		t.Cleanup(r.leader.Close)
-		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+		h, err := monitor.NewSilenceDetector(monitor.SilenceConfig{
 			DB: streamer, AlertURL: hook.URL, Metrics: r.reg, Leader: r.leader,
 			MaxSilence: map[string]time.Duration{"github": time.Hour},
 			Now:        func() time.Time { return now },

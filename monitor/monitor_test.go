@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/monitor"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -35,7 +35,7 @@ func pools(t *testing.T) (super, streamer *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(super.Close)
-	streamer, err = database.Open(ctx, url, database.Options{Role: config.DefaultStreamerRole, MaxConns: 2, AppName: "monitor-test"})
+	streamer, err = database.Open(ctx, url, database.Options{Role: schema.StreamerRole, MaxConns: 2, AppName: "monitor-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func exec(t *testing.T, db *pgxpool.Pool, sql string, args ...any) {
 // A source that sent every 10 minutes goes silent after 2× that, with an
 // injected clock; it clears when an event arrives. A fixed max_silence
 // flags a source that never sent. Each change is logged and POSTed once.
-func TestHeartbeatsSilentSourceWithInjectedClock(t *testing.T) {
+func TestSilenceDetectorWithInjectedClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	super, streamer := pools(t)
@@ -81,7 +81,7 @@ func TestHeartbeatsSilentSourceWithInjectedClock(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var logs strings.Builder
 	var logMu sync.Mutex
-	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+	h, err := monitor.NewSilenceDetector(monitor.SilenceConfig{
 		DB: streamer, AlertURL: hook.URL, Metrics: reg,
 		MaxSilence: map[string]time.Duration{"github": time.Hour},
 		Now:        func() time.Time { return now },
@@ -239,7 +239,7 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, source string) flo
 
 // An alert that cannot be posted is logged without its URL: a chat webhook
 // URL carries its secret in the path.
-func TestHeartbeatAlertErrorHidesTheURL(t *testing.T) {
+func TestSilenceAlertErrorHidesTheURL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, streamer := pools(t)
@@ -250,7 +250,7 @@ func TestHeartbeatAlertErrorHidesTheURL(t *testing.T) {
 	gone.Close()
 	var logs strings.Builder
 	var logMu sync.Mutex
-	h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
+	h, err := monitor.NewSilenceDetector(monitor.SilenceConfig{
 		DB: streamer, AlertURL: alertURL, Metrics: prometheus.NewRegistry(),
 		MaxSilence: map[string]time.Duration{"github": time.Minute},
 		Logger:     newLogger(&logs, &logMu),
@@ -264,7 +264,7 @@ func TestHeartbeatAlertErrorHidesTheURL(t *testing.T) {
 	logMu.Lock()
 	defer logMu.Unlock()
 	out := logs.String()
-	if !strings.Contains(out, "heartbeat alert not sent") {
+	if !strings.Contains(out, "silence alert not sent") {
 		t.Fatalf("no failed alert logged:\n%s", out)
 	}
 	if strings.Contains(out, "canary-alert") {

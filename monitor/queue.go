@@ -1,6 +1,6 @@
 // Package monitor watches the queue and the providers from the database:
 // a Prometheus collector of open jobs and lag per handler, and the
-// silent-source detector (Heartbeats). Both read as webhook_streamer, through
+// silent-source detector (SilenceDetector). Both read as webhook_streamer, through
 // indexes that exclude finished jobs, so their cost does not grow with the log.
 package monitor
 

@@ -15,26 +15,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 )
 
 // Config configures a Server.
 type Config struct {
-	// Relay holds the listener, target, secrets and limits (see
-	// config.Relay for each field's default). WithDefaults is applied by
+	// Section holds the listener, target, secrets and limits (see
+	// Section for each field's default). WithDefaults is applied by
 	// New, and Target and Secrets are required.
-	config.Relay
+	Section
 	// Sources are the accepted senders, verified as ingress verifies them.
 	// At least one is required.
-	Sources []config.Source
+	Sources []sources.Source
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of signature windows and of the relay signature.
 	// Defaults to time.Now.
 	Now func() time.Time
 	// Transport sends forwarded requests. Defaults to one built from
-	// Relay.CAFile: TLS verified, bounded connections, no compression.
+	// Section.CAFile: TLS verified, bounded connections, no compression.
 	Transport http.RoundTripper
 }
 
@@ -59,8 +59,8 @@ type source struct {
 // New checks cfg and builds a verifier per source and the forwarding client.
 // Errors name the bad field and never hold a secret.
 func New(cfg Config) (*Server, error) {
-	cfg.Relay = cfg.Relay.WithDefaults()
-	if err := cfg.Relay.Validate(); err != nil {
+	cfg.Section = cfg.Section.WithDefaults()
+	if err := cfg.Section.ValidateForServe(); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

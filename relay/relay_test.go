@@ -29,11 +29,12 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/relay"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -67,8 +68,8 @@ type options struct {
 	now    func() time.Time
 }
 
-func sources(relaySecrets ...string) []config.Source {
-	return []config.Source{
+func testSources(relaySecrets ...string) []sources.Source {
+	return []sources.Source{
 		{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, RelaySecrets: relaySecrets},
 		{Name: "slack", Config: verify.Config{Type: "slack", Secrets: []string{slackSecret}}, RelaySecrets: relaySecrets},
 	}
@@ -85,7 +86,7 @@ func setup(t *testing.T, opt options) *bundle {
 	}
 	t.Cleanup(admin.Close)
 	b.admin = admin
-	pool, err := database.Open(ctx, dbURL, database.Options{Role: config.DefaultIngressRole})
+	pool, err := database.Open(ctx, dbURL, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +94,8 @@ func setup(t *testing.T, opt options) *bundle {
 	// The customer's ingress takes stripe and slack only from the relay; the
 	// old relay secret is still listed, as during a rotation.
 	ing, err := ingress.New(ingress.Config{
-		Ingress: config.Ingress{MaxBodyBytes: 1 << 20, StoreTimeout: 2 * time.Second},
-		Sources: sources("relay-secret-old-0000000", relaySecret),
+		Section: ingress.Section{MaxBodyBytes: 1 << 20, StoreTimeout: 2 * time.Second},
+		Sources: testSources("relay-secret-old-0000000", relaySecret),
 		Store:   ingress.NewPGStore(pool, nil),
 		Logger:  slog.New(slog.NewJSONHandler(b.ingestLogs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics: b.reg,
@@ -114,12 +115,12 @@ func setup(t *testing.T, opt options) *bundle {
 	if opt.target != "" {
 		target = opt.target
 	}
-	rs := b.startRelay(t, config.Relay{Target: target, Secrets: []string{relaySecret}, CAFile: b.caFile, Timeout: 3 * time.Second, MaxBodyBytes: 4 << 10}, opt)
+	rs := b.startRelay(t, relay.Section{Target: target, Secrets: []string{relaySecret}, CAFile: b.caFile, Timeout: 3 * time.Second, MaxBodyBytes: 4 << 10}, opt)
 	b.relayURL = rs.URL
 	return b
 }
 
-func (b *bundle) startRelay(t *testing.T, rc config.Relay, opt options) *httptest.Server {
+func (b *bundle) startRelay(t *testing.T, rc relay.Section, opt options) *httptest.Server {
 	t.Helper()
 	// The relay's own transport, wrapped to count (and maybe tamper with)
 	// what leaves it.
@@ -128,8 +129,8 @@ func (b *bundle) startRelay(t *testing.T, rc config.Relay, opt options) *httptes
 		t.Fatal(err)
 	}
 	srv, err := relay.New(relay.Config{
-		Relay:   rc,
-		Sources: sources(),
+		Section: rc,
+		Sources: testSources(),
 		Logger:  slog.New(slog.NewJSONHandler(b.relayLogs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:     opt.now,
 		Transport: roundTripper(func(req *http.Request) (*http.Response, error) {
@@ -444,7 +445,7 @@ func TestRelayIngressDown(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"unavailable","reason":"database_unavailable"}`)
 	}))
 	t.Cleanup(failing.Close)
-	rs := b.startRelay(t, config.Relay{Target: failing.URL, Secrets: []string{relaySecret}, CAFile: writeCA(t, failing)}, options{})
+	rs := b.startRelay(t, relay.Section{Target: failing.URL, Secrets: []string{relaySecret}, CAFile: writeCA(t, failing)}, options{})
 	code, answer, hdr = do(t, stripeRequest(t, rs.URL, body, time.Now()))
 	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "7" {
 		t.Fatalf("ingress 503: relay answered %d %s (Retry-After %q)", code, answer, hdr.Get("Retry-After"))
@@ -477,7 +478,7 @@ func TestRelayVerifiesTLS(t *testing.T) {
 	if err := os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rs := b.startRelay(t, config.Relay{Target: b.ingressURL, Secrets: []string{relaySecret}, CAFile: otherCA}, options{})
+	rs := b.startRelay(t, relay.Section{Target: b.ingressURL, Secrets: []string{relaySecret}, CAFile: otherCA}, options{})
 	code, answer, _ := do(t, stripeRequest(t, rs.URL, []byte(`{"id":"evt_tls","type":"x"}`), time.Now()))
 	if code != http.StatusServiceUnavailable || b.events(t) != 0 || !strings.Contains(b.relayLogs.String(), `"error_class":"tls"`) {
 		t.Fatalf("untrusted certificate: %d %s\n%s", code, answer, b.relayLogs.String())
@@ -486,23 +487,23 @@ func TestRelayVerifiesTLS(t *testing.T) {
 
 func TestRelayConfigErrors(t *testing.T) {
 	t.Parallel()
-	src := sources()
+	src := testSources()
 	for _, c := range []struct {
-		cfg  config.Relay
+		cfg  relay.Section
 		want string
 	}{
-		{config.Relay{Secrets: []string{relaySecret}}, "relay.target: required"},
-		{config.Relay{Target: "https://ingress.example"}, "relay.secrets: at least one"},
-		{config.Relay{Target: "http://ingress.example", Secrets: []string{relaySecret}}, "allow_insecure_target"},
-		{config.Relay{Target: "https://ingress.example", Secrets: []string{"short"}}, "relay.secrets[0]"},
-		{config.Relay{Target: "https://ingress.example", Secrets: []string{relaySecret}, CAFile: "/nonexistent/ca.pem"}, "relay.ca_file"},
+		{relay.Section{Secrets: []string{relaySecret}}, "relay.target: required"},
+		{relay.Section{Target: "https://ingress.example"}, "relay.secrets: at least one"},
+		{relay.Section{Target: "http://ingress.example", Secrets: []string{relaySecret}}, "allow_insecure_target"},
+		{relay.Section{Target: "https://ingress.example", Secrets: []string{"short"}}, "relay.secrets[0]"},
+		{relay.Section{Target: "https://ingress.example", Secrets: []string{relaySecret}, CAFile: "/nonexistent/ca.pem"}, "relay.ca_file"},
 	} {
-		_, err := relay.New(relay.Config{Relay: c.cfg, Sources: src})
+		_, err := relay.New(relay.Config{Section: c.cfg, Sources: src})
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), relaySecret) {
 			t.Errorf("%+v: error %v, want one naming %q", c.cfg, err, c.want)
 		}
 	}
-	if _, err := relay.New(relay.Config{Relay: config.Relay{Target: "http://127.0.0.1:1", AllowInsecureTarget: true, Secrets: []string{relaySecret}}, Sources: src}); err != nil {
+	if _, err := relay.New(relay.Config{Section: relay.Section{Target: "http://127.0.0.1:1", AllowInsecureTarget: true, Secrets: []string{relaySecret}}, Sources: src}); err != nil {
 		t.Fatalf("allow_insecure_target: %v", err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/audit"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/retention"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -307,7 +307,7 @@ func TestRetentionRefusesNonOwnerAndBusyPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	op, err := database.Open(ctx, b.url, database.Options{Role: config.DefaultOperatorRole, MaxConns: 2, AppName: "retention-test-operator"})
+	op, err := database.Open(ctx, b.url, database.Options{Role: schema.OperatorRole, MaxConns: 2, AppName: "retention-test-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}

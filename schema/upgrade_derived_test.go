@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/backfill"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
@@ -46,7 +45,7 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 	}
 
 	// The previous version's ingress, inserting all along.
-	writer, err := database.Open(ctx, url, database.Options{Role: config.DefaultIngressRole})
+	writer, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@
 //     (fenced on the token); a stale, finished or misrouted reference gets
 //     nothing and its handler does not run. Nothing is written, unless the
 //     reference waited in the bus so long that the lease would run out before
-//     the first heartbeat (ExtendLease).
+//     the first lease extension (ExtendLease).
 //  3. Outcome (consumer): successes in batches, one UPDATE per batch
 //     (CompleteJobs): status completed, worker_id, completed_at and
 //     completed_attempt_id (an id from job_attempts' sequence) stay on the

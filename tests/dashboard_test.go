@@ -93,7 +93,7 @@ admin:
 sources:
   - {name: stripe, type: stripe, secrets: ["whsec_e2e_dashboard"]}
   - {name: github, type: github, secrets: ["e2e-dashboard-github"]}
-heartbeat:
+silence:
   max_silence: {github: 1h}
 `)
 	p := start(t, cleanEnv("DATABASE_URL="+url, "ADMIN_TOKEN="+token), "ingress", "--config", cfg)
@@ -169,8 +169,8 @@ heartbeat:
 			t.Errorf("the overview does not show %q", want)
 		}
 	}
-	if got := eval(`Array.from(document.querySelectorAll('tr.heartbeat')).map(r => r.dataset.source + '=' + r.dataset.silent).join(' ')`); got != "github=true stripe=false" {
-		t.Errorf("heartbeats: %q, want github silent (max_silence 1h), stripe not", got)
+	if got := eval(`Array.from(document.querySelectorAll('tr.activity')).map(r => r.dataset.source + '=' + r.dataset.silent).join(' ')`); got != "github=true stripe=false" {
+		t.Errorf("source activity: %q, want github silent (max_silence 1h), stripe not", got)
 	}
 	// github's invoice.paid matches no subscription: the overview shows it
 	// as an unrouted type, above everything else.

@@ -20,12 +20,13 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -52,11 +53,11 @@ func newPipeline(t *testing.T) *pipeline {
 	p.bus = bus.NewGoChannel(p.quiet)
 	t.Cleanup(func() { p.bus.Close() })
 
-	ingPool := p.pool(t, config.DefaultIngressRole, 16)
+	ingPool := p.pool(t, schema.IngressRole, 16)
 	hinter := notify.NewHinter(ingPool, 0, p.quiet)
 	t.Cleanup(hinter.Stop)
 	srv, err := ingress.New(ingress.Config{
-		Sources: []config.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{pipelineStripeSecret}}}},
+		Sources: []sources.Source{{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{pipelineStripeSecret}}}},
 		Store:   ingress.NewPGStore(ingPool, hinter),
 		Logger:  p.quiet,
 	})
@@ -86,7 +87,7 @@ func (p *pipeline) pool(t *testing.T, role string, max int32) *pgxpool.Pool {
 func (p *pipeline) startConsumers(t *testing.T, workerID string, handlers ...consumers.Handler) {
 	t.Helper()
 	svc, err := consumers.New(consumers.Config{
-		Pool: p.pool(t, config.DefaultWorkerRole, 16), Subscriber: p.bus, Handlers: handlers,
+		Pool: p.pool(t, schema.WorkerRole, 16), Subscriber: p.bus, Handlers: handlers,
 		WorkerID: workerID, LeaseExtend: 2 * time.Second, Logger: p.quiet,
 	})
 	if err != nil {
@@ -105,7 +106,7 @@ func (p *pipeline) startConsumers(t *testing.T, workerID string, handlers ...con
 
 func (p *pipeline) startStreamer(t *testing.T, cfg streamer.Config) *streamer.Streamer {
 	t.Helper()
-	cfg.Pool = p.pool(t, config.DefaultStreamerRole, 4)
+	cfg.Pool = p.pool(t, schema.StreamerRole, 4)
 	cfg.Publisher = p.bus
 	cfg.Logger = p.quiet
 	url := p.url

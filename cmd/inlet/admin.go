@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 // What the operator commands (events, dlq, replay) share: the config, the
@@ -40,8 +40,8 @@ as admin.db_role (default webhook_operator): grant it to your login role
 // operatorConfig loads the config of an operator command. Without a config
 // file it falls back to the embedded dev defaults (so a database from
 // DATABASE_URL, or from .inlet/database_url, works as in the walkthrough).
-func operatorConfig(path string) (config.Config, string, error) {
-	cfg, from, err := loadConfig(path, config.Dev)
+func operatorConfig(path string) (inletyaml.Config, string, error) {
+	cfg, from, err := loadConfig(path, inletyaml.Dev)
 	if err != nil {
 		return cfg, from, err
 	}
@@ -54,13 +54,13 @@ func operatorConfig(path string) (config.Config, string, error) {
 }
 
 // openOperator opens the operator pool of cfg.
-func openOperator(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
+func openOperator(ctx context.Context, cfg inletyaml.Config) (*pgxpool.Pool, error) {
 	return database.Open(ctx, cmp.Or(cfg.Admin.DatabaseURL, cfg.DatabaseURL),
 		database.Options{Role: *cfg.Admin.DBRole, AppName: "inlet-admin", MaxConns: 4})
 }
 
 // withOperator loads the config, opens the pool and runs f.
-func withOperator(ctx context.Context, env *environment, cfgPath string, f func(pool *pgxpool.Pool, cfg config.Config, from string) error) error {
+func withOperator(ctx context.Context, env *environment, cfgPath string, f func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error) error {
 	cfg, from, err := operatorConfig(cfgPath)
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func cliError(err error) error {
 	return err
 }
 
-func sourcesOf(cfg config.Config) admin.Sources {
+func sourcesOf(cfg inletyaml.Config) admin.Sources {
 	s := admin.Sources{}
 	for _, src := range cfg.Sources {
 		s[src.Name] = src.Config
@@ -99,7 +99,7 @@ type adminServer struct {
 
 // startAdmin starts the admin API of cfg; nil (whose stop is a no-op) when
 // admin.listen is not set.
-func startAdmin(ctx context.Context, cfg config.Config, log *slog.Logger) (*adminServer, error) {
+func startAdmin(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (*adminServer, error) {
 	if cfg.Admin.Listen == "" {
 		return nil, nil
 	}

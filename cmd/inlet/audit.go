@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/audit"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 const auditHelp = `
@@ -33,7 +33,7 @@ one's hash); verify recomputes them from the events table.`, map[string]subcomma
 }
 
 // withAuditDB loads the config and opens a small pool as role.
-func withAuditDB(ctx context.Context, cfgPath, role string, f func(pool *pgxpool.Pool, cfg config.Config) error) error {
+func withAuditDB(ctx context.Context, cfgPath, role string, f func(pool *pgxpool.Pool, cfg inletyaml.Config) error) error {
 	cfg, _, err := operatorConfig(cfgPath)
 	if err != nil {
 		return err
@@ -68,7 +68,7 @@ that interval until SIGTERM.`+auditHelp)
 	if *grace <= 0 || *every < 0 || *maxLeaves < 1 {
 		return fmt.Errorf("%w: --grace must be positive, --every not negative, --max-leaves at least 1", errUsage)
 	}
-	return withAuditDB(ctx, *cfgPath, *role, func(pool *pgxpool.Pool, cfg config.Config) error {
+	return withAuditDB(ctx, *cfgPath, *role, func(pool *pgxpool.Pool, cfg inletyaml.Config) error {
 		log := stderrLogger(cfg, "text")
 		s, err := audit.NewSealer(audit.Config{DB: pool, Grace: *grace, Interval: cmp.Or(*every, time.Minute),
 			MaxLeaves: *maxLeaves, Logger: log})
@@ -139,7 +139,7 @@ removed newest checkpoint shows only that way.`+auditHelp)
 	if r == "" && cfg.Admin.DBRole != nil {
 		r = *cfg.Admin.DBRole
 	}
-	return withAuditDB(ctx, *cfgPath, r, func(pool *pgxpool.Pool, _ config.Config) error {
+	return withAuditDB(ctx, *cfgPath, r, func(pool *pgxpool.Pool, _ inletyaml.Config) error {
 		rep, err := audit.Verify(ctx, pool, audit.VerifyOptions{Head: *head})
 		if err != nil {
 			return err

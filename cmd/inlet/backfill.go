@@ -10,9 +10,10 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/notify"
 )
 
@@ -153,7 +154,7 @@ file's database_url (else DATABASE_URL, else, without a config file, the
 
 // backfillSource is the configured source named name, or without a name the
 // first one of type kind.
-func backfillSource(cfg config.Config, kind, name, from string) (config.Source, error) {
+func backfillSource(cfg inletyaml.Config, kind, name, from string) (sources.Source, error) {
 	for _, s := range cfg.Sources {
 		if name == "" && s.Type == kind {
 			return s, nil
@@ -166,9 +167,9 @@ func backfillSource(cfg config.Config, kind, name, from string) (config.Source, 
 		}
 	}
 	if name != "" {
-		return config.Source{}, fmt.Errorf("%w: no source %q in %s", errUsage, name, from)
+		return sources.Source{}, fmt.Errorf("%w: no source %q in %s", errUsage, name, from)
 	}
-	return config.Source{}, fmt.Errorf("%w: no source of type %s in %s (add one, or pass --source)", errUsage, kind, from)
+	return sources.Source{}, fmt.Errorf("%w: no source of type %s in %s (add one, or pass --source)", errUsage, kind, from)
 }
 
 // isTerminal reports whether w is a character device (a terminal), where the

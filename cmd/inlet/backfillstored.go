@@ -6,7 +6,7 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 func runBackfillStored(ctx context.Context, env *environment, args []string) error {
@@ -33,7 +33,7 @@ tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.`)
 	if fs.NArg() != 0 || *batch < 1 {
 		return fmt.Errorf("%w: inlet backfill stored takes no arguments and a positive --batch", errUsage)
 	}
-	c, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+	c, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {
 		return err
 	}

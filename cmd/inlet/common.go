@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 const defaultConfigPath = "inlet.yaml"
@@ -21,13 +22,13 @@ func configFlag(fs *flag.FlagSet) *string {
 
 // loadConfig reads path. When the path is the default and the file does not
 // exist, fallback (if non-nil) supplies the configuration instead.
-func loadConfig(path string, fallback func() (config.Config, error)) (config.Config, string, error) {
+func loadConfig(path string, fallback func() (inletyaml.Config, error)) (inletyaml.Config, string, error) {
 	return loadServiceConfig(path, config.AllSections, fallback)
 }
 
 // loadServiceConfig is loadConfig of the sections service reads.
-func loadServiceConfig(path string, service config.Service, fallback func() (config.Config, error)) (config.Config, string, error) {
-	c, err := config.LoadFor(path, service)
+func loadServiceConfig(path string, service config.Service, fallback func() (inletyaml.Config, error)) (inletyaml.Config, string, error) {
+	c, err := inletyaml.LoadFor(path, service)
 	if err == nil {
 		return c, path, nil
 	}
@@ -36,12 +37,12 @@ func loadServiceConfig(path string, service config.Service, fallback func() (con
 		return c, "embedded defaults", err
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return config.Config{}, "", fmt.Errorf("config file %s does not exist (copy inlet.example.yaml, or pass --config)", path)
+		return inletyaml.Config{}, "", fmt.Errorf("config file %s does not exist (copy inlet.example.yaml, or pass --config)", path)
 	}
-	return config.Config{}, "", err
+	return inletyaml.Config{}, "", err
 }
 
-func newLogger(w io.Writer, c config.Log, defaultFormat string) *slog.Logger {
+func newLogger(w io.Writer, c inletyaml.Log, defaultFormat string) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
@@ -55,7 +56,7 @@ func newLogger(w io.Writer, c config.Log, defaultFormat string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-func stderrLogger(c config.Config, defaultFormat string) *slog.Logger {
+func stderrLogger(c inletyaml.Config, defaultFormat string) *slog.Logger {
 	return newLogger(os.Stderr, c.Log, defaultFormat)
 }
 

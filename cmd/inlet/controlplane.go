@@ -53,10 +53,7 @@ It never receives bodies, headers or database credentials of a data plane.`)
 	if err != nil {
 		return err
 	}
-	tenants := make([]controlplane.Tenant, len(cp.Tenants))
-	for i, t := range cp.Tenants {
-		tenants[i] = controlplane.Tenant{Name: t.Name, Token: t.Token}
-	}
+	tenants := cp.Tenants
 	srv, err := controlplane.New(controlplane.Config{Pool: pool, Tenants: tenants, Logger: log})
 	if err != nil {
 		return err

@@ -15,12 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
+	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -41,7 +43,7 @@ over.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, from, err := loadConfig(*cfgPath, config.Dev)
+	cfg, from, err := loadConfig(*cfgPath, inletyaml.Dev)
 	if err != nil {
 		return err
 	}
@@ -119,11 +121,11 @@ over.`)
 		return err
 	}
 	defer spool.Close()
-	_, stopHeartbeats, err := startHeartbeats(ctx, cfg, spool, reg, log)
+	_, stopMonitors, err := startMonitors(ctx, cfg, spool, reg, log)
 	if err != nil {
 		return err
 	}
-	defer stopHeartbeats()
+	defer stopMonitors()
 	stopReporter, err := startReporter(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -169,7 +171,7 @@ over.`)
 }
 
 // migrateURL migrates the database and creates partitions ahead.
-func migrateURL(ctx context.Context, url string, r config.Retention, log *slog.Logger) error {
+func migrateURL(ctx context.Context, url string, r retention.Section, log *slog.Logger) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to database: %w", err)
@@ -188,7 +190,7 @@ func migrateURL(ctx context.Context, url string, r config.Retention, log *slog.L
 	return ensurePartitions(ctx, conn, r, log)
 }
 
-func printWalkthrough(env *environment, cfg config.Config, addr, from string) {
+func printWalkthrough(env *environment, cfg inletyaml.Config, addr, from string) {
 	_, port, _ := splitHostPort(addr)
 	base := "http://localhost:" + port
 	fmt.Fprintf(env.stdout, "\nInlet is running on %s (config: %s).\n\nSend a signed test webhook (in another terminal):\n\n", base, from)
@@ -245,10 +247,10 @@ func psqlTarget(dbURL string) (target, note string) {
 }
 
 // devGitHubSecret is the embedded defaults' github secret
-// (internal/config/dev.yaml), public by design.
+// (internal/inletyaml/dev.yaml), public by design.
 const devGitHubSecret = "inlet-dev-github-secret"
 
-// devAdminToken is the embedded defaults' admin token (internal/config/dev.yaml).
+// devAdminToken is the embedded defaults' admin token (internal/inletyaml/dev.yaml).
 const devAdminToken = "inlet-dev-admin-token"
 
 // dashboardHost is a listen address as a browser reaches it.
@@ -263,11 +265,11 @@ func dashboardHost(listen string) string {
 	return net.JoinHostPort(host, port)
 }
 
-func firstOfType(cfg config.Config, typ string) (config.Source, bool) {
+func firstOfType(cfg inletyaml.Config, typ string) (sources.Source, bool) {
 	for _, s := range cfg.Sources {
 		if s.Type == typ {
 			return s, true
 		}
 	}
-	return config.Source{}, false
+	return sources.Source{}, false
 }

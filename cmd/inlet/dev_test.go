@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 // The walkthrough prints a ready signed curl only for the public
@@ -21,7 +21,7 @@ func TestDevWalkthroughPrintsNoSecret(t *testing.T) {
 	walkthrough := func(t *testing.T, dbURL string) string {
 		t.Helper()
 		t.Setenv("INLET_METRICS_LISTEN", "")
-		cfg, err := config.Dev()
+		cfg, err := inletyaml.Dev()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestDevWalkthroughPrintsNoSecret(t *testing.T) {
 func TestDevSecretsAreTheEmbeddedOnes(t *testing.T) {
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "")
 	t.Setenv("INLET_ADMIN_TOKEN", "")
-	cfg, err := config.Dev()
+	cfg, err := inletyaml.Dev()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +90,11 @@ func TestDevSecretsAreTheEmbeddedOnes(t *testing.T) {
 // Every listener that serves /metrics binds loopback unless configured.
 func TestMetricsListenersDefaultToLoopback(t *testing.T) {
 	t.Setenv("INLET_METRICS_LISTEN", "")
-	dev, err := config.Dev()
+	dev, err := inletyaml.Dev()
 	if err != nil {
 		t.Fatal(err)
 	}
-	def := config.Config{}.WithDefaults()
+	def := inletyaml.Config{}.WithDefaults()
 	for field, addr := range map[string]string{
 		"ingress.metrics_listen":             def.Ingress.MetricsListen,
 		"streamer.health_listen":             def.Streamer.HealthListen,

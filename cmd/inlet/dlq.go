@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 var dlqVerbs = map[string]subcommand{
@@ -53,7 +53,7 @@ stderr.
 	if f.Until, err = timeFlag("until", *until); err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 		page, err := admin.ListDeadLetters(ctx, pool, f)
 		if err != nil {
 			return err
@@ -95,7 +95,7 @@ attempt with its outcome, error class and error, and its event's metadata
 	if err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 		j, err := admin.GetJob(ctx, pool, id)
 		if err != nil {
 			return err

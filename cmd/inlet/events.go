@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 var eventsVerbs = map[string]subcommand{
@@ -80,7 +80,7 @@ error with its message. Events without a payload never match.
 	if f.Until, err = timeFlag("until", *until); err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 		page, err := admin.ListEvents(ctx, pool, f)
 		if err != nil {
 			return err
@@ -140,7 +140,7 @@ to stdout and nothing else:
 	if *raw && *asJSON {
 		return fmt.Errorf("%w: --raw and --json exclude each other", errUsage)
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 		e, err := admin.GetEvent(ctx, pool, id)
 		if err != nil {
 			return err
@@ -315,7 +315,7 @@ twilio source needs public_url to be re-verified.`+operatorHelp)
 	if req.Until, err = timeFlag("until", *until); err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, from string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error {
 		if from == "embedded defaults" {
 			fmt.Fprintln(env.stderr, "note: no config file, so the embedded dev sources' secrets are used (pass --config)")
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/monitor"
 )
 
@@ -22,7 +22,7 @@ List every event type seen, per source, unrouted first: when it was first and
 last seen, how many events it brought since event_types was added, how many
 of them created no job (no enabled subscription matched: UNROUTED), and
 which handlers match it now. A source's types past
-heartbeat.max_types_per_source are counted together as _other (some type
+silence.max_types_per_source are counted together as _other (some type
 headers are not signed). ROUTED is "no" when the latest event of the type
 created no job, "?" for a type seen only before the upgrade that added this.
 
@@ -36,7 +36,7 @@ A handler subscribed after unrouted events arrived gets them with
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet events types takes no arguments, got %q", errUsage, fs.Args())
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, _ string) error {
 		types, err := admin.EventTypes(ctx, pool, maxTypesPerSource(cfg))
 		if err != nil {
 			return err
@@ -86,8 +86,8 @@ A handler subscribed after unrouted events arrived gets them with
 }
 
 // maxTypesPerSource is the cap the streamer folds event types with.
-func maxTypesPerSource(cfg config.Config) int {
-	return cmp.Or(cfg.Heartbeat.MaxTypesPerSource, monitor.DefaultMaxTypesPerSource)
+func maxTypesPerSource(cfg inletyaml.Config) int {
+	return cmp.Or(cfg.Silence.MaxTypesPerSource, monitor.DefaultMaxTypesPerSource)
 }
 
 func sortedKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }

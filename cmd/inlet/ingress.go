@@ -12,6 +12,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 )
@@ -75,14 +76,13 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	return err
 }
 
-func startIngress(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, hinter ingress.Hinter, reg prometheus.Registerer, log *slog.Logger) (*ingress.Server, error) {
+func startIngress(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool, hinter ingress.Hinter, reg prometheus.Registerer, log *slog.Logger) (*ingress.Server, error) {
 	var store ingress.Store = ingress.NewPGStore(pool, hinter)
-	if gc := cfg.Ingress.GroupCommit; !gc.Disabled {
-		store = ingress.NewGroupStore(pool, hinter, ingress.GroupConfig{
-			MaxBatch: gc.MaxBatch, MaxBatchBytes: gc.MaxBatchBytes, MaxWait: gc.MaxWait, Committers: gc.Committers, Timeout: cfg.Ingress.StoreTimeout})
+	if !cfg.Ingress.GroupCommit.Disabled {
+		store = ingress.NewGroupStore(pool, hinter, cfg.Ingress.GroupConfig())
 	}
 	srv, err := ingress.New(ingress.Config{
-		Ingress: cfg.Ingress,
+		Section: cfg.Ingress,
 		Sources: cfg.Sources,
 		Store:   store,
 		Ready:   database.Ready(pool),

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -27,7 +27,7 @@ up where it stopped. Running it again is a no-op. The database comes from
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+	c, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ up where it stopped. Running it again is a no-op. The database comes from
 	if len(built) > 0 {
 		fmt.Fprintf(env.stdout, "built %s\n", plural(len(built), "partition index"))
 	}
-	o, err := retentionOptions(c.Retention)
+	o, err := c.Retention.Options()
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/inlet-dev/inlet/consumers/httpforward"
 	logconsumer "github.com/inlet-dev/inlet/consumers/log"
 	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/monitor"
 	"github.com/inlet-dev/inlet/streamer"
 )
@@ -24,26 +24,16 @@ import (
 // newStreamer builds the streamer of cfg over its own pool, which the caller
 // closes.
 // Its metrics, and the queue gauges read through its pool, go to reg.
-func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
+func newStreamer(ctx context.Context, cfg inletyaml.Config, pub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, AppName: "inlet-streamer"})
 	if err != nil {
 		return nil, nil, err
 	}
-	sc := streamer.Config{
-		Pool:                pool,
-		Publisher:           pub,
-		BatchSize:           cfg.Streamer.BatchSize,
-		MaxLeasedPerHandler: cfg.Streamer.MaxLeasedPerHandler,
-		LeaseDuration:       cfg.Streamer.LeaseDuration,
-		PollInterval:        cfg.Streamer.PollInterval,
-		ReapInterval:        cfg.Streamer.ReapInterval,
-		Logger:              log,
-		Metrics:             reg,
-	}
+	sc := cfg.Streamer.Config()
+	sc.Pool, sc.Publisher, sc.Logger, sc.Metrics = pool, pub, log, reg
 	switch cfg.Streamer.Wake {
 	case "replication":
 		url := cfg.DatabaseURL
-		sc.SlotName = cfg.Streamer.SlotName
 		sc.ReplicationConnect = func(ctx context.Context) (*pgconn.PgConn, error) {
 			return streamer.ConnectReplication(ctx, url)
 		}
@@ -71,7 +61,7 @@ func newStreamer(ctx context.Context, cfg config.Config, pub bus.PubSub, reg pro
 
 // newConsumers builds the ready consumers of cfg over their own pool, which
 // the caller closes. Call it only with handlers configured.
-func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*consumers.Service, *pgxpool.Pool, error) {
+func newConsumers(ctx context.Context, cfg inletyaml.Config, sub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*consumers.Service, *pgxpool.Pool, error) {
 	handlers, err := readyHandlers(cfg.Consumer.Handlers, log)
 	if err != nil {
 		return nil, nil, err
@@ -96,7 +86,7 @@ func newConsumers(ctx context.Context, cfg config.Config, sub bus.PubSub, reg pr
 }
 
 // readyHandlers turns the configured ready consumers into SDK handlers.
-func readyHandlers(hs []config.Handler, log *slog.Logger) ([]consumers.Handler, error) {
+func readyHandlers(hs []consumers.ReadyHandler, log *slog.Logger) ([]consumers.Handler, error) {
 	out := make([]consumers.Handler, 0, len(hs))
 	for i, h := range hs {
 		var f consumers.HandlerFunc
@@ -112,23 +102,14 @@ func readyHandlers(hs []config.Handler, log *slog.Logger) ([]consumers.Handler, 
 		default:
 			return nil, fmt.Errorf("consumer.handlers[%d].type: %q is not log or http-forward", i, h.Type)
 		}
-		out = append(out, consumers.Handler{
-			Name:        h.Name,
-			Provider:    h.Provider,
-			EventType:   h.EventType,
-			Filter:      h.Filter,
-			MaxAttempts: h.MaxAttempts,
-			Concurrency: h.Concurrency,
-			Timeout:     h.Timeout,
-			Func:        f,
-		})
+		out = append(out, h.Handler(f))
 	}
 	return out, nil
 }
 
 // startSealer runs the tamper-evidence sealer when audit.seal_every is set;
 // stop it with the returned func.
-func startSealer(ctx context.Context, cfg config.Config, log *slog.Logger) (func(), error) {
+func startSealer(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (func(), error) {
 	if cfg.Audit.SealEvery <= 0 {
 		return func() {}, nil
 	}

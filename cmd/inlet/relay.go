@@ -35,7 +35,7 @@ exits.`)
 		cfg.Relay.Listen = *listen
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "relay"))
-	srv, err := relay.New(relay.Config{Relay: cfg.Relay, Sources: cfg.Sources, Logger: log})
+	srv, err := relay.New(relay.Config{Section: cfg.Relay, Sources: cfg.Sources, Logger: log})
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 func runReplay(ctx context.Context, env *environment, args []string) error {
@@ -69,7 +69,7 @@ at once (NOTIFY).`+operatorHelp)
 	if err := req.Validate(); err != nil {
 		return cliError(err)
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, _ string) error {
 		if req.Unrouted {
 			// Events committed since the streamer's last fold count too.
 			if err := admin.FoldEventTypes(ctx, pool, maxTypesPerSource(cfg)); err != nil {

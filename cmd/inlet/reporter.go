@@ -4,15 +4,15 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/reporter"
 )
 
 // startReporter starts the metadata reporter when reporter.url is set, on a
 // small pool of its own as the streamer's role; stop ends it and closes the
 // pool. Without reporter.url both are no-ops.
-func startReporter(ctx context.Context, cfg config.Config, log *slog.Logger) (stop func(), err error) {
+func startReporter(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (stop func(), err error) {
 	rc := cfg.Reporter
 	if rc.URL == "" {
 		return func() {}, nil
@@ -21,12 +21,9 @@ func startReporter(ctx context.Context, cfg config.Config, log *slog.Logger) (st
 	if err != nil {
 		return nil, err
 	}
-	rep, err := reporter.New(reporter.Config{
-		Pool: pool, URL: rc.URL, Token: rc.Token, Key: []byte(rc.Key),
-		SendDatabaseIDs: rc.SendDatabaseIDs, IncludeProvider: rc.IncludeProvider,
-		BatchSize: rc.BatchSize, Interval: rc.Interval,
-		Logger: log.With(slog.String("component", "reporter")),
-	})
+	c := rc.Config()
+	c.Pool, c.Logger = pool, log.With(slog.String("component", "reporter"))
+	rep, err := reporter.New(c)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 )
 
@@ -37,16 +37,16 @@ Exit status 0 even when a period is kept: the report says why.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfig(*cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+	cfg, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {
 		return err
 	}
-	opts, err := retentionOptions(cfg.Retention)
+	opts, err := cfg.Retention.Options()
 	if err != nil {
 		return err
 	}
 	if *maxAge != "" {
-		if opts.MaxAge, err = config.ParseAge(*maxAge); err != nil {
+		if opts.MaxAge, err = retention.ParseAge(*maxAge); err != nil {
 			return fmt.Errorf("%w: --max-age: %w", errUsage, err)
 		}
 	}
@@ -84,19 +84,6 @@ Exit status 0 even when a period is kept: the report says why.`)
 	}
 	printRetention(env, rep)
 	return nil
-}
-
-// retentionOptions are the config file's retention settings.
-func retentionOptions(r config.Retention) (retention.Options, error) {
-	age, err := r.MaxAgeDuration()
-	if err != nil {
-		return retention.Options{}, err
-	}
-	o := retention.Options{MaxAge: age, Interval: r.PartitionInterval, Ahead: retention.DefaultAhead, LockTimeout: r.LockTimeout}
-	if r.Ahead != nil {
-		o.Ahead = *r.Ahead
-	}
-	return o, nil
 }
 
 func printRetention(env *environment, rep retention.Report) {
@@ -140,8 +127,8 @@ func printRetention(env *environment, rep retention.Report) {
 
 // ensurePartitions creates period partitions ahead as the config says (inlet
 // migrate and inlet dev), logging what it created.
-func ensurePartitions(ctx context.Context, db retention.DB, r config.Retention, log *slog.Logger) error {
-	o, err := retentionOptions(r)
+func ensurePartitions(ctx context.Context, db retention.DB, r retention.Section, log *slog.Logger) error {
+	o, err := r.Options()
 	if err != nil {
 		return err
 	}

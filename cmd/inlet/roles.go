@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -67,7 +67,7 @@ func rolesFlags(fs *flag.FlagSet) (cfgPath, dbURL *string) {
 func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) error) error {
 	url := dbURL
 	if url == "" {
-		c, _, err := loadConfig(cfgPath, func() (config.Config, error) { return config.Config{}.WithDefaults(), nil })
+		c, _, err := loadConfig(cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 func runSend(ctx context.Context, env *environment, args []string) error {
@@ -36,7 +36,7 @@ running ingress. Prints the answer's status and body.
 		return fmt.Errorf("%w: inlet send takes one SOURCE, got %d arguments", errUsage, fs.NArg())
 	}
 	name := fs.Arg(0)
-	cfg, _, err := loadConfig(*cfgPath, config.Dev)
+	cfg, _, err := loadConfig(*cfgPath, inletyaml.Dev)
 	if err != nil {
 		return err
 	}

@@ -10,18 +10,19 @@ import (
 	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema"
 )
 
 // openBus opens the configured transport. Separate services need one that
 // crosses processes.
-func openBus(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (bus.PubSub, error) {
+func openBus(ctx context.Context, cfg inletyaml.Config, service string, log *slog.Logger) (bus.PubSub, error) {
 	switch cfg.Bus.Kind {
 	case "nats":
-		return bus.NewNATS(ctx, bus.NATSConfig{
-			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Storage: cfg.Bus.Storage, Logger: log,
-		})
+		nc := cfg.Bus.NATSConfig()
+		nc.Name, nc.Logger = "inlet-"+service, log
+		return bus.NewNATS(ctx, nc)
 	case "gochannel":
 		if service != "dev" {
 			return nil, fmt.Errorf("bus.kind: gochannel connects streamer and consumers only inside one process; "+
@@ -37,7 +38,7 @@ func runStreamer(ctx context.Context, env *environment, args []string) error {
 Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
 lease due jobs in batches, and publish a reference per job to its handler's
 topic on the bus (bus.kind: nats). Any number of streamers may run at once.
-Watches every source for silence (heartbeat). Serves GET /healthz, /readyz
+Watches every source for silence (silence:). Serves GET /healthz, /readyz
 and /metrics on streamer.health_listen (default 127.0.0.1:8081: this machine
 only). SIGTERM finishes
 the claim round in progress and exits; jobs it leased stay leased until their
@@ -67,11 +68,11 @@ consumers report or the lease expires.`)
 		return err
 	}
 	defer pool.Close()
-	_, stopHeartbeats, err := startHeartbeats(ctx, cfg, pool, reg, log)
+	_, stopMonitors, err := startMonitors(ctx, cfg, pool, reg, log)
 	if err != nil {
 		return err
 	}
-	defer stopHeartbeats()
+	defer stopMonitors()
 	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, metricsHandler(reg), log)
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 var subscriptionVerbs = map[string]subcommand{
@@ -37,7 +37,7 @@ each handler.`+operatorHelp)
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet subscriptions list takes no arguments, got %q", errUsage, fs.Args())
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 		subs, err := admin.ListSubscriptions(ctx, pool, *handler)
 		if err != nil {
 			return err
@@ -80,7 +80,7 @@ finish.
 		if *handler == "" || fs.NArg() != 0 {
 			return fmt.Errorf("%w: inlet subscriptions %s needs --handler and no arguments", errUsage, verb)
 		}
-		return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ config.Config, _ string) error {
+		return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 			n, err := admin.SetSubscriptionsEnabled(ctx, pool, *handler, *provider, *eventType, enabled)
 			if err != nil {
 				return err

@@ -13,38 +13,35 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/monitor"
 )
 
-// startHeartbeats runs the silent-source detector of cfg over pool (the
+// startMonitors runs the silent-source detector of cfg over pool (the
 // streamer's: it reads event metadata only), and the event-type watcher
 // (event_types, inlet_events_unrouted_total, new-type alerts), until ctx is
-// done or stop is called. The detector is nil when heartbeat.disabled; the
+// done or stop is called. The detector is nil when silence.disabled; the
 // event-type watcher runs regardless: no event type goes unseen.
-func startHeartbeats(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.Heartbeats, func(), error) {
-	hc := cfg.Heartbeat
+func startMonitors(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*monitor.SilenceDetector, func(), error) {
+	hc := cfg.Silence
 	// Of several streamers on the database, one reports each change.
 	leader := monitor.NewLeader(pool.Config().ConnConfig)
-	var h *monitor.Heartbeats
+	var h *monitor.SilenceDetector
 	if !hc.Disabled {
 		var err error
-		h, err = monitor.NewHeartbeats(monitor.HeartbeatConfig{
-			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-			MaxSilence: hc.MaxSilence, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
-			Logger: log.With(slog.String("component", "heartbeat")),
-		})
+		c := hc.SilenceConfig()
+		c.DB, c.Metrics, c.Leader, c.Logger = pool, reg, leader, log.With(slog.String("component", "silence"))
+		h, err = monitor.NewSilenceDetector(c)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
-	types, err := monitor.NewEventTypes(monitor.EventTypesConfig{
-		DB: pool, MaxTypesPerSource: hc.MaxTypesPerSource, AlertURL: hc.AlertURL, Metrics: reg, Leader: leader,
-		Logger: log.With(slog.String("component", "event-types")),
-	})
+	tc := hc.EventTypesConfig()
+	tc.DB, tc.Metrics, tc.Leader, tc.Logger = pool, reg, leader, log.With(slog.String("component", "event-types"))
+	types, err := monitor.NewEventTypes(tc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,47 +94,45 @@ func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Hand
 
 // newDashboard is the admin listener's dashboard. Its silent-source flags
 // come from a detector of its own over the operator pool, with the
-// heartbeat section's thresholds, evaluated on each page load (no alerts:
+// silence section's thresholds, evaluated on each page load (no alerts:
 // those are the streamer's).
-func newDashboard(cfg config.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
+func newDashboard(cfg inletyaml.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
 	names := make([]string, 0, len(cfg.Sources))
 	for _, s := range cfg.Sources {
 		names = append(names, s.Name)
 	}
 	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard")),
-		MaxTypesPerSource: cfg.Heartbeat.MaxTypesPerSource}
-	if !cfg.Heartbeat.Disabled {
-		hc := cfg.Heartbeat
-		h, err := monitor.NewHeartbeats(monitor.HeartbeatConfig{
-			DB: pool, Factor: hc.Factor, History: hc.History, MinEvents: hc.MinEvents, MinSilence: hc.MinSilence,
-			MaxSilence: hc.MaxSilence, Logger: log,
-		})
+		MaxTypesPerSource: cfg.Silence.MaxTypesPerSource}
+	if !cfg.Silence.Disabled {
+		hc := cfg.Silence.SilenceConfig()
+		hc.DB, hc.Logger, hc.AlertURL = pool, log, "" // no alerts: those are the streamer's
+		h, err := monitor.NewSilenceDetector(hc)
 		if err != nil {
 			return nil, err
 		}
-		dc.Heartbeats = dashboardHeartbeats{h}
+		dc.Silence = dashboardSilence{h}
 	}
 	return dashboard.New(dc)
 }
 
-// dashboardHeartbeats shows a detector's judgement on the dashboard.
-type dashboardHeartbeats struct{ h *monitor.Heartbeats }
+// dashboardSilence shows a detector's judgement on the dashboard.
+type dashboardSilence struct{ h *monitor.SilenceDetector }
 
-func (d dashboardHeartbeats) Heartbeats(ctx context.Context) ([]dashboard.Heartbeat, error) {
+func (d dashboardSilence) SourceActivity(ctx context.Context) ([]dashboard.SourceActivity, error) {
 	sts, err := d.h.Evaluate(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]dashboard.Heartbeat, len(sts))
+	out := make([]dashboard.SourceActivity, len(sts))
 	for i, s := range sts {
-		out[i] = dashboard.Heartbeat{Source: s.Source, LastSeen: s.LastSeen, Silent: s.Silent, Reason: s.Reason}
+		out[i] = dashboard.SourceActivity{Source: s.Source, LastSeen: s.LastSeen, Silent: s.Silent, Reason: s.Reason}
 	}
 	return out, nil
 }
 
 // setupTracing exports this process's spans as tracing says (a no-op when
 // off); the returned func flushes them.
-func setupTracing(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (func(), error) {
+func setupTracing(ctx context.Context, cfg inletyaml.Config, service string, log *slog.Logger) (func(), error) {
 	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.SampleRatio, Service: "inlet-" + service})
 	if err != nil {
 		return nil, err

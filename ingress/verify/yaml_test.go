@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
 // exampleSources is docs/providers.md's copy-paste example of every type. The
@@ -68,7 +68,7 @@ func TestExampleSourcesParse(t *testing.T) {
 		"ACME_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ACME_PUBLIC_KEY": "whpk_" + strings.Repeat("A", 43) + "=",
 		"TWILIO_AUTH_TOKEN": "tw", "VENDOR_WEBHOOK_SECRET": "vendor",
 	}
-	cfg, err := config.Parse([]byte(exampleSources), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := inletyaml.Parse([]byte(exampleSources), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -108,7 +108,7 @@ func TestExampleSourcesParse(t *testing.T) {
 
 func TestUnknownSourceKeyRejected(t *testing.T) {
 	t.Parallel()
-	_, err := config.Parse([]byte("sources:\n  - name: v\n    type: hmac\n    secrets: [x]\n    hmac:\n      header: X-S\n      algo: sha1\n"), func(string) (string, bool) { return "", false })
+	_, err := inletyaml.Parse([]byte("sources:\n  - name: v\n    type: hmac\n    secrets: [x]\n    hmac:\n      header: X-S\n      algo: sha1\n"), func(string) (string, bool) { return "", false })
 	if err == nil || !strings.Contains(err.Error(), "algo") {
 		t.Errorf("Parse with a misspelt hmac key: %v", err)
 	}

@@ -1,4 +1,7 @@
-// Package config loads Inlet's one YAML configuration file: `${ENV}` expansion
-// (for secrets) in every value, `DATABASE_URL` for Postgres, strict field
-// checking, defaults, and validation errors that name the bad field.
+// Package config reads Inlet's one YAML configuration file: it keeps the
+// top-level sections the running service reads, expands `${ENV}`,
+// `${ENV:-default}` and `${file:PATH}` in every value (for secrets), decodes
+// strictly (an unknown key is an error with its line), and hands each
+// section to the type its service owns, which fills in its defaults and
+// validates it (internal/inletyaml composes them). It imports no service.
 package config

@@ -33,7 +33,7 @@ ORDER BY s.provider, bk.b
 
 -- name: DashboardLastSeen
 -- When each source of $1 last received an event (NULL: never); what the
--- dashboard shows when no heartbeat monitor is configured. max() per source
+-- dashboard shows when no silence detector is configured. max() per source
 -- reads the (provider, event_type, received_at) index.
 SELECT s.provider,
        (SELECT max(e.received_at) FROM webhook_ingress.events e WHERE e.provider = s.provider)

@@ -159,7 +159,7 @@ LEFT JOIN LATERAL (
 
 -- name: ExtendLease
 -- Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
--- now() + $3 (a long handler's heartbeat, or a reference that waited in the
+-- now() + $3 (a long handler's lease extension, or a reference that waited in the
 -- bus), and is recorded as the attempt's consumer. No row: the lease was
 -- lost.
 UPDATE webhook_ingress.jobs

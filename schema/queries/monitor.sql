@@ -1,4 +1,4 @@
--- Queries of package monitor: queue gauges and provider heartbeats. They run
+-- Queries of package monitor: queue gauges and provider arrivals. They run
 -- as webhook_streamer (event metadata and jobs only) and read through the
 -- partial indexes of jobs, never the finished jobs.
 
@@ -37,7 +37,8 @@ SELECT provider FROM p WHERE provider IS NOT NULL
 SELECT received_at FROM webhook_ingress.events WHERE provider = $1 ORDER BY received_at DESC LIMIT $2
 
 -- name: TryReporterLock
--- Take the heartbeat reporter's session lock if no other replica holds it:
+-- Take the monitor reporter's session lock if no other replica holds it (the
+-- key keeps its old name, so replicas of every version elect one reporter):
 -- of several streamers on one database only the holder logs and POSTs
 -- source changes. Released when its connection ends.
 SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0))

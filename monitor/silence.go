@@ -20,8 +20,8 @@ import (
 	"github.com/inlet-dev/inlet/schema"
 )
 
-// HeartbeatConfig configures the silent-source detector.
-type HeartbeatConfig struct {
+// SilenceConfig configures the silent-source detector.
+type SilenceConfig struct {
 	// DB reads event arrival times (provider, received_at), as
 	// webhook_streamer. Required.
 	DB Querier
@@ -62,7 +62,7 @@ type HeartbeatConfig struct {
 	}
 }
 
-// SourceStatus is one source's heartbeat.
+// SourceStatus is the detector's judgement of one source.
 type SourceStatus struct {
 	Source string `json:"source"`
 	// LastSeen is the newest event's received_at; zero when none.
@@ -77,10 +77,10 @@ type SourceStatus struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Heartbeats is the silent-source detector: Check judges every source now;
+// SilenceDetector is the silent-source detector: Check judges every source now;
 // Run checks at an interval. Changes are logged, counted and POSTed.
-type Heartbeats struct {
-	cfg HeartbeatConfig
+type SilenceDetector struct {
+	cfg SilenceConfig
 
 	mu     sync.Mutex
 	silent map[string]bool
@@ -91,16 +91,16 @@ type Heartbeats struct {
 	threshold *prometheus.GaugeVec
 }
 
-// NewHeartbeats checks cfg and returns the detector.
-func NewHeartbeats(cfg HeartbeatConfig) (*Heartbeats, error) {
+// NewSilenceDetector checks cfg and returns the detector.
+func NewSilenceDetector(cfg SilenceConfig) (*SilenceDetector, error) {
 	if cfg.DB == nil {
-		return nil, errors.New("monitor: HeartbeatConfig.DB is required")
+		return nil, errors.New("monitor: SilenceConfig.DB is required")
 	}
 	if cfg.Factor == 0 {
 		cfg.Factor = 2
 	}
 	if cfg.Factor < 1 {
-		return nil, fmt.Errorf("monitor: heartbeat factor %g must be at least 1", cfg.Factor)
+		return nil, fmt.Errorf("monitor: silence factor %g must be at least 1", cfg.Factor)
 	}
 	if cfg.History == 0 {
 		cfg.History = 50
@@ -109,7 +109,7 @@ func NewHeartbeats(cfg HeartbeatConfig) (*Heartbeats, error) {
 		cfg.MinEvents = 10
 	}
 	if cfg.MinEvents < 2 || cfg.History < cfg.MinEvents {
-		return nil, fmt.Errorf("monitor: heartbeat min_events %d must be at least 2 and at most history %d", cfg.MinEvents, cfg.History)
+		return nil, fmt.Errorf("monitor: silence min_events %d must be at least 2 and at most history %d", cfg.MinEvents, cfg.History)
 	}
 	if cfg.MinSilence == 0 {
 		cfg.MinSilence = time.Minute
@@ -126,7 +126,7 @@ func NewHeartbeats(cfg HeartbeatConfig) (*Heartbeats, error) {
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "source", Name: name, Help: help}, []string{"source"})
 	}
-	h := &Heartbeats{cfg: cfg, silent: map[string]bool{},
+	h := &SilenceDetector{cfg: cfg, silent: map[string]bool{},
 		lastSeen:  gauge("last_event_timestamp_seconds", "Unix time of the source's newest event."),
 		silentG:   gauge("silent", "1 while the source is silent: no event for longer than its threshold."),
 		threshold: gauge("silence_threshold_seconds", "The silence after which the source counts as silent (Factor × its median gap, or its max_silence); 0 when not yet judged."),
@@ -134,19 +134,19 @@ func NewHeartbeats(cfg HeartbeatConfig) (*Heartbeats, error) {
 	reg := metrics.OrDiscard(cfg.Metrics)
 	for _, c := range []prometheus.Collector{h.lastSeen, h.silentG, h.threshold} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("monitor: heartbeat metrics: %w", err)
+			return nil, fmt.Errorf("monitor: silence metrics: %w", err)
 		}
 	}
 	return h, nil
 }
 
 // Run checks every interval until ctx is done; failures are logged.
-func (h *Heartbeats) Run(ctx context.Context, every time.Duration) {
+func (h *SilenceDetector) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if _, err := h.Check(ctx); err != nil && ctx.Err() == nil {
-			h.cfg.Logger.Warn("heartbeat check failed", slog.String("error", err.Error()))
+			h.cfg.Logger.Warn("silence check failed", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -157,15 +157,15 @@ func (h *Heartbeats) Run(ctx context.Context, every time.Duration) {
 }
 
 // Last is the result of the latest Check (nil before the first).
-func (h *Heartbeats) Last() []SourceStatus {
+func (h *SilenceDetector) Last() []SourceStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.last)
 }
 
 // Evaluate judges every source at cfg.Now() and returns them in name order;
-// it reports nothing (a page showing heartbeats calls it).
-func (h *Heartbeats) Evaluate(ctx context.Context) ([]SourceStatus, error) {
+// it reports nothing (a page showing source activity calls it).
+func (h *SilenceDetector) Evaluate(ctx context.Context) ([]SourceStatus, error) {
 	names, err := h.sources(ctx)
 	if err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func (h *Heartbeats) Evaluate(ctx context.Context) ([]SourceStatus, error) {
 
 // Check is Evaluate, then reports each change since the last Check (log
 // line, gauges, alert POST).
-func (h *Heartbeats) Check(ctx context.Context) ([]SourceStatus, error) {
+func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	out, err := h.Evaluate(ctx)
 	if err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func (h *Heartbeats) Check(ctx context.Context) ([]SourceStatus, error) {
 		// leader is gone.
 		leading, err := h.cfg.Leader.Leading(ctx)
 		if err != nil {
-			h.cfg.Logger.Warn("heartbeat reporter election failed; reporting changes from this replica", slog.String("error", err.Error()))
+			h.cfg.Logger.Warn("silence reporter election failed; reporting changes from this replica", slog.String("error", err.Error()))
 		} else if !leading {
 			changed = nil // the leader reports them
 		}
@@ -227,7 +227,7 @@ func (h *Heartbeats) Check(ctx context.Context) ([]SourceStatus, error) {
 }
 
 // judge decides one source from its arrivals, newest first.
-func (h *Heartbeats) judge(name string, arrivals []time.Time, now time.Time) SourceStatus {
+func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time) SourceStatus {
 	st := SourceStatus{Source: name}
 	if len(arrivals) > 0 {
 		st.LastSeen = arrivals[0]
@@ -269,7 +269,7 @@ func (h *Heartbeats) judge(name string, arrivals []time.Time, now time.Time) Sou
 	return st
 }
 
-func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
+func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) {
 	status := "resumed"
 	if st.Silent {
 		status = "silent"
@@ -284,7 +284,7 @@ func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
 	if h.cfg.AlertURL == "" {
 		return
 	}
-	_ = postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "heartbeat", map[string]any{
+	_ = postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
 		"source": st.Source, "status": status, "last_seen": st.LastSeen,
 		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
 	}, slog.String("source", st.Source))
@@ -292,7 +292,7 @@ func (h *Heartbeats) report(ctx context.Context, st SourceStatus) {
 
 // postAlert POSTs payload as JSON to alertURL; a failure is logged (with
 // the URL's host only) and returned. kind names the alert in the log line
-// ("heartbeat alert not sent").
+// ("silence alert not sent").
 func postAlert(ctx context.Context, client *http.Client, alertURL string, log *slog.Logger, kind string, payload map[string]any, attrs ...slog.Attr) error {
 	body, _ := json.Marshal(payload)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, alertURL, bytes.NewReader(body))
@@ -325,10 +325,10 @@ func alertError(err error) string {
 	return err.Error()
 }
 
-func (h *Heartbeats) sources(ctx context.Context) ([]string, error) {
+func (h *SilenceDetector) sources(ctx context.Context) ([]string, error) {
 	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorSources"))
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+		return nil, fmt.Errorf("silence: list sources: %w", err)
 	}
 	defer rows.Close()
 	set := map[string]bool{}
@@ -338,12 +338,12 @@ func (h *Heartbeats) sources(ctx context.Context) ([]string, error) {
 	for rows.Next() {
 		var p string
 		if err := rows.Scan(&p); err != nil {
-			return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+			return nil, fmt.Errorf("silence: list sources: %w", err)
 		}
 		set[p] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("heartbeat: list sources: %w", err)
+		return nil, fmt.Errorf("silence: list sources: %w", err)
 	}
 	names := make([]string, 0, len(set))
 	for n := range set {
@@ -353,17 +353,17 @@ func (h *Heartbeats) sources(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-func (h *Heartbeats) arrivals(ctx context.Context, source string) ([]time.Time, error) {
+func (h *SilenceDetector) arrivals(ctx context.Context, source string) ([]time.Time, error) {
 	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorArrivals"), source, h.cfg.History)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: arrivals of %s: %w", source, err)
+		return nil, fmt.Errorf("silence: arrivals of %s: %w", source, err)
 	}
 	defer rows.Close()
 	var out []time.Time
 	for rows.Next() {
 		var t time.Time
 		if err := rows.Scan(&t); err != nil {
-			return nil, fmt.Errorf("heartbeat: arrivals of %s: %w", source, err)
+			return nil, fmt.Errorf("silence: arrivals of %s: %w", source, err)
 		}
 		out = append(out, t)
 	}

@@ -1,9 +1,12 @@
-package config
+package inletyaml
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inlet-dev/inlet/controlplane"
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 func TestReporterAndControlPlaneSections(t *testing.T) {
@@ -42,16 +45,16 @@ control_plane:
 
 	// Only the streamer reads reporter:, and no service reads control_plane:,
 	// so none needs their ${VAR}s.
-	for _, s := range []Service{IngressService, ConsumerService} {
+	for _, s := range []config.Service{config.IngressService, config.ConsumerService} {
 		c, err := ParseFor([]byte(doc), env(nil), s)
 		if err != nil || c.Reporter.URL != "" || len(c.ControlPlane.Tenants) != 0 {
 			t.Errorf("service %d: %v, %+v", s, err, c.Reporter)
 		}
 	}
-	if _, err := ParseFor([]byte(doc), env(nil), StreamerService); err == nil || !strings.Contains(err.Error(), "REPORT_TOKEN") {
+	if _, err := ParseFor([]byte(doc), env(nil), config.StreamerService); err == nil || !strings.Contains(err.Error(), "REPORT_TOKEN") {
 		t.Errorf("streamer without the reporter token: %v", err)
 	}
-	if !StreamerService.Reads("reporter") || StreamerService.Reads("control_plane") {
+	if !config.StreamerService.Reads("reporter") || config.StreamerService.Reads("control_plane") {
 		t.Error("the streamer must read reporter: and not control_plane:")
 	}
 }
@@ -80,7 +83,7 @@ func TestReporterAndControlPlaneErrorsNameTheField(t *testing.T) {
 	if _, err := Parse([]byte("reporter:\n  url: https://x\n  token: 0123456789abcdef\n  send_database_ids: true"), env(nil)); err != nil {
 		t.Error(err)
 	}
-	if err := (ControlPlane{}).ValidateForServe(); err == nil || !strings.Contains(err.Error(), "control_plane.database_url") {
+	if err := (controlplane.Section{}).ValidateForServe(); err == nil || !strings.Contains(err.Error(), "control_plane.database_url") {
 		t.Errorf("serving without a database: %v", err)
 	}
 }

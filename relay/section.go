@@ -1,19 +1,21 @@
-package config
+package relay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
+
+	"github.com/inlet-dev/inlet/ingress/sources"
 )
 
-// Relay configures `inlet relay`, the pass-through mode: it verifies each
+// Section is the relay: section of inlet.yaml, for `inlet relay`, the pass-through mode: it verifies each
 // webhook against its source (the sources section) exactly as ingress does,
 // and forwards the exact bytes and headers, signed with its own
 // Inlet-Relay-Signature, to the customer's ingress (whose source lists the
 // same secrets as relay_secrets). It stores nothing.
-type Relay struct {
+type Section struct {
 	// Listen is the address of the relay's webhook listener
 	// (POST /webhooks/{source}, GET /healthz). Defaults to ":8080".
 	Listen string `yaml:"listen"`
@@ -44,31 +46,29 @@ type Relay struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
-// minRelaySecret is the shortest relay secret accepted, on either side.
-const minRelaySecret = 16
-
 // WithDefaults returns r with every unset field at its default.
-func (r Relay) WithDefaults() Relay {
-	r.Listen = or(r.Listen, ":8080")
-	r.Timeout = or(r.Timeout, 8*time.Second)
-	r.MaxBodyBytes = or(r.MaxBodyBytes, 1<<20)
+func (r Section) WithDefaults() Section {
+	r.Listen = cmp.Or(r.Listen, ":8080")
+	r.Timeout = cmp.Or(r.Timeout, 8*time.Second)
+	r.MaxBodyBytes = cmp.Or(r.MaxBodyBytes, 1<<20)
 	return r
 }
 
-// Validate checks the relay section as inlet relay needs it: a target and
-// secrets are required.
-func (r Relay) Validate() error {
+// ValidateForServe is Validate plus what running inlet relay needs: a
+// target and secrets.
+func (r Section) ValidateForServe() error {
 	if r.Target == "" {
 		return errors.New("relay.target: required (the https:// base URL of the customer's ingress)")
 	}
 	if len(r.Secrets) == 0 {
 		return errors.New("relay.secrets: at least one secret is required to sign forwarded webhooks")
 	}
-	return r.validate()
+	return r.Validate()
 }
 
-// validate checks what is set; Config.Validate runs it for every service.
-func (r Relay) validate() error {
+// Validate checks what is set and names the first bad key; every service
+// that reads the file runs it, inlet relay runs ValidateForServe.
+func (r Section) Validate() error {
 	if r.Target != "" {
 		u, err := url.Parse(r.Target)
 		switch {
@@ -86,8 +86,8 @@ func (r Relay) validate() error {
 		}
 	}
 	for i, s := range r.Secrets {
-		if len(s) < minRelaySecret {
-			return fmt.Errorf("relay.secrets[%d]: at least %d bytes required", i, minRelaySecret)
+		if len(s) < sources.MinRelaySecretBytes {
+			return fmt.Errorf("relay.secrets[%d]: at least %d bytes required", i, sources.MinRelaySecretBytes)
 		}
 	}
 	if r.Timeout < 0 {
@@ -95,27 +95,6 @@ func (r Relay) validate() error {
 	}
 	if r.MaxBodyBytes < 0 {
 		return errors.New("relay.max_body_bytes: must be positive")
-	}
-	return nil
-}
-
-// validateRelay checks the relay section and every source's relay fields.
-func (c Config) validateRelay() error {
-	if err := c.Relay.validate(); err != nil {
-		return err
-	}
-	for i, s := range c.Sources {
-		for k, sec := range s.RelaySecrets {
-			if len(strings.TrimSpace(sec)) < minRelaySecret {
-				return fmt.Errorf("sources[%d].relay_secrets[%d]: at least %d bytes required", i, k, minRelaySecret)
-			}
-		}
-		if s.RelayTolerance < 0 {
-			return fmt.Errorf("sources[%d].relay_tolerance: must not be negative", i)
-		}
-		if s.RelayTolerance > 0 && len(s.RelaySecrets) == 0 {
-			return fmt.Errorf("sources[%d].relay_tolerance: only used with relay_secrets", i)
-		}
 	}
 	return nil
 }

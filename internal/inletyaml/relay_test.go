@@ -1,9 +1,12 @@
-package config
+package inletyaml
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/relay"
 )
 
 // inlet relay reads its sources and its own section only: no database, no
@@ -22,7 +25,7 @@ relay:
   secrets: ["${RELAY_SECRET}"]
   timeout: 4s
 `)
-	c, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x", "RELAY_SECRET": "0123456789abcdef"}), RelayService)
+	c, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x", "RELAY_SECRET": "0123456789abcdef"}), config.RelayService)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +34,11 @@ relay:
 		r.Listen != ":8080" || r.MaxBodyBytes != 1<<20 || len(c.Sources) != 1 || len(c.Consumer.Handlers) != 0 {
 		t.Fatalf("relay config = %+v", c)
 	}
-	if ServiceOf("relay") != RelayService || RelayService.Reads("database_url") || !RelayService.Reads("sources") || IngressService.Reads("relay") {
-		t.Fatal("Reads / ServiceOf disagree with the sections dropped")
+	if config.ServiceOf("relay") != config.RelayService || config.RelayService.Reads("database_url") || !config.RelayService.Reads("sources") || config.IngressService.Reads("relay") {
+		t.Fatal("Reads / config.ServiceOf disagree with the sections dropped")
 	}
 	// Ingress does not read the relay's secrets.
-	if _, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x", "DATABASE_URL": "postgres://x"}), IngressService); err != nil {
+	if _, err := ParseFor(doc, env(map[string]string{"STRIPE_SECRET": "whsec_x", "DATABASE_URL": "postgres://x"}), config.IngressService); err != nil {
 		t.Fatalf("ingress needs the relay's variables: %v", err)
 	}
 }
@@ -63,7 +66,7 @@ sources: [{name: s, type: github, secrets: [x], relay_secrets: [0123456789abcdef
 	if err != nil || c.Sources[0].RelayTolerance != 2*time.Minute || c.Sources[0].RelaySecrets[0] != "0123456789abcdef" {
 		t.Fatalf("%+v, %v", c.Sources, err)
 	}
-	if err := (Relay{}).Validate(); err == nil || !strings.Contains(err.Error(), "relay.target: required") {
+	if err := (relay.Section{}).ValidateForServe(); err == nil || !strings.Contains(err.Error(), "relay.target: required") {
 		t.Fatalf("inlet relay without a target: %v", err)
 	}
 }

@@ -1,0 +1,142 @@
+package consumers
+
+import (
+	"cmp"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Section is the consumer: section of inlet.yaml: the ready consumers
+// (handlers of Inlet's own: log, http-forward) that inlet consumer and inlet
+// dev run. A program using this package as a library does not need it.
+type Section struct {
+	// Handlers are the ready consumers to run, each its own subscription and
+	// its own jobs.
+	Handlers []ReadyHandler `yaml:"handlers"`
+	// LeaseExtend is how far each lease extension of a running handler
+	// pushes its lease (Config.LeaseExtend). Defaults to 30s.
+	LeaseExtend time.Duration `yaml:"lease_extend"`
+	// DBRole is assumed after connecting. "" keeps the login role. Defaults
+	// to "webhook_worker".
+	DBRole *string `yaml:"db_role"`
+	// HealthListen serves GET /healthz, /readyz and /metrics for `inlet
+	// consumer`. Defaults to "127.0.0.1:8082": this machine only, so
+	// set it (":8082") where probes or Prometheus come from elsewhere, as in
+	// Kubernetes.
+	HealthListen string `yaml:"health_listen"`
+}
+
+// ReadyHandler is one entry of consumer.handlers: a ready consumer.
+type ReadyHandler struct {
+	// Name is the handler (jobs.handler, the topic). Required; lower-case
+	// letters, digits, '-' and '_'.
+	Name string `yaml:"name"`
+	// Type is "log" (metadata to the log) or "http-forward" (POST the raw
+	// body and provider headers to URL, signed). Required.
+	Type string `yaml:"type"`
+	// Provider is a glob over the source name. Defaults to "*".
+	Provider string `yaml:"provider"`
+	// EventType is a glob over the event type. Defaults to "*".
+	EventType string `yaml:"event_type"`
+	// Filter is a CEL expression an event must also pass (event.source,
+	// event.type, event.headers, event.occurred_at, payload), e.g.
+	// `payload.data.object.amount > 10000`. Defaults to "": none.
+	Filter string `yaml:"filter"`
+	// MaxAttempts before dead_letter. Defaults to 25.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Concurrency is the handler's in-flight attempts in this process.
+	// Defaults to 64.
+	Concurrency int `yaml:"concurrency"`
+	// Timeout bounds one attempt. Defaults to 60s (http-forward: 10s).
+	Timeout time.Duration `yaml:"timeout"`
+	// URL is where http-forward POSTs. Required for http-forward.
+	URL string `yaml:"url"`
+	// Secret signs http-forward requests (Inlet-Signature). Required for
+	// http-forward, at least 16 bytes.
+	Secret string `yaml:"secret"`
+}
+
+// WithDefaults returns a copy with every unset field, the handlers'
+// included, at its default. It does not modify s's Handlers slice.
+func (s Section) WithDefaults() Section {
+	s.LeaseExtend = cmp.Or(s.LeaseExtend, defaultLeaseExtend)
+	if s.DBRole == nil {
+		r := schema.WorkerRole
+		s.DBRole = &r
+	}
+	s.HealthListen = cmp.Or(s.HealthListen, "127.0.0.1:8082")
+	if s.Handlers != nil {
+		hs := make([]ReadyHandler, len(s.Handlers))
+		for i, h := range s.Handlers {
+			h.Provider = cmp.Or(h.Provider, "*")
+			h.EventType = cmp.Or(h.EventType, "*")
+			h.MaxAttempts = cmp.Or(h.MaxAttempts, 25)
+			h.Concurrency = cmp.Or(h.Concurrency, 64)
+			if h.Type == "http-forward" {
+				h.Timeout = cmp.Or(h.Timeout, 10*time.Second)
+			}
+			h.Timeout = cmp.Or(h.Timeout, 60*time.Second)
+			hs[i] = h
+		}
+		s.Handlers = hs
+	}
+	return s
+}
+
+var readyHandlerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate checks the section (after WithDefaults) and names the first bad
+// key. That consumer.lease_extend suits streamer.lease_duration is checked
+// where both sections are known (internal/inletyaml).
+func (s Section) Validate() error {
+	if s.LeaseExtend < time.Second {
+		return fmt.Errorf("consumer.lease_extend: %s must be at least 1s", s.LeaseExtend)
+	}
+	seen := map[string]int{}
+	for i, h := range s.Handlers {
+		field := fmt.Sprintf("consumer.handlers[%d]", i)
+		if !readyHandlerName.MatchString(h.Name) {
+			return fmt.Errorf("%s.name: %q must be 1-63 lower-case letters, digits, '-' or '_'", field, h.Name)
+		}
+		if j, dup := seen[h.Name]; dup {
+			return fmt.Errorf("%s.name: %q is already the name of consumer.handlers[%d]", field, h.Name, j)
+		}
+		seen[h.Name] = i
+		switch h.Type {
+		case "log":
+		case "http-forward":
+			if !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://") {
+				return fmt.Errorf("%s.url: %q must be an http:// or https:// URL", field, h.URL)
+			}
+			if len(h.Secret) < 16 {
+				return fmt.Errorf("%s.secret: at least 16 bytes required to sign forwarded requests", field)
+			}
+		case "":
+			return fmt.Errorf("%s.type: required (log or http-forward)", field)
+		default:
+			return fmt.Errorf("%s.type: %q is not log or http-forward", field, h.Type)
+		}
+		if h.MaxAttempts < 1 || h.Concurrency < 1 || h.Timeout <= 0 {
+			return fmt.Errorf("%s: max_attempts, concurrency and timeout must be positive", field)
+		}
+	}
+	return nil
+}
+
+// Handler is the SDK Handler of the entry, running f (built from Type).
+func (h ReadyHandler) Handler(f HandlerFunc) Handler {
+	return Handler{
+		Name:        h.Name,
+		Provider:    h.Provider,
+		EventType:   h.EventType,
+		Filter:      h.Filter,
+		MaxAttempts: h.MaxAttempts,
+		Concurrency: h.Concurrency,
+		Timeout:     h.Timeout,
+		Func:        f,
+	}
+}

@@ -1,0 +1,210 @@
+// Package inletyaml is inlet.yaml, Inlet's one configuration file: one
+// section per service, each the Section type its service owns (with its
+// defaults and validation). internal/config reads the file; this package
+// only composes the sections and checks what spans two of them. A new
+// setting of a service belongs in that service's Section, not here.
+package inletyaml
+
+import (
+	_ "embed"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/audit"
+	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/controlplane"
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
+	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/tracing"
+	"github.com/inlet-dev/inlet/monitor"
+	"github.com/inlet-dev/inlet/relay"
+	"github.com/inlet-dev/inlet/reporter"
+	"github.com/inlet-dev/inlet/retention"
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+// Config is the whole file. Every section is optional; defaults make `inlet
+// dev` work with none.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. Defaults to $DATABASE_URL.
+	DatabaseURL string `yaml:"database_url"`
+	// Ingress configures the webhook receiver.
+	Ingress ingress.Section `yaml:"ingress"`
+	// Sources are the webhook senders Inlet accepts, one per URL path
+	// (POST /webhooks/{name}).
+	Sources []sources.Source `yaml:"sources"`
+	// Streamer configures the service that hands due jobs to consumers.
+	Streamer streamer.Section `yaml:"streamer"`
+	// Consumer configures the ready consumers this process runs.
+	Consumer consumers.Section `yaml:"consumer"`
+	// Bus selects the transport between streamer and consumers.
+	Bus bus.Section `yaml:"bus"`
+	// Audit configures the tamper-evidence sealer.
+	Audit audit.Section `yaml:"audit"`
+	// Admin configures the operator tools: inlet events, dlq and replay, and
+	// the admin HTTP API.
+	Admin admin.Section `yaml:"admin"`
+	// Retention configures inlet retention: how long the event log is kept
+	// and how it is partitioned.
+	Retention retention.Section `yaml:"retention"`
+	// Silence configures the silent-source detector (read from the old key
+	// heartbeat: too).
+	Silence monitor.Section `yaml:"silence"`
+	// Tracing configures OpenTelemetry span export.
+	Tracing tracing.Section `yaml:"tracing"`
+	// Log configures logging.
+	Log Log `yaml:"log"`
+	// Relay configures inlet relay, the pass-through mode.
+	Relay relay.Section `yaml:"relay"`
+	// Reporter configures the metadata report to an outside control plane.
+	Reporter reporter.Section `yaml:"reporter"`
+	// ControlPlane configures inlet control-plane.
+	ControlPlane controlplane.Section `yaml:"control_plane"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	// Level is debug, info, warn or error. Defaults to info.
+	Level string `yaml:"level"`
+	// Format is json or text. Defaults to json for services, text for `inlet dev`.
+	Format string `yaml:"format"`
+}
+
+// RenamedKeys are the old names of top-level keys, still read (with a
+// warning once): heartbeat: meant three things (the consumers' lease
+// extension, this detector, a dashboard table), so the detector's section is
+// silence: now.
+func (Config) RenamedKeys() map[string]string {
+	return map[string]string{"heartbeat": "silence"}
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = os.Getenv("DATABASE_URL")
+	}
+	c.Ingress = c.Ingress.WithDefaults()
+	c.Streamer = c.Streamer.WithDefaults()
+	c.Consumer = c.Consumer.WithDefaults()
+	c.Bus = c.Bus.WithDefaults()
+	c.Audit = c.Audit.WithDefaults()
+	c.Admin = c.Admin.WithDefaults()
+	c.Retention = c.Retention.WithDefaults()
+	c.Silence = c.Silence.WithDefaults()
+	c.Tracing = c.Tracing.WithDefaults()
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	c.Relay = c.Relay.WithDefaults()
+	c.Reporter = c.Reporter.WithDefaults()
+	c.ControlPlane = c.ControlPlane.WithDefaults()
+	return c
+}
+
+// Validate checks the configuration (after WithDefaults): each section, then
+// what spans two. It names the first bad key.
+func (c Config) Validate() error {
+	if err := c.Ingress.Validate(); err != nil {
+		return err
+	}
+	if err := sources.Validate(c.Sources); err != nil {
+		return err
+	}
+	if err := c.Streamer.Validate(); err != nil {
+		return err
+	}
+	if err := c.Audit.Validate(); err != nil {
+		return err
+	}
+	if err := c.Consumer.Validate(); err != nil {
+		return err
+	}
+	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
+		return fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration)
+	}
+	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin} {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Admin.Listen != "" && sameListener(c.Admin.Listen, c.Ingress.Listen) {
+		return fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen)
+	}
+	for _, s := range []interface{ Validate() error }{c.Relay, c.Reporter, c.ControlPlane} {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "", "json", "text":
+	default:
+		return fmt.Errorf("log.format: %q is not json or text", c.Log.Format)
+	}
+	return nil
+}
+
+// sameListener reports whether two listen addresses would collide: the same
+// port on the same host, or on every interface ("" or an unspecified IP).
+func sameListener(a, b string) bool {
+	ah, ap, err1 := net.SplitHostPort(a)
+	bh, bp, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return a == b
+	}
+	if ap != bp || ap == "0" { // port 0: each gets a free port of its own
+		return false
+	}
+	everywhere := func(h string) bool { ip := net.ParseIP(h); return h == "" || (ip != nil && ip.IsUnspecified()) }
+	return ah == bh || everywhere(ah) || everywhere(bh)
+}
+
+// Source returns the source named name.
+func (c Config) Source(name string) (sources.Source, bool) {
+	for _, s := range c.Sources {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return sources.Source{}, false
+}
+
+// Load reads, expands, parses, defaults and validates the whole file at path.
+func Load(path string) (Config, error) { return LoadFor(path, config.AllSections) }
+
+// LoadFor is Load of the sections service reads.
+func LoadFor(path string, service config.Service) (Config, error) {
+	return config.Load[Config](path, service)
+}
+
+// Parse is Load on bytes, with lookup resolving ${VAR}.
+func Parse(b []byte, lookup func(string) (string, bool)) (Config, error) {
+	return ParseFor(b, lookup, config.AllSections)
+}
+
+// ParseFor is Parse of the sections service reads.
+func ParseFor(b []byte, lookup func(string) (string, bool), service config.Service) (Config, error) {
+	return config.Parse[Config](b, lookup, service)
+}
+
+//go:embed dev.yaml
+var devYAML []byte
+
+// Dev is the embedded configuration of `inlet dev` when no file is given: three
+// demo sources with development secrets (overridable by the same environment
+// variables a real file would use).
+func Dev() (Config, error) {
+	c, err := Parse(devYAML, os.LookupEnv)
+	if err != nil {
+		return Config{}, fmt.Errorf("embedded dev config: %w", err)
+	}
+	return c, nil
+}

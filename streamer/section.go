@@ -1,0 +1,103 @@
+package streamer
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Section is the streamer: section of inlet.yaml: how inlet streamer (and
+// inlet dev) claims and publishes. Section.Config turns it into the
+// streamer's Config.
+type Section struct {
+	// Wake is what wakes the streamer besides its poll tick: "notify"
+	// (LISTEN/NOTIFY), "replication" (logical replication of the jobs table:
+	// needs wal_level=logical and a role with REPLICATION) or "poll" (the
+	// tick alone). Defaults to "notify".
+	Wake string `yaml:"wake"`
+	// SlotName is the replication slot of streamer.wake replication. A slot
+	// has one reader: every streamer replica needs its own stable name.
+	// Defaults to "inlet_streamer".
+	SlotName string `yaml:"slot_name"`
+	// BatchSize is the most jobs one claim leases. Defaults to 100.
+	BatchSize int `yaml:"batch_size"`
+	// LeaseDuration is how long a consumer has to report or extend before
+	// the job is taken back. Defaults to 60s.
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// MaxLeasedPerHandler stops leasing for a handler that already has this
+	// many jobs leased, so a lagging handler's backlog does not sit leased in
+	// the bus until the leases expire. Defaults to 5000.
+	MaxLeasedPerHandler int `yaml:"max_leased_per_handler"`
+	// PollInterval is the fallback wake-up. Defaults to 1s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
+	ReapInterval time.Duration `yaml:"reap_interval"`
+	// DBRole is assumed after connecting. "" keeps the login role. Defaults
+	// to "webhook_streamer".
+	DBRole *string `yaml:"db_role"`
+	// HealthListen serves GET /healthz, /readyz and /metrics for `inlet
+	// streamer`. Defaults to "127.0.0.1:8081": this machine only, so
+	// set it (":8081") where probes or Prometheus come from elsewhere, as in
+	// Kubernetes.
+	HealthListen string `yaml:"health_listen"`
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (s Section) WithDefaults() Section {
+	s.Wake = cmp.Or(s.Wake, "notify")
+	s.SlotName = cmp.Or(s.SlotName, DefaultSlotName)
+	s.BatchSize = cmp.Or(s.BatchSize, 100)
+	s.MaxLeasedPerHandler = cmp.Or(s.MaxLeasedPerHandler, 5000)
+	s.LeaseDuration = cmp.Or(s.LeaseDuration, 60*time.Second)
+	s.PollInterval = cmp.Or(s.PollInterval, time.Second)
+	s.ReapInterval = cmp.Or(s.ReapInterval, 5*time.Second)
+	if s.DBRole == nil {
+		r := schema.StreamerRole
+		s.DBRole = &r
+	}
+	s.HealthListen = cmp.Or(s.HealthListen, "127.0.0.1:8081")
+	return s
+}
+
+// Validate checks the section (after WithDefaults) and names the first bad
+// key.
+func (s Section) Validate() error {
+	switch s.Wake {
+	case "notify", "poll", "replication":
+	default:
+		return fmt.Errorf("streamer.wake: %q is not notify, replication or poll", s.Wake)
+	}
+	if s.BatchSize < 1 || s.BatchSize > 10000 {
+		return fmt.Errorf("streamer.batch_size: %d must be between 1 and 10000", s.BatchSize)
+	}
+	if s.MaxLeasedPerHandler < s.BatchSize {
+		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", s.MaxLeasedPerHandler, s.BatchSize)
+	}
+	if s.LeaseDuration < time.Second {
+		return fmt.Errorf("streamer.lease_duration: %s must be at least 1s", s.LeaseDuration)
+	}
+	if s.PollInterval <= 0 || s.ReapInterval <= 0 {
+		return errors.New("streamer.poll_interval and streamer.reap_interval: must be positive")
+	}
+	return nil
+}
+
+// Config is the streamer's Config with the section's settings; the caller
+// adds the pool, the publisher, the wake connection (per Wake) and the
+// logger. SlotName is set only for Wake "replication", the one that reads it.
+func (s Section) Config() Config {
+	c := Config{
+		BatchSize:           s.BatchSize,
+		MaxLeasedPerHandler: s.MaxLeasedPerHandler,
+		LeaseDuration:       s.LeaseDuration,
+		PollInterval:        s.PollInterval,
+		ReapInterval:        s.ReapInterval,
+	}
+	if s.Wake == "replication" {
+		c.SlotName = s.SlotName
+	}
+	return c
+}
