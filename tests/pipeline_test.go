@@ -19,9 +19,9 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"

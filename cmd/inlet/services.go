@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/internal/metrics"
@@ -19,7 +20,7 @@ import (
 func openBus(ctx context.Context, cfg config.Config, service string, log *slog.Logger) (bus.PubSub, error) {
 	switch cfg.Bus.Kind {
 	case "nats":
-		return bus.NewNATS(ctx, bus.NATSConfig{
+		return natsbus.New(ctx, natsbus.Config{
 			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Storage: cfg.Bus.Storage, Logger: log,
 		})
 	case "gochannel":
