@@ -3,12 +3,15 @@ module github.com/inlet-dev/inlet
 go 1.26.8
 
 require (
-	cel.dev/cel-go v0.33.3
 	github.com/PaddleHQ/paddle-go-sdk/v4 v4.1.0
 	github.com/ThreeDotsLabs/watermill v1.4.7
-	github.com/ThreeDotsLabs/watermill-nats/v2 v2.1.3
 	github.com/chromedp/chromedp v0.23.1
 	github.com/google/go-github/v75 v75.0.0
+	github.com/inlet-dev/inlet/consumers v0.0.0-00010101000000-000000000000
+	github.com/inlet-dev/inlet/filter v0.0.0-00010101000000-000000000000
+	github.com/inlet-dev/inlet/internal/database v0.0.0-00010101000000-000000000000
+	github.com/inlet-dev/inlet/internal/groupcommit v0.0.0-00010101000000-000000000000
+	github.com/inlet-dev/inlet/schema v0.0.0-00010101000000-000000000000
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.56.0
@@ -37,6 +40,7 @@ require (
 )
 
 require (
+	cel.dev/cel-go v0.33.3 // indirect
 	cel.dev/expr v0.25.2 // indirect
 	charm.land/bubbles/v2 v2.1.1 // indirect
 	charm.land/bubbletea/v2 v2.0.10 // indirect
@@ -53,6 +57,7 @@ require (
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/internal/resourcemapping v0.62.0 // indirect
 	github.com/Ladicle/tabwriter v1.0.0 // indirect
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
+	github.com/ThreeDotsLabs/watermill-nats/v2 v2.1.3 // indirect
 	github.com/alecthomas/chroma/v2 v2.27.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
@@ -235,4 +240,16 @@ tool (
 	github.com/go-task/task/v3/cmd/task
 	github.com/nats-io/nats-server/v2
 	github.com/yannh/kubeconform/cmd/kubeconform
+)
+
+// The consumer SDK and the small modules it shares with the server live in
+// this repository; go.work joins them for development, and these keep a
+// build outside the workspace (GOWORK=off, the container image) on the same
+// source.
+replace (
+	github.com/inlet-dev/inlet/consumers => ./consumers
+	github.com/inlet-dev/inlet/filter => ./filter
+	github.com/inlet-dev/inlet/internal/database => ./internal/database
+	github.com/inlet-dev/inlet/internal/groupcommit => ./internal/groupcommit
+	github.com/inlet-dev/inlet/schema => ./schema
 )

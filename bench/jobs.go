@@ -22,7 +22,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/inlet-dev/inlet/consumers"
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
@@ -243,7 +244,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		}
 		// Closing a connection logs a warning meant for a lost server.
 		quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		return bus.NewNATS(ctx, bus.NATSConfig{URL: natsURL, Name: "inlet-bench-" + who, Logger: quiet})
+		return natsbus.New(ctx, natsbus.Config{URL: natsURL, Name: "inlet-bench-" + who, Logger: quiet})
 	}
 	var shared bus.PubSub
 	if kind == "gochannel" {

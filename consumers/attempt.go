@@ -16,9 +16,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -37,7 +36,7 @@ const (
 // the handler's concurrency slot is free while the outcome waits for its
 // batch to be written.
 func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDone func()) {
-	ctx, span := tracer.Start(tracing.WithTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
+	ctx, span := s.tracer.Start(withTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
 			attribute.String("inlet.handler", ref.Handler), attribute.String("inlet.source", ref.Provider),
@@ -110,8 +109,6 @@ func traceOutcome(span trace.Span, outcome string, class ErrorClass) {
 	}
 }
 
-var tracer = tracing.Tracer("consumers")
-
 // finish records the outcome and logs it (metadata and error class only),
 // and returns it as counted: completed, failed, dead_letter, lost or
 // record_error.
@@ -126,7 +123,7 @@ func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	case outcome == "":
 		counted = "lost"
 	}
-	s.metrics.finished(h.Name, counted, class, took)
+	s.cfg.Metrics.AttemptFinished(h.Name, counted, class, took)
 	attrs = append(attrs, slog.Duration("duration", took))
 	if class != "" {
 		attrs = append(attrs, slog.String("error_class", string(class)))

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/groupcommit"
 	"github.com/inlet-dev/inlet/schema"
 )

@@ -12,7 +12,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures a [Service].
@@ -22,8 +23,9 @@ type Config struct {
 	// role of the team's own, which PostgreSQL holds to its handlers
 	// (OpenPoolAs; inlet roles create-consumer). Required.
 	Pool *pgxpool.Pool
-	// Subscriber receives the streamer's job references (bus.NewGoChannel in
-	// one process, NATS JetStream across processes). Required.
+	// Subscriber receives the streamer's job references: natsbus.New for
+	// NATS JetStream across processes, bus.NewGoChannel in one process.
+	// Required.
 	Subscriber message.Subscriber
 	// Handlers are the handlers this service runs: at least one, unique
 	// names.
@@ -52,9 +54,22 @@ type Config struct {
 	TakeBatch int
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics registers the consumer metrics (inlet_consumer_*). Nil: not
-	// exported.
-	Metrics prometheus.Registerer
+	// Metrics counts finished attempts (see [Metrics]). Defaults to counting
+	// nothing.
+	Metrics Metrics
+	// TracerProvider makes the span of each attempt (inlet.consumer.attempt,
+	// a child of the streamer's span the job reference carries, and the
+	// parent of the handler's spans). The program picks the exporter: pass
+	// otel.GetTracerProvider() or a provider of its own. Defaults to a no-op
+	// provider, under which handlers still see the streamer's trace context.
+	TracerProvider trace.TracerProvider
+	// CheckFilter compiles a handler's Filter, so that New rejects a bad
+	// expression with the position of its error instead of registering a
+	// filter ingress cannot run: pass filter.Check (module
+	// github.com/inlet-dev/inlet/filter), as inlet consumer does. Required
+	// when a handler has a Filter. The SDK does not compile CEL itself, so
+	// that programs without filters do not carry a CEL compiler.
+	CheckFilter func(expr string) error
 }
 
 const (
@@ -77,6 +92,12 @@ func (c Config) WithDefaults() Config {
 	c.TakeBatch = cmp.Or(c.TakeBatch, 64)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	return c
 }
@@ -101,7 +122,7 @@ func (c Config) validate() error {
 		return errors.New("handlers: at least one is required")
 	}
 	for i, h := range c.Handlers {
-		if err := h.validate(); err != nil {
+		if err := h.validate(c.CheckFilter); err != nil {
 			return fmt.Errorf("handlers[%d].%w", i, err)
 		}
 		if j := slices.IndexFunc(c.Handlers[:i], func(o Handler) bool { return o.Name == h.Name }); j >= 0 {

@@ -8,7 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/filter"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -42,11 +43,14 @@ func TestConfigValidate(t *testing.T) {
 			`handlers[0].patterns[2]: {"stripe", "*"} is also patterns[0]`},
 		{"control char", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, EventType: "a\nb"}}},
 			"handlers[0].patterns[0].event_type"},
-		{"bad filter", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount >`}}},
+		{"bad filter", consumers.Config{Pool: pool, Subscriber: sub, CheckFilter: filter.Check, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount >`}}},
 			`handlers[0].filter: filter "payload.amount >": ERROR: <input>:1:17`},
-		{"filter not a bool", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `"x"`}}},
+		{"filter not a bool", consumers.Config{Pool: pool, Subscriber: sub, CheckFilter: filter.Check, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `"x"`}}},
 			"handlers[0].filter: filter"},
-		{"good filter", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount > 10`}}}, ""},
+		{"good filter", consumers.Config{Pool: pool, Subscriber: sub, CheckFilter: filter.Check, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount > 10`}}}, ""},
+		// Without a compiler nothing would catch a bad filter before ingress.
+		{"filter unchecked", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Filter: `payload.amount > 10`}}},
+			"handlers[0].filter: set Config.CheckFilter"},
 		{"tiny lease", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, LeaseExtend: time.Millisecond},
 			"lease_extend"},
 	}

@@ -3,8 +3,8 @@
 //
 // A consumer service declares named [Handler]s, each with provider and
 // event-type glob patterns and optionally a content filter
-// ([Handler.Filter], a CEL expression compiled by New, so a bad one stops
-// the service with its position). [Service.Start] registers those patterns in
+// ([Handler.Filter], a CEL expression that New compiles with
+// Config.CheckFilter, so a bad one stops the service with its position). [Service.Start] registers those patterns in
 // webhook_ingress.subscriptions (so ingress's fan-out trigger creates one job
 // per matching event and handler from then on) and subscribes to each
 // handler's bus topic. The streamer leases due jobs and publishes a
@@ -65,5 +65,16 @@
 // consumer's to take, and declaring a handler the role does not run makes
 // [Service.Start] fail naming it.
 //
-// Ready-made handlers live in the subpackages log and httpforward.
+// Ready-made handlers live in the subpackages log and httpforward; the
+// transports in bus (in-process) and bus/natsbus (NATS JetStream).
+//
+// # What it depends on
+//
+// The SDK is a module of its own, github.com/inlet-dev/inlet/consumers,
+// that requires pgx, watermill, NATS (for bus/natsbus only) and the
+// OpenTelemetry API, and none of the Inlet server's dependencies: the program
+// picks its tracing exporter ([Config.TracerProvider]), its metrics system
+// ([Metrics]) and, when handlers filter, the CEL compiler
+// ([Config.CheckFilter]). A test in tests/ (TestSDKStaysLight) holds it to
+// that.
 package consumers

@@ -9,8 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/inlet-dev/inlet/filter"
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
 )
 
 // Pattern is one (provider, event type) pair a handler subscribes to. Both are
@@ -43,7 +42,8 @@ type Handler struct {
 	// a job of this handler (package filter: event.source, event.type,
 	// event.headers, event.occurred_at, payload), evaluated by ingress
 	// before the jobs are written, so an event it rejects costs no job row.
-	// A bad expression fails Start with the position of the error.
+	// New compiles it with Config.CheckFilter, so a bad expression fails New
+	// with the position of the error.
 	Filter string
 	// MaxAttempts is how many attempts a job gets before it is dead-lettered.
 	// It applies to jobs created after registration. Defaults to 25.
@@ -96,9 +96,10 @@ func (h Handler) WithDefaults() Handler {
 	return h
 }
 
-// validate checks a handler after WithDefaults; errors name the field
-// relative to the handler ("name: ...", "patterns[1].provider: ...").
-func (h Handler) validate() error {
+// validate checks a handler after WithDefaults, its Filter with
+// checkFilter; errors name the field relative to the handler ("name: ...",
+// "patterns[1].provider: ...").
+func (h Handler) validate(checkFilter func(string) error) error {
 	if h.Name == "" {
 		return errors.New("name: required")
 	}
@@ -118,7 +119,10 @@ func (h Handler) validate() error {
 		return fmt.Errorf("concurrency: %d must be at least 1", h.Concurrency)
 	}
 	if h.Filter != "" {
-		if _, err := filter.Compile(h.Filter); err != nil {
+		if checkFilter == nil {
+			return errors.New("filter: set Config.CheckFilter (filter.Check of module github.com/inlet-dev/inlet/filter) so the expression is compiled before it is registered")
+		}
+		if err := checkFilter(h.Filter); err != nil {
 			return fmt.Errorf("filter: %w", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
@@ -38,7 +39,9 @@ func (b *testBundle) config(handlers ...consumers.Handler) consumers.Config {
 		Subscriber: b.Bus,
 		Handlers:   handlers,
 		WorkerID:   "test-worker",
-		Logger:     slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// As inlet consumer does: filters are compiled before they are registered.
+		CheckFilter: filter.Check,
+		Logger:      slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 

@@ -1,59 +1,33 @@
 package consumers
 
 import (
+	"slices"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/inlet-dev/inlet/internal/metrics"
 )
 
-// Outcomes of an attempt as counted; "lost" is an attempt whose lease was
-// gone when it reported (its outcome was not recorded).
+// Metrics counts finished attempts for the metrics system the program
+// chooses: the SDK imports none. inlet consumer and inlet dev export them to
+// Prometheus as inlet_consumer_attempts_total, inlet_consumer_failures_total
+// and inlet_consumer_attempt_duration_seconds. The service calls it from many
+// goroutines at once.
+type Metrics interface {
+	// AttemptFinished counts one attempt of handler: its outcome (one of
+	// [Outcomes]), its error class (empty when it succeeded, one of
+	// [Classes] otherwise) and how long it took from taking the attempt to
+	// recording its outcome.
+	AttemptFinished(handler, outcome string, class ErrorClass, took time.Duration)
+}
+
+// The outcomes an attempt is counted with: "lost" is an attempt whose lease
+// was gone when it reported (its outcome was not recorded); "record_error"
+// one whose outcome could not be written.
 var attemptOutcomes = []string{"completed", "failed", "dead_letter", "lost", "record_error"}
 
-type consumerMetrics struct {
-	attempts *prometheus.CounterVec
-	failures *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-}
+// Outcomes returns every outcome [Metrics] is told, a fresh slice each call,
+// so an exporter can start each series at zero.
+func Outcomes() []string { return slices.Clone(attemptOutcomes) }
 
-func newConsumerMetrics(reg prometheus.Registerer, handlers []Handler) (*consumerMetrics, error) {
-	m := &consumerMetrics{
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "attempts_total",
-			Help: "Finished attempts, by handler and outcome (completed, failed, dead_letter; lost: the lease was gone; record_error: the outcome could not be written).",
-		}, []string{"handler", "outcome"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "failures_total",
-			Help: "Failed attempts, by handler and error class (the fixed list of consumers.Classes).",
-		}, []string{"handler", "error_class"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "attempt_duration_seconds",
-			Help:    "From taking an attempt to recording its outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-		}, []string{"handler"}),
-	}
-	for _, c := range []prometheus.Collector{m.attempts, m.failures, m.duration} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	for _, h := range handlers {
-		for _, o := range attemptOutcomes {
-			m.attempts.WithLabelValues(h.Name, o)
-		}
-		for _, c := range classes {
-			m.failures.WithLabelValues(h.Name, string(c))
-		}
-	}
-	return m, nil
-}
+// noMetrics counts nothing: Config.Metrics is nil.
+type noMetrics struct{}
 
-func (m *consumerMetrics) finished(handler, outcome string, class ErrorClass, took time.Duration) {
-	m.attempts.WithLabelValues(handler, outcome).Inc()
-	if class != "" && outcome != "completed" {
-		m.failures.WithLabelValues(handler, string(class)).Inc()
-	}
-	m.duration.WithLabelValues(handler).Observe(took.Seconds())
-}
+func (noMetrics) AttemptFinished(string, string, ErrorClass, time.Duration) {}

@@ -9,10 +9,9 @@ import (
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inlet-dev/inlet/internal/bus"
-	"github.com/inlet-dev/inlet/internal/metrics"
-	"github.com/inlet-dev/inlet/internal/tracing"
+	"github.com/inlet-dev/inlet/consumers/bus"
 )
 
 // Service runs a set of handlers: it registers their subscriptions, takes
@@ -21,7 +20,7 @@ type Service struct {
 	cfg     Config
 	logger  *slog.Logger
 	runners []*runner
-	metrics *consumerMetrics
+	tracer  trace.Tracer
 
 	mu    sync.Mutex
 	state int // stateNew, stateStarted, stateStopped
@@ -98,11 +97,7 @@ func New(cfg Config) (*Service, error) {
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
 	}
-	m, err := newConsumerMetrics(metrics.OrDiscard(cfg.Metrics), cfg.Handlers)
-	if err != nil {
-		return nil, fmt.Errorf("consumer metrics: %w", err)
-	}
-	s.metrics = m
+	s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	return s, nil
 }
 
@@ -266,7 +261,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			return
 		}
 		msg.Ack()
-		traceParent := tracing.TraceParent(tracing.Extract(ctx, msg))
+		traceParent := messageTraceParent(msg)
 		key := runKey{job: ref.JobID, attempt: ref.Attempt, leasedAt: ref.LeasedAt.UnixMicro()}
 		if _, dup := s.running.LoadOrStore(key, struct{}{}); dup {
 			s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: this attempt is already running here",

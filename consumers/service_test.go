@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
-	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/schema"
 )
 

@@ -2,20 +2,17 @@ package consumers
 
 import (
 	"context"
-	"log/slog"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 )
 
-// NATS connects to the NATS JetStream transport that `inlet streamer`
-// publishes on (bus.kind: nats). Close it after the Service stops.
-func NATS(ctx context.Context, url, name string, logger *slog.Logger) (message.Subscriber, error) {
-	return bus.NewNATS(ctx, bus.NATSConfig{URL: url, Name: name, Logger: logger})
-}
+// The subscriber comes from the transport's own package, so that the
+// consumers package carries none: natsbus.New (package
+// github.com/inlet-dev/inlet/consumers/bus/natsbus) for the NATS JetStream
+// transport `inlet streamer` publishes on (bus.kind: nats), bus.NewGoChannel
+// when the streamer runs in the same process.
 
 // OpenPool opens a pool for a consumer service: it assumes the webhook_worker
 // role on every connection, so the service can read events and record

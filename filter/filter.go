@@ -137,3 +137,10 @@ func Pattern(glob string) *regexp.Regexp {
 	}
 	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`)
 }
+
+// Check compiles expr and reports only whether it compiles: a consumer
+// service's consumers.Config.CheckFilter.
+func Check(expr string) error {
+	_, err := Compile(expr)
+	return err
+}

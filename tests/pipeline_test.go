@@ -19,10 +19,10 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"

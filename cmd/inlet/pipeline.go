@@ -9,14 +9,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 
 	"github.com/inlet-dev/inlet/audit"
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/httpforward"
 	logconsumer "github.com/inlet-dev/inlet/consumers/log"
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/monitor"
 	"github.com/inlet-dev/inlet/streamer"
 )
@@ -70,13 +73,24 @@ func newConsumers(ctx context.Context, cfg inletyaml.Config, sub bus.PubSub, reg
 	if err != nil {
 		return nil, nil, err
 	}
+	names := make([]string, len(handlers))
+	for i, h := range handlers {
+		names[i] = h.Name
+	}
+	m, err := metrics.Consumers(reg, names)
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("consumer metrics: %w", err)
+	}
 	svc, err := consumers.New(consumers.Config{
-		Pool:        pool,
-		Subscriber:  sub,
-		Handlers:    handlers,
-		LeaseExtend: cfg.Consumer.LeaseExtend,
-		Logger:      log,
-		Metrics:     reg,
+		Pool:           pool,
+		Subscriber:     sub,
+		Handlers:       handlers,
+		LeaseExtend:    cfg.Consumer.LeaseExtend,
+		Logger:         log,
+		Metrics:        m,
+		TracerProvider: otel.GetTracerProvider(),
+		CheckFilter:    filter.Check,
 	})
 	if err != nil {
 		pool.Close()

@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
@@ -20,9 +21,9 @@ import (
 func openBus(ctx context.Context, cfg inletyaml.Config, service string, log *slog.Logger) (bus.PubSub, error) {
 	switch cfg.Bus.Kind {
 	case "nats":
-		nc := cfg.Bus.NATSConfig()
-		nc.Name, nc.Logger = "inlet-"+service, log
-		return bus.NewNATS(ctx, nc)
+		return natsbus.New(ctx, natsbus.Config{
+			URL: cfg.Bus.URL, Name: "inlet-" + service, AckWait: cfg.Bus.AckWait, Replicas: cfg.Bus.Replicas, Storage: cfg.Bus.Storage, Logger: log,
+		})
 	case "gochannel":
 		if service != "dev" {
 			return nil, fmt.Errorf("bus.kind: gochannel connects streamer and consumers only inside one process; "+

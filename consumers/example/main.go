@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 )
 
 func main() {
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	nats, err := consumers.NATS(ctx, *natsURL, "example-consumer", log)
+	nats, err := natsbus.New(ctx, natsbus.Config{URL: *natsURL, Name: "example-consumer", Logger: log})
 	if err != nil {
 		return err
 	}

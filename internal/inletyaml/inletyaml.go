@@ -17,7 +17,7 @@ import (
 	"github.com/inlet-dev/inlet/controlplane"
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/sources"
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/monitor"

@@ -1,8 +1,9 @@
 // Package metrics holds what Inlet's Prometheus metrics share: the
 // namespace, the registry of a process, and the /metrics handler. Each
 // package defines its own metrics beside the code that counts them
-// (ingress/metrics.go, streamer/metrics.go, consumers/metrics.go,
-// monitor/). No label ever carries an event id, a customer id, a header or
+// (ingress/metrics.go, streamer/metrics.go, monitor/), except the consumer
+// SDK's: it counts through its consumers.Metrics interface and imports no
+// metrics library, and consumers.go here exports those counts. No label ever carries an event id, a customer id, a header or
 // body value: labels are configured source and handler names, reasons and
 // error classes from fixed lists, and states.
 package metrics

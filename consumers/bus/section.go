@@ -56,9 +56,3 @@ func (s Section) Validate() error {
 	}
 	return nil
 }
-
-// NATSConfig is the NATS transport's config with the section's settings;
-// the caller names the connection and adds the logger.
-func (s Section) NATSConfig() NATSConfig {
-	return NATSConfig{URL: s.URL, AckWait: s.AckWait, Replicas: s.Replicas, Storage: s.Storage}
-}

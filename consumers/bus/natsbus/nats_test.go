@@ -1,4 +1,4 @@
-package bus_test
+package natsbus_test
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
-	"github.com/inlet-dev/inlet/internal/bus"
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 	"github.com/inlet-dev/inlet/internal/natstest"
 )
 
@@ -24,14 +25,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newNATS(t *testing.T, url string) *bus.NATS {
+func newNATS(t *testing.T, url string) *natsbus.NATS {
 	t.Helper()
 	return newNATSStorage(t, url, "")
 }
 
-func newNATSStorage(t *testing.T, url, storage string) *bus.NATS {
+func newNATSStorage(t *testing.T, url, storage string) *natsbus.NATS {
 	t.Helper()
-	n, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: url, AckWait: 5 * time.Second, Storage: storage, Logger: slog.New(slog.DiscardHandler)})
+	n, err := natsbus.New(context.Background(), natsbus.Config{URL: url, AckWait: 5 * time.Second, Storage: storage, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,9 @@ func TestUniversalPubSub(t *testing.T) {
 	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		// Separate instances: the suite closes publisher and subscriber on
 		// their own, and one instance shares its connection between both.
-		var ps [2]*bus.NATS
+		var ps [2]*natsbus.NATS
 		for i := range ps {
-			n, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			n, err := natsbus.New(context.Background(), natsbus.Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +70,7 @@ func TestUniversalPubSub(t *testing.T) {
 	}, nil)
 }
 
-func receive(t *testing.T, n *bus.NATS, topic string) <-chan bus.Ref {
+func receive(t *testing.T, n *natsbus.NATS, topic string) <-chan bus.Ref {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -90,7 +91,7 @@ func receive(t *testing.T, n *bus.NATS, topic string) <-chan bus.Ref {
 	return out
 }
 
-func publish(t *testing.T, n *bus.NATS, handler string, from, to int) {
+func publish(t *testing.T, n *natsbus.NATS, handler string, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
 		msg, err := bus.NewMessage(bus.Ref{JobID: int64(i), EventID: 1, Handler: handler, Provider: "p", Attempt: 1})
@@ -212,7 +213,7 @@ func testNATSRestart(t *testing.T, storage string) {
 
 // A stream's storage cannot change in place; the error says which setting.
 func TestNATSStorageValidated(t *testing.T) {
-	_, err := bus.NewNATS(context.Background(), bus.NATSConfig{URL: "nats://127.0.0.1:1", Storage: "disk"})
+	_, err := natsbus.New(context.Background(), natsbus.Config{URL: "nats://127.0.0.1:1", Storage: "disk"})
 	if err == nil || !strings.Contains(err.Error(), "bus.storage") {
 		t.Fatalf("storage disk: %v, want an error naming bus.storage", err)
 	}

@@ -1,12 +1,15 @@
 // Package bus is the wiring between the streamer and consumers: the reference
 // message the streamer publishes for a leased job, the topic of each handler,
-// and the watermill transports: an in-process queue when streamer and
-// consumers share one process, NATS JetStream across processes. On both, the
-// subscribers of a topic (replicas of one handler's consumer, in one process
-// or several) share its jobs: each reference goes to one of them. Only
-// references travel: never a body, a header or a secret. Postgres stays the
-// source of truth; a lost message costs latency (the lease expires and the job
-// is published again), never data.
+// and the in-process transport for a streamer and consumers that share one
+// process (package natsbus is the NATS JetStream transport across
+// processes). On both, the subscribers of a topic (replicas of one handler's
+// consumer, in one process or several) share its jobs: each reference goes to
+// one of them. Only references travel: never a body, a header or a secret.
+// Postgres stays the source of truth; a lost message costs latency (the lease
+// expires and the job is published again), never data.
+//
+// It is part of the consumer SDK's module so that the streamer (in Inlet's
+// server module) and consumers share one definition of the message.
 package bus
 
 import (
@@ -18,7 +21,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -102,13 +104,4 @@ type PubSub interface {
 // while its queue is full. Close it to end every subscription.
 func NewGoChannel(logger *slog.Logger) PubSub {
 	return newGoChannel(logger)
-}
-
-func watermillLogger(logger *slog.Logger) watermill.LoggerAdapter {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	// Watermill's info lines are per subscription; keep them at debug.
-	return watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "bus")),
-		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 }

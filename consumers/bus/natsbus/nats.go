@@ -1,4 +1,4 @@
-package bus
+package natsbus
 
 import (
 	"context"
@@ -9,18 +9,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inlet-dev/inlet/consumers/bus"
 )
 
 // StreamName is the JetStream stream every handler topic lives in. It is a
 // work queue: a reference is removed once a consumer acknowledges it.
 const StreamName = "INLET_JOBS"
 
-// NATSConfig configures the JetStream transport.
-type NATSConfig struct {
+// Config configures the JetStream transport.
+type Config struct {
 	// URL of the NATS server(s), comma-separated. Required.
 	URL string
 	// Name identifies the connection on the server (monitoring). Defaults to
@@ -52,7 +55,7 @@ type NATSConfig struct {
 type NATS struct {
 	conn    *nats.Conn
 	js      jetstream.JetStream
-	cfg     NATSConfig
+	cfg     Config
 	ackWait time.Duration
 	pub     *wmnats.Publisher
 	log     *slog.Logger
@@ -70,12 +73,12 @@ type NATS struct {
 // DurableName is the JetStream durable consumer (and queue group) of a
 // handler's topic.
 func DurableName(topic string) string {
-	return "inlet_" + strings.TrimPrefix(topic, TopicPrefix)
+	return "inlet_" + strings.TrimPrefix(topic, bus.TopicPrefix)
 }
 
-// NewNATS connects (retrying in the background while the server is away),
+// New connects (retrying in the background while the server is away),
 // ensures the stream, and returns the transport.
-func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
+func New(ctx context.Context, cfg Config) (*NATS, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("bus.url: required for bus.kind nats")
 	}
@@ -151,7 +154,7 @@ func NewNATS(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 	return &NATS{conn: conn, js: js2, cfg: cfg, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
 }
 
-func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
+func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config) error {
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream: %w", err)
@@ -165,7 +168,7 @@ func ensureStream(ctx context.Context, conn *nats.Conn, cfg NATSConfig) error {
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "Inlet job references (ids only); Postgres is the source of truth",
-		Subjects:    []string{TopicPrefix + ">"},
+		Subjects:    []string{bus.TopicPrefix + ">"},
 		Retention:   jetstream.WorkQueuePolicy,
 		MaxAge:      cfg.MaxAge,
 		Storage:     storage,
@@ -429,4 +432,13 @@ func redactURL(u string) string {
 		}
 	}
 	return u
+}
+
+func watermillLogger(logger *slog.Logger) watermill.LoggerAdapter {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	// Watermill's info lines are per subscription; keep them at debug.
+	return watermill.NewSlogLoggerWithLevelMapping(logger.With(slog.String("component", "bus")),
+		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 }
