@@ -104,7 +104,10 @@ func TestStoreTimeoutIsOutcomeUnknown(t *testing.T) {
 			t.Parallel()
 			url := pgtest.NewDatabase(t)
 			b := setupWith(t, url, func(c *ingress.Config) {
-				c.Section.StoreTimeout = time.Second
+				// Long enough for the wait below to see the insert blocked
+				// on a loaded machine (the first request also reads the
+				// filtered subscriptions inside this budget).
+				c.Section.StoreTimeout = 3 * time.Second
 				if storeKind == "GroupStore" {
 					// One committer: a second event waits behind the stuck batch.
 					c.Store = groupStoreOn(t, url, ingress.GroupConfig{Committers: 1, Timeout: 30 * time.Second})
