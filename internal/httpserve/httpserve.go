@@ -43,7 +43,7 @@ type Config struct {
 	ErrorLog *slog.Logger
 }
 
-// Server is one started HTTP server. A nil *Server is valid: Addr is ""
+// Server is one started HTTP server. A nil *Server is valid: Addr is nil
 // and Stop does nothing, for listeners that are switched off.
 type Server struct {
 	srv  *http.Server
@@ -91,12 +91,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Addr is the bound address ("" for a nil Server).
-func (s *Server) Addr() string {
+// Addr is the bound address (nil for a nil Server).
+func (s *Server) Addr() net.Addr {
 	if s == nil {
-		return ""
+		return nil
 	}
-	return s.ln.Addr().String()
+	return s.ln.Addr()
 }
 
 // Done is closed when the server stops serving: after Stop, or earlier if

@@ -83,7 +83,7 @@ func TestStopDrainsARequestInFlight(t *testing.T) {
 	t.Parallel()
 	h := newBlocking()
 	s := start(t, h)
-	got := get("http://" + s.Addr() + "/")
+	got := get("http://" + s.Addr().String() + "/")
 	wait(t, h.entered, "request at the handler")
 
 	stopped := make(chan error, 1)
@@ -100,7 +100,7 @@ func TestStopDrainsARequestInFlight(t *testing.T) {
 	}()
 	// Done closes once Stop has closed the listener: the drain has begun.
 	wait(t, s.Done(), "end of serving")
-	if _, err := net.Dial("tcp", s.Addr()); err == nil {
+	if _, err := net.Dial("tcp", s.Addr().String()); err == nil {
 		t.Error("a new connection was accepted while draining")
 	}
 	close(h.release)
@@ -122,7 +122,7 @@ func TestStopWithExpiredContextClosesConnections(t *testing.T) {
 	h := newBlocking()
 	s := start(t, h)
 	t.Cleanup(func() { close(h.release) }) // before start's Stop: cleanups run last first
-	got := get("http://" + s.Addr() + "/")
+	got := get("http://" + s.Addr().String() + "/")
 	wait(t, h.entered, "request at the handler")
 
 	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
@@ -166,7 +166,7 @@ func TestReadHeaderTimeoutClosesASilentClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop(context.Background())
-	c, err := net.Dial("tcp", s.Addr())
+	c, err := net.Dial("tcp", s.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestReadHeaderTimeoutClosesASilentClient(t *testing.T) {
 func TestNilServerIsOff(t *testing.T) {
 	t.Parallel()
 	var s *httpserve.Server
-	if s.Addr() != "" || s.Stop(context.Background()) != nil || s.Done() != nil {
+	if s.Addr() != nil || s.Stop(context.Background()) != nil || s.Done() != nil {
 		t.Fatal("a nil Server must have no address, no Done channel and stop without error")
 	}
 }
