@@ -21,6 +21,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 )
@@ -98,10 +99,8 @@ type Server struct {
 	// reason: a sender repeating a bad request must not fill the log.
 	rejectLog *logLimiter
 
-	mu   sync.Mutex
-	srv  *http.Server
-	addr net.Addr
-	done chan error
+	mu sync.Mutex
+	hs *httpserve.Server
 }
 
 // New builds the server and a verifier per source. Errors name the bad source
@@ -170,33 +169,25 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
+	if s.hs != nil {
 		return errors.New("ingress: already started")
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("ingress listen on %s: %w", s.cfg.Listen, err)
-	}
-	s.srv = &http.Server{
+	hs, err := httpserve.Start(ctx, httpserve.Config{
+		Name:              "ingress",
+		Addr:              s.cfg.Listen,
 		Handler:           s.mux,
 		ReadHeaderTimeout: min(5*time.Second, s.cfg.ReadTimeout),
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          s.cfg.Logger,
+	})
+	if err != nil {
+		return err
 	}
-	s.addr = ln.Addr()
-	s.done = make(chan error, 1)
-	go func() {
-		err := s.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.done <- err
-	}()
-	s.cfg.Logger.Info("ingress listening", slog.String("addr", s.addr.String()), slog.Int("sources", len(s.sources)))
+	s.hs = hs
+	s.cfg.Logger.Info("ingress listening", slog.String("addr", hs.Addr().String()), slog.Int("sources", len(s.sources)))
 	return nil
 }
 
@@ -204,25 +195,22 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addr
+	if s.hs == nil {
+		return nil
+	}
+	return s.hs.Addr()
 }
 
 // Stop stops accepting requests and waits for in-flight ones until ctx is done;
 // requests still running then are cut off.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	hs := s.hs
 	s.mu.Unlock()
-	if srv == nil {
+	if hs == nil {
 		return nil
 	}
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
-	}
-	if serveErr := <-done; serveErr != nil && err == nil {
-		err = serveErr
-	}
+	err := hs.Stop(ctx)
 	// Every request has its answer: a store with committers of its own
 	// (GroupStore) can stop now.
 	if c, ok := s.cfg.Store.(interface{ Close() }); ok {
