@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/httpserve"
 )
 
 // MinTokenBytes is the shortest bearer token the API accepts.
@@ -102,9 +102,7 @@ type API struct {
 	cfg     APIConfig
 	token   [sha256.Size]byte
 	handler http.Handler
-	srv     *http.Server
-	ln      net.Listener
-	done    chan error
+	hs      *httpserve.Server
 }
 
 // NewAPI checks cfg and returns the API; Start serves it on cfg.Listen, or
@@ -138,47 +136,38 @@ func (a *API) Start(ctx context.Context) error {
 	if a.cfg.Listen == "" {
 		return errors.New("admin.listen: no address to listen on")
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", a.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("admin API listener on %s: %w", a.cfg.Listen, err)
-	}
-	a.ln = ln
-	a.srv = &http.Server{
+	hs, err := httpserve.Start(ctx, httpserve.Config{
+		Name:              "admin API",
+		Addr:              a.cfg.Listen,
 		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      a.cfg.RequestTimeout + 30*time.Second,
 		IdleTimeout:       120 * time.Second,
+	})
+	if err != nil {
+		return err
 	}
-	a.done = make(chan error, 1)
-	go func() {
-		err := a.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		a.done <- err
-	}()
-	a.cfg.Logger.Info("admin API listening", slog.String("addr", ln.Addr().String()))
+	a.hs = hs
+	a.cfg.Logger.Info("admin API listening", slog.String("addr", hs.Addr().String()))
 	return nil
 }
 
 // Addr is the bound address once started.
 func (a *API) Addr() string {
-	if a == nil || a.ln == nil {
+	if a == nil || a.hs == nil {
 		return ""
 	}
-	return a.ln.Addr().String()
+	return a.hs.Addr().String()
 }
 
-// Stop finishes in-flight requests (until ctx is done) and closes the
-// listener. Safe on a nil or unstarted API.
+// Stop finishes in-flight requests (until ctx is done, then cuts them off)
+// and closes the listener. Safe on a nil or unstarted API.
 func (a *API) Stop(ctx context.Context) error {
-	if a == nil || a.srv == nil {
+	if a == nil {
 		return nil
 	}
-	err := a.srv.Shutdown(ctx)
-	return errors.Join(err, <-a.done)
+	return a.hs.Stop(ctx)
 }
 
 // dashboardPrefix is where APIConfig.Dashboard is mounted.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/inlet-dev/inlet/internal/loop"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -78,9 +79,9 @@ func (c Config) validate() error {
 type Sealer struct {
 	cfg Config
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	running bool
+	loops   loop.Group
 
 	// beforeInsert, when set (tests), runs after the events are read and
 	// before the checkpoint is written, inside the seal transaction.
@@ -101,30 +102,24 @@ func NewSealer(cfg Config) (*Sealer, error) {
 func (s *Sealer) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cancel != nil {
+	if s.running {
 		return errors.New("audit: sealer already started")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.loop(ctx, s.done)
+	s.running = true
+	s.loops.Go(ctx, s.loop)
 	return nil
 }
 
 // Stop stops the background passes and waits for the current one to end.
+// The sealer may then be started again.
 func (s *Sealer) Stop() {
 	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	defer s.mu.Unlock()
+	s.loops.Stop()
+	s.running = false
 }
 
-func (s *Sealer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Sealer) loop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {

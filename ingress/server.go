@@ -21,6 +21,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 )
@@ -98,10 +99,8 @@ type Server struct {
 	// reason: a sender repeating a bad request must not fill the log.
 	rejectLog *logLimiter
 
-	mu   sync.Mutex
-	srv  *http.Server
-	addr net.Addr
-	done chan error
+	mu sync.Mutex
+	hs *httpserve.Server
 }
 
 // New builds the server and a verifier per source. Errors name the bad source
@@ -170,33 +169,25 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
+	if s.hs != nil {
 		return errors.New("ingress: already started")
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("ingress listen on %s: %w", s.cfg.Listen, err)
-	}
-	s.srv = &http.Server{
+	hs, err := httpserve.Start(ctx, httpserve.Config{
+		Name:              "ingress",
+		Addr:              s.cfg.Listen,
 		Handler:           s.mux,
 		ReadHeaderTimeout: min(5*time.Second, s.cfg.ReadTimeout),
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          s.cfg.Logger,
+	})
+	if err != nil {
+		return err
 	}
-	s.addr = ln.Addr()
-	s.done = make(chan error, 1)
-	go func() {
-		err := s.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.done <- err
-	}()
-	s.cfg.Logger.Info("ingress listening", slog.String("addr", s.addr.String()), slog.Int("sources", len(s.sources)))
+	s.hs = hs
+	s.cfg.Logger.Info("ingress listening", slog.String("addr", hs.Addr().String()), slog.Int("sources", len(s.sources)))
 	return nil
 }
 
@@ -204,25 +195,22 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addr
+	if s.hs == nil {
+		return nil
+	}
+	return s.hs.Addr()
 }
 
 // Stop stops accepting requests and waits for in-flight ones until ctx is done;
 // requests still running then are cut off.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	hs := s.hs
 	s.mu.Unlock()
-	if srv == nil {
+	if hs == nil {
 		return nil
 	}
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
-	}
-	if serveErr := <-done; serveErr != nil && err == nil {
-		err = serveErr
-	}
+	err := hs.Stop(ctx)
 	// Every request has its answer: a store with committers of its own
 	// (GroupStore) can stop now.
 	if c, ok := s.cfg.Store.(interface{ Close() }); ok {
@@ -256,13 +244,59 @@ type answer struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// handleWebhook answers POST /webhooks/{source}: 2xx only once the verified
+// event is committed. Each step answers the request itself when it ends it
+// early (and then returns false or nil).
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	name := r.PathValue("source")
-	src, ok := s.sources[name]
 	// A new trace per webhook: trace headers from the internet are not trusted.
 	ctx, span := tracer.Start(r.Context(), "inlet.ingress.webhook", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
+	wh := s.route(w, r, span, start)
+	if wh == nil || !wh.withinLimits() {
+		return
+	}
+	body, held, ok := wh.read(ctx)
+	defer s.inflight.release(held)
+	if !ok {
+		return
+	}
+	header, res, ok := wh.verify(body)
+	if !ok {
+		return
+	}
+	// The write deadline started when the headers were read; a slow upload
+	// must not eat the time the answer needs after the commit.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.StoreTimeout + 2*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	event, ok := wh.event(ctx, header, body, res)
+	if !ok {
+		return
+	}
+	stored, ok := wh.store(ctx, event)
+	if !ok {
+		return
+	}
+	wh.accepted(event, res, stored)
+}
+
+// webhook is one request to POST /webhooks/{source} of a known source, as
+// handleWebhook's steps pass it along.
+type webhook struct {
+	s     *Server
+	w     http.ResponseWriter
+	r     *http.Request
+	span  trace.Span
+	src   *source
+	log   *slog.Logger // with the source's name
+	start time.Time
+}
+
+// route finds the request's source; an unknown one is answered 404 here.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, span trace.Span, start time.Time) *webhook {
+	name := r.PathValue("source")
+	src, ok := s.sources[name]
 	if !ok {
 		span.SetAttributes(attribute.String("inlet.source", unknownSource), attribute.String("inlet.outcome", "rejected"),
 			attribute.String("inlet.reason", "unknown_source"))
@@ -272,124 +306,153 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// The name is the sender's: cut, and one line a second at most
 		// whatever names it sends.
 		s.logRejected(s.cfg.Logger, unknownSource, "unknown_source", append(logAttrs("source", name), slog.String("reason", "unknown_source"))...)
-		return
+		return nil
 	}
 	s.metrics.received.WithLabelValues(name).Inc()
-	log := s.cfg.Logger.With(slog.String("source", name))
 	span.SetAttributes(attribute.String("inlet.source", name), attribute.String("inlet.scheme", src.scheme))
-	reject := func(code int, reason string) {
-		span.SetAttributes(attribute.String("inlet.outcome", "rejected"), attribute.String("inlet.reason", reason))
-		s.metrics.rejected.WithLabelValues(name, reason).Inc()
-		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
-		s.logRejected(log, name, reason, slog.Int("status", code), slog.String("reason", reason))
-	}
+	return &webhook{s: s, w: w, r: r, span: span, src: src, log: s.cfg.Logger.With(slog.String("source", name)), start: start}
+}
 
-	// Stored with the event: over a limit, every retry would be refused too.
+// reject answers a request the source's sender must not send again as is.
+func (wh *webhook) reject(code int, reason string) {
+	wh.span.SetAttributes(attribute.String("inlet.outcome", "rejected"), attribute.String("inlet.reason", reason))
+	wh.s.metrics.rejected.WithLabelValues(wh.src.name, reason).Inc()
+	writeJSON(wh.w, code, answer{Status: "rejected", Reason: reason})
+	wh.s.logRejected(wh.log, wh.src.name, reason, slog.Int("status", code), slog.String("reason", reason))
+}
+
+// withinLimits checks the headers and the announced body length before any
+// of the body is read. They are stored with the event: over a limit, every
+// retry would be refused too.
+func (wh *webhook) withinLimits() bool {
 	var lim *limitError
-	if err := checkHeaders(r.Header); errors.As(err, &lim) {
-		w.Header().Set("Connection", "close") // the body is left unread
-		reject(lim.status, lim.reason)
-		return
+	if err := checkHeaders(wh.r.Header); errors.As(err, &lim) {
+		wh.w.Header().Set("Connection", "close") // the body is left unread
+		wh.reject(lim.status, lim.reason)
+		return false
 	}
-	limit := s.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		w.Header().Set("Connection", "close")
-		reject(http.StatusRequestEntityTooLarge, "body_too_large")
-		return
+	if wh.r.ContentLength > wh.s.cfg.MaxBodyBytes {
+		wh.w.Header().Set("Connection", "close")
+		wh.reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return false
 	}
-	// Room for the body before any of it is read: past
-	// ingress.max_inflight_bytes the request waits unread, so TCP holds the
-	// sender back, for at most the store timeout.
-	body, held, fault := s.readBody(ctx, w, r, limit)
-	defer func() { s.inflight.release(held) }()
+	return true
+}
+
+// read reads the body into room held in the in-flight budget: past
+// ingress.max_inflight_bytes the request waits unread, so TCP holds the
+// sender back, for at most the store timeout. The caller releases held,
+// whether the read succeeded or not.
+func (wh *webhook) read(ctx context.Context) (body []byte, held int64, ok bool) {
+	body, held, fault := wh.s.readBody(ctx, wh.w, wh.r, wh.s.cfg.MaxBodyBytes)
 	switch fault {
 	case readGone:
-		return // the sender left while waiting
+		return nil, held, false // the sender left while waiting
 	case readOverloaded:
 		// Not all read, nothing acknowledged: the provider retries.
-		s.metrics.overloaded.WithLabelValues(name).Inc()
-		span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
-		w.Header().Set("Retry-After", "5")
-		w.Header().Set("Connection", "close") // the body is left unread
-		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
-		log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
-			slog.Int64("content_length", r.ContentLength))
-		return
+		wh.s.metrics.overloaded.WithLabelValues(wh.src.name).Inc()
+		wh.span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
+		wh.w.Header().Set("Retry-After", "5")
+		wh.w.Header().Set("Connection", "close") // the body is left unread
+		writeJSON(wh.w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
+		wh.log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
+			slog.Int64("content_length", wh.r.ContentLength))
+		return nil, held, false
 	case readTooLarge:
-		w.Header().Set("Connection", "close")
-		reject(http.StatusRequestEntityTooLarge, "body_too_large")
-		return
+		wh.w.Header().Set("Connection", "close")
+		wh.reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return nil, held, false
 	case readTimeout:
 		// Too slow a sender loses its room, not the others.
-		w.Header().Set("Connection", "close")
-		reject(http.StatusRequestTimeout, "body_read_timeout")
-		return
+		wh.w.Header().Set("Connection", "close")
+		wh.reject(http.StatusRequestTimeout, "body_read_timeout")
+		return nil, held, false
 	case readBroken:
-		w.Header().Set("Connection", "close")
-		reject(http.StatusBadRequest, "body_unreadable")
-		return
+		wh.w.Header().Set("Connection", "close")
+		wh.reject(http.StatusBadRequest, "body_unreadable")
+		return nil, held, false
 	}
+	return body, held, true
+}
 
-	header := r.Header
-	if src.relay != nil {
+// verify checks the signatures (the relay's first, when the source takes
+// its webhooks through the relay) and returns the headers the provider
+// signed and what its verifier read from them.
+func (wh *webhook) verify(body []byte) (http.Header, verify.Result, bool) {
+	header := wh.r.Header
+	if wh.src.relay != nil {
 		// Only the relay may deliver: its signature first, then the provider's.
 		var err error
-		if header, err = src.relay.check(name, r, body, s.cfg.Now()); err != nil {
-			reject(http.StatusUnauthorized, relayReason(err))
-			return
+		if header, err = wh.src.relay.check(wh.src.name, wh.r, body, wh.s.cfg.Now()); err != nil {
+			wh.reject(http.StatusUnauthorized, relayReason(err))
+			return nil, verify.Result{}, false
 		}
 	}
-	res, err := src.verifier.Verify(&verify.Request{
+	res, err := wh.src.verifier.Verify(&verify.Request{
 		Header: header,
 		Body:   body,
-		URL:    requestURL(r),
-		Now:    s.cfg.Now(),
+		URL:    requestURL(wh.r),
+		Now:    wh.s.cfg.Now(),
 	})
 	if err != nil {
 		reason := verify.Reason(err)
 		if errors.Is(err, verify.ErrMalformedPayload) {
-			reject(http.StatusBadRequest, reason)
-			return
+			wh.reject(http.StatusBadRequest, reason)
+			return nil, verify.Result{}, false
 		}
-		reject(http.StatusUnauthorized, reason)
-		return
+		wh.reject(http.StatusUnauthorized, reason)
+		return nil, verify.Result{}, false
 	}
+	return header, res, true
+}
 
-	// The write deadline started when the headers were read; a slow upload
-	// must not eat the time the answer needs after the commit.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.StoreTimeout + 2*time.Second))
+// event is the verified request as it is stored, its headers redacted as
+// the verifier asks. An id or type the database cannot index is rejected
+// here: it would fail every retry.
+func (wh *webhook) event(ctx context.Context, header http.Header, body []byte, res verify.Result) (*Event, bool) {
 	headers := header
-	if red, ok := src.verifier.(verify.StorageRedactor); ok {
+	if red, ok := wh.src.verifier.(verify.StorageRedactor); ok {
 		headers = red.RedactForStorage(headers)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	defer cancel()
 	event := &Event{
-		Provider:    src.name,
-		Scheme:      src.scheme,
+		Provider:    wh.src.name,
+		Scheme:      wh.src.scheme,
 		ExternalID:  res.EventID,
 		EventType:   res.EventType,
 		Headers:     headers,
-		RequestURI:  r.URL.RequestURI(),
+		RequestURI:  wh.r.URL.RequestURI(),
 		RawBody:     body,
 		SecretIndex: res.SecretIndex,
 		Verified:    true,
 		TraceParent: tracing.TraceParent(ctx),
-		OccurredAt:  src.occurredAt(header, body),
-		StoreJSON:   src.storeJSON && JSONCopyable(body, src.jsonMax),
+		OccurredAt:  wh.src.occurredAt(header, body),
+		StoreJSON:   wh.src.storeJSON && JSONCopyable(body, wh.src.jsonMax),
 	}
-	// An id or type the database cannot index would fail every retry.
+	var lim *limitError
 	if err := checkEvent(event); errors.As(err, &lim) {
-		reject(lim.status, lim.reason)
-		return
+		wh.reject(lim.status, lim.reason)
+		return nil, false
 	}
-	span.SetAttributes(attribute.String("inlet.event_type", res.EventType))
-	stored, err := s.cfg.Store.Insert(ctx, event)
+	return event, true
+}
+
+// store commits the event (ctx carries ingress.store_timeout) and says
+// whether it was new (false: a duplicate). A failed store is answered here.
+func (wh *webhook) store(ctx context.Context, event *Event) (stored, ok bool) {
+	wh.span.SetAttributes(attribute.String("inlet.event_type", event.EventType))
+	stored, err := wh.s.cfg.Store.Insert(ctx, event)
 	if err != nil {
-		s.storeFailed(w, span, log, name, res.EventType, err, reject)
-		return
+		wh.s.storeFailed(wh.w, wh.span, wh.log, wh.src.name, event.EventType, err, wh.reject)
+		return false, false
 	}
-	s.metrics.accepted(name, !stored, start)
+	return stored, true
+}
+
+// accepted answers a committed (or duplicate) event 200, echoing the
+// provider's challenge when it sent one.
+func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
+	s, name := wh.s, wh.src.name
+	s.metrics.accepted(name, !stored, wh.start)
 	if stored {
 		s.metrics.lag(name, event.OccurredAt, s.cfg.Now())
 	}
@@ -397,16 +460,16 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if !stored {
 		status = "duplicate"
 	}
-	span.SetAttributes(attribute.String("inlet.outcome", status))
-	src.noteSecret(res.SecretIndex, s.cfg.Now(), log)
+	wh.span.SetAttributes(attribute.String("inlet.outcome", status))
+	wh.src.noteSecret(res.SecretIndex, s.cfg.Now(), wh.log)
 	if res.Challenge != "" {
 		// The provider checks the endpoint by having its challenge echoed.
-		writeJSON(w, http.StatusOK, map[string]string{"challenge": res.Challenge})
+		writeJSON(wh.w, http.StatusOK, map[string]string{"challenge": res.Challenge})
 	} else {
-		writeJSON(w, http.StatusOK, answer{Status: status})
+		writeJSON(wh.w, http.StatusOK, answer{Status: status})
 	}
-	log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
-		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(start)))...)
+	wh.log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
+		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(wh.start)))...)
 }
 
 // rejectLogEvery is how often a rejection of one source for one reason is

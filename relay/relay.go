@@ -17,6 +17,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/httpserve"
 )
 
 // Config configures a Server.
@@ -45,10 +46,8 @@ type Server struct {
 	fwd     *forwarder
 	mux     *http.ServeMux
 
-	mu   sync.Mutex
-	srv  *http.Server
-	addr net.Addr
-	done chan error
+	mu sync.Mutex
+	hs *httpserve.Server
 }
 
 type source struct {
@@ -104,15 +103,12 @@ const readTimeout = 10 * time.Second
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
+	if s.hs != nil {
 		return errors.New("relay: already started")
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("relay listen on %s: %w", s.cfg.Listen, err)
-	}
-	s.srv = &http.Server{
+	hs, err := httpserve.Start(ctx, httpserve.Config{
+		Name:              "relay",
+		Addr:              s.cfg.Listen,
 		Handler:           s.mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       readTimeout,
@@ -120,18 +116,13 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:   readTimeout + s.cfg.Timeout + 2*time.Second,
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:       s.cfg.Logger,
+	})
+	if err != nil {
+		return err
 	}
-	s.addr = ln.Addr()
-	s.done = make(chan error, 1)
-	go func() {
-		err := s.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.done <- err
-	}()
-	s.cfg.Logger.Info("relay listening", slog.String("addr", s.addr.String()), slog.Int("sources", len(s.sources)))
+	s.hs = hs
+	s.cfg.Logger.Info("relay listening", slog.String("addr", hs.Addr().String()), slog.Int("sources", len(s.sources)))
 	return nil
 }
 
@@ -139,25 +130,22 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addr
+	if s.hs == nil {
+		return nil
+	}
+	return s.hs.Addr()
 }
 
 // Stop stops accepting requests and waits for in-flight ones (their forwards
 // included) until ctx is done; requests still running then are cut off.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	hs := s.hs
 	s.mu.Unlock()
-	if srv == nil {
+	if hs == nil {
 		return nil
 	}
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
-	}
-	if serveErr := <-done; serveErr != nil && err == nil {
-		err = serveErr
-	}
+	err := hs.Stop(ctx)
 	s.fwd.close()
 	return err
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/internal/loop"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -105,9 +106,9 @@ type Reporter struct {
 	base    string
 	started chan struct{}
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	running bool
+	loops   loop.Group
 
 	// gaps are ids the cursor passed without seeing them, with when: an
 	// attempt whose transaction committed after a later id's. Bounded by
@@ -145,15 +146,11 @@ func New(cfg Config) (*Reporter, error) {
 func (r *Reporter) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.done != nil {
+	if r.running {
 		return errors.New("reporter: already started")
 	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.run(ctx)
-	}()
+	r.running = true
+	r.loops.Go(ctx, r.run)
 	close(r.started)
 	return nil
 }
@@ -164,14 +161,7 @@ func (r *Reporter) Started() <-chan struct{} { return r.started }
 // Stop ends the reporter and waits for it. Records not yet acknowledged are
 // sent again by the next start (the cursor comes from the control plane).
 func (r *Reporter) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	r.loops.Stop()
 }
 
 func (r *Reporter) run(ctx context.Context) {

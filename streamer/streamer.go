@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/internal/loop"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/tracing"
@@ -162,8 +163,7 @@ type Streamer struct {
 	replicationWakeups                        atomic.Int64
 
 	mu      sync.Mutex
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loops   loop.Group
 	started bool
 }
 
@@ -240,24 +240,18 @@ func (s *Streamer) Start(ctx context.Context) error {
 		}
 	}
 	s.started = true
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	run := func(f func(context.Context)) {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			f(ctx)
-		}()
-	}
+	// The loops run until Stop, not until ctx ends. Stop ends them last
+	// started first: the claim loop before the wake sources that feed it.
+	ctx = context.WithoutCancel(ctx)
 	if s.listener != nil {
-		run(s.listener.Run)
+		s.loops.Go(ctx, s.listener.Run)
 	}
 	if s.replication != nil {
-		run(s.replication.run)
+		s.loops.Go(ctx, s.replication.run)
 	}
-	run(s.pollLoop)
-	run(s.claimLoop)
-	run(s.reapLoop)
+	s.loops.Go(ctx, s.pollLoop)
+	s.loops.Go(ctx, s.claimLoop)
+	s.loops.Go(ctx, s.reapLoop)
 	s.cfg.Logger.Info("streamer started", slog.String("id", s.cfg.ID), slog.Bool("listen", s.listener != nil),
 		slog.Bool("replication", s.replication != nil),
 		slog.Int("batch_size", s.cfg.BatchSize), slog.Duration("poll_interval", s.cfg.PollInterval))
@@ -269,13 +263,7 @@ func (s *Streamer) Start(ctx context.Context) error {
 // it leased. Jobs it leased stay leased until consumers report or the lease
 // expires; nothing is lost.
 func (s *Streamer) Stop() {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.loops.Stop()
 }
 
 func (s *Streamer) pollLoop(ctx context.Context) {

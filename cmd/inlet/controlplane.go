@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/inlet-dev/inlet/controlplane"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/httpserve"
 )
 
 func runControlPlane(ctx context.Context, env *environment, args []string) error {
@@ -58,25 +56,22 @@ It never receives bodies, headers or database credentials of a data plane.`)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cp.Listen)
+	hs, err := httpserve.Start(ctx, httpserve.Config{Name: "control plane", Addr: cp.Listen, Handler: srv,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second})
 	if err != nil {
 		return fmt.Errorf("control_plane.listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("control plane listening", slog.String("addr", ln.Addr().String()),
+	log.Info("control plane listening", slog.String("addr", hs.Addr().String()),
 		slog.Int("tenants", len(tenants)), slog.Int("migrations_applied", len(applied)))
 	select {
 	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("control plane: %w", err)
+	case <-hs.Done():
+		return fmt.Errorf("control plane: %w", hs.Stop(ctx))
 	}
 	log.Info("stopping control plane")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := hs.Stop(sctx); err != nil {
 		return fmt.Errorf("stop control plane: %w", err)
 	}
 	log.Info("control plane stopped")

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/dashboard"
 	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/internal/loop"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 	"github.com/inlet-dev/inlet/monitor"
@@ -45,13 +45,12 @@ func startMonitors(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { types.Run(ctx, hc.TypesEvery) })
+	var loops loop.Group
+	loops.Go(ctx, func(ctx context.Context) { types.Run(ctx, hc.TypesEvery) })
 	if h != nil {
-		wg.Go(func() { h.Run(ctx, hc.CheckEvery) })
+		loops.Go(ctx, func(ctx context.Context) { h.Run(ctx, hc.CheckEvery) })
 	}
-	return h, func() { cancel(); wg.Wait(); leader.Close() }, nil
+	return h, func() { loops.Stop(); leader.Close() }, nil
 }
 
 // startMetricsListener serves reg's /metrics with the probes on addr ("off":

@@ -7,19 +7,16 @@ package health
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
+
+	"github.com/inlet-dev/inlet/internal/httpserve"
 )
 
 // Server is a probe listener.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan error
+	hs *httpserve.Server
 }
 
 // Start listens on addr ("" means no listener: a nil *Server, whose Stop is a
@@ -28,11 +25,6 @@ type Server struct {
 func Start(ctx context.Context, addr string, ready func(context.Context) error, metrics http.Handler, log *slog.Logger) (*Server, error) {
 	if addr == "" {
 		return nil, nil
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("health listener on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -52,16 +44,12 @@ func Start(ctx context.Context, addr string, ready func(context.Context) error, 
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, done: make(chan error, 1)}
-	go func() {
-		err := s.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.done <- err
-	}()
-	log.Info("health listener", slog.String("addr", ln.Addr().String()))
-	return s, nil
+	hs, err := httpserve.Start(ctx, httpserve.Config{Name: "health", Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("health listener", slog.String("addr", hs.Addr().String()))
+	return &Server{hs: hs}, nil
 }
 
 // Addr is the bound address.
@@ -69,16 +57,16 @@ func (s *Server) Addr() string {
 	if s == nil {
 		return ""
 	}
-	return s.ln.Addr().String()
+	return s.hs.Addr().String()
 }
 
-// Stop closes the listener.
+// Stop closes the listener and lets the probes in flight finish until ctx
+// is done.
 func (s *Server) Stop(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
-	err := s.srv.Shutdown(ctx)
-	return errors.Join(err, <-s.done)
+	return s.hs.Stop(ctx)
 }
 
 func write(w http.ResponseWriter, code int, status, reason string) {
