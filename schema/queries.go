@@ -11,11 +11,12 @@ import (
 //go:embed queries/*.sql
 var queryFS embed.FS
 
-// queries holds every named query: a `-- name: X` line starts query X, which
-// runs until the next name line.
+// queries holds every named query: a `-- name: X :kind` line (sqlc's
+// format, see sqlc.yaml) starts query X, which runs until the next name line;
+// the statement's closing semicolon, which sqlc needs, is left out.
 var queries = mustLoadQueries()
 
-var nameLine = regexp.MustCompile(`(?m)^-- name: ([A-Za-z0-9]+)\s*$`)
+var nameLine = regexp.MustCompile(`(?m)^-- name: ([A-Za-z0-9]+)(?:[ \t]+:[a-z]+)?[ \t]*$`)
 
 func mustLoadQueries() map[string]string {
 	q, err := loadQueries(queryFS)
@@ -44,7 +45,7 @@ func loadQueries(fsys fs.FS) (map[string]string, error) {
 			if i+1 < len(locs) {
 				end = locs[i+1][0]
 			}
-			body := strings.TrimSpace(text[loc[1]:end])
+			body := strings.TrimSuffix(strings.TrimSpace(text[loc[1]:end]), ";")
 			if body == "" {
 				return nil, fmt.Errorf("query %s in %s is empty", name, f)
 			}

@@ -6,7 +6,7 @@
 -- first: $before = 0 starts at the newest row. Event type filters are LIKE
 -- patterns made from a glob by admin (the subscriptions' escaping).
 
--- name: AdminListEvents
+-- name: AdminListEvents :many
 -- Event metadata (never the body) with each job's handler and status.
 -- $1 provider, $2 event type LIKE pattern, $3 since (inclusive), $4 until
 -- (exclusive), $5 external event id, $6 before id, $7 limit, $8 occurred
@@ -35,9 +35,9 @@ WHERE ($1::text = '' OR e.provider = $1)
   AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
   AND ($10::text = '' OR e.payload @@ $10::jsonpath)
 ORDER BY e.id DESC
-LIMIT $7
+LIMIT $7;
 
--- name: AdminListEventsWhere
+-- name: AdminListEventsWhere :many
 -- AdminListEvents with a --where path ($10, never ''), same parameters and
 -- columns. The matches are found first through idx_events_payload and only
 -- then sorted: left to itself, the planner estimates a path matches 1 % of
@@ -69,26 +69,26 @@ LEFT JOIN LATERAL (
     FROM webhook_ingress.jobs
     WHERE event_id = e.id
 ) j ON true
-ORDER BY e.id DESC
+ORDER BY e.id DESC;
 
--- name: AdminGetEvent
+-- name: AdminGetEvent :one
 -- One event whole: metadata, headers, request URI and the exact stored bytes.
 SELECT id, provider, scheme, external_event_id, event_type, received_at,
        signature_verified, secret_index, octet_length(raw_body), body_sha256, occurred_at,
        headers, request_uri, raw_body, payload IS NOT NULL
 FROM webhook_ingress.events
-WHERE id = $1
+WHERE id = $1;
 
--- name: AdminEventJobs
+-- name: AdminEventJobs :many
 -- Every job of event $1, one per handler.
 SELECT id, event_id, handler, provider, event_type, status, attempt_count, max_attempts,
        next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id,
        last_error, last_error_class, created_at, updated_at, completed_at
 FROM webhook_ingress.jobs
 WHERE event_id = $1
-ORDER BY handler
+ORDER BY handler;
 
--- name: AdminGetJob
+-- name: AdminGetJob :one
 -- One job with its event's metadata (not its body or headers).
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attempt_count, j.max_attempts,
        j.next_attempt_at, j.lease_holder_id, j.lease_expires_at, j.attempted_at, j.worker_id,
@@ -97,9 +97,9 @@ SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attemp
        e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
-WHERE j.id = $1
+WHERE j.id = $1;
 
--- name: AdminJobAttempts
+-- name: AdminJobAttempts :many
 -- The attempt history (and replay markers) of jobs $1, in the order written.
 -- Through the view attempts (010_lease_token): job_attempts' rows and each
 -- job's successful attempt, which stays on its job row (attempt number,
@@ -108,9 +108,9 @@ WHERE j.id = $1
 SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms
 FROM webhook_ingress.attempts
 WHERE job_id = ANY($1::bigint[])
-ORDER BY job_id, id
+ORDER BY job_id, id;
 
--- name: AdminListDeadLetters
+-- name: AdminListDeadLetters :many
 -- Dead-lettered jobs with their event's metadata; the time range is when the
 -- job was dead-lettered (updated_at). Error class only: the text is in
 -- AdminGetJob. $1 handler, $2 provider, $3 error class, $4 since, $5 until,
@@ -127,9 +127,9 @@ WHERE j.status = 'dead_letter'
   AND ($5::timestamptz IS NULL OR j.updated_at < $5)
   AND ($6::bigint = 0 OR j.id < $6)
 ORDER BY j.id DESC
-LIMIT $7
+LIMIT $7;
 
--- name: AdminEventsToVerify
+-- name: AdminEventsToVerify :many
 -- What re-verification reads, $6 at a time after id $5, oldest first: event
 -- $1 alone, or every event of provider $2 ('' any) received in [$3, $4).
 -- Events stored without a signature (backfilled from a provider's API) have
@@ -143,29 +143,29 @@ WHERE signature_verified
   AND ($4::timestamptz IS NULL OR received_at < $4)
   AND id > $5
 ORDER BY id
-LIMIT $6
+LIMIT $6;
 
--- name: AdminLockJob
+-- name: AdminLockJob :one
 -- The job a single replay is about, locked until the replay commits.
-SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE
+SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE;
 
--- name: AdminHandlerKnown
+-- name: AdminHandlerKnown :one
 -- Does handler $1 have an enabled subscription, and any job at all?
-SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions WHERE handler = $1 AND enabled),
-       EXISTS (SELECT 1 FROM webhook_ingress.jobs WHERE handler = $1)
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s WHERE s.handler = $1 AND s.enabled) AS subscribed,
+       EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.handler = $1) AS has_jobs;
 
--- name: AdminCountDeadLetters
+-- name: AdminCountDeadLetters :one
 -- How many dead letters of handler $1 a replay would re-queue.
-SELECT count(*) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'dead_letter'
+SELECT count(*) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'dead_letter';
 
--- name: AdminDeadLetterBatch
+-- name: AdminDeadLetterBatch :many
 -- The next $3 dead letters of handler $1 after job id $2.
 SELECT id FROM webhook_ingress.jobs
 WHERE handler = $1 AND status = 'dead_letter' AND id > $2
 ORDER BY id
-LIMIT $3
+LIMIT $3;
 
--- name: AdminCountFilterJobs
+-- name: AdminCountFilterJobs :one
 -- Existing jobs of handler $1 whose event matches the filter ($2 provider,
 -- $3 event type LIKE pattern, $4 since, $5 until on received_at): how many a
 -- replay re-queues, and how many it skips because they are leased (in flight).
@@ -176,9 +176,9 @@ WHERE j.handler = $1
   AND ($2::text = '' OR j.provider = $2)
   AND ($3::text = '' OR j.event_type LIKE $3)
   AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+  AND ($5::timestamptz IS NULL OR e.received_at < $5);
 
--- name: AdminFilterJobBatch
+-- name: AdminFilterJobBatch :many
 -- The next $7 jobs of the filter of AdminCountFilterJobs after job id $6,
 -- leased ones included: AdminRequeueJobs skips those, and the difference is
 -- what the replay reports as left alone.
@@ -192,9 +192,9 @@ WHERE j.handler = $1
   AND ($5::timestamptz IS NULL OR e.received_at < $5)
   AND j.id > $6
 ORDER BY j.id
-LIMIT $7
+LIMIT $7;
 
--- name: AdminCountMissingJobs
+-- name: AdminCountMissingJobs :one
 -- Events matching the filter that have no job of handler $1 but match one of
 -- its enabled unfiltered subscriptions: the jobs a replay creates. Events the
 -- handler does not subscribe to get none, as at fan-out; its filtered
@@ -208,9 +208,9 @@ WHERE ($2::text = '' OR e.provider = $2)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
               WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
 
--- name: AdminCreateMissingJobs
+-- name: AdminCreateMissingJobs :one
 -- Create the next $7 missing jobs of AdminCountMissingJobs after event id $6,
 -- pending and due now, with the subscription's max_attempts (the largest of
 -- the handler's matching patterns, as at fan-out), each with a 'replayed'
@@ -243,9 +243,9 @@ WITH batch AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint;
 
--- name: AdminRequeueJobs
+-- name: AdminRequeueJobs :many
 -- Put jobs $1 back in the queue: pending, due now, no lease, no worker, no
 -- last error, and attempt_count 0 so the handler gets max_attempts again.
 -- Their attempt history stays; each gets a 'replayed' row recording the
@@ -297,22 +297,22 @@ WITH target AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued
 )
-SELECT id FROM requeued ORDER BY id
+SELECT id FROM requeued ORDER BY id;
 
--- name: AdminNotifyJobs
+-- name: AdminNotifyJobs :exec
 -- Wake the streamers after a replay: $1 is notify.Channel. Sent inside the
 -- replay's transaction, so it is delivered at COMMIT and only then.
-SELECT pg_notify($1, '')
+SELECT pg_notify($1, '');
 
--- name: AdminSubscriptions
+-- name: AdminSubscriptions :many
 -- Every subscription of handler $1 ('' all), with the jobs it has now.
 SELECT s.handler, s.provider_pattern, s.event_type_pattern, s.max_attempts, s.enabled, s.updated_at,
        (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs
 FROM webhook_ingress.subscriptions s
 WHERE ($1::text = '' OR s.handler = $1)
-ORDER BY s.handler, s.provider_pattern, s.event_type_pattern
+ORDER BY s.handler, s.provider_pattern, s.event_type_pattern;
 
--- name: AdminSetSubscriptionsEnabled
+-- name: AdminSetSubscriptionsEnabled :execrows
 -- Switch handler $1's subscriptions on or off ($4): all of them, or the one
 -- with provider pattern $2 and event type pattern $3 when both are given.
 -- Jobs already created are left alone.
@@ -321,12 +321,12 @@ SET enabled = $4, updated_at = now()
 WHERE handler = $1
   AND ($2::text = '' OR provider_pattern = $2)
   AND ($3::text = '' OR event_type_pattern = $3)
-  AND enabled IS DISTINCT FROM $4
+  AND enabled IS DISTINCT FROM $4;
 
--- name: AdminSubscriptionExists
+-- name: AdminSubscriptionExists :one
 -- Whether handler $1 has a subscription (with patterns $2, $3 when given).
 SELECT EXISTS (
     SELECT FROM webhook_ingress.subscriptions
     WHERE handler = $1
       AND ($2::text = '' OR provider_pattern = $2)
-      AND ($3::text = '' OR event_type_pattern = $3))
+      AND ($3::text = '' OR event_type_pattern = $3));

@@ -4,7 +4,7 @@
 -- admin and its queries. Times are passed in by the caller, so one page agrees
 -- with itself and tests can fix the clock.
 
--- name: DashboardEventRates
+-- name: DashboardEventRates :many
 -- Events per source per bucket: $4 buckets of $3 seconds from $1, for every
 -- source of $2 and every other source with an event in the window, zero
 -- filled (one row per source and bucket, buckets in order). The range on
@@ -29,18 +29,18 @@ SELECT s.provider, bk.starts_at, coalesce(c.n, 0)
 FROM sources s
 CROSS JOIN buckets bk
 LEFT JOIN counts c ON c.provider = s.provider AND c.b = bk.b
-ORDER BY s.provider, bk.b
+ORDER BY s.provider, bk.b;
 
--- name: DashboardLastSeen
+-- name: DashboardLastSeen :many
 -- When each source of $1 last received an event (NULL: never); what the
 -- dashboard shows when no heartbeat monitor is configured. max() per source
 -- reads the (provider, event_type, received_at) index.
 SELECT s.provider,
        (SELECT max(e.received_at) FROM webhook_ingress.events e WHERE e.provider = s.provider)
 FROM unnest($1::text[]) WITH ORDINALITY AS s(provider, n)
-ORDER BY s.n
+ORDER BY s.n;
 
--- name: DashboardHandlers
+-- name: DashboardHandlers :many
 -- Per handler (every handler with a subscription, an unfinished job or an
 -- attempt since $2): its unfinished jobs by status; the lag, $1 minus the
 -- due time of its oldest due pending or failed job (NULL: none due); and
@@ -96,4 +96,4 @@ SELECT h.handler,
 FROM handlers h
 LEFT JOIN jobs j ON j.handler = h.handler
 LEFT JOIN attempts a ON a.handler = h.handler
-ORDER BY h.handler
+ORDER BY h.handler;

@@ -1,25 +1,25 @@
 -- Queries on webhook_ingress.event_types (013_event_types): every (source,
 -- event type) seen, and the events that created no job (unrouted).
 
--- name: FoldEventTypes
+-- name: FoldEventTypes :one
 -- Fold the arrivals appended by ingest since the last fold into event_types,
 -- at most $1 named types per source (the rest in '_other'). Serialized by
 -- the function's advisory lock; returns the rows written.
-SELECT webhook_ingress.fold_event_types($1)
+SELECT webhook_ingress.fold_event_types($1);
 
--- name: MonitorEventTypes
+-- name: MonitorEventTypes :many
 -- Every type row, for the streamer's metric and new-type alerts (as
 -- webhook_streamer). Bounded: at most the cap + 1 rows per source.
 SELECT provider, event_type, first_seen, events, unrouted_events, routed, alerted_at IS NULL
 FROM webhook_ingress.event_types
-ORDER BY provider, event_type
+ORDER BY provider, event_type;
 
--- name: MonitorEventTypeAlerted
+-- name: MonitorEventTypeAlerted :exec
 -- The new-type log line and alert of ($1, $2) went out.
 UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL
+WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL;
 
--- name: AdminEventTypes
+-- name: AdminEventTypes :many
 -- Every type seen, unrouted first (the latest event created no job), then
 -- not known (seen only before 013), then routed; with the handlers whose
 -- enabled subscriptions match it now (a handler subscribed after unrouted
@@ -30,9 +30,9 @@ SELECT t.provider, t.event_type, t.first_seen, t.last_seen, t.events, t.unrouted
                  WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')
 FROM webhook_ingress.event_types t
 ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 END,
-         t.unrouted_events DESC, t.provider, t.event_type
+         t.unrouted_events DESC, t.provider, t.event_type;
 
--- name: AdminCountUnroutedJobs
+-- name: AdminCountUnroutedJobs :one
 -- Events that created no job at all (of the types event_types counts as
 -- unrouted, from their first unrouted event on; '_other' stands for the
 -- source's types past the cap) and that an enabled subscription of handler
@@ -61,9 +61,9 @@ WHERE ($3::text = '' OR e.event_type LIKE $3)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
               WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
 
--- name: AdminCreateUnroutedJobs
+-- name: AdminCreateUnroutedJobs :one
 -- Create the next $7 jobs of AdminCountUnroutedJobs after event id $6, as
 -- AdminCreateMissingJobs does (pending, due now, the largest max_attempts of
 -- the handler's matching patterns, a 'replayed' history row naming the login
@@ -107,4 +107,4 @@ WITH t AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint;

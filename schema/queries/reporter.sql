@@ -17,7 +17,7 @@
 -- only for a row completed by hand without them, so a NULL never stops the
 -- reporter.
 
--- name: ReporterAttemptsAfter
+-- name: ReporterAttemptsAfter :many
 -- Up to $2 finished attempts with an id above the cursor $1, oldest id first,
 -- with their job's provider and event type (sent only when the operator opts
 -- in). Each side is limited before the merge, so each reads at most $2 rows
@@ -41,9 +41,9 @@ SELECT * FROM (
      LIMIT $2)
 ) finished
 ORDER BY 1
-LIMIT $2
+LIMIT $2;
 
--- name: ReporterAttemptsByID
+-- name: ReporterAttemptsByID :many
 -- The attempts among ids $1 that are visible now: ids the cursor passed while
 -- their transaction had not yet committed (a failure's history row, or a
 -- completion of the job row), looked for in both places.
@@ -61,4 +61,4 @@ SELECT * FROM (
     FROM webhook_ingress.jobs j
     WHERE j.completed_attempt_id = ANY($1::bigint[])
 ) finished
-ORDER BY 1
+ORDER BY 1;
