@@ -16,24 +16,24 @@ SELECT seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skip
 FROM webhook_ingress.audit_checkpoints
 WHERE seq > $1
 ORDER BY seq
-LIMIT $2
+LIMIT $2::bigint
 `
 
 type AuditCheckpointsParams struct {
-	Seq   int64
-	Limit int32
+	AfterSeq  int64
+	BatchSize int64
 }
 
-// Checkpoints after seq $1, $2 at a time, in order.
-func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsParams) ([]WebhookIngressAuditCheckpoint, error) {
-	rows, err := q.db.Query(ctx, AuditCheckpoints, arg.Seq, arg.Limit)
+// Checkpoints after seq after_seq, batch_size at a time, in order.
+func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsParams) ([]AuditCheckpoint, error) {
+	rows, err := q.db.Query(ctx, AuditCheckpoints, arg.AfterSeq, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WebhookIngressAuditCheckpoint
+	var items []AuditCheckpoint
 	for rows.Next() {
-		var i WebhookIngressAuditCheckpoint
+		var i AuditCheckpoint
 		if err := rows.Scan(
 			&i.Seq,
 			&i.FirstEventID,
@@ -59,17 +59,17 @@ func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsPara
 
 const AuditEventsToSeal = `-- name: AuditEventsToSeal :many
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')),
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1)
+       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index
 FROM webhook_ingress.events
 WHERE id >= $1
 ORDER BY id
-LIMIT $2
+LIMIT $2::bigint
 `
 
 type AuditEventsToSealParams struct {
-	ID    int64
-	Limit int32
+	FirstID   int64
+	BatchSize int64
 }
 
 type AuditEventsToSealRow struct {
@@ -79,17 +79,18 @@ type AuditEventsToSealRow struct {
 	EventType         string
 	ReceivedAt        time.Time
 	BodySha256        []byte
-	Sha256            []byte
+	HeadersSha256     []byte
 	Scheme            string
 	RequestUri        string
 	SignatureVerified bool
 	SecretIndex       int16
 }
 
-// The sealed columns of the next $2 events from id $1, in id order; the
-// headers as their digest (jsonb output is canonical), the body as body_sha256.
+// The sealed columns of the next batch_size events from id first_id, in id
+// order; the headers as their digest (jsonb output is canonical), the body as
+// body_sha256.
 func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealParams) ([]AuditEventsToSealRow, error) {
-	rows, err := q.db.Query(ctx, AuditEventsToSeal, arg.ID, arg.Limit)
+	rows, err := q.db.Query(ctx, AuditEventsToSeal, arg.FirstID, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +105,7 @@ func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealPa
 			&i.EventType,
 			&i.ReceivedAt,
 			&i.BodySha256,
-			&i.Sha256,
+			&i.HeadersSha256,
 			&i.Scheme,
 			&i.RequestUri,
 			&i.SignatureVerified,
@@ -122,18 +123,18 @@ func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealPa
 
 const AuditEventsToVerify = `-- name: AuditEventsToVerify :many
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')),
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1),
-       sha256(raw_body) = body_sha256
+       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact
 FROM webhook_ingress.events
 WHERE id > $1
 ORDER BY id
-LIMIT $2
+LIMIT $2::bigint
 `
 
 type AuditEventsToVerifyParams struct {
-	ID    int64
-	Limit int32
+	AfterID   int64
+	BatchSize int64
 }
 
 type AuditEventsToVerifyRow struct {
@@ -143,18 +144,18 @@ type AuditEventsToVerifyRow struct {
 	EventType         string
 	ReceivedAt        time.Time
 	BodySha256        []byte
-	Sha256            []byte
+	HeadersSha256     []byte
 	Scheme            string
 	RequestUri        string
 	SignatureVerified bool
 	SecretIndex       int16
-	Column12          bool
+	BodyIntact        bool
 }
 
-// What verify recomputes, $2 events after id $1 in id order: the sealed
-// columns, and whether raw_body still hashes to body_sha256.
+// What verify recomputes, batch_size events after id after_id in id order:
+// the sealed columns, and whether raw_body still hashes to body_sha256.
 func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVerifyParams) ([]AuditEventsToVerifyRow, error) {
-	rows, err := q.db.Query(ctx, AuditEventsToVerify, arg.ID, arg.Limit)
+	rows, err := q.db.Query(ctx, AuditEventsToVerify, arg.AfterID, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -169,12 +170,12 @@ func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVeri
 			&i.EventType,
 			&i.ReceivedAt,
 			&i.BodySha256,
-			&i.Sha256,
+			&i.HeadersSha256,
 			&i.Scheme,
 			&i.RequestUri,
 			&i.SignatureVerified,
 			&i.SecretIndex,
-			&i.Column12,
+			&i.BodyIntact,
 		); err != nil {
 			return nil, err
 		}
@@ -255,14 +256,14 @@ func (q *Queries) AuditLastCheckpoint(ctx context.Context) (AuditLastCheckpointR
 }
 
 const AuditPrunedIDs = `-- name: AuditPrunedIDs :many
-SELECT lower(r), upper(r)
+SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
 FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
 ORDER BY 1
 `
 
 type AuditPrunedIDsRow struct {
-	Lower string
-	Upper interface{}
+	Lo int64
+	Hi int64
 }
 
 // Ids of events inlet retention dropped with their partitions, as runs
@@ -276,7 +277,7 @@ func (q *Queries) AuditPrunedIDs(ctx context.Context) ([]AuditPrunedIDsRow, erro
 	var items []AuditPrunedIDsRow
 	for rows.Next() {
 		var i AuditPrunedIDsRow
-		if err := rows.Scan(&i.Lower, &i.Upper); err != nil {
+		if err := rows.Scan(&i.Lo, &i.Hi); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -295,10 +296,10 @@ SELECT pg_try_advisory_xact_lock($1)
 // Queries of the tamper-evidence sealer and verifier (package audit). The
 // sealer runs as webhook_sealer and never reads raw_body; the verifier runs as
 // webhook_auditor or webhook_operator. Neither takes a lock on events.
-// One sealer at a time: a transaction-scoped advisory lock ($1 is the audit
-// package's key). false means another sealer holds it.
-func (q *Queries) AuditTrySealLock(ctx context.Context, pgTryAdvisoryXactLock int64) (bool, error) {
-	row := q.db.QueryRow(ctx, AuditTrySealLock, pgTryAdvisoryXactLock)
+// One sealer at a time: a transaction-scoped advisory lock (lock_key is the
+// audit package's key). false means another sealer holds it.
+func (q *Queries) AuditTrySealLock(ctx context.Context, lockKey int64) (bool, error) {
+	row := q.db.QueryRow(ctx, AuditTrySealLock, lockKey)
 	var pg_try_advisory_xact_lock bool
 	err := row.Scan(&pg_try_advisory_xact_lock)
 	return pg_try_advisory_xact_lock, err

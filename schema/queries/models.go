@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-type WebhookIngressAttempt struct {
+type Attempt struct {
 	ID              int64
 	JobID           int64
 	EventReceivedAt time.Time
@@ -24,7 +24,7 @@ type WebhookIngressAttempt struct {
 	DurationMs      *float64
 }
 
-type WebhookIngressAuditCheckpoint struct {
+type AuditCheckpoint struct {
 	Seq          int64
 	FirstEventID int64
 	LastEventID  int64
@@ -38,43 +38,43 @@ type WebhookIngressAuditCheckpoint struct {
 	Hash         []byte
 }
 
-type WebhookIngressConsumer struct {
+type Consumer struct {
 	Handler    string
 	WorkerID   string
 	SeenAt     time.Time
 	AliveUntil time.Time
 }
 
-type WebhookIngressConsumerRole struct {
+type ConsumerRole struct {
 	RoleName  string
 	Handler   string
 	CreatedAt time.Time
 }
 
-type WebhookIngressCreateConsumerRoleResult struct {
+type CreateConsumerRoleResult struct {
 	RoleName    *string
 	RoleCreated *bool
 	Handler     *string
 	Change      *string
 }
 
-type WebhookIngressCreatePartitionsResult struct {
+type CreatePartitionsResult struct {
 	PeriodStart *time.Time
 	PeriodEnd   *time.Time
 }
 
-type WebhookIngressDerivedBackfill struct {
+type DerivedBackfill struct {
 	Name        string
 	LastEventID int64
 	UntilID     int64
 	UpdatedAt   time.Time
 }
 
-type WebhookIngressDropConsumerRoleResult struct {
+type DropConsumerRoleResult struct {
 	Handler *string
 }
 
-type WebhookIngressEvent struct {
+type Event struct {
 	ID                int64
 	Provider          string
 	Scheme            string
@@ -92,14 +92,14 @@ type WebhookIngressEvent struct {
 	Payload           []byte
 }
 
-type WebhookIngressEventKey struct {
+type EventKey struct {
 	Provider        string
 	ExternalEventID string
 	EventID         int64
 	ReceivedAt      time.Time
 }
 
-type WebhookIngressEventType struct {
+type EventType struct {
 	Provider        string
 	EventType       string
 	FirstSeen       time.Time
@@ -113,14 +113,14 @@ type WebhookIngressEventType struct {
 	AlertedAt       *time.Time
 }
 
-type WebhookIngressEventTypeArrival struct {
+type EventTypeArrival struct {
 	Provider    string
 	EventType   string
 	EventIds    []int64
 	ReceivedAts []time.Time
 }
 
-type WebhookIngressEventsDefault struct {
+type EventsDefault struct {
 	ID                int64
 	Provider          string
 	Scheme            string
@@ -138,7 +138,7 @@ type WebhookIngressEventsDefault struct {
 	Payload           []byte
 }
 
-type WebhookIngressJob struct {
+type Job struct {
 	ID                 int64
 	EventID            int64
 	EventReceivedAt    time.Time
@@ -164,7 +164,7 @@ type WebhookIngressJob struct {
 	Ctid               pgtype.TID
 }
 
-type WebhookIngressJobAttempt struct {
+type JobAttempt struct {
 	ID              int64
 	JobID           int64
 	EventReceivedAt time.Time
@@ -178,7 +178,7 @@ type WebhookIngressJobAttempt struct {
 	DurationMs      *float64
 }
 
-type WebhookIngressJobAttemptsDefault struct {
+type JobAttemptsDefault struct {
 	ID              int64
 	JobID           int64
 	EventReceivedAt time.Time
@@ -192,7 +192,7 @@ type WebhookIngressJobAttemptsDefault struct {
 	DurationMs      *float64
 }
 
-type WebhookIngressJobsDefault struct {
+type JobsDefault struct {
 	ID                 int64
 	EventID            int64
 	EventReceivedAt    time.Time
@@ -216,7 +216,7 @@ type WebhookIngressJobsDefault struct {
 	CompletedAttemptID *int64
 }
 
-type WebhookIngressPartitionStatusResult struct {
+type PartitionStatusResult struct {
 	Events        *int64
 	MinEventID    *int64
 	MaxEventID    *int64
@@ -227,13 +227,13 @@ type WebhookIngressPartitionStatusResult struct {
 	SealedThrough *int64
 }
 
-type WebhookIngressPartitionsResult struct {
+type PartitionsResult struct {
 	PeriodStart     *time.Time
 	PeriodEnd       *time.Time
 	EventsPartition *string
 }
 
-type WebhookIngressRetentionLog struct {
+type RetentionLog struct {
 	ID            int64
 	PeriodStart   time.Time
 	PeriodEnd     time.Time
@@ -246,13 +246,13 @@ type WebhookIngressRetentionLog struct {
 	DroppedBy     string
 }
 
-type WebhookIngressSchemaMigration struct {
+type SchemaMigration struct {
 	Version   int32
 	Name      string
 	AppliedAt time.Time
 }
 
-type WebhookIngressSubscription struct {
+type Subscription struct {
 	ID               int64
 	Handler          string
 	ProviderPattern  string

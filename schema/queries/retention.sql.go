@@ -20,15 +20,15 @@ type RetentionCreatePartitionsParams struct {
 }
 
 // Period partitions from the newest one through $2 periods of $1 past now.
-func (q *Queries) RetentionCreatePartitions(ctx context.Context, arg RetentionCreatePartitionsParams) ([]WebhookIngressCreatePartitionsResult, error) {
+func (q *Queries) RetentionCreatePartitions(ctx context.Context, arg RetentionCreatePartitionsParams) ([]CreatePartitionsResult, error) {
 	rows, err := q.db.Query(ctx, RetentionCreatePartitions, arg.PInterval, arg.PAhead)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WebhookIngressCreatePartitionsResult
+	var items []CreatePartitionsResult
 	for rows.Next() {
-		var i WebhookIngressCreatePartitionsResult
+		var i CreatePartitionsResult
 		if err := rows.Scan(&i.PeriodStart, &i.PeriodEnd); err != nil {
 			return nil, err
 		}
@@ -124,9 +124,9 @@ FROM webhook_ingress.partition_status($1)
 `
 
 // What the partition starting at $1 holds, and what would keep it.
-func (q *Queries) RetentionPartitionStatus(ctx context.Context, pStart time.Time) (WebhookIngressPartitionStatusResult, error) {
+func (q *Queries) RetentionPartitionStatus(ctx context.Context, pStart time.Time) (PartitionStatusResult, error) {
 	row := q.db.QueryRow(ctx, RetentionPartitionStatus, pStart)
-	var i WebhookIngressPartitionStatusResult
+	var i PartitionStatusResult
 	err := row.Scan(
 		&i.Events,
 		&i.MinEventID,

@@ -25,15 +25,15 @@ type CreateConsumerRoleParams struct {
 // functions and write consumer_roles.
 // Make role $1 a consumer role running exactly handlers $2 (created NOLOGIN
 // when missing); one row per handler: added, kept or removed.
-func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRoleParams) ([]WebhookIngressCreateConsumerRoleResult, error) {
+func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRoleParams) ([]CreateConsumerRoleResult, error) {
 	rows, err := q.db.Query(ctx, CreateConsumerRole, arg.PRole, arg.Column2)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WebhookIngressCreateConsumerRoleResult
+	var items []CreateConsumerRoleResult
 	for rows.Next() {
-		var i WebhookIngressCreateConsumerRoleResult
+		var i CreateConsumerRoleResult
 		if err := rows.Scan(
 			&i.RoleName,
 			&i.RoleCreated,
