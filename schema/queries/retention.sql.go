@@ -11,24 +11,30 @@ import (
 )
 
 const RetentionCreatePartitions = `-- name: RetentionCreatePartitions :many
-SELECT period_start, period_end FROM webhook_ingress.create_partitions($1, $2)
+SELECT period_start::timestamptz AS period_start, period_end::timestamptz AS period_end
+FROM webhook_ingress.create_partitions($1::text, $2::integer)
 `
 
 type RetentionCreatePartitionsParams struct {
-	PInterval string
-	PAhead    int32
+	Period string
+	Ahead  int32
 }
 
-// Period partitions from the newest one through $2 periods of $1 past now.
-func (q *Queries) RetentionCreatePartitions(ctx context.Context, arg RetentionCreatePartitionsParams) ([]CreatePartitionsResult, error) {
-	rows, err := q.db.Query(ctx, RetentionCreatePartitions, arg.PInterval, arg.PAhead)
+type RetentionCreatePartitionsRow struct {
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+}
+
+// Period partitions from the newest one through ahead periods of period past now.
+func (q *Queries) RetentionCreatePartitions(ctx context.Context, arg RetentionCreatePartitionsParams) ([]RetentionCreatePartitionsRow, error) {
+	rows, err := q.db.Query(ctx, RetentionCreatePartitions, arg.Period, arg.Ahead)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []CreatePartitionsResult
+	var items []RetentionCreatePartitionsRow
 	for rows.Next() {
-		var i CreatePartitionsResult
+		var i RetentionCreatePartitionsRow
 		if err := rows.Scan(&i.PeriodStart, &i.PeriodEnd); err != nil {
 			return nil, err
 		}
@@ -41,25 +47,31 @@ func (q *Queries) RetentionCreatePartitions(ctx context.Context, arg RetentionCr
 }
 
 const RetentionDefaultPartition = `-- name: RetentionDefaultPartition :one
-SELECT count(*), min(received_at), max(received_at) FROM webhook_ingress.events_default
+SELECT count(*) AS events,
+       coalesce(min(received_at), 'epoch')::timestamptz AS oldest,
+       coalesce(max(received_at), 'epoch')::timestamptz AS newest
+FROM webhook_ingress.events_default
 `
 
 type RetentionDefaultPartitionRow struct {
-	Count int64
-	Min   interface{}
-	Max   interface{}
+	Events int64
+	Oldest time.Time
+	Newest time.Time
 }
 
 // Events no period partition covered when they arrived: kept, never dropped.
+// oldest and newest are meaningless when events is 0 (min and max are NULL
+// then; sqlc cannot type a nullable computed column, so they are coalesced).
 func (q *Queries) RetentionDefaultPartition(ctx context.Context) (RetentionDefaultPartitionRow, error) {
 	row := q.db.QueryRow(ctx, RetentionDefaultPartition)
 	var i RetentionDefaultPartitionRow
-	err := row.Scan(&i.Count, &i.Min, &i.Max)
+	err := row.Scan(&i.Events, &i.Oldest, &i.Newest)
 	return i, err
 }
 
 const RetentionDropPartition = `-- name: RetentionDropPartition :one
-SELECT events, jobs, attempts, sealed_through FROM webhook_ingress.drop_partition($1)
+SELECT events, jobs, attempts, sealed_through
+FROM webhook_ingress.drop_partition($1::timestamptz)
 `
 
 type RetentionDropPartitionRow struct {
@@ -69,9 +81,10 @@ type RetentionDropPartitionRow struct {
 	SealedThrough int64
 }
 
-// Drop the partition starting at $1 (re-checked under lock); its retention_log row.
-func (q *Queries) RetentionDropPartition(ctx context.Context, pStart time.Time) (RetentionDropPartitionRow, error) {
-	row := q.db.QueryRow(ctx, RetentionDropPartition, pStart)
+// Drop the partition starting at period_start (re-checked under lock); its
+// retention_log row.
+func (q *Queries) RetentionDropPartition(ctx context.Context, periodStart time.Time) (RetentionDropPartitionRow, error) {
+	row := q.db.QueryRow(ctx, RetentionDropPartition, periodStart)
 	var i RetentionDropPartitionRow
 	err := row.Scan(
 		&i.Events,
@@ -83,28 +96,29 @@ func (q *Queries) RetentionDropPartition(ctx context.Context, pStart time.Time) 
 }
 
 const RetentionLockTimeout = `-- name: RetentionLockTimeout :exec
-SELECT pg_catalog.set_config('lock_timeout', $1, true)
+SELECT pg_catalog.set_config('lock_timeout', $1::text, true)
 `
 
-// Partition DDL takes an ACCESS EXCLUSIVE lock on the parent: wait at most $1
-// (text, e.g. '5s') for it rather than queue ingress behind a long reader.
-func (q *Queries) RetentionLockTimeout(ctx context.Context, setConfig string) error {
-	_, err := q.db.Exec(ctx, RetentionLockTimeout, setConfig)
+// Partition DDL takes an ACCESS EXCLUSIVE lock on the parent: wait at most
+// lock_timeout (text, e.g. '5s') for it rather than queue ingress behind a
+// long reader.
+func (q *Queries) RetentionLockTimeout(ctx context.Context, lockTimeout string) error {
+	_, err := q.db.Exec(ctx, RetentionLockTimeout, lockTimeout)
 	return err
 }
 
 const RetentionOwner = `-- name: RetentionOwner :one
 
-SELECT current_user::text, pg_catalog.pg_get_userbyid(c.relowner)::text,
-       pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+SELECT current_user::text AS connected_as, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner,
+       pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') AS may_act_as_owner
 FROM pg_catalog.pg_class c
 WHERE c.oid = 'webhook_ingress.events'::regclass
 `
 
 type RetentionOwnerRow struct {
-	Column1   string
-	Column2   string
-	PgHasRole bool
+	ConnectedAs   string
+	Owner         string
+	MayActAsOwner bool
 }
 
 // Queries of inlet retention (package retention). It runs as the owner of
@@ -114,19 +128,31 @@ type RetentionOwnerRow struct {
 func (q *Queries) RetentionOwner(ctx context.Context) (RetentionOwnerRow, error) {
 	row := q.db.QueryRow(ctx, RetentionOwner)
 	var i RetentionOwnerRow
-	err := row.Scan(&i.Column1, &i.Column2, &i.PgHasRole)
+	err := row.Scan(&i.ConnectedAs, &i.Owner, &i.MayActAsOwner)
 	return i, err
 }
 
 const RetentionPartitionStatus = `-- name: RetentionPartitionStatus :one
-SELECT events, min_event_id, max_event_id, jobs, open_jobs, dead_letters, attempts, sealed_through
-FROM webhook_ingress.partition_status($1)
+SELECT events::bigint AS events, min_event_id, max_event_id, jobs::bigint AS jobs, open_jobs::bigint AS open_jobs,
+       dead_letters::bigint AS dead_letters, attempts::bigint AS attempts, sealed_through::bigint AS sealed_through
+FROM webhook_ingress.partition_status($1::timestamptz)
 `
 
-// What the partition starting at $1 holds, and what would keep it.
-func (q *Queries) RetentionPartitionStatus(ctx context.Context, pStart time.Time) (PartitionStatusResult, error) {
-	row := q.db.QueryRow(ctx, RetentionPartitionStatus, pStart)
-	var i PartitionStatusResult
+type RetentionPartitionStatusRow struct {
+	Events        int64
+	MinEventID    *int64
+	MaxEventID    *int64
+	Jobs          int64
+	OpenJobs      int64
+	DeadLetters   int64
+	Attempts      int64
+	SealedThrough int64
+}
+
+// What the partition starting at period_start holds, and what would keep it.
+func (q *Queries) RetentionPartitionStatus(ctx context.Context, periodStart time.Time) (RetentionPartitionStatusRow, error) {
+	row := q.db.QueryRow(ctx, RetentionPartitionStatus, periodStart)
+	var i RetentionPartitionStatusRow
 	err := row.Scan(
 		&i.Events,
 		&i.MinEventID,
@@ -141,14 +167,16 @@ func (q *Queries) RetentionPartitionStatus(ctx context.Context, pStart time.Time
 }
 
 const RetentionPartitions = `-- name: RetentionPartitions :many
-SELECT period_start, period_end, events_partition, now() FROM webhook_ingress.partitions()
+SELECT period_start::timestamptz AS period_start, period_end::timestamptz AS period_end,
+       events_partition::text AS events_partition, now()::timestamptz AS now
+FROM webhook_ingress.partitions()
 `
 
 type RetentionPartitionsRow struct {
-	PeriodStart     *time.Time
-	PeriodEnd       *time.Time
-	EventsPartition *string
-	Now             interface{}
+	PeriodStart     time.Time
+	PeriodEnd       time.Time
+	EventsPartition string
+	Now             time.Time
 }
 
 // Every period partition, oldest first, and the database's clock.
