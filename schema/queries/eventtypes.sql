@@ -3,21 +3,21 @@
 
 -- name: FoldEventTypes :one
 -- Fold the arrivals appended by ingest since the last fold into event_types,
--- at most $1 named types per source (the rest in '_other'). Serialized by
+-- at most max_types_per_source named types per source (the rest in '_other'). Serialized by
 -- the function's advisory lock; returns the rows written.
-SELECT webhook_ingress.fold_event_types($1);
+SELECT webhook_ingress.fold_event_types(sqlc.arg(max_types_per_source)::integer) AS folded;
 
 -- name: MonitorEventTypes :many
 -- Every type row, for the streamer's metric and new-type alerts (as
 -- webhook_streamer). Bounded: at most the cap + 1 rows per source.
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, alerted_at IS NULL
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type;
 
 -- name: MonitorEventTypeAlerted :exec
--- The new-type log line and alert of ($1, $2) went out.
+-- The new-type log line and alert of (provider, event_type) went out.
 UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL;
+WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text AND alerted_at IS NULL;
 
 -- name: AdminEventTypes :many
 -- Every type seen, unrouted first (the latest event created no job), then

@@ -196,24 +196,24 @@ func (q *Queries) AdminEventTypes(ctx context.Context) ([]AdminEventTypesRow, er
 
 const FoldEventTypes = `-- name: FoldEventTypes :one
 
-SELECT webhook_ingress.fold_event_types($1)
+SELECT webhook_ingress.fold_event_types($1::integer) AS folded
 `
 
 // Queries on webhook_ingress.event_types (013_event_types): every (source,
 // event type) seen, and the events that created no job (unrouted).
 // Fold the arrivals appended by ingest since the last fold into event_types,
-// at most $1 named types per source (the rest in '_other'). Serialized by
+// at most max_types_per_source named types per source (the rest in '_other'). Serialized by
 // the function's advisory lock; returns the rows written.
-func (q *Queries) FoldEventTypes(ctx context.Context, pMaxTypes int32) (int64, error) {
-	row := q.db.QueryRow(ctx, FoldEventTypes, pMaxTypes)
-	var fold_event_types int64
-	err := row.Scan(&fold_event_types)
-	return fold_event_types, err
+func (q *Queries) FoldEventTypes(ctx context.Context, maxTypesPerSource int32) (int64, error) {
+	row := q.db.QueryRow(ctx, FoldEventTypes, maxTypesPerSource)
+	var folded int64
+	err := row.Scan(&folded)
+	return folded, err
 }
 
 const MonitorEventTypeAlerted = `-- name: MonitorEventTypeAlerted :exec
 UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL
+WHERE provider = $1::text AND event_type = $2::text AND alerted_at IS NULL
 `
 
 type MonitorEventTypeAlertedParams struct {
@@ -221,14 +221,14 @@ type MonitorEventTypeAlertedParams struct {
 	EventType string
 }
 
-// The new-type log line and alert of ($1, $2) went out.
+// The new-type log line and alert of (provider, event_type) went out.
 func (q *Queries) MonitorEventTypeAlerted(ctx context.Context, arg MonitorEventTypeAlertedParams) error {
 	_, err := q.db.Exec(ctx, MonitorEventTypeAlerted, arg.Provider, arg.EventType)
 	return err
 }
 
 const MonitorEventTypes = `-- name: MonitorEventTypes :many
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, alerted_at IS NULL
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type
 `
@@ -240,7 +240,7 @@ type MonitorEventTypesRow struct {
 	Events         int64
 	UnroutedEvents int64
 	Routed         *bool
-	Column7        interface{}
+	IsNew          bool
 }
 
 // Every type row, for the streamer's metric and new-type alerts (as
@@ -261,7 +261,7 @@ func (q *Queries) MonitorEventTypes(ctx context.Context) ([]MonitorEventTypesRow
 			&i.Events,
 			&i.UnroutedEvents,
 			&i.Routed,
-			&i.Column7,
+			&i.IsNew,
 		); err != nil {
 			return nil, err
 		}

@@ -5,7 +5,7 @@
 -- name: MonitorJobs :many
 -- Open and dead-lettered jobs by handler and state, with every enabled
 -- subscription's handler at 0.
-SELECT handler, status, count(*) FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
+SELECT handler, status, count(*) AS jobs FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
 UNION ALL
 SELECT handler, 'leased', count(*) FROM webhook_ingress.jobs WHERE status = 'leased' GROUP BY 1
 UNION ALL
@@ -16,7 +16,7 @@ SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE e
 -- name: MonitorLag :many
 -- Per handler, how long its oldest due job (pending, or failed with its
 -- backoff over) has waited, in seconds.
-SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8
+SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
 FROM webhook_ingress.jobs
 WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
 GROUP BY handler;
@@ -33,11 +33,11 @@ WITH RECURSIVE p AS (
 SELECT provider FROM p WHERE provider IS NOT NULL;
 
 -- name: MonitorArrivals :many
--- The latest $2 arrival times of source $1, newest first.
-SELECT received_at FROM webhook_ingress.events WHERE provider = $1 ORDER BY received_at DESC LIMIT $2;
+-- The latest max_rows arrival times of source provider, newest first.
+SELECT received_at FROM webhook_ingress.events WHERE provider = sqlc.arg(provider)::text ORDER BY received_at DESC LIMIT sqlc.arg(max_rows)::bigint;
 
 -- name: TryReporterLock :one
 -- Take the heartbeat reporter's session lock if no other replica holds it:
 -- of several streamers on one database only the holder logs and POSTs
 -- source changes. Released when its connection ends.
-SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0));
+SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS leading;

@@ -11,17 +11,17 @@ import (
 )
 
 const MonitorArrivals = `-- name: MonitorArrivals :many
-SELECT received_at FROM webhook_ingress.events WHERE provider = $1 ORDER BY received_at DESC LIMIT $2
+SELECT received_at FROM webhook_ingress.events WHERE provider = $1::text ORDER BY received_at DESC LIMIT $2::bigint
 `
 
 type MonitorArrivalsParams struct {
 	Provider string
-	Limit    int32
+	MaxRows  int64
 }
 
-// The latest $2 arrival times of source $1, newest first.
+// The latest max_rows arrival times of source provider, newest first.
 func (q *Queries) MonitorArrivals(ctx context.Context, arg MonitorArrivalsParams) ([]time.Time, error) {
-	rows, err := q.db.Query(ctx, MonitorArrivals, arg.Provider, arg.Limit)
+	rows, err := q.db.Query(ctx, MonitorArrivals, arg.Provider, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (q *Queries) MonitorArrivals(ctx context.Context, arg MonitorArrivalsParams
 
 const MonitorJobs = `-- name: MonitorJobs :many
 
-SELECT handler, status, count(*) FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
+SELECT handler, status, count(*) AS jobs FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
 UNION ALL
 SELECT handler, 'leased', count(*) FROM webhook_ingress.jobs WHERE status = 'leased' GROUP BY 1
 UNION ALL
@@ -54,7 +54,7 @@ SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE e
 type MonitorJobsRow struct {
 	Handler string
 	Status  string
-	Count   int64
+	Jobs    int64
 }
 
 // Queries of package monitor: queue gauges and provider heartbeats. They run
@@ -71,7 +71,7 @@ func (q *Queries) MonitorJobs(ctx context.Context) ([]MonitorJobsRow, error) {
 	var items []MonitorJobsRow
 	for rows.Next() {
 		var i MonitorJobsRow
-		if err := rows.Scan(&i.Handler, &i.Status, &i.Count); err != nil {
+		if err := rows.Scan(&i.Handler, &i.Status, &i.Jobs); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -83,15 +83,15 @@ func (q *Queries) MonitorJobs(ctx context.Context) ([]MonitorJobsRow, error) {
 }
 
 const MonitorLag = `-- name: MonitorLag :many
-SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8
+SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
 FROM webhook_ingress.jobs
 WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
 GROUP BY handler
 `
 
 type MonitorLagRow struct {
-	Handler string
-	Column2 float64
+	Handler    string
+	LagSeconds float64
 }
 
 // Per handler, how long its oldest due job (pending, or failed with its
@@ -105,7 +105,7 @@ func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 	var items []MonitorLagRow
 	for rows.Next() {
 		var i MonitorLagRow
-		if err := rows.Scan(&i.Handler, &i.Column2); err != nil {
+		if err := rows.Scan(&i.Handler, &i.LagSeconds); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -149,7 +149,7 @@ func (q *Queries) MonitorSources(ctx context.Context) ([]string, error) {
 }
 
 const TryReporterLock = `-- name: TryReporterLock :one
-SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0))
+SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS leading
 `
 
 // Take the heartbeat reporter's session lock if no other replica holds it:
@@ -157,7 +157,7 @@ SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0))
 // source changes. Released when its connection ends.
 func (q *Queries) TryReporterLock(ctx context.Context) (bool, error) {
 	row := q.db.QueryRow(ctx, TryReporterLock)
-	var pg_try_advisory_lock bool
-	err := row.Scan(&pg_try_advisory_lock)
-	return pg_try_advisory_lock, err
+	var leading bool
+	err := row.Scan(&leading)
+	return leading, err
 }
