@@ -13,22 +13,22 @@ import (
 const DashboardEventRates = `-- name: DashboardEventRates :many
 
 WITH buckets AS (
-    SELECT b, $1::timestamptz + b * $3::integer * interval '1 second' AS starts_at
-    FROM generate_series(0, $4::integer - 1) AS b
+    SELECT b, ($1::timestamptz + b * $2::integer * interval '1 second')::timestamptz AS starts_at
+    FROM generate_series(0, $3::integer - 1) AS b
 ), counts AS (
     SELECT provider,
-           floor(extract(epoch FROM received_at - $1::timestamptz) / $3::integer)::integer AS b,
+           floor(extract(epoch FROM received_at - $1::timestamptz) / $2::integer)::integer AS b,
            count(*) AS n
     FROM webhook_ingress.events
     WHERE received_at >= $1::timestamptz
-      AND received_at < $1::timestamptz + $4::integer * $3::integer * interval '1 second'
+      AND received_at < $1::timestamptz + $3::integer * $2::integer * interval '1 second'
     GROUP BY 1, 2
 ), sources AS (
-    SELECT unnest($2::text[]) AS provider
+    SELECT unnest($4::text[]) AS provider
     UNION
     SELECT provider FROM counts
 )
-SELECT s.provider, bk.starts_at, coalesce(c.n, 0)
+SELECT s.provider::text AS provider, bk.starts_at, coalesce(c.n, 0) AS events
 FROM sources s
 CROSS JOIN buckets bk
 LEFT JOIN counts c ON c.provider = s.provider AND c.b = bk.b
@@ -36,16 +36,16 @@ ORDER BY s.provider, bk.b
 `
 
 type DashboardEventRatesParams struct {
-	Column1 time.Time
-	Column2 []string
-	Column3 int32
-	Column4 int32
+	Since         time.Time
+	BucketSeconds int32
+	Buckets       int32
+	Sources       []string
 }
 
 type DashboardEventRatesRow struct {
-	Provider interface{}
-	StartsAt int32
-	N        int64
+	Provider string
+	StartsAt time.Time
+	Events   int64
 }
 
 // Queries of the operator dashboard (package dashboard, served on the admin
@@ -53,16 +53,16 @@ type DashboardEventRatesRow struct {
 // else the dashboard shows (events, dead letters, replay) goes through package
 // admin and its queries. Times are passed in by the caller, so one page agrees
 // with itself and tests can fix the clock.
-// Events per source per bucket: $4 buckets of $3 seconds from $1, for every
-// source of $2 and every other source with an event in the window, zero
-// filled (one row per source and bucket, buckets in order). The range on
+// Events per source per bucket: `buckets` buckets of bucket_seconds seconds
+// from since, for every source of sources and every other source with an
+// event in the window, zero filled (one row per source and bucket, buckets in order). The range on
 // received_at prunes the events partitions to the window.
 func (q *Queries) DashboardEventRates(ctx context.Context, arg DashboardEventRatesParams) ([]DashboardEventRatesRow, error) {
 	rows, err := q.db.Query(ctx, DashboardEventRates,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
+		arg.Since,
+		arg.BucketSeconds,
+		arg.Buckets,
+		arg.Sources,
 	)
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func (q *Queries) DashboardEventRates(ctx context.Context, arg DashboardEventRat
 	var items []DashboardEventRatesRow
 	for rows.Next() {
 		var i DashboardEventRatesRow
-		if err := rows.Scan(&i.Provider, &i.StartsAt, &i.N); err != nil {
+		if err := rows.Scan(&i.Provider, &i.StartsAt, &i.Events); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -118,9 +118,11 @@ WITH jobs AS (
     SELECT handler FROM attempts
 )
 SELECT h.handler,
-       coalesce(j.pending, 0), coalesce(j.leased, 0), coalesce(j.failed, 0), coalesce(j.dead_letter, 0),
-       extract(epoch FROM $1::timestamptz - j.oldest_due)::float8,
-       coalesce(a.total, 0), coalesce(a.failures, 0)
+       coalesce(j.pending, 0) AS pending, coalesce(j.leased, 0) AS leased, coalesce(j.failed, 0) AS failed,
+       coalesce(j.dead_letter, 0) AS dead_letter,
+       (j.oldest_due IS NOT NULL)::boolean AS has_lag,
+       coalesce(extract(epoch FROM $1::timestamptz - j.oldest_due), 0)::float8 AS lag_seconds,
+       coalesce(a.total, 0) AS attempts, coalesce(a.failures, 0) AS failures
 FROM handlers h
 LEFT JOIN jobs j ON j.handler = h.handler
 LEFT JOIN attempts a ON a.handler = h.handler
@@ -128,8 +130,8 @@ ORDER BY h.handler
 `
 
 type DashboardHandlersParams struct {
-	Column1 time.Time
-	Column2 time.Time
+	Now           time.Time
+	FailuresSince time.Time
 }
 
 type DashboardHandlersRow struct {
@@ -138,15 +140,17 @@ type DashboardHandlersRow struct {
 	Leased     int64
 	Failed     int64
 	DeadLetter int64
-	Column6    float64
-	Total      int64
+	HasLag     bool
+	LagSeconds float64
+	Attempts   int64
 	Failures   int64
 }
 
 // Per handler (every handler with a subscription, an unfinished job or an
-// attempt since $2): its unfinished jobs by status; the lag, $1 minus the
-// due time of its oldest due pending or failed job (NULL: none due); and
-// the attempts that finished since $2, all of them and the failed or
+// attempt since failures_since): its unfinished jobs by status; the lag, now
+// minus the due time of its oldest due pending or failed job (has_lag false:
+// none due; a flag rather than a NULL, which sqlc cannot type); and the
+// attempts that finished since failures_since, all of them and the failed or
 // dead-lettered ones. Replay markers are not attempts and are left out.
 // A finished attempt is counted where it is kept (010_lease_token): a job's
 // successful attempt on its job row (completed_attempt_id, completed_at),
@@ -158,7 +162,7 @@ type DashboardHandlersRow struct {
 // another index write), so the success part reads jobs whole, as the
 // attempts part read job_attempts whole when every success had a row there.
 func (q *Queries) DashboardHandlers(ctx context.Context, arg DashboardHandlersParams) ([]DashboardHandlersRow, error) {
-	rows, err := q.db.Query(ctx, DashboardHandlers, arg.Column1, arg.Column2)
+	rows, err := q.db.Query(ctx, DashboardHandlers, arg.Now, arg.FailuresSince)
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +176,9 @@ func (q *Queries) DashboardHandlers(ctx context.Context, arg DashboardHandlersPa
 			&i.Leased,
 			&i.Failed,
 			&i.DeadLetter,
-			&i.Column6,
-			&i.Total,
+			&i.HasLag,
+			&i.LagSeconds,
+			&i.Attempts,
 			&i.Failures,
 		); err != nil {
 			return nil, err
@@ -187,22 +192,26 @@ func (q *Queries) DashboardHandlers(ctx context.Context, arg DashboardHandlersPa
 }
 
 const DashboardLastSeen = `-- name: DashboardLastSeen :many
-SELECT s.provider,
-       (SELECT max(e.received_at) FROM webhook_ingress.events e WHERE e.provider = s.provider)
+SELECT s.provider::text AS provider, (l.last_seen IS NOT NULL)::boolean AS seen,
+       coalesce(l.last_seen, 'epoch')::timestamptz AS last_seen
 FROM unnest($1::text[]) WITH ORDINALITY AS s(provider, n)
+CROSS JOIN LATERAL (SELECT max(e.received_at) AS last_seen FROM webhook_ingress.events e WHERE e.provider = s.provider) l
 ORDER BY s.n
 `
 
 type DashboardLastSeenRow struct {
-	Provider interface{}
-	Max      interface{}
+	Provider string
+	Seen     bool
+	LastSeen time.Time
 }
 
-// When each source of $1 last received an event (NULL: never); what the
-// dashboard shows when no heartbeat monitor is configured. max() per source
-// reads the (provider, event_type, received_at) index.
-func (q *Queries) DashboardLastSeen(ctx context.Context, dollar_1 []string) ([]DashboardLastSeenRow, error) {
-	rows, err := q.db.Query(ctx, DashboardLastSeen, dollar_1)
+// When each source of sources last received an event (seen false: never);
+// what the dashboard shows when no heartbeat monitor is configured. max() per
+// source reads the (provider, event_type, received_at) index. (seen and a
+// coalesced last_seen rather than a NULL: sqlc cannot type a nullable
+// computed column.)
+func (q *Queries) DashboardLastSeen(ctx context.Context, sources []string) ([]DashboardLastSeenRow, error) {
+	rows, err := q.db.Query(ctx, DashboardLastSeen, sources)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +219,7 @@ func (q *Queries) DashboardLastSeen(ctx context.Context, dollar_1 []string) ([]D
 	var items []DashboardLastSeenRow
 	for rows.Next() {
 		var i DashboardLastSeenRow
-		if err := rows.Scan(&i.Provider, &i.Max); err != nil {
+		if err := rows.Scan(&i.Provider, &i.Seen, &i.LastSeen); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

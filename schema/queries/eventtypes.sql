@@ -27,7 +27,7 @@ WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type):
 SELECT t.provider, t.event_type, t.first_seen, t.last_seen, t.events, t.unrouted_events, t.routed,
        coalesce((SELECT array_agg(DISTINCT s.handler ORDER BY s.handler)
                  FROM webhook_ingress.subscriptions s
-                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')
+                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')::text[] AS handlers
 FROM webhook_ingress.event_types t
 ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 END,
          t.unrouted_events DESC, t.provider, t.event_type;

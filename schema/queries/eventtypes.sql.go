@@ -144,7 +144,7 @@ const AdminEventTypes = `-- name: AdminEventTypes :many
 SELECT t.provider, t.event_type, t.first_seen, t.last_seen, t.events, t.unrouted_events, t.routed,
        coalesce((SELECT array_agg(DISTINCT s.handler ORDER BY s.handler)
                  FROM webhook_ingress.subscriptions s
-                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')
+                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')::text[] AS handlers
 FROM webhook_ingress.event_types t
 ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 END,
          t.unrouted_events DESC, t.provider, t.event_type
@@ -158,7 +158,7 @@ type AdminEventTypesRow struct {
 	Events         int64
 	UnroutedEvents int64
 	Routed         *bool
-	Coalesce       interface{}
+	Handlers       []string
 }
 
 // Every type seen, unrouted first (the latest event created no job), then
@@ -182,7 +182,7 @@ func (q *Queries) AdminEventTypes(ctx context.Context) ([]AdminEventTypesRow, er
 			&i.Events,
 			&i.UnroutedEvents,
 			&i.Routed,
-			&i.Coalesce,
+			&i.Handlers,
 		); err != nil {
 			return nil, err
 		}
