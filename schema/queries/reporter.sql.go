@@ -13,13 +13,13 @@ import (
 const ReporterAttemptsAfter = `-- name: ReporterAttemptsAfter :many
 
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
-    (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-            a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+    (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
+            a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
      FROM webhook_ingress.job_attempts a
      JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
      WHERE a.id > $1
      ORDER BY a.id
-     LIMIT $2)
+     LIMIT $2::bigint)
     UNION ALL
     (SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
             coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
@@ -28,15 +28,15 @@ SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, durat
      FROM webhook_ingress.jobs j
      WHERE j.completed_attempt_id > $1
      ORDER BY j.completed_attempt_id
-     LIMIT $2)
+     LIMIT $2::bigint)
 ) finished
 ORDER BY 1
-LIMIT $2
+LIMIT $2::bigint
 `
 
 type ReporterAttemptsAfterParams struct {
-	ID    int64
-	Limit int32
+	AfterID   int64
+	BatchSize int64
 }
 
 type ReporterAttemptsAfterRow struct {
@@ -70,12 +70,13 @@ type ReporterAttemptsAfterRow struct {
 // database's clock) and its finished_at completed_at; updated_at stands in
 // only for a row completed by hand without them, so a NULL never stops the
 // reporter.
-// Up to $2 finished attempts with an id above the cursor $1, oldest id first,
-// with their job's provider and event type (sent only when the operator opts
-// in). Each side is limited before the merge, so each reads at most $2 rows
-// by its index (job_attempts' primary key, idx_jobs_completed_attempt).
+// Up to batch_size finished attempts with an id above the cursor after_id,
+// oldest id first, with their job's provider and event type (sent only when
+// the operator opts in). Each side is limited before the merge, so each reads
+// at most batch_size rows by its index (job_attempts' primary key,
+// idx_jobs_completed_attempt).
 func (q *Queries) ReporterAttemptsAfter(ctx context.Context, arg ReporterAttemptsAfterParams) ([]ReporterAttemptsAfterRow, error) {
-	rows, err := q.db.Query(ctx, ReporterAttemptsAfter, arg.ID, arg.Limit)
+	rows, err := q.db.Query(ctx, ReporterAttemptsAfter, arg.AfterID, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +108,8 @@ func (q *Queries) ReporterAttemptsAfter(ctx context.Context, arg ReporterAttempt
 
 const ReporterAttemptsByID = `-- name: ReporterAttemptsByID :many
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
-    SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-           a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+    SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
+           a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
     WHERE a.id = ANY($1::bigint[])
@@ -136,11 +137,11 @@ type ReporterAttemptsByIDRow struct {
 	EventType  string
 }
 
-// The attempts among ids $1 that are visible now: ids the cursor passed while
+// The attempts among ids that are visible now: ids the cursor passed while
 // their transaction had not yet committed (a failure's history row, or a
 // completion of the job row), looked for in both places.
-func (q *Queries) ReporterAttemptsByID(ctx context.Context, dollar_1 []int64) ([]ReporterAttemptsByIDRow, error) {
-	rows, err := q.db.Query(ctx, ReporterAttemptsByID, dollar_1)
+func (q *Queries) ReporterAttemptsByID(ctx context.Context, ids []int64) ([]ReporterAttemptsByIDRow, error) {
+	rows, err := q.db.Query(ctx, ReporterAttemptsByID, ids)
 	if err != nil {
 		return nil, err
 	}
