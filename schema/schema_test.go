@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -568,5 +573,57 @@ func TestREADMEAuditorQuery(t *testing.T) {
 	}
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, "jobs_default") || regexp.MustCompile(`_p[0-9]{8}\b`).MatchString(p) {
 		t.Fatalf("the auditor query reads other periods' partitions:\n%s", p)
+	}
+}
+
+// schema.Query's text is the one sqlc generated: same statement, named
+// parameters numbered alike (comment lines aside, which sqlc moves to the
+// method's doc).
+func TestQueryMatchesSQLC(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("queries/*.sql.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated files: %v", err)
+	}
+	strip := func(sql string) string {
+		var keep []string
+		for _, l := range strings.Split(sql, "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	n := 0
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				lit, ok := v.Values[0].(*ast.BasicLit)
+				if !ok {
+					continue
+				}
+				text, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := v.Names[0].Name
+				n++
+				if got, want := strip(schema.Query(name)), strip(text); got != want {
+					t.Errorf("schema.Query(%q) differs from sqlc's text in %s:\n%s\n--- sqlc:\n%s", name, f, got, want)
+				}
+			}
+		}
+	}
+	if n < 60 {
+		t.Fatalf("found %d generated queries, want every one", n)
 	}
 }

@@ -58,7 +58,9 @@ WITH matched AS MATERIALIZED (
       AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
       AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
 ), page AS (
-    SELECT * FROM matched ORDER BY id DESC LIMIT $7
+    SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, size,
+           body_sha256, occurred_at
+    FROM matched ORDER BY id DESC LIMIT $7
 )
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
        e.signature_verified, e.secret_index, e.size, e.body_sha256, e.occurred_at,

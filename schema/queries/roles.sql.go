@@ -11,29 +11,36 @@ import (
 
 const CreateConsumerRole = `-- name: CreateConsumerRole :many
 
-SELECT role_name, role_created, handler, change
-FROM webhook_ingress.create_consumer_role($1, $2::text[])
+SELECT role_name::text AS role_name, role_created::boolean AS role_created, handler::text AS handler, change::text AS change
+FROM webhook_ingress.create_consumer_role($1::text, $2::text[])
 `
 
 type CreateConsumerRoleParams struct {
-	PRole   string
-	Column2 []string
+	Role     string
+	Handlers []string
+}
+
+type CreateConsumerRoleRow struct {
+	RoleName    string
+	RoleCreated bool
+	Handler     string
+	Change      string
 }
 
 // Queries of inlet roles: per-consumer database roles (011_consumer_roles).
 // They run as the owner of webhook_ingress, which alone may execute the
 // functions and write consumer_roles.
-// Make role $1 a consumer role running exactly handlers $2 (created NOLOGIN
+// Make `role` a consumer role running exactly `handlers` (created NOLOGIN
 // when missing); one row per handler: added, kept or removed.
-func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRoleParams) ([]CreateConsumerRoleResult, error) {
-	rows, err := q.db.Query(ctx, CreateConsumerRole, arg.PRole, arg.Column2)
+func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRoleParams) ([]CreateConsumerRoleRow, error) {
+	rows, err := q.db.Query(ctx, CreateConsumerRole, arg.Role, arg.Handlers)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []CreateConsumerRoleResult
+	var items []CreateConsumerRoleRow
 	for rows.Next() {
-		var i CreateConsumerRoleResult
+		var i CreateConsumerRoleRow
 		if err := rows.Scan(
 			&i.RoleName,
 			&i.RoleCreated,
@@ -51,19 +58,19 @@ func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRole
 }
 
 const DropConsumerRole = `-- name: DropConsumerRole :many
-SELECT handler FROM webhook_ingress.drop_consumer_role($1)
+SELECT handler::text AS handler FROM webhook_ingress.drop_consumer_role($1::text)
 `
 
-// Remove consumer role $1 and its handler rows; returns the handlers it ran.
-func (q *Queries) DropConsumerRole(ctx context.Context, pRole string) ([]*string, error) {
-	rows, err := q.db.Query(ctx, DropConsumerRole, pRole)
+// Remove consumer `role` and its handler rows; returns the handlers it ran.
+func (q *Queries) DropConsumerRole(ctx context.Context, role string) ([]string, error) {
+	rows, err := q.db.Query(ctx, DropConsumerRole, role)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []*string
+	var items []string
 	for rows.Next() {
-		var handler *string
+		var handler string
 		if err := rows.Scan(&handler); err != nil {
 			return nil, err
 		}
@@ -76,29 +83,29 @@ func (q *Queries) DropConsumerRole(ctx context.Context, pRole string) ([]*string
 }
 
 const ListConsumerRoles = `-- name: ListConsumerRoles :many
-SELECT a.rolname::text,
+SELECT a.rolname::text AS role,
        coalesce((SELECT array_agg(c.handler ORDER BY c.handler) FROM webhook_ingress.consumer_roles c
-                 WHERE c.role_name = a.rolname), '{}'),
+                 WHERE c.role_name = a.rolname), '{}')::text[] AS handlers,
        coalesce((SELECT array_agg(u.rolname::text ORDER BY u.rolname) FROM pg_catalog.pg_auth_members m
                  JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                 WHERE m.roleid = a.oid), '{}')
+                 WHERE m.roleid = a.oid), '{}')::text[] AS members
 FROM pg_catalog.pg_auth_members g
 JOIN pg_catalog.pg_roles a ON a.oid = g.member
 WHERE g.roleid = 'webhook_consumer'::regrole
-  AND ($1 = '' OR a.rolname = $1)
+  AND ($1::text = '' OR a.rolname = $1::text)
 ORDER BY a.rolname
 `
 
 type ListConsumerRolesRow struct {
-	ARolname   string
-	Coalesce   interface{}
-	Coalesce_2 interface{}
+	Role     string
+	Handlers []string
+	Members  []string
 }
 
 // Every consumer role (member of webhook_consumer): its handlers, and the
 // other roles that may act as it (members of it, e.g. login roles).
-func (q *Queries) ListConsumerRoles(ctx context.Context, dollar_1 interface{}) ([]ListConsumerRolesRow, error) {
-	rows, err := q.db.Query(ctx, ListConsumerRoles, dollar_1)
+func (q *Queries) ListConsumerRoles(ctx context.Context, role string) ([]ListConsumerRolesRow, error) {
+	rows, err := q.db.Query(ctx, ListConsumerRoles, role)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +113,7 @@ func (q *Queries) ListConsumerRoles(ctx context.Context, dollar_1 interface{}) (
 	var items []ListConsumerRolesRow
 	for rows.Next() {
 		var i ListConsumerRolesRow
-		if err := rows.Scan(&i.ARolname, &i.Coalesce, &i.Coalesce_2); err != nil {
+		if err := rows.Scan(&i.Role, &i.Handlers, &i.Members); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -118,14 +125,14 @@ func (q *Queries) ListConsumerRoles(ctx context.Context, dollar_1 interface{}) (
 }
 
 const ReachesWorkerRole = `-- name: ReachesWorkerRole :one
-SELECT pg_catalog.pg_has_role($1, 'webhook_worker', 'MEMBER')
+SELECT pg_catalog.pg_has_role($1::name, 'webhook_worker', 'MEMBER') AS reaches_worker
 `
 
-// Whether role $1 (a login role granted a consumer role) may also act as
+// Whether `role` (a login role granted a consumer role) may also act as
 // webhook_worker, which runs every handler: it could SET ROLE to it.
-func (q *Queries) ReachesWorkerRole(ctx context.Context, pgHasRole string) (bool, error) {
-	row := q.db.QueryRow(ctx, ReachesWorkerRole, pgHasRole)
-	var pg_has_role bool
-	err := row.Scan(&pg_has_role)
-	return pg_has_role, err
+func (q *Queries) ReachesWorkerRole(ctx context.Context, role string) (bool, error) {
+	row := q.db.QueryRow(ctx, ReachesWorkerRole, role)
+	var reaches_worker bool
+	err := row.Scan(&reaches_worker)
+	return reaches_worker, err
 }
