@@ -14,7 +14,7 @@ const AdminCountDeadLetters = `-- name: AdminCountDeadLetters :one
 SELECT count(*) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'dead_letter'
 `
 
-// How many dead letters of handler $1 a replay would re-queue.
+// How many dead letters of handler handler a replay would re-queue.
 func (q *Queries) AdminCountDeadLetters(ctx context.Context, handler string) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCountDeadLetters, handler)
 	var count int64
@@ -23,7 +23,7 @@ func (q *Queries) AdminCountDeadLetters(ctx context.Context, handler string) (in
 }
 
 const AdminCountFilterJobs = `-- name: AdminCountFilterJobs :one
-SELECT count(*) FILTER (WHERE j.status <> 'leased'), count(*) FILTER (WHERE j.status = 'leased')
+SELECT count(*) FILTER (WHERE j.status <> 'leased') AS requeue, count(*) FILTER (WHERE j.status = 'leased') AS leased
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.handler = $1
@@ -34,66 +34,66 @@ WHERE j.handler = $1
 `
 
 type AdminCountFilterJobsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
+	Handler       string
+	Provider      string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
 }
 
 type AdminCountFilterJobsRow struct {
-	Count   int64
-	Count_2 int64
+	Requeue int64
+	Leased  int64
 }
 
-// Existing jobs of handler $1 whose event matches the filter ($2 provider,
-// $3 event type LIKE pattern, $4 since, $5 until on received_at): how many a
+// Existing jobs of handler handler whose event matches the filter (provider provider,
+// event_type_like event type LIKE pattern, since since, until until on received_at): how many a
 // replay re-queues, and how many it skips because they are leased (in flight).
 func (q *Queries) AdminCountFilterJobs(ctx context.Context, arg AdminCountFilterJobsParams) (AdminCountFilterJobsRow, error) {
 	row := q.db.QueryRow(ctx, AdminCountFilterJobs,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
 	)
 	var i AdminCountFilterJobsRow
-	err := row.Scan(&i.Count, &i.Count_2)
+	err := row.Scan(&i.Requeue, &i.Leased)
 	return i, err
 }
 
 const AdminCountMissingJobs = `-- name: AdminCountMissingJobs :one
 SELECT count(*)
 FROM webhook_ingress.events e
-WHERE ($2::text = '' OR e.provider = $2)
-  AND ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
+WHERE ($1::text = '' OR e.provider = $1)
+  AND ($2::text = '' OR e.event_type LIKE $2)
+  AND ($3::timestamptz IS NULL OR e.received_at >= $3)
+  AND ($4::timestamptz IS NULL OR e.received_at < $4)
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $5)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+              WHERE s.handler = $5 AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 `
 
 type AdminCountMissingJobsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
+	Provider      string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	Handler       string
 }
 
-// Events matching the filter that have no job of handler $1 but match one of
+// Events matching the filter that have no job of handler handler but match one of
 // its enabled unfiltered subscriptions: the jobs a replay creates. Events the
 // handler does not subscribe to get none, as at fan-out; its filtered
 // subscriptions are evaluated in Go (AdminMissingFilteredCandidates).
 func (q *Queries) AdminCountMissingJobs(ctx context.Context, arg AdminCountMissingJobsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCountMissingJobs,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
 	)
 	var count int64
 	err := row.Scan(&count)
@@ -118,7 +118,7 @@ WITH batch AS (
       AND e.id > $6
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
     ORDER BY e.id
-    LIMIT $7
+    LIMIT $7::bigint
 ), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
     SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
@@ -128,25 +128,25 @@ WITH batch AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id
 `
 
 type AdminCreateMissingJobsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
-	ID      int64
-	Limit   int32
+	Handler       string
+	Provider      string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	AfterID       int64
+	BatchSize     int64
 }
 
 type AdminCreateMissingJobsRow struct {
-	Count   int64
-	Column2 int64
+	Created     int64
+	LastEventID int64
 }
 
-// Create the next $7 missing jobs of AdminCountMissingJobs after event id $6,
+// Create the next batch_size missing jobs of AdminCountMissingJobs after event id after_id,
 // pending and due now, with the subscription's max_attempts (the largest of
 // the handler's matching patterns, as at fan-out), each with a 'replayed'
 // history row (attempt 0, worker_id the login role). Returns how many were
@@ -154,15 +154,15 @@ type AdminCreateMissingJobsRow struct {
 func (q *Queries) AdminCreateMissingJobs(ctx context.Context, arg AdminCreateMissingJobsParams) (AdminCreateMissingJobsRow, error) {
 	row := q.db.QueryRow(ctx, AdminCreateMissingJobs,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.ID,
-		arg.Limit,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.AfterID,
+		arg.BatchSize,
 	)
 	var i AdminCreateMissingJobsRow
-	err := row.Scan(&i.Count, &i.Column2)
+	err := row.Scan(&i.Created, &i.LastEventID)
 	return i, err
 }
 
@@ -170,18 +170,18 @@ const AdminDeadLetterBatch = `-- name: AdminDeadLetterBatch :many
 SELECT id FROM webhook_ingress.jobs
 WHERE handler = $1 AND status = 'dead_letter' AND id > $2
 ORDER BY id
-LIMIT $3
+LIMIT $3::bigint
 `
 
 type AdminDeadLetterBatchParams struct {
-	Handler string
-	ID      int64
-	Limit   int32
+	Handler   string
+	AfterID   int64
+	BatchSize int64
 }
 
-// The next $3 dead letters of handler $1 after job id $2.
+// The next batch_size dead letters of handler handler after job id after_id.
 func (q *Queries) AdminDeadLetterBatch(ctx context.Context, arg AdminDeadLetterBatchParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, AdminDeadLetterBatch, arg.Handler, arg.ID, arg.Limit)
+	rows, err := q.db.Query(ctx, AdminDeadLetterBatch, arg.Handler, arg.AfterID, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -280,16 +280,16 @@ WHERE signature_verified
   AND ($4::timestamptz IS NULL OR received_at < $4)
   AND id > $5
 ORDER BY id
-LIMIT $6
+LIMIT $6::bigint
 `
 
 type AdminEventsToVerifyParams struct {
-	Column1 int64
-	Column2 string
-	Column3 time.Time
-	Column4 time.Time
-	ID      int64
-	Limit   int32
+	EventID   int64
+	Provider  string
+	Since     *time.Time
+	Until     *time.Time
+	AfterID   int64
+	BatchSize int64
 }
 
 type AdminEventsToVerifyRow struct {
@@ -303,18 +303,18 @@ type AdminEventsToVerifyRow struct {
 	RawBody         []byte
 }
 
-// What re-verification reads, $6 at a time after id $5, oldest first: event
-// $1 alone, or every event of provider $2 (” any) received in [$3, $4).
+// What re-verification reads, batch_size at a time after id after_id, oldest first: event
+// event_id alone, or every event of provider provider (” any) received in [since, until).
 // Events stored without a signature (backfilled from a provider's API) have
 // none to re-check and are left out.
 func (q *Queries) AdminEventsToVerify(ctx context.Context, arg AdminEventsToVerifyParams) ([]AdminEventsToVerifyRow, error) {
 	rows, err := q.db.Query(ctx, AdminEventsToVerify,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.ID,
-		arg.Limit,
+		arg.EventID,
+		arg.Provider,
+		arg.Since,
+		arg.Until,
+		arg.AfterID,
+		arg.BatchSize,
 	)
 	if err != nil {
 		return nil, err
@@ -354,31 +354,31 @@ WHERE j.handler = $1
   AND ($5::timestamptz IS NULL OR e.received_at < $5)
   AND j.id > $6
 ORDER BY j.id
-LIMIT $7
+LIMIT $7::bigint
 `
 
 type AdminFilterJobBatchParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
-	ID      int64
-	Limit   int32
+	Handler       string
+	Provider      string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	AfterID       int64
+	BatchSize     int64
 }
 
-// The next $7 jobs of the filter of AdminCountFilterJobs after job id $6,
+// The next batch_size jobs of the filter of AdminCountFilterJobs after job id after_id,
 // leased ones included: AdminRequeueJobs skips those, and the difference is
 // what the replay reports as left alone.
 func (q *Queries) AdminFilterJobBatch(ctx context.Context, arg AdminFilterJobBatchParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, AdminFilterJobBatch,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.ID,
-		arg.Limit,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.AfterID,
+		arg.BatchSize,
 	)
 	if err != nil {
 		return nil, err
@@ -400,8 +400,8 @@ func (q *Queries) AdminFilterJobBatch(ctx context.Context, arg AdminFilterJobBat
 
 const AdminGetEvent = `-- name: AdminGetEvent :one
 SELECT id, provider, scheme, external_event_id, event_type, received_at,
-       signature_verified, secret_index, octet_length(raw_body), body_sha256, occurred_at,
-       headers, request_uri, raw_body, payload IS NOT NULL
+       signature_verified, secret_index, octet_length(raw_body) AS body_size, body_sha256, occurred_at,
+       headers, request_uri, raw_body, (payload IS NOT NULL)::boolean AS has_payload
 FROM webhook_ingress.events
 WHERE id = $1
 `
@@ -415,13 +415,13 @@ type AdminGetEventRow struct {
 	ReceivedAt        time.Time
 	SignatureVerified bool
 	SecretIndex       *int16
-	OctetLength       int32
+	BodySize          int32
 	BodySha256        []byte
 	OccurredAt        *time.Time
 	Headers           []byte
 	RequestUri        string
 	RawBody           []byte
-	Column15          interface{}
+	HasPayload        bool
 }
 
 // One event whole: metadata, headers, request URI and the exact stored bytes.
@@ -437,13 +437,13 @@ func (q *Queries) AdminGetEvent(ctx context.Context, id int64) (AdminGetEventRow
 		&i.ReceivedAt,
 		&i.SignatureVerified,
 		&i.SecretIndex,
-		&i.OctetLength,
+		&i.BodySize,
 		&i.BodySha256,
 		&i.OccurredAt,
 		&i.Headers,
 		&i.RequestUri,
 		&i.RawBody,
-		&i.Column15,
+		&i.HasPayload,
 	)
 	return i, err
 }
@@ -452,43 +452,45 @@ const AdminGetJob = `-- name: AdminGetJob :one
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attempt_count, j.max_attempts,
        j.next_attempt_at, j.lease_holder_id, j.lease_expires_at, j.attempted_at, j.worker_id,
        j.last_error, j.last_error_class, j.created_at, j.updated_at, j.completed_at,
-       e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at
+       e.id AS e_id, e.provider AS e_provider, e.scheme AS e_scheme, e.external_event_id AS e_external_event_id,
+       e.event_type AS e_event_type, e.received_at AS e_received_at, e.signature_verified AS e_signature_verified,
+       e.secret_index AS e_secret_index, octet_length(e.raw_body) AS e_body_size, e.body_sha256 AS e_body_sha256,
+       e.occurred_at AS e_occurred_at
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.id = $1
 `
 
 type AdminGetJobRow struct {
-	ID                int64
-	EventID           int64
-	Handler           string
-	Provider          string
-	EventType         string
-	Status            string
-	AttemptCount      int32
-	MaxAttempts       int32
-	NextAttemptAt     time.Time
-	LeaseHolderID     *string
-	LeaseExpiresAt    *time.Time
-	AttemptedAt       *time.Time
-	WorkerID          *string
-	LastError         *string
-	LastErrorClass    *string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	CompletedAt       *time.Time
-	ID_2              int64
-	Provider_2        string
-	Scheme            string
-	ExternalEventID   string
-	EventType_2       string
-	ReceivedAt        time.Time
-	SignatureVerified bool
-	SecretIndex       *int16
-	OctetLength       int32
-	BodySha256        []byte
-	OccurredAt        *time.Time
+	ID                 int64
+	EventID            int64
+	Handler            string
+	Provider           string
+	EventType          string
+	Status             string
+	AttemptCount       int32
+	MaxAttempts        int32
+	NextAttemptAt      time.Time
+	LeaseHolderID      *string
+	LeaseExpiresAt     *time.Time
+	AttemptedAt        *time.Time
+	WorkerID           *string
+	LastError          *string
+	LastErrorClass     *string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	CompletedAt        *time.Time
+	EID                int64
+	EProvider          string
+	EScheme            string
+	EExternalEventID   string
+	EEventType         string
+	EReceivedAt        time.Time
+	ESignatureVerified bool
+	ESecretIndex       *int16
+	EBodySize          int32
+	EBodySha256        []byte
+	EOccurredAt        *time.Time
 }
 
 // One job with its event's metadata (not its body or headers).
@@ -514,17 +516,17 @@ func (q *Queries) AdminGetJob(ctx context.Context, id int64) (AdminGetJobRow, er
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
-		&i.ID_2,
-		&i.Provider_2,
-		&i.Scheme,
-		&i.ExternalEventID,
-		&i.EventType_2,
-		&i.ReceivedAt,
-		&i.SignatureVerified,
-		&i.SecretIndex,
-		&i.OctetLength,
-		&i.BodySha256,
-		&i.OccurredAt,
+		&i.EID,
+		&i.EProvider,
+		&i.EScheme,
+		&i.EExternalEventID,
+		&i.EEventType,
+		&i.EReceivedAt,
+		&i.ESignatureVerified,
+		&i.ESecretIndex,
+		&i.EBodySize,
+		&i.EBodySha256,
+		&i.EOccurredAt,
 	)
 	return i, err
 }
@@ -539,7 +541,7 @@ type AdminHandlerKnownRow struct {
 	HasJobs    bool
 }
 
-// Does handler $1 have an enabled subscription, and any job at all?
+// Does handler handler have an enabled subscription, and any job at all?
 func (q *Queries) AdminHandlerKnown(ctx context.Context, handler string) (AdminHandlerKnownRow, error) {
 	row := q.db.QueryRow(ctx, AdminHandlerKnown, handler)
 	var i AdminHandlerKnownRow
@@ -548,7 +550,7 @@ func (q *Queries) AdminHandlerKnown(ctx context.Context, handler string) (AdminH
 }
 
 const AdminJobAttempts = `-- name: AdminJobAttempts :many
-SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms
+SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms::float8 AS duration_ms
 FROM webhook_ingress.attempts
 WHERE job_id = ANY($1::bigint[])
 ORDER BY job_id, id
@@ -564,16 +566,16 @@ type AdminJobAttemptsRow struct {
 	Outcome    string
 	ErrorClass *string
 	Error      *string
-	DurationMs *float64
+	DurationMs float64
 }
 
-// The attempt history (and replay markers) of jobs $1, in the order written.
+// The attempt history (and replay markers) of jobs job_ids, in the order written.
 // Through the view attempts (010_lease_token): job_attempts' rows and each
 // job's successful attempt, which stays on its job row (attempt number,
 // consumer, lease time as start, completion time) until a replay archives
 // it. One id space, so ordering by id is the order the attempts finished.
-func (q *Queries) AdminJobAttempts(ctx context.Context, dollar_1 []int64) ([]AdminJobAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, AdminJobAttempts, dollar_1)
+func (q *Queries) AdminJobAttempts(ctx context.Context, jobIds []int64) ([]AdminJobAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, AdminJobAttempts, jobIds)
 	if err != nil {
 		return nil, err
 	}
@@ -616,17 +618,17 @@ WHERE j.status = 'dead_letter'
   AND ($5::timestamptz IS NULL OR j.updated_at < $5)
   AND ($6::bigint = 0 OR j.id < $6)
 ORDER BY j.id DESC
-LIMIT $7
+LIMIT $7::bigint
 `
 
 type AdminListDeadLettersParams struct {
-	Column1 string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
-	Column6 int64
-	Limit   int32
+	Handler    string
+	Provider   string
+	ErrorClass string
+	Since      *time.Time
+	Until      *time.Time
+	BeforeID   int64
+	PageSize   int64
 }
 
 type AdminListDeadLettersRow struct {
@@ -645,17 +647,17 @@ type AdminListDeadLettersRow struct {
 
 // Dead-lettered jobs with their event's metadata; the time range is when the
 // job was dead-lettered (updated_at). Error class only: the text is in
-// AdminGetJob. $1 handler, $2 provider, $3 error class, $4 since, $5 until,
-// $6 before job id, $7 limit.
+// AdminGetJob. handler handler, provider provider, error_class error class, since since, until until,
+// before_id before job id, page_size limit.
 func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLettersParams) ([]AdminListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, AdminListDeadLetters,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.Column6,
-		arg.Limit,
+		arg.Handler,
+		arg.Provider,
+		arg.ErrorClass,
+		arg.Since,
+		arg.Until,
+		arg.BeforeID,
+		arg.PageSize,
 	)
 	if err != nil {
 		return nil, err
@@ -690,8 +692,8 @@ func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLet
 const AdminListEvents = `-- name: AdminListEvents :many
 
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at,
-       coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
+       e.signature_verified, e.secret_index, octet_length(e.raw_body) AS body_size, e.body_sha256, e.occurred_at,
+       coalesce(j.handlers, '{}')::text[] AS handlers, coalesce(j.statuses, '{}')::text[] AS statuses
 FROM webhook_ingress.events e
 LEFT JOIN LATERAL (
     SELECT array_agg(handler ORDER BY handler) AS handlers, array_agg(status ORDER BY handler) AS statuses
@@ -704,24 +706,24 @@ WHERE ($1::text = '' OR e.provider = $1)
   AND ($4::timestamptz IS NULL OR e.received_at < $4)
   AND ($5::text = '' OR e.external_event_id = $5)
   AND ($6::bigint = 0 OR e.id < $6)
-  AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
-  AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
-  AND ($10::text = '' OR e.payload @@ $10::jsonpath)
+  AND ($7::timestamptz IS NULL OR e.occurred_at >= $7)
+  AND ($8::timestamptz IS NULL OR e.occurred_at < $8)
+  AND ($9::text = '' OR e.payload @@ $9::jsonpath)
 ORDER BY e.id DESC
-LIMIT $7
+LIMIT $10::bigint
 `
 
 type AdminListEventsParams struct {
-	Column1  string
-	Column2  string
-	Column3  time.Time
-	Column4  time.Time
-	Column5  string
-	Column6  int64
-	Limit    int32
-	Column8  time.Time
-	Column9  time.Time
-	Column10 string
+	Provider        string
+	EventTypeLike   string
+	Since           *time.Time
+	Until           *time.Time
+	ExternalEventID string
+	BeforeID        int64
+	OccurredAfter   *time.Time
+	OccurredBefore  *time.Time
+	WherePath       string
+	PageSize        int64
 }
 
 type AdminListEventsRow struct {
@@ -733,11 +735,11 @@ type AdminListEventsRow struct {
 	ReceivedAt        time.Time
 	SignatureVerified bool
 	SecretIndex       *int16
-	OctetLength       int32
+	BodySize          int32
 	BodySha256        []byte
 	OccurredAt        *time.Time
-	Handlers          interface{}
-	Statuses          interface{}
+	Handlers          []string
+	Statuses          []string
 }
 
 // Queries of the operator tools (package admin: inlet events|dlq|replay and
@@ -748,26 +750,26 @@ type AdminListEventsRow struct {
 // first: $before = 0 starts at the newest row. Event type filters are LIKE
 // patterns made from a glob by admin (the subscriptions' escaping).
 // Event metadata (never the body) with each job's handler and status.
-// $1 provider, $2 event type LIKE pattern, $3 since (inclusive), $4 until
-// (exclusive), $5 external event id, $6 before id, $7 limit, $8 occurred
-// after (inclusive), $9 occurred before (exclusive), $10 a JSON path
-// predicate over payload (” none; --where). $10 is a bound parameter, cast
+// provider provider, event_type_like event type LIKE pattern, since since (inclusive), until until
+// (exclusive), external_event_id external event id, before_id before id, page_size limit, occurred_after occurred
+// after (inclusive), occurred_before occurred before (exclusive), where_path a JSON path
+// predicate over payload (” none; --where). where_path is a bound parameter, cast
 // to jsonpath by PostgreSQL (a bad path is its syntax error, never SQL), and
 // with the custom plan admin forces it is a constant the planner gives to
 // idx_events_payload (GIN jsonb_path_ops answers @@). Events without a
 // payload never match a path.
 func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams) ([]AdminListEventsRow, error) {
 	rows, err := q.db.Query(ctx, AdminListEvents,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.Column6,
-		arg.Limit,
-		arg.Column8,
-		arg.Column9,
-		arg.Column10,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.ExternalEventID,
+		arg.BeforeID,
+		arg.OccurredAfter,
+		arg.OccurredBefore,
+		arg.WherePath,
+		arg.PageSize,
 	)
 	if err != nil {
 		return nil, err
@@ -785,7 +787,7 @@ func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams
 			&i.ReceivedAt,
 			&i.SignatureVerified,
 			&i.SecretIndex,
-			&i.OctetLength,
+			&i.BodySize,
 			&i.BodySha256,
 			&i.OccurredAt,
 			&i.Handlers,
@@ -804,25 +806,25 @@ func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams
 const AdminListEventsWhere = `-- name: AdminListEventsWhere :many
 WITH matched AS MATERIALIZED (
     SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-           e.signature_verified, e.secret_index, octet_length(e.raw_body) AS size, e.body_sha256, e.occurred_at
+           e.signature_verified, e.secret_index, octet_length(e.raw_body) AS body_size, e.body_sha256, e.occurred_at
     FROM webhook_ingress.events e
-    WHERE e.payload @@ $10::jsonpath
-      AND ($1::text = '' OR e.provider = $1)
-      AND ($2::text = '' OR e.event_type LIKE $2)
-      AND ($3::timestamptz IS NULL OR e.received_at >= $3)
-      AND ($4::timestamptz IS NULL OR e.received_at < $4)
-      AND ($5::text = '' OR e.external_event_id = $5)
-      AND ($6::bigint = 0 OR e.id < $6)
+    WHERE e.payload @@ $1::text::jsonpath
+      AND ($2::text = '' OR e.provider = $2)
+      AND ($3::text = '' OR e.event_type LIKE $3)
+      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND ($6::text = '' OR e.external_event_id = $6)
+      AND ($7::bigint = 0 OR e.id < $7)
       AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
       AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
 ), page AS (
-    SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, size,
+    SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, body_size,
            body_sha256, occurred_at
-    FROM matched ORDER BY id DESC LIMIT $7
+    FROM matched ORDER BY id DESC LIMIT $10::bigint
 )
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, e.size, e.body_sha256, e.occurred_at,
-       coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
+       e.signature_verified, e.secret_index, e.body_size, e.body_sha256, e.occurred_at,
+       coalesce(j.handlers, '{}')::text[] AS handlers, coalesce(j.statuses, '{}')::text[] AS statuses
 FROM page e
 LEFT JOIN LATERAL (
     SELECT array_agg(handler ORDER BY handler) AS handlers, array_agg(status ORDER BY handler) AS statuses
@@ -833,16 +835,16 @@ ORDER BY e.id DESC
 `
 
 type AdminListEventsWhereParams struct {
-	Column1  string
-	Column2  string
-	Column3  time.Time
-	Column4  time.Time
-	Column5  string
-	Column6  int64
-	Limit    int32
-	Column8  time.Time
-	Column9  time.Time
-	Column10 interface{}
+	WherePath       string
+	Provider        string
+	EventTypeLike   string
+	Since           *time.Time
+	Until           *time.Time
+	ExternalEventID string
+	BeforeID        int64
+	OccurredAfter   *time.Time
+	OccurredBefore  *time.Time
+	PageSize        int64
 }
 
 type AdminListEventsWhereRow struct {
@@ -854,14 +856,14 @@ type AdminListEventsWhereRow struct {
 	ReceivedAt        time.Time
 	SignatureVerified bool
 	SecretIndex       *int16
-	Size              int32
+	BodySize          int32
 	BodySha256        []byte
 	OccurredAt        *time.Time
-	Handlers          interface{}
-	Statuses          interface{}
+	Handlers          []string
+	Statuses          []string
 }
 
-// AdminListEvents with a --where path ($10, never ”), same parameters and
+// AdminListEvents with a --where path (where_path, never ”), same parameters and
 // columns. The matches are found first through idx_events_payload and only
 // then sorted: left to itself, the planner estimates a path matches 1 % of
 // the rows and walks the id index backwards testing every payload (4.8 s
@@ -869,16 +871,16 @@ type AdminListEventsWhereRow struct {
 // matches most of the log reads all its matches; narrow it with --since.
 func (q *Queries) AdminListEventsWhere(ctx context.Context, arg AdminListEventsWhereParams) ([]AdminListEventsWhereRow, error) {
 	rows, err := q.db.Query(ctx, AdminListEventsWhere,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.Column6,
-		arg.Limit,
-		arg.Column8,
-		arg.Column9,
-		arg.Column10,
+		arg.WherePath,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.ExternalEventID,
+		arg.BeforeID,
+		arg.OccurredAfter,
+		arg.OccurredBefore,
+		arg.PageSize,
 	)
 	if err != nil {
 		return nil, err
@@ -896,7 +898,7 @@ func (q *Queries) AdminListEventsWhere(ctx context.Context, arg AdminListEventsW
 			&i.ReceivedAt,
 			&i.SignatureVerified,
 			&i.SecretIndex,
-			&i.Size,
+			&i.BodySize,
 			&i.BodySha256,
 			&i.OccurredAt,
 			&i.Handlers,
@@ -928,10 +930,10 @@ const AdminNotifyJobs = `-- name: AdminNotifyJobs :exec
 SELECT pg_notify($1, '')
 `
 
-// Wake the streamers after a replay: $1 is notify.Channel. Sent inside the
+// Wake the streamers after a replay: channel is notify.Channel. Sent inside the
 // replay's transaction, so it is delivered at COMMIT and only then.
-func (q *Queries) AdminNotifyJobs(ctx context.Context, pgNotify string) error {
-	_, err := q.db.Exec(ctx, AdminNotifyJobs, pgNotify)
+func (q *Queries) AdminNotifyJobs(ctx context.Context, channel string) error {
+	_, err := q.db.Exec(ctx, AdminNotifyJobs, channel)
 	return err
 }
 
@@ -975,15 +977,15 @@ SELECT id FROM requeued ORDER BY id
 `
 
 type AdminRequeueJobsParams struct {
-	Column1 []int64
-	Column2 bool
+	JobIds          []int64
+	DeadLettersOnly bool
 }
 
-// Put jobs $1 back in the queue: pending, due now, no lease, no worker, no
+// Put jobs job_ids back in the queue: pending, due now, no lease, no worker, no
 // last error, and attempt_count 0 so the handler gets max_attempts again.
 // Their attempt history stays; each gets a 'replayed' row recording the
 // attempt count it had and the login role that replayed it. A job leased
-// meanwhile (in flight) is left alone, and with $2 (a dead-letter replay) so
+// meanwhile (in flight) is left alone, and with dead_letters_only (a dead-letter replay) so
 // is one that is no longer a dead letter (replayed meanwhile by someone
 // else). The status is re-checked on the locked row. Returns the ids
 // re-queued.
@@ -996,7 +998,7 @@ type AdminRequeueJobsParams struct {
 // sent it already from the job row, never sees it under a new id. The
 // archive's id is below the replay marker's, drawn after it.
 func (q *Queries) AdminRequeueJobs(ctx context.Context, arg AdminRequeueJobsParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, AdminRequeueJobs, arg.Column1, arg.Column2)
+	rows, err := q.db.Query(ctx, AdminRequeueJobs, arg.JobIds, arg.DeadLettersOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -1017,29 +1019,29 @@ func (q *Queries) AdminRequeueJobs(ctx context.Context, arg AdminRequeueJobsPara
 
 const AdminSetSubscriptionsEnabled = `-- name: AdminSetSubscriptionsEnabled :execrows
 UPDATE webhook_ingress.subscriptions
-SET enabled = $4, updated_at = now()
-WHERE handler = $1
-  AND ($2::text = '' OR provider_pattern = $2)
-  AND ($3::text = '' OR event_type_pattern = $3)
-  AND enabled IS DISTINCT FROM $4
+SET enabled = $1, updated_at = now()
+WHERE handler = $2
+  AND ($3::text = '' OR provider_pattern = $3)
+  AND ($4::text = '' OR event_type_pattern = $4)
+  AND enabled IS DISTINCT FROM $1
 `
 
 type AdminSetSubscriptionsEnabledParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Enabled bool
+	Enabled          bool
+	Handler          string
+	ProviderPattern  string
+	EventTypePattern string
 }
 
-// Switch handler $1's subscriptions on or off ($4): all of them, or the one
-// with provider pattern $2 and event type pattern $3 when both are given.
+// Switch handler handler's subscriptions on or off (enabled): all of them, or the one
+// with provider pattern provider_pattern and event type pattern event_type_pattern when both are given.
 // Jobs already created are left alone.
 func (q *Queries) AdminSetSubscriptionsEnabled(ctx context.Context, arg AdminSetSubscriptionsEnabledParams) (int64, error) {
 	result, err := q.db.Exec(ctx, AdminSetSubscriptionsEnabled,
-		arg.Handler,
-		arg.Column2,
-		arg.Column3,
 		arg.Enabled,
+		arg.Handler,
+		arg.ProviderPattern,
+		arg.EventTypePattern,
 	)
 	if err != nil {
 		return 0, err
@@ -1056,14 +1058,14 @@ SELECT EXISTS (
 `
 
 type AdminSubscriptionExistsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
+	Handler          string
+	ProviderPattern  string
+	EventTypePattern string
 }
 
-// Whether handler $1 has a subscription (with patterns $2, $3 when given).
+// Whether handler handler has a subscription (with patterns provider_pattern, event_type_pattern when given).
 func (q *Queries) AdminSubscriptionExists(ctx context.Context, arg AdminSubscriptionExistsParams) (bool, error) {
-	row := q.db.QueryRow(ctx, AdminSubscriptionExists, arg.Handler, arg.Column2, arg.Column3)
+	row := q.db.QueryRow(ctx, AdminSubscriptionExists, arg.Handler, arg.ProviderPattern, arg.EventTypePattern)
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
@@ -1087,9 +1089,9 @@ type AdminSubscriptionsRow struct {
 	OpenJobs         int64
 }
 
-// Every subscription of handler $1 (” all), with the jobs it has now.
-func (q *Queries) AdminSubscriptions(ctx context.Context, dollar_1 string) ([]AdminSubscriptionsRow, error) {
-	rows, err := q.db.Query(ctx, AdminSubscriptions, dollar_1)
+// Every subscription of handler handler (” all), with the jobs it has now.
+func (q *Queries) AdminSubscriptions(ctx context.Context, handler string) ([]AdminSubscriptionsRow, error) {
+	rows, err := q.db.Query(ctx, AdminSubscriptions, handler)
 	if err != nil {
 		return nil, err
 	}

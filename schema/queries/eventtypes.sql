@@ -36,11 +36,11 @@ ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 E
 -- Events that created no job at all (of the types event_types counts as
 -- unrouted, from their first unrouted event on; '_other' stands for the
 -- source's types past the cap) and that an enabled subscription of handler
--- $1 matches, filtered by $2 provider, $3 event type LIKE pattern, $4 since
--- and $5 until on received_at: the jobs inlet replay --unrouted creates.
+-- handler matches, filtered by provider provider, event_type_like event type LIKE pattern, since since
+-- and until until on received_at: the jobs inlet replay --unrouted creates.
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
@@ -55,31 +55,31 @@ WITH t AS (
 )
 SELECT count(*)
 FROM e
-WHERE ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+WHERE (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+              WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
 
 -- name: AdminCreateUnroutedJobs :one
--- Create the next $7 jobs of AdminCountUnroutedJobs after event id $6, as
+-- Create the next batch_size jobs of AdminCountUnroutedJobs after event id after_id, as
 -- AdminCreateMissingJobs does (pending, due now, the largest max_attempts of
 -- the handler's matching patterns, a 'replayed' history row naming the login
 -- role). Returns how many were created and the last event id looked at.
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
       ON e.provider = t.provider AND e.event_type = t.event_type AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type <> '_other' AND e.id > $6
+    WHERE t.event_type <> '_other' AND e.id > sqlc.arg(after_id)
     UNION ALL
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type = '_other' AND e.id > $6
+    WHERE t.event_type = '_other' AND e.id > sqlc.arg(after_id)
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
                       WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
 ), batch AS (
@@ -88,23 +88,23 @@ WITH t AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+        WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL
-      AND ($3::text = '' OR e.event_type LIKE $3)
-      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
     ORDER BY e.id
-    LIMIT $7
+    LIMIT sqlc.arg(batch_size)::bigint
 ), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    SELECT id, received_at, sqlc.arg(handler), provider, event_type, max_attempts FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint;
+SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id;

@@ -13,7 +13,7 @@ import (
 const AdminCountUnroutedJobs = `-- name: AdminCountUnroutedJobs :one
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND ($5::text = '' OR provider = $5)
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
@@ -28,35 +28,35 @@ WITH t AS (
 )
 SELECT count(*)
 FROM e
-WHERE ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+WHERE ($1::text = '' OR e.event_type LIKE $1)
+  AND ($2::timestamptz IS NULL OR e.received_at >= $2)
+  AND ($3::timestamptz IS NULL OR e.received_at < $3)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+              WHERE s.handler = $4 AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 `
 
 type AdminCountUnroutedJobsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	Handler       string
+	Provider      string
 }
 
 // Events that created no job at all (of the types event_types counts as
 // unrouted, from their first unrouted event on; '_other' stands for the
 // source's types past the cap) and that an enabled subscription of handler
-// $1 matches, filtered by $2 provider, $3 event type LIKE pattern, $4 since
-// and $5 until on received_at: the jobs inlet replay --unrouted creates.
+// handler matches, filtered by provider provider, event_type_like event type LIKE pattern, since since
+// and until until on received_at: the jobs inlet replay --unrouted creates.
 func (q *Queries) AdminCountUnroutedJobs(ctx context.Context, arg AdminCountUnroutedJobsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCountUnroutedJobs,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
+		arg.Provider,
 	)
 	var count int64
 	err := row.Scan(&count)
@@ -66,16 +66,16 @@ func (q *Queries) AdminCountUnroutedJobs(ctx context.Context, arg AdminCountUnro
 const AdminCreateUnroutedJobs = `-- name: AdminCreateUnroutedJobs :one
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND ($1::text = '' OR provider = $1)
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
       ON e.provider = t.provider AND e.event_type = t.event_type AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type <> '_other' AND e.id > $6
+    WHERE t.event_type <> '_other' AND e.id > $2
     UNION ALL
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type = '_other' AND e.id > $6
+    WHERE t.event_type = '_other' AND e.id > $2
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
                       WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
 ), batch AS (
@@ -84,59 +84,59 @@ WITH t AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+        WHERE s.handler = $3 AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL
-      AND ($3::text = '' OR e.event_type LIKE $3)
-      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND ($4::text = '' OR e.event_type LIKE $4)
+      AND ($5::timestamptz IS NULL OR e.received_at >= $5)
+      AND ($6::timestamptz IS NULL OR e.received_at < $6)
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
     ORDER BY e.id
-    LIMIT $7
+    LIMIT $7::bigint
 ), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    SELECT id, received_at, $3, provider, event_type, max_attempts FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id
 `
 
 type AdminCreateUnroutedJobsParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
-	ID      int64
-	Limit   int32
+	Provider      string
+	AfterID       int64
+	Handler       string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	BatchSize     int64
 }
 
 type AdminCreateUnroutedJobsRow struct {
-	Count   int64
-	Column2 int64
+	Created     int64
+	LastEventID int64
 }
 
-// Create the next $7 jobs of AdminCountUnroutedJobs after event id $6, as
+// Create the next batch_size jobs of AdminCountUnroutedJobs after event id after_id, as
 // AdminCreateMissingJobs does (pending, due now, the largest max_attempts of
 // the handler's matching patterns, a 'replayed' history row naming the login
 // role). Returns how many were created and the last event id looked at.
 func (q *Queries) AdminCreateUnroutedJobs(ctx context.Context, arg AdminCreateUnroutedJobsParams) (AdminCreateUnroutedJobsRow, error) {
 	row := q.db.QueryRow(ctx, AdminCreateUnroutedJobs,
+		arg.Provider,
+		arg.AfterID,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.ID,
-		arg.Limit,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.BatchSize,
 	)
 	var i AdminCreateUnroutedJobsRow
-	err := row.Scan(&i.Count, &i.Column2)
+	err := row.Scan(&i.Created, &i.LastEventID)
 	return i, err
 }
 

@@ -28,22 +28,22 @@ SELECT count(*) FROM created
 `
 
 type AdminCreateFilteredJobsParams struct {
-	Handler string
-	Column2 []int64
-	Column3 []time.Time
-	Column4 []int32
+	Handler     string
+	EventIds    []int64
+	ReceivedAts []time.Time
+	MaxAttempts []int32
 }
 
-// Jobs of handler $1 for the events whose filter passed ($2 ids, $3 their
-// received_at, $4 max_attempts: parallel arrays), pending and due now, each
+// Jobs of handler handler for the events whose filter passed (event_ids ids, received_ats their
+// received_at, max_attempts max_attempts: parallel arrays), pending and due now, each
 // with a 'replayed' history row (attempt 0, worker_id the login role), as
 // AdminCreateMissingJobs. Returns how many were created.
 func (q *Queries) AdminCreateFilteredJobs(ctx context.Context, arg AdminCreateFilteredJobsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCreateFilteredJobs,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
+		arg.EventIds,
+		arg.ReceivedAts,
+		arg.MaxAttempts,
 	)
 	var count int64
 	err := row.Scan(&count)
@@ -65,7 +65,7 @@ type AdminHandlerFiltersRow struct {
 	MaxAttempts      int32
 }
 
-// Handler $1's enabled subscriptions that carry a filter, for catch-up to
+// Handler handler's enabled subscriptions that carry a filter, for catch-up to
 // evaluate (the unfiltered ones are matched in SQL).
 func (q *Queries) AdminHandlerFilters(ctx context.Context, handler string) ([]AdminHandlerFiltersRow, error) {
 	rows, err := q.db.Query(ctx, AdminHandlerFilters, handler)
@@ -96,30 +96,30 @@ func (q *Queries) AdminHandlerFilters(ctx context.Context, handler string) ([]Ad
 const AdminMissingFilteredCandidates = `-- name: AdminMissingFilteredCandidates :many
 SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.raw_body, e.occurred_at
 FROM webhook_ingress.events e
-WHERE ($2::text = '' OR e.provider = $2)
-  AND ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
-  AND e.id > $6
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
-  AND (NOT $8::boolean OR NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+WHERE ($1::text = '' OR e.provider = $1)
+  AND ($2::text = '' OR e.event_type LIKE $2)
+  AND ($3::timestamptz IS NULL OR e.received_at >= $3)
+  AND ($4::timestamptz IS NULL OR e.received_at < $4)
+  AND e.id > $5
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $6)
+  AND (NOT $7::boolean OR NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
                                       WHERE j.event_id = e.id AND j.event_received_at = e.received_at))
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NOT NULL
+              WHERE s.handler = $6 AND s.enabled AND s.filter IS NOT NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 ORDER BY e.id
-LIMIT $7
+LIMIT $8::bigint
 `
 
 type AdminMissingFilteredCandidatesParams struct {
-	Handler string
-	Column2 string
-	Column3 string
-	Column4 time.Time
-	Column5 time.Time
-	ID      int64
-	Limit   int32
-	Column8 bool
+	Provider      string
+	EventTypeLike string
+	Since         *time.Time
+	Until         *time.Time
+	AfterID       int64
+	Handler       string
+	Unrouted      bool
+	BatchSize     int64
 }
 
 type AdminMissingFilteredCandidatesRow struct {
@@ -132,21 +132,21 @@ type AdminMissingFilteredCandidatesRow struct {
 	OccurredAt *time.Time
 }
 
-// The next $7 events after id $6 that match the replay's filter ($2 source,
-// $3 type LIKE, $4 since, $5 until, as AdminCountMissingJobs) and the
-// patterns of one of handler $1's enabled filtered subscriptions, and have
-// no job of $1 (with $8, no job at all: an unrouted event): catch-up
+// The next batch_size events after id after_id that match the replay's filter (provider source,
+// event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
+// patterns of one of handler handler's enabled filtered subscriptions, and have
+// no job of handler (with unrouted, no job at all: an unrouted event): catch-up
 // evaluates the filters on them.
 func (q *Queries) AdminMissingFilteredCandidates(ctx context.Context, arg AdminMissingFilteredCandidatesParams) ([]AdminMissingFilteredCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, AdminMissingFilteredCandidates,
+		arg.Provider,
+		arg.EventTypeLike,
+		arg.Since,
+		arg.Until,
+		arg.AfterID,
 		arg.Handler,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-		arg.Column5,
-		arg.ID,
-		arg.Limit,
-		arg.Column8,
+		arg.Unrouted,
+		arg.BatchSize,
 	)
 	if err != nil {
 		return nil, err
