@@ -62,7 +62,7 @@ func claimAll(t *testing.T, pool *pgxpool.Pool) map[string]leasedJob {
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE webhook_streamer"); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "streamer-1", time.Minute, []string{})
+	rows, err := tx.Query(ctx, queries.ClaimJobs, "streamer-1", time.Minute, []string{}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@
 -- attempts, expired leases and replays get a job_attempts row.
 
 -- name: ClaimJobs :many
--- Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
--- statement. SKIP LOCKED lets any number of streamers claim side by side
+-- Lease up to batch_size due jobs for lease holder lease_holder for
+-- lease_for (an interval), in one statement. SKIP LOCKED lets any number of streamers claim side by side
 -- without waiting on or double-leasing each other's rows. The attempt number
--- and lease time taken here are the lease token. Handlers in $4 are at their
--- in-flight limit and get no more this round; the streamer keeps that count
+-- and lease time taken here are the lease token. Handlers in full_handlers
+-- are at their in-flight limit and get no more this round; the streamer keeps that count
 -- in memory (CountLeasedJobs now and then, plus what it leased since), so
 -- the claim does not re-count every lease.
 WITH due AS (
@@ -22,24 +22,25 @@ WITH due AS (
     FROM webhook_ingress.jobs j
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
-      AND j.handler <> ALL ($4::text[])
+      AND j.handler <> ALL (sqlc.arg(full_handlers)::text[])
     ORDER BY j.next_attempt_at, j.id
-    LIMIT $1
+    LIMIT sqlc.arg(batch_size)::bigint
     FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'leased',
     attempt_count    = j.attempt_count + 1,
-    lease_holder_id  = $2,
-    lease_expires_at = now() + $3::interval,
+    lease_holder_id  = sqlc.arg(lease_holder)::text,
+    lease_expires_at = now() + sqlc.arg(lease_for)::interval,
     attempted_at     = now(),
     worker_id        = NULL,
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
   AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, ''),
-          j.event_received_at, j.attempted_at;
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
+          j.lease_expires_at::timestamptz AS lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent,
+          j.event_received_at, j.attempted_at::timestamptz AS attempted_at;
 
 -- name: CountLeasedJobs :many
 -- Jobs leased now, per handler (by every streamer): the base of the
@@ -47,7 +48,7 @@ RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count
 -- and the handlers whose known consumers have all gone quiet, to lease none
 -- of their jobs until one is back (a handler with no consumer known, e.g.
 -- one of an older version, is leased as usual).
-SELECT handler, count(*), false
+SELECT handler, count(*) AS leased, false AS quiet
 FROM webhook_ingress.jobs
 WHERE lease_expires_at IS NOT NULL
   AND status = 'leased'
@@ -69,9 +70,9 @@ SET status           = 'pending',
     lease_expires_at = NULL,
     next_attempt_at  = now(),
     updated_at       = now()
-WHERE id = ANY($1::bigint[])
+WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
   AND status = 'leased'
-  AND lease_holder_id = $2;
+  AND lease_holder_id = sqlc.arg(lease_holder)::text;
 
 -- name: ReapExpiredLeases :many
 -- Leases that ran out without an outcome. Taking an attempt writes nothing,
@@ -82,7 +83,7 @@ WHERE id = ANY($1::bigint[])
 -- job goes back to pending, or to dead_letter with reason lease_expired when
 -- that was the last attempt. When no consumer of the handler was alive (an
 -- outage), no handler ran: back to pending and the attempt does not count.
--- At most $1 per call.
+-- At most batch_size per call.
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
            (j.worker_id IS NOT NULL OR EXISTS (
@@ -92,7 +93,7 @@ WITH expired AS (
     WHERE j.lease_expires_at < now()
       AND j.status = 'leased'
     ORDER BY j.lease_expires_at
-    LIMIT $1
+    LIMIT sqlc.arg(batch_size)::bigint
     FOR UPDATE OF j SKIP LOCKED
 ), reaped AS (
     UPDATE webhook_ingress.jobs j

@@ -17,31 +17,32 @@ WITH due AS (
     FROM webhook_ingress.jobs j
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
-      AND j.handler <> ALL ($4::text[])
+      AND j.handler <> ALL ($3::text[])
     ORDER BY j.next_attempt_at, j.id
-    LIMIT $1
+    LIMIT $4::bigint
     FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'leased',
     attempt_count    = j.attempt_count + 1,
-    lease_holder_id  = $2,
-    lease_expires_at = now() + $3::interval,
+    lease_holder_id  = $1::text,
+    lease_expires_at = now() + $2::interval,
     attempted_at     = now(),
     worker_id        = NULL,
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
   AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, ''),
-          j.event_received_at, j.attempted_at
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
+          j.lease_expires_at::timestamptz AS lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent,
+          j.event_received_at, j.attempted_at::timestamptz AS attempted_at
 `
 
 type ClaimJobsParams struct {
-	Limit         int32
-	LeaseHolderID *string
-	Column3       time.Duration
-	Column4       []string
+	LeaseHolder  string
+	LeaseFor     time.Duration
+	FullHandlers []string
+	BatchSize    int64
 }
 
 type ClaimJobsRow struct {
@@ -52,10 +53,10 @@ type ClaimJobsRow struct {
 	EventType       string
 	AttemptCount    int32
 	MaxAttempts     int32
-	LeaseExpiresAt  *time.Time
+	LeaseExpiresAt  time.Time
 	TraceParent     string
 	EventReceivedAt time.Time
-	AttemptedAt     *time.Time
+	AttemptedAt     time.Time
 }
 
 // Queries on webhook_ingress.jobs: the job protocol. A delivered job costs
@@ -68,19 +69,19 @@ type ClaimJobsRow struct {
 // a replay, the lease time does not. A successful attempt stays on the job
 // row (attempt_count, worker_id, completed_at, completed_attempt_id); failed
 // attempts, expired leases and replays get a job_attempts row.
-// Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
-// statement. SKIP LOCKED lets any number of streamers claim side by side
+// Lease up to batch_size due jobs for lease holder lease_holder for
+// lease_for (an interval), in one statement. SKIP LOCKED lets any number of streamers claim side by side
 // without waiting on or double-leasing each other's rows. The attempt number
-// and lease time taken here are the lease token. Handlers in $4 are at their
-// in-flight limit and get no more this round; the streamer keeps that count
+// and lease time taken here are the lease token. Handlers in full_handlers
+// are at their in-flight limit and get no more this round; the streamer keeps that count
 // in memory (CountLeasedJobs now and then, plus what it leased since), so
 // the claim does not re-count every lease.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJobs,
-		arg.Limit,
-		arg.LeaseHolderID,
-		arg.Column3,
-		arg.Column4,
+		arg.LeaseHolder,
+		arg.LeaseFor,
+		arg.FullHandlers,
+		arg.BatchSize,
 	)
 	if err != nil {
 		return nil, err
@@ -250,7 +251,7 @@ func (q *Queries) ConsumerGone(ctx context.Context, arg ConsumerGoneParams) (int
 }
 
 const CountLeasedJobs = `-- name: CountLeasedJobs :many
-SELECT handler, count(*), false
+SELECT handler, count(*) AS leased, false AS quiet
 FROM webhook_ingress.jobs
 WHERE lease_expires_at IS NOT NULL
   AND status = 'leased'
@@ -264,8 +265,8 @@ HAVING max(alive_until) < now()
 
 type CountLeasedJobsRow struct {
 	Handler string
-	Count   int64
-	Column3 bool
+	Leased  int64
+	Quiet   bool
 }
 
 // Jobs leased now, per handler (by every streamer): the base of the
@@ -282,7 +283,7 @@ func (q *Queries) CountLeasedJobs(ctx context.Context) ([]CountLeasedJobsRow, er
 	var items []CountLeasedJobsRow
 	for rows.Next() {
 		var i CountLeasedJobsRow
-		if err := rows.Scan(&i.Handler, &i.Count, &i.Column3); err != nil {
+		if err := rows.Scan(&i.Handler, &i.Leased, &i.Quiet); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -534,7 +535,7 @@ WITH expired AS (
     WHERE j.lease_expires_at < now()
       AND j.status = 'leased'
     ORDER BY j.lease_expires_at
-    LIMIT $1
+    LIMIT $1::bigint
     FOR UPDATE OF j SKIP LOCKED
 ), reaped AS (
     UPDATE webhook_ingress.jobs j
@@ -575,9 +576,9 @@ type ReapExpiredLeasesRow struct {
 // job goes back to pending, or to dead_letter with reason lease_expired when
 // that was the last attempt. When no consumer of the handler was alive (an
 // outage), no handler ran: back to pending and the attempt does not count.
-// At most $1 per call.
-func (q *Queries) ReapExpiredLeases(ctx context.Context, limit int32) ([]ReapExpiredLeasesRow, error) {
-	rows, err := q.db.Query(ctx, ReapExpiredLeases, limit)
+// At most batch_size per call.
+func (q *Queries) ReapExpiredLeases(ctx context.Context, batchSize int64) ([]ReapExpiredLeasesRow, error) {
+	rows, err := q.db.Query(ctx, ReapExpiredLeases, batchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -606,18 +607,18 @@ SET status           = 'pending',
     updated_at       = now()
 WHERE id = ANY($1::bigint[])
   AND status = 'leased'
-  AND lease_holder_id = $2
+  AND lease_holder_id = $2::text
 `
 
 type ReleaseJobsParams struct {
-	Column1       []int64
-	LeaseHolderID *string
+	JobIds      []int64
+	LeaseHolder string
 }
 
 // Give back leases whose references could not be published: pending again at
 // once, and the attempt does not count. If a reference went out before the
 // publish failed, its consumer's outcome is fenced out by the next lease.
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error {
-	_, err := q.db.Exec(ctx, ReleaseJobs, arg.Column1, arg.LeaseHolderID)
+	_, err := q.db.Exec(ctx, ReleaseJobs, arg.JobIds, arg.LeaseHolder)
 	return err
 }
