@@ -20,7 +20,8 @@ var updateSQLCSchema = flag.Bool("update", false, "rewrite sqlc_schema.sql from 
 // sqlc_schema.sql is the schema sqlc types the queries against (sqlc.yaml):
 // the tables, views and functions of a database migrated to the latest
 // version, read back from its catalog. sqlc cannot replay the migrations
-// themselves (005_partitions rebuilds tables from DO blocks), and the
+// themselves (it stops at 005_partitions, which reads a sequence sqlc's
+// catalog does not model and rebuilds tables in DO blocks), and the
 // catalog's answer is what the queries run on. Period partitions (named for
 // the day a database was migrated; the default partitions are kept), triggers,
 // indexes, grants, policies and function bodies are left out: they change no
