@@ -121,11 +121,11 @@ func customPlans(ctx context.Context, tx pgx.Tx) error {
 }
 
 // nullTime is t for a timestamptz parameter, NULL when zero.
-func nullTime(t time.Time) any {
+func nullTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	return t
+	return &t
 }
 
 // globLike turns a glob ('*' matches any run of characters, nothing else is

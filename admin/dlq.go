@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // DeadLetterFilter selects dead-lettered jobs. Zero fields do not filter.
@@ -61,18 +61,18 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetter
 	}
 	page := DeadLetterPage{DeadLetters: []DeadLetter{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("AdminListDeadLetters"),
-			f.Handler, f.Provider, f.ErrorClass, nullTime(f.Since), nullTime(f.Until), f.Before, limit)
+		rows, err := queries.New(tx).AdminListDeadLetters(ctx, queries.AdminListDeadLettersParams{
+			Handler: f.Handler, Provider: f.Provider, ErrorClass: f.ErrorClass, Since: nullTime(f.Since), Until: nullTime(f.Until),
+			BeforeID: f.Before, PageSize: int64(limit)})
 		if err != nil {
 			return err
 		}
-		page.DeadLetters, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetter, error) {
-			var d DeadLetter
-			err := r.Scan(&d.JobID, &d.EventID, &d.Handler, &d.Provider, &d.EventType, &d.AttemptCount, &d.MaxAttempts,
-				&d.LastErrorClass, &d.DeadSince, &d.ExternalEventID, &d.ReceivedAt)
-			return d, err
-		})
-		return err
+		for _, r := range rows {
+			page.DeadLetters = append(page.DeadLetters, DeadLetter{JobID: r.ID, EventID: r.EventID, Handler: r.Handler,
+				Provider: r.Provider, EventType: r.EventType, AttemptCount: int(r.AttemptCount), MaxAttempts: int(r.MaxAttempts),
+				LastErrorClass: r.LastErrorClass, DeadSince: r.UpdatedAt, ExternalEventID: r.ExternalEventID, ReceivedAt: r.ReceivedAt})
+		}
+		return nil
 	})
 	if err != nil {
 		return DeadLetterPage{}, fmt.Errorf("list dead letters: %w", err)
@@ -95,18 +95,21 @@ type JobDetail struct {
 func GetJob(ctx context.Context, db DB, id int64) (JobDetail, error) {
 	var d JobDetail
 	err := readTx(ctx, db, func(tx pgx.Tx) error {
-		var sum []byte
-		e := &d.Event
-		j, err := scanJob(tx.QueryRow(ctx, schema.Query("AdminGetJob"), id),
-			&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt)
+		r, err := queries.New(tx).AdminGetJob(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("no such job")
 		}
 		if err != nil {
 			return err
 		}
-		e.BodySHA256 = hex.EncodeToString(sum)
+		d.Event = EventMeta{ID: r.EID, Provider: r.EProvider, Scheme: r.EScheme, ExternalEventID: r.EExternalEventID,
+			EventType: r.EEventType, ReceivedAt: r.EReceivedAt, SignatureVerified: r.ESignatureVerified, SecretIndex: r.ESecretIndex,
+			BodySize: int64(r.EBodySize), BodySHA256: hex.EncodeToString(r.EBodySha256), OccurredAt: r.EOccurredAt}
+		j := jobOf(queries.AdminEventJobsRow{ID: r.ID, EventID: r.EventID, Handler: r.Handler, Provider: r.Provider,
+			EventType: r.EventType, Status: r.Status, AttemptCount: r.AttemptCount, MaxAttempts: r.MaxAttempts,
+			NextAttemptAt: r.NextAttemptAt, LeaseHolderID: r.LeaseHolderID, LeaseExpiresAt: r.LeaseExpiresAt,
+			AttemptedAt: r.AttemptedAt, WorkerID: r.WorkerID, LastError: r.LastError, LastErrorClass: r.LastErrorClass,
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt})
 		jobs := []Job{j}
 		if err := attachAttempts(ctx, tx, jobs); err != nil {
 			return err

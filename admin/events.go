@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // EventMeta is an event's metadata: everything but its headers and body.
@@ -84,33 +85,40 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	}
 	page := EventPage{Events: []EventSummary{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
-		query := schema.Query("AdminListEvents")
-		if f.Where != "" {
-			query = schema.Query("AdminListEventsWhere")
+		arg := queries.AdminListEventsParams{
+			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
+			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit),
+			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: f.Where,
 		}
-		rows, err := tx.Query(ctx, query,
-			f.Provider, globLike(f.EventType), nullTime(f.Since), nullTime(f.Until), f.ExternalEventID, f.Before, limit,
-			nullTime(f.OccurredAfter), nullTime(f.OccurredBefore), f.Where)
+		var rows []queries.AdminListEventsRow
+		var err error
+		if f.Where != "" {
+			var where []queries.AdminListEventsWhereRow
+			where, err = queries.New(tx).AdminListEventsWhere(ctx, queries.AdminListEventsWhereParams{
+				Provider: arg.Provider, EventTypeLike: arg.EventTypeLike, Since: arg.Since, Until: arg.Until,
+				ExternalEventID: arg.ExternalEventID, BeforeID: arg.BeforeID, PageSize: arg.PageSize,
+				OccurredAfter: arg.OccurredAfter, OccurredBefore: arg.OccurredBefore, WherePath: arg.WherePath,
+			})
+			for _, r := range where {
+				rows = append(rows, queries.AdminListEventsRow(r))
+			}
+		} else {
+			rows, err = queries.New(tx).AdminListEvents(ctx, arg)
+		}
 		if err != nil {
 			return badPath(err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var e EventSummary
-			var sum []byte
-			var handlers, statuses []string
-			if err := rows.Scan(&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-				&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt, &handlers, &statuses); err != nil {
-				return err
-			}
-			e.BodySHA256 = hex.EncodeToString(sum)
-			e.Jobs = make([]JobState, len(handlers))
-			for i := range handlers {
-				e.Jobs[i] = JobState{Handler: handlers[i], Status: statuses[i]}
+		for _, r := range rows {
+			e := EventSummary{EventMeta: EventMeta{ID: r.ID, Provider: r.Provider, Scheme: r.Scheme, ExternalEventID: r.ExternalEventID,
+				EventType: r.EventType, ReceivedAt: r.ReceivedAt, SignatureVerified: r.SignatureVerified, SecretIndex: r.SecretIndex,
+				BodySize: int64(r.BodySize), BodySHA256: hex.EncodeToString(r.BodySha256), OccurredAt: r.OccurredAt}}
+			e.Jobs = make([]JobState, len(r.Handlers))
+			for i := range r.Handlers {
+				e.Jobs[i] = JobState{Handler: r.Handlers[i], Status: r.Statuses[i]}
 			}
 			page.Events = append(page.Events, e)
 		}
-		return badPath(rows.Err())
+		return nil
 	})
 	if err != nil {
 		return EventPage{}, fmt.Errorf("list events: %w", err)
@@ -182,27 +190,31 @@ type EventDetail struct {
 func GetEvent(ctx context.Context, db DB, id int64) (EventDetail, error) {
 	var e EventDetail
 	err := readTx(ctx, db, func(tx pgx.Tx) error {
-		var sum []byte
-		err := tx.QueryRow(ctx, schema.Query("AdminGetEvent"), id).Scan(
-			&e.ID, &e.Provider, &e.Scheme, &e.ExternalEventID, &e.EventType, &e.ReceivedAt,
-			&e.SignatureVerified, &e.SecretIndex, &e.BodySize, &sum, &e.OccurredAt, &e.Headers, &e.RequestURI, &e.RawBody, &e.HasPayload)
+		q := queries.New(tx)
+		r, err := q.AdminGetEvent(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("no such event")
 		}
 		if err != nil {
 			return err
 		}
-		e.BodySHA256 = hex.EncodeToString(sum)
+		e.EventMeta = EventMeta{ID: r.ID, Provider: r.Provider, Scheme: r.Scheme, ExternalEventID: r.ExternalEventID,
+			EventType: r.EventType, ReceivedAt: r.ReceivedAt, SignatureVerified: r.SignatureVerified, SecretIndex: r.SecretIndex,
+			BodySize: int64(r.BodySize), BodySHA256: hex.EncodeToString(r.BodySha256), OccurredAt: r.OccurredAt}
+		if err := json.Unmarshal(r.Headers, &e.Headers); err != nil {
+			return fmt.Errorf("headers of event %d: %w", id, err)
+		}
+		e.RequestURI, e.RawBody, e.HasPayload = r.RequestUri, r.RawBody, r.HasPayload
 		if e.RawBody == nil {
 			e.RawBody = []byte{}
 		}
-		rows, err := tx.Query(ctx, schema.Query("AdminEventJobs"), id)
+		jobs, err := q.AdminEventJobs(ctx, id)
 		if err != nil {
 			return err
 		}
-		e.Jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
-		if err != nil {
-			return err
+		e.Jobs = make([]Job, len(jobs))
+		for i, j := range jobs {
+			e.Jobs[i] = jobOf(j)
 		}
 		return attachAttempts(ctx, tx, e.Jobs)
 	})
@@ -212,16 +224,14 @@ func GetEvent(ctx context.Context, db DB, id int64) (EventDetail, error) {
 	return e, nil
 }
 
-// scanJob reads the job columns of AdminEventJobs / AdminGetJob, in order,
-// followed by extra destinations.
-func scanJob(r pgx.Row, extra ...any) (Job, error) {
-	var j Job
-	dest := append([]any{&j.ID, &j.EventID, &j.Handler, &j.Provider, &j.EventType, &j.Status, &j.AttemptCount, &j.MaxAttempts,
-		&j.NextAttemptAt, &j.LeaseHolderID, &j.LeaseExpiresAt, &j.AttemptedAt, &j.WorkerID,
-		&j.LastError, &j.LastErrorClass, &j.CreatedAt, &j.UpdatedAt, &j.CompletedAt}, extra...)
-	err := r.Scan(dest...)
-	j.Attempts = []Attempt{}
-	return j, err
+// jobOf is the Job of a job row of AdminEventJobs (AdminGetJob's first
+// columns are the same), its attempts still to attach.
+func jobOf(r queries.AdminEventJobsRow) Job {
+	return Job{ID: r.ID, EventID: r.EventID, Handler: r.Handler, Provider: r.Provider, EventType: r.EventType, Status: r.Status,
+		AttemptCount: int(r.AttemptCount), MaxAttempts: int(r.MaxAttempts), NextAttemptAt: r.NextAttemptAt,
+		LeaseHolderID: r.LeaseHolderID, LeaseExpiresAt: r.LeaseExpiresAt, AttemptedAt: r.AttemptedAt, WorkerID: r.WorkerID,
+		LastError: r.LastError, LastErrorClass: r.LastErrorClass, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		CompletedAt: r.CompletedAt, Attempts: []Attempt{}}
 }
 
 // attachAttempts fills in each job's attempt history.
@@ -235,23 +245,17 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 		ids[i] = jobs[i].ID
 		byID[jobs[i].ID] = &jobs[i]
 	}
-	rows, err := tx.Query(ctx, schema.Query("AdminJobAttempts"), ids)
+	rows, err := queries.New(tx).AdminJobAttempts(ctx, ids)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var a Attempt
-		var jobID int64
-		if err := rows.Scan(&a.ID, &jobID, &a.Attempt, &a.WorkerID, &a.StartedAt, &a.FinishedAt,
-			&a.Outcome, &a.ErrorClass, &a.Error, &a.DurationMS); err != nil {
-			return err
-		}
-		if j := byID[jobID]; j != nil {
-			j.Attempts = append(j.Attempts, a)
+	for _, r := range rows {
+		if j := byID[r.JobID]; j != nil {
+			j.Attempts = append(j.Attempts, Attempt{ID: r.ID, Attempt: int(r.Attempt), WorkerID: r.WorkerID, StartedAt: r.StartedAt,
+				FinishedAt: r.FinishedAt, Outcome: r.Outcome, ErrorClass: r.ErrorClass, Error: r.Error, DurationMS: r.DurationMs})
 		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error

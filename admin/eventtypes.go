@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // EventType is one (source, event type) seen, from event_types.
@@ -42,16 +42,16 @@ func EventTypes(ctx context.Context, db DB, maxPerSource int) ([]EventType, erro
 		if err := foldEventTypes(ctx, tx, maxPerSource); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, schema.Query("AdminEventTypes"))
+		rows, err := queries.New(tx).AdminEventTypes(ctx)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventType, error) {
-			var e EventType
-			err := r.Scan(&e.Source, &e.Type, &e.FirstSeen, &e.LastSeen, &e.Events, &e.UnroutedEvents, &e.Routed, &e.Handlers)
-			return e, err
-		})
-		return err
+		out = make([]EventType, len(rows))
+		for i, r := range rows {
+			out[i] = EventType{Source: r.Provider, Type: r.EventType, FirstSeen: r.FirstSeen, LastSeen: r.LastSeen,
+				Events: r.Events, UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, Handlers: r.Handlers}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list event types: %w", err)
@@ -73,6 +73,6 @@ func foldEventTypes(ctx context.Context, tx pgx.Tx, maxPerSource int) error {
 	if maxPerSource < 1 {
 		return invalid("max types per source %d: must be at least 1", maxPerSource)
 	}
-	_, err := tx.Exec(ctx, schema.Query("FoldEventTypes"), maxPerSource)
+	_, err := queries.New(tx).FoldEventTypes(ctx, int32(maxPerSource))
 	return err
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/notify"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // DefaultMaxJobs is the most jobs one replay touches unless
@@ -124,7 +124,7 @@ func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error)
 				"narrow the filter (--until) or raise the limit (--max-jobs, max_jobs)", res.Touched(), maxJobs)
 		}
 		if res.Touched() > 0 {
-			if _, err := tx.Exec(ctx, schema.Query("AdminNotifyJobs"), notify.Channel); err != nil {
+			if err := queries.New(tx).AdminNotifyJobs(ctx, notify.Channel); err != nil {
 				return fmt.Errorf("notify streamers: %w", err)
 			}
 		}
@@ -151,9 +151,9 @@ func (r ReplayRequest) describe() string {
 // planReplay counts what req would touch, without changing anything.
 func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult, error) {
 	var plan ReplayResult
+	q := queries.New(tx)
 	if req.JobID > 0 {
-		var status string
-		err := tx.QueryRow(ctx, schema.Query("AdminLockJob"), req.JobID).Scan(&status)
+		status, err := q.AdminLockJob(ctx, req.JobID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return plan, notFound("no such job")
 		}
@@ -166,15 +166,17 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 		plan.Requeued = 1
 		return plan, nil
 	}
-	var subscribed, hasJobs bool
-	if err := tx.QueryRow(ctx, schema.Query("AdminHandlerKnown"), req.Handler).Scan(&subscribed, &hasJobs); err != nil {
+	known, err := q.AdminHandlerKnown(ctx, req.Handler)
+	if err != nil {
 		return plan, err
 	}
-	if !subscribed && !hasJobs {
+	subscribed := known.Subscribed
+	if !subscribed && !known.HasJobs {
 		return plan, notFound("no such handler (no enabled subscription, no jobs): start its consumer first")
 	}
 	if req.DeadLetters {
-		err := tx.QueryRow(ctx, schema.Query("AdminCountDeadLetters"), req.Handler).Scan(&plan.Requeued)
+		n, err := q.AdminCountDeadLetters(ctx, req.Handler)
+		plan.Requeued = int(n)
 		return plan, err
 	}
 	like := globLike(req.EventType)
@@ -183,22 +185,29 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 		if !subscribed {
 			return plan, notFound("handler %q has no enabled subscription to match unrouted events with", req.Handler)
 		}
-		if err := tx.QueryRow(ctx, schema.Query("AdminCountUnroutedJobs"), req.Handler, req.Provider, like, since, until).Scan(&plan.Created); err != nil {
+		n, err := q.AdminCountUnroutedJobs(ctx, queries.AdminCountUnroutedJobsParams{
+			Handler: req.Handler, Provider: req.Provider, EventTypeLike: like, Since: since, Until: until})
+		if err != nil {
 			return plan, err
 		}
+		plan.Created = int(n)
 		filtered, err := missingFiltered(ctx, tx, req, false)
 		plan.Created += filtered
 		return plan, err
 	}
-	if err := tx.QueryRow(ctx, schema.Query("AdminCountFilterJobs"), req.Handler, req.Provider, like, since, until).
-		Scan(&plan.Requeued, &plan.SkippedLeased); err != nil {
+	counts, err := q.AdminCountFilterJobs(ctx, queries.AdminCountFilterJobsParams{
+		Handler: req.Handler, Provider: req.Provider, EventTypeLike: like, Since: since, Until: until})
+	if err != nil {
 		return plan, err
 	}
+	plan.Requeued, plan.SkippedLeased = int(counts.Requeue), int(counts.Leased)
 	if subscribed {
-		if err := tx.QueryRow(ctx, schema.Query("AdminCountMissingJobs"), req.Handler, req.Provider, like, since, until).
-			Scan(&plan.Created); err != nil {
+		n, err := q.AdminCountMissingJobs(ctx, queries.AdminCountMissingJobsParams{
+			Handler: req.Handler, Provider: req.Provider, EventTypeLike: like, Since: since, Until: until})
+		if err != nil {
 			return plan, err
 		}
+		plan.Created = int(n)
 		filtered, err := missingFiltered(ctx, tx, req, false)
 		if err != nil {
 			return plan, err
@@ -211,12 +220,9 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 // runReplay does it, batch by batch.
 func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult, error) {
 	var res ReplayResult
+	q := queries.New(tx)
 	requeue := func(ids []int64) error {
-		rows, err := tx.Query(ctx, schema.Query("AdminRequeueJobs"), ids, req.DeadLetters)
-		if err != nil {
-			return err
-		}
-		done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		done, err := q.AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: ids, DeadLettersOnly: req.DeadLetters})
 		if err != nil {
 			return err
 		}
@@ -228,7 +234,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 		return res, requeue([]int64{req.JobID})
 	}
 	if req.Unrouted {
-		if err := createMissing(ctx, tx, req, "AdminCreateUnroutedJobs", &res); err != nil {
+		if err := createMissing(ctx, tx, req, true, &res); err != nil {
 			return res, err
 		}
 		filtered, err := missingFiltered(ctx, tx, req, true)
@@ -239,18 +245,15 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	// Existing jobs, keyset over their ids.
 	like := globLike(req.EventType)
 	since, until := nullTime(req.Since), nullTime(req.Until)
-	batch := func(after int64) (pgx.Rows, error) {
+	batch := func(after int64) ([]int64, error) {
 		if req.DeadLetters {
-			return tx.Query(ctx, schema.Query("AdminDeadLetterBatch"), req.Handler, after, batchSize)
+			return q.AdminDeadLetterBatch(ctx, queries.AdminDeadLetterBatchParams{Handler: req.Handler, AfterID: after, BatchSize: batchSize})
 		}
-		return tx.Query(ctx, schema.Query("AdminFilterJobBatch"), req.Handler, req.Provider, like, since, until, after, batchSize)
+		return q.AdminFilterJobBatch(ctx, queries.AdminFilterJobBatchParams{Handler: req.Handler, Provider: req.Provider,
+			EventTypeLike: like, Since: since, Until: until, AfterID: after, BatchSize: batchSize})
 	}
 	for after := int64(0); ; {
-		rows, err := batch(after)
-		if err != nil {
-			return res, err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := batch(after)
 		if err != nil {
 			return res, err
 		}
@@ -272,7 +275,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	// Missing jobs. Jobs just re-queued are not missing, so nothing is
 	// touched twice. The handler's filtered subscriptions: their filters
 	// decide, as at arrival.
-	if err := createMissing(ctx, tx, req, "AdminCreateMissingJobs", &res); err != nil {
+	if err := createMissing(ctx, tx, req, false, &res); err != nil {
 		return res, err
 	}
 	filtered, err := missingFiltered(ctx, tx, req, true)
@@ -280,22 +283,30 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	return res, err
 }
 
-// createMissing runs query (AdminCreateMissingJobs or
-// AdminCreateUnroutedJobs) batch by batch, keyset over event ids.
-func createMissing(ctx context.Context, tx pgx.Tx, req ReplayRequest, query string, res *ReplayResult) error {
-	like := globLike(req.EventType)
-	since, until := nullTime(req.Since), nullTime(req.Until)
-	for after := int64(0); ; {
-		var created int
-		var last int64
-		if err := tx.QueryRow(ctx, schema.Query(query), req.Handler, req.Provider, like, since, until, after, batchSize).
-			Scan(&created, &last); err != nil {
+// createMissing runs AdminCreateMissingJobs (AdminCreateUnroutedJobs with
+// unrouted) batch by batch, keyset over event ids.
+func createMissing(ctx context.Context, tx pgx.Tx, req ReplayRequest, unrouted bool, res *ReplayResult) error {
+	q := queries.New(tx)
+	arg := queries.AdminCreateMissingJobsParams{Handler: req.Handler, Provider: req.Provider, EventTypeLike: globLike(req.EventType),
+		Since: nullTime(req.Since), Until: nullTime(req.Until), BatchSize: batchSize}
+	for {
+		var r queries.AdminCreateMissingJobsRow
+		var err error
+		if unrouted {
+			var u queries.AdminCreateUnroutedJobsRow
+			u, err = q.AdminCreateUnroutedJobs(ctx, queries.AdminCreateUnroutedJobsParams{Handler: arg.Handler, Provider: arg.Provider,
+				EventTypeLike: arg.EventTypeLike, Since: arg.Since, Until: arg.Until, AfterID: arg.AfterID, BatchSize: arg.BatchSize})
+			r = queries.AdminCreateMissingJobsRow(u)
+		} else {
+			r, err = q.AdminCreateMissingJobs(ctx, arg)
+		}
+		if err != nil {
 			return err
 		}
-		res.Created += created
-		if last == 0 {
+		res.Created += int(r.Created)
+		if r.LastEventID == 0 {
 			return nil
 		}
-		after = last
+		arg.AfterID = r.LastEventID
 	}
 }

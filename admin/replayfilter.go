@@ -3,13 +3,14 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/filter"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // handlerFilter is one of a handler's enabled subscriptions with a filter.
@@ -24,28 +25,24 @@ type handlerFilter struct {
 // registering) fails the replay with its id, rather than silently skipping
 // its events.
 func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFilter, error) {
-	rows, err := tx.Query(ctx, schema.Query("AdminHandlerFilters"), handler)
+	rows, err := queries.New(tx).AdminHandlerFilters(ctx, handler)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []handlerFilter
-	for rows.Next() {
-		var (
-			id                    int64
-			provider, etype, expr string
-			maxAttempts           int32
-		)
-		if err := rows.Scan(&id, &provider, &etype, &expr, &maxAttempts); err != nil {
-			return nil, err
+	for _, r := range rows {
+		var expr string
+		if r.Filter != nil { // always: the query reads only rows with a filter
+			expr = *r.Filter
 		}
 		f, err := filter.Compile(expr)
 		if err != nil {
-			return nil, invalid("subscription %d of handler %q: %v", id, handler, err)
+			return nil, invalid("subscription %d of handler %q: %v", r.ID, handler, err)
 		}
-		out = append(out, handlerFilter{provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: f, maxAttempts: maxAttempts})
+		out = append(out, handlerFilter{provider: filter.Pattern(r.ProviderPattern), etype: filter.Pattern(r.EventTypePattern), f: f,
+			maxAttempts: r.MaxAttempts})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // missingFiltered finds the events req selects that have no job of its
@@ -61,9 +58,11 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 	like := globLike(req.EventType)
 	since, until := nullTime(req.Since), nullTime(req.Until)
 	total := 0
+	q := queries.New(tx)
 	for after := int64(0); ; {
-		rows, err := tx.Query(ctx, schema.Query("AdminMissingFilteredCandidates"),
-			req.Handler, req.Provider, like, since, until, after, batchSize, req.Unrouted)
+		rows, err := q.AdminMissingFilteredCandidates(ctx, queries.AdminMissingFilteredCandidatesParams{
+			Handler: req.Handler, Provider: req.Provider, EventTypeLike: like, Since: since, Until: until,
+			AfterID: after, BatchSize: batchSize, Unrouted: req.Unrouted})
 		if err != nil {
 			return total, err
 		}
@@ -73,23 +72,15 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			attempts []int32
 			seen     int
 		)
-		for rows.Next() {
-			var (
-				id       int64
-				at       time.Time
-				provider string
-				etype    string
-				headers  map[string][]string
-				body     []byte
-				occurred *time.Time
-			)
-			if err := rows.Scan(&id, &at, &provider, &etype, &headers, &body, &occurred); err != nil {
-				rows.Close()
-				return total, err
+		for _, r := range rows {
+			var headers map[string][]string
+			if err := json.Unmarshal(r.Headers, &headers); err != nil {
+				return total, fmt.Errorf("headers of event %d: %w", r.ID, err)
 			}
+			id, at, provider, etype, body := r.ID, r.ReceivedAt, r.Provider, r.EventType, r.RawBody
 			seen++
 			after = id
-			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: occurred}
+			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: r.OccurredAt}
 			var payload any
 			if json.Unmarshal(body, &payload) == nil {
 				ev.Payload = payload
@@ -107,16 +98,13 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 				ids, received, attempts = append(ids, id), append(received, at), append(attempts, best)
 			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return total, err
-		}
 		if create && len(ids) > 0 {
-			var n int
-			if err := tx.QueryRow(ctx, schema.Query("AdminCreateFilteredJobs"), req.Handler, ids, received, attempts).Scan(&n); err != nil {
+			n, err := q.AdminCreateFilteredJobs(ctx, queries.AdminCreateFilteredJobsParams{
+				Handler: req.Handler, EventIds: ids, ReceivedAts: received, MaxAttempts: attempts})
+			if err != nil {
 				return total, err
 			}
-			total += n
+			total += int(n)
 		} else {
 			total += len(ids)
 		}

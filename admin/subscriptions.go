@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Subscription is one (handler, provider pattern, event type pattern) row.
@@ -28,17 +28,14 @@ func ListSubscriptions(ctx context.Context, db DB, handler string) ([]Subscripti
 		return nil, fmt.Errorf("list subscriptions: %w", err)
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, schema.Query("AdminSubscriptions"), handler)
+	rows, err := queries.New(tx).AdminSubscriptions(ctx, handler)
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions of %q: %w", handler, err)
 	}
-	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
-		var s Subscription
-		err := r.Scan(&s.Handler, &s.ProviderPattern, &s.EventTypePattern, &s.MaxAttempts, &s.Enabled, &s.UpdatedAt, &s.OpenJobs)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list subscriptions of %q: %w", handler, err)
+	subs := make([]Subscription, len(rows))
+	for i, r := range rows {
+		subs[i] = Subscription{Handler: r.Handler, ProviderPattern: r.ProviderPattern, EventTypePattern: r.EventTypePattern,
+			MaxAttempts: int(r.MaxAttempts), Enabled: r.Enabled, UpdatedAt: r.UpdatedAt, OpenJobs: r.OpenJobs}
 	}
 	return subs, nil
 }
@@ -56,15 +53,17 @@ func SetSubscriptionsEnabled(ctx context.Context, db DB, handler, providerPatter
 	}
 	var changed int64
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, schema.Query("AdminSubscriptionExists"), handler, providerPattern, eventTypePattern).Scan(&exists); err != nil {
+		q := queries.New(tx)
+		exists, err := q.AdminSubscriptionExists(ctx, queries.AdminSubscriptionExistsParams{
+			Handler: handler, ProviderPattern: providerPattern, EventTypePattern: eventTypePattern})
+		if err != nil {
 			return err
 		}
 		if !exists {
 			return notFound("handler %q has no such subscription", handler)
 		}
-		tag, err := tx.Exec(ctx, schema.Query("AdminSetSubscriptionsEnabled"), handler, providerPattern, eventTypePattern, enabled)
-		changed = tag.RowsAffected()
+		changed, err = q.AdminSetSubscriptionsEnabled(ctx, queries.AdminSetSubscriptionsEnabledParams{
+			Handler: handler, ProviderPattern: providerPattern, EventTypePattern: eventTypePattern, Enabled: enabled})
 		return err
 	})
 	if err != nil {

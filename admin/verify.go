@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Sources are the configured sources' verifier settings by source name
@@ -86,18 +87,18 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 	err := readTx(ctx, db, func(tx pgx.Tx) error {
 		var after int64
 		for {
-			rows, err := tx.Query(ctx, schema.Query("AdminEventsToVerify"),
-				req.ID, req.Provider, nullTime(req.Since), nullTime(req.Until), after, batchSize)
+			rows, err := queries.New(tx).AdminEventsToVerify(ctx, queries.AdminEventsToVerifyParams{EventID: req.ID,
+				Provider: req.Provider, Since: nullTime(req.Since), Until: nullTime(req.Until), AfterID: after, BatchSize: batchSize})
 			if err != nil {
 				return err
 			}
-			batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
-				var e storedEvent
-				err := r.Scan(&e.id, &e.provider, &e.scheme, &e.externalID, &e.eventType, &e.headers, &e.requestURI, &e.body)
-				return e, err
-			})
-			if err != nil {
-				return err
+			batch := make([]storedEvent, len(rows))
+			for i, r := range rows {
+				batch[i] = storedEvent{id: r.ID, provider: r.Provider, scheme: r.Scheme, externalID: r.ExternalEventID,
+					eventType: r.EventType, requestURI: r.RequestUri, body: r.RawBody}
+				if err := json.Unmarshal(r.Headers, &batch[i].headers); err != nil {
+					return fmt.Errorf("headers of event %d: %w", r.ID, err)
+				}
 			}
 			for i := range batch {
 				rep.Checked++

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/inlet-dev/inlet/internal/loop"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // DB is what the sealer and Verify need: a pool or a connection.
@@ -159,8 +159,9 @@ func (s *Sealer) Seal(ctx context.Context) ([]Checkpoint, error) {
 func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 	var cp Checkpoint
 	err := pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
-		var ok bool
-		if err := tx.QueryRow(ctx, schema.Query("AuditTrySealLock"), sealLockKey).Scan(&ok); err != nil {
+		q := queries.New(tx)
+		ok, err := q.AuditTrySealLock(ctx, sealLockKey)
+		if err != nil {
 			return fmt.Errorf("take seal lock: %w", err)
 		}
 		if !ok {
@@ -181,9 +182,11 @@ func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 		if s.beforeInsert != nil {
 			s.beforeInsert()
 		}
-		if _, err := tx.Exec(ctx, schema.Query("AuditInsertCheckpoint"),
-			next.Seq, next.FirstEventID, next.LastEventID, next.TreeSize, next.Root[:], next.Prev[:],
-			next.SkippedIDs, joinHashes(next.leaves), joinHashes(next.frontier), next.CreatedAt, next.Hash[:]); err != nil {
+		if err := q.AuditInsertCheckpoint(ctx, queries.AuditInsertCheckpointParams{
+			Seq: next.Seq, FirstEventID: next.FirstEventID, LastEventID: next.LastEventID, TreeSize: next.TreeSize,
+			RootHash: next.Root[:], PrevHash: next.Prev[:], SkippedIds: next.SkippedIDs,
+			LeafHashes: joinHashes(next.leaves), Frontier: joinHashes(next.frontier), CreatedAt: next.CreatedAt, Hash: next.Hash[:],
+		}); err != nil {
 			return fmt.Errorf("insert checkpoint %d: %w", next.Seq, err)
 		}
 		cp = next
@@ -200,15 +203,15 @@ func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 
 // lastCheckpoint is the newest checkpoint, the zero Checkpoint when none.
 func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
-	var cp Checkpoint
-	var root, frontier, hash []byte
-	err := tx.QueryRow(ctx, schema.Query("AuditLastCheckpoint")).Scan(&cp.Seq, &cp.LastEventID, &cp.TreeSize, &root, &frontier, &hash)
+	row, err := queries.New(tx).AuditLastCheckpoint(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Checkpoint{}, nil
 	}
 	if err != nil {
-		return cp, fmt.Errorf("read last checkpoint: %w", err)
+		return Checkpoint{}, fmt.Errorf("read last checkpoint: %w", err)
 	}
+	cp := Checkpoint{Seq: row.Seq, LastEventID: row.LastEventID, TreeSize: row.TreeSize}
+	root, frontier, hash := row.RootHash, row.Frontier, row.Hash
 	bad := func(what string, err error) error {
 		return fmt.Errorf("checkpoint %d: %s: %v: the checkpoint table was altered (run inlet audit verify)", cp.Seq, what, err)
 	}
@@ -232,22 +235,15 @@ func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
 func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint, now time.Time) (Checkpoint, error) {
 	cutoff := now.Add(-s.cfg.Grace)
 	first := prev.LastEventID + 1
-	rows, err := tx.Query(ctx, schema.Query("AuditEventsToSeal"), first, s.cfg.MaxLeaves)
+	rows, err := queries.New(tx).AuditEventsToSeal(ctx, queries.AuditEventsToSealParams{FirstID: first, BatchSize: int64(s.cfg.MaxLeaves)})
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
 	}
-	var events []Event
-	for rows.Next() {
-		var e Event
-		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256,
-			&e.Scheme, &e.RequestURI, &e.SignatureVerified, &e.SecretIndex); err != nil {
-			rows.Close()
-			return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
-		}
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
+	events := make([]Event, len(rows))
+	for i, r := range rows {
+		events[i] = Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID, EventType: r.EventType,
+			ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
+			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex)}
 	}
 
 	cp := Checkpoint{Seq: prev.Seq + 1, FirstEventID: first, Prev: prev.Hash, CreatedAt: now,

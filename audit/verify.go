@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // ProblemKind classifies what Verify found.
@@ -129,20 +129,15 @@ func (v *verifier) wasPruned(id int64) bool {
 }
 
 func readPruned(ctx context.Context, tx pgx.Tx) ([]idRun, error) {
-	rows, err := tx.Query(ctx, schema.Query("AuditPrunedIDs"))
+	rows, err := queries.New(tx).AuditPrunedIDs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read retention_log: %w", err)
 	}
-	defer rows.Close()
 	var out []idRun
-	for rows.Next() {
-		var r idRun
-		if err := rows.Scan(&r.lo, &r.hi); err != nil {
-			return nil, fmt.Errorf("read retention_log: %w", err)
-		}
-		out = append(out, r)
+	for _, r := range rows {
+		out = append(out, idRun{lo: r.Lo, hi: r.Hi})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (v *verifier) ReadHashes(idx []int64) ([]tlog.Hash, error) {
@@ -296,29 +291,21 @@ const checkpointPage = 16
 
 // readCheckpoints reads the next page of checkpoints after seq.
 func readCheckpoints(ctx context.Context, tx pgx.Tx, after int64) ([]Checkpoint, error) {
-	rows, err := tx.Query(ctx, schema.Query("AuditCheckpoints"), after, checkpointPage)
+	rows, err := queries.New(tx).AuditCheckpoints(ctx, queries.AuditCheckpointsParams{AfterSeq: after, BatchSize: checkpointPage})
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
 	}
-	defer rows.Close()
 	var out []Checkpoint
-	for rows.Next() {
-		var cp Checkpoint
-		var root, prev, leaves, frontier, hash []byte
-		if err := rows.Scan(&cp.Seq, &cp.FirstEventID, &cp.LastEventID, &cp.TreeSize, &root, &prev, &cp.SkippedIDs,
-			&leaves, &frontier, &cp.CreatedAt, &hash); err != nil {
-			return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
-		}
+	for _, r := range rows {
+		cp := Checkpoint{Seq: r.Seq, FirstEventID: r.FirstEventID, LastEventID: r.LastEventID, TreeSize: r.TreeSize,
+			SkippedIDs: r.SkippedIds, CreatedAt: r.CreatedAt}
 		// The table's constraints fix these sizes; a mismatch fails the hash check.
-		cp.Root, _ = toHash(root)
-		cp.Prev, _ = toHash(prev)
-		cp.Hash, _ = toHash(hash)
-		cp.leaves, _ = splitHashes(leaves)
-		cp.frontier, _ = splitHashes(frontier)
+		cp.Root, _ = toHash(r.RootHash)
+		cp.Prev, _ = toHash(r.PrevHash)
+		cp.Hash, _ = toHash(r.Hash)
+		cp.leaves, _ = splitHashes(r.LeafHashes)
+		cp.frontier, _ = splitHashes(r.Frontier)
 		out = append(out, cp)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read checkpoints after %d: %w", after, err)
 	}
 	return out, nil
 }
@@ -361,24 +348,16 @@ func (c *eventCursor) next(ctx context.Context) (verifyEvent, bool, error) {
 }
 
 func (c *eventCursor) fill(ctx context.Context) error {
-	rows, err := c.tx.Query(ctx, schema.Query("AuditEventsToVerify"), c.after, verifyPage)
+	rows, err := queries.New(c.tx).AuditEventsToVerify(ctx, queries.AuditEventsToVerifyParams{AfterID: c.after, BatchSize: verifyPage})
 	if err != nil {
 		return fmt.Errorf("read events after id %d: %w", c.after, err)
 	}
-	defer rows.Close()
 	c.page, c.pos = c.page[:0], 0
-	for rows.Next() {
-		var e verifyEvent
-		var bodyOK *bool
-		if err := rows.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256,
-			&e.Scheme, &e.RequestURI, &e.SignatureVerified, &e.SecretIndex, &bodyOK); err != nil {
-			return fmt.Errorf("read events after id %d: %w", c.after, err)
-		}
-		e.bodyOK = bodyOK != nil && *bodyOK
-		c.page = append(c.page, e)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read events after id %d: %w", c.after, err)
+	for _, r := range rows {
+		c.page = append(c.page, verifyEvent{Event: Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID,
+			EventType: r.EventType, ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
+			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex)},
+			bodyOK: r.BodyIntact})
 	}
 	if len(c.page) < verifyPage {
 		c.done = true

@@ -28,6 +28,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -220,11 +221,11 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	role := schema.WorkerRole
 	if asConsumerRole {
 		role = fmt.Sprintf("webhook_consumer_bench_%d", time.Now().UnixNano())
-		if _, err := owner.Exec(ctx, schema.Query("CreateConsumerRole"), role, []string{name}); err != nil {
+		if _, err := queries.New(owner).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: []string{name}}); err != nil {
 			return run, fmt.Errorf("create consumer role: %w", err)
 		}
 		defer func() {
-			if _, derr := owner.Exec(context.Background(), schema.Query("DropConsumerRole"), role); derr != nil && err == nil {
+			if _, derr := queries.New(owner).DropConsumerRole(context.Background(), role); derr != nil && err == nil {
 				err = fmt.Errorf("drop consumer role %s: %w", role, derr)
 			}
 		}()

@@ -36,6 +36,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // PayloadResult is what the payload section saves.
@@ -222,8 +223,9 @@ func wherQuery(ctx context.Context, b *bench, res *PayloadResult) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, "EXPLAIN "+schema.Query("AdminListEventsWhere"), "", "", nil, nil, "", int64(0), 50, nil, nil,
-		`$.data.object.customer == "cus_1000"`)
+	// The arguments in the order of queries.AdminListEventsWhereParams' fields.
+	rows, err := tx.Query(ctx, "EXPLAIN "+queries.AdminListEventsWhere, `$.data.object.customer == "cus_1000"`,
+		"", "", nil, nil, "", int64(0), nil, nil, 50)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -439,9 +440,11 @@ type claimBench struct {
 	ids          []int64
 }
 
+// The streamer's statements as it runs them (sqlc's text: the arguments go in
+// the order of the Params structs' fields).
 var (
-	claimSQL   = schema.Query("ClaimJobs")
-	releaseSQL = schema.Query("ReleaseJobs")
+	claimSQL   = queries.ClaimJobs
+	releaseSQL = queries.ReleaseJobs
 )
 
 // newClaimBench makes dueJobs jobs due (fresh events, fanned out by the
@@ -486,7 +489,7 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 }
 
 func (cb *claimBench) args() []any {
-	return []any{cb.sc.BatchSize, cb.sc.ID, cb.sc.LeaseDuration, []string{}}
+	return []any{cb.sc.ID, cb.sc.LeaseDuration, []string{}, cb.sc.BatchSize} // queries.ClaimJobsParams' order
 }
 
 // claim runs ClaimJobs once, timed, and then gives the leases back
@@ -545,10 +548,10 @@ func (cb *claimBench) plans(ctx context.Context) (*Plans, error) {
 	if p.Claim, err = explainPlan(ctx, cb.spool, "", "EXPLAIN (ANALYZE, BUFFERS) "+claimSQL, cb.args()...); err != nil {
 		return nil, fmt.Errorf("explain claim: %w", err)
 	}
-	generic := fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_claim(%d, %s, '%d seconds', '{}')",
-		cb.sc.BatchSize, quoteLiteral(cb.sc.ID), int(cb.sc.LeaseDuration.Seconds()))
+	generic := fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_claim(%s, '%d seconds', '{}', %d)",
+		quoteLiteral(cb.sc.ID), int(cb.sc.LeaseDuration.Seconds()), cb.sc.BatchSize)
 	if p.ClaimGeneric, err = explainPlan(ctx, cb.spool,
-		"PREPARE bench_scale_claim(bigint, text, interval, text[]) AS "+claimSQL, generic); err != nil {
+		"PREPARE bench_scale_claim(text, interval, text[], bigint) AS "+claimSQL, generic); err != nil {
 		return nil, fmt.Errorf("explain generic claim: %w", err)
 	}
 	if p.ByID, err = explainPlan(ctx, cb.wpool, "", "EXPLAIN (ANALYZE, BUFFERS) "+byIDSQL, cb.ids[0]); err != nil {
@@ -971,7 +974,7 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 }
 
 func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.Config) ([]claimedJob, error) {
-	rows, err := pool.Query(ctx, sql, sc.BatchSize, sc.ID, sc.LeaseDuration, []string{})
+	rows, err := pool.Query(ctx, sql, sc.ID, sc.LeaseDuration, []string{}, sc.BatchSize) // queries.ClaimJobsParams' order
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 var roleSeq atomic.Int64
@@ -24,7 +24,7 @@ func consumerRolePool(t *testing.T, b *testBundle, handlers ...string) *consumer
 	t.Helper()
 	ctx := context.Background()
 	role := fmt.Sprintf("webhook_consumer_c%d_%d", os.Getpid(), roleSeq.Add(1))
-	if _, err := b.Admin.Exec(ctx, schema.Query("CreateConsumerRole"), role, handlers); err != nil {
+	if _, err := queries.New(b.Admin).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers}); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := consumers.OpenPoolAs(ctx, b.Admin.Config().ConnString(), role, "consumer-role-test")
@@ -33,7 +33,7 @@ func consumerRolePool(t *testing.T, b *testBundle, handlers ...string) *consumer
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		if _, err := b.Admin.Exec(ctx, schema.Query("DropConsumerRole"), role); err != nil {
+		if _, err := queries.New(b.Admin).DropConsumerRole(ctx, role); err != nil {
 			t.Errorf("drop role %s: %v", role, err)
 		}
 	})

@@ -21,7 +21,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 const wait = 15 * time.Second
@@ -404,7 +404,7 @@ func TestLostLeaseIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, schema.Query("ReapExpiredLeases"), 10)
+		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
 		return err
 	})
 	if err != nil {

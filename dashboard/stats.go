@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // readTx runs f in one read-only snapshot, as package admin reads.
@@ -45,20 +45,15 @@ func loadRates(ctx context.Context, tx pgx.Tx, sources []string, since time.Time
 	for i := range n {
 		r.Starts[i] = since.Add(time.Duration(i) * bucket)
 	}
-	rows, err := tx.Query(ctx, schema.Query("DashboardEventRates"), since, nonNil(sources), int(bucket/time.Second), n)
+	rows, err := queries.New(tx).DashboardEventRates(ctx, queries.DashboardEventRatesParams{
+		Since: since, Sources: nonNil(sources), BucketSeconds: int32(bucket / time.Second), Buckets: int32(n)})
 	if err != nil {
 		return r, fmt.Errorf("event rates: %w", err)
 	}
-	defer rows.Close()
 	bySource := map[string]*series{}
 	var order []string
-	for rows.Next() {
-		var source string
-		var start time.Time
-		var count int64
-		if err := rows.Scan(&source, &start, &count); err != nil {
-			return r, fmt.Errorf("event rates: %w", err)
-		}
+	for _, row := range rows {
+		source, count := row.Provider, row.Events
 		s := bySource[source]
 		if s == nil {
 			s = &series{Source: source, Counts: make([]int64, 0, n)}
@@ -67,9 +62,6 @@ func loadRates(ctx context.Context, tx pgx.Tx, sources []string, since time.Time
 		}
 		s.Counts = append(s.Counts, count)
 		s.Total += count
-	}
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("event rates: %w", err)
 	}
 	for _, name := range sources {
 		if s := bySource[name]; s != nil {
@@ -95,21 +87,16 @@ type activityRow struct {
 // lastSeen reads each source's last event, for when no silence detector is
 // configured: nothing is flagged silent.
 func lastSeen(ctx context.Context, tx pgx.Tx, sources []string) ([]SourceActivity, error) {
-	rows, err := tx.Query(ctx, schema.Query("DashboardLastSeen"), nonNil(sources))
+	rows, err := queries.New(tx).DashboardLastSeen(ctx, nonNil(sources))
 	if err != nil {
 		return nil, fmt.Errorf("last events per source: %w", err)
 	}
-	hb, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceActivity, error) {
-		var h SourceActivity
-		var at *time.Time
-		err := r.Scan(&h.Source, &at)
-		if at != nil {
-			h.LastSeen = *at
+	hb := make([]SourceActivity, len(rows))
+	for i, r := range rows {
+		hb[i].Source = r.Provider
+		if r.Seen {
+			hb[i].LastSeen = r.LastSeen
 		}
-		return h, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("last events per source: %w", err)
 	}
 	return hb, nil
 }
@@ -139,22 +126,18 @@ func (h handlerStats) FailureRate() float64 {
 const failureWindow = time.Hour
 
 func loadHandlers(ctx context.Context, tx pgx.Tx, now time.Time) ([]handlerStats, error) {
-	rows, err := tx.Query(ctx, schema.Query("DashboardHandlers"), now, now.Add(-failureWindow))
+	rows, err := queries.New(tx).DashboardHandlers(ctx, queries.DashboardHandlersParams{Now: now, FailuresSince: now.Add(-failureWindow)})
 	if err != nil {
 		return nil, fmt.Errorf("handler stats: %w", err)
 	}
-	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (handlerStats, error) {
-		var h handlerStats
-		var lag *float64
-		err := r.Scan(&h.Handler, &h.Pending, &h.Leased, &h.Failed, &h.DeadLetter, &lag, &h.Attempts, &h.Failures)
-		if lag != nil {
-			h.HasLag = true
-			h.Lag = time.Duration(*lag * float64(time.Second))
+	hs := make([]handlerStats, len(rows))
+	for i, r := range rows {
+		hs[i] = handlerStats{Handler: r.Handler, Pending: r.Pending, Leased: r.Leased, Failed: r.Failed, DeadLetter: r.DeadLetter,
+			Attempts: r.Attempts, Failures: r.Failures}
+		if r.HasLag {
+			hs[i].HasLag = true
+			hs[i].Lag = time.Duration(r.LagSeconds * float64(time.Second))
 		}
-		return h, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("handler stats: %w", err)
 	}
 	return hs, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // filterRefresh is how stale ingress's copy of the filtered subscriptions
@@ -58,8 +59,6 @@ func newFilters(pool *pgxpool.Pool) *filters {
 		}, []string{"handler", "result"})}
 }
 
-var filteredSubscriptionsSQL = schema.Query("IngressFilteredSubscriptions")
-
 // current returns the filtered subscriptions, reloaded when older than
 // filterRefresh. A failed reload keeps the last copy until the next: the
 // insert that follows fails the same way if Postgres is unreachable.
@@ -71,21 +70,17 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 	}
 	// Reloaded at most once per filterRefresh, also when reading fails.
 	f.loaded = time.Now()
-	rows, err := f.pool.Query(ctx, filteredSubscriptionsSQL)
+	rows, err := queries.New(f.pool).IngressFilteredSubscriptions(ctx)
 	if err != nil {
 		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
 		return f.subs
 	}
-	defer rows.Close()
 	var subs []filteredSub
-	for rows.Next() {
-		var (
-			id                             int64
-			handler, provider, etype, expr string
-		)
-		if err := rows.Scan(&id, &handler, &provider, &etype, &expr); err != nil {
-			f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
-			return f.subs
+	for _, r := range rows {
+		id, handler, provider, etype := r.ID, r.Handler, r.ProviderPattern, r.EventTypePattern
+		var expr string
+		if r.Filter != nil { // always: the query reads only rows with a filter
+			expr = *r.Filter
 		}
 		prg, ok := f.compiled[expr]
 		if !ok {
@@ -103,10 +98,6 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 			f.compiled[expr] = prg
 		}
 		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
-	}
-	if err := rows.Err(); err != nil {
-		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
-		return f.subs
 	}
 	f.subs = subs
 	return subs

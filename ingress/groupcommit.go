@@ -132,6 +132,8 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 // queued are failed with ErrStoreClosed.
 func (g *GroupStore) Close() { g.group.Close() }
 
+// SQL text rather than a sqlc method, as InsertEvent (see there): queued in
+// one pgx.Batch with FanOutFiltered.
 var insertEventsSQL = schema.Query("InsertEvents")
 
 func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {

@@ -72,6 +72,10 @@ func NewPGStore(pool *pgxpool.Pool, hinter Hinter) *PGStore {
 	return &PGStore{pool: pool, hinter: hinter, filters: newFilters(pool)}
 }
 
+// InsertEvent and FanOutFiltered stay SQL text (schema.Query), not sqlc
+// methods: they are queued together in one pgx.Batch, one implicit
+// transaction in one round trip, and sqlc's batch methods send one statement
+// kind per batch.
 var insertEventSQL = schema.Query("InsertEvent")
 
 // Insert implements Store. An event over a limit (MaxExternalIDBytes, …) or

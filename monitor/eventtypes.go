@@ -9,12 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/metrics"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // DefaultMaxTypesPerSource is how many distinct event types a source keeps
@@ -27,10 +25,7 @@ const OtherType = "_other"
 // EventTypesConfig configures the event-type watcher.
 type EventTypesConfig struct {
 	// DB folds and reads event_types, as webhook_streamer. Required.
-	DB interface {
-		Querier
-		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	}
+	DB Querier
 	// MaxTypesPerSource caps the distinct types a source keeps (the rest
 	// count as _other): GitHub's and Shopify's type headers are not signed,
 	// so a replayed request with random types must not grow the table, the
@@ -164,20 +159,18 @@ func (w *EventTypes) Run(ctx context.Context, every time.Duration) {
 
 // Check folds, reads event_types, and reports new types.
 func (w *EventTypes) Check(ctx context.Context) error {
-	if _, err := w.cfg.DB.Exec(ctx, schema.Query("FoldEventTypes"), w.cfg.MaxTypesPerSource); err != nil {
+	db := queries.New(w.cfg.DB)
+	if _, err := db.FoldEventTypes(ctx, int32(w.cfg.MaxTypesPerSource)); err != nil {
 		return fmt.Errorf("fold event types: %w", err)
 	}
-	rows, err := w.cfg.DB.Query(ctx, schema.Query("MonitorEventTypes"))
+	rows, err := db.MonitorEventTypes(ctx)
 	if err != nil {
 		return fmt.Errorf("read event types: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventTypeRow, error) {
-		var e EventTypeRow
-		err := r.Scan(&e.Source, &e.Type, &e.FirstSeen, &e.Events, &e.UnroutedEvents, &e.Routed, &e.New)
-		return e, err
-	})
-	if err != nil {
-		return fmt.Errorf("read event types: %w", err)
+	out := make([]EventTypeRow, len(rows))
+	for i, r := range rows {
+		out[i] = EventTypeRow{Source: r.Provider, Type: r.EventType, FirstSeen: r.FirstSeen, Events: r.Events,
+			UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, New: r.IsNew}
 	}
 	w.mu.Lock()
 	w.rows = out
@@ -242,7 +235,7 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow) {
 			return // alerted_at stays NULL: retried next Check
 		}
 	}
-	if _, err := w.cfg.DB.Exec(ctx, schema.Query("MonitorEventTypeAlerted"), r.Source, r.Type); err != nil {
+	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{Provider: r.Source, EventType: r.Type}); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "new event type: could not record the alert", append(attrs, slog.String("error", err.Error()))...)
 		return
 	}

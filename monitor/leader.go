@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Leader elects one replica among those on a database: the one whose
@@ -41,8 +41,6 @@ func NewLeader(cfg *pgx.ConnConfig) *Leader {
 // ElectionAppName is the application_name of a Leader's connection.
 const ElectionAppName = "inlet monitor election"
 
-var tryReporterLockSQL = schema.Query("TryReporterLock")
-
 // Leading reports whether this replica leads, taking the lock when it is
 // free. A leader whose connection was lost (and with it the lock) finds out
 // here, reconnects and tries again like any other replica.
@@ -66,10 +64,12 @@ func (l *Leader) Leading(ctx context.Context) (bool, error) {
 	}
 	// Tried only while not holding it: a session lock taken twice is held
 	// twice.
-	if err := l.conn.QueryRow(ctx, tryReporterLockSQL).Scan(&l.leading); err != nil {
+	leading, err := queries.New(l.conn).TryReporterLock(ctx)
+	if err != nil {
 		l.closeLocked()
 		return false, fmt.Errorf("leader election: try the reporter lock: %w", err)
 	}
+	l.leading = leading
 	return l.leading, nil
 }
 

@@ -9,16 +9,15 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/metrics"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
-// Querier is what monitor reads through: a pool.
+// Querier is what monitor reads through: a pool (or a connection).
 type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	queries.DBTX
 }
 
 // Queue is a prometheus.Collector of the jobs table, read on each scrape:
@@ -77,41 +76,27 @@ func (q *Queue) Collect(ch chan<- prometheus.Metric) {
 
 func (q *Queue) read(ctx context.Context) (map[string]map[string]int64, map[string]float64, error) {
 	counts := map[string]map[string]int64{}
-	rows, err := q.db.Query(ctx, schema.Query("MonitorJobs"))
+	db := queries.New(q.db)
+	jobs, err := db.MonitorJobs(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for rows.Next() {
-		var h, s string
-		var n int64
-		if err := rows.Scan(&h, &s, &n); err != nil {
-			rows.Close()
-			return nil, nil, err
+	for _, r := range jobs {
+		if counts[r.Handler] == nil {
+			counts[r.Handler] = map[string]int64{}
 		}
-		if counts[h] == nil {
-			counts[h] = map[string]int64{}
-		}
-		counts[h][s] += n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		counts[r.Handler][r.Status] += r.Jobs
 	}
 	lags := map[string]float64{}
-	rows, err = q.db.Query(ctx, schema.Query("MonitorLag"))
+	lagRows, err := db.MonitorLag(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for rows.Next() {
-		var h string
-		var sec float64
-		if err := rows.Scan(&h, &sec); err != nil {
-			rows.Close()
-			return nil, nil, err
-		}
-		lags[h] = max(sec, 0)
-		if counts[h] == nil {
-			counts[h] = map[string]int64{}
+	for _, r := range lagRows {
+		lags[r.Handler] = max(r.LagSeconds, 0)
+		if counts[r.Handler] == nil {
+			counts[r.Handler] = map[string]int64{}
 		}
 	}
-	return counts, lags, rows.Err()
+	return counts, lags, nil
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/metrics"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // SilenceConfig configures the silent-source detector.
@@ -326,24 +326,16 @@ func alertError(err error) string {
 }
 
 func (h *SilenceDetector) sources(ctx context.Context) ([]string, error) {
-	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorSources"))
+	seen, err := queries.New(h.cfg.DB).MonitorSources(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("silence: list sources: %w", err)
 	}
-	defer rows.Close()
 	set := map[string]bool{}
 	for name := range h.cfg.MaxSilence {
 		set[name] = true
 	}
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			return nil, fmt.Errorf("silence: list sources: %w", err)
-		}
+	for _, p := range seen {
 		set[p] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("silence: list sources: %w", err)
 	}
 	names := make([]string, 0, len(set))
 	for n := range set {
@@ -354,18 +346,9 @@ func (h *SilenceDetector) sources(ctx context.Context) ([]string, error) {
 }
 
 func (h *SilenceDetector) arrivals(ctx context.Context, source string) ([]time.Time, error) {
-	rows, err := h.cfg.DB.Query(ctx, schema.Query("MonitorArrivals"), source, h.cfg.History)
+	out, err := queries.New(h.cfg.DB).MonitorArrivals(ctx, queries.MonitorArrivalsParams{Provider: source, MaxRows: int64(h.cfg.History)})
 	if err != nil {
 		return nil, fmt.Errorf("silence: arrivals of %s: %w", source, err)
 	}
-	defer rows.Close()
-	var out []time.Time
-	for rows.Next() {
-		var t time.Time
-		if err := rows.Scan(&t); err != nil {
-			return nil, fmt.Errorf("silence: arrivals of %s: %w", source, err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }

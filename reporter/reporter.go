@@ -20,12 +20,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/internal/loop"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Config configures a [Reporter].
@@ -255,23 +254,22 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 		}
 	}
 	if len(gapIDs) > 0 {
-		rows, err := r.cfg.Pool.Query(ctx, schema.Query("ReporterAttemptsByID"), gapIDs)
+		rows, err := queries.New(r.cfg.Pool).ReporterAttemptsByID(ctx, gapIDs)
 		if err != nil {
 			return nil, cursor, fmt.Errorf("read gap attempts: %w", err)
 		}
-		batch, err = r.collect(rows, batch)
-		if err != nil {
-			return nil, cursor, fmt.Errorf("read gap attempts: %w", err)
+		for _, row := range rows {
+			batch = r.collect(queries.ReporterAttemptsAfterRow(row), batch)
 		}
 	}
-	rows, err := r.cfg.Pool.Query(ctx, schema.Query("ReporterAttemptsAfter"), cursor, max(r.cfg.BatchSize-len(batch), 1))
+	rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{
+		AfterID: cursor, BatchSize: int64(max(r.cfg.BatchSize-len(batch), 1))})
 	if err != nil {
 		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
 	}
 	n := len(batch)
-	batch, err = r.collect(rows, batch)
-	if err != nil {
-		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
+	for _, row := range rows {
+		batch = r.collect(row, batch)
 	}
 	for _, rec := range batch[n:] {
 		next = max(next, rec.AttemptID)
@@ -281,46 +279,34 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 	return batch, next, nil
 }
 
-// collect appends a record per row, skipping (and logging) a row that is not
+// collect appends the row's record, skipping (and logging) a row that is not
 // a valid record, and remembers the highest id read in lastRead.
-func (r *Reporter) collect(rows pgx.Rows, batch []Record) ([]Record, error) {
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			rec                 Record
-			jobID               int64
-			outcome, class      string
-			provider, eventType string
-		)
-		if err := rows.Scan(&rec.AttemptID, &jobID, &rec.Attempt, &outcome, &class,
-			&rec.StartedAt, &rec.FinishedAt, &rec.DurationMS, &provider, &eventType); err != nil {
-			return nil, err
-		}
-		r.lastRead = max(r.lastRead, rec.AttemptID)
-		rec.Job = r.jobRef(jobID)
-		rec.Outcome = Outcome(outcome)
-		rec.ErrorClass = consumers.ErrorClass(class)
-		rec.StartedAt, rec.FinishedAt = rec.StartedAt.UTC(), rec.FinishedAt.UTC()
-		if rec.FinishedAt.Before(rec.StartedAt) {
-			// started_at is the consumer's clock, finished_at the database's:
-			// a skew between them is not a reason to lose the record.
-			rec.StartedAt, rec.DurationMS = rec.FinishedAt, 0
-		}
-		if r.cfg.IncludeProvider {
-			rec.Provider = provider
-			if eventTypePattern.MatchString(eventType) {
-				rec.EventType = eventType
-			}
-		}
-		if err := rec.Validate(); err != nil {
-			r.cfg.Logger.Warn("reporter: attempt not reportable, skipped", slog.Int64("attempt_id", rec.AttemptID),
-				slog.String("error", err.Error()))
-			r.skipped = append(r.skipped, rec.AttemptID)
-			continue
-		}
-		batch = append(batch, rec)
+func (r *Reporter) collect(row queries.ReporterAttemptsAfterRow, batch []Record) []Record {
+	rec := Record{AttemptID: row.ID, Attempt: int(row.Attempt), StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
+		DurationMS: row.DurationMs}
+	r.lastRead = max(r.lastRead, rec.AttemptID)
+	rec.Job = r.jobRef(row.JobID)
+	rec.Outcome = Outcome(row.Outcome)
+	rec.ErrorClass = consumers.ErrorClass(row.ErrorClass)
+	rec.StartedAt, rec.FinishedAt = rec.StartedAt.UTC(), rec.FinishedAt.UTC()
+	if rec.FinishedAt.Before(rec.StartedAt) {
+		// started_at is the consumer's clock, finished_at the database's:
+		// a skew between them is not a reason to lose the record.
+		rec.StartedAt, rec.DurationMS = rec.FinishedAt, 0
 	}
-	return batch, rows.Err()
+	if r.cfg.IncludeProvider {
+		rec.Provider = row.Provider
+		if eventTypePattern.MatchString(row.EventType) {
+			rec.EventType = row.EventType
+		}
+	}
+	if err := rec.Validate(); err != nil {
+		r.cfg.Logger.Warn("reporter: attempt not reportable, skipped", slog.Int64("attempt_id", rec.AttemptID),
+			slog.String("error", err.Error()))
+		r.skipped = append(r.skipped, rec.AttemptID)
+		return batch
+	}
+	return append(batch, rec)
 }
 
 // jobRef is the job id as the control plane sees it.

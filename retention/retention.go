@@ -22,14 +22,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // DB is what retention needs of a pool or connection.
 type DB interface {
+	queries.DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Intervals are the partition lengths there are, on UTC boundaries.
@@ -171,13 +170,12 @@ func (r Report) count(v Verdict) int {
 // CheckOwner returns ErrNotOwner, naming both roles, unless the connected
 // role may act as the owner of webhook_ingress.events.
 func CheckOwner(ctx context.Context, db DB) error {
-	var user, owner string
-	var ok bool
-	if err := db.QueryRow(ctx, schema.Query("RetentionOwner")).Scan(&user, &owner, &ok); err != nil {
+	r, err := queries.New(db).RetentionOwner(ctx)
+	if err != nil {
 		return fmt.Errorf("retention: look up the owner of webhook_ingress.events: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("%w: connected as %s; partitions are created and dropped as %s (the role that ran inlet migrate)", ErrNotOwner, user, owner)
+	if !r.MayActAsOwner {
+		return fmt.Errorf("%w: connected as %s; partitions are created and dropped as %s (the role that ran inlet migrate)", ErrNotOwner, r.ConnectedAs, r.Owner)
 	}
 	return nil
 }
@@ -191,16 +189,15 @@ func EnsurePartitions(ctx context.Context, db DB, interval string, ahead int, lo
 	}
 	var created []Period
 	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("RetentionCreatePartitions"), o.Interval, o.Ahead)
+		rows, err := queries.New(tx).RetentionCreatePartitions(ctx, queries.RetentionCreatePartitionsParams{Period: o.Interval, Ahead: int32(o.Ahead)})
 		if err != nil {
 			return err
 		}
-		created, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Period, error) {
-			var p Period
-			err := r.Scan(&p.Start, &p.End)
-			return p, err
-		})
-		return err
+		created = []Period{}
+		for _, r := range rows {
+			created = append(created, Period{Start: r.PeriodStart, End: r.PeriodEnd})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retention: create %s partitions %d ahead: %w", o.Interval, o.Ahead, err)
@@ -240,9 +237,13 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 	if opts.DryRun {
 		rep.Created = wouldCreate(rep.Through, now, opts)
 	}
-	if err := db.QueryRow(ctx, schema.Query("RetentionDefaultPartition")).Scan(
-		&rep.Default.Events, &rep.Default.Oldest, &rep.Default.Newest); err != nil {
+	def, err := queries.New(db).RetentionDefaultPartition(ctx)
+	if err != nil {
 		return Report{}, fmt.Errorf("retention: read the default partition: %w", err)
+	}
+	rep.Default.Events = def.Events
+	if def.Events > 0 {
+		rep.Default.Oldest, rep.Default.Newest = &def.Oldest, &def.Newest
 	}
 	if opts.MaxAge == 0 {
 		return rep, nil
@@ -268,22 +269,15 @@ type namedPeriod struct {
 }
 
 func partitions(ctx context.Context, db DB) ([]namedPeriod, time.Time, error) {
-	rows, err := db.Query(ctx, schema.Query("RetentionPartitions"))
+	rows, err := queries.New(db).RetentionPartitions(ctx)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
 	}
-	defer rows.Close()
 	var out []namedPeriod
 	var now time.Time
-	for rows.Next() {
-		var p namedPeriod
-		if err := rows.Scan(&p.Start, &p.End, &p.name, &now); err != nil {
-			return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("retention: list partitions: %w", err)
+	for _, r := range rows {
+		out = append(out, namedPeriod{Period: Period{Start: r.PeriodStart, End: r.PeriodEnd}, name: r.EventsPartition})
+		now = r.Now
 	}
 	if len(out) == 0 {
 		if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
@@ -338,13 +332,14 @@ func wouldCreate(through *time.Time, now time.Time, o Options) []Period {
 // expire drops one period, or says what keeps it.
 func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, error) {
 	part := Partition{Period: p.Period, Name: p.name}
-	var minID, maxID *int64
-	if err := db.QueryRow(ctx, schema.Query("RetentionPartitionStatus"), p.Start).Scan(
-		&part.Events, &minID, &maxID, &part.Jobs, &part.OpenJobs, &part.DeadLetters, &part.Attempts, &part.SealedThrough); err != nil {
+	st, err := queries.New(db).RetentionPartitionStatus(ctx, p.Start)
+	if err != nil {
 		return Partition{}, fmt.Errorf("retention: read partition %s: %w", p.name, err)
 	}
-	if maxID != nil {
-		part.MaxEventID = *maxID
+	part.Events, part.Jobs, part.OpenJobs, part.DeadLetters, part.Attempts, part.SealedThrough =
+		st.Events, st.Jobs, st.OpenJobs, st.DeadLetters, st.Attempts, st.SealedThrough
+	if st.MaxEventID != nil {
+		part.MaxEventID = *st.MaxEventID
 	}
 	switch {
 	case part.OpenJobs > 0:
@@ -357,9 +352,13 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		part.Verdict = WouldDrop
 		return part, nil
 	}
-	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, schema.Query("RetentionDropPartition"), p.Start).Scan(
-			&part.Events, &part.Jobs, &part.Attempts, &part.SealedThrough)
+	err = inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
+		d, err := queries.New(tx).RetentionDropPartition(ctx, p.Start)
+		if err != nil {
+			return err
+		}
+		part.Events, part.Jobs, part.Attempts, part.SealedThrough = d.Events, d.Jobs, d.Attempts, d.SealedThrough
+		return nil
 	})
 	var pgErr *pgconn.PgError
 	switch {
@@ -382,7 +381,7 @@ func inTx(ctx context.Context, db DB, lockTimeout time.Duration, f func(pgx.Tx) 
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	ms := strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10) + "ms"
-	if _, err := tx.Exec(ctx, schema.Query("RetentionLockTimeout"), ms); err != nil {
+	if err := queries.New(tx).RetentionLockTimeout(ctx, ms); err != nil {
 		return err
 	}
 	if err := f(tx); err != nil {

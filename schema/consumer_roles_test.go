@@ -16,6 +16,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 var roleSeq atomic.Int64
@@ -27,21 +28,11 @@ func newConsumerRole(t *testing.T, pool *pgxpool.Pool, handlers ...string) strin
 	t.Helper()
 	ctx := context.Background()
 	role := fmt.Sprintf("webhook_consumer_t%d_%d", os.Getpid(), roleSeq.Add(1))
-	rows, err := pool.Query(ctx, schema.Query("CreateConsumerRole"), role, handlers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if _, err := queries.New(pool).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers}); err != nil {
 		t.Fatalf("create consumer role %s: %v", role, err)
 	}
 	t.Cleanup(func() {
-		rows, err := pool.Query(ctx, schema.Query("DropConsumerRole"), role)
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
-		if err != nil {
+		if _, err := queries.New(pool).DropConsumerRole(ctx, role); err != nil {
 			t.Errorf("drop consumer role %s: %v", role, err)
 		}
 	})
@@ -71,7 +62,7 @@ func claimAll(t *testing.T, pool *pgxpool.Pool) map[string]leasedJob {
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE webhook_streamer"); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "streamer-1", time.Minute, []string{})
+	rows, err := tx.Query(ctx, queries.ClaimJobs, "streamer-1", time.Minute, []string{}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +234,7 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"say their consumer is gone", execRows(schema.Query("ConsumerGone"), "c-"+theirs, []string{theirs})},
 				{"delete their liveness", execRows(`DELETE FROM webhook_ingress.consumers WHERE handler = $1`, theirs)},
 				{"take their handler", execRows(`INSERT INTO webhook_ingress.consumer_roles (role_name, handler) VALUES ($1, $2)`, me, theirs)},
-				{"take their handler through the function", queryRows(schema.Query("CreateConsumerRole"), me, []string{mine, theirs})},
+				{"take their handler through the function", queryRows(queries.CreateConsumerRole, me, []string{mine, theirs})},
 				{"read a jobs partition", queryRows(`SELECT handler FROM webhook_ingress.jobs_default`)},
 				{"read an events partition", queryRows(`SELECT raw_body FROM webhook_ingress.events_default`)},
 				// SET ROLE is checked against the session's login role, not

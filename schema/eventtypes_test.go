@@ -12,6 +12,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 const insertTypedEvent = `INSERT INTO webhook_ingress.events
@@ -70,17 +71,20 @@ func TestEventTypesFold(t *testing.T) {
 		mustExec(insertTypedEvent, "github", fmt.Sprintf("d%d", i), fmt.Sprintf("random.%d", i))
 	}
 	var n int64
-	if err := asRole(t, pool, "webhook_streamer", func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, schema.Query("FoldEventTypes"), 3).Scan(&n)
-	}); err != nil {
+	err := asRole(t, pool, "webhook_streamer", func(tx pgx.Tx) error {
+		var err error
+		n, err = queries.New(tx).FoldEventTypes(ctx, 3)
+		return err
+	})
+	if err != nil {
 		t.Fatalf("fold as webhook_streamer: %v", err)
 	}
-	if err := pool.QueryRow(ctx, schema.Query("FoldEventTypes"), 3).Scan(&n); err != nil {
+	if n, err = queries.New(pool).FoldEventTypes(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	// A second batch of known types adds up.
 	mustExec(insertTypedEvent, "stripe", "evt_late", "invoice.paid")
-	if err := pool.QueryRow(ctx, schema.Query("FoldEventTypes"), 3).Scan(&n); err != nil || n != 1 {
+	if n, err = queries.New(pool).FoldEventTypes(ctx, 3); err != nil || n != 1 {
 		t.Fatalf("second fold: %d rows, %v; want 1", n, err)
 	}
 	got := eventTypes(t, pool)
@@ -110,7 +114,7 @@ func TestEventTypesFold(t *testing.T) {
 	for i := 5; i < 50; i++ {
 		mustExec(insertTypedEvent, "github", fmt.Sprintf("d%d", i), fmt.Sprintf("random.%d", i))
 	}
-	if err := pool.QueryRow(ctx, schema.Query("FoldEventTypes"), 3).Scan(&n); err != nil {
+	if n, err = queries.New(pool).FoldEventTypes(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	if got := eventTypes(t, pool); len(got) != 6 || got["github/_other"].events != 47 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // TestJobPartitionsAreTunedForAHotQueue checks the settings of migrations 008
@@ -62,7 +63,7 @@ func TestJobPartitionsAreTunedForAHotQueue(t *testing.T) {
 		attempt           int32
 		partKey, leasedAt time.Time
 	)
-	err = pool.QueryRow(ctx, schema.Query("ClaimJobs"), 10, "streamer-test", time.Minute, []string{}).Scan(
+	err = pool.QueryRow(ctx, queries.ClaimJobs, "streamer-test", time.Minute, []string{}, 10).Scan(
 		&jobID, &eventID, &handler, new(string), new(string), &attempt, new(int), new(time.Time), new(string), &partKey, &leasedAt)
 	if err != nil {
 		t.Fatalf("claim: %v", err)

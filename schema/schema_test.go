@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -569,5 +574,63 @@ func TestDocsAuditorQuery(t *testing.T) {
 	}
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, "jobs_default") || regexp.MustCompile(`_p[0-9]{8}\b`).MatchString(p) {
 		t.Fatalf("the auditor query reads other periods' partitions:\n%s", p)
+	}
+}
+
+// The statements sqlc generated are the ones in the .sql files (sqlc
+// rewrites a SELECT * into the column names it infers, which need not be
+// PostgreSQL's), parameters aside: sqlc numbers named ones itself. Comment
+// lines aside too: sqlc moves them to the method's doc.
+func TestQueryMatchesSQLC(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("queries/*.sql.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated files: %v", err)
+	}
+	raw, err := schema.LoadQueries(os.DirFS("."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	param := regexp.MustCompile(`sqlc\.n?arg\([a-z_0-9]+\)|\$[0-9]+`)
+	strip := func(sql string) string {
+		var keep []string
+		for _, l := range strings.Split(sql, "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
+				keep = append(keep, l)
+			}
+		}
+		return param.ReplaceAllString(strings.Join(keep, "\n"), "$?")
+	}
+	n := 0
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				lit, ok := v.Values[0].(*ast.BasicLit)
+				if !ok {
+					continue
+				}
+				text, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := v.Names[0].Name
+				n++
+				if got, want := strip(raw[name]), strip(text); got != want {
+					t.Errorf("query %s differs from sqlc's text in %s:\n%s\n--- sqlc:\n%s", name, f, got, want)
+				}
+			}
+		}
+	}
+	if n != len(raw) {
+		t.Fatalf("found %d generated queries, want %d", n, len(raw))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -133,7 +134,7 @@ func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 		t.Fatalf("old claim leased job %d, want 6", ref6.JobID)
 	}
 	var ref5 bus.Ref
-	if err := spool.QueryRow(ctx, schema.Query("ClaimJobs"), 1, "new-streamer", time.Minute, []string{}).Scan(
+	if err := spool.QueryRow(ctx, queries.ClaimJobs, "new-streamer", time.Minute, []string{}, 1).Scan(
 		&ref5.JobID, &ref5.EventID, &ref5.Handler, &ref5.Provider, &ref5.EventType, &ref5.Attempt,
 		new(int), &ref5.LeaseExpiresAt, new(string), &ref5.EventReceivedAt, &ref5.LeasedAt); err != nil || ref5.JobID != 5 {
 		t.Fatalf("new claim: %v, job %d, want 5", err, ref5.JobID)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // inFlight keeps each handler's count of leased jobs in memory, so a claim
@@ -39,8 +39,6 @@ func newInFlight(limit int, refresh time.Duration) *inFlight {
 	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{}}
 }
 
-var countLeasedSQL = schema.Query("CountLeasedJobs")
-
 // atLimit returns the handlers to lease nothing of: those with limit jobs or
 // more leased, and those without a live consumer; counting again first when
 // the count is older than its refresh interval.
@@ -69,28 +67,18 @@ func (f *inFlight) full() []string {
 }
 
 func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, countLeasedSQL)
+	rows, err := queries.New(pool).CountLeasedJobs(ctx)
 	if err != nil {
 		return fmt.Errorf("count leased jobs: %w", err)
 	}
-	defer rows.Close()
 	counts := map[string]int{}
 	var quiet []string
-	for rows.Next() {
-		var h string
-		var n int
-		var isQuiet bool
-		if err := rows.Scan(&h, &n, &isQuiet); err != nil {
-			return fmt.Errorf("count leased jobs: scan: %w", err)
-		}
-		if isQuiet {
-			quiet = append(quiet, h)
+	for _, r := range rows {
+		if r.Quiet {
+			quiet = append(quiet, r.Handler)
 			continue
 		}
-		counts[h] = n
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("count leased jobs: %w", err)
+		counts[r.Handler] = int(r.Leased)
 	}
 	f.counts, f.quiet, f.counted = counts, quiet, time.Now()
 	return nil

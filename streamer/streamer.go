@@ -26,7 +26,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/tracing"
-	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Config configures a Streamer.
@@ -326,12 +326,6 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 
 var tracer = tracing.Tracer("streamer")
 
-var (
-	claimSQL   = schema.Query("ClaimJobs")
-	releaseSQL = schema.Query("ReleaseJobs")
-	reapSQL    = schema.Query("ReapExpiredLeases")
-)
-
 // ClaimOnce leases one batch of due jobs and publishes them; it returns how
 // many it leased. The lease commits before anything is published, so a crash
 // in between leaves leased jobs that the reaper returns.
@@ -341,27 +335,19 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	s.claims.Add(1)
-	rows, err := s.cfg.Pool.Query(ctx, claimSQL, s.cfg.BatchSize, s.cfg.ID, s.cfg.LeaseDuration, full)
+	rows, err := queries.New(s.cfg.Pool).ClaimJobs(ctx, queries.ClaimJobsParams{
+		BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration, FullHandlers: full})
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	var refs []bus.Ref
 	var traces []string // each job's trace_parent
-	for rows.Next() {
-		var r bus.Ref
-		var maxAttempts int
-		var traceParent string
-		if err := rows.Scan(&r.JobID, &r.EventID, &r.Handler, &r.Provider, &r.EventType, &r.Attempt, &maxAttempts,
-			&r.LeaseExpiresAt, &traceParent, &r.EventReceivedAt, &r.LeasedAt); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("claim jobs: scan: %w", err)
-		}
+	for _, j := range rows {
+		r := bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+			Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
 		refs = append(refs, r)
-		traces = append(traces, traceParent)
+		traces = append(traces, j.TraceParent)
 		s.inFlight.leased(r.Handler, 1)
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	s.batchSizes.Observe(float64(len(refs)))
 	if len(refs) == 0 {
@@ -429,7 +415,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 	s.publishFailed.Add(int64(len(failed)))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Pool.Exec(rctx, releaseSQL, failed, s.cfg.ID); err != nil {
+	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, queries.ReleaseJobsParams{JobIds: failed, LeaseHolder: s.cfg.ID}); err != nil {
 		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", len(failed)), slog.String("error", err.Error()))
 	}
 	return len(failed)
@@ -464,25 +450,16 @@ const reapBatch = 1000
 // ReapOnce returns up to 1000 expired leases to pending (or dead_letter after
 // the last attempt) and reports how many it handled.
 func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
-	rows, err := s.cfg.Pool.Query(ctx, reapSQL, reapBatch)
+	rows, err := queries.New(s.cfg.Pool).ReapExpiredLeases(ctx, reapBatch)
 	if err != nil {
 		return 0, fmt.Errorf("reap expired leases: %w", err)
 	}
 	var n, dead int
-	for rows.Next() {
-		var id int64
-		var status string
-		if err := rows.Scan(&id, &status); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("reap expired leases: scan: %w", err)
-		}
+	for _, r := range rows {
 		n++
-		if status == "dead_letter" {
+		if r.Status == "dead_letter" {
 			dead++
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("reap expired leases: %w", err)
 	}
 	if n > 0 {
 		s.reaped.Add(int64(n - dead))

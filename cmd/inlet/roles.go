@@ -13,6 +13,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 var roleVerbs = map[string]subcommand{
@@ -159,29 +160,24 @@ which runs every handler.
 		}
 	}
 	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("CreateConsumerRole"), role, hs)
+		q := queries.New(tx)
+		rows, err := q.CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: hs})
 		if err != nil {
 			return fmt.Errorf("create consumer role %s: %w", role, err)
 		}
 		var created bool
 		var changes [][2]string
-		for rows.Next() {
-			var name, handler, change string
-			if err := rows.Scan(&name, &created, &handler, &change); err != nil {
-				return err
-			}
-			changes = append(changes, [2]string{handler, change})
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("create consumer role %s: %w", role, err)
+		for _, r := range rows {
+			created = r.RoleCreated
+			changes = append(changes, [2]string{r.Handler, r.Change})
 		}
 		var warnings []string
 		for _, m := range members {
 			if _, err := tx.Exec(ctx, "GRANT "+pgx.Identifier{role}.Sanitize()+" TO "+pgx.Identifier{m}.Sanitize()); err != nil {
 				return fmt.Errorf("grant %s to %s: %w", role, m, err)
 			}
-			var worker bool
-			if err := tx.QueryRow(ctx, schema.Query("ReachesWorkerRole"), m).Scan(&worker); err != nil {
+			worker, err := q.ReachesWorkerRole(ctx, m)
+			if err != nil {
 				return err
 			}
 			if worker {
@@ -240,18 +236,15 @@ only consumer NAME's.`+rolesHelp)
 		return fmt.Errorf("%w: inlet roles list takes at most one consumer name, got %d arguments", errUsage, fs.NArg())
 	}
 	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("ListConsumerRoles"), only)
+		rows, err := queries.New(tx).ListConsumerRoles(ctx, only)
 		if err != nil {
 			return fmt.Errorf("list consumer roles: %w", err)
 		}
-		list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[consumerRoleRow])
-		if err != nil {
-			return fmt.Errorf("list consumer roles: %w", err)
+		list := make([]consumerRoleRow, len(rows))
+		for i, r := range rows {
+			list[i] = consumerRoleRow(r)
 		}
 		if *asJSON {
-			if list == nil {
-				list = []consumerRoleRow{}
-			}
 			return printJSON(env.stdout, list)
 		}
 		if len(list) == 0 {
@@ -285,11 +278,7 @@ switch them off with inlet subscriptions disable.`+rolesHelp)
 		return err
 	}
 	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("DropConsumerRole"), role)
-		if err != nil {
-			return fmt.Errorf("drop consumer role %s: %w", role, err)
-		}
-		handlers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		handlers, err := queries.New(tx).DropConsumerRole(ctx, role)
 		if err != nil {
 			return fmt.Errorf("drop consumer role %s: %w", role, err)
 		}

@@ -6,39 +6,39 @@
 -- first: $before = 0 starts at the newest row. Event type filters are LIKE
 -- patterns made from a glob by admin (the subscriptions' escaping).
 
--- name: AdminListEvents
+-- name: AdminListEvents :many
 -- Event metadata (never the body) with each job's handler and status.
--- $1 provider, $2 event type LIKE pattern, $3 since (inclusive), $4 until
--- (exclusive), $5 external event id, $6 before id, $7 limit, $8 occurred
--- after (inclusive), $9 occurred before (exclusive), $10 a JSON path
--- predicate over payload ('' none; --where). $10 is a bound parameter, cast
+-- provider provider, event_type_like event type LIKE pattern, since since (inclusive), until until
+-- (exclusive), external_event_id external event id, before_id before id, page_size limit, occurred_after occurred
+-- after (inclusive), occurred_before occurred before (exclusive), where_path a JSON path
+-- predicate over payload ('' none; --where). where_path is a bound parameter, cast
 -- to jsonpath by PostgreSQL (a bad path is its syntax error, never SQL), and
 -- with the custom plan admin forces it is a constant the planner gives to
 -- idx_events_payload (GIN jsonb_path_ops answers @@). Events without a
 -- payload never match a path.
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at,
-       coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
+       e.signature_verified, e.secret_index, octet_length(e.raw_body) AS body_size, e.body_sha256, e.occurred_at,
+       coalesce(j.handlers, '{}')::text[] AS handlers, coalesce(j.statuses, '{}')::text[] AS statuses
 FROM webhook_ingress.events e
 LEFT JOIN LATERAL (
     SELECT array_agg(handler ORDER BY handler) AS handlers, array_agg(status ORDER BY handler) AS statuses
     FROM webhook_ingress.jobs
     WHERE event_id = e.id
 ) j ON true
-WHERE ($1::text = '' OR e.provider = $1)
-  AND ($2::text = '' OR e.event_type LIKE $2)
-  AND ($3::timestamptz IS NULL OR e.received_at >= $3)
-  AND ($4::timestamptz IS NULL OR e.received_at < $4)
-  AND ($5::text = '' OR e.external_event_id = $5)
-  AND ($6::bigint = 0 OR e.id < $6)
-  AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
-  AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
-  AND ($10::text = '' OR e.payload @@ $10::jsonpath)
+WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+  AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+  AND (sqlc.arg(external_event_id)::text = '' OR e.external_event_id = sqlc.arg(external_event_id))
+  AND (sqlc.arg(before_id)::bigint = 0 OR e.id < sqlc.arg(before_id))
+  AND (sqlc.narg(occurred_after)::timestamptz IS NULL OR e.occurred_at >= sqlc.narg(occurred_after))
+  AND (sqlc.narg(occurred_before)::timestamptz IS NULL OR e.occurred_at < sqlc.narg(occurred_before))
+  AND (sqlc.arg(where_path)::text = '' OR e.payload @@ sqlc.arg(where_path)::jsonpath)
 ORDER BY e.id DESC
-LIMIT $7
+LIMIT sqlc.arg(page_size)::bigint;
 
--- name: AdminListEventsWhere
--- AdminListEvents with a --where path ($10, never ''), same parameters and
+-- name: AdminListEventsWhere :many
+-- AdminListEvents with a --where path (where_path, never ''), same parameters and
 -- columns. The matches are found first through idx_events_payload and only
 -- then sorted: left to itself, the planner estimates a path matches 1 % of
 -- the rows and walks the id index backwards testing every payload (4.8 s
@@ -46,172 +46,176 @@ LIMIT $7
 -- matches most of the log reads all its matches; narrow it with --since.
 WITH matched AS MATERIALIZED (
     SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-           e.signature_verified, e.secret_index, octet_length(e.raw_body) AS size, e.body_sha256, e.occurred_at
+           e.signature_verified, e.secret_index, octet_length(e.raw_body) AS body_size, e.body_sha256, e.occurred_at
     FROM webhook_ingress.events e
-    WHERE e.payload @@ $10::jsonpath
-      AND ($1::text = '' OR e.provider = $1)
-      AND ($2::text = '' OR e.event_type LIKE $2)
-      AND ($3::timestamptz IS NULL OR e.received_at >= $3)
-      AND ($4::timestamptz IS NULL OR e.received_at < $4)
-      AND ($5::text = '' OR e.external_event_id = $5)
-      AND ($6::bigint = 0 OR e.id < $6)
-      AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
-      AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
+    WHERE e.payload @@ sqlc.arg(where_path)::text::jsonpath
+      AND (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+      AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+      AND (sqlc.arg(external_event_id)::text = '' OR e.external_event_id = sqlc.arg(external_event_id))
+      AND (sqlc.arg(before_id)::bigint = 0 OR e.id < sqlc.arg(before_id))
+      AND (sqlc.narg(occurred_after)::timestamptz IS NULL OR e.occurred_at >= sqlc.narg(occurred_after))
+      AND (sqlc.narg(occurred_before)::timestamptz IS NULL OR e.occurred_at < sqlc.narg(occurred_before))
 ), page AS (
-    SELECT * FROM matched ORDER BY id DESC LIMIT $7
+    SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, body_size,
+           body_sha256, occurred_at
+    FROM matched ORDER BY id DESC LIMIT sqlc.arg(page_size)::bigint
 )
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, e.size, e.body_sha256, e.occurred_at,
-       coalesce(j.handlers, '{}'), coalesce(j.statuses, '{}')
+       e.signature_verified, e.secret_index, e.body_size, e.body_sha256, e.occurred_at,
+       coalesce(j.handlers, '{}')::text[] AS handlers, coalesce(j.statuses, '{}')::text[] AS statuses
 FROM page e
 LEFT JOIN LATERAL (
     SELECT array_agg(handler ORDER BY handler) AS handlers, array_agg(status ORDER BY handler) AS statuses
     FROM webhook_ingress.jobs
     WHERE event_id = e.id
 ) j ON true
-ORDER BY e.id DESC
+ORDER BY e.id DESC;
 
--- name: AdminGetEvent
+-- name: AdminGetEvent :one
 -- One event whole: metadata, headers, request URI and the exact stored bytes.
 SELECT id, provider, scheme, external_event_id, event_type, received_at,
-       signature_verified, secret_index, octet_length(raw_body), body_sha256, occurred_at,
-       headers, request_uri, raw_body, payload IS NOT NULL
+       signature_verified, secret_index, octet_length(raw_body) AS body_size, body_sha256, occurred_at,
+       headers, request_uri, raw_body, (payload IS NOT NULL)::boolean AS has_payload
 FROM webhook_ingress.events
-WHERE id = $1
+WHERE id = $1;
 
--- name: AdminEventJobs
+-- name: AdminEventJobs :many
 -- Every job of event $1, one per handler.
 SELECT id, event_id, handler, provider, event_type, status, attempt_count, max_attempts,
        next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id,
        last_error, last_error_class, created_at, updated_at, completed_at
 FROM webhook_ingress.jobs
 WHERE event_id = $1
-ORDER BY handler
+ORDER BY handler;
 
--- name: AdminGetJob
+-- name: AdminGetJob :one
 -- One job with its event's metadata (not its body or headers).
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.status, j.attempt_count, j.max_attempts,
        j.next_attempt_at, j.lease_holder_id, j.lease_expires_at, j.attempted_at, j.worker_id,
        j.last_error, j.last_error_class, j.created_at, j.updated_at, j.completed_at,
-       e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
-       e.signature_verified, e.secret_index, octet_length(e.raw_body), e.body_sha256, e.occurred_at
+       e.id AS e_id, e.provider AS e_provider, e.scheme AS e_scheme, e.external_event_id AS e_external_event_id,
+       e.event_type AS e_event_type, e.received_at AS e_received_at, e.signature_verified AS e_signature_verified,
+       e.secret_index AS e_secret_index, octet_length(e.raw_body) AS e_body_size, e.body_sha256 AS e_body_sha256,
+       e.occurred_at AS e_occurred_at
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
-WHERE j.id = $1
+WHERE j.id = $1;
 
--- name: AdminJobAttempts
--- The attempt history (and replay markers) of jobs $1, in the order written.
+-- name: AdminJobAttempts :many
+-- The attempt history (and replay markers) of jobs job_ids, in the order written.
 -- Through the view attempts (010_lease_token): job_attempts' rows and each
 -- job's successful attempt, which stays on its job row (attempt number,
 -- consumer, lease time as start, completion time) until a replay archives
 -- it. One id space, so ordering by id is the order the attempts finished.
-SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms
+SELECT id, job_id, attempt, worker_id, started_at, finished_at, outcome, error_class, error, duration_ms::float8 AS duration_ms
 FROM webhook_ingress.attempts
-WHERE job_id = ANY($1::bigint[])
-ORDER BY job_id, id
+WHERE job_id = ANY(sqlc.arg(job_ids)::bigint[])
+ORDER BY job_id, id;
 
--- name: AdminListDeadLetters
+-- name: AdminListDeadLetters :many
 -- Dead-lettered jobs with their event's metadata; the time range is when the
 -- job was dead-lettered (updated_at). Error class only: the text is in
--- AdminGetJob. $1 handler, $2 provider, $3 error class, $4 since, $5 until,
--- $6 before job id, $7 limit.
+-- AdminGetJob. handler handler, provider provider, error_class error class, since since, until until,
+-- before_id before job id, page_size limit.
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
        coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.status = 'dead_letter'
-  AND ($1::text = '' OR j.handler = $1)
-  AND ($2::text = '' OR j.provider = $2)
-  AND ($3::text = '' OR j.last_error_class = $3)
-  AND ($4::timestamptz IS NULL OR j.updated_at >= $4)
-  AND ($5::timestamptz IS NULL OR j.updated_at < $5)
-  AND ($6::bigint = 0 OR j.id < $6)
+  AND (sqlc.arg(handler)::text = '' OR j.handler = sqlc.arg(handler))
+  AND (sqlc.arg(provider)::text = '' OR j.provider = sqlc.arg(provider))
+  AND (sqlc.arg(error_class)::text = '' OR j.last_error_class = sqlc.arg(error_class))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR j.updated_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR j.updated_at < sqlc.narg(until))
+  AND (sqlc.arg(before_id)::bigint = 0 OR j.id < sqlc.arg(before_id))
 ORDER BY j.id DESC
-LIMIT $7
+LIMIT sqlc.arg(page_size)::bigint;
 
--- name: AdminEventsToVerify
--- What re-verification reads, $6 at a time after id $5, oldest first: event
--- $1 alone, or every event of provider $2 ('' any) received in [$3, $4).
+-- name: AdminEventsToVerify :many
+-- What re-verification reads, batch_size at a time after id after_id, oldest first: event
+-- event_id alone, or every event of provider provider ('' any) received in [since, until).
 -- Events stored without a signature (backfilled from a provider's API) have
 -- none to re-check and are left out.
 SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
 FROM webhook_ingress.events
 WHERE signature_verified
-  AND ($1::bigint = 0 OR id = $1)
-  AND ($2::text = '' OR provider = $2)
-  AND ($3::timestamptz IS NULL OR received_at >= $3)
-  AND ($4::timestamptz IS NULL OR received_at < $4)
-  AND id > $5
+  AND (sqlc.arg(event_id)::bigint = 0 OR id = sqlc.arg(event_id))
+  AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR received_at < sqlc.narg(until))
+  AND id > sqlc.arg(after_id)
 ORDER BY id
-LIMIT $6
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AdminLockJob
+-- name: AdminLockJob :one
 -- The job a single replay is about, locked until the replay commits.
-SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE
+SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE;
 
--- name: AdminHandlerKnown
--- Does handler $1 have an enabled subscription, and any job at all?
-SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions WHERE handler = $1 AND enabled),
-       EXISTS (SELECT 1 FROM webhook_ingress.jobs WHERE handler = $1)
+-- name: AdminHandlerKnown :one
+-- Does handler handler have an enabled subscription, and any job at all?
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s WHERE s.handler = sqlc.arg(handler) AND s.enabled) AS subscribed,
+       EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.handler = sqlc.arg(handler)) AS has_jobs;
 
--- name: AdminCountDeadLetters
--- How many dead letters of handler $1 a replay would re-queue.
-SELECT count(*) FROM webhook_ingress.jobs WHERE handler = $1 AND status = 'dead_letter'
+-- name: AdminCountDeadLetters :one
+-- How many dead letters of handler handler a replay would re-queue.
+SELECT count(*) FROM webhook_ingress.jobs WHERE handler = sqlc.arg(handler) AND status = 'dead_letter';
 
--- name: AdminDeadLetterBatch
--- The next $3 dead letters of handler $1 after job id $2.
+-- name: AdminDeadLetterBatch :many
+-- The next batch_size dead letters of handler handler after job id after_id.
 SELECT id FROM webhook_ingress.jobs
-WHERE handler = $1 AND status = 'dead_letter' AND id > $2
+WHERE handler = sqlc.arg(handler) AND status = 'dead_letter' AND id > sqlc.arg(after_id)
 ORDER BY id
-LIMIT $3
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AdminCountFilterJobs
--- Existing jobs of handler $1 whose event matches the filter ($2 provider,
--- $3 event type LIKE pattern, $4 since, $5 until on received_at): how many a
+-- name: AdminCountFilterJobs :one
+-- Existing jobs of handler handler whose event matches the filter (provider provider,
+-- event_type_like event type LIKE pattern, since since, until until on received_at): how many a
 -- replay re-queues, and how many it skips because they are leased (in flight).
-SELECT count(*) FILTER (WHERE j.status <> 'leased'), count(*) FILTER (WHERE j.status = 'leased')
+SELECT count(*) FILTER (WHERE j.status <> 'leased') AS requeue, count(*) FILTER (WHERE j.status = 'leased') AS leased
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
-WHERE j.handler = $1
-  AND ($2::text = '' OR j.provider = $2)
-  AND ($3::text = '' OR j.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+WHERE j.handler = sqlc.arg(handler)
+  AND (sqlc.arg(provider)::text = '' OR j.provider = sqlc.arg(provider))
+  AND (sqlc.arg(event_type_like)::text = '' OR j.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until));
 
--- name: AdminFilterJobBatch
--- The next $7 jobs of the filter of AdminCountFilterJobs after job id $6,
+-- name: AdminFilterJobBatch :many
+-- The next batch_size jobs of the filter of AdminCountFilterJobs after job id after_id,
 -- leased ones included: AdminRequeueJobs skips those, and the difference is
 -- what the replay reports as left alone.
 SELECT j.id
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
-WHERE j.handler = $1
-  AND ($2::text = '' OR j.provider = $2)
-  AND ($3::text = '' OR j.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
-  AND j.id > $6
+WHERE j.handler = sqlc.arg(handler)
+  AND (sqlc.arg(provider)::text = '' OR j.provider = sqlc.arg(provider))
+  AND (sqlc.arg(event_type_like)::text = '' OR j.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+  AND j.id > sqlc.arg(after_id)
 ORDER BY j.id
-LIMIT $7
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AdminCountMissingJobs
--- Events matching the filter that have no job of handler $1 but match one of
+-- name: AdminCountMissingJobs :one
+-- Events matching the filter that have no job of handler handler but match one of
 -- its enabled unfiltered subscriptions: the jobs a replay creates. Events the
 -- handler does not subscribe to get none, as at fan-out; its filtered
 -- subscriptions are evaluated in Go (AdminMissingFilteredCandidates).
 SELECT count(*)
 FROM webhook_ingress.events e
-WHERE ($2::text = '' OR e.provider = $2)
-  AND ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
+WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+  AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+              WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
+                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
 
--- name: AdminCreateMissingJobs
--- Create the next $7 missing jobs of AdminCountMissingJobs after event id $6,
+-- name: AdminCreateMissingJobs :one
+-- Create the next batch_size missing jobs of AdminCountMissingJobs after event id after_id,
 -- pending and due now, with the subscription's max_attempts (the largest of
 -- the handler's matching patterns, as at fan-out), each with a 'replayed'
 -- history row (attempt 0, worker_id the login role). Returns how many were
@@ -222,35 +226,35 @@ WITH batch AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+        WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL
-      AND ($2::text = '' OR e.provider = $2)
-      AND ($3::text = '' OR e.event_type LIKE $3)
-      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-      AND ($5::timestamptz IS NULL OR e.received_at < $5)
-      AND e.id > $6
-      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
+      AND (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+      AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+      AND e.id > sqlc.arg(after_id)
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
     ORDER BY e.id
-    LIMIT $7
+    LIMIT sqlc.arg(batch_size)::bigint
 ), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    SELECT id, received_at, sqlc.arg(handler), provider, event_type, max_attempts FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id;
 
--- name: AdminRequeueJobs
--- Put jobs $1 back in the queue: pending, due now, no lease, no worker, no
+-- name: AdminRequeueJobs :many
+-- Put jobs job_ids back in the queue: pending, due now, no lease, no worker, no
 -- last error, and attempt_count 0 so the handler gets max_attempts again.
 -- Their attempt history stays; each gets a 'replayed' row recording the
 -- attempt count it had and the login role that replayed it. A job leased
--- meanwhile (in flight) is left alone, and with $2 (a dead-letter replay) so
+-- meanwhile (in flight) is left alone, and with dead_letters_only (a dead-letter replay) so
 -- is one that is no longer a dead letter (replayed meanwhile by someone
 -- else). The status is re-checked on the locked row. Returns the ids
 -- re-queued.
@@ -265,9 +269,9 @@ SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0):
 WITH target AS (
     SELECT id, attempt_count, completed_attempt_id, worker_id, attempted_at, completed_at, updated_at
     FROM webhook_ingress.jobs
-    WHERE id = ANY($1::bigint[])
+    WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
       AND status <> 'leased'
-      AND (NOT $2::boolean OR status = 'dead_letter')
+      AND (NOT sqlc.arg(dead_letters_only)::boolean OR status = 'dead_letter')
     FOR UPDATE
 ), requeued AS (
     UPDATE webhook_ingress.jobs j
@@ -297,36 +301,36 @@ WITH target AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, attempt_count, session_user::text, now(), now(), 'replayed' FROM requeued
 )
-SELECT id FROM requeued ORDER BY id
+SELECT id FROM requeued ORDER BY id;
 
--- name: AdminNotifyJobs
--- Wake the streamers after a replay: $1 is notify.Channel. Sent inside the
+-- name: AdminNotifyJobs :exec
+-- Wake the streamers after a replay: channel is notify.Channel. Sent inside the
 -- replay's transaction, so it is delivered at COMMIT and only then.
-SELECT pg_notify($1, '')
+SELECT pg_notify(sqlc.arg(channel), '');
 
--- name: AdminSubscriptions
--- Every subscription of handler $1 ('' all), with the jobs it has now.
+-- name: AdminSubscriptions :many
+-- Every subscription of handler handler ('' all), with the jobs it has now.
 SELECT s.handler, s.provider_pattern, s.event_type_pattern, s.max_attempts, s.enabled, s.updated_at,
        (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs
 FROM webhook_ingress.subscriptions s
-WHERE ($1::text = '' OR s.handler = $1)
-ORDER BY s.handler, s.provider_pattern, s.event_type_pattern
+WHERE (sqlc.arg(handler)::text = '' OR s.handler = sqlc.arg(handler))
+ORDER BY s.handler, s.provider_pattern, s.event_type_pattern;
 
--- name: AdminSetSubscriptionsEnabled
--- Switch handler $1's subscriptions on or off ($4): all of them, or the one
--- with provider pattern $2 and event type pattern $3 when both are given.
+-- name: AdminSetSubscriptionsEnabled :execrows
+-- Switch handler handler's subscriptions on or off (enabled): all of them, or the one
+-- with provider pattern provider_pattern and event type pattern event_type_pattern when both are given.
 -- Jobs already created are left alone.
 UPDATE webhook_ingress.subscriptions
-SET enabled = $4, updated_at = now()
-WHERE handler = $1
-  AND ($2::text = '' OR provider_pattern = $2)
-  AND ($3::text = '' OR event_type_pattern = $3)
-  AND enabled IS DISTINCT FROM $4
+SET enabled = sqlc.arg(enabled), updated_at = now()
+WHERE handler = sqlc.arg(handler)
+  AND (sqlc.arg(provider_pattern)::text = '' OR provider_pattern = sqlc.arg(provider_pattern))
+  AND (sqlc.arg(event_type_pattern)::text = '' OR event_type_pattern = sqlc.arg(event_type_pattern))
+  AND enabled IS DISTINCT FROM sqlc.arg(enabled);
 
--- name: AdminSubscriptionExists
--- Whether handler $1 has a subscription (with patterns $2, $3 when given).
+-- name: AdminSubscriptionExists :one
+-- Whether handler handler has a subscription (with patterns provider_pattern, event_type_pattern when given).
 SELECT EXISTS (
     SELECT FROM webhook_ingress.subscriptions
-    WHERE handler = $1
-      AND ($2::text = '' OR provider_pattern = $2)
-      AND ($3::text = '' OR event_type_pattern = $3))
+    WHERE handler = sqlc.arg(handler)
+      AND (sqlc.arg(provider_pattern)::text = '' OR provider_pattern = sqlc.arg(provider_pattern))
+      AND (sqlc.arg(event_type_pattern)::text = '' OR event_type_pattern = sqlc.arg(event_type_pattern)));

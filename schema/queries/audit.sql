@@ -2,58 +2,59 @@
 -- sealer runs as webhook_sealer and never reads raw_body; the verifier runs as
 -- webhook_auditor or webhook_operator. Neither takes a lock on events.
 
--- name: AuditTrySealLock
--- One sealer at a time: a transaction-scoped advisory lock ($1 is the audit
--- package's key). false means another sealer holds it.
-SELECT pg_try_advisory_xact_lock($1)
+-- name: AuditTrySealLock :one
+-- One sealer at a time: a transaction-scoped advisory lock (lock_key is the
+-- audit package's key). false means another sealer holds it.
+SELECT pg_try_advisory_xact_lock(sqlc.arg(lock_key));
 
--- name: AuditLastCheckpoint
+-- name: AuditLastCheckpoint :one
 -- The newest checkpoint: what the next seal extends.
 SELECT seq, last_event_id, tree_size, root_hash, frontier, hash
 FROM webhook_ingress.audit_checkpoints
 ORDER BY seq DESC
-LIMIT 1
+LIMIT 1;
 
--- name: AuditEventsToSeal
--- The sealed columns of the next $2 events from id $1, in id order; the
--- headers as their digest (jsonb output is canonical), the body as body_sha256.
+-- name: AuditEventsToSeal :many
+-- The sealed columns of the next batch_size events from id first_id, in id
+-- order; the headers as their digest (jsonb output is canonical), the body as
+-- body_sha256.
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')),
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1)
+       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index
 FROM webhook_ingress.events
-WHERE id >= $1
+WHERE id >= sqlc.arg(first_id)
 ORDER BY id
-LIMIT $2
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AuditInsertCheckpoint
+-- name: AuditInsertCheckpoint :exec
 INSERT INTO webhook_ingress.audit_checkpoints
     (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
--- name: AuditCheckpoints
--- Checkpoints after seq $1, $2 at a time, in order.
+-- name: AuditCheckpoints :many
+-- Checkpoints after seq after_seq, batch_size at a time, in order.
 SELECT seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids,
        leaf_hashes, frontier, created_at, hash
 FROM webhook_ingress.audit_checkpoints
-WHERE seq > $1
+WHERE seq > sqlc.arg(after_seq)
 ORDER BY seq
-LIMIT $2
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AuditEventsToVerify
--- What verify recomputes, $2 events after id $1 in id order: the sealed
--- columns, and whether raw_body still hashes to body_sha256.
+-- name: AuditEventsToVerify :many
+-- What verify recomputes, batch_size events after id after_id in id order:
+-- the sealed columns, and whether raw_body still hashes to body_sha256.
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')),
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1),
-       sha256(raw_body) = body_sha256
+       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact
 FROM webhook_ingress.events
-WHERE id > $1
+WHERE id > sqlc.arg(after_id)
 ORDER BY id
-LIMIT $2
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AuditPrunedIDs
+-- name: AuditPrunedIDs :many
 -- Ids of events inlet retention dropped with their partitions, as runs
 -- [lo, hi) in id order.
-SELECT lower(r), upper(r)
+SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
 FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
-ORDER BY 1
+ORDER BY 1;

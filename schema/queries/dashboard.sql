@@ -4,47 +4,51 @@
 -- admin and its queries. Times are passed in by the caller, so one page agrees
 -- with itself and tests can fix the clock.
 
--- name: DashboardEventRates
--- Events per source per bucket: $4 buckets of $3 seconds from $1, for every
--- source of $2 and every other source with an event in the window, zero
--- filled (one row per source and bucket, buckets in order). The range on
+-- name: DashboardEventRates :many
+-- Events per source per bucket: `buckets` buckets of bucket_seconds seconds
+-- from since, for every source of sources and every other source with an
+-- event in the window, zero filled (one row per source and bucket, buckets in order). The range on
 -- received_at prunes the events partitions to the window.
 WITH buckets AS (
-    SELECT b, $1::timestamptz + b * $3::integer * interval '1 second' AS starts_at
-    FROM generate_series(0, $4::integer - 1) AS b
+    SELECT b, (sqlc.arg(since)::timestamptz + b * sqlc.arg(bucket_seconds)::integer * interval '1 second')::timestamptz AS starts_at
+    FROM generate_series(0, sqlc.arg(buckets)::integer - 1) AS b
 ), counts AS (
     SELECT provider,
-           floor(extract(epoch FROM received_at - $1::timestamptz) / $3::integer)::integer AS b,
+           floor(extract(epoch FROM received_at - sqlc.arg(since)::timestamptz) / sqlc.arg(bucket_seconds)::integer)::integer AS b,
            count(*) AS n
     FROM webhook_ingress.events
-    WHERE received_at >= $1::timestamptz
-      AND received_at < $1::timestamptz + $4::integer * $3::integer * interval '1 second'
+    WHERE received_at >= sqlc.arg(since)::timestamptz
+      AND received_at < sqlc.arg(since)::timestamptz + sqlc.arg(buckets)::integer * sqlc.arg(bucket_seconds)::integer * interval '1 second'
     GROUP BY 1, 2
 ), sources AS (
-    SELECT unnest($2::text[]) AS provider
+    SELECT unnest(sqlc.arg(sources)::text[]) AS provider
     UNION
     SELECT provider FROM counts
 )
-SELECT s.provider, bk.starts_at, coalesce(c.n, 0)
+SELECT s.provider::text AS provider, bk.starts_at, coalesce(c.n, 0) AS events
 FROM sources s
 CROSS JOIN buckets bk
 LEFT JOIN counts c ON c.provider = s.provider AND c.b = bk.b
-ORDER BY s.provider, bk.b
+ORDER BY s.provider, bk.b;
 
--- name: DashboardLastSeen
--- When each source of $1 last received an event (NULL: never); what the
--- dashboard shows when no silence detector is configured. max() per source
--- reads the (provider, event_type, received_at) index.
-SELECT s.provider,
-       (SELECT max(e.received_at) FROM webhook_ingress.events e WHERE e.provider = s.provider)
-FROM unnest($1::text[]) WITH ORDINALITY AS s(provider, n)
-ORDER BY s.n
+-- name: DashboardLastSeen :many
+-- When each source of sources last received an event (seen false: never);
+-- what the dashboard shows when no silence detector is configured. max() per
+-- source reads the (provider, event_type, received_at) index. (seen and a
+-- coalesced last_seen rather than a NULL: sqlc cannot type a nullable
+-- computed column.)
+SELECT s.provider::text AS provider, (l.last_seen IS NOT NULL)::boolean AS seen,
+       coalesce(l.last_seen, 'epoch')::timestamptz AS last_seen
+FROM unnest(sqlc.arg(sources)::text[]) WITH ORDINALITY AS s(provider, n)
+CROSS JOIN LATERAL (SELECT max(e.received_at) AS last_seen FROM webhook_ingress.events e WHERE e.provider = s.provider) l
+ORDER BY s.n;
 
--- name: DashboardHandlers
+-- name: DashboardHandlers :many
 -- Per handler (every handler with a subscription, an unfinished job or an
--- attempt since $2): its unfinished jobs by status; the lag, $1 minus the
--- due time of its oldest due pending or failed job (NULL: none due); and
--- the attempts that finished since $2, all of them and the failed or
+-- attempt since failures_since): its unfinished jobs by status; the lag, now
+-- minus the due time of its oldest due pending or failed job (has_lag false:
+-- none due; a flag rather than a NULL, which sqlc cannot type); and the
+-- attempts that finished since failures_since, all of them and the failed or
 -- dead-lettered ones. Replay markers are not attempts and are left out.
 -- A finished attempt is counted where it is kept (010_lease_token): a job's
 -- successful attempt on its job row (completed_attempt_id, completed_at),
@@ -61,7 +65,7 @@ WITH jobs AS (
            count(*) FILTER (WHERE status = 'leased')      AS leased,
            count(*) FILTER (WHERE status = 'failed')      AS failed,
            count(*) FILTER (WHERE status = 'dead_letter') AS dead_letter,
-           min(next_attempt_at) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= $1::timestamptz) AS oldest_due
+           min(next_attempt_at) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= sqlc.arg(now)::timestamptz) AS oldest_due
     FROM webhook_ingress.jobs
     WHERE status IN ('pending', 'leased', 'failed', 'dead_letter')
     GROUP BY handler
@@ -69,13 +73,13 @@ WITH jobs AS (
     SELECT j.handler, a.outcome
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-    WHERE a.finished_at >= $2::timestamptz
+    WHERE a.finished_at >= sqlc.arg(failures_since)::timestamptz
       AND a.outcome <> 'replayed'
     UNION ALL
     SELECT handler, 'completed'
     FROM webhook_ingress.jobs
     WHERE completed_attempt_id IS NOT NULL
-      AND completed_at >= $2::timestamptz
+      AND completed_at >= sqlc.arg(failures_since)::timestamptz
 ), attempts AS (
     SELECT handler,
            count(*) AS total,
@@ -90,10 +94,12 @@ WITH jobs AS (
     SELECT handler FROM attempts
 )
 SELECT h.handler,
-       coalesce(j.pending, 0), coalesce(j.leased, 0), coalesce(j.failed, 0), coalesce(j.dead_letter, 0),
-       extract(epoch FROM $1::timestamptz - j.oldest_due)::float8,
-       coalesce(a.total, 0), coalesce(a.failures, 0)
+       coalesce(j.pending, 0) AS pending, coalesce(j.leased, 0) AS leased, coalesce(j.failed, 0) AS failed,
+       coalesce(j.dead_letter, 0) AS dead_letter,
+       (j.oldest_due IS NOT NULL)::boolean AS has_lag,
+       coalesce(extract(epoch FROM sqlc.arg(now)::timestamptz - j.oldest_due), 0)::float8 AS lag_seconds,
+       coalesce(a.total, 0) AS attempts, coalesce(a.failures, 0) AS failures
 FROM handlers h
 LEFT JOIN jobs j ON j.handler = h.handler
 LEFT JOIN attempts a ON a.handler = h.handler
-ORDER BY h.handler
+ORDER BY h.handler;

@@ -1,7 +1,7 @@
 -- Queries on webhook_ingress.events. The log is append-only: there is no
 -- UPDATE or DELETE here, and no role could run one.
 
--- name: InsertEvent
+-- name: InsertEvent :execrows
 -- One verified webhook. A duplicate (provider, external_event_id) inserts
 -- nothing (the events_dedupe trigger claims the key in event_keys first, and
 -- skips the row when it is taken, waiting on a concurrent insert of the same
@@ -14,9 +14,9 @@ INSERT INTO webhook_ingress.events
     (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
      payload, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
-        CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12)
+        CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12);
 
--- name: InsertEvents
+-- name: InsertEvents :many
 -- Several verified webhooks in one statement (group commit: one transaction,
 -- one WAL flush). Arrays, one element per event, in the order of InsertEvent's
 -- parameters ($5 headers as JSON text; $8 NULL for an unverified event; $10
@@ -29,8 +29,18 @@ INSERT INTO webhook_ingress.events
 SELECT u.provider, u.scheme, u.external_event_id, u.event_type, u.headers::jsonb, u.raw_body, u.signature_verified,
        u.secret_index, u.request_uri, nullif(u.trace_parent, ''),
        CASE WHEN u.store_json THEN convert_from(u.raw_body, 'UTF8')::jsonb END, u.occurred_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[], $8::smallint[], $9::text[], $10::text[],
-            $11::boolean[], $12::timestamptz[])
+FROM ROWS FROM (unnest($1::text[]),
+                unnest($2::text[]),
+                unnest($3::text[]),
+                unnest($4::text[]),
+                unnest($5::text[]),
+                unnest($6::bytea[]),
+                unnest($7::boolean[]),
+                unnest($8::smallint[]),
+                unnest($9::text[]),
+                unnest($10::text[]),
+                unnest($11::boolean[]),
+                unnest($12::timestamptz[]))
     AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
          store_json, occurred_at)
-RETURNING provider, external_event_id
+RETURNING provider, external_event_id;

@@ -1,25 +1,25 @@
 -- Queries on webhook_ingress.event_types (013_event_types): every (source,
 -- event type) seen, and the events that created no job (unrouted).
 
--- name: FoldEventTypes
+-- name: FoldEventTypes :one
 -- Fold the arrivals appended by ingest since the last fold into event_types,
--- at most $1 named types per source (the rest in '_other'). Serialized by
+-- at most max_types_per_source named types per source (the rest in '_other'). Serialized by
 -- the function's advisory lock; returns the rows written.
-SELECT webhook_ingress.fold_event_types($1)
+SELECT webhook_ingress.fold_event_types(sqlc.arg(max_types_per_source)::integer) AS folded;
 
--- name: MonitorEventTypes
+-- name: MonitorEventTypes :many
 -- Every type row, for the streamer's metric and new-type alerts (as
 -- webhook_streamer). Bounded: at most the cap + 1 rows per source.
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, alerted_at IS NULL
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new
 FROM webhook_ingress.event_types
-ORDER BY provider, event_type
+ORDER BY provider, event_type;
 
--- name: MonitorEventTypeAlerted
--- The new-type log line and alert of ($1, $2) went out.
+-- name: MonitorEventTypeAlerted :exec
+-- The new-type log line and alert of (provider, event_type) went out.
 UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL
+WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text AND alerted_at IS NULL;
 
--- name: AdminEventTypes
+-- name: AdminEventTypes :many
 -- Every type seen, unrouted first (the latest event created no job), then
 -- not known (seen only before 013), then routed; with the handlers whose
 -- enabled subscriptions match it now (a handler subscribed after unrouted
@@ -27,20 +27,20 @@ WHERE provider = $1 AND event_type = $2 AND alerted_at IS NULL
 SELECT t.provider, t.event_type, t.first_seen, t.last_seen, t.events, t.unrouted_events, t.routed,
        coalesce((SELECT array_agg(DISTINCT s.handler ORDER BY s.handler)
                  FROM webhook_ingress.subscriptions s
-                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')
+                 WHERE s.enabled AND t.provider LIKE s.provider_like AND t.event_type LIKE s.event_type_like), '{}')::text[] AS handlers
 FROM webhook_ingress.event_types t
 ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 END,
-         t.unrouted_events DESC, t.provider, t.event_type
+         t.unrouted_events DESC, t.provider, t.event_type;
 
--- name: AdminCountUnroutedJobs
+-- name: AdminCountUnroutedJobs :one
 -- Events that created no job at all (of the types event_types counts as
 -- unrouted, from their first unrouted event on; '_other' stands for the
 -- source's types past the cap) and that an enabled subscription of handler
--- $1 matches, filtered by $2 provider, $3 event type LIKE pattern, $4 since
--- and $5 until on received_at: the jobs inlet replay --unrouted creates.
+-- handler matches, filtered by provider provider, event_type_like event type LIKE pattern, since since
+-- and until until on received_at: the jobs inlet replay --unrouted creates.
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
@@ -55,31 +55,31 @@ WITH t AS (
 )
 SELECT count(*)
 FROM e
-WHERE ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
+WHERE (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+              WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
+                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
 
--- name: AdminCreateUnroutedJobs
--- Create the next $7 jobs of AdminCountUnroutedJobs after event id $6, as
+-- name: AdminCreateUnroutedJobs :one
+-- Create the next batch_size jobs of AdminCountUnroutedJobs after event id after_id, as
 -- AdminCreateMissingJobs does (pending, due now, the largest max_attempts of
 -- the handler's matching patterns, a 'replayed' history row naming the login
 -- role). Returns how many were created and the last event id looked at.
 WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
-    WHERE unrouted_events > 0 AND ($2::text = '' OR provider = $2)
+    WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e
       ON e.provider = t.provider AND e.event_type = t.event_type AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type <> '_other' AND e.id > $6
+    WHERE t.event_type <> '_other' AND e.id > sqlc.arg(after_id)
     UNION ALL
     SELECT e.id, e.received_at, e.provider, e.event_type
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
-    WHERE t.event_type = '_other' AND e.id > $6
+    WHERE t.event_type = '_other' AND e.id > sqlc.arg(after_id)
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
                       WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
 ), batch AS (
@@ -88,23 +88,23 @@ WITH t AS (
     CROSS JOIN LATERAL (
         SELECT max(s.max_attempts) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
+        WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) m
     WHERE m.max_attempts IS NOT NULL
-      AND ($3::text = '' OR e.event_type LIKE $3)
-      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
     ORDER BY e.id
-    LIMIT $7
+    LIMIT sqlc.arg(batch_size)::bigint
 ), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    SELECT id, received_at, sqlc.arg(handler), provider, event_type, max_attempts FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT (SELECT count(*) FROM created), coalesce((SELECT max(id) FROM batch), 0)::bigint
+SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id;

@@ -1,58 +1,60 @@
 -- Subscription content filters (014_subscription_filters): ingress evaluates
 -- them; the events_fan_out trigger skips filtered subscriptions.
 
--- name: IngressFilteredSubscriptions
+-- name: IngressFilteredSubscriptions :many
 -- The enabled subscriptions that carry a filter, for ingress to compile.
 SELECT id, handler, provider_pattern, event_type_pattern, filter
 FROM webhook_ingress.subscriptions
 WHERE enabled AND filter IS NOT NULL
-ORDER BY id
+ORDER BY id;
 
--- name: FanOutFiltered
+-- name: FanOutFiltered :one
 -- Jobs for the (event key, subscription) pairs whose filter passed, for
 -- events stored in this transaction ($1 providers, $2 external event ids,
 -- $3 subscription ids: parallel arrays). Returns the jobs created.
-SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[])
+SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[]);
 
--- name: AdminHandlerFilters
--- Handler $1's enabled subscriptions that carry a filter, for catch-up to
+-- name: AdminHandlerFilters :many
+-- Handler handler's enabled subscriptions that carry a filter, for catch-up to
 -- evaluate (the unfiltered ones are matched in SQL).
 SELECT id, provider_pattern, event_type_pattern, filter, max_attempts
 FROM webhook_ingress.subscriptions
-WHERE handler = $1 AND enabled AND filter IS NOT NULL
-ORDER BY id
+WHERE handler = sqlc.arg(handler) AND enabled AND filter IS NOT NULL
+ORDER BY id;
 
--- name: AdminMissingFilteredCandidates
--- The next $7 events after id $6 that match the replay's filter ($2 source,
--- $3 type LIKE, $4 since, $5 until, as AdminCountMissingJobs) and the
--- patterns of one of handler $1's enabled filtered subscriptions, and have
--- no job of $1 (with $8, no job at all: an unrouted event): catch-up
+-- name: AdminMissingFilteredCandidates :many
+-- The next batch_size events after id after_id that match the replay's filter (provider source,
+-- event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
+-- patterns of one of handler handler's enabled filtered subscriptions, and have
+-- no job of handler (with unrouted, no job at all: an unrouted event): catch-up
 -- evaluates the filters on them.
 SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.raw_body, e.occurred_at
 FROM webhook_ingress.events e
-WHERE ($2::text = '' OR e.provider = $2)
-  AND ($3::text = '' OR e.event_type LIKE $3)
-  AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-  AND ($5::timestamptz IS NULL OR e.received_at < $5)
-  AND e.id > $6
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $1)
-  AND (NOT $8::boolean OR NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+  AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+  AND e.id > sqlc.arg(after_id)
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
+  AND (NOT sqlc.arg(unrouted)::boolean OR NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
                                       WHERE j.event_id = e.id AND j.event_received_at = e.received_at))
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $1 AND s.enabled AND s.filter IS NOT NULL
+              WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NOT NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
 ORDER BY e.id
-LIMIT $7
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: AdminCreateFilteredJobs
--- Jobs of handler $1 for the events whose filter passed ($2 ids, $3 their
--- received_at, $4 max_attempts: parallel arrays), pending and due now, each
+-- name: AdminCreateFilteredJobs :one
+-- Jobs of handler handler for the events whose filter passed (event_ids ids, received_ats their
+-- received_at, max_attempts max_attempts: parallel arrays), pending and due now, each
 -- with a 'replayed' history row (attempt 0, worker_id the login role), as
 -- AdminCreateMissingJobs. Returns how many were created.
 WITH created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT e.id, e.received_at, $1, e.provider, e.event_type, u.max_attempts
-    FROM unnest($2::bigint[], $3::timestamptz[], $4::integer[]) AS u(id, received_at, max_attempts)
+    SELECT e.id, e.received_at, sqlc.arg(handler), e.provider, e.event_type, u.max_attempts
+    FROM ROWS FROM (unnest(sqlc.arg(event_ids)::bigint[]),
+                    unnest(sqlc.arg(received_ats)::timestamptz[]),
+                    unnest(sqlc.arg(max_attempts)::integer[])) AS u(id, received_at, max_attempts)
     JOIN webhook_ingress.events e ON e.id = u.id AND e.received_at = u.received_at
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
@@ -60,4 +62,4 @@ WITH created AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome)
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
-SELECT count(*) FROM created
+SELECT count(*) FROM created;

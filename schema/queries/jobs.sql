@@ -9,12 +9,12 @@
 -- row (attempt_count, worker_id, completed_at, completed_attempt_id); failed
 -- attempts, expired leases and replays get a job_attempts row.
 
--- name: ClaimJobs
--- Lease up to $1 due jobs for lease holder $2 for $3 (an interval), in one
--- statement. SKIP LOCKED lets any number of streamers claim side by side
+-- name: ClaimJobs :many
+-- Lease up to batch_size due jobs for lease holder lease_holder for
+-- lease_for (an interval), in one statement. SKIP LOCKED lets any number of streamers claim side by side
 -- without waiting on or double-leasing each other's rows. The attempt number
--- and lease time taken here are the lease token. Handlers in $4 are at their
--- in-flight limit and get no more this round; the streamer keeps that count
+-- and lease time taken here are the lease token. Handlers in full_handlers
+-- are at their in-flight limit and get no more this round; the streamer keeps that count
 -- in memory (CountLeasedJobs now and then, plus what it leased since), so
 -- the claim does not re-count every lease.
 WITH due AS (
@@ -22,32 +22,33 @@ WITH due AS (
     FROM webhook_ingress.jobs j
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
-      AND j.handler <> ALL ($4::text[])
+      AND j.handler <> ALL (sqlc.arg(full_handlers)::text[])
     ORDER BY j.next_attempt_at, j.id
-    LIMIT $1
+    LIMIT sqlc.arg(batch_size)::bigint
     FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'leased',
     attempt_count    = j.attempt_count + 1,
-    lease_holder_id  = $2,
-    lease_expires_at = now() + $3::interval,
+    lease_holder_id  = sqlc.arg(lease_holder)::text,
+    lease_expires_at = now() + sqlc.arg(lease_for)::interval,
     attempted_at     = now(),
     worker_id        = NULL,
     updated_at       = now()
 FROM due
 WHERE j.id = due.id
   AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts, j.lease_expires_at, coalesce(j.trace_parent, ''),
-          j.event_received_at, j.attempted_at
+RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
+          j.lease_expires_at::timestamptz AS lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent,
+          j.event_received_at, j.attempted_at::timestamptz AS attempted_at;
 
--- name: CountLeasedJobs
+-- name: CountLeasedJobs :many
 -- Jobs leased now, per handler (by every streamer): the base of the
 -- streamers' in-memory in-flight counts (reads the partial index of leases);
 -- and the handlers whose known consumers have all gone quiet, to lease none
 -- of their jobs until one is back (a handler with no consumer known, e.g.
 -- one of an older version, is leased as usual).
-SELECT handler, count(*), false
+SELECT handler, count(*) AS leased, false AS quiet
 FROM webhook_ingress.jobs
 WHERE lease_expires_at IS NOT NULL
   AND status = 'leased'
@@ -56,9 +57,9 @@ UNION ALL
 SELECT handler, 0, true
 FROM webhook_ingress.consumers
 GROUP BY handler
-HAVING max(alive_until) < now()
+HAVING max(alive_until) < now();
 
--- name: ReleaseJobs
+-- name: ReleaseJobs :exec
 -- Give back leases whose references could not be published: pending again at
 -- once, and the attempt does not count. If a reference went out before the
 -- publish failed, its consumer's outcome is fenced out by the next lease.
@@ -69,11 +70,11 @@ SET status           = 'pending',
     lease_expires_at = NULL,
     next_attempt_at  = now(),
     updated_at       = now()
-WHERE id = ANY($1::bigint[])
+WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
   AND status = 'leased'
-  AND lease_holder_id = $2
+  AND lease_holder_id = sqlc.arg(lease_holder)::text;
 
--- name: ReapExpiredLeases
+-- name: ReapExpiredLeases :many
 -- Leases that ran out without an outcome. Taking an attempt writes nothing,
 -- so whether a handler ran is judged by who was there: when the attempt's
 -- consumer extended the lease (worker_id), or a consumer of the handler was
@@ -82,7 +83,7 @@ WHERE id = ANY($1::bigint[])
 -- job goes back to pending, or to dead_letter with reason lease_expired when
 -- that was the last attempt. When no consumer of the handler was alive (an
 -- outage), no handler ran: back to pending and the attempt does not count.
--- At most $1 per call.
+-- At most batch_size per call.
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
            (j.worker_id IS NOT NULL OR EXISTS (
@@ -92,7 +93,7 @@ WITH expired AS (
     WHERE j.lease_expires_at < now()
       AND j.status = 'leased'
     ORDER BY j.lease_expires_at
-    LIMIT $1
+    LIMIT sqlc.arg(batch_size)::bigint
     FOR UPDATE OF j SKIP LOCKED
 ), reaped AS (
     UPDATE webhook_ingress.jobs j
@@ -117,9 +118,9 @@ WITH expired AS (
     FROM reaped
     WHERE ran
 )
-SELECT id, status FROM reaped
+SELECT id, status FROM reaped;
 
--- name: FetchJobs
+-- name: FetchJobs :many
 -- The consumer's read of a batch of references, writing nothing: attempt
 -- $2[i] of job $1[i] (handler $3[i], event $4[i], in the partition of $5[i])
 -- leased at $6[i] (NULL: a reference from before the token was sent; the
@@ -134,7 +135,12 @@ SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, now(),
        e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
        coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, ''),
        e.occurred_at
-FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+FROM ROWS FROM (unnest($1::bigint[]),
+                unnest($2::integer[]),
+                unnest($3::text[]),
+                unnest($4::bigint[]),
+                unnest($5::timestamptz[]),
+                unnest($6::timestamptz[]))
     AS w(id, attempt, handler, event_id, event_received_at, leased_at)
 CROSS JOIN LATERAL (
     SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, j.event_id, j.event_received_at
@@ -155,9 +161,9 @@ LEFT JOIN LATERAL (
       AND e.received_at = j.event_received_at
     ORDER BY e.id, e.received_at -- the primary key's order: its probe, never the received_at index's scan of one commit's events
     LIMIT 1
-) e ON true
+) e ON true;
 
--- name: ExtendLease
+-- name: ExtendLease :one
 -- Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
 -- now() + $3 (a long handler's lease extension, or a reference that waited in the
 -- bus), and is recorded as the attempt's consumer. No row: the lease was
@@ -170,9 +176,9 @@ WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
   AND attempted_at = $4
-RETURNING lease_expires_at
+RETURNING lease_expires_at;
 
--- name: CompleteJobs
+-- name: CompleteJobs :many
 -- A batch of successful attempts, in one statement: attempt $2[i] of job
 -- $1[i] (in the partition of $3[i], leased at $4[i]) succeeded on consumer
 -- $5. Fenced on the lease token, so a consumer whose lease was reaped or
@@ -189,7 +195,10 @@ RETURNING lease_expires_at
 -- fence is checked again on the row updated.
 WITH done AS (
     SELECT d.id, d.attempt, d.leased_at, j.event_received_at, j.tableoid AS part, j.ctid AS tid
-    FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[])
+    FROM ROWS FROM (unnest($1::bigint[]),
+                    unnest($2::integer[]),
+                    unnest($3::timestamptz[]),
+                    unnest($4::timestamptz[]))
         AS d(id, attempt, event_received_at, leased_at)
     CROSS JOIN LATERAL (
         SELECT j.event_received_at, j.tableoid, j.ctid
@@ -220,9 +229,9 @@ WHERE j.id = d.id -- with the partition key, the primary key: a probe per row wh
   AND j.status = 'leased'
   AND j.attempt_count = d.attempt
   AND j.attempted_at = d.leased_at
-RETURNING j.id
+RETURNING j.id;
 
--- name: FailJob
+-- name: FailJob :one
 -- Attempt $2 of job $1, leased at $7, failed on consumer $8 with error $3 of
 -- class $4. Retried $5 (an interval, on the database's clock) from now unless
 -- attempts are spent or $6 (permanent) is true: then dead_letter. Fenced as
@@ -240,16 +249,16 @@ WHERE id = $1
   AND status = 'leased'
   AND attempt_count = $2
   AND attempted_at = $7
-RETURNING status
+RETURNING status;
 
--- name: InsertAttempt
+-- name: InsertAttempt :execrows
 -- History row of one failed attempt, in the partition of its job.
 INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
 SELECT j.id, j.event_received_at, $2, $3, $4, now(), $5, $6, $7
 FROM webhook_ingress.jobs j
-WHERE j.id = $1
+WHERE j.id = $1;
 
--- name: ConsumerAlive
+-- name: ConsumerAlive :execrows
 -- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
 -- not heard from for a day are removed.
 WITH gone AS (
@@ -261,10 +270,10 @@ INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
 SELECT h, $1, now(), now() + $3::interval
 FROM unnest($2::text[]) AS h
 ON CONFLICT (handler, worker_id) DO UPDATE
-SET seen_at = excluded.seen_at, alive_until = excluded.alive_until
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until;
 
--- name: ConsumerGone
+-- name: ConsumerGone :execrows
 -- Consumer $1 stopped: it is no longer alive for handlers $2.
 DELETE FROM webhook_ingress.consumers
 WHERE worker_id = $1
-  AND handler = ANY ($2::text[])
+  AND handler = ANY ($2::text[]);

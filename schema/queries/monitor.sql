@@ -2,26 +2,26 @@
 -- as webhook_streamer (event metadata and jobs only) and read through the
 -- partial indexes of jobs, never the finished jobs.
 
--- name: MonitorJobs
+-- name: MonitorJobs :many
 -- Open and dead-lettered jobs by handler and state, with every enabled
 -- subscription's handler at 0.
-SELECT handler, status, count(*) FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
+SELECT handler, status, count(*) AS jobs FROM webhook_ingress.jobs WHERE status IN ('pending', 'failed') GROUP BY 1, 2
 UNION ALL
 SELECT handler, 'leased', count(*) FROM webhook_ingress.jobs WHERE status = 'leased' GROUP BY 1
 UNION ALL
 SELECT handler, 'dead_letter', count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter' GROUP BY 1
 UNION ALL
-SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE enabled
+SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE enabled;
 
--- name: MonitorLag
+-- name: MonitorLag :many
 -- Per handler, how long its oldest due job (pending, or failed with its
 -- backoff over) has waited, in seconds.
-SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8
+SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
 FROM webhook_ingress.jobs
 WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
-GROUP BY handler
+GROUP BY handler;
 
--- name: MonitorSources
+-- name: MonitorSources :many
 -- Every source with an event, by skip scan over idx_events_provider_received_at.
 WITH RECURSIVE p AS (
     (SELECT provider FROM webhook_ingress.events ORDER BY provider LIMIT 1)
@@ -30,15 +30,15 @@ WITH RECURSIVE p AS (
     FROM p
     WHERE p.provider IS NOT NULL
 )
-SELECT provider FROM p WHERE provider IS NOT NULL
+SELECT provider FROM p WHERE provider IS NOT NULL;
 
--- name: MonitorArrivals
--- The latest $2 arrival times of source $1, newest first.
-SELECT received_at FROM webhook_ingress.events WHERE provider = $1 ORDER BY received_at DESC LIMIT $2
+-- name: MonitorArrivals :many
+-- The latest max_rows arrival times of source provider, newest first.
+SELECT received_at FROM webhook_ingress.events WHERE provider = sqlc.arg(provider)::text ORDER BY received_at DESC LIMIT sqlc.arg(max_rows)::bigint;
 
--- name: TryReporterLock
+-- name: TryReporterLock :one
 -- Take the monitor reporter's session lock if no other replica holds it (the
 -- key keeps its old name, so replicas of every version elect one reporter):
 -- of several streamers on one database only the holder logs and POSTs
 -- source changes. Released when its connection ends.
-SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0))
+SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS leading;

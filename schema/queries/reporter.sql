@@ -17,48 +17,49 @@
 -- only for a row completed by hand without them, so a NULL never stops the
 -- reporter.
 
--- name: ReporterAttemptsAfter
--- Up to $2 finished attempts with an id above the cursor $1, oldest id first,
--- with their job's provider and event type (sent only when the operator opts
--- in). Each side is limited before the merge, so each reads at most $2 rows
--- by its index (job_attempts' primary key, idx_jobs_completed_attempt).
-SELECT * FROM (
-    (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-            a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+-- name: ReporterAttemptsAfter :many
+-- Up to batch_size finished attempts with an id above the cursor after_id,
+-- oldest id first, with their job's provider and event type (sent only when
+-- the operator opts in). Each side is limited before the merge, so each reads
+-- at most batch_size rows by its index (job_attempts' primary key,
+-- idx_jobs_completed_attempt).
+SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
+    (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
+            a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
      FROM webhook_ingress.job_attempts a
      JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-     WHERE a.id > $1
+     WHERE a.id > sqlc.arg(after_id)
      ORDER BY a.id
-     LIMIT $2)
+     LIMIT sqlc.arg(batch_size)::bigint)
     UNION ALL
     (SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
             coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
             coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
             j.provider, j.event_type
      FROM webhook_ingress.jobs j
-     WHERE j.completed_attempt_id > $1
+     WHERE j.completed_attempt_id > sqlc.arg(after_id)
      ORDER BY j.completed_attempt_id
-     LIMIT $2)
+     LIMIT sqlc.arg(batch_size)::bigint)
 ) finished
 ORDER BY 1
-LIMIT $2
+LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: ReporterAttemptsByID
--- The attempts among ids $1 that are visible now: ids the cursor passed while
+-- name: ReporterAttemptsByID :many
+-- The attempts among ids that are visible now: ids the cursor passed while
 -- their transaction had not yet committed (a failure's history row, or a
 -- completion of the job row), looked for in both places.
-SELECT * FROM (
-    SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, ''),
-           a.started_at, a.finished_at, coalesce(a.duration_ms, 0), j.provider, j.event_type
+SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
+    SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
+           a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-    WHERE a.id = ANY($1::bigint[])
+    WHERE a.id = ANY(sqlc.arg(ids)::bigint[])
     UNION ALL
     SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
            coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
            coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
            j.provider, j.event_type
     FROM webhook_ingress.jobs j
-    WHERE j.completed_attempt_id = ANY($1::bigint[])
+    WHERE j.completed_attempt_id = ANY(sqlc.arg(ids)::bigint[])
 ) finished
-ORDER BY 1
+ORDER BY 1;

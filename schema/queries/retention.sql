@@ -2,35 +2,47 @@
 -- webhook_ingress: only the owner may create or drop partitions, and the
 -- maintenance functions (005_partitions) are not granted to any other role.
 
--- name: RetentionOwner
+-- name: RetentionOwner :one
 -- Who is connected, who owns events, and whether the first may act as the second.
-SELECT current_user::text, pg_catalog.pg_get_userbyid(c.relowner)::text,
-       pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+SELECT current_user::text AS connected_as, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner,
+       pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') AS may_act_as_owner
 FROM pg_catalog.pg_class c
-WHERE c.oid = 'webhook_ingress.events'::regclass
+WHERE c.oid = 'webhook_ingress.events'::regclass;
 
--- name: RetentionLockTimeout
--- Partition DDL takes an ACCESS EXCLUSIVE lock on the parent: wait at most $1
--- (text, e.g. '5s') for it rather than queue ingress behind a long reader.
-SELECT pg_catalog.set_config('lock_timeout', $1, true)
+-- name: RetentionLockTimeout :exec
+-- Partition DDL takes an ACCESS EXCLUSIVE lock on the parent: wait at most
+-- lock_timeout (text, e.g. '5s') for it rather than queue ingress behind a
+-- long reader.
+SELECT pg_catalog.set_config('lock_timeout', sqlc.arg(lock_timeout)::text, true);
 
--- name: RetentionCreatePartitions
--- Period partitions from the newest one through $2 periods of $1 past now.
-SELECT period_start, period_end FROM webhook_ingress.create_partitions($1, $2)
+-- name: RetentionCreatePartitions :many
+-- Period partitions from the newest one through ahead periods of period past now.
+SELECT period_start::timestamptz AS period_start, period_end::timestamptz AS period_end
+FROM webhook_ingress.create_partitions(sqlc.arg(period)::text, sqlc.arg(ahead)::integer);
 
--- name: RetentionPartitions
+-- name: RetentionPartitions :many
 -- Every period partition, oldest first, and the database's clock.
-SELECT period_start, period_end, events_partition, now() FROM webhook_ingress.partitions()
+SELECT period_start::timestamptz AS period_start, period_end::timestamptz AS period_end,
+       events_partition::text AS events_partition, now()::timestamptz AS now
+FROM webhook_ingress.partitions();
 
--- name: RetentionPartitionStatus
--- What the partition starting at $1 holds, and what would keep it.
-SELECT events, min_event_id, max_event_id, jobs, open_jobs, dead_letters, attempts, sealed_through
-FROM webhook_ingress.partition_status($1)
+-- name: RetentionPartitionStatus :one
+-- What the partition starting at period_start holds, and what would keep it.
+SELECT events::bigint AS events, min_event_id, max_event_id, jobs::bigint AS jobs, open_jobs::bigint AS open_jobs,
+       dead_letters::bigint AS dead_letters, attempts::bigint AS attempts, sealed_through::bigint AS sealed_through
+FROM webhook_ingress.partition_status(sqlc.arg(period_start)::timestamptz);
 
--- name: RetentionDropPartition
--- Drop the partition starting at $1 (re-checked under lock); its retention_log row.
-SELECT events, jobs, attempts, sealed_through FROM webhook_ingress.drop_partition($1)
+-- name: RetentionDropPartition :one
+-- Drop the partition starting at period_start (re-checked under lock); its
+-- retention_log row.
+SELECT events, jobs, attempts, sealed_through
+FROM webhook_ingress.drop_partition(sqlc.arg(period_start)::timestamptz);
 
--- name: RetentionDefaultPartition
+-- name: RetentionDefaultPartition :one
 -- Events no period partition covered when they arrived: kept, never dropped.
-SELECT count(*), min(received_at), max(received_at) FROM webhook_ingress.events_default
+-- oldest and newest are meaningless when events is 0 (min and max are NULL
+-- then; sqlc cannot type a nullable computed column, so they are coalesced).
+SELECT count(*) AS events,
+       coalesce(min(received_at), 'epoch')::timestamptz AS oldest,
+       coalesce(max(received_at), 'epoch')::timestamptz AS newest
+FROM webhook_ingress.events_default;

@@ -1,4 +1,4 @@
--- name: UpsertSubscription
+-- name: UpsertSubscription :execrows
 -- Register (or refresh) one (handler, provider pattern, event type pattern)
 -- with its content filter $5 (a CEL expression, NULL for none).
 INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, enabled, updated_at)
@@ -7,9 +7,9 @@ ON CONFLICT (handler, provider_pattern, event_type_pattern)
 DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, enabled = true, updated_at = now()
 WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts
    OR subscriptions.filter IS DISTINCT FROM excluded.filter
-   OR NOT subscriptions.enabled
+   OR NOT subscriptions.enabled;
 
--- name: DisableOtherSubscriptions
+-- name: DisableOtherSubscriptions :execrows
 -- A handler's patterns changed: switch off its rows not in the new set
 -- ($2, $3: parallel arrays of provider and event type patterns).
 UPDATE webhook_ingress.subscriptions s
@@ -17,4 +17,4 @@ SET enabled = false, updated_at = now()
 WHERE s.handler = $1
   AND s.enabled
   AND (s.provider_pattern, s.event_type_pattern) NOT IN (
-      SELECT p, t FROM unnest($2::text[], $3::text[]) AS u(p, t))
+      SELECT p, t FROM ROWS FROM (unnest($2::text[]), unnest($3::text[])) AS u(p, t));

@@ -17,6 +17,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Bundle is what a consumer test needs.
@@ -278,10 +279,10 @@ func (b *Bundle) StartStreamer(t testing.TB, opts StreamerOptions) *Streamer {
 func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duration) error {
 	var refs []bus.Ref
 	err := AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, schema.Query("ReapExpiredLeases"), 100); err != nil {
+		if _, err := queries.New(tx).ReapExpiredLeases(ctx, 100); err != nil {
 			return fmt.Errorf("reap: %w", err)
 		}
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, []string{})
+		rows, err := tx.Query(ctx, queries.ClaimJobs, "test-streamer", lease, []string{}, 100)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -330,7 +331,7 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 	ctx := context.Background()
 	var refs []bus.Ref
 	err := AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, schema.Query("ClaimJobs"), 100, "test-streamer", lease, []string{})
+		rows, err := tx.Query(ctx, queries.ClaimJobs, "test-streamer", lease, []string{}, 100)
 		if err != nil {
 			return err
 		}
