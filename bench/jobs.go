@@ -542,10 +542,10 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 		select {
 		case e, ok := <-events:
 			if !ok {
-				return run, errors.New("River's subscription closed")
+				return run, errors.New("the subscription to River's events closed")
 			}
 			if e.Kind != river.EventKindJobCompleted {
-				return run, fmt.Errorf("River job %d: %s, want completed", e.Job.ID, e.Kind)
+				return run, fmt.Errorf("job %d in River: %s, want completed", e.Job.ID, e.Kind)
 			}
 			done++
 			last = time.Now()
@@ -560,7 +560,7 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 		return run, err
 	}
 	if completed != n {
-		return run, fmt.Errorf("River reported %d completed jobs, its table has %d", n, completed)
+		return run, fmt.Errorf("completed jobs: River reported %d, its table has %d", n, completed)
 	}
 	fmt.Printf("river, MaxWorkers %d: %d jobs in %.2fs, %.0f/s\n", jobsConcurrency, n, run.Seconds, run.PerSecond)
 	return run, nil

@@ -334,7 +334,7 @@ func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 		}
 		l, err := riverEndToEnd(ctx, b, rate, b.duration)
 		if err != nil {
-			return nil, fmt.Errorf("River receiver at %d/s: %w", rate, err)
+			return nil, fmt.Errorf("receiver on River at %d/s: %w", rate, err)
 		}
 		latencies = append(latencies, l)
 		river[rate] = l.P99ms
