@@ -106,6 +106,8 @@ type Period struct {
 // Verdict is what Run did, or would do, with a period past the maximum age.
 type Verdict string
 
+// The verdicts: Dropped, the partition was dropped; WouldDrop, a dry run
+// would drop it; Kept, it stays (Partition.Reason says why).
 const (
 	Dropped   Verdict = "dropped"
 	WouldDrop Verdict = "would_drop"
