@@ -312,7 +312,11 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		if err := s.Start(ctx); err != nil {
 			return run, err
 		}
-		defer s.Stop(context.Background())
+		defer func() {
+			if err := s.Stop(context.Background()); err != nil {
+				b.log.Warn("stop consumer service", slog.String("error", err.Error()))
+			}
+		}()
 	}
 	if err := str.Start(ctx); err != nil {
 		return run, err
@@ -535,7 +539,11 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 	if err := client.Start(ctx); err != nil {
 		return run, err
 	}
-	defer client.Stop(context.Background())
+	defer func() {
+		if err := client.Stop(context.Background()); err != nil {
+			b.log.Warn("stop River client", slog.String("error", err.Error()))
+		}
+	}()
 	var last time.Time
 	timeout := time.After(time.Minute + 10*time.Duration(n)*time.Millisecond)
 	for done := 0; done < n; {

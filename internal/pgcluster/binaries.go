@@ -122,7 +122,7 @@ func aptInstall(ctx context.Context, logger *slog.Logger) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock install: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	// Closing lock (deferred above) releases the flock.
 	if _, ok := lookBinaries(); ok {
 		return nil
 	}
