@@ -175,7 +175,7 @@ func (r *Replication) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		wait := delay/2 + rand.N(delay/2+1)
+		wait := delay/2 + rand.N(delay/2+1) //nolint:gosec // G404: reconnect jitter, not a secret
 		level := slog.LevelWarn
 		if errors.Is(err, ErrReplicationSetup) {
 			level = slog.LevelError
