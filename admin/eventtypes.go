@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,6 +74,6 @@ func foldEventTypes(ctx context.Context, tx pgx.Tx, maxPerSource int) error {
 	if maxPerSource < 1 {
 		return invalid("max types per source %d: must be at least 1", maxPerSource)
 	}
-	_, err := queries.New(tx).FoldEventTypes(ctx, int32(maxPerSource))
+	_, err := queries.New(tx).FoldEventTypes(ctx, int32(min(maxPerSource, math.MaxInt32)))
 	return err
 }

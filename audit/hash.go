@@ -34,12 +34,15 @@ const (
 	checkpointTag = "inlet-audit-checkpoint-v1\n"
 )
 
+//nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
 func appendString(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
 }
 
 // eventLeaf is the RFC 6962 leaf hash of e.
+//
+//nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
 func eventLeaf(e Event) tlog.Hash {
 	b := make([]byte, 0, 128+len(e.Provider)+len(e.ExternalEventID)+len(e.EventType))
 	b = append(b, eventLeafTag...)
@@ -62,6 +65,8 @@ func eventLeaf(e Event) tlog.Hash {
 }
 
 // skipLeaf is the leaf hash of an id that has no event.
+//
+//nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
 func skipLeaf(id int64) tlog.Hash {
 	b := binary.BigEndian.AppendUint64([]byte(skipLeafTag), uint64(id))
 	return tlog.RecordHash(b)
@@ -91,6 +96,8 @@ func (c Checkpoint) RootHex() string { return fmt.Sprintf("%x", c.Root[:]) }
 func (c Checkpoint) HashHex() string { return fmt.Sprintf("%x", c.Hash[:]) }
 
 // checkpointHash is the checkpoint's own hash (see the package doc).
+//
+//nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
 func checkpointHash(c Checkpoint) tlog.Hash {
 	b := make([]byte, 0, 256+8*len(c.SkippedIDs))
 	b = append(b, checkpointTag...)

@@ -17,13 +17,13 @@ import (
 type ProblemKind string
 
 const (
-	// AlteredEvent: an event's sealed columns (or its body) changed.
+	// AlteredEvent means an event's sealed columns (or its body) changed.
 	AlteredEvent ProblemKind = "altered_event"
-	// MissingEvent: a sealed event is gone.
+	// MissingEvent means a sealed event is gone.
 	MissingEvent ProblemKind = "missing_event"
-	// OutOfOrderEvent: an event appeared in a range already sealed.
+	// OutOfOrderEvent means an event appeared in a range already sealed.
 	OutOfOrderEvent ProblemKind = "out_of_order_event"
-	// BrokenChain: a checkpoint was altered or removed.
+	// BrokenChain means a checkpoint was altered or removed.
 	BrokenChain ProblemKind = "broken_chain"
 )
 

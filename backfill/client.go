@@ -111,7 +111,7 @@ func (c *client) backoffFor(attempt int) time.Duration {
 	if d <= 0 || d > c.maxBackoff {
 		d = c.maxBackoff
 	}
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: backoff jitter, not a secret
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

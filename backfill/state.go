@@ -26,7 +26,7 @@ type state struct {
 
 // loadState reads path; no file is no state.
 func loadState(path string) (*state, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's own -state file
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -313,7 +313,11 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		if err := s.Start(ctx); err != nil {
 			return run, err
 		}
-		defer s.Stop(context.Background())
+		defer func() {
+			if err := s.Stop(context.Background()); err != nil {
+				b.log.Warn("stop consumer service", slog.String("error", err.Error()))
+			}
+		}()
 	}
 	if err := str.Start(ctx); err != nil {
 		return run, err
@@ -536,17 +540,21 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 	if err := client.Start(ctx); err != nil {
 		return run, err
 	}
-	defer client.Stop(context.Background())
+	defer func() {
+		if err := client.Stop(context.Background()); err != nil {
+			b.log.Warn("stop River client", slog.String("error", err.Error()))
+		}
+	}()
 	var last time.Time
 	timeout := time.After(time.Minute + 10*time.Duration(n)*time.Millisecond)
 	for done := 0; done < n; {
 		select {
 		case e, ok := <-events:
 			if !ok {
-				return run, errors.New("River's subscription closed")
+				return run, errors.New("the subscription to River's events closed")
 			}
 			if e.Kind != river.EventKindJobCompleted {
-				return run, fmt.Errorf("River job %d: %s, want completed", e.Job.ID, e.Kind)
+				return run, fmt.Errorf("job %d in River: %s, want completed", e.Job.ID, e.Kind)
 			}
 			done++
 			last = time.Now()
@@ -561,7 +569,7 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 		return run, err
 	}
 	if completed != n {
-		return run, fmt.Errorf("River reported %d completed jobs, its table has %d", n, completed)
+		return run, fmt.Errorf("completed jobs: River reported %d, its table has %d", n, completed)
 	}
 	fmt.Printf("river, MaxWorkers %d: %d jobs in %.2fs, %.0f/s\n", jobsConcurrency, n, run.Seconds, run.PerSecond)
 	return run, nil

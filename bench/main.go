@@ -226,7 +226,11 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	if err := cluster.Start(ctx); err != nil {
 		return err
 	}
-	defer cluster.Stop()
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			b.log.Warn("stop the bench PostgreSQL", slog.String("error", err.Error()))
+		}
+	}()
 	defer natstest.Cleanup() // the nats-server binary the jobs and memory sections built
 	b.cluster, b.url = cluster, cluster.URL("postgres")
 	conn, err := pgx.Connect(ctx, b.url)
@@ -334,7 +338,7 @@ func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 		}
 		l, err := riverEndToEnd(ctx, b, rate, b.duration)
 		if err != nil {
-			return nil, fmt.Errorf("River receiver at %d/s: %w", rate, err)
+			return nil, fmt.Errorf("receiver on River at %d/s: %w", rate, err)
 		}
 		latencies = append(latencies, l)
 		river[rate] = l.P99ms
@@ -389,8 +393,13 @@ func pgbench(ctx context.Context, c *pgcluster.Cluster, url string, clients int,
 		return 0, err
 	}
 	defer os.Remove(script.Name())
-	fmt.Fprintln(script, `INSERT INTO bench_baseline (body) VALUES (convert_to(repeat('x', 300), 'UTF8'));`)
-	script.Close()
+	if _, err := fmt.Fprintln(script, `INSERT INTO bench_baseline (body) VALUES (convert_to(repeat('x', 300), 'UTF8'));`); err != nil {
+		script.Close()
+		return 0, fmt.Errorf("write pgbench script %s: %w", script.Name(), err)
+	}
+	if err := script.Close(); err != nil {
+		return 0, fmt.Errorf("write pgbench script %s: %w", script.Name(), err)
+	}
 	bin, err := findPgbench(c.BinDir())
 	if err != nil {
 		return 0, err
@@ -460,7 +469,11 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 	if err := srv.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	defer srv.Stop(context.Background())
+	defer func() {
+		if err := srv.Stop(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stop ingress:", err)
+		}
+	}()
 	base := "http://" + srv.Addr().(*net.TCPAddr).String() + "/webhooks/stripe"
 
 	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}

@@ -130,7 +130,11 @@ func ingestPayload(ctx context.Context, url string, conns int, d time.Duration, 
 	if err := srv.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	defer srv.Stop(context.Background())
+	defer func() {
+		if err := srv.Stop(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stop ingress:", err)
+		}
+	}()
 	base := "http://" + srv.Addr().(*net.TCPAddr).String() + "/webhooks/stripe"
 	transport := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}

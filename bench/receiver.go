@@ -195,7 +195,7 @@ func startRiverReceiver(ctx context.Context, url string, rc riverConfig, handler
 		Logger:            log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("River client: %w", err)
+		return nil, fmt.Errorf("create the River client: %w", err)
 	}
 	if err := r.client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start River client: %w", err)

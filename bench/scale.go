@@ -725,7 +725,6 @@ func explainPlan(ctx context.Context, pool *pgxpool.Pool, prepare, stmt string, 
 			if _, err := tx.Exec(ctx, prepare); err != nil {
 				return err
 			}
-			defer tx.Exec(ctx, `DEALLOCATE bench_scale_claim`)
 		}
 		rows, err := tx.Query(ctx, stmt, args...)
 		if err != nil {
@@ -734,6 +733,13 @@ func explainPlan(ctx context.Context, pool *pgxpool.Pool, prepare, stmt string, 
 		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
+		}
+		// PREPARE outlives the rollback; the pooled connection must not
+		// keep the statement for the next explainPlan.
+		if prepare != "" {
+			if _, err := tx.Exec(ctx, `DEALLOCATE bench_scale_claim`); err != nil {
+				return fmt.Errorf("deallocate bench_scale_claim: %w", err)
+			}
 		}
 		return errRollback
 	})

@@ -218,7 +218,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 	partitions, leased := make([]time.Time, n), make([]*time.Time, n)
 	byID := make(map[int64]bus.Ref, n)
 	for i, r := range refs {
-		ids[i], attempts[i], handlers[i], events[i], partitions[i] = r.JobID, int32(r.Attempt), r.Handler, r.EventID, r.EventReceivedAt
+		ids[i], attempts[i], handlers[i], events[i], partitions[i] = r.JobID, int32(r.Attempt), r.Handler, r.EventID, r.EventReceivedAt //nolint:gosec // G115: Ref.Attempt is jobs.attempt, an int4 the streamer read
 		if !r.LeasedAt.IsZero() {
 			leased[i] = &r.LeasedAt
 		}

@@ -19,6 +19,6 @@ func DefaultBackoff(attempt int) time.Duration {
 	if n := max(attempt, 1) - 1; n < 12 {
 		d = backoffBase << n
 	}
-	jitter := 0.8 + 0.4*rand.Float64()
+	jitter := 0.8 + 0.4*rand.Float64() //nolint:gosec // G404: backoff jitter, not a secret
 	return min(time.Duration(float64(d)*jitter), backoffCap)
 }

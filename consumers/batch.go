@@ -74,7 +74,7 @@ func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]
 	ids, attempts := make([]int64, n), make([]int32, n)
 	partitions, leased := make([]time.Time, n), make([]time.Time, n)
 	for i, c := range cs {
-		ids[i], attempts[i] = c.ref.JobID, int32(c.ref.Attempt)
+		ids[i], attempts[i] = c.ref.JobID, int32(c.ref.Attempt) //nolint:gosec // G115: Ref.Attempt is jobs.attempt, an int4 the streamer read
 		partitions[i], leased[i] = c.l.partition, c.l.leasedAt
 	}
 	done := make(map[int64]bool, n)

@@ -203,7 +203,7 @@ func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (
 		starts, ends                             = make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, rec := range recs {
-		ids[i], jobs[i], outcomes[i], attempts[i], durs[i] = rec.AttemptID, rec.Job, string(rec.Outcome), int32(rec.Attempt), rec.DurationMS
+		ids[i], jobs[i], outcomes[i], attempts[i], durs[i] = rec.AttemptID, rec.Job, string(rec.Outcome), int32(rec.Attempt), rec.DurationMS //nolint:gosec // G115: decodeBatch's Validate bounds Attempt to [0, 1e6]
 		classes[i], starts[i], ends[i], provs[i], evtTypes[i] = string(rec.ErrorClass), rec.StartedAt, rec.FinishedAt, rec.Provider, rec.EventType
 	}
 	tag, err := s.pool.Exec(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes)

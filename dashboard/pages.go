@@ -225,7 +225,7 @@ func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
 		d.failErr(w, r, s, err)
 		return
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	http.Redirect(w, r, back, http.StatusSeeOther) //nolint:gosec // G710: back went through localPath: a path under the dashboard, never another host
 }
 
 func optionalID(s string) (int64, error) {

@@ -46,7 +46,7 @@ func loadRates(ctx context.Context, tx pgx.Tx, sources []string, since time.Time
 		r.Starts[i] = since.Add(time.Duration(i) * bucket)
 	}
 	rows, err := queries.New(tx).DashboardEventRates(ctx, queries.DashboardEventRatesParams{
-		Since: since, Sources: nonNil(sources), BucketSeconds: int32(bucket / time.Second), Buckets: int32(n)})
+		Since: since, Sources: nonNil(sources), BucketSeconds: int32(bucket / time.Second), Buckets: int32(n)}) //nolint:gosec // G115: the dashboard's own constants (an hour, 24 buckets)
 	if err != nil {
 		return r, fmt.Errorf("event rates: %w", err)
 	}

@@ -146,6 +146,6 @@ func secretIndex(e *Event) *int16 {
 	if !e.Verified {
 		return nil
 	}
-	i := int16(e.SecretIndex)
+	i := int16(e.SecretIndex) //nolint:gosec // G115: the index of the source's secret that matched; a source has a handful
 	return &i
 }

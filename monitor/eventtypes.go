@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -160,7 +161,8 @@ func (w *EventTypes) Run(ctx context.Context, every time.Duration) {
 // Check folds, reads event_types, and reports new types.
 func (w *EventTypes) Check(ctx context.Context) error {
 	db := queries.New(w.cfg.DB)
-	if _, err := db.FoldEventTypes(ctx, int32(w.cfg.MaxTypesPerSource)); err != nil {
+	maxTypes := int32(min(w.cfg.MaxTypesPerSource, math.MaxInt32)) //nolint:gosec // G115: clamped to int32 just before
+	if _, err := db.FoldEventTypes(ctx, maxTypes); err != nil {
 		return fmt.Errorf("fold event types: %w", err)
 	}
 	rows, err := db.MonitorEventTypes(ctx)

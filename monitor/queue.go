@@ -48,6 +48,7 @@ func NewQueue(db Querier, log *slog.Logger) *Queue {
 	}
 }
 
+// Describe sends the descriptors of the queue's gauges (prometheus.Collector).
 func (q *Queue) Describe(ch chan<- *prometheus.Desc) {
 	ch <- q.jobs
 	ch <- q.lag
@@ -56,6 +57,8 @@ func (q *Queue) Describe(ch chan<- *prometheus.Desc) {
 
 var queueStates = []string{"pending", "leased", "failed", "dead_letter"}
 
+// Collect reads the jobs table and sends the queue's gauges
+// (prometheus.Collector); up is 0 when the read failed.
 func (q *Queue) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
 	defer cancel()

@@ -63,7 +63,7 @@ func newForwarder(cfg Config) (*forwarder, error) {
 func NewTransport(caFile string) (*http.Transport, error) {
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pem, err := os.ReadFile(caFile) //nolint:gosec // G304: the operator's own relay.ca_file
 		if err != nil {
 			return nil, fmt.Errorf("relay.ca_file: %w", err)
 		}
@@ -134,12 +134,12 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 }
 
 func (f *forwarder) send(ctx context.Context, u string, header http.Header, body []byte) outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body)) //nolint:gosec // G704: the host is the configured relay.target; only the path comes from the request
 	if err != nil {
 		return outcome{err: errors.New("build request"), class: "request", retryAfter: "60"}
 	}
 	req.Header = header.Clone()
-	resp, err := f.client.Do(req)
+	resp, err := f.client.Do(req) //nolint:gosec // G704: the host is the configured relay.target; only the path comes from the request
 	if err != nil {
 		return outcome{err: transportError(err), class: errorClass(ctx, err), retryAfter: "5"}
 	}

@@ -231,7 +231,7 @@ func (r *Reporter) retry(ctx context.Context, what string, f func() error) error
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		case <-time.After(wait/2 + rand.N(wait/2+1)): //nolint:gosec // G404: retry jitter, not a secret
 		}
 		wait = min(wait*2, r.cfg.MaxBackoff)
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,8 @@ type Period struct {
 // Verdict is what Run did, or would do, with a period past the maximum age.
 type Verdict string
 
+// The verdicts: Dropped, the partition was dropped; WouldDrop, a dry run
+// would drop it; Kept, it stays (Partition.Reason says why).
 const (
 	Dropped   Verdict = "dropped"
 	WouldDrop Verdict = "would_drop"
@@ -189,7 +192,7 @@ func EnsurePartitions(ctx context.Context, db DB, interval string, ahead int, lo
 	}
 	var created []Period
 	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
-		rows, err := queries.New(tx).RetentionCreatePartitions(ctx, queries.RetentionCreatePartitionsParams{Period: o.Interval, Ahead: int32(o.Ahead)})
+		rows, err := queries.New(tx).RetentionCreatePartitions(ctx, queries.RetentionCreatePartitionsParams{Period: o.Interval, Ahead: int32(min(o.Ahead, math.MaxInt32))}) //nolint:gosec // G115: clamped to int32 just before (the section allows 0..366)
 		if err != nil {
 			return err
 		}

@@ -163,7 +163,11 @@ func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Stop(ctx)
+	defer func() {
+		if err := svc.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	str, err := streamer.New(streamer.Config{Pool: spool, Publisher: ps, LeaseDuration: 2 * time.Second,
 		ReapInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

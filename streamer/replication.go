@@ -175,7 +175,7 @@ func (r *Replication) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		wait := delay/2 + rand.N(delay/2+1)
+		wait := delay/2 + rand.N(delay/2+1) //nolint:gosec // G404: reconnect jitter, not a secret
 		level := slog.LevelWarn
 		if errors.Is(err, ErrReplicationSetup) {
 			level = slog.LevelError
@@ -507,12 +507,12 @@ func explain(err error) error {
 		return err
 	}
 	hint := ""
-	switch {
-	case code == "42501": // insufficient_privilege
+	switch code {
+	case "42501": // insufficient_privilege
 		hint = "; the replication connection's role needs the REPLICATION attribute (ALTER ROLE … REPLICATION)"
-	case code == "55000": // object_not_in_prerequisite_state
+	case "55000": // object_not_in_prerequisite_state
 		hint = "; logical replication needs wal_level = logical (a restart) and a slot created in this database"
-	case code == "53400": // configuration_limit_exceeded
+	case "53400": // configuration_limit_exceeded
 		hint = "; raise max_replication_slots / max_wal_senders, or drop unused slots"
 	}
 	return fmt.Errorf("%w: %w%s", ErrReplicationSetup, err, hint)

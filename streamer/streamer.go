@@ -92,7 +92,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.ID == "" {
 		host, _ := os.Hostname()
-		c.ID = fmt.Sprintf("streamer-%s-%d-%04x", host, os.Getpid(), rand.N(1<<16))
+		c.ID = fmt.Sprintf("streamer-%s-%d-%04x", host, os.Getpid(), rand.N(1<<16)) //nolint:gosec // G404: a suffix that tells replicas apart in logs, not a secret
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
 	c.MaxLeasedPerHandler = cmp.Or(c.MaxLeasedPerHandler, 5000)

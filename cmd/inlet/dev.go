@@ -83,7 +83,7 @@ over.`)
 			}
 		}()
 		cfg.DatabaseURL = cluster.URL("postgres")
-		_ = os.MkdirAll(*dataDir, 0o755)
+		_ = os.MkdirAll(*dataDir, 0o755) //nolint:gosec // G301: the postgres user (when run as root) must enter every directory above the cluster; pgcluster keeps its own 0700
 		_ = os.WriteFile(filepath.Join(*dataDir, "database_url"), []byte(cfg.DatabaseURL+"\n"), 0o600)
 		log.Info("local PostgreSQL started", slog.String("bin", cluster.BinDir()),
 			slog.String("data", pgDir), slog.String("url", redactURL(cfg.DatabaseURL)))
@@ -248,10 +248,10 @@ func psqlTarget(dbURL string) (target, note string) {
 
 // devGitHubSecret is the embedded defaults' github secret
 // (internal/inletyaml/dev.yaml), public by design.
-const devGitHubSecret = "inlet-dev-github-secret"
+const devGitHubSecret = "inlet-dev-github-secret" //nolint:gosec // G101: the embedded dev defaults' secret, public by design
 
 // devAdminToken is the embedded defaults' admin token (internal/inletyaml/dev.yaml).
-const devAdminToken = "inlet-dev-admin-token"
+const devAdminToken = "inlet-dev-admin-token" //nolint:gosec // G101: the embedded dev defaults' token, public by design
 
 // dashboardHost is a listen address as a browser reaches it.
 func dashboardHost(listen string) string {

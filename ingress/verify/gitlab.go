@@ -11,7 +11,7 @@ import (
 
 // Canonical spellings of GitLab's X-Gitlab-* headers.
 const (
-	gitlabTokenHeader = "X-Gitlab-Token"
+	gitlabTokenHeader = "X-Gitlab-Token" //nolint:gosec // G101: a header name, not a credential
 	gitlabUUIDHeader  = "X-Gitlab-Event-Uuid"
 	gitlabEventHeader = "X-Gitlab-Event"
 )

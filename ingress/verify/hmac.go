@@ -2,7 +2,7 @@ package verify
 
 import (
 	"crypto/hmac"
-	"crypto/sha1"
+	"crypto/sha1" //nolint:gosec // G505: HMAC-SHA1 is what some providers sign with (hmac scheme algorithm: sha1)
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"

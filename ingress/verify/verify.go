@@ -89,15 +89,15 @@ var (
 	ErrMalformedPayload = errors.New("malformed payload")
 )
 
-// Reason maps err to a short stable label for logs and metrics:
-// "signature_missing", "signature_malformed", "signature_mismatch",
-// "timestamp_outside_tolerance", "malformed_payload", or "unknown" for any
-// other error. It returns "" for a nil error.
 // Reasons is every value Reason returns for a non-nil error.
 func Reasons() []string {
 	return []string{"signature_missing", "signature_malformed", "signature_mismatch", "timestamp_outside_tolerance", "malformed_payload", "unknown"}
 }
 
+// Reason maps err to a short stable label for logs and metrics:
+// "signature_missing", "signature_malformed", "signature_mismatch",
+// "timestamp_outside_tolerance", "malformed_payload", or "unknown" for any
+// other error. It returns "" for a nil error.
 func Reason(err error) string {
 	switch {
 	case err == nil:

@@ -95,7 +95,7 @@ func aptInstall(ctx context.Context, logger *slog.Logger) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock install: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	// Closing lock (deferred above) releases the flock.
 	if p, _ := look(); p != "" {
 		return nil
 	}

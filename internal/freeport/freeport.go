@@ -21,7 +21,7 @@ const (
 // Pick returns a port that was free on 127.0.0.1 a moment ago.
 func Pick() (int, error) {
 	for i := 0; i < 200; i++ {
-		port := low + rand.N(high-low)
+		port := low + rand.N(high-low) //nolint:gosec // G404: a port to try, not a secret
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue

@@ -20,7 +20,11 @@ func TestProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop(context.Background())
+	defer func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	get := func(path string) int {
 		resp, err := http.Get("http://" + s.Addr() + path)
 		if err != nil {

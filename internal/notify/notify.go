@@ -160,7 +160,7 @@ func (l *Listener) Run(ctx context.Context) {
 			delay, attempt = l.cfg.MinBackoff, 1
 		}
 		first = false
-		wait := delay/2 + rand.N(delay/2+1)
+		wait := delay/2 + rand.N(delay/2+1) //nolint:gosec // G404: reconnect jitter, not a secret
 		l.cfg.Logger.Warn("LISTEN connection lost; polling covers the gap until it is back",
 			slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.String("error", errString(err)))
 		select {

@@ -60,7 +60,7 @@ func installHint() error {
 
 func hasTools(dir string) bool {
 	for _, t := range serverTools {
-		st, err := os.Stat(filepath.Join(dir, t))
+		st, err := os.Stat(filepath.Join(dir, t)) //nolint:gosec // G703: dir is the operator's INLET_PG_BINDIR or a PATH entry; Stat only
 		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return false
 		}
@@ -122,21 +122,21 @@ func aptInstall(ctx context.Context, logger *slog.Logger) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock install: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	// Closing lock (deferred above) releases the flock.
 	if _, ok := lookBinaries(); ok {
 		return nil
 	}
 	logger.Info("PostgreSQL server binaries not found; installing Debian's postgresql package with apt-get (one time)")
 	// Only the binaries: no "main" cluster of the distribution's own.
-	if err := os.MkdirAll("/etc/postgresql-common/createcluster.d", 0o755); err == nil {
-		_ = os.WriteFile("/etc/postgresql-common/createcluster.d/inlet.conf", []byte("create_main_cluster = false\n"), 0o644)
+	if err := os.MkdirAll("/etc/postgresql-common/createcluster.d", 0o755); err == nil { //nolint:gosec // G301: a system configuration directory, world-readable like the rest of /etc/postgresql-common
+		_ = os.WriteFile("/etc/postgresql-common/createcluster.d/inlet.conf", []byte("create_main_cluster = false\n"), 0o644) //nolint:gosec // G306: a system configuration file, world-readable like the rest of /etc/postgresql-common
 	}
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	for _, args := range [][]string{
 		{"update", "-q"},
 		{"install", "-y", "-q", "--no-install-recommends", "postgresql", "postgresql-contrib"},
 	} {
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd := exec.CommandContext(ctx, "apt-get", args...) //nolint:gosec // G204: apt-get with the fixed arguments listed above
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			tail := string(out)

@@ -117,12 +117,12 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 	if !filepath.IsAbs(name) {
 		name = filepath.Join(c.binDir, name)
 	}
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // G204: the PostgreSQL binaries FindBinaries found, with our own arguments
 	cmd.Dir = c.cfg.Dir
 	cmd.Env = append(append(os.Environ(), "LC_ALL=C", "TZ=UTC"), c.cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.asUser {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)} //nolint:gosec // G115: the postgres user's uid and gid from os/user fit uint32
 	}
 	return cmd
 }
@@ -135,7 +135,7 @@ func (c *Cluster) chown(path string) error {
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(c.cfg.Dir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(c.cfg.Dir), 0o755); err != nil { //nolint:gosec // G301: the postgres user (when run as root) must enter every directory above the cluster; the cluster's own are 0700
 		return fmt.Errorf("create %s: %w", filepath.Dir(c.cfg.Dir), err)
 	}
 	if c.asUser && !reachable(filepath.Dir(c.cfg.Dir), c.uid, c.gid) {
@@ -220,7 +220,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	for k, v := range c.cfg.Settings {
 		args = append(args, "-c", k+"="+v)
 	}
-	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open server log: %w", err)
 	}
