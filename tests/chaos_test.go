@@ -606,6 +606,7 @@ log:
 				t.Logf("chaos: %s", f.name)
 				if err := f.do(t); err != nil {
 					t.Errorf("chaos %s: %v", f.name, err)
+					stopSending() // nothing would acknowledge them: fail now, not at the 10 min deadline
 					return
 				}
 				faultsDone = append(faultsDone, f.name)

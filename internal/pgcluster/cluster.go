@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -295,19 +296,78 @@ func (c *Cluster) stopLocked(sig syscall.Signal, wait time.Duration) error {
 	cmd, done := c.cmd, c.done
 	c.cmd, c.done = nil, nil
 	if sig == syscall.SIGKILL {
-		// The whole process group: a killed postmaster leaves its backends otherwise.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	} else {
-		_ = cmd.Process.Signal(sig)
+		// Every server process, as a crash of the machine or its container
+		// would: a killed postmaster leaves its backends otherwise, and they
+		// hold the shared memory until they notice (seconds on a loaded
+		// machine), so the next Start failed with "pre-existing shared
+		// memory block is still in use".
+		return killTree(cmd.Process.Pid, done, wait)
 	}
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 		return nil
 	case <-time.After(wait):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		_ = killTree(cmd.Process.Pid, done, 10*time.Second)
 		return fmt.Errorf("postgres did not stop within %s; killed", wait)
 	}
+}
+
+// killTree SIGKILLs the postmaster pid and its children and waits until all
+// are gone. The children are found in /proc: each makes itself a session
+// leader (setsid), so the postmaster's process group holds only itself.
+func killTree(pid int, done <-chan struct{}, wait time.Duration) error {
+	children := childrenOf(pid)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+	}
+	deadline := time.After(wait)
+	select {
+	case <-done:
+	case <-deadline:
+		return fmt.Errorf("postgres (pid %d) did not exit within %s of SIGKILL", pid, wait)
+	}
+	for _, c := range children {
+		for syscall.Kill(c, 0) == nil {
+			select {
+			case <-deadline:
+				return fmt.Errorf("postgres child %d did not exit within %s of SIGKILL", c, wait)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// childrenOf lists the processes whose parent is pid (Linux /proc; none
+// elsewhere).
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // Running reports whether the server process is up.

@@ -22,22 +22,37 @@ func (c *Cluster) StopImmediate() error {
 	return c.stopLocked(syscall.SIGQUIT, 60*time.Second)
 }
 
-// Freeze stops every process of the server (SIGSTOP to its process group):
-// connections stay open and nothing answers, as on a stalled disk or a paused
-// VM. Thaw resumes it.
-func (c *Cluster) Freeze() error { return c.signalGroup(syscall.SIGSTOP) }
+// Freeze stops every process of the server (SIGSTOP to the postmaster and
+// each of its children): connections stay open and nothing answers, as on a
+// stalled disk or a paused VM. Thaw resumes it.
+func (c *Cluster) Freeze() error { return c.signalAll(syscall.SIGSTOP) }
 
 // Thaw resumes a frozen server.
-func (c *Cluster) Thaw() error { return c.signalGroup(syscall.SIGCONT) }
+func (c *Cluster) Thaw() error { return c.signalAll(syscall.SIGCONT) }
 
-func (c *Cluster) signalGroup(sig syscall.Signal) error {
+// signalAll signals the postmaster and its children. Not its process group:
+// each child makes itself a session leader, so the group holds only the
+// postmaster (a frozen group left every open session answering).
+func (c *Cluster) signalAll(sig syscall.Signal) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cmd == nil {
 		return errors.New("pgcluster: not running")
 	}
-	if err := syscall.Kill(-c.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("signal %s to the server's process group: %w", sig, err)
+	pid := c.cmd.Process.Pid
+	if sig == syscall.SIGSTOP {
+		// The postmaster first, so it forks nothing new meanwhile.
+		if err := syscall.Kill(pid, sig); err != nil {
+			return fmt.Errorf("signal %s to the postmaster: %w", sig, err)
+		}
+	}
+	for _, child := range childrenOf(pid) {
+		_ = syscall.Kill(child, sig) // it may have just exited
+	}
+	if sig != syscall.SIGSTOP {
+		if err := syscall.Kill(pid, sig); err != nil {
+			return fmt.Errorf("signal %s to the postmaster: %w", sig, err)
+		}
 	}
 	return nil
 }
