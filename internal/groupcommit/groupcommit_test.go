@@ -3,14 +3,12 @@ package groupcommit_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/groupcommit"
-	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // recorder is a commit function that answers each request with its value
@@ -48,13 +46,20 @@ func (r *recorder) size(v int) int64 {
 }
 
 // waitFor waits until at least commits commits have begun and callers
-// callers have reached their queue.
+// callers have reached their queue. (Not internal/testwait: this module
+// depends on nothing, its tests included.)
 func (r *recorder) waitFor(t *testing.T, commits, callers int32) {
 	t.Helper()
-	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("%d commits begun and %d callers at the queue", commits, callers), func() (bool, string) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
 		c, q := r.commits.Load(), r.callers.Load()
-		return c >= commits && q >= callers, fmt.Sprintf("%d commits, %d callers", c, q)
-	})
+		if c >= commits && q >= callers {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %d commits begun and %d callers at the queue; last saw %d and %d", commits, callers, c, q)
+		}
+		time.Sleep(time.Millisecond) // polling the counters
+	}
 }
 
 func TestEachCallerGetsItsOwnAnswerAndBatchesAreShared(t *testing.T) {
