@@ -16,6 +16,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -310,7 +311,6 @@ func TestSealerIsExclusive(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", sealLockKey); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
 	if _, err := b.sealer.SealOnce(ctx); !errors.Is(err, ErrBusy) {
 		t.Fatalf("SealOnce while another sealer holds the lock: %v, want ErrBusy", err)
 	}
@@ -341,21 +341,21 @@ func TestSealDoesNotBlockIngress(t *testing.T) {
 			}
 		})
 	}
-	for inserted.Load() < 20 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(grace) // something to seal
+	testwait.Eventually(t, 30*time.Second, "20 inserts", func() (bool, string) {
+		n := inserted.Load()
+		return n >= 20, fmt.Sprintf("%d inserts", n)
+	})
+	time.Sleep(grace) // something to seal: inserts older than the grace
 
 	// Inside a seal transaction (events read, checkpoint not yet written):
 	// at least 20 more inserts must complete.
 	var during int64
 	b.sealer.beforeInsert = func() {
 		start := inserted.Load()
-		deadline := time.Now().Add(30 * time.Second)
-		for inserted.Load()-start < 20 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		during = inserted.Load() - start
+		testwait.Eventually(t, 30*time.Second, "20 inserts during the seal transaction", func() (bool, string) {
+			during = inserted.Load() - start
+			return during >= 20, fmt.Sprintf("%d inserts", during)
+		})
 	}
 	if _, err := b.sealer.SealOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -365,15 +365,26 @@ func TestSealDoesNotBlockIngress(t *testing.T) {
 		t.Fatalf("only %d inserts completed during a seal, want 20", during)
 	}
 
-	// And the background sealer alongside the writers.
+	// And the background sealer alongside the writers, for two checkpoints.
+	checkpoints := func() int {
+		var n int
+		if err := b.owner.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.audit_checkpoints`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := checkpoints()
 	if err := b.sealer.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testwait.Eventually(t, 30*time.Second, "two checkpoints by the background sealer while writers run", func() (bool, string) {
+		n := checkpoints()
+		return n >= before+2, fmt.Sprintf("%d checkpoints, %d before it started", n, before)
+	})
 	close(stop)
 	wg.Wait()
 	b.sealer.Stop()
-	time.Sleep(grace + 100*time.Millisecond)
+	time.Sleep(grace + 100*time.Millisecond) // every insert older than the grace: all sealable
 	cps := b.seal(t)
 	var maxID int64
 	if err := b.owner.QueryRow(ctx, `SELECT max(id) FROM webhook_ingress.events`).Scan(&maxID); err != nil {

@@ -84,7 +84,7 @@ func TestProgressLines(t *testing.T) {
 	var plain bytes.Buffer
 	p = &progress{w: &plain, interval: time.Nanosecond, source: "github"}
 	p.update(func(s *Stats) { s.Seen++ })
-	time.Sleep(time.Millisecond)
+	time.Sleep(time.Millisecond) // past the progress interval (1ns): the next update prints
 	p.update(func(s *Stats) { s.Seen++ })
 	p.wait(true, 3*time.Second)
 	p.finish()

@@ -2,8 +2,10 @@ package consumers_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
 	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -30,6 +33,15 @@ func setup(t *testing.T) *testBundle {
 		}
 	})
 	return b
+}
+
+// waitLogged waits until the service has logged msg n times.
+func (b *testBundle) waitLogged(t *testing.T, msg string, n int) {
+	t.Helper()
+	testwait.Eventually(t, wait, fmt.Sprintf("%d× %q in the service log", n, msg), func() (bool, string) {
+		got := strings.Count(b.logs.String(), msg)
+		return got >= n, fmt.Sprintf("%d so far", got)
+	})
 }
 
 // config fills in what every test's service needs.

@@ -71,7 +71,7 @@ func TestBudgetServesEveryWaiterWithinItsSize(t *testing.T) {
 			}
 			b.releaseHead(head)
 			note()
-			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) // verify and store
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) // the work a request does while holding its bytes (verify and store)
 			b.release(held)
 		})
 	}

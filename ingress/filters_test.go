@@ -14,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -133,24 +134,18 @@ func TestSubscriptionFilterRegisteredLaterApplies(t *testing.T) {
 	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, filter) VALUES ('late', 'payload.data.object.amount > 1')`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		id := fmt.Sprintf("evt_after_%d", i)
-		if _, err := g.Insert(ctx, charge(id, 25000)); err != nil {
+	i := 0
+	testwait.Eventually(t, 10*time.Second, "jobs for the filtered subscription registered later", func() (bool, string) {
+		i++
+		if _, err := g.Insert(ctx, charge(fmt.Sprintf("evt_after_%d", i), 25000)); err != nil {
 			t.Fatal(err)
 		}
 		var n int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'late'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a filtered subscription registered 10s ago still gets no jobs")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return n > 0, fmt.Sprintf("no job after %d events", i)
+	})
 	var before int
 	if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
 		WHERE j.handler = 'late' AND e.external_event_id = 'evt_before'`).Scan(&before); err != nil || before != 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -45,17 +46,10 @@ func lockKeys(t *testing.T, admin *pgxpool.Pool) (release func()) {
 // reached the database).
 func waitLockWaiters(t *testing.T, admin *pgxpool.Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("%d backends waiting on a lock", n), func() (bool, string) {
 		got := count(t, admin, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends wait on a lock, want %d", got, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == n, fmt.Sprintf("%d waiting", got)
+	})
 }
 
 // groupStoreOn is a GroupStore over its own pool as the ingress role.
@@ -143,13 +137,10 @@ func TestStoreTimeoutIsOutcomeUnknown(t *testing.T) {
 				// The batch outlives the request's timeout: once Postgres
 				// moves on, the event answered 503 commits.
 				want = "duplicate"
-				deadline := time.Now().Add(10 * time.Second)
-				for count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE external_event_id = 'evt_unknown'`) != 1 {
-					if time.Now().After(deadline) {
-						t.Fatal("the batch answered outcome_unknown did not commit once the lock was released")
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				testwait.Eventually(t, 10*time.Second, "the batch answered outcome_unknown committed once the lock was released", func() (bool, string) {
+					n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE external_event_id = 'evt_unknown'`)
+					return n == 1, fmt.Sprintf("%d events evt_unknown", n)
+				})
 			} else {
 				// pgx gives up on the connection with a cancel request, which
 				// a live server usually honours before the lock is released (a

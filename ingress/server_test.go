@@ -25,6 +25,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -335,17 +336,10 @@ func TestDatabaseDownThenRecovers(t *testing.T) {
 	if err := cluster.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Eventually(t, 20*time.Second, "recovery after the restart: the provider's retry stored", func() (bool, string) {
 		code, answer, _ = send("evt_during") // the provider's retry
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery after restart: %d %s", code, answer)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return code == 200, fmt.Sprintf("%d %s", code, answer)
+	})
 	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events`); n != 2 {
 		t.Fatalf("%d events after recovery, want 2", n)
 	}

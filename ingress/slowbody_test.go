@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // slowSenders keeps n connections open that each declare a 1 MiB body and
@@ -60,7 +63,7 @@ func (s *slowSenders) one(host, sig string) {
 	conn, err := net.DialTimeout("tcp", host, 5*time.Second)
 	if err != nil {
 		s.dialFail.Add(1)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the attacker's pause before it dials again
 		return
 	}
 	defer conn.Close()
@@ -108,6 +111,29 @@ func (s *slowSenders) close() {
 	s.wg.Wait()
 }
 
+// requestsReceived is inlet_ingress_requests_total of source.
+func requestsReceived(t *testing.T, reg *prometheus.Registry, source string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "inlet_ingress_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == source {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no inlet_ingress_requests_total{source=%q}", source)
+	return 0
+}
+
 // Slow uploads: 80 connections each declaring a 1 MiB body and sending one
 // byte a second must not hold the body budget the fast senders need. While
 // they keep at it (each one cut off is replaced), signed requests are stored
@@ -149,15 +175,12 @@ func TestSlowSendersDoNotDelaySignedRequests(t *testing.T) {
 	wg.Wait()
 
 	slow := startSlowSenders(t, b.url, attackers)
-	// Every attacker is in and waiting on its body before the clock starts.
-	deadline := time.Now().Add(10 * time.Second)
-	for slow.opened.Load() < attackers {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d slow senders connected", slow.opened.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond)
+	// Every attacker is in and waiting on its body before the clock starts:
+	// ingress has counted its request.
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("all %d slow senders' requests received", attackers), func() (bool, string) {
+		got := requestsReceived(t, b.reg, "stripe") - 4 // the warm-up's
+		return got >= attackers, fmt.Sprintf("%v received, %d connections opened", got, slow.opened.Load())
+	})
 
 	// At least 200 signed requests, and on until every slow sender has been
 	// cut off once and replaced (or 30 s).
@@ -189,7 +212,7 @@ func TestSlowSendersDoNotDelaySignedRequests(t *testing.T) {
 				mu.Lock()
 				latencies = append(latencies, took)
 				mu.Unlock()
-				time.Sleep(10 * time.Millisecond) // a steady rate, not a flood
+				time.Sleep(10 * time.Millisecond) // the senders' pace: a steady rate, not a flood
 			}
 		})
 	}

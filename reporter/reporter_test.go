@@ -25,6 +25,7 @@ import (
 	"github.com/inlet-dev/inlet/controlplane"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/reporter"
 )
 
@@ -39,11 +40,13 @@ const (
 // controlPlane is a real control plane over real HTTP that records every
 // report body it is sent and can be taken down (connections dropped unanswered).
 type controlPlane struct {
-	url    string
-	pool   *pgxpool.Pool
-	down   atomic.Bool
-	mu     sync.Mutex
-	bodies [][]byte
+	url  string
+	pool *pgxpool.Pool
+	down atomic.Bool
+	// requests counts every request, refused those dropped while down.
+	requests, refused atomic.Int64
+	mu                sync.Mutex
+	bodies            [][]byte
 }
 
 func newControlPlane(t *testing.T) *controlPlane {
@@ -63,7 +66,9 @@ func newControlPlane(t *testing.T) *controlPlane {
 	}
 	cp := &controlPlane{pool: pool}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cp.requests.Add(1)
 		if cp.down.Load() {
+			cp.refused.Add(1)
 			panic(http.ErrAbortHandler) // as if nothing listened: no answer at all
 		}
 		if r.Method == http.MethodPost {
@@ -136,17 +141,25 @@ func (cp *controlPlane) rows(t *testing.T) []storedRow {
 // waitStored waits until the control plane holds n records.
 func (cp *controlPlane) waitStored(t *testing.T, n int) []storedRow {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rows := cp.rows(t)
-		if len(rows) >= n || time.Now().After(deadline) {
-			if len(rows) != n {
-				t.Fatalf("control plane holds %d records, want %d", len(rows), n)
-			}
-			return rows
-		}
-		time.Sleep(20 * time.Millisecond)
+	var rows []storedRow
+	testwait.Eventually(t, 20*time.Second, fmt.Sprintf("%d records in the control plane", n), func() (bool, string) {
+		rows = cp.rows(t)
+		return len(rows) >= n, fmt.Sprintf("%d records", len(rows))
+	})
+	if len(rows) != n {
+		t.Fatalf("control plane holds %d records, want %d", len(rows), n)
 	}
+	return rows
+}
+
+// waitRequests waits until the control plane has had n requests more than
+// the count from (of requests or refused).
+func (cp *controlPlane) waitRequests(t *testing.T, what string, count *atomic.Int64, from int64, n int64) {
+	t.Helper()
+	testwait.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		got := count.Load() - from
+		return got >= n, fmt.Sprintf("%d so far", got)
+	})
 }
 
 // dataPlane is a migrated Inlet database with a subscribed handler.
@@ -356,7 +369,7 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 		d.complete(t, d.super, d.job(t), 1)
 	}
 	rep := startReporter(t, d, cp, nil)
-	time.Sleep(300 * time.Millisecond)
+	cp.waitRequests(t, "two requests dropped while down (tried, then retried)", &cp.refused, 0, 2)
 	if n := len(cp.rows(t)); n != 0 {
 		t.Fatalf("%d records stored while down", n)
 	}
@@ -365,10 +378,11 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 
 	// Down again mid-stream: the unacknowledged batches are sent once it is back.
 	cp.down.Store(true)
+	refused := cp.refused.Load()
 	for range 5 {
 		d.attempt(t, d.job(t), 1, "failed", "timeout", errorText)
 	}
-	time.Sleep(300 * time.Millisecond)
+	cp.waitRequests(t, "two sends dropped while down again", &cp.refused, refused, 2)
 	cp.down.Store(false)
 	cp.waitStored(t, 9)
 
@@ -417,17 +431,20 @@ func TestLateCommittedAttemptIsReported(t *testing.T) {
 	}
 	d.complete(t, d.super, fastJob, 1)
 	cp.waitStored(t, 1)
-	time.Sleep(100 * time.Millisecond) // a few more rounds past the gaps
+	// More rounds past the gaps: a later attempt reported while they are open.
+	laterJob := d.job(t)
+	d.complete(t, d.super, laterJob, 1)
+	cp.waitStored(t, 2)
 	for _, tx := range []pgx.Tx{txDone, txFailed} {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rows := cp.waitStored(t, 3)
+	rows := cp.waitStored(t, 4)
 	for i, want := range []struct {
 		job     int64
 		outcome string
-	}{{slowDone, "completed"}, {slowFailed, "failed"}, {fastJob, "completed"}} {
+	}{{slowDone, "completed"}, {slowFailed, "failed"}, {fastJob, "completed"}, {laterJob, "completed"}} {
 		if rows[i].job != reporter.OpaqueJobID([]byte(hmacKey), want.job) || rows[i].outcome != want.outcome {
 			t.Fatalf("record %d is %s of another job, want the %s attempt of job %d: %+v", i, rows[i].outcome, want.outcome, want.job, rows)
 		}
@@ -468,8 +485,12 @@ func TestReplayedSuccessIsReportedOnce(t *testing.T) {
 	cp.waitStored(t, 4)
 	replay(late)
 	d.complete(t, d.super, late, 1)
-	rows := cp.waitStored(t, 6)
-	time.Sleep(100 * time.Millisecond) // a few more rounds: nothing more comes
+	cp.waitStored(t, 6)
+	var rows []storedRow
+	testwait.Consistently(t, 100*time.Millisecond, "six records: nothing more comes in a few more rounds", func() (bool, string) {
+		rows = cp.rows(t)
+		return len(rows) == 6, fmt.Sprintf("%d records", len(rows))
+	})
 
 	var got []string
 	var ids []int64
@@ -498,7 +519,7 @@ func TestBadTokenIsRetriedNotSkipped(t *testing.T) {
 	d, cp := newDataPlane(t), newControlPlane(t)
 	d.complete(t, d.super, d.job(t), 1)
 	startReporter(t, d, cp, func(c *reporter.Config) { c.Token = "not-the-tenant-token-000" })
-	time.Sleep(200 * time.Millisecond)
+	cp.waitRequests(t, "three requests with the bad token (tried, retried)", &cp.requests, 0, 3)
 	if n := len(cp.rows(t)); n != 0 {
 		t.Fatalf("%d records stored with a bad token", n)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -53,7 +54,7 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var written atomic.Int64
-	var writeErr error
+	var writeErr atomic.Pointer[error] // the writer's, read while it runs
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -67,7 +68,7 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 				(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri)
 				VALUES ('stripe', 'stripe', $1, 'charge.succeeded', '{}', $2, true, 0, '/webhooks/stripe')`,
 				fmt.Sprintf("evt_live_%d", i), []byte(fmt.Sprintf(`{"id":"evt_live_%d","created":1800000000}`, i))); err != nil {
-				writeErr = err
+				writeErr.Store(&err)
 				return
 			}
 			written.Add(1)
@@ -75,12 +76,14 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 	}()
 	waitFor := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); written.Load() < n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the old ingress stopped writing at %d (%v)", written.Load(), writeErr)
+		testwait.Eventually(t, 10*time.Second, fmt.Sprintf("the old ingress writing on, to %d events", n), func() (bool, string) {
+			got := written.Load()
+			seen := fmt.Sprintf("%d written", got)
+			if err := writeErr.Load(); err != nil {
+				seen += fmt.Sprintf(", then: %v", *err)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return got >= n, seen
+		})
 	}
 	waitFor(20)
 	if _, err := schema.MigrateTo(ctx, conn, 12); err != nil {
@@ -131,8 +134,8 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if writeErr != nil {
-		t.Fatalf("the old ingress failed during the upgrade: %v", writeErr)
+	if err := writeErr.Load(); err != nil {
+		t.Fatalf("the old ingress failed during the upgrade: %v", *err)
 	}
 	var unfilled, wrong int
 	if err := conn2.QueryRow(ctx, `SELECT

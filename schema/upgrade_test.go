@@ -16,6 +16,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 	"github.com/inlet-dev/inlet/streamer"
@@ -188,22 +189,15 @@ func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, "all 6 jobs completed after the upgrade", func() (bool, string) {
 		var done int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'completed'`).Scan(&done); err != nil {
+		var states string
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'),
+			string_agg(id || ':' || status || '/' || attempt_count, ' ' ORDER BY id) FROM webhook_ingress.jobs`).Scan(&done, &states); err != nil {
 			t.Fatal(err)
 		}
-		if done == 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			var states string
-			_ = conn.QueryRow(ctx, `SELECT string_agg(id || ':' || status || '/' || attempt_count, ' ' ORDER BY id) FROM webhook_ingress.jobs`).Scan(&states)
-			t.Fatalf("%d of 6 jobs completed after the upgrade: %v", done, states)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return done == 6, states
+	})
 	// Each success once: from the old consumer's history row (jobs 2, 5) or
 	// from the job row.
 	rows, err := conn.Query(ctx, `SELECT job_id, count(*), min(worker_id) FROM webhook_ingress.attempts

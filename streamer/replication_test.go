@@ -3,6 +3,7 @@ package streamer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -50,18 +52,10 @@ func (b *testBundle) dropSlot(t *testing.T, slot string) {
 	ctx := context.Background()
 	// The streamer has stopped, but its walsender may take a moment to
 	// release the slot.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, "replication slot "+slot+" dropped", func() (bool, string) {
 		_, err := b.admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("drop replication slot %s: %v", slot, err)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	var n int
 	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil || n != 0 {
 		t.Errorf("replication slot %s still there (%d, %v): its database cannot be dropped", slot, n, err)
@@ -82,28 +76,19 @@ func (r *replTarget) config(poll time.Duration) streamer.Config {
 
 func waitReplicationConnected(t *testing.T, s *streamer.Streamer, reconnects int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Eventually(t, 15*time.Second, fmt.Sprintf("replication connected with %d reconnects", reconnects), func() (bool, string) {
 		up, n := s.Replication().Connected()
-		if up && n >= reconnects {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replication connected=%v reconnects=%d, want connected with %d", up, n, reconnects)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return up && n >= reconnects, fmt.Sprintf("connected=%v reconnects=%d", up, n)
+	})
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitStats waits until cond holds for s's stats, failing with the last seen.
+func waitStats(t *testing.T, s *streamer.Streamer, within time.Duration, what string, cond func(streamer.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, within, what, func() (bool, string) {
+		st := s.Stats()
+		return cond(st), fmt.Sprintf("stats %+v", st)
+	})
 }
 
 // walLSN is a pg_lsn query's result as text.
@@ -174,8 +159,8 @@ func TestReplicationWakesWithinMilliseconds(t *testing.T) {
 	const rounds = 20
 	var took []time.Duration
 	for i := 0; i < rounds; i++ {
-		// Past the trailing rechecks of the last wake-up: this commit's own
-		// wake-up delivers.
+		// Past the trailing rechecks of the last wake-up (recheckLater,
+		// 100ms): this commit's own wake-up delivers, for a fair latency.
 		time.Sleep(150 * time.Millisecond)
 		before := s.Stats()
 		start := time.Now()
@@ -189,7 +174,7 @@ func TestReplicationWakesWithinMilliseconds(t *testing.T) {
 	}
 	slices.Sort(took)
 	t.Logf("insert to reference over %d rounds: min %s, median %s, worst %s", rounds, took[0], took[rounds/2], took[rounds-1])
-	waitFor(t, 2*time.Second, "a wake-up per insert", func() bool { return s.Stats().ReplicationWakeups >= rounds })
+	waitStats(t, s, 2*time.Second, "a wake-up per insert", func(st streamer.Stats) bool { return st.ReplicationWakeups >= rounds })
 	if st := s.Stats(); st.ReplicationWakeups != rounds || st.PollWakeups != 0 {
 		t.Fatalf("stats %+v: want %d replication wake-ups and no poll", st, rounds)
 	}
@@ -220,7 +205,7 @@ func TestReplicationWakesOnInsertAndPendingAgainOnly(t *testing.T) {
 	// has been counted, the claim has been seen.
 	b.insertEvents(t, 1)
 	c.wait(t, 1, 2*time.Second)
-	waitFor(t, 2*time.Second, "second insert counted", func() bool { return wakeups() >= 2 })
+	waitStats(t, s, 2*time.Second, "second insert counted", func(st streamer.Stats) bool { return st.ReplicationWakeups >= 2 })
 	if n := wakeups(); n != 2 {
 		t.Fatalf("%d wake-ups after two inserts and their claims, want 2", n)
 	}
@@ -232,13 +217,14 @@ func TestReplicationWakesOnInsertAndPendingAgainOnly(t *testing.T) {
 	}
 	b.insertEvents(t, 1)
 	c.wait(t, 1, 2*time.Second)
-	waitFor(t, 2*time.Second, "third insert counted", func() bool { return wakeups() >= 3 })
+	waitStats(t, s, 2*time.Second, "third insert counted", func(st streamer.Stats) bool { return st.ReplicationWakeups >= 3 })
 	if n := wakeups(); n != 3 {
 		t.Fatalf("%d wake-ups, want 3: an update to failed is no wake-up", n)
 	}
 
 	// As a replay would: pending again, due now. After the trailing
-	// rechecks of the last wake-up, so only this update's can deliver.
+	// rechecks of the last wake-up (recheckLater, 100ms), so only this
+	// update's can deliver.
 	time.Sleep(150 * time.Millisecond)
 	if _, err := b.admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'pending', next_attempt_at = now() WHERE id = $1`, first.JobID); err != nil {
 		t.Fatal(err)
@@ -247,7 +233,7 @@ func TestReplicationWakesOnInsertAndPendingAgainOnly(t *testing.T) {
 	if again.JobID != first.JobID || again.Attempt != 2 {
 		t.Fatalf("reference %+v, want job %d's second attempt", again, first.JobID)
 	}
-	waitFor(t, 2*time.Second, "the update counted", func() bool { return wakeups() >= 4 })
+	waitStats(t, s, 2*time.Second, "the update counted", func(st streamer.Stats) bool { return st.ReplicationWakeups >= 4 })
 	if n := wakeups(); n != 4 {
 		t.Fatalf("%d wake-ups, want 4", n)
 	}
@@ -272,7 +258,7 @@ func TestReplicationResumesFromConfirmedPosition(t *testing.T) {
 	// The reference may come from the start's own claim, if that ran after
 	// the insert: wait until the stream has carried the insert too, or
 	// there is no position past it to confirm yet.
-	waitFor(t, 5*time.Second, "the insert seen in the replication stream", func() bool { return s1.Stats().ReplicationWakeups >= 1 })
+	waitStats(t, s1, 5*time.Second, "the insert seen in the replication stream", func(st streamer.Stats) bool { return st.ReplicationWakeups >= 1 })
 	s1.Stop()
 	confirmed1 := b.walLSN(t, confirmedFlushSQL, r.slot)
 	t.Logf("slot confirmed %s after the first streamer (it reported %s); WAL was at %s before its insert",
@@ -301,15 +287,16 @@ func TestReplicationResumesFromConfirmedPosition(t *testing.T) {
 	// The slot replays exactly the three transactions after its confirmed
 	// position (the start's own claim delivered them first); had it started
 	// before it, the first streamer's insert would wake a fourth time.
-	waitFor(t, 5*time.Second, "the missed inserts replayed from the slot", func() bool {
-		return s2.Stats().ReplicationWakeups >= missed
+	waitStats(t, s2, 5*time.Second, "the missed inserts replayed from the slot", func(st streamer.Stats) bool {
+		return st.ReplicationWakeups >= missed
 	})
-	time.Sleep(300 * time.Millisecond)
-	if n := s2.Stats().ReplicationWakeups; n != missed {
-		t.Fatalf("%d replication wake-ups after the restart, want %d", n, missed)
-	}
-	waitFor(t, 10*time.Second, "confirmed_flush_lsn past the missed inserts", func() bool {
-		return b.lsnAtLeast(t, b.walLSN(t, confirmedFlushSQL, r.slot), after)
+	testwait.Consistently(t, 300*time.Millisecond, fmt.Sprintf("%d replication wake-ups after the restart, no more", missed), func() (bool, string) {
+		n := s2.Stats().ReplicationWakeups
+		return n == missed, fmt.Sprintf("%d wake-ups", n)
+	})
+	testwait.Eventually(t, 10*time.Second, "confirmed_flush_lsn past the missed inserts at "+after, func() (bool, string) {
+		lsn := b.walLSN(t, confirmedFlushSQL, r.slot)
+		return b.lsnAtLeast(t, lsn, after), "confirmed " + lsn
 	})
 	t.Logf("slot confirmed %s, past %s", b.walLSN(t, confirmedFlushSQL, r.slot), after)
 }
@@ -329,16 +316,16 @@ func TestReplicationKilledPollingCoversAndItReconnects(t *testing.T) {
 	// the trailing recheck after its wake-up has passed before the kill.
 	b.insertEvents(t, 1)
 	c.wait(t, 1, 2*time.Second)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // past recheckLater (100ms): the wake-up's trailing rechecks are over
 
 	r.refuse.Store(true)
 	if n := b.count(t, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE backend_type = 'walsender' AND datname = current_database()`); n != 1 {
 		t.Fatalf("terminated %d walsenders, want 1", n)
 	}
-	waitFor(t, 5*time.Second, "the streamer to notice its stream is gone", func() bool {
-		up, _ := s.Replication().Connected()
-		return !up
+	testwait.Eventually(t, 5*time.Second, "the streamer to notice its stream is gone", func() (bool, string) {
+		up, n := s.Replication().Connected()
+		return !up, fmt.Sprintf("connected=%v reconnects=%d", up, n)
 	})
 	wakeups := s.Stats().ReplicationWakeups
 	start := time.Now()
@@ -356,15 +343,15 @@ func TestReplicationKilledPollingCoversAndItReconnects(t *testing.T) {
 	waitReplicationConnected(t, s, 1)
 	// The slot kept the insert made while disconnected: it is replayed (a
 	// wake-up, though polling already delivered it).
-	waitFor(t, 5*time.Second, "the insert made while disconnected replayed", func() bool {
-		return s.Stats().ReplicationWakeups > wakeups
+	waitStats(t, s, 5*time.Second, "the insert made while disconnected replayed", func(st streamer.Stats) bool {
+		return st.ReplicationWakeups > wakeups
 	})
 	// And the new stream wakes the claim loop again, faster than the poll.
 	wakeups = s.Stats().ReplicationWakeups
 	b.insertEvents(t, 1)
 	c.wait(t, 1, 2*time.Second)
-	waitFor(t, 2*time.Second, "a replication wake-up on the new stream", func() bool {
-		return s.Stats().ReplicationWakeups > wakeups
+	waitStats(t, s, 2*time.Second, "a replication wake-up on the new stream", func(st streamer.Stats) bool {
+		return st.ReplicationWakeups > wakeups
 	})
 }
 
@@ -430,7 +417,7 @@ func TestReplicationSetupErrorsFailStart(t *testing.T) {
 	// The delivery may come from another wake-up (the streamer also claims
 	// when a handler's consumer turns live); the insert's transaction must
 	// still arrive on the stream.
-	waitFor(t, 5*time.Second, "a replication wake-up", func() bool {
-		return s.Stats().ReplicationWakeups > 0
+	waitStats(t, s, 5*time.Second, "a replication wake-up", func(st streamer.Stats) bool {
+		return st.ReplicationWakeups > 0
 	})
 }

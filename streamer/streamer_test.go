@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -259,14 +261,12 @@ func TestReaperReturnsExpiredLeasesThenDeadLetters(t *testing.T) {
 	if d := got[1].Sub(got[0]); d > lease+reap+time.Second {
 		t.Errorf("expired lease recovered after %s, want within lease %s + reap interval %s", d, lease, reap)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'dead_letter' AND last_error_class = 'lease_expired'
-			AND last_error LIKE 'attempt 2 leased at % without an outcome%'`) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("job not dead-lettered with a reason after its last lease expired")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, "the job dead-lettered with a reason after its last lease expired", func() (bool, string) {
+		var status, class, reason string
+		err := b.admin.QueryRow(ctx, `SELECT status, coalesce(last_error_class, ''), coalesce(last_error, '') FROM webhook_ingress.jobs`).Scan(&status, &class, &reason)
+		return status == "dead_letter" && class == "lease_expired" && strings.HasPrefix(reason, "attempt 2 leased at ") && strings.Contains(reason, " without an outcome"),
+			fmt.Sprintf("%s %s %q (%v)", status, class, reason, err)
+	})
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE outcome = 'lease_expired' AND error_class = 'lease_expired'
 			AND error LIKE '% without an outcome%'`); n != 2 {
 		t.Fatalf("%d lease_expired attempts in history, want 2", n)
@@ -339,17 +339,10 @@ func TestNotifyWakesWithinMilliseconds(t *testing.T) {
 
 func waitConnected(t *testing.T, s *streamer.Streamer, reconnects int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Eventually(t, 15*time.Second, fmt.Sprintf("listener connected with %d reconnects", reconnects), func() (bool, string) {
 		up, n := s.Listener().Connected()
-		if up && n >= reconnects {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listener connected=%v reconnects=%d, want connected with %d", up, n, reconnects)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return up && n >= reconnects, fmt.Sprintf("connected=%v reconnects=%d", up, n)
+	})
 }
 
 func TestListenerKilledPollingCoversAndItReconnects(t *testing.T) {
@@ -368,8 +361,16 @@ func TestListenerKilledPollingCoversAndItReconnects(t *testing.T) {
 		t.Fatalf("terminated %d listener backends, want 1", n)
 	}
 	// Let the wake-ups already queued (Start's, the first connect's) run
-	// first, so only a poll tick can find what is inserted next.
-	time.Sleep(2 * 300 * time.Millisecond)
+	// first, so only a poll tick can find what is inserted next: they have
+	// once a poll tick's wake-up has been taken and claimed on (the wake
+	// channel holds one).
+	p0, claimsAtTick := s.Stats().PollWakeups, int64(-1)
+	waitStats(t, s, 5*time.Second, "a poll tick claimed on after the kill", func(st streamer.Stats) bool {
+		if claimsAtTick < 0 && st.PollWakeups > p0 {
+			claimsAtTick = st.Claims
+		}
+		return claimsAtTick >= 0 && st.Claims > claimsAtTick
+	})
 	polls := s.Stats().PollWakeups
 	b.insertEvents(t, 1) // no hint, no listener: only polling can find it
 	c.wait(t, 1, 5*time.Second)
@@ -386,13 +387,7 @@ func TestListenerKilledPollingCoversAndItReconnects(t *testing.T) {
 	hinter := notify.NewHinter(b.admin, 0, nil)
 	defer hinter.Stop()
 	hinter.Hint()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats().NotifyWakeups == s2wake {
-		if time.Now().After(deadline) {
-			t.Fatal("no NOTIFY wake-up after reconnecting")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitStats(t, s, 5*time.Second, "a NOTIFY wake-up after reconnecting", func(st streamer.Stats) bool { return st.NotifyWakeups > s2wake })
 }
 
 func TestPublishFailureGivesTheLeaseBack(t *testing.T) {
@@ -507,10 +502,14 @@ func TestFollowUpClaimsBetweenWakeUps(t *testing.T) {
 	b.insertEvents(t, 1)
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
+	claims := s.Stats().Claims
 	b.insertEvents(t, 1) // no wake-up: only the follow-up can deliver it
 	c.wait(t, 1, 2*time.Second)
 	// The follow-up after that one finds nothing; then no more rounds.
-	time.Sleep(800 * time.Millisecond)
+	// Claims counts a claim as its statement starts: the window after it
+	// lets the statement finish before the next insert (it would find it).
+	waitStats(t, s, 5*time.Second, "the follow-up that finds nothing", func(st streamer.Stats) bool { return st.Claims >= claims+2 })
+	time.Sleep(500 * time.Millisecond)
 	b.insertEvents(t, 1)
 	select {
 	case r := <-c.got:
@@ -534,10 +533,12 @@ func TestFollowUpsGoOnForAWhileAfterTheLastJob(t *testing.T) {
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
 	// Several empty follow-ups later, still within FollowUpFor: found.
-	time.Sleep(300 * time.Millisecond)
+	claims := s.Stats().Claims
+	waitStats(t, s, time.Second, "three empty follow-ups", func(st streamer.Stats) bool { return st.Claims >= claims+3 })
 	b.insertEvents(t, 1)
 	c.wait(t, 1, time.Second)
-	// Past FollowUpFor with nothing found: the follow-ups have stopped.
+	// Past FollowUpFor with nothing found: the follow-ups have stopped. (A
+	// window, with a second's slack: stopping is what is under test.)
 	time.Sleep(2500 * time.Millisecond)
 	b.insertEvents(t, 1)
 	select {

@@ -20,6 +20,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // canaries are unique strings put in webhook bodies and header values; none
@@ -213,21 +214,14 @@ log:
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.Eventually(t, 60*time.Second, fmt.Sprintf("%d completed and %d dead-lettered jobs", 2*handled+failing, failing), func() (bool, string) {
 		var done, dead int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'dead_letter')
 			FROM webhook_ingress.jobs`).Scan(&done, &dead); err != nil {
 			t.Fatal(err)
 		}
-		if done == 2*handled+failing && dead == failing {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d completed and %d dead-lettered jobs, want %d and %d", done, dead, 2*handled+failing, failing)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return done == 2*handled+failing && dead == failing, fmt.Sprintf("%d completed, %d dead-lettered", done, dead)
+	})
 	var stored string
 	if err := conn.QueryRow(ctx, `SELECT string_agg(convert_from(raw_body, 'UTF8') || headers::text, ' ') FROM webhook_ingress.events`).Scan(&stored); err != nil {
 		t.Fatal(err)
@@ -242,18 +236,12 @@ log:
 	defer cpConn.Close(ctx)
 	var cpDump string
 	var reported int
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testwait.Eventually(t, 30*time.Second, fmt.Sprintf("the control plane holds %d attempts", 2*handled+2*failing), func() (bool, string) {
 		if err := cpConn.QueryRow(ctx, `SELECT count(*) FROM control_plane.attempts`).Scan(&reported); err != nil {
 			t.Fatal(err)
 		}
-		if reported >= 2*handled+2*failing || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if reported < 2*handled+2*failing {
-		t.Fatalf("the control plane holds %d attempts, want %d", reported, 2*handled+2*failing)
-	}
+		return reported >= 2*handled+2*failing, fmt.Sprintf("%d attempts", reported)
+	})
 	tables, err := cpConn.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`)
 	if err != nil {
 		t.Fatal(err)

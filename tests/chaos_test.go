@@ -23,6 +23,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -36,7 +37,8 @@ import (
 // each, or need root (a tmpfs for the full disk); they run with
 // INLET_CHAOS=1, which `go tool task chaos` sets (run it before a release).
 // INLET_CHAOS_N and INLET_CHAOS_RATE set the webhooks per run and the
-// offered rate (0: as fast as eight senders go).
+// offered rate (0: as fast as eight senders go). Sending goes on until every
+// listed fault is over, so each one meets traffic whatever the count.
 
 // service is a restartable inlet process.
 type service struct {
@@ -85,7 +87,9 @@ type chaosRun struct {
 	// other round until sending ends.
 	faults       []chaosFault
 	killServices bool
-	total, rate  int
+	// total is how many webhooks are sent at least: more when the faults
+	// last longer (see faults).
+	total, rate int
 	// expectLogs must each appear in some service's output: the run took
 	// the recovery path it is meant to prove.
 	expectLogs []string
@@ -118,6 +122,14 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// chaosOr is long under INLET_CHAOS, short otherwise (in CI).
+func chaosOr(long, short int) int {
+	if os.Getenv("INLET_CHAOS") != "" {
+		return long
+	}
+	return short
 }
 
 func needChaos(t *testing.T) {
@@ -160,19 +172,19 @@ func postgresFaults(cluster *pgcluster.Cluster) []chaosFault {
 	return []chaosFault{
 		{"postgres SIGKILL", func(*testing.T) error {
 			_ = cluster.Kill()
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the outage: down for a second
 			return cluster.Start(ctx)
 		}},
 		{"postgres stop -m immediate", func(*testing.T) error {
 			_ = cluster.StopImmediate()
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the outage: down for a second
 			return cluster.Start(ctx)
 		}},
 		{"postgres frozen 8s", func(*testing.T) error {
 			if err := cluster.Freeze(); err != nil {
 				return err
 			}
-			time.Sleep(8 * time.Second)
+			time.Sleep(8 * time.Second) // the outage: frozen for 8 s
 			return cluster.Thaw()
 		}},
 	}
@@ -182,16 +194,18 @@ func postgresFaults(cluster *pgcluster.Cluster) []chaosFault {
 func natsFault(nats *natstest.Server) chaosFault {
 	return chaosFault{"NATS SIGKILL", func(*testing.T) error {
 		nats.Kill()
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the outage: down for a second
 		return nats.Restart()
 	}}
 }
 
-// 10,000 signed webhooks (INLET_CHAOS_N) while processes are SIGKILLed and
-// restarted every few seconds, Postgres crashes, stops immediately and
-// freezes for 8 s, and NATS crashes: every acknowledged webhook is stored
-// exactly once, every job completes, no handler effect is lost. Two
-// streamers and three consumer replicas share the work.
+// Signed webhooks while processes are SIGKILLed and restarted every few
+// seconds, Postgres crashes, stops immediately and freezes for 8 s, and NATS
+// crashes: every acknowledged webhook is stored exactly once, every job
+// completes, no handler effect is lost. Two streamers and three consumer
+// replicas share the work. In CI, sending lasts as long as the faults do (a
+// few thousand webhooks); `go tool task chaos` sends 10,000 (INLET_CHAOS_N),
+// and keeps killing services for as long.
 func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	t.Parallel()
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
@@ -200,7 +214,7 @@ func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	faults = append(faults[:1], append([]chaosFault{natsFault(nats)}, faults[1:]...)...)
 	runChaos(t, chaosRun{scenario: "processes, postgres, nats", dbURL: cluster.URL("postgres"),
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
-		total: envInt("INLET_CHAOS_N", 10000), rate: envInt("INLET_CHAOS_RATE", 0)})
+		total: envInt("INLET_CHAOS_N", chaosOr(10000, 1000)), rate: envInt("INLET_CHAOS_RATE", 0)})
 }
 
 // NATS killed and restarted every few seconds, with the stream on disk and
@@ -263,18 +277,11 @@ func TestChaosStandbyPromoted(t *testing.T) {
 		if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.Eventually(t, 30*time.Second, "the standby a synchronous standby", func() (bool, string) {
 			var state string
 			err := conn.QueryRow(ctx, `SELECT coalesce(max(sync_state), '') FROM pg_stat_replication`).Scan(&state)
-			if err == nil && state == "sync" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the standby is not a synchronous standby after 30s (sync_state %q, %v)", state, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err == nil && state == "sync", fmt.Sprintf("sync_state %q (%v)", state, err)
+		})
 	}()
 	nats := natstest.Start(t)
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
@@ -323,7 +330,7 @@ func TestChaosDiskFull(t *testing.T) {
 		}
 		f.Close()
 		t.Log("chaos: disk full")
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // the outage: full for 10 s
 		if err := os.Remove(filler); err != nil {
 			return err
 		}
@@ -336,7 +343,7 @@ func TestChaosDiskFull(t *testing.T) {
 				conn.Close(ctx)
 				return nil
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // polling with a fallback, not a wait that fails
 		}
 		_ = cluster.StopImmediate()
 		return cluster.Start(ctx)
@@ -505,10 +512,19 @@ log:
 		s.p.waitLog(map[string]string{"streamer": "streamer started", "ingress": "ingress listening"}[s.args[0]], 60*time.Second)
 	}
 
-	// Senders: like a provider, retry each webhook until it is acknowledged.
-	total := run.total
+	// Senders: like a provider, retry each webhook until it is acknowledged;
+	// at least run.total of them, and on until the faults are over.
 	var sent, acked, attempts atomic.Int64
-	ackedIDs := make([]atomic.Bool, total)
+	var ackedIDs sync.Map // webhook number → true
+	chaosDone := make(chan struct{})
+	chaosOver := func() bool {
+		select {
+		case <-chaosDone:
+			return true
+		default:
+			return false
+		}
+	}
 	var answersMu sync.Mutex
 	answers := map[string]int{}
 	answered := func(what string) {
@@ -538,7 +554,7 @@ log:
 					}
 				}
 				i := next.Add(1) - 1
-				if i >= int64(total) {
+				if i >= int64(run.total) && chaosOver() {
 					return
 				}
 				id := fmt.Sprintf("chaos-%05d", i)
@@ -557,35 +573,40 @@ log:
 					} else {
 						resp.Body.Close()
 						if resp.StatusCode == http.StatusOK {
-							ackedIDs[i].Store(true)
+							ackedIDs.Store(i, true)
 							acked.Add(1)
 							break
 						}
 						answered(strconv.Itoa(resp.StatusCode))
 					}
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // the sender's pause before a retry, as a provider's
 				}
 			}
 		})
 	}
 
 	// Faults: the listed ones in order, one every 2-3 s; with killServices a
-	// random service is killed between them and after them until sending
-	// ends.
-	chaosDone := make(chan struct{})
+	// random service is killed between them and after them until run.total
+	// have been sent. Two more rounds after the last fault: traffic goes on
+	// through the recovery.
 	var kills atomic.Int64
 	var faultsDone []string
 	go func() {
 		defer close(chaosDone)
 		faults := run.faults
-		for round := 0; sendCtx.Err() == nil && (len(faults) > 0 || (run.killServices && next.Load() < int64(total))); round++ {
-			time.Sleep(time.Duration(2000+rand.N(1000)) * time.Millisecond)
+		calm := 0 // rounds since the last fault
+		for round := 0; sendCtx.Err() == nil && (len(faults) > 0 || calm < 2 || (run.killServices && next.Load() < int64(run.total))); round++ {
+			time.Sleep(time.Duration(2000+rand.N(1000)) * time.Millisecond) // the pace of the faults, not a wait for anything
+			if len(faults) == 0 {
+				calm++
+			}
 			if len(faults) > 0 && (!run.killServices || round%2 == 1) {
 				f := faults[0]
 				faults = faults[1:]
 				t.Logf("chaos: %s", f.name)
 				if err := f.do(t); err != nil {
 					t.Errorf("chaos %s: %v", f.name, err)
+					stopSending() // nothing would acknowledge them: fail now, not at the 10 min deadline
 					return
 				}
 				faultsDone = append(faultsDone, f.name)
@@ -601,6 +622,7 @@ log:
 	}()
 	senders.Wait()
 	<-chaosDone
+	total := int(sent.Load())
 	rep.faults = faultsDone
 	if sendCtx.Err() != nil {
 		t.Fatalf("sending did not finish: %d of %d acknowledged", acked.Load(), total)
@@ -628,6 +650,7 @@ log:
 			t.Errorf("after 4 minutes: %d jobs, %d completed, %d dead letters", jobs, completed, dead)
 			break
 		}
+		// Not testwait: after the deadline the run goes on to print its table.
 		time.Sleep(250 * time.Millisecond)
 	}
 	rows, err := conn.Query(ctx, `SELECT external_event_id FROM webhook_ingress.events`)
@@ -642,11 +665,12 @@ log:
 	for _, id := range stored {
 		storedSet[id] = true
 	}
-	for i := range ackedIDs {
-		if ackedIDs[i].Load() && !storedSet[fmt.Sprintf("chaos-%05d", i)] {
+	ackedIDs.Range(func(i, _ any) bool {
+		if !storedSet[fmt.Sprintf("chaos-%05d", i)] {
 			rep.ackedMissing++
 		}
-	}
+		return true
+	})
 	rows, err = conn.Query(ctx, `SELECT outcome || coalesce('/' || error_class, '') || '=' || count(*)
 		FROM webhook_ingress.attempts GROUP BY outcome, error_class ORDER BY 1`)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 func TestHelpAndUsageErrors(t *testing.T) {
@@ -118,24 +119,15 @@ func TestDevOnEmbeddedDefaults(t *testing.T) {
 		`inlet_source_last_event_timestamp_seconds{source="acme"}`,
 		`inlet_streamer_wakeups_total{cause="notify"}`,
 	}
-	var page string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		page = httpGet(t, "http://"+metricsAddr+"/metrics")
-		missing := ""
+	testwait.Eventually(t, 30*time.Second, "/metrics of inlet dev showing the four jobs", func() (bool, string) {
+		page := httpGet(t, "http://"+metricsAddr+"/metrics")
 		for _, w := range want {
 			if !strings.Contains(page, w) {
-				missing = w
+				return false, "no " + w + " in:\n" + page
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics of inlet dev lacks %s:\n%s", missing, page)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true, ""
+	})
 	if login := httpGet(t, "http://"+adminAddr+"/dashboard/login"); !strings.Contains(login, `name="token"`) ||
 		!strings.Contains(p.out(), "/dashboard/ (token: inlet-dev-admin-token)") {
 		t.Fatalf("the dashboard of inlet dev: login page %q, walkthrough:\n%s", login, p.out())

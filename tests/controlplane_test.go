@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // inlet control-plane and inlet dev with the reporter on, each its own
@@ -104,27 +105,19 @@ reporter:
 		fmt.Sprintf(`data-attempts="">%d<`, 2*n),
 	}
 	var body string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.Eventually(t, 60*time.Second, "acme's page showing every reported attempt", func() (bool, string) {
 		code, b := page("acme", tenantToken)
 		if code != 200 {
 			t.Fatalf("acme's page: %d\n%s", code, b)
 		}
 		body = b
-		missing := ""
 		for _, w := range want {
 			if !strings.Contains(body, w) {
-				missing = w
+				return false, fmt.Sprintf("no %s in:\n%s\ndev stderr:\n%s", w, body, dev.errOut())
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acme's page lacks %s:\n%s\ndev stderr:\n%s", missing, body, dev.errOut())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true, ""
+	})
 	if strings.Contains(body, "<script") {
 		t.Error("the page has a script")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers/httpforward"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // forwardTarget is the internal service an http-forward handler posts to.
@@ -118,20 +119,13 @@ consumer:
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(15 * time.Second)
-	var status string
-	for {
+	testwait.Eventually(t, 15*time.Second, "the job completed", func() (bool, string) {
+		var status string
 		if err := conn.QueryRow(ctx, `SELECT status FROM webhook_ingress.jobs WHERE handler = 'billing'`).Scan(&status); err != nil {
 			t.Fatal(err)
 		}
-		if status == "completed" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if status != "completed" {
-		t.Fatalf("job is %s, want completed", status)
-	}
+		return status == "completed", "job " + status
+	})
 	// The history through the view attempts: the expired lease from
 	// job_attempts, the success from the job row.
 	rows, _ := conn.Query(ctx, `SELECT a.outcome FROM webhook_ingress.attempts a JOIN webhook_ingress.jobs j ON j.id = a.job_id ORDER BY a.id`)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // consumers/example, a consumer service built only on the public SDK, runs
@@ -23,10 +23,6 @@ import (
 // its handlers' subscriptions and completes their jobs.
 func TestExampleConsumerService(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "example")
-	if out, err := exec.Command("go", "build", "-race", "-o", bin, "../consumers/example").CombinedOutput(); err != nil {
-		t.Fatalf("build consumers/example: %v\n%s", err, out)
-	}
 	nats := natstest.Start(t)
 	dbURL := pgtest.NewDatabase(t)
 	addr := freeAddr(t)
@@ -44,7 +40,8 @@ streamer: {health_listen: "127.0.0.1:0", poll_interval: 250ms}
 	env := cleanEnv("DATABASE_URL=" + dbURL)
 
 	ex := &proc{t: t, lines: make(chan string, 100), done: make(chan struct{})}
-	ex.cmd = exec.Command(bin, "--database-url", dbURL, "--nats-url", nats.URL())
+	ex.cmd = exec.Command(exampleBin, "--database-url", dbURL, "--nats-url", nats.URL())
+	ex.cmd.Env = cleanEnv()
 	ex.cmd.Stdout = lockedWriter{&ex.mu, &ex.stdout}
 	ex.cmd.Stderr = lockedWriter{&ex.mu, &ex.stderr}
 	if err := ex.cmd.Start(); err != nil {
@@ -79,21 +76,14 @@ streamer: {health_listen: "127.0.0.1:0", poll_interval: 250ms}
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, "both example jobs completed", func() (bool, string) {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'completed'
 			AND handler IN ('example-invoices', 'example-pushes')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 example jobs completed\nexample log:\n%s", n, ex.errOut())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n == 2, fmt.Sprintf("%d of 2 completed; example log:\n%s", n, ex.errOut())
+	})
 	_ = ex.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-ex.done:

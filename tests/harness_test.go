@@ -20,9 +20,12 @@ import (
 	"github.com/inlet-dev/inlet/internal/freeport"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
-var inletBin string
+// inletBin and exampleBin are cmd/inlet and consumers/example, built once
+// for the run (in one go build, which links them side by side).
+var inletBin, exampleBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "inlet-e2e-bin-")
@@ -30,11 +33,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	inletBin = filepath.Join(dir, "inlet")
-	build := exec.Command("go", "build", "-race", "-o", inletBin, "../cmd/inlet")
+	inletBin, exampleBin = filepath.Join(dir, "inlet"), filepath.Join(dir, "example")
+	build := exec.Command("go", "build", "-race", "-o", dir+string(filepath.Separator), "../cmd/inlet", "../consumers/example")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build inlet:", err)
+		fmt.Fprintln(os.Stderr, "build inlet and consumers/example:", err)
 		os.Exit(1)
 	}
 	code := pgtest.Main(m)
@@ -67,12 +70,23 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // cleanEnv is the environment without DATABASE_URL and with extra set.
+//
+// The inlet binary is built with -race, whose runtime sleeps a second before
+// every exit (GORACE atexit_sleep_ms) so late goroutines can still report;
+// these tests run inlet a few hundred times, mostly as short commands, so
+// that second is set to 0 unless GORACE says otherwise. A race found while
+// running still makes inlet exit 66.
 func cleanEnv(extra ...string) []string {
 	var env []string
+	gorace := false
 	for _, kv := range os.Environ() {
+		gorace = gorace || strings.HasPrefix(kv, "GORACE=")
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
 			env = append(env, kv)
 		}
+	}
+	if !gorace {
+		env = append(env, "GORACE=atexit_sleep_ms=0")
 	}
 	return append(env, extra...)
 }
@@ -153,13 +167,10 @@ func (p *proc) waitOutput(s string, within time.Duration) {
 // waitLog waits for stderr to contain s.
 func (p *proc) waitLog(s string, within time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(p.errOut(), s) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("no %q in the log within %s", s, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(p.t, within, fmt.Sprintf("%q in the log", s), func() (bool, string) {
+		log := p.errOut()
+		return strings.Contains(log, s), "the log:\n" + log
+	})
 }
 
 // stop sends SIGTERM and returns the exit error.

@@ -26,6 +26,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/streamer"
 )
@@ -151,17 +152,10 @@ func (p *pipeline) jobStatus(t *testing.T, handler string) (status string, attem
 
 func (p *pipeline) waitJob(t *testing.T, handler, status string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got, _, _ := p.jobStatus(t, handler)
-		if got == status {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job of %s is %s after %s, want %s", handler, got, within, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, within, fmt.Sprintf("the job of %s %s", handler, status), func() (bool, string) {
+		got, attempts, _ := p.jobStatus(t, handler)
+		return got == status, fmt.Sprintf("%s after %d attempts", got, attempts)
+	})
 }
 
 // outcomes is the handler's attempt history through the view attempts:
@@ -252,11 +246,11 @@ func TestRetriesAreIsolatedPerHandler(t *testing.T) {
 	p.sendStripe(t, []byte(`{"id":"evt_retry","type":"charge.succeeded"}`))
 	p.waitJob(t, "a", "completed", 20*time.Second)
 	p.waitJob(t, "b", "completed", 5*time.Second)
-	time.Sleep(200 * time.Millisecond) // room for a wrong extra call to show
-	ac, bc := a.get(), b.get()
-	if len(ac) != 3 || len(bc) != 1 {
-		t.Fatalf("a called %d times, b %d; want 3 and 1", len(ac), len(bc))
-	}
+	testwait.Consistently(t, 200*time.Millisecond, "a called 3 times, b once: no wrong extra call", func() (bool, string) {
+		na, nb := len(a.get()), len(b.get())
+		return na == 3 && nb == 1, fmt.Sprintf("a called %d times, b %d", na, nb)
+	})
+	ac := a.get()
 	for i := 1; i < len(ac); i++ {
 		if gap := ac[i].at.Sub(ac[i-1].at); gap < backoff {
 			t.Errorf("attempt %d of a came %s after the previous one, before its %s backoff", i+1, gap, backoff)
@@ -311,13 +305,10 @@ func TestNotifyDeliversQuickly(t *testing.T) {
 		return nil
 	}})
 	s := p.startStreamer(t, streamer.Config{PollInterval: time.Hour})
-	deadline := time.Now().Add(15 * time.Second)
-	for up, _ := s.Listener().Connected(); !up; up, _ = s.Listener().Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("listener never connected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 15*time.Second, "the listener connected", func() (bool, string) {
+		up, reconnects := s.Listener().Connected()
+		return up, fmt.Sprintf("connected %v after %d reconnects", up, reconnects)
+	})
 	var worst time.Duration
 	for i := 0; i < 5; i++ {
 		sent := time.Now()
@@ -359,18 +350,11 @@ func TestTwoStreamersTwoConsumersFiveThousandJobs(t *testing.T) {
 	}
 	s1 := p.startStreamer(t, streamer.Config{ID: "s1", PollInterval: 50 * time.Millisecond, LeaseDuration: 5 * time.Minute})
 	s2 := p.startStreamer(t, streamer.Config{ID: "s2", PollInterval: 50 * time.Millisecond, LeaseDuration: 5 * time.Minute})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testwait.Eventually(t, 2*time.Minute, fmt.Sprintf("all %d jobs completed", jobs), func() (bool, string) {
 		var done int
-		_ = p.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'completed'`).Scan(&done)
-		if done == jobs {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d jobs completed after 2 minutes", done, jobs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		err := p.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'completed'`).Scan(&done)
+		return done == jobs, fmt.Sprintf("%d completed (%v)", done, err)
+	})
 	var attempts, jobsWithOne, workers int
 	err = p.admin.QueryRow(context.Background(), `SELECT count(*),
 		(SELECT count(*) FROM (SELECT job_id FROM webhook_ingress.attempts GROUP BY job_id HAVING count(*) = 1 AND bool_and(outcome = 'completed')) x),

@@ -18,6 +18,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/natstest"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 // sendGitHub posts a GitHub-signed webhook and requires 200.
@@ -109,6 +110,15 @@ func (c *countingTarget) distinct() int {
 	return len(c.keys)
 }
 
+// waitDistinct waits until n distinct jobs have reached the target.
+func (c *countingTarget) waitDistinct(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	testwait.Eventually(t, within, fmt.Sprintf("%d distinct jobs delivered", n), func() (bool, string) {
+		got := c.distinct()
+		return got >= n, fmt.Sprintf("%d delivered", got)
+	})
+}
+
 // inlet ingress, two inlet streamer and three inlet consumer replicas, each
 // its own process, over a real NATS: every stored webhook reaches the
 // internal service, signed; the replicas share the work and no job is leased
@@ -146,34 +156,22 @@ func TestSeparateServicesOverNATS(t *testing.T) {
 	for i := 1; i < n; i++ {
 		sendGitHub(t, "http://"+addr, "e2e-services-secret", fmt.Sprintf("svc-%d", i), []byte(`{"zen":"e2e"}`))
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for target.distinct() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events reached the internal service", target.distinct(), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	target.waitDistinct(t, n, 60*time.Second)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var completed, workers int
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	var workers int
+	testwait.Eventually(t, 30*time.Second, fmt.Sprintf("all %d jobs completed", n), func() (bool, string) {
+		var completed int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'), count(DISTINCT worker_id)
 			FROM webhook_ingress.jobs`).Scan(&completed, &workers); err != nil {
 			t.Fatal(err)
 		}
-		if completed == n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if completed != n {
-		t.Fatalf("%d of %d jobs completed", completed, n)
-	}
+		return completed == n, fmt.Sprintf("%d completed", completed)
+	})
 	if workers != 3 {
 		t.Errorf("jobs done by %d consumer replicas, want 3 sharing the work", workers)
 	}
@@ -241,13 +239,7 @@ func TestReplicationWakeSurvivesStreamerRestart(t *testing.T) {
 	base := "http://" + addr
 	waitDelivered := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for target.distinct() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d delivered", target.distinct(), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		target.waitDistinct(t, n, 30*time.Second)
 	}
 	for i := 0; i < 5; i++ {
 		start := time.Now()

@@ -127,13 +127,7 @@ func TestTracingFollowsAWebhookAcrossServices(t *testing.T) {
 
 	const canary = "tracing-canary-body-5e1"
 	sendGitHub(t, "http://"+addr, "e2e-services-secret", "trace-delivery-canary-1", []byte(`{"zen":"`+canary+`"}`))
-	deadline := time.Now().Add(30 * time.Second)
-	for target.distinct() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the webhook did not reach the internal service")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	target.waitDistinct(t, 1, 30*time.Second)
 	// Spans are batched: stopping the services flushes them.
 	for _, p := range []*proc{ing, st, c} {
 		if err := p.stop(); err != nil {

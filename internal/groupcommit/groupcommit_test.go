@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,13 @@ type recorder struct {
 	mu      sync.Mutex
 	batches [][]int
 	hold    chan struct{} // when set, a commit waits for it
+	// commits counts commits begun; callers counts calls to size, which Do
+	// makes just before it queues.
+	commits, callers atomic.Int32
 }
 
 func (r *recorder) commit(batch []*groupcommit.Request[int, int]) {
+	r.commits.Add(1)
 	if r.hold != nil {
 		<-r.hold
 	}
@@ -34,9 +39,33 @@ func (r *recorder) commit(batch []*groupcommit.Request[int, int]) {
 	}
 }
 
+// size weighs a value as itself, counting the callers.
+func (r *recorder) size(v int) int64 {
+	r.callers.Add(1)
+	return int64(v)
+}
+
+// waitFor waits until at least commits commits have begun and callers
+// callers have reached their queue. (Not internal/testwait: this module
+// depends on nothing, its tests included.)
+func (r *recorder) waitFor(t *testing.T, commits, callers int32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, q := r.commits.Load(), r.callers.Load()
+		if c >= commits && q >= callers {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %d commits begun and %d callers at the queue; last saw %d and %d", commits, callers, c, q)
+		}
+		time.Sleep(time.Millisecond) // polling the counters
+	}
+}
+
 func TestEachCallerGetsItsOwnAnswerAndBatchesAreShared(t *testing.T) {
 	rec := &recorder{hold: make(chan struct{})}
-	g := groupcommit.New(groupcommit.Config{MaxBatch: 8, Committers: 1, MaxWait: -1}, nil, rec.commit)
+	// Weighed (no MaxBytes: it bounds nothing) to count the callers.
+	g := groupcommit.New(groupcommit.Config{MaxBatch: 8, Committers: 1, MaxWait: -1}, rec.size, rec.commit)
 	defer g.Close()
 
 	const n = 100
@@ -48,7 +77,7 @@ func TestEachCallerGetsItsOwnAnswerAndBatchesAreShared(t *testing.T) {
 	}
 	// The first commit holds until every caller has queued (the queue holds
 	// MaxBatch × Committers, the rest wait to queue); then all flow.
-	time.Sleep(50 * time.Millisecond)
+	rec.waitFor(t, 1, n)
 	close(rec.hold)
 	wg.Wait()
 	for i := range n {
@@ -97,8 +126,7 @@ func TestALoneRequestDoesNotWaitForCompany(t *testing.T) {
 
 func TestMaxBytesClosesABatchAndAnOversizedRequestGoesAlone(t *testing.T) {
 	rec := &recorder{hold: make(chan struct{})}
-	size := func(v int) int64 { return int64(v) }
-	g := groupcommit.New(groupcommit.Config{MaxBatch: 100, MaxBytes: 100, Committers: 1, MaxWait: -1}, size, rec.commit)
+	g := groupcommit.New(groupcommit.Config{MaxBatch: 100, MaxBytes: 100, Committers: 1, MaxWait: -1}, rec.size, rec.commit)
 	defer g.Close()
 	var wg sync.WaitGroup
 	vals := []int{40, 40, 40, 250, 30, 30, 30, 30, 10}
@@ -109,7 +137,7 @@ func TestMaxBytesClosesABatchAndAnOversizedRequestGoesAlone(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	rec.waitFor(t, 1, int32(len(vals)))
 	close(rec.hold)
 	wg.Wait()
 	total := 0
@@ -130,7 +158,7 @@ func TestMaxBytesClosesABatchAndAnOversizedRequestGoesAlone(t *testing.T) {
 
 func TestCloseAnswersQueuedRequestsAndRefusesNewOnes(t *testing.T) {
 	rec := &recorder{hold: make(chan struct{})}
-	g := groupcommit.New(groupcommit.Config{MaxBatch: 1, Committers: 1}, nil, rec.commit)
+	g := groupcommit.New(groupcommit.Config{MaxBatch: 1, Committers: 1}, rec.size, rec.commit)
 	results := make(chan error, 3)
 	for i := range 3 {
 		go func() {
@@ -138,8 +166,10 @@ func TestCloseAnswersQueuedRequestsAndRefusesNewOnes(t *testing.T) {
 			results <- err
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // one commits (held), two queue
+	rec.waitFor(t, 1, 3) // one commits (held), two queue
 	go func() {
+		// Close has nothing to observe from outside while it waits for the
+		// held commit: give it a moment to begin, then let the commit end.
 		time.Sleep(50 * time.Millisecond)
 		close(rec.hold)
 	}()
@@ -169,7 +199,7 @@ func TestACallerThatGivesUpGetsItsContextError(t *testing.T) {
 	defer g.Close()
 	defer close(rec.hold)
 	go func() { _, _ = g.Do(context.Background(), 1) }() // holds the committer
-	time.Sleep(20 * time.Millisecond)
+	rec.waitFor(t, 1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := g.Do(ctx, 2); !errors.Is(err, context.DeadlineExceeded) {

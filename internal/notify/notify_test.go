@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -36,20 +38,21 @@ func TestHinterDebouncesABurst(t *testing.T) {
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go l.Run(lctx)
-	deadline := time.Now().Add(10 * time.Second)
-	for up, _ := l.Connected(); !up; up, _ = l.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("listener never connected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, "the listener connected", func() (bool, string) {
+		up, reconnects := l.Connected()
+		return up, fmt.Sprintf("connected %v, %d reconnects", up, reconnects)
+	})
 	base := got.Load() // the one OnNotify after connecting
 
 	h := notify.NewHinter(pool, 200*time.Millisecond, nil)
 	for i := 0; i < 500; i++ { // a burst well inside one interval
 		h.Hint()
 	}
-	time.Sleep(700 * time.Millisecond)
+	// Over three intervals: the leading NOTIFY, at most one trailing, no more.
+	testwait.Consistently(t, 700*time.Millisecond, "at most two NOTIFYs for the burst", func() (bool, string) {
+		n := got.Load() - base
+		return n <= 2, fmt.Sprintf("%d NOTIFYs", n)
+	})
 	n := got.Load() - base
 	if n < 1 || n > 2 {
 		t.Fatalf("500 hints in a burst gave %d NOTIFYs, want the leading one and at most one trailing", n)
@@ -57,12 +60,9 @@ func TestHinterDebouncesABurst(t *testing.T) {
 	t.Logf("500 hints -> %d NOTIFYs", n)
 	// A hint after a quiet spell is sent at once again.
 	h.Hint()
-	deadline = time.Now().Add(5 * time.Second)
-	for got.Load()-base == n {
-		if time.Now().After(deadline) {
-			t.Fatal("a hint after the interval sent no NOTIFY")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, "a NOTIFY for a hint after the interval", func() (bool, string) {
+		m := got.Load() - base
+		return m > n, fmt.Sprintf("%d NOTIFYs, as before it", m)
+	})
 	h.Stop()
 }

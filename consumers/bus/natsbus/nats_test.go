@@ -17,6 +17,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
 	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -181,26 +182,17 @@ func testNATSRestart(t *testing.T, storage string) {
 
 	srv.Kill()
 	msg, _ := bus.NewMessage(bus.Ref{JobID: 99, EventID: 1, Handler: "h", Attempt: 1})
-	deadline := time.Now().Add(10 * time.Second)
-	for pub.Publish(bus.Topic("h"), msg) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("publish kept succeeding with NATS down")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, "publish failing with NATS down", func() (bool, string) {
+		return pub.Publish(bus.Topic("h"), msg) != nil, "publish succeeded"
+	})
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, "publish working after the restart", func() (bool, string) {
 		m, _ := bus.NewMessage(bus.Ref{JobID: 100, EventID: 1, Handler: "h", Attempt: 1})
-		if err := pub.Publish(bus.Topic("h"), m); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("publish after restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		err := pub.Publish(bus.Topic("h"), m)
+		return err == nil, fmt.Sprint(err)
+	})
 	select {
 	case r := <-ch:
 		if r.JobID != 100 {

@@ -16,6 +16,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -176,27 +177,23 @@ func (b *Bundle) Outcomes(t testing.TB, jobID int64) []string {
 	return out
 }
 
-// WaitJobStatus waits until job id has status, failing t after timeout.
+// WaitJobStatus waits until job id has status, failing t after timeout with
+// the status it last had.
 func (b *Bundle) WaitJobStatus(t testing.TB, id int64, status string, timeout time.Duration) Job {
 	t.Helper()
 	var j Job
-	WaitFor(t, timeout, fmt.Sprintf("job %d status %s", id, status), func() bool {
+	testwait.Eventually(t, timeout, fmt.Sprintf("job %d status %s", id, status), func() (bool, string) {
 		j = b.Job(t, id)
-		return j.Status == status
+		return j.Status == status, fmt.Sprintf("status %s after %d attempts", j.Status, j.AttemptCount)
 	})
 	return j
 }
 
-// WaitFor polls cond every 10ms until it holds, failing t after timeout.
+// WaitFor waits until cond holds, failing t after timeout. Prefer
+// testwait.Eventually where the failure can say what was seen.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, timeout, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // StreamerOptions tune the test streamer.
