@@ -78,7 +78,14 @@ func (b *testBundle) newStreamer(t *testing.T, cfg streamer.Config) *streamer.St
 	if cfg.Publisher == nil {
 		cfg.Publisher = b.pubsub
 	}
-	cfg.Logger = slog.New(slog.DiscardHandler)
+	// Its log is kept and printed only when the test fails.
+	logs := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("streamer %s log:\n%s", cfg.ID, logs.String())
+		}
+	})
 	s, err := streamer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -548,4 +555,22 @@ func TestFollowUpsGoOnForAWhileAfterTheLastJob(t *testing.T) {
 	}
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
