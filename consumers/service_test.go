@@ -389,7 +389,10 @@ func TestStaleReferencesAreSkipped(t *testing.T) {
 	if err := b.Publish(ref); err != nil {
 		t.Fatal(err)
 	}
-	b.waitLogged(t, "skipped job reference: not this attempt", 4)
+	// Skipped either as finished (not this attempt's to take) or, when it
+	// arrives in the moment between the outcome's commit and the attempt
+	// letting go of its running-attempt fence, as already running here.
+	b.waitLogged(t, "skipped job reference: ", 4)
 	if n := len(rec.Calls()); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
 	}
