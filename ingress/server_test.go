@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testlog"
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -41,7 +41,7 @@ const (
 type testBundle struct {
 	admin *pgxpool.Pool // superuser, for assertions
 	url   string        // base URL of the running ingress
-	logs  *syncWriter
+	logs  *testlog.Buffer
 	reg   *prometheus.Registry
 }
 
@@ -72,7 +72,7 @@ func setupWith(t *testing.T, dbURL string, edit func(*ingress.Config)) *testBund
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	logs := &syncWriter{buf: &bytes.Buffer{}}
+	logs := &testlog.Buffer{}
 	reg := prometheus.NewRegistry()
 	cfg := ingress.Config{
 		Metrics: reg,
@@ -95,24 +95,6 @@ func setupWith(t *testing.T, dbURL string, edit func(*ingress.Config)) *testBund
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &testBundle{admin: admin, url: hs.URL, logs: logs, reg: reg}
-}
-
-// syncWriter lets the handler goroutines and the test share the log buffer.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 func stripeRequest(t *testing.T, url string, body []byte, ts time.Time) *http.Request {

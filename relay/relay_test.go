@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testlog"
 	"github.com/inlet-dev/inlet/relay"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -54,8 +54,8 @@ type bundle struct {
 	ingressURL string // https, the customer's ingress
 	caFile     string // its certificate
 	relayURL   string
-	relayLogs  *syncWriter
-	ingestLogs *syncWriter
+	relayLogs  *testlog.Buffer
+	ingestLogs *testlog.Buffer
 	reg        *prometheus.Registry
 	forwarded  atomic.Int64 // requests the relay sent
 }
@@ -79,7 +79,7 @@ func setup(t *testing.T, opt options) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
-	b := &bundle{relayLogs: &syncWriter{}, ingestLogs: &syncWriter{}, reg: prometheus.NewRegistry()}
+	b := &bundle{relayLogs: &testlog.Buffer{}, ingestLogs: &testlog.Buffer{}, reg: prometheus.NewRegistry()}
 	admin, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -152,23 +152,6 @@ func (b *bundle) startRelay(t *testing.T, rc relay.Section, opt options) *httpte
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
 
 // stripeRequest is a webhook signed by stripe-go, the provider's own SDK,
 // with the canary in a header value.

@@ -20,6 +20,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testlog"
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/streamer"
 )
@@ -79,7 +80,7 @@ func (b *testBundle) newStreamer(t *testing.T, cfg streamer.Config) *streamer.St
 		cfg.Publisher = b.pubsub
 	}
 	// Its log is kept and printed only when the test fails.
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -555,22 +556,4 @@ func TestFollowUpsGoOnForAWhileAfterTheLastJob(t *testing.T) {
 	}
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
