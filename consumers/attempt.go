@@ -72,16 +72,32 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDon
 		return
 	}
 
-	extendCtx, stopExtending := context.WithCancel(ctx)
+	extendCtx, cancelExtending := context.WithCancel(ctx)
 	extendDone := make(chan struct{})
 	go func() {
 		defer close(extendDone)
 		s.extendLease(extendCtx, ref, l, attrs)
 	}()
-	herr, timedOut := s.run(ctx, h, ev)
-	stopExtending()
-	<-extendDone
-	handlerDone()
+	stopExtending := func() {
+		cancelExtending()
+		<-extendDone
+	}
+	var herr error
+	var timedOut bool
+	if h.TxFunc != nil {
+		var outcome string
+		var recorded bool
+		herr, timedOut, outcome, recorded = s.runTx(ctx, h, ref, l, ev, stopExtending)
+		handlerDone()
+		if recorded {
+			traceOutcome(span, s.report(h, l, outcome, nil, "", attrs), "")
+			return
+		}
+	} else {
+		herr, timedOut = s.run(ctx, h, ev)
+		stopExtending()
+		handlerDone()
+	}
 
 	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
 		// Not the handler's fault: do not spend a failure on it.
@@ -113,8 +129,14 @@ func traceOutcome(span trace.Span, outcome string, class ErrorClass) {
 // and returns it as counted: completed, failed, dead_letter, lost or
 // record_error.
 func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) string {
-	ctx := s.workCtx
 	outcome, err := s.record(h, ref, l, herr, class)
+	return s.report(h, l, outcome, err, class, attrs)
+}
+
+// report counts and logs an attempt's outcome as recorded (err: recording
+// it failed; outcome "": its lease was lost), and returns it as counted.
+func (s *Service) report(h Handler, l lease, outcome string, err error, class ErrorClass, attrs []slog.Attr) string {
+	ctx := s.workCtx
 	took := time.Since(l.read) // this process's monotonic clock: never the skew between hosts
 	counted := outcome
 	switch {
@@ -291,7 +313,7 @@ func (s *Service) run(ctx context.Context, h Handler, ev *Event) (err error, tim
 func call(ctx context.Context, f HandlerFunc, ev *Event) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &panicError{value: p, stack: debug.Stack()}
+			err = newPanicError(p)
 		}
 	}()
 	return f(ctx, ev)
@@ -302,6 +324,8 @@ type panicError struct {
 	value any
 	stack []byte
 }
+
+func newPanicError(p any) *panicError { return &panicError{value: p, stack: debug.Stack()} }
 
 func (e *panicError) Error() string          { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
 func (e *panicError) errorClass() ErrorClass { return ClassPanic }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/groupcommit"
 	"github.com/inlet-dev/inlet/schema"
@@ -68,6 +70,16 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 // completeJobs records successes in one CompleteJobs statement and returns
 // the ids completed; an id missing lost its lease.
 func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]bool, error) {
+	return s.completeJobsOn(ctx, s.cfg.Pool, cs)
+}
+
+// querier runs CompleteJobs: the pool, or a handler's transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// completeJobsOn is completeJobs on q.
+func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion) (map[int64]bool, error) {
 	// In id order, so batches locking overlapping rows wait in one order.
 	slices.SortFunc(cs, func(a, b completion) int { return cmp.Compare(a.ref.JobID, b.ref.JobID) })
 	n := len(cs)
@@ -79,7 +91,7 @@ func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]
 	}
 	done := make(map[int64]bool, n)
 	s.completeStatements.Add(1)
-	rows, err := s.cfg.Pool.Query(ctx, completeJobsSQL, ids, attempts, partitions, leased, s.cfg.WorkerID)
+	rows, err := q.Query(ctx, completeJobsSQL, ids, attempts, partitions, leased, s.cfg.WorkerID)
 	if err == nil {
 		for rows.Next() {
 			var id int64

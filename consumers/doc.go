@@ -40,6 +40,16 @@
 // after the outcome was recorded is skipped. The package streamer describes
 // the whole protocol.
 //
+// # Exactly-once effects
+//
+// A handler whose effects live in the same PostgreSQL sets [Handler.TxFunc]
+// instead of Func: it runs in a transaction that also completes its job,
+// fenced on the lease token, so its writes commit exactly when its job's
+// completion does. An error, a panic, a lost lease (a stale attempt, a
+// replay, a duplicate delivery that completed first) or a crash before the
+// commit rolls the writes back; each job's effects are committed once
+// however often its handler ran. See [TxHandlerFunc].
+//
 // Error text returned by a handler is stored in Postgres only (jobs.last_error,
 // job_attempts.error); logs and everything else outside Postgres carry only
 // the error class and metadata, never a body, a header value or an error text.

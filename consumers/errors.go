@@ -26,7 +26,7 @@ const (
 
 var classes = []ErrorClass{
 	ClassHandlerError, ClassTimeout, ClassPanic, ClassPermanent,
-	ClassHTTP4xx, ClassHTTP5xx, ClassNetwork, ClassEventMissing, ClassLeaseExpired,
+	ClassHTTP4xx, ClassHTTP5xx, ClassNetwork, ClassEventMissing, ClassLeaseExpired, ClassTransaction,
 }
 
 // Classes returns every error class, a fresh slice each call.

@@ -62,8 +62,12 @@ type Handler struct {
 	// most of its time waiting on batched statements, so a handler needs many
 	// in flight to keep up with ingress (8 held inlet dev to ~750/s).
 	Concurrency int
-	// Func handles one attempt. Required.
+	// Func handles one attempt. Exactly one of Func and TxFunc is required.
 	Func HandlerFunc
+	// TxFunc handles one attempt inside a transaction that also completes
+	// the job (exactly-once effects in this PostgreSQL; see
+	// [TxHandlerFunc]). Exactly one of Func and TxFunc is required.
+	TxFunc TxHandlerFunc
 }
 
 const (
@@ -106,8 +110,11 @@ func (h Handler) validate(checkFilter func(string) error) error {
 	if err := bus.ValidHandlerName(h.Name); err != nil {
 		return fmt.Errorf("name: %w", err)
 	}
-	if h.Func == nil {
-		return errors.New("func: required")
+	switch {
+	case h.Func == nil && h.TxFunc == nil:
+		return errors.New("func: required (or tx_func)")
+	case h.Func != nil && h.TxFunc != nil:
+		return errors.New("func and tx_func: set one, not both")
 	}
 	if h.MaxAttempts < 1 {
 		return fmt.Errorf("max_attempts: %d must be at least 1", h.MaxAttempts)

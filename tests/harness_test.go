@@ -23,9 +23,10 @@ import (
 	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
-// inletBin and exampleBin are cmd/inlet and consumers/example, built once
-// for the run (in one go build, which links them side by side).
-var inletBin, exampleBin string
+// inletBin, exampleBin and txconsumerBin are cmd/inlet, consumers/example
+// and testdata/txconsumer, built once for the run (in one go build, which
+// links them side by side).
+var inletBin, exampleBin, txconsumerBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "inlet-e2e-bin-")
@@ -33,8 +34,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	inletBin, exampleBin = filepath.Join(dir, "inlet"), filepath.Join(dir, "example")
-	build := exec.Command("go", "build", "-race", "-o", dir+string(filepath.Separator), "../cmd/inlet", "../consumers/example")
+	inletBin, exampleBin, txconsumerBin = filepath.Join(dir, "inlet"), filepath.Join(dir, "example"), filepath.Join(dir, "txconsumer")
+	build := exec.Command("go", "build", "-race", "-o", dir+string(filepath.Separator), "../cmd/inlet", "../consumers/example", "./testdata/txconsumer")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build inlet and consumers/example:", err)
@@ -93,8 +94,15 @@ func cleanEnv(extra ...string) []string {
 
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startBin(t, inletBin, env, args...)
+}
+
+// startBin runs the program bin (inletBin, exampleBin, txconsumerBin) as
+// start runs inlet.
+func startBin(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 1000), done: make(chan struct{})}
-	p.cmd = exec.Command(inletBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Dir = t.TempDir()
 	outR, outW := io.Pipe()
@@ -133,7 +141,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 			}
 		}
 		if t.Failed() {
-			t.Logf("inlet %s stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.out(), p.errOut())
+			t.Logf("%s %s stdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), p.out(), p.errOut())
 		}
 	})
 	return p
