@@ -55,7 +55,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	defer func() {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer rcancel()
-		_ = tx.Rollback(rctx) //nolint:errcheck // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
+		_ = tx.Rollback(rctx) // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
 	}()
 	herr = callTx(actx, h.TxFunc, tx, ev)
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
