@@ -385,9 +385,11 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, insertAttemptSQL,
-				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(class), text)
-			return err
+			if _, err = tx.Exec(ctx, insertAttemptSQL,
+				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(class), text); err != nil {
+				return err
+			}
+			return s.failed(ctx, tx, ref.Handler)
 		})
 	})
 	if err != nil {

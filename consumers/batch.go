@@ -109,6 +109,16 @@ func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion
 		return nil, fmt.Errorf("complete %d jobs (ids %d..%d): %w", n, ids[0], ids[n-1], err)
 	}
 	s.completed.Add(int64(len(done)))
+	if len(s.breakers) > 0 && q == querier(s.cfg.Pool) {
+		// A handler's transaction closes its circuit once it has committed.
+		var names []string
+		for _, c := range cs {
+			if done[c.ref.JobID] {
+				names = append(names, c.ref.Handler)
+			}
+		}
+		s.succeeded(ctx, names)
+	}
 	return done, nil
 }
 

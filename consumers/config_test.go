@@ -90,3 +90,28 @@ func TestConfigWithDefaults(t *testing.T) {
 		t.Error("WithDefaults modified the caller's patterns")
 	}
 }
+
+// Limits out of range stop the service at start, naming the setting.
+func TestLimitSettingsOutOfRangeAreRejected(t *testing.T) {
+	for _, tc := range []struct {
+		h    consumers.ReadyHandler
+		want string
+	}{
+		{consumers.ReadyHandler{RateLimit: -1}, "consumer.handlers[0].rate_limit: -1 must be between 0 (none) and 1000000 events/s"},
+		{consumers.ReadyHandler{Burst: 5}, "consumer.handlers[0].burst: 5 is set without rate_limit"},
+		{consumers.ReadyHandler{MaxInFlight: -3}, "consumer.handlers[0].max_in_flight: -3 must be between 0 (none) and 1000000"},
+		{consumers.ReadyHandler{BreakerFailures: 20000}, "consumer.handlers[0].breaker_failures: 20000 must be between 0 (none) and 10000"},
+		{consumers.ReadyHandler{BreakerFailures: 3, BreakerProbeInterval: time.Millisecond}, "consumer.handlers[0].breaker_probe_interval: 1ms must be between 1s and 24h"},
+		{consumers.ReadyHandler{BreakerProbeInterval: time.Second}, "consumer.handlers[0].breaker_probe_interval: 1s is set without breaker_failures"},
+	} {
+		tc.h.Name, tc.h.Type = "h", "log"
+		err := consumers.Section{Handlers: []consumers.ReadyHandler{tc.h}}.WithDefaults().Validate()
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%+v: %v, want %q", tc.h, err, tc.want)
+		}
+	}
+	ok := consumers.ReadyHandler{Name: "h", Type: "log", RateLimit: 2.5, MaxInFlight: 4, BreakerFailures: 5}
+	if err := (consumers.Section{Handlers: []consumers.ReadyHandler{ok}}).WithDefaults().Validate(); err != nil {
+		t.Errorf("valid limits rejected: %v", err)
+	}
+}

@@ -51,7 +51,7 @@ func TestErrorClasses(t *testing.T) {
 
 func TestClassesIsTheFixedList(t *testing.T) {
 	t.Parallel()
-	want := []consumers.ErrorClass{"handler_error", "timeout", "panic", "permanent", "http_4xx", "http_5xx", "network", "event_missing", "lease_expired"}
+	want := []consumers.ErrorClass{"handler_error", "timeout", "panic", "permanent", "http_4xx", "http_5xx", "network", "event_missing", "lease_expired", "transaction"}
 	got := consumers.Classes()
 	if !slices.Equal(got, want) {
 		t.Fatalf("Classes() = %v, want %v", got, want)

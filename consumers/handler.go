@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 	"unicode"
@@ -62,6 +63,25 @@ type Handler struct {
 	// most of its time waiting on batched statements, so a handler needs many
 	// in flight to keep up with ingress (8 held inlet dev to ~750/s).
 	Concurrency int
+	// RateLimit caps how many of this handler's jobs start per second across
+	// every consumer replica: the streamers lease no faster (a token bucket
+	// kept in webhook_ingress.handler_limits). 0: no rate limit.
+	RateLimit float64
+	// Burst is how many jobs may start at once under RateLimit. Defaults to
+	// RateLimit rounded up (at least 1).
+	Burst int
+	// MaxInFlight caps this handler's jobs leased at once across every
+	// replica (Concurrency caps one process). 0: only the streamers'
+	// max_leased_per_handler.
+	MaxInFlight int
+	// BreakerFailures opens the handler's circuit after that many
+	// consecutive failed attempts: its jobs then wait without spending
+	// attempts, one probe job runs every BreakerProbeInterval, and a
+	// success closes the circuit. 0: no circuit breaker.
+	BreakerFailures int
+	// BreakerProbeInterval is the time between probes of an open circuit.
+	// Defaults to 30s when BreakerFailures is set.
+	BreakerProbeInterval time.Duration
 	// Func handles one attempt. Exactly one of Func and TxFunc is required.
 	Func HandlerFunc
 	// TxFunc handles one attempt inside a transaction that also completes
@@ -75,6 +95,11 @@ const (
 	defaultTimeout     = 60 * time.Second
 	defaultConcurrency = 64
 	maxPatternLen      = 200
+
+	defaultProbeInterval = 30 * time.Second
+	maxRateLimit         = 1_000_000
+	maxLimit             = 1_000_000
+	maxBreakerFailures   = 10_000
 )
 
 // WithDefaults returns h with every unset field at its default. Patterns is
@@ -97,7 +122,18 @@ func (h Handler) WithDefaults() Handler {
 	}
 	h.Timeout = cmp.Or(h.Timeout, defaultTimeout)
 	h.Concurrency = cmp.Or(h.Concurrency, defaultConcurrency)
+	if h.RateLimit > 0 && h.Burst == 0 {
+		h.Burst = max(1, int(math.Ceil(h.RateLimit)))
+	}
+	if h.BreakerFailures > 0 {
+		h.BreakerProbeInterval = cmp.Or(h.BreakerProbeInterval, defaultProbeInterval)
+	}
 	return h
+}
+
+// limited reports whether the handler has limits kept in handler_limits.
+func (h Handler) limited() bool {
+	return h.RateLimit > 0 || h.MaxInFlight > 0 || h.BreakerFailures > 0
 }
 
 // validate checks a handler after WithDefaults, its Filter with
@@ -124,6 +160,9 @@ func (h Handler) validate(checkFilter func(string) error) error {
 	}
 	if h.Concurrency < 1 {
 		return fmt.Errorf("concurrency: %d must be at least 1", h.Concurrency)
+	}
+	if err := h.validateLimits(); err != nil {
+		return err
 	}
 	if h.Filter != "" {
 		if checkFilter == nil {
@@ -158,6 +197,28 @@ func validPattern(p string) error {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("pattern %q contains a control character", p)
 		}
+	}
+	return nil
+}
+
+// validateLimits checks the rate limit, in-flight limit and breaker
+// settings (after WithDefaults), naming the key.
+func (h Handler) validateLimits() error {
+	switch {
+	case h.RateLimit < 0 || h.RateLimit > maxRateLimit || math.IsNaN(h.RateLimit):
+		return fmt.Errorf("rate_limit: %g must be between 0 (none) and %d events/s", h.RateLimit, maxRateLimit)
+	case h.Burst < 0 || h.Burst > maxLimit:
+		return fmt.Errorf("burst: %d must be between 0 and %d", h.Burst, maxLimit)
+	case h.Burst > 0 && h.RateLimit == 0:
+		return fmt.Errorf("burst: %d is set without rate_limit", h.Burst)
+	case h.MaxInFlight < 0 || h.MaxInFlight > maxLimit:
+		return fmt.Errorf("max_in_flight: %d must be between 0 (none) and %d", h.MaxInFlight, maxLimit)
+	case h.BreakerFailures < 0 || h.BreakerFailures > maxBreakerFailures:
+		return fmt.Errorf("breaker_failures: %d must be between 0 (none) and %d", h.BreakerFailures, maxBreakerFailures)
+	case h.BreakerProbeInterval != 0 && h.BreakerFailures == 0:
+		return fmt.Errorf("breaker_probe_interval: %s is set without breaker_failures", h.BreakerProbeInterval)
+	case h.BreakerFailures > 0 && (h.BreakerProbeInterval < time.Second || h.BreakerProbeInterval > 24*time.Hour):
+		return fmt.Errorf("breaker_probe_interval: %s must be between 1s and 24h", h.BreakerProbeInterval)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Register writes the service's subscriptions, in one transaction: every
@@ -38,6 +39,9 @@ func (s *Service) Register(ctx context.Context) error {
 				}
 				providers[i], types[i] = p.Provider, p.EventType
 			}
+			if err := registerLimits(ctx, tx, h); err != nil {
+				return err
+			}
 			tag, err := tx.Exec(ctx, schema.Query("DisableOtherSubscriptions"), h.Name, providers, types)
 			if err != nil {
 				return fmt.Errorf("disable old subscriptions of handler %q: %w", h.Name, err)
@@ -61,4 +65,34 @@ func (s *Service) Register(ctx context.Context) error {
 func isRowSecurityViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")
+}
+
+// registerLimits writes h's rate limit, in-flight limit and breaker
+// settings, or removes its row when it has none (its jobs are then claimed
+// as every other handler's).
+func registerLimits(ctx context.Context, tx pgx.Tx, h Handler) error {
+	q := queries.New(tx)
+	if !h.limited() {
+		if _, err := q.DeleteHandlerLimits(ctx, h.Name); err != nil {
+			return fmt.Errorf("remove limits of handler %q: %w", h.Name, err)
+		}
+		return nil
+	}
+	p := queries.UpsertHandlerLimitsParams{Handler: h.Name}
+	if h.RateLimit > 0 {
+		burst := int32(h.Burst) //nolint:gosec // G115: validate caps Burst at 1,000,000
+		p.RatePerSecond, p.Burst = &h.RateLimit, &burst
+	}
+	if h.MaxInFlight > 0 {
+		n := int32(h.MaxInFlight) //nolint:gosec // G115: validate caps MaxInFlight at 1,000,000
+		p.MaxInFlight = &n
+	}
+	if h.BreakerFailures > 0 {
+		n := int32(h.BreakerFailures) //nolint:gosec // G115: validate caps BreakerFailures at 10,000
+		p.BreakerFailures, p.BreakerProbeInterval = &n, &h.BreakerProbeInterval
+	}
+	if _, err := q.UpsertHandlerLimits(ctx, p); err != nil {
+		return fmt.Errorf("register limits of handler %q: %w", h.Name, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -58,6 +59,22 @@ type ReadyHandler struct {
 	// Secret signs http-forward requests (Inlet-Signature). Required for
 	// http-forward, at least 16 bytes.
 	Secret string `yaml:"secret"`
+	// RateLimit caps the handler's job starts per second across every
+	// replica (Handler.RateLimit). Defaults to 0: none.
+	RateLimit float64 `yaml:"rate_limit"`
+	// Burst is the jobs that may start at once under rate_limit. Defaults to
+	// rate_limit rounded up.
+	Burst int `yaml:"burst"`
+	// MaxInFlight caps the handler's jobs leased at once across every
+	// replica. Defaults to 0: none.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// BreakerFailures opens the handler's circuit after that many
+	// consecutive failures (Handler.BreakerFailures). Defaults to 0: no
+	// breaker.
+	BreakerFailures int `yaml:"breaker_failures"`
+	// BreakerProbeInterval is the time between probes of an open circuit.
+	// Defaults to 30s.
+	BreakerProbeInterval time.Duration `yaml:"breaker_probe_interval"`
 }
 
 // WithDefaults returns a copy with every unset field, the handlers'
@@ -123,6 +140,10 @@ func (s Section) Validate() error {
 		if h.MaxAttempts < 1 || h.Concurrency < 1 || h.Timeout <= 0 {
 			return fmt.Errorf("%s: max_attempts, concurrency and timeout must be positive", field)
 		}
+		// The limits' own checks, named as YAML keys.
+		if err := h.Handler(func(context.Context, *Event) error { return nil }).WithDefaults().validateLimits(); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
 	}
 	return nil
 }
@@ -138,5 +159,11 @@ func (h ReadyHandler) Handler(f HandlerFunc) Handler {
 		Concurrency: h.Concurrency,
 		Timeout:     h.Timeout,
 		Func:        f,
+
+		RateLimit:            h.RateLimit,
+		Burst:                h.Burst,
+		MaxInFlight:          h.MaxInFlight,
+		BreakerFailures:      h.BreakerFailures,
+		BreakerProbeInterval: h.BreakerProbeInterval,
 	}
 }

@@ -45,6 +45,9 @@ type Service struct {
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
+	// breakers are the handlers with a circuit breaker: their outcomes move
+	// handler_limits' failure count and circuit.
+	breakers map[string]bool
 }
 
 // Stats are counters since Start, for metrics, tests and benchmarks.
@@ -96,6 +99,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
+		if h.BreakerFailures > 0 {
+			if s.breakers == nil {
+				s.breakers = map[string]bool{}
+			}
+			s.breakers[h.Name] = true
+		}
 	}
 	s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	return s, nil

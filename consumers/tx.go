@@ -83,6 +83,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		// job's outcome.
 		return WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), timedOut, "", false
 	}
+	s.succeeded(rctx, []string{ref.Handler})
 	return nil, timedOut, "completed", true
 }
 

@@ -101,6 +101,22 @@ CREATE TABLE webhook_ingress.events_default (
     payload jsonb
 );
 
+CREATE TABLE webhook_ingress.handler_limits (
+    handler text NOT NULL,
+    rate_per_second double precision,
+    burst integer,
+    max_in_flight integer,
+    breaker_failures integer,
+    breaker_probe_interval interval,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    consecutive_failures integer NOT NULL,
+    circuit text NOT NULL,
+    circuit_changed_at timestamp with time zone NOT NULL,
+    next_probe_at timestamp with time zone,
+    updated_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE webhook_ingress.job_attempts (
     id bigint NOT NULL,
     job_id bigint NOT NULL,

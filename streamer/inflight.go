@@ -3,6 +3,7 @@ package streamer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,7 +32,11 @@ type inFlight struct {
 	// quiet are the handlers whose known consumers have all gone quiet:
 	// nothing of theirs is leased until one is back (an outage burns no
 	// attempts and no leases).
-	quiet   []string
+	quiet []string
+	// limited are the handlers with rate limits, in-flight limits or a
+	// circuit breaker (handler_limits): claimed apart, one ClaimLimitedJobs
+	// each, never by ClaimJobs.
+	limited []string
 	counted time.Time
 }
 
@@ -39,21 +44,28 @@ func newInFlight(limit int, refresh time.Duration) *inFlight {
 	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{}}
 }
 
-// atLimit returns the handlers to lease nothing of: those with limit jobs or
-// more leased, and those without a live consumer; counting again first when
-// the count is older than its refresh interval.
-func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+// atLimit returns the handlers ClaimJobs must lease nothing of: those with
+// limit jobs or more leased, those without a live consumer, and the limited
+// ones; and the limited handlers to claim apart (not at their limit, with a
+// live consumer). It counts again first when the count is older than its
+// refresh interval.
+func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full, limited []string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	full := f.full()
+	full = f.full()
 	age := time.Since(f.counted)
 	if age >= f.refresh || (len(full) > len(f.quiet) && age >= f.atLimitRefresh) {
 		if err := f.recount(ctx, pool); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		full = f.full()
 	}
-	return full, nil
+	for _, h := range f.limited {
+		if !slices.Contains(full, h) {
+			limited = append(limited, h)
+		}
+	}
+	return append(full, f.limited...), limited, nil
 }
 
 func (f *inFlight) full() []string {
@@ -80,7 +92,11 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		counts[r.Handler] = int(r.Leased)
 	}
-	f.counts, f.quiet, f.counted = counts, quiet, time.Now()
+	limited, err := queries.New(pool).ListLimitedHandlers(ctx)
+	if err != nil {
+		return fmt.Errorf("list limited handlers: %w", err)
+	}
+	f.counts, f.quiet, f.limited, f.counted = counts, quiet, limited, time.Now()
 	return nil
 }
 

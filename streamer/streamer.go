@@ -330,7 +330,7 @@ var tracer = tracing.Tracer("streamer")
 // many it leased. The lease commits before anything is published, so a crash
 // in between leaves leased jobs that the reaper returns.
 func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
-	full, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
+	full, limited, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
@@ -349,6 +349,34 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		traces = append(traces, j.TraceParent)
 		s.inFlight.leased(r.Handler, 1)
 	}
+	// Limited handlers are paced by their own limits (and a wake-up while
+	// they lease).
+	limitedLeased := 0
+	for _, h := range limited {
+		lrows, err := queries.New(s.cfg.Pool).ClaimLimitedJobs(ctx, queries.ClaimLimitedJobsParams{
+			Handler: h, BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})
+		if err != nil {
+			// Publish what is leased; the next round tries again.
+			s.cfg.Logger.Warn("claim of a limited handler failed", slog.String("handler", h), slog.String("error", err.Error()))
+			continue
+		}
+		for _, j := range lrows {
+			r := bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+				Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
+			refs = append(refs, r)
+			traces = append(traces, j.TraceParent)
+			s.inFlight.leased(r.Handler, 1)
+			if j.Probe {
+				s.cfg.Logger.Info("circuit half-open: probing with one job", slog.String("handler", h), slog.Int64("job_id", j.ID))
+			}
+		}
+		limitedLeased += len(lrows)
+	}
+	if limitedLeased > 0 {
+		// Tokens refill continuously: look again soon rather than at the
+		// next poll, so a rate limit paces evenly.
+		time.AfterFunc(limitedWake, s.Wake)
+	}
 	s.batchSizes.Observe(float64(len(refs)))
 	if len(refs) == 0 {
 		return 0, nil
@@ -361,6 +389,10 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	}
 	return len(refs), nil
 }
+
+// limitedWake is how soon the streamer claims again after leasing jobs of a
+// limited handler: the granularity of a rate limit's pacing.
+const limitedWake = 50 * time.Millisecond
 
 // ErrPublish means references could not be published; their leases were given back.
 var ErrPublish = errors.New("bus refused the references; leases given back")

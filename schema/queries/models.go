@@ -138,6 +138,22 @@ type EventsDefault struct {
 	Payload           []byte
 }
 
+type HandlerLimit struct {
+	Handler              string
+	RatePerSecond        *float64
+	Burst                *int32
+	MaxInFlight          *int32
+	BreakerFailures      *int32
+	BreakerProbeInterval *time.Duration
+	Tokens               float64
+	RefilledAt           time.Time
+	ConsecutiveFailures  int32
+	Circuit              string
+	CircuitChangedAt     time.Time
+	NextProbeAt          *time.Time
+	UpdatedAt            time.Time
+}
+
 type Job struct {
 	ID                 int64
 	EventID            int64
