@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -419,8 +420,18 @@ func TestReplayArchivesTheSuccessfulAttempt(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE job_id = $1 AND outcome = 'completed' AND id IN ($2, $3)`, id, first, second); n != 2 {
 		t.Fatalf("%d archived successes, want 2", n)
 	}
-	if got := outcomes(history()); !strings.HasPrefix(got, "[failed:1:c1 completed:2:c2 replayed:2:") || !strings.Contains(got, " completed:1:c3 replayed:1:") {
+	final := history()
+	if got := outcomes(final); !strings.HasPrefix(got, "[failed:1:c1 completed:2:c2 replayed:2:") || !strings.Contains(got, " completed:1:c3 replayed:1:") {
 		t.Fatalf("history after the second replay %s", got)
+	}
+	// Each replay starts a run: the two successes, both attempt 1 of theirs
+	// or not, are told apart by it.
+	var runs []int
+	for _, a := range final {
+		runs = append(runs, a.Run)
+	}
+	if want := []int{1, 1, 2, 2, 3}; !slices.Equal(runs, want) {
+		t.Fatalf("runs %v of history %s, want %v", runs, outcomes(final), want)
 	}
 }
 

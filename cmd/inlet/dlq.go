@@ -26,7 +26,7 @@ func runDLQList(ctx context.Context, env *environment, args []string) error {
 List dead-lettered jobs, newest first: job, event, handler, source, type,
 attempts, error class and when the job was dead-lettered. The error text is in
 inlet dlq show. When more match, the --before for the next page is printed on
-stderr.
+stderr (with --json, it is the list's "next").
 
   inlet dlq list --handler billing --since 24h
   inlet dlq list --error-class timeout --json`+operatorHelp)
@@ -59,7 +59,7 @@ stderr.
 			return err
 		}
 		if *asJSON {
-			return printJSON(env.stdout, page)
+			return printList(env.stdout, page.DeadLetters, page.NextBefore)
 		}
 		if len(page.DeadLetters) == 0 {
 			fmt.Fprintln(env.stdout, "no dead letters match")

@@ -43,7 +43,7 @@ each handler.`+operatorHelp)
 			return err
 		}
 		if *asJSON {
-			return printJSON(env.stdout, subs)
+			return printList(env.stdout, subs, 0)
 		}
 		if len(subs) == 0 {
 			fmt.Fprintln(env.stdout, "no subscriptions")
