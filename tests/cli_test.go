@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,29 @@ sources:
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT provider) FROM webhook_ingress.events WHERE signature_verified`).Scan(&n); err != nil || n != 9 {
 		t.Fatalf("%d sources stored verified events (%v), want 9", n, err)
+	}
+
+	// With --body, the event id printed is the one stored: Stripe's from the
+	// body, a hash of the body for a source that names no id, the --id
+	// header for GitHub.
+	printed := regexp.MustCompile(`\(event id ([^)]*)\)`)
+	for _, c := range []struct{ src, body, want string }{
+		{"stripe", `{"id":"evt_from_the_body","object":"event","type":"invoice.paid","data":{"object":{}}}`, "evt_from_the_body"},
+		{"vendor", `{"order":42}`, "sha256:"},
+		{"github", `{"zen":"hello"}`, "delivery-from-flag"},
+	} {
+		out, errOut, code := runInlet(t, env, "send", c.src, "--config", cfg, "--url", "http://"+addr, "--body", c.body, "--id", "delivery-from-flag")
+		m := printed.FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("send %s --body: exit %d\n%s%s", c.src, code, out, errOut)
+		}
+		var stored string
+		if err := conn.QueryRow(ctx, `SELECT external_event_id FROM webhook_ingress.events WHERE provider = $1 AND raw_body = $2`,
+			c.src, []byte(c.body)).Scan(&stored); err != nil {
+			t.Fatalf("the event sent to %s: %v", c.src, err)
+		}
+		if m[1] != stored || !strings.HasPrefix(stored, c.want) {
+			t.Errorf("send %s --body printed event id %q, stored %q (want %s…)", c.src, m[1], stored, c.want)
+		}
 	}
 }
