@@ -43,7 +43,8 @@ func TestEventsDlqReplayUsageErrors(t *testing.T) {
 		{"replay", "extra"},
 		{"subscriptions"},
 		{"subscriptions", "disable"},
-		{"subscriptions", "enable", "--handler", "h", "extra"},
+		{"subscriptions", "enable", "--handler", "h", "other"},
+		{"subscriptions", "disable", "h", "extra"},
 		{"subscriptions", "list", "extra"},
 	}
 	for _, args := range cases {

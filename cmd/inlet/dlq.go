@@ -83,9 +83,11 @@ stderr (with --json, it is the list's "next").
 
 func runDLQShow(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "dlq show", " JOB_ID", `
-Show job JOB_ID (dead-lettered or not): its state, last error text, every
-attempt with its outcome, error class and error, and its event's metadata
-(inlet events show EVENT_ID has the body).`+operatorHelp)
+Show dead letter JOB_ID: its state, last error text, every attempt with its
+outcome, error class and error, and its event's metadata (inlet events show
+EVENT_ID has the body). A job that is not a dead letter (any more) is an
+error naming its status and its event: inlet events show EVENT_ID shows every
+job of an event, whatever its status.`+operatorHelp)
 	cfgPath := configFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -99,6 +101,9 @@ attempt with its outcome, error class and error, and its event's metadata
 		j, err := admin.GetJob(ctx, pool, id)
 		if err != nil {
 			return err
+		}
+		if j.Status != "dead_letter" {
+			return fmt.Errorf("job %d is not a dead letter: it is %s (inlet events show %d shows it)", id, j.Status, j.EventID)
 		}
 		if *asJSON {
 			return printJSON(env.stdout, j)
