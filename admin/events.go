@@ -162,9 +162,10 @@ type Job struct {
 //
 // A replay resets the job's attempt count, so a replayed job's history holds
 // several attempts of the same number, one per run. Run tells them apart:
-// the job's first run is 1, and each replay marker starts the next run (a
-// job created from the log, whose history opens with its marker, starts at
-// run 1 there). The marker's Attempt is the count the run before it reached.
+// the job's first run is 1, and each replay marker starts the next run. A
+// history that opens with a marker of attempt 0 (a job created from the log,
+// or re-queued before any attempt) starts run 1 there. The marker's Attempt
+// is the count the run before it reached.
 type Attempt struct {
 	ID         int64     `json:"id"`
 	Run        int       `json:"run"`
@@ -260,8 +261,10 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 	for _, r := range rows {
 		if j := byID[r.JobID]; j != nil {
 			switch {
+			case r.Outcome == "replayed" && runs[r.JobID] == 0 && r.Attempt == 0:
+				runs[r.JobID] = 1 // created by a replay, or re-queued before any attempt
 			case r.Outcome == "replayed":
-				runs[r.JobID]++
+				runs[r.JobID] = max(runs[r.JobID], 1) + 1
 			case runs[r.JobID] == 0:
 				runs[r.JobID] = 1
 			}
