@@ -159,8 +159,16 @@ type Job struct {
 // that completed it (WorkerID), when its lease was taken (StartedAt) and
 // when it completed (FinishedAt). WorkerID is nil for an expired lease whose
 // consumer never reported.
+//
+// A replay resets the job's attempt count, so a replayed job's history holds
+// several attempts of the same number, one per run. Run tells them apart:
+// the job's first run is 1, and each replay marker starts the next run. A
+// history that opens with a marker of attempt 0 (a job created from the log,
+// or re-queued before any attempt) starts run 1 there. The marker's Attempt
+// is the count the run before it reached.
 type Attempt struct {
 	ID         int64     `json:"id"`
+	Run        int       `json:"run"`
 	Attempt    int       `json:"attempt"`
 	WorkerID   *string   `json:"worker_id"`
 	StartedAt  time.Time `json:"started_at"`
@@ -249,9 +257,18 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 	if err != nil {
 		return err
 	}
+	runs := make(map[int64]int, len(jobs)) // each job's current run; rows come in order
 	for _, r := range rows {
 		if j := byID[r.JobID]; j != nil {
-			j.Attempts = append(j.Attempts, Attempt{ID: r.ID, Attempt: int(r.Attempt), WorkerID: r.WorkerID, StartedAt: r.StartedAt,
+			switch {
+			case r.Outcome == "replayed" && runs[r.JobID] == 0 && r.Attempt == 0:
+				runs[r.JobID] = 1 // created by a replay, or re-queued before any attempt
+			case r.Outcome == "replayed":
+				runs[r.JobID] = max(runs[r.JobID], 1) + 1
+			case runs[r.JobID] == 0:
+				runs[r.JobID] = 1
+			}
+			j.Attempts = append(j.Attempts, Attempt{ID: r.ID, Run: runs[r.JobID], Attempt: int(r.Attempt), WorkerID: r.WorkerID, StartedAt: r.StartedAt,
 				FinishedAt: r.FinishedAt, Outcome: r.Outcome, ErrorClass: r.ErrorClass, Error: r.Error, DurationMS: r.DurationMs})
 		}
 	}

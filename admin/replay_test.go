@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -419,8 +420,18 @@ func TestReplayArchivesTheSuccessfulAttempt(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.job_attempts WHERE job_id = $1 AND outcome = 'completed' AND id IN ($2, $3)`, id, first, second); n != 2 {
 		t.Fatalf("%d archived successes, want 2", n)
 	}
-	if got := outcomes(history()); !strings.HasPrefix(got, "[failed:1:c1 completed:2:c2 replayed:2:") || !strings.Contains(got, " completed:1:c3 replayed:1:") {
+	final := history()
+	if got := outcomes(final); !strings.HasPrefix(got, "[failed:1:c1 completed:2:c2 replayed:2:") || !strings.Contains(got, " completed:1:c3 replayed:1:") {
 		t.Fatalf("history after the second replay %s", got)
+	}
+	// Each replay starts a run: the two successes, both attempt 1 of theirs
+	// or not, are told apart by it.
+	var runs []int
+	for _, a := range final {
+		runs = append(runs, a.Run)
+	}
+	if want := []int{1, 1, 2, 2, 3}; !slices.Equal(runs, want) {
+		t.Fatalf("runs %v of history %s, want %v", runs, outcomes(final), want)
 	}
 }
 
@@ -488,4 +499,47 @@ func TestReplayAppliesTheSubscriptionFilter(t *testing.T) {
 	b.exec(t, `UPDATE webhook_ingress.subscriptions SET filter = 'payload.amount >' WHERE handler = 'big'`)
 	_, err = admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "big", Provider: "stripe", DryRun: true})
 	wantErr(t, err, admin.ErrInvalid)
+}
+
+// Run numbering at the edges: a job created by a replay opens its history
+// with a marker of attempt 0, which is its first run; a dead letter whose
+// earlier attempts are not in the history (the marker says it had 3) is
+// replayed into run 2.
+func TestAttemptRunsOfCreatedAndBareJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ev := b.insert(t, event{source: "stripe", id: "evt_1", eventType: "invoice.paid", body: []byte("{}")})
+	b.subscribe(t, "late", "stripe", "*", 3)
+	if res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: "late", Provider: "stripe", EventType: "*", Since: time.Now().Add(-time.Hour)}); err != nil || res.Created != 1 {
+		t.Fatalf("create: %+v, %v", res, err)
+	}
+	created := b.jobID(t, ev, "late")
+	b.complete(t, created, 1, "c1")
+	runs := func(id int64) string {
+		t.Helper()
+		d, err := admin.GetJob(ctx, b.op, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, a := range d.Attempts {
+			s = append(s, fmt.Sprintf("%s:%d/%d", a.Outcome, a.Run, a.Attempt))
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := runs(created), "replayed:1/0 completed:1/1"; got != want {
+		t.Errorf("created job: %s, want %s", got, want)
+	}
+
+	b.subscribe(t, "billing", "stripe", "*", 3)
+	ev2 := b.insert(t, event{source: "stripe", id: "evt_2", eventType: "invoice.paid", body: []byte("{}")})
+	bare := b.jobID(t, ev2, "billing")
+	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'dead_letter', attempt_count = 3, updated_at = now() WHERE id = $1`, bare)
+	if _, err := admin.Replay(ctx, b.op, admin.ReplayRequest{JobID: bare}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := runs(bare), "replayed:2/3"; got != want {
+		t.Errorf("bare dead letter: %s, want %s", got, want)
+	}
 }

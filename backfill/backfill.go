@@ -229,7 +229,10 @@ func (p *progress) update(f func(*Stats)) {
 	p.show(false)
 }
 
-func (p *progress) wait(rateLimited bool, d time.Duration) {
+// wait counts a wait and says why, with its cause (a connection refused is
+// not the provider's error), on a line of its own: on a terminal too, where
+// the progress line is redrawn below it.
+func (p *progress) wait(rateLimited bool, d time.Duration, cause error) {
 	p.update(func(s *Stats) {
 		if rateLimited {
 			s.RateLimitWaits++
@@ -237,13 +240,23 @@ func (p *progress) wait(rateLimited bool, d time.Duration) {
 			s.Retries++
 		}
 	})
-	if p.w != nil && !p.terminal {
-		why := "provider error"
-		if rateLimited {
-			why = "rate limited"
-		}
-		fmt.Fprintf(p.w, "backfill %s: %s, waiting %s\n", p.source, why, d.Round(time.Second))
+	if p.w == nil {
+		return
 	}
+	why := "request failed"
+	if rateLimited {
+		why = "rate limited"
+	}
+	if cause != nil {
+		why += " (" + cause.Error() + ")"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminal {
+		fmt.Fprint(p.w, "\r\x1b[K")
+		p.drawn = false
+	}
+	fmt.Fprintf(p.w, "backfill %s: %s, waiting %s\n", p.source, why, d.Round(time.Second))
 }
 
 func (p *progress) snapshot() Stats {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"time"
 )
@@ -27,7 +28,7 @@ type client struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	maxWait    time.Duration
-	onWait     func(rateLimited bool, d time.Duration)
+	onWait     func(rateLimited bool, d time.Duration, cause error) // before each wait: why and how long
 }
 
 // get returns the body and headers of a 2xx answer to GET url.
@@ -47,7 +48,7 @@ func (c *client) get(ctx context.Context, url string) ([]byte, http.Header, erro
 			wait = c.backoffFor(attempt)
 		}
 		if c.onWait != nil {
-			c.onWait(rateLimited, wait)
+			c.onWait(rateLimited, wait, err)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, nil, err
@@ -65,6 +66,13 @@ func (c *client) try(ctx context.Context, url string) (body []byte, header http.
 	c.auth(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// The *url.Error repeats the method and the whole URL (its query
+		// too); the path is enough beside the cause (dial tcp …: connection
+		// refused).
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, nil, 0, false, fmt.Errorf("GET %s: %w", req.URL.Path, err) // network: retry
 	}
 	defer resp.Body.Close()

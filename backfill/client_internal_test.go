@@ -2,6 +2,9 @@ package backfill
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -86,11 +89,35 @@ func TestProgressLines(t *testing.T) {
 	p.update(func(s *Stats) { s.Seen++ })
 	time.Sleep(time.Millisecond) // past the progress interval (1ns): the next update prints
 	p.update(func(s *Stats) { s.Seen++ })
-	p.wait(true, 3*time.Second)
+	p.wait(true, 3*time.Second, nil)
+	p.wait(false, time.Second, errors.New("GET /v1/events: dial tcp 127.0.0.1:1: connect: connection refused"))
 	p.finish()
 	out := plain.String()
 	if strings.Contains(out, "\r") || !strings.Contains(out, "backfill github: 0 pages, 2 events seen") ||
-		!strings.Contains(out, "rate limited, waiting 3s") {
+		!strings.Contains(out, "rate limited, waiting 3s") ||
+		!strings.Contains(out, "backfill github: request failed (GET /v1/events: dial tcp 127.0.0.1:1: connect: connection refused), waiting 1s\n") {
 		t.Errorf("plain progress %q", out)
+	}
+}
+
+// A request that never reached the provider says why in its wait line: the
+// cause, not "provider error" (a refused connection is nobody's answer).
+func TestWaitLineNamesTheCause(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connection refused
+	var out bytes.Buffer
+	p := &progress{w: &out, interval: time.Hour, source: "stripe"}
+	c := &client{http: &http.Client{}, auth: func(*http.Request) {}, maxRetries: 1, backoff: time.Millisecond, maxBackoff: time.Millisecond, onWait: p.wait}
+	_, _, err = c.get(context.Background(), "http://"+addr+"/v1/events?limit=100")
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "limit=100") {
+		t.Fatalf("error %v: want the cause, without the query", err)
+	}
+	if s := out.String(); !strings.Contains(s, "backfill stripe: request failed (GET /v1/events: dial tcp "+addr+": connect: connection refused), waiting 0s") {
+		t.Errorf("wait line %q", s)
 	}
 }

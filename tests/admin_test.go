@@ -74,15 +74,19 @@ sources:
 	if code != 0 {
 		t.Fatalf("events list: exit %d\n%s", code, errOut)
 	}
-	var page struct {
+	// Every --json list is {"items": [...], "next": "..."}, next absent on
+	// the last page.
+	type eventPage struct {
 		Events []struct {
 			ID              int64  `json:"id"`
 			ExternalEventID string `json:"external_event_id"`
 			BodySize        int    `json:"body_size"`
 			Jobs            []struct{ Handler, Status string }
-		} `json:"events"`
+		} `json:"items"`
+		Next *string `json:"next"`
 	}
-	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Events) != 1 {
+	var page eventPage
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Events) != 1 || page.Next != nil {
 		t.Fatalf("events list --json: %v\n%s", err, out)
 	}
 	ev := page.Events[0]
@@ -155,6 +159,18 @@ sources:
 	if code != 0 || !strings.Contains(out, "re-queued 1") || status() != "pending" {
 		t.Fatalf("replay: exit %d, job %s\n%s%s", code, status(), out, errOut)
 	}
+	// No longer a dead letter: dlq show says so and what it is.
+	out, errOut, code = inlet("dlq", "show", job)
+	if want := "inlet: job " + job + " is not a dead letter: it is pending (inlet events show " + id + " shows it)\n"; code != 1 || out != "" || errOut != want {
+		t.Fatalf("dlq show of a re-queued job: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
+	}
+	// Its history numbers the runs: the replay starts run 2 (the
+	// dead-lettering above left no attempt rows, but the marker says 3).
+	out, _, code = inlet("events", "show", id)
+	if code != 0 || !strings.Contains(out, "attempts 0/3 (run 2)") || !strings.Contains(out, "RUN  #  OUTCOME") ||
+		!strings.Contains(out, "replay: run 2 starts at attempt 1 (run 1 ended after 3 attempts)") {
+		t.Fatalf("events show after the replay: exit %d\n%s", code, out)
+	}
 
 	// The admin API of the ingress process, on its own listener.
 	get := func(path, auth string) (int, string) {
@@ -206,6 +222,48 @@ sources:
 			t.Errorf("inlet %s: exit %d, stderr %q; want exit %d and one line with %q", strings.Join(c.args, " "), code, errOut, c.code, c.want)
 		}
 	}
+
+	// A second event: a page of one has the next page's --before in next.
+	if out, errOut, code = runInlet(t, env, "send", "stripe", "--config", cfg, "--url", "http://"+addr); code != 0 {
+		t.Fatalf("send: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = inlet("events", "list", "--limit", "1", "--json")
+	page = eventPage{}
+	if err := json.Unmarshal([]byte(out), &page); code != 0 || err != nil || len(page.Events) != 1 || page.Next == nil ||
+		*page.Next != strconv.FormatInt(page.Events[0].ID, 10) {
+		t.Fatalf("events list --limit 1 --json: exit %d (%v)\n%s", code, err, out)
+	}
+	out, _, code = inlet("events", "list", "--limit", "1", "--json", "--before", *page.Next)
+	page = eventPage{}
+	if err := json.Unmarshal([]byte(out), &page); code != 0 || err != nil || len(page.Events) != 1 || page.Events[0].ID != ev.ID {
+		t.Fatalf("events list --before next: exit %d (%v)\n%s", code, err, out)
+	}
+	out, _, code = inlet("dlq", "list", "--json")
+	if code != 0 || strings.TrimSpace(out) != `{
+  "items": []
+}` {
+		t.Fatalf("dlq list --json with no dead letter: exit %d\n%s", code, out)
+	}
+
+	// subscriptions: the list is an object like the others; disable takes
+	// the handler as its argument, enable as --handler.
+	out, _, code = inlet("subscriptions", "list", "--json")
+	var subs struct {
+		Items []struct {
+			Handler string `json:"handler"`
+			Enabled bool   `json:"enabled"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &subs); code != 0 || err != nil || len(subs.Items) != 1 || subs.Items[0].Handler != "billing" {
+		t.Fatalf("subscriptions list --json: exit %d (%v)\n%s", code, err, out)
+	}
+	if out, errOut, code = inlet("subscriptions", "disable", "billing"); code != 0 || !strings.Contains(out, "disabled 1 subscription(s) of billing") {
+		t.Fatalf("subscriptions disable billing: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code = inlet("subscriptions", "enable", "--handler", "billing"); code != 0 || !strings.Contains(out, "enabled 1 subscription(s) of billing") {
+		t.Fatalf("subscriptions enable --handler billing: exit %d\n%s%s", code, out, errOut)
+	}
+
 	if err := p.stop(); err != nil {
 		t.Fatalf("ingress after SIGTERM: %v", err)
 	}
@@ -228,7 +286,7 @@ func TestAdminCommandsHelp(t *testing.T) {
 		}
 	}
 	_, errOut, code := runInlet(t, env, "dlq")
-	if code != 2 || !strings.Contains(errOut, "inlet: usage: inlet dlq needs a command") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+	if code != 2 || errOut != "inlet: dlq needs a command: list, show; see 'inlet dlq --help'\n" {
 		t.Errorf("inlet dlq: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,26 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	_, errOut, code := runInlet(t, env, "frobnicate")
 	if code != 2 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "unknown command") {
 		t.Fatalf("unknown command: exit %d, stderr %q", code, errOut)
+	}
+	// A usage error is one line on stderr, pointing to the command's --help,
+	// and nothing on stdout: not the help, not the error twice.
+	for _, c := range []struct {
+		args       []string
+		want, help string
+	}{
+		{nil, "inlet: no command given", "inlet"},
+		{[]string{"frobnicate"}, `inlet: unknown command "frobnicate"`, "inlet"},
+		{[]string{"events", "list", "--bogus"}, "inlet: flag provided but not defined: -bogus", "inlet events list"},
+		{[]string{"events"}, "inlet: events needs a command: list, show, types, verify", "inlet events"},
+		{[]string{"dlq", "show", "x"}, `inlet: JOB_ID "x": must be a positive integer`, "inlet dlq show"},
+		{[]string{"send"}, "inlet: inlet send takes one SOURCE, got 0 arguments", "inlet send"},
+		{[]string{"ingress", "--listen"}, "inlet: flag needs an argument: -listen", "inlet ingress"},
+	} {
+		out, errOut, code := runInlet(t, env, c.args...)
+		want := c.want + "; see '" + c.help + " --help'\n"
+		if code != 2 || out != "" || errOut != want {
+			t.Errorf("inlet %s: exit %d, stdout %q, stderr %q; want exit 2, no stdout, stderr %q", strings.Join(c.args, " "), code, out, errOut, want)
+		}
 	}
 }
 
@@ -215,5 +236,53 @@ sources:
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT provider) FROM webhook_ingress.events WHERE signature_verified`).Scan(&n); err != nil || n != 9 {
 		t.Fatalf("%d sources stored verified events (%v), want 9", n, err)
+	}
+
+	// With --body, the event id printed is the one stored: Stripe's from the
+	// body, a hash of the body for a source that names no id, the --id
+	// header for GitHub.
+	printed := regexp.MustCompile(`\(event id ([^)]*)\)`)
+	for _, c := range []struct{ src, body, want string }{
+		{"stripe", `{"id":"evt_from_the_body","object":"event","type":"invoice.paid","data":{"object":{}}}`, "evt_from_the_body"},
+		{"vendor", `{"order":42}`, "sha256:"},
+		{"github", `{"zen":"hello"}`, "delivery-from-flag"},
+	} {
+		out, errOut, code := runInlet(t, env, "send", c.src, "--config", cfg, "--url", "http://"+addr, "--body", c.body, "--id", "delivery-from-flag")
+		m := printed.FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("send %s --body: exit %d\n%s%s", c.src, code, out, errOut)
+		}
+		var stored string
+		if err := conn.QueryRow(ctx, `SELECT external_event_id FROM webhook_ingress.events WHERE provider = $1 AND raw_body = $2`,
+			c.src, []byte(c.body)).Scan(&stored); err != nil {
+			t.Fatalf("the event sent to %s: %v", c.src, err)
+		}
+		if m[1] != stored || !strings.HasPrefix(stored, c.want) {
+			t.Errorf("send %s --body printed event id %q, stored %q (want %s…)", c.src, m[1], stored, c.want)
+		}
+	}
+}
+
+// inlet backfill against an API nobody answers: each wait says why
+// (connection refused, not "provider error"), and stopped before its first
+// page it names no cursor file, for it wrote none.
+func TestBackfillUnreachableAPISaysWhy(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	env := cleanEnv("DATABASE_URL=" + url)
+	p := start(t, env, "backfill", "stripe", "--api-key", "sk_test_e2e", "--base-url", "http://127.0.0.1:1")
+	p.waitLog("waiting", time.Minute)
+	if log := p.errOut(); !strings.Contains(log, "backfill stripe: request failed (GET /v1/events: dial tcp 127.0.0.1:1: connect: connection refused), waiting") {
+		t.Fatalf("the wait line does not give the cause:\n%s", log)
+	}
+	if err := p.stop(); err == nil {
+		t.Fatal("interrupted backfill exited 0")
+	}
+	log := p.errOut()
+	if strings.Contains(log, "resume from the cursor") || strings.Contains(log, ".inlet/backfill-") || !strings.Contains(log, "no cursor saved") {
+		t.Fatalf("stopped before a page, it names a cursor file or does not say none was saved:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(p.cmd.Dir, ".inlet", "backfill-stripe.json")); !os.IsNotExist(err) {
+		t.Fatalf("cursor file: %v", err)
 	}
 }

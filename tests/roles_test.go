@@ -88,12 +88,16 @@ func TestRolesCreateListDrop(t *testing.T) {
 	}
 
 	out, errOut, code = runInlet(t, env, "roles", "list", name, "--json")
-	var list []struct {
-		Role     string   `json:"role"`
-		Handlers []string `json:"handlers"`
-		Members  []string `json:"members"`
+	var page struct {
+		Items []struct {
+			Role     string   `json:"role"`
+			Handlers []string `json:"handlers"`
+			Members  []string `json:"members"`
+		} `json:"items"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Role != role ||
+	err = json.Unmarshal([]byte(out), &page)
+	list := page.Items
+	if code != 0 || err != nil || len(list) != 1 || list[0].Role != role ||
 		!slices.Equal(list[0].Handlers, []string{"billing", "payouts"}) || !slices.Equal(list[0].Members, []string{login, workerLogin}) {
 		t.Fatalf("list --json: exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -35,7 +35,9 @@ The database comes from the config file (--config, default inlet.yaml;
 admin.database_url, else database_url), else DATABASE_URL, else, without a
 config file, the .inlet/database_url that inlet dev writes. The commands run
 as admin.db_role (default webhook_operator): grant it to your login role
-(GRANT webhook_operator TO you). --json prints the result as JSON for scripts.`
+(GRANT webhook_operator TO you). --json prints the result as JSON for scripts;
+a list as {"items": [...], "next": "<--before of the next page>"}, with no
+"next" on the last page.`
 
 // operatorConfig loads the config of an operator command. Without a config
 // file it falls back to the embedded dev defaults (so a database from
@@ -160,9 +162,9 @@ func runVerbs(ctx context.Context, env *environment, name, long string, verbs ma
 		}
 		fmt.Fprintf(w, "\nRun 'inlet %s <command> --help' for its flags (every one takes --config).\n", name)
 	}
+	env.cmd = name
 	if len(args) == 0 {
-		help(env.stdout) // as inlet alone does: the reason alone goes to stderr
-		return fmt.Errorf("%w: inlet %s needs a command: %s", errUsage, name, strings.Join(names, ", "))
+		return fmt.Errorf("%w: %s needs a command: %s", errUsage, name, strings.Join(names, ", "))
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		help(env.stdout)
@@ -170,7 +172,7 @@ func runVerbs(ctx context.Context, env *environment, name, long string, verbs ma
 	}
 	v, ok := verbs[args[0]]
 	if !ok {
-		return fmt.Errorf("%w: inlet %s has no command %q (%s)", errUsage, name, args[0], strings.Join(names, ", "))
+		return fmt.Errorf("%w: %s has no command %q (%s)", errUsage, name, args[0], strings.Join(names, ", "))
 	}
 	return v.run(ctx, env, args[1:])
 }
@@ -194,6 +196,28 @@ func idArg(fs *flag.FlagSet, what string) (int64, error) {
 		return 0, fmt.Errorf("%w: %s %q: must be a positive integer", errUsage, what, fs.Arg(0))
 	}
 	return id, nil
+}
+
+// jsonList is the one shape of every --json list: its items (an array, empty
+// when nothing matches) and, when more match than were printed, in next the
+// value to pass as --before for the next page (absent on the last page, and
+// for lists that are never paged).
+type jsonList[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next,omitempty"`
+}
+
+// printList prints items as a jsonList; next is the next page's --before, 0
+// on the last page.
+func printList[T any](w io.Writer, items []T, next int64) error {
+	l := jsonList[T]{Items: items}
+	if l.Items == nil {
+		l.Items = []T{}
+	}
+	if next != 0 {
+		l.Next = strconv.FormatInt(next, 10)
+	}
+	return printJSON(w, l)
 }
 
 func printJSON(w io.Writer, v any) error {

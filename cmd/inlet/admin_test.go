@@ -43,7 +43,8 @@ func TestEventsDlqReplayUsageErrors(t *testing.T) {
 		{"replay", "extra"},
 		{"subscriptions"},
 		{"subscriptions", "disable"},
-		{"subscriptions", "enable", "--handler", "h", "extra"},
+		{"subscriptions", "enable", "--handler", "h", "other"},
+		{"subscriptions", "disable", "h", "extra"},
 		{"subscriptions", "list", "extra"},
 	}
 	for _, args := range cases {
@@ -129,6 +130,46 @@ func TestPrintJobShowsEveryAttempt(t *testing.T) {
 		"#  OUTCOME        STARTED               FINISHED              DURATION  WORKER",
 		"1  lease_expired  2026-11-24T10:00:00Z  2026-11-24T10:00:05Z  5000ms    -           lease_expired",
 		"2  completed      2026-11-24T10:00:06Z  2026-11-24T10:00:07Z  1000ms    consumer-b  -",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("printJob lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// A job completed, replayed and completed again, twice: each run has an
+// attempt 1, so the table numbers the runs and each replay marker says which
+// run it starts (today's issue: three attempts all numbered 1).
+func TestPrintJobNumbersTheRunsOfAReplayedJob(t *testing.T) {
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	str := func(s string) *string { return &s }
+	done := at("2026-11-24T12:00:01Z")
+	j := admin.Job{ID: 9, Handler: "billing", Status: "completed", AttemptCount: 1, MaxAttempts: 5, WorkerID: str("c3"), CompletedAt: &done,
+		Attempts: []admin.Attempt{
+			{ID: 3, Run: 1, Attempt: 1, WorkerID: str("c1"), StartedAt: at("2026-11-24T10:00:00Z"), FinishedAt: at("2026-11-24T10:00:01Z"), Outcome: "completed", DurationMS: 1000},
+			{ID: 4, Run: 2, Attempt: 1, WorkerID: str("alice"), StartedAt: at("2026-11-24T11:00:00Z"), FinishedAt: at("2026-11-24T11:00:00Z"), Outcome: "replayed"},
+			{ID: 5, Run: 2, Attempt: 1, WorkerID: str("c2"), StartedAt: at("2026-11-24T11:00:00Z"), FinishedAt: at("2026-11-24T11:00:01Z"), Outcome: "completed", DurationMS: 1000},
+			{ID: 6, Run: 3, Attempt: 1, WorkerID: str("alice"), StartedAt: at("2026-11-24T12:00:00Z"), FinishedAt: at("2026-11-24T12:00:00Z"), Outcome: "replayed"},
+			{ID: 7, Run: 3, Attempt: 1, WorkerID: str("c3"), StartedAt: at("2026-11-24T12:00:00Z"), FinishedAt: done, Outcome: "completed", DurationMS: 1000},
+		}}
+	var out bytes.Buffer
+	printJob(&out, j)
+	s := out.String()
+	for _, want := range []string{
+		"job 9  handler billing  completed  attempts 1/5 (run 3)",
+		"RUN  #  OUTCOME    STARTED",
+		"1    1  completed  2026-11-24T10:00:00Z",
+		"2    -  replayed   2026-11-24T11:00:00Z  -                     -         alice   -            replay: run 2 starts at attempt 1 (run 1 ended after 1 attempt)",
+		"2    1  completed  2026-11-24T11:00:00Z",
+		"3    -  replayed   2026-11-24T12:00:00Z",
+		"3    1  completed  2026-11-24T12:00:00Z",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("printJob lacks %q:\n%s", want, s)

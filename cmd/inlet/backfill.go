@@ -143,8 +143,13 @@ file's database_url (else DATABASE_URL, else, without a config file, the
 	}, lister)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)
-		if stats.Pages > 0 || errors.Is(err, context.Canceled) {
+		// Name the cursor file only if there is one: none is written before
+		// the first page is stored.
+		if _, serr := os.Stat(*statePath); serr == nil && !errors.Is(err, backfill.ErrStateMismatch) {
 			return fmt.Errorf("%w; run the same command again to resume from the cursor in %s", err, *statePath)
+		}
+		if errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%w before a page was stored (no cursor saved; the next run starts from the newest event)", err)
 		}
 		return err
 	}

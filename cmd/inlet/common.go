@@ -45,7 +45,7 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 func newLogger(w io.Writer, c inletyaml.Log, defaultFormat string) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	format := c.Format
 	if format == "" {
 		format = defaultFormat
@@ -54,6 +54,15 @@ func newLogger(w io.Writer, c inletyaml.Log, defaultFormat string) *slog.Logger 
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationText writes a duration as its String() ("7.668695ms", as the text
+// format does) rather than the JSON handler's integer nanoseconds.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func stderrLogger(c inletyaml.Config, defaultFormat string) *slog.Logger {

@@ -26,7 +26,7 @@ func runDLQList(ctx context.Context, env *environment, args []string) error {
 List dead-lettered jobs, newest first: job, event, handler, source, type,
 attempts, error class and when the job was dead-lettered. The error text is in
 inlet dlq show. When more match, the --before for the next page is printed on
-stderr.
+stderr (with --json, it is the list's "next").
 
   inlet dlq list --handler billing --since 24h
   inlet dlq list --error-class timeout --json`+operatorHelp)
@@ -59,7 +59,7 @@ stderr.
 			return err
 		}
 		if *asJSON {
-			return printJSON(env.stdout, page)
+			return printList(env.stdout, page.DeadLetters, page.NextBefore)
 		}
 		if len(page.DeadLetters) == 0 {
 			fmt.Fprintln(env.stdout, "no dead letters match")
@@ -83,9 +83,11 @@ stderr.
 
 func runDLQShow(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "dlq show", " JOB_ID", `
-Show job JOB_ID (dead-lettered or not): its state, last error text, every
-attempt with its outcome, error class and error, and its event's metadata
-(inlet events show EVENT_ID has the body).`+operatorHelp)
+Show dead letter JOB_ID: its state, last error text, every attempt with its
+outcome, error class and error, and its event's metadata (inlet events show
+EVENT_ID has the body). A job that is not a dead letter (any more) is an
+error naming its status and its event: inlet events show EVENT_ID shows every
+job of an event, whatever its status.`+operatorHelp)
 	cfgPath := configFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -99,6 +101,9 @@ attempt with its outcome, error class and error, and its event's metadata
 		j, err := admin.GetJob(ctx, pool, id)
 		if err != nil {
 			return err
+		}
+		if j.Status != "dead_letter" {
+			return fmt.Errorf("job %d is not a dead letter: it is %s (inlet events show %d shows it)", id, j.Status, j.EventID)
 		}
 		if *asJSON {
 			return printJSON(env.stdout, j)

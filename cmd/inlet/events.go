@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -37,7 +39,8 @@ List stored events, newest first: id, time received, when the provider says
 it happened (occurred_at; - when it gives none), source, type, external id,
 body size and each handler's job status. Bodies are never listed (see inlet
 events show). Pages are keyset on the id: when more events match, the
---before to pass for the next page is printed on stderr.
+--before to pass for the next page is printed on stderr (with --json, it is
+the list's "next").
 
 --where takes a PostgreSQL JSON path predicate over the parsed body
 (events.payload, kept for sources with store_json), passed to PostgreSQL as
@@ -86,7 +89,7 @@ error with its message. Events without a payload never match.
 			return err
 		}
 		if *asJSON {
-			return printJSON(env.stdout, page)
+			return printList(env.stdout, page.Events, page.NextBefore)
 		}
 		if len(page.Events) == 0 {
 			fmt.Fprintln(env.stdout, "no events match")
@@ -243,7 +246,19 @@ func printableText(b []byte) bool {
 }
 
 func printJob(w io.Writer, j admin.Job) {
-	fmt.Fprintf(w, "\n  job %d  handler %s  %s  attempts %d/%d\n", j.ID, safe(j.Handler), j.Status, j.AttemptCount, j.MaxAttempts)
+	// A replay sets the attempt count back to 0, so a replayed job has an
+	// attempt 1 in every run: then the runs are numbered (RUN), each replay
+	// marker starting the next.
+	run := 0
+	for _, a := range j.Attempts {
+		run = max(run, a.Run)
+	}
+	replayed := slices.ContainsFunc(j.Attempts, func(a admin.Attempt) bool { return a.Outcome == "replayed" })
+	runNote := ""
+	if replayed {
+		runNote = fmt.Sprintf(" (run %d)", run)
+	}
+	fmt.Fprintf(w, "\n  job %d  handler %s  %s  attempts %d/%d%s\n", j.ID, safe(j.Handler), j.Status, j.AttemptCount, j.MaxAttempts, runNote)
 	tw := newTable(w)
 	switch j.Status {
 	case "pending", "failed":
@@ -264,14 +279,23 @@ func printJob(w io.Writer, j admin.Job) {
 	tw = newTable(w)
 	// A success is listed with the failures (admin reads it from its job
 	// row): its number, consumer (WORKER) and completion time (FINISHED).
-	fmt.Fprintln(tw, "    #\tOUTCOME\tSTARTED\tFINISHED\tDURATION\tWORKER\tERROR CLASS\tERROR")
+	// A replay marker is no attempt: it shows who re-queued the job (WORKER)
+	// and when (STARTED), and how many attempts the run before it had.
+	header, runCol := "    #", func(admin.Attempt) string { return "    " }
+	if replayed {
+		header, runCol = "    RUN\t#", func(a admin.Attempt) string { return "    " + strconv.Itoa(a.Run) + "\t" }
+	}
+	fmt.Fprintln(tw, header+"\tOUTCOME\tSTARTED\tFINISHED\tDURATION\tWORKER\tERROR CLASS\tERROR")
 	for _, a := range j.Attempts {
-		dur, finished := fmt.Sprintf("%.0fms", a.DurationMS), stamp(a.FinishedAt)
+		num, dur, finished, errText := strconv.Itoa(a.Attempt), fmt.Sprintf("%.0fms", a.DurationMS), stamp(a.FinishedAt), optCell(a.Error)
 		if a.Outcome == "replayed" {
-			dur, finished = "-", "-"
+			num, dur, finished, errText = "-", "-", "-", fmt.Sprintf("replay: run %d starts at attempt 1", a.Run)
+			if a.Attempt > 0 && a.Run > 1 {
+				errText += fmt.Sprintf(" (run %d ended after %s)", a.Run-1, plural(a.Attempt, "attempt"))
+			}
 		}
-		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, stamp(a.StartedAt), finished, dur,
-			optCell(a.WorkerID), optCell(a.ErrorClass), optCell(a.Error))
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", runCol(a), num, a.Outcome, stamp(a.StartedAt), finished, dur,
+			optCell(a.WorkerID), optCell(a.ErrorClass), errText)
 	}
 	_ = tw.Flush()
 }

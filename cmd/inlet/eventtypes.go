@@ -42,10 +42,7 @@ A handler subscribed after unrouted events arrived gets them with
 			return err
 		}
 		if *asJSON {
-			if types == nil {
-				types = []admin.EventType{}
-			}
-			return printJSON(env.stdout, types)
+			return printList(env.stdout, types, 0)
 		}
 		if len(types) == 0 {
 			fmt.Fprintln(env.stdout, "no event seen yet")

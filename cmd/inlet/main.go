@@ -24,6 +24,9 @@ type command struct {
 // environment is what a command may touch besides its flags.
 type environment struct {
 	stdout, stderr io.Writer
+	// cmd is the command being run ("events list"), set as it parses its
+	// flags: a usage error points to its --help.
+	cmd string
 }
 
 var commands = map[string]command{
@@ -50,19 +53,27 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signalContext()
-	defer stop()
 	env := &environment{stdout: os.Stdout, stderr: os.Stderr}
-	if err := run(ctx, env, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		msg := strings.ReplaceAll(err.Error(), "\n", " ")
-		fmt.Fprintln(os.Stderr, "inlet: "+msg)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	code := exitCode(env, run(ctx, env, os.Args[1:]))
+	stop()
+	os.Exit(code)
+}
+
+// exitCode reports err on stderr in one line and returns the exit code: 0
+// (none, or --help), 2 for a usage error, which points to the command's
+// --help rather than printing it, 1 otherwise.
+func exitCode(env *environment, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if errors.Is(err, errUsage) {
+		msg = strings.TrimPrefix(msg, errUsage.Error()+": ")
+		fmt.Fprintf(env.stderr, "inlet: %s; see '%s --help'\n", msg, strings.TrimSpace("inlet "+env.cmd))
+		return 2
+	}
+	fmt.Fprintln(env.stderr, "inlet: "+msg)
+	return 1
 }
 
 // signalContext is cancelled by the first SIGINT/SIGTERM, so services drain;
@@ -83,17 +94,18 @@ func signalContext() (context.Context, func()) {
 }
 
 func run(ctx context.Context, env *environment, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command given", errUsage)
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.stdout)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: no command given", errUsage)
-		}
 		return nil
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("%w: unknown command %q (see inlet --help)", errUsage, args[0])
+		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}
+	env.cmd = args[0]
 	return cmd.run(ctx, env, args[1:])
 }
 
@@ -122,6 +134,7 @@ supplies the database when the file does not.
 // newFlagSet returns a flag set whose --help prints the command's summary,
 // usage line and flags, and whose errors are usage errors.
 func newFlagSet(env *environment, name, args, long string) *flag.FlagSet {
+	env.cmd = name
 	fs := flag.NewFlagSet("inlet "+name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.Usage = func() {
@@ -134,8 +147,23 @@ func newFlagSet(env *environment, name, args, long string) *flag.FlagSet {
 }
 
 // parseFlags parses args, allowing flags after positional arguments
-// (`inlet send github --id x`); positional ones stay in fs.Args().
+// (`inlet send github --id x`); positional ones stay in fs.Args(). A bad flag
+// is a usage error, reported in one line (not with the whole --help, which
+// the flag package would print); --help prints the help.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	help, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := parseInterspersed(fs, args)
+	fs.Usage = help
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		help()
+	}
+	return err
+}
+
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

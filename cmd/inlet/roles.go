@@ -245,7 +245,7 @@ only consumer NAME's.`+rolesHelp)
 			list[i] = consumerRoleRow(r)
 		}
 		if *asJSON {
-			return printJSON(env.stdout, list)
+			return printList(env.stdout, list, 0)
 		}
 		if len(list) == 0 {
 			fmt.Fprintln(env.stdout, "no consumer roles (every consumer runs as webhook_worker)")

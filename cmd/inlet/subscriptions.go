@@ -43,7 +43,7 @@ each handler.`+operatorHelp)
 			return err
 		}
 		if *asJSON {
-			return printJSON(env.stdout, subs)
+			return printList(env.stdout, subs, 0)
 		}
 		if len(subs) == 0 {
 			fmt.Fprintln(env.stdout, "no subscriptions")
@@ -62,23 +62,30 @@ each handler.`+operatorHelp)
 func runSubscriptionsSet(enabled bool) func(ctx context.Context, env *environment, args []string) error {
 	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
 	return func(ctx context.Context, env *environment, args []string) error {
-		fs := newFlagSet(env, "subscriptions "+verb, "", fmt.Sprintf(`
-Switch %s all of a handler's subscriptions, or one of them (--provider and
+		fs := newFlagSet(env, "subscriptions "+verb, " HANDLER", fmt.Sprintf(`
+Switch %s all of HANDLER's subscriptions, or one of them (--provider and
 --type both given). Jobs already created are left alone: replay or let them
-finish.
+finish. HANDLER may be given as --handler instead.
 
-  inlet subscriptions %s --handler old-billing
-  inlet subscriptions %s --handler billing --provider stripe --type 'invoice.*'`,
+  inlet subscriptions %s old-billing
+  inlet subscriptions %s billing --provider stripe --type 'invoice.*'`,
 			map[bool]string{true: "on", false: "off"}[enabled], verb, verb)+operatorHelp)
 		cfgPath := configFlag(fs)
-		handler := fs.String("handler", "", "the handler (required)")
+		handler := fs.String("handler", "", "the handler (or give it as the argument)")
 		provider := fs.String("provider", "", "the subscription's provider pattern")
 		eventType := fs.String("type", "", "the subscription's event type pattern")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		if *handler == "" || fs.NArg() != 0 {
-			return fmt.Errorf("%w: inlet subscriptions %s needs --handler and no arguments", errUsage, verb)
+		switch {
+		case fs.NArg() > 1:
+			return fmt.Errorf("%w: inlet subscriptions %s takes one HANDLER, got %d arguments", errUsage, verb, fs.NArg())
+		case fs.NArg() == 1 && *handler != "" && *handler != fs.Arg(0):
+			return fmt.Errorf("%w: inlet subscriptions %s: handler %q and --handler %q differ", errUsage, verb, fs.Arg(0), *handler)
+		case fs.NArg() == 1:
+			*handler = fs.Arg(0)
+		case *handler == "":
+			return fmt.Errorf("%w: inlet subscriptions %s needs a HANDLER", errUsage, verb)
 		}
 		return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
 			n, err := admin.SetSubscriptionsEnabled(ctx, pool, *handler, *provider, *eventType, enabled)
