@@ -204,7 +204,7 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"type rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET event_type = 'refund' WHERE id = 3`, enableEvents}, AlteredEvent, 3, 1},
 		{"signature_verified flipped", []string{disableEvents, `UPDATE webhook_ingress.events SET signature_verified = NOT signature_verified WHERE id = 5`, enableEvents}, AlteredEvent, 5, 1},
 		{"request_uri rewritten", []string{disableEvents, `UPDATE webhook_ingress.events SET request_uri = '/webhooks/other' WHERE id = 6`, enableEvents}, AlteredEvent, 6, 1},
-		{"two altered: the first reported", []string{disableEvents, `UPDATE webhook_ingress.events SET provider = 'x' WHERE id IN (9, 15)`, enableEvents}, AlteredEvent, 9, 1},
+		{"two altered: the first is Problem", []string{disableEvents, `UPDATE webhook_ingress.events SET provider = 'x' WHERE id IN (9, 15)`, enableEvents}, AlteredEvent, 9, 1},
 		{"event deleted", []string{disableEvents, `DELETE FROM webhook_ingress.events WHERE id = 14`, enableEvents}, MissingEvent, 14, 2},
 		{"inserted at a skipped id", []string{`INSERT INTO webhook_ingress.events (id, provider, scheme, external_event_id, raw_body, signature_verified)
 			OVERRIDING SYSTEM VALUE VALUES (11, 'stripe', 'stripe', 'evt_late', '\x7b7d', true)`}, OutOfOrderEvent, 11, 2},
@@ -243,6 +243,63 @@ func TestVerifyFindsTampering(t *testing.T) {
 				t.Fatalf("problem %+v, want %s of event %d in checkpoint %d", p, c.kind, c.event, c.seq)
 			}
 		})
+	}
+}
+
+// Every altered, missing and out-of-order event is reported, with the
+// counters of a full pass, up to MaxProblems (the rest counted, the cut
+// said); a broken chain stops the pass there and says so.
+func TestVerifyReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, Config{MaxLeaves: 10})
+	for range 10 {
+		b.insert(t, ctx)
+	}
+	b.rolledBack(t) // id 11
+	for range 9 {
+		b.insert(t, ctx)
+	}
+	if cps := b.seal(t); len(cps) != 2 {
+		t.Fatalf("sealed %d checkpoints, want 2", len(cps))
+	}
+	b.insert(t, ctx) // id 21, not sealed
+	b.owns(t, disableEvents,
+		`UPDATE webhook_ingress.events SET event_type = 'refund' WHERE id = 3`,
+		`UPDATE webhook_ingress.events SET raw_body = '{"id":"forged"}' WHERE id IN (12, 21)`, // 21 unsealed: its generated body_sha256 follows; nothing to tell,
+		`DELETE FROM webhook_ingress.events WHERE id = 17`,
+		enableEvents,
+		`INSERT INTO webhook_ingress.events (id, provider, scheme, external_event_id, raw_body, signature_verified)
+			OVERRIDING SYSTEM VALUE VALUES (11, 'stripe', 'stripe', 'evt_late', '\x7b7d', true)`)
+	type found struct {
+		kind  ProblemKind
+		event int64
+		seq   int64
+	}
+	want := []found{{AlteredEvent, 3, 1}, {OutOfOrderEvent, 11, 2}, {AlteredEvent, 12, 2}, {MissingEvent, 17, 2}}
+	rep := b.verify(t, VerifyOptions{})
+	var got []found
+	for _, p := range rep.Problems {
+		got = append(got, found{p.Kind, p.EventID, p.Checkpoint})
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v", got, want)
+	}
+	if rep.OK || rep.ProblemsFound != 4 || rep.ProblemsTruncated || rep.ChainBroken || rep.Problem == nil || rep.Problem.EventID != 3 ||
+		rep.Checkpoints != 2 || rep.SealedThrough != 20 || rep.Events != 20 || rep.Unsealed != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+
+	rep = b.verify(t, VerifyOptions{MaxProblems: 2})
+	if len(rep.Problems) != 2 || rep.ProblemsFound != 4 || !rep.ProblemsTruncated || rep.Events != 20 || rep.Checkpoints != 2 {
+		t.Fatalf("with MaxProblems 2: %+v", rep)
+	}
+
+	b.owns(t, disableCps, `UPDATE webhook_ingress.audit_checkpoints SET root_hash = sha256('x') WHERE seq = 2`, enableCps)
+	rep = b.verify(t, VerifyOptions{})
+	if rep.OK || !rep.ChainBroken || rep.ProblemsFound != 2 || rep.Problems[0].EventID != 3 || rep.Problems[1].Kind != BrokenChain ||
+		rep.Checkpoints != 1 || rep.SealedThrough != 10 || rep.Events != 10 {
+		t.Fatalf("after breaking checkpoint 2: %+v", rep)
 	}
 }
 

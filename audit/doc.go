@@ -1,8 +1,11 @@
 // Package audit makes the event log tamper-evident: a sealer appends
 // checkpoints over webhook_ingress.events in id (insertion) order, and
-// Verify recomputes them from the table and reports the first event that was
-// altered, removed or inserted out of order, or the first checkpoint that was
-// altered or removed.
+// Verify recomputes them from the table and reports every event that was
+// altered, removed or inserted out of order (up to a cap, counting the rest),
+// and the first checkpoint that was altered or removed (past which nothing
+// can be checked). Record stores a report's outcome in
+// webhook_ingress.audit_verifications, where the dashboard and the
+// inlet_audit_* metrics read it.
 //
 // # The tree
 //

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -27,7 +28,7 @@ const (
 	BrokenChain ProblemKind = "broken_chain"
 )
 
-// Problem is the first thing wrong that Verify found.
+// Problem is one thing wrong that Verify found.
 type Problem struct {
 	Kind ProblemKind `json:"kind"`
 	// Checkpoint is the seq of the checkpoint concerned; 0 when none.
@@ -43,9 +44,20 @@ func (p *Problem) Error() string { return p.Reason }
 type Report struct {
 	// OK is true when nothing is wrong.
 	OK bool `json:"ok"`
-	// Problem is the first problem, in id and seq order; nil when OK.
+	// Problem is the first problem, in id and seq order; nil when OK. It is
+	// Problems[0], kept for readers of the one-problem report.
 	Problem *Problem `json:"problem,omitempty"`
-	// Checkpoints is how many checkpoints were checked.
+	// Problems are the problems found, in id and seq order, at most
+	// VerifyOptions.MaxProblems of them; ProblemsFound counts them all and
+	// ProblemsTruncated says that some were cut.
+	Problems          []Problem `json:"problems"`
+	ProblemsFound     int64     `json:"problems_found"`
+	ProblemsTruncated bool      `json:"problems_truncated"`
+	// ChainBroken says that a checkpoint was altered or removed: the
+	// checkpoints after it, and the events they cover, could not be checked
+	// (Checkpoints and Events stop there).
+	ChainBroken bool `json:"chain_broken"`
+	// Checkpoints is how many checkpoints were checked and found sound.
 	Checkpoints int64 `json:"checkpoints"`
 	// SealedThrough is the last event id the checkpoints cover.
 	SealedThrough int64 `json:"sealed_through"`
@@ -67,13 +79,21 @@ type VerifyOptions struct {
 	// Head, when set, is a checkpoint hash (hex) kept outside the database; the
 	// chain must still contain it.
 	Head string
+	// MaxProblems caps the problems a report lists; the rest are only
+	// counted (Report.ProblemsFound). Defaults to DefaultMaxProblems.
+	MaxProblems int
 }
+
+// DefaultMaxProblems is VerifyOptions.MaxProblems' default.
+const DefaultMaxProblems = 100
 
 const verifyPage = 5000
 
-// Verify recomputes every checkpoint from the events table and reports the
-// first problem. The error is for failures to read; a problem is in the
-// report. It reads one snapshot (REPEATABLE READ) and takes no lock.
+// Verify recomputes every checkpoint from the events table and reports every
+// problem: each altered, missing or out-of-order event, and the first break
+// in the checkpoint chain (after which nothing can be checked). The error is
+// for failures to read; problems are in the report. It reads one snapshot
+// (REPEATABLE READ) and takes no lock.
 func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 	var head tlog.Hash
 	if opts.Head != "" {
@@ -95,7 +115,11 @@ func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}, pruned: pruned}
+	if opts.MaxProblems < 0 {
+		return Report{}, fmt.Errorf("audit: MaxProblems %d must not be negative", opts.MaxProblems)
+	}
+	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}, pruned: pruned,
+		maxProblems: cmp.Or(opts.MaxProblems, DefaultMaxProblems)}
 	rep, err := v.run(ctx, opts.Head != "", head)
 	if err != nil {
 		return Report{}, err
@@ -109,6 +133,8 @@ type verifier struct {
 	stored []tlog.Hash // tlog's stored hashes of the tree so far
 	pruned []idRun     // ids retention dropped, in order
 	rep    Report
+
+	maxProblems int
 }
 
 // idRun is a run of event ids [lo, hi) that retention dropped.
@@ -155,6 +181,16 @@ func (v *verifier) problem(k ProblemKind, seq, id int64, format string, args ...
 	return &Problem{Kind: k, Checkpoint: seq, EventID: id, Reason: fmt.Sprintf(format, args...)}
 }
 
+// add records p: listed while under the cap, counted always.
+func (v *verifier) add(p *Problem) {
+	v.rep.ProblemsFound++
+	if len(v.rep.Problems) < v.maxProblems {
+		v.rep.Problems = append(v.rep.Problems, *p)
+	} else {
+		v.rep.ProblemsTruncated = true
+	}
+}
+
 func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Report, error) {
 	var prev Checkpoint
 	headFound := false
@@ -164,8 +200,15 @@ func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Rep
 			return Report{}, err
 		}
 		for _, cp := range page {
-			if p, err := v.checkpoint(ctx, prev, cp); err != nil || p != nil {
-				return v.finish(p, err)
+			p, err := v.checkpoint(ctx, prev, cp)
+			if err != nil {
+				return Report{}, err
+			}
+			if p != nil {
+				// The chain is broken: nothing after it can be checked.
+				v.add(p)
+				v.rep.ChainBroken = true
+				return v.finish(), nil
 			}
 			if checkHead && cp.Hash == head {
 				headFound = true
@@ -192,25 +235,30 @@ func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Rep
 		v.rep.Events++
 		v.rep.Unsealed++
 		if !e.bodyOK {
-			return v.finish(v.problem(AlteredEvent, 0, e.ID, "event %d altered: raw_body no longer hashes to body_sha256", e.ID), nil)
+			v.add(v.problem(AlteredEvent, 0, e.ID, "event %d altered: raw_body no longer hashes to body_sha256", e.ID))
 		}
 	}
 	if checkHead && !headFound {
-		return v.finish(v.problem(BrokenChain, 0, 0, "checkpoint %x is not in the chain: checkpoints were removed or rewritten", head[:]), nil)
+		v.add(v.problem(BrokenChain, 0, 0, "checkpoint %x is not in the chain: checkpoints were removed or rewritten", head[:]))
+		v.rep.ChainBroken = true
 	}
-	return v.finish(nil, nil)
+	return v.finish(), nil
 }
 
-func (v *verifier) finish(p *Problem, err error) (Report, error) {
-	if err != nil {
-		return Report{}, err
+func (v *verifier) finish() Report {
+	v.rep.OK = v.rep.ProblemsFound == 0
+	if len(v.rep.Problems) > 0 {
+		v.rep.Problem = &v.rep.Problems[0]
 	}
-	v.rep.Problem = p
-	v.rep.OK = p == nil
-	return v.rep, nil
+	if v.rep.Problems == nil {
+		v.rep.Problems = []Problem{}
+	}
+	return v.rep
 }
 
 // checkpoint checks cp against its predecessor, then the events it covers.
+// It returns a broken chain; the events' problems it records (v.add) and
+// goes on.
 func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Problem, error) {
 	broken := func(format string, args ...any) (*Problem, error) {
 		return v.problem(BrokenChain, cp.Seq, 0, "checkpoint chain broken at checkpoint %d: "+format, append([]any{cp.Seq}, args...)...), nil
@@ -263,7 +311,7 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 						v.rep.Pruned++
 						break
 					}
-					return v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq), nil
+					v.add(v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq))
 				}
 				break
 			}
@@ -271,15 +319,16 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 			v.rep.Events++
 			if e.ID < id {
 				// Only before the first checkpoint's range: an id no seal covers.
-				return v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: below the first sealed id %d", e.ID, cp.FirstEventID), nil
+				v.add(v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: below the first sealed id %d", e.ID, cp.FirstEventID))
+				continue
 			}
 			switch {
 			case want == skipLeaf(id):
-				return v.problem(OutOfOrderEvent, cp.Seq, id, "event %d inserted out of order: checkpoint %d sealed id %d as skipped", id, cp.Seq, id), nil
+				v.add(v.problem(OutOfOrderEvent, cp.Seq, id, "event %d inserted out of order: checkpoint %d sealed id %d as skipped", id, cp.Seq, id))
 			case eventLeaf(e.Event) != want:
-				return v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq), nil
+				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq))
 			case !e.bodyOK:
-				return v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id), nil
+				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id))
 			}
 			break
 		}

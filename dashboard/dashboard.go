@@ -145,6 +145,7 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.Handle("GET /dashboard/{$}", d.authenticated(d.overview))
 	mux.Handle("GET /dashboard/events", d.authenticated(d.events))
 	mux.Handle("GET /dashboard/events/{id}", d.authenticated(d.event))
+	mux.Handle("GET /dashboard/audit", d.authenticated(d.auditPage))
 	mux.Handle("POST /dashboard/replay", d.authenticated(d.replay))
 	mux.Handle("POST /dashboard/logout", d.authenticated(d.logout))
 	mux.Handle("/dashboard/", d.authenticated(func(w http.ResponseWriter, r *http.Request, s *session) {

@@ -41,6 +41,8 @@ type overviewPage struct {
 	// UnroutedTypes are the event types whose latest events created no job
 	// (no subscription matches them), shown first.
 	UnroutedTypes []admin.EventType
+	// Audit is shown first when the newest verification found tampering.
+	Audit auditStatus
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -56,6 +58,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 			return err
 		}
 		if p.Handlers, err = loadHandlers(ctx, tx, now); err != nil {
+			return err
+		}
+		if p.Audit, err = loadAuditStatus(ctx, tx); err != nil {
 			return err
 		}
 		if d.cfg.Silence == nil {
@@ -182,6 +187,8 @@ type eventPage struct {
 	Event   admin.EventDetail
 	Headers []header
 	Body    body
+	// Audit is what the newest recorded verification says of the event.
+	Audit eventAudit
 }
 
 func (d *Dashboard) event(w http.ResponseWriter, r *http.Request, s *session) {
@@ -198,6 +205,10 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	p := eventPage{Event: e, Body: showBody(e.RawBody)}
+	if p.Audit, err = loadEventAudit(ctx, d.cfg.DB, id); err != nil {
+		d.failErr(w, r, s, err)
+		return
+	}
 	for name, values := range e.Headers {
 		p.Headers = append(p.Headers, header{Name: name, Values: values})
 	}

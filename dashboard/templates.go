@@ -9,7 +9,7 @@ import (
 
 // pageNames are the templates/<name>.html pages, each rendered inside
 // templates/layout.html.
-var pageNames = []string{"overview", "events", "event", "login", "error"}
+var pageNames = []string{"overview", "events", "event", "audit", "login", "error"}
 
 var funcs = template.FuncMap{
 	// when is a time for people, in UTC; the zero time is "never".

@@ -377,9 +377,14 @@ func (wh *webhook) read(ctx context.Context) (body []byte, held int64, ok bool) 
 
 // verify checks the signatures (the relay's first, when the source takes
 // its webhooks through the relay) and returns the headers the provider
-// signed and what its verifier read from them.
+// signed and what its verifier read from them. Those never hold
+// Inlet-Relay-*: with relay_secrets they are checked and dropped; without,
+// no relay is trusted, so whoever sent them is not one and they are dropped
+// unread (not refused: no provider signs them, and a relay pointed at an
+// ingress not yet given its secrets still delivers what a direct delivery
+// would store).
 func (wh *webhook) verify(body []byte) (http.Header, verify.Result, bool) {
-	header := wh.r.Header
+	header := verify.StripRelay(wh.r.Header)
 	if wh.src.relay != nil {
 		// Only the relay may deliver: its signature first, then the provider's.
 		var err error

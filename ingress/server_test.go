@@ -387,3 +387,38 @@ func TestSlackChallengeIsAnswered(t *testing.T) {
 		t.Fatalf("%d %s", code, answer)
 	}
 }
+
+// A source without relay_secrets trusts no relay: Inlet-Relay-* headers sent
+// by anyone are not relay metadata and are not stored. The webhook itself
+// is taken (the provider's signature never covers them), stored as a
+// direct delivery would be, and re-verifies from what was stored.
+func TestRelayHeadersAreNotStoredWithoutRelaySecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"id":"evt_forged_relay","type":"invoice.paid"}`)
+	req := stripeRequest(t, b.url, body, time.Now())
+	req.Header.Set("Inlet-Relay-Id", "forged-relay-id")
+	req.Header.Set("Inlet-Relay-Headers", "content-type,stripe-signature")
+	req.Header.Set("Inlet-Relay-Signature", "t=1,h=00,v1=00")
+	req.Header.Set("inlet-relay-custom", "lower case too")
+	if code, answer, _ := do(t, req); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+		t.Fatalf("answer %d %s", code, answer)
+	}
+	var headers map[string][]string
+	var raw []byte
+	if err := b.admin.QueryRow(context.Background(), `SELECT headers, raw_body FROM webhook_ingress.events
+		WHERE provider = 'stripe' AND external_event_id = 'evt_forged_relay'`).Scan(&headers, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for name := range headers {
+		if strings.HasPrefix(strings.ToLower(name), "inlet-relay-") {
+			t.Errorf("stored headers hold %s from a sender no relay secret vouches for", name)
+		}
+	}
+	if len(headers["Stripe-Signature"]) != 1 || headers["Content-Type"][0] != "application/json" {
+		t.Fatalf("stored headers = %v, want the provider's", headers)
+	}
+	if _, err := verify.Reverify(verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, http.Header(headers), raw, ""); err != nil {
+		t.Fatalf("re-verify the stored event: %v", err)
+	}
+}

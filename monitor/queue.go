@@ -1,6 +1,7 @@
 // Package monitor watches the queue and the providers from the database:
-// a Prometheus collector of open jobs and lag per handler, and the
-// silent-source detector (SilenceDetector). Both read as webhook_streamer, through
+// a Prometheus collector of open jobs and lag per handler, one of the newest
+// recorded audit verification (Audit), and the silent-source detector
+// (SilenceDetector). Both read as webhook_streamer, through
 // indexes that exclude finished jobs, so their cost does not grow with the log.
 package monitor
 

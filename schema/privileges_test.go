@@ -14,7 +14,7 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations", "event_types", "event_type_arrivals"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "audit_verifications", "retention_log", "schema_migrations", "event_types", "event_type_arrivals"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -31,17 +31,19 @@ var (
 // (source, event type) seen: the streamer folds it (through
 // fold_event_types, owner's rights) and marks new types alerted; only
 // fold_event_types and the events_type_seen trigger write it and its
-// arrivals. docs/database.md shows the same table.
+// arrivals. audit_verifications (016) notes what each inlet audit verify
+// found: the operator records it, the streamer reads it for its metrics.
+// docs/database.md shows the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- | S-u-- | ----- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- | ----- | ----- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- | S---- | ----- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- | ----- | ----- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | ----- | S---- | ----- | ----- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
@@ -181,6 +183,8 @@ func firstColumn(rel string) string {
 		return "handler"
 	case "webhook_ingress.audit_checkpoints":
 		return "created_at"
+	case "webhook_ingress.audit_verifications":
+		return "verified_at"
 	case "webhook_ingress.retention_log":
 		return "dropped_by"
 	case "webhook_ingress.job_attempts", "webhook_ingress.attempts":

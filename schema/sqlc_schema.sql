@@ -17,6 +17,23 @@ CREATE TABLE webhook_ingress.audit_checkpoints (
     hash bytea NOT NULL
 );
 
+CREATE TABLE webhook_ingress.audit_verifications (
+    id bigint NOT NULL,
+    verified_at timestamp with time zone NOT NULL,
+    verified_by text NOT NULL,
+    ok boolean NOT NULL,
+    checkpoints bigint NOT NULL,
+    sealed_through bigint NOT NULL,
+    events bigint NOT NULL,
+    unsealed bigint NOT NULL,
+    pruned bigint NOT NULL,
+    problems_found bigint NOT NULL,
+    problems_truncated boolean NOT NULL,
+    chain_broken boolean NOT NULL,
+    problems jsonb NOT NULL,
+    head text NOT NULL
+);
+
 CREATE TABLE webhook_ingress.consumer_roles (
     role_name text NOT NULL,
     handler text NOT NULL,

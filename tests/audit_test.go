@@ -49,25 +49,61 @@ func TestAuditSealVerifyEndToEnd(t *testing.T) {
 		t.Fatalf("audit verify --head %s: exit %d, %q %q", head, code, out, errOut)
 	}
 
+	// Two events altered: both are reported, with the counts of a full pass,
+	// in the table, in --json and in audit_verifications.
 	if _, err := conn.Exec(ctx, `ALTER TABLE webhook_ingress.events DISABLE TRIGGER events_append_only_row;
 		UPDATE webhook_ingress.events SET raw_body = '\x7b2278223a317d' WHERE id = 4;
+		UPDATE webhook_ingress.events SET event_type = 'forged' WHERE id = 2;
 		ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_append_only_row`); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code = runInlet(t, env, "audit", "verify")
-	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "event 4 altered") {
+	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "2 problems found; the first: event 2 altered") {
 		t.Fatalf("audit verify after tampering: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	out, _, code = runInlet(t, env, "audit", "verify", "--json", "--role", "webhook_auditor")
-	var rep struct {
-		OK      bool `json:"ok"`
-		Problem struct {
-			Kind    string `json:"kind"`
-			EventID int64  `json:"event_id"`
-		} `json:"problem"`
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "KIND") ||
+		strings.Join(strings.Fields(lines[1])[:3], " ") != "altered_event 1 2" ||
+		strings.Join(strings.Fields(lines[2])[:3], " ") != "altered_event 2 4" ||
+		!strings.HasPrefix(lines[3], "TAMPERED: 2 problems found; checked 5 events, 2 checkpoints through event id 5 sealed (0 not yet sealed)") {
+		t.Fatalf("audit verify table:\n%s", out)
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.OK || rep.Problem.Kind != "altered_event" || rep.Problem.EventID != 4 {
+	out, errOut, code = runInlet(t, env, "audit", "verify", "--max-problems", "1")
+	if code != 1 || !strings.Contains(out, "TAMPERED: 2 problems found (1 listed: --max-problems") || strings.Count(out, "altered_event") != 1 {
+		t.Fatalf("audit verify --max-problems 1: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runInlet(t, env, "audit", "verify", "--json", "--role", "webhook_auditor")
+	type problem struct {
+		Kind       string `json:"kind"`
+		Checkpoint int64  `json:"checkpoint"`
+		EventID    int64  `json:"event_id"`
+	}
+	var rep struct {
+		OK                bool      `json:"ok"`
+		Problem           problem   `json:"problem"`
+		Problems          []problem `json:"problems"`
+		ProblemsFound     int64     `json:"problems_found"`
+		ProblemsTruncated bool      `json:"problems_truncated"`
+		Checkpoints       int64     `json:"checkpoints"`
+		SealedThrough     int64     `json:"sealed_through"`
+		Events            int64     `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.OK || rep.Problem.Kind != "altered_event" || rep.Problem.EventID != 2 ||
+		fmt.Sprint(rep.Problems) != "[{altered_event 1 2} {altered_event 2 4}]" || rep.ProblemsFound != 2 || rep.ProblemsTruncated ||
+		rep.Checkpoints != 2 || rep.SealedThrough != 5 || rep.Events != 5 {
 		t.Fatalf("audit verify --json: exit %d, %q (%v)", code, out, err)
+	}
+	// webhook_auditor reads only: its verify says it was not recorded.
+	if !strings.Contains(errOut, "not recorded") {
+		t.Errorf("audit verify as webhook_auditor: stderr %q, want the note that it was not recorded", errOut)
+	}
+	// The operator's three runs were recorded (intact, two problems, two
+	// problems with one listed); the auditor's was not.
+	var recorded, found int64
+	var listed int
+	if err := conn.QueryRow(ctx, `SELECT count(*), (array_agg(problems_found ORDER BY id DESC))[1], (array_agg(jsonb_array_length(problems) ORDER BY id DESC))[1]
+		FROM webhook_ingress.audit_verifications`).Scan(&recorded, &found, &listed); err != nil || recorded != 4 || found != 2 || listed != 1 {
+		t.Fatalf("audit_verifications: %d rows, newest found %d listed %d (%v); want 4 (2 verify, then 2 tampered), 2, 1", recorded, found, listed, err)
 	}
 
 	// A fresh log whose newest checkpoint is dropped: only the kept head tells.

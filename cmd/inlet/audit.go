@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/audit"
@@ -28,7 +31,7 @@ Tamper evidence for the event log: seal writes checkpoints (an RFC 6962
 Merkle tree over the events in id order, each checkpoint naming the previous
 one's hash); verify recomputes them from the events table.`, map[string]subcommand{
 		"seal":   {"write checkpoints over the events received since the last one", runAuditSeal},
-		"verify": {"recompute the checkpoints; report the first altered, missing or out-of-order event", runAuditVerify},
+		"verify": {"recompute the checkpoints; report every altered, missing or out-of-order event", runAuditVerify},
 	}, args)
 }
 
@@ -114,22 +117,35 @@ type auditCheckpointJSON struct {
 
 func runAuditVerify(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "audit verify", "", `
-Recompute every checkpoint from the events table and report the first
-problem: an altered event (its leaf no longer matches its checkpoint, or its
-body no longer hashes to body_sha256), a missing event, an event inserted out
-of order (into a sealed range), or a broken checkpoint chain (a checkpoint
-altered or removed). Exits 0 when intact, 1 with the reason otherwise.
-Keep the printed head outside the database and pass it back with --head: a
-removed newest checkpoint shows only that way.`+auditHelp)
+Recompute every checkpoint from the events table and report every problem:
+each altered event (its leaf no longer matches its checkpoint, or its body
+no longer hashes to body_sha256), missing event and event inserted out of
+order (into a sealed range), and a broken checkpoint chain (a checkpoint
+altered or removed: the checkpoints after it, and their events, cannot be
+checked). Prints the problems (at most --max-problems, saying how many were
+cut) and the counts checked; exits 0 when intact, 1 otherwise, with the
+first problem on stderr. Keep the printed head outside the database and pass
+it back with --head: a removed newest checkpoint shows only that way.
+
+The outcome is recorded in webhook_ingress.audit_verifications (unless
+--no-record), where the dashboard (an altered event shows as altered; the
+Audit page) and inlet streamer's inlet_audit_* metrics read it; the role
+must be allowed to (webhook_operator is; webhook_auditor only reads, and
+its verify is not recorded).`+auditHelp)
 	cfgPath := configFlag(fs)
 	role := fs.String("role", "", "database role to assume (default admin.db_role, webhook_operator; webhook_auditor works too)")
 	head := fs.String("head", "", "a checkpoint hash kept from an earlier verify or seal: the chain must contain it")
+	maxProblems := fs.Int("max-problems", audit.DefaultMaxProblems, "list at most this many problems (the rest are counted)")
+	noRecord := fs.Bool("no-record", false, "do not record the outcome in webhook_ingress.audit_verifications")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet audit verify takes flags only, got %q", errUsage, fs.Args())
+	}
+	if *maxProblems < 1 {
+		return fmt.Errorf("%w: --max-problems must be at least 1", errUsage)
 	}
 	cfg, _, err := operatorConfig(*cfgPath)
 	if err != nil {
@@ -140,25 +156,74 @@ removed newest checkpoint shows only that way.`+auditHelp)
 		r = *cfg.Admin.DBRole
 	}
 	return withAuditDB(ctx, *cfgPath, r, func(pool *pgxpool.Pool, _ inletyaml.Config) error {
-		rep, err := audit.Verify(ctx, pool, audit.VerifyOptions{Head: *head})
+		rep, err := audit.Verify(ctx, pool, audit.VerifyOptions{Head: *head, MaxProblems: *maxProblems})
 		if err != nil {
 			return err
+		}
+		if !*noRecord {
+			if err := audit.Record(ctx, pool, rep); err != nil {
+				if !isPermissionDenied(err) {
+					return err
+				}
+				fmt.Fprintf(env.stderr, "note: outcome not recorded: this role may not write webhook_ingress.audit_verifications (run as webhook_operator to show it on the dashboard and in metrics, or pass --no-record)\n")
+			}
 		}
 		if *asJSON {
 			if err := printJSON(env.stdout, rep); err != nil {
 				return err
 			}
-		} else if rep.OK {
-			pruned := ""
-			if rep.Pruned > 0 {
-				pruned = fmt.Sprintf(", %d dropped by retention (webhook_ingress.retention_log)", rep.Pruned)
-			}
-			fmt.Fprintf(env.stdout, "intact: %s, %s through event id %d sealed (%d not yet sealed%s); head %s\n",
-				plural(int(rep.Events), "event"), plural(int(rep.Checkpoints), "checkpoint"), rep.SealedThrough, rep.Unsealed, pruned, cmp.Or(rep.Head, "-"))
+		} else {
+			printVerifyReport(env.stdout, rep)
 		}
 		if !rep.OK {
-			return errors.New(rep.Problem.Reason)
+			if rep.ProblemsFound == 1 {
+				return errors.New(rep.Problem.Reason)
+			}
+			return fmt.Errorf("%d problems found; the first: %s", rep.ProblemsFound, rep.Problem.Reason)
 		}
 		return nil
 	})
+}
+
+// printVerifyReport prints rep as a table of its problems, if any, and a
+// line of what was checked.
+func printVerifyReport(w io.Writer, rep audit.Report) {
+	pruned := ""
+	if rep.Pruned > 0 {
+		pruned = fmt.Sprintf(", %d dropped by retention (webhook_ingress.retention_log)", rep.Pruned)
+	}
+	checked := fmt.Sprintf("%s, %s through event id %d sealed (%d not yet sealed%s); head %s",
+		plural(int(rep.Events), "event"), plural(int(rep.Checkpoints), "checkpoint"), rep.SealedThrough, rep.Unsealed, pruned, cmp.Or(rep.Head, "-"))
+	if rep.OK {
+		fmt.Fprintf(w, "intact: %s\n", checked)
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "KIND\tCHECKPOINT\tEVENT\tREASON")
+	for _, p := range rep.Problems {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Kind, dashIfZero(p.Checkpoint), dashIfZero(p.EventID), p.Reason)
+	}
+	_ = tw.Flush()
+	found := plural(int(rep.ProblemsFound), "problem") + " found"
+	if rep.ProblemsTruncated {
+		found += fmt.Sprintf(" (%d listed: --max-problems; the rest are counted only)", len(rep.Problems))
+	}
+	fmt.Fprintf(w, "TAMPERED: %s; checked %s\n", found, checked)
+	if rep.ChainBroken {
+		fmt.Fprintln(w, "the checkpoint chain is broken: the checkpoints after the break, and the events they cover, were not checked")
+	}
+}
+
+func dashIfZero(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// isPermissionDenied reports whether err is PostgreSQL's insufficient
+// privilege (42501).
+func isPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

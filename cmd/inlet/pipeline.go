@@ -26,7 +26,8 @@ import (
 
 // newStreamer builds the streamer of cfg over its own pool, which the caller
 // closes.
-// Its metrics, and the queue gauges read through its pool, go to reg.
+// Its metrics, and the queue and audit gauges read through its pool, go to
+// reg.
 func newStreamer(ctx context.Context, cfg inletyaml.Config, pub bus.PubSub, reg prometheus.Registerer, log *slog.Logger) (*streamer.Streamer, *pgxpool.Pool, error) {
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Streamer.DBRole, AppName: "inlet-streamer"})
 	if err != nil {
@@ -54,6 +55,9 @@ func newStreamer(ctx context.Context, cfg inletyaml.Config, pub bus.PubSub, reg 
 	s, err := streamer.New(sc)
 	if err == nil {
 		err = reg.Register(monitor.NewQueue(pool, log))
+	}
+	if err == nil {
+		err = reg.Register(monitor.NewAudit(pool, log))
 	}
 	if err != nil {
 		pool.Close()

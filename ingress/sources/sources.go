@@ -26,7 +26,9 @@ type Source struct {
 	// inlet relay: each request must carry a valid Inlet-Relay-Signature
 	// from one of these secrets (the relay's relay.secrets), checked before
 	// the provider's signature, which is verified too. Each at least
-	// MinRelaySecretBytes. Defaults to none: direct delivery.
+	// MinRelaySecretBytes. Defaults to none: direct delivery, no relay
+	// trusted, and any Inlet-Relay-* headers dropped before verification
+	// and storage (anyone can send them).
 	RelaySecrets []string `yaml:"relay_secrets"`
 	// RelayTolerance is how far the relay signature's timestamp may be from
 	// now, in either direction. Defaults to 5m.

@@ -58,3 +58,30 @@ LIMIT sqlc.arg(batch_size)::bigint;
 SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
 FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
 ORDER BY 1;
+
+-- name: AuditRecordVerification :exec
+-- One verification's outcome (016_audit_verifications), as webhook_operator.
+INSERT INTO webhook_ingress.audit_verifications
+    (ok, checkpoints, sealed_through, events, unsealed, pruned, problems_found, problems_truncated, chain_broken, problems, head)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: AuditLastVerification :one
+-- The newest verification: what the dashboard and the metrics show.
+SELECT id, verified_at, verified_by, ok, checkpoints, sealed_through, events, unsealed, pruned,
+       problems_found, problems_truncated, chain_broken, problems, head
+FROM webhook_ingress.audit_verifications
+ORDER BY id DESC
+LIMIT 1;
+
+-- name: AuditRecentVerifications :many
+-- The newest max_rows verifications, newest first, without their problem
+-- lists (the audit page's history).
+SELECT id, verified_at, verified_by, ok, checkpoints, sealed_through, events, problems_found, chain_broken
+FROM webhook_ingress.audit_verifications
+ORDER BY id DESC
+LIMIT sqlc.arg(max_rows)::bigint;
+
+-- name: AuditSealedThrough :one
+-- The newest checkpoint's seq and last event id; 0, 0 when none.
+SELECT coalesce(max(seq), 0)::bigint AS seq, coalesce(max(last_event_id), 0)::bigint AS last_event_id
+FROM webhook_ingress.audit_checkpoints;

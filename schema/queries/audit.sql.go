@@ -255,6 +255,37 @@ func (q *Queries) AuditLastCheckpoint(ctx context.Context) (AuditLastCheckpointR
 	return i, err
 }
 
+const AuditLastVerification = `-- name: AuditLastVerification :one
+SELECT id, verified_at, verified_by, ok, checkpoints, sealed_through, events, unsealed, pruned,
+       problems_found, problems_truncated, chain_broken, problems, head
+FROM webhook_ingress.audit_verifications
+ORDER BY id DESC
+LIMIT 1
+`
+
+// The newest verification: what the dashboard and the metrics show.
+func (q *Queries) AuditLastVerification(ctx context.Context) (WebhookIngressAuditVerification, error) {
+	row := q.db.QueryRow(ctx, AuditLastVerification)
+	var i WebhookIngressAuditVerification
+	err := row.Scan(
+		&i.ID,
+		&i.VerifiedAt,
+		&i.VerifiedBy,
+		&i.Ok,
+		&i.Checkpoints,
+		&i.SealedThrough,
+		&i.Events,
+		&i.Unsealed,
+		&i.Pruned,
+		&i.ProblemsFound,
+		&i.ProblemsTruncated,
+		&i.ChainBroken,
+		&i.Problems,
+		&i.Head,
+	)
+	return i, err
+}
+
 const AuditPrunedIDs = `-- name: AuditPrunedIDs :many
 SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
 FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
@@ -286,6 +317,113 @@ func (q *Queries) AuditPrunedIDs(ctx context.Context) ([]AuditPrunedIDsRow, erro
 		return nil, err
 	}
 	return items, nil
+}
+
+const AuditRecentVerifications = `-- name: AuditRecentVerifications :many
+SELECT id, verified_at, verified_by, ok, checkpoints, sealed_through, events, problems_found, chain_broken
+FROM webhook_ingress.audit_verifications
+ORDER BY id DESC
+LIMIT $1::bigint
+`
+
+type AuditRecentVerificationsRow struct {
+	ID            int64
+	VerifiedAt    time.Time
+	VerifiedBy    string
+	Ok            bool
+	Checkpoints   int64
+	SealedThrough int64
+	Events        int64
+	ProblemsFound int64
+	ChainBroken   bool
+}
+
+// The newest max_rows verifications, newest first, without their problem
+// lists (the audit page's history).
+func (q *Queries) AuditRecentVerifications(ctx context.Context, maxRows int64) ([]AuditRecentVerificationsRow, error) {
+	rows, err := q.db.Query(ctx, AuditRecentVerifications, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AuditRecentVerificationsRow
+	for rows.Next() {
+		var i AuditRecentVerificationsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.VerifiedAt,
+			&i.VerifiedBy,
+			&i.Ok,
+			&i.Checkpoints,
+			&i.SealedThrough,
+			&i.Events,
+			&i.ProblemsFound,
+			&i.ChainBroken,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const AuditRecordVerification = `-- name: AuditRecordVerification :exec
+INSERT INTO webhook_ingress.audit_verifications
+    (ok, checkpoints, sealed_through, events, unsealed, pruned, problems_found, problems_truncated, chain_broken, problems, head)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+`
+
+type AuditRecordVerificationParams struct {
+	Ok                bool
+	Checkpoints       int64
+	SealedThrough     int64
+	Events            int64
+	Unsealed          int64
+	Pruned            int64
+	ProblemsFound     int64
+	ProblemsTruncated bool
+	ChainBroken       bool
+	Problems          []byte
+	Head              string
+}
+
+// One verification's outcome (016_audit_verifications), as webhook_operator.
+func (q *Queries) AuditRecordVerification(ctx context.Context, arg AuditRecordVerificationParams) error {
+	_, err := q.db.Exec(ctx, AuditRecordVerification,
+		arg.Ok,
+		arg.Checkpoints,
+		arg.SealedThrough,
+		arg.Events,
+		arg.Unsealed,
+		arg.Pruned,
+		arg.ProblemsFound,
+		arg.ProblemsTruncated,
+		arg.ChainBroken,
+		arg.Problems,
+		arg.Head,
+	)
+	return err
+}
+
+const AuditSealedThrough = `-- name: AuditSealedThrough :one
+SELECT coalesce(max(seq), 0)::bigint AS seq, coalesce(max(last_event_id), 0)::bigint AS last_event_id
+FROM webhook_ingress.audit_checkpoints
+`
+
+type AuditSealedThroughRow struct {
+	Seq         int64
+	LastEventID int64
+}
+
+// The newest checkpoint's seq and last event id; 0, 0 when none.
+func (q *Queries) AuditSealedThrough(ctx context.Context) (AuditSealedThroughRow, error) {
+	row := q.db.QueryRow(ctx, AuditSealedThrough)
+	var i AuditSealedThroughRow
+	err := row.Scan(&i.Seq, &i.LastEventID)
+	return i, err
 }
 
 const AuditTrySealLock = `-- name: AuditTrySealLock :one

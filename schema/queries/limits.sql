@@ -1,4 +1,4 @@
--- Queries on webhook_ingress.handler_limits (016_handler_limits): rate
+-- Queries on webhook_ingress.handler_limits (017_handler_limits): rate
 -- limits, in-flight limits and circuit breakers per handler, enforced by the
 -- streamers' claim.
 

@@ -333,7 +333,7 @@ type UpsertHandlerLimitsParams struct {
 	BreakerProbeInterval *time.Duration
 }
 
-// Queries on webhook_ingress.handler_limits (016_handler_limits): rate
+// Queries on webhook_ingress.handler_limits (017_handler_limits): rate
 // limits, in-flight limits and circuit breakers per handler, enforced by the
 // streamers' claim.
 // A consumer registers handler's limits (NULL: none of that kind). A new

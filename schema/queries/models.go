@@ -281,3 +281,20 @@ type Subscription struct {
 	EventTypeLike    *string
 	Filter           *string
 }
+
+type WebhookIngressAuditVerification struct {
+	ID                int64
+	VerifiedAt        time.Time
+	VerifiedBy        string
+	Ok                bool
+	Checkpoints       int64
+	SealedThrough     int64
+	Events            int64
+	Unsealed          int64
+	Pruned            int64
+	ProblemsFound     int64
+	ProblemsTruncated bool
+	ChainBroken       bool
+	Problems          []byte
+	Head              string
+}
