@@ -14,7 +14,7 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "audit_verifications", "retention_log", "schema_migrations", "event_types", "event_type_arrivals"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "audit_verifications", "retention_log", "schema_migrations", "event_types", "event_type_arrivals", "handler_limits"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -35,15 +35,15 @@ var (
 // found: the operator records it, the streamer reads it for its metrics.
 // docs/database.md shows the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | ----- | S---- | ----- | ----- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | ----- | S---- | ----- | ----- | ----- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
@@ -56,14 +56,19 @@ webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_hold
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_streamer SELECT subscriptions: handler, enabled
 webhook_streamer UPDATE event_types: alerted_at
+webhook_streamer UPDATE handler_limits: tokens, refilled_at, circuit, circuit_changed_at, next_probe_at
 webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter
 webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at, filter
+webhook_worker INSERT handler_limits: handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at
+webhook_worker UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at
 webhook_consumer UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_consumer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_consumer INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter
 webhook_consumer UPDATE subscriptions: max_attempts, enabled, updated_at, filter
+webhook_consumer INSERT handler_limits: handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at
+webhook_consumer UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at
 webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts
 webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
@@ -173,7 +178,7 @@ func tryDenied(t *testing.T, pool interface {
 // firstColumn is a column of rel every UPDATE can name.
 func firstColumn(rel string) string {
 	switch rel {
-	case "webhook_ingress.subscriptions", "webhook_ingress.jobs":
+	case "webhook_ingress.subscriptions", "webhook_ingress.jobs", "webhook_ingress.handler_limits":
 		return "updated_at"
 	case "webhook_ingress.schema_migrations":
 		return "name"
