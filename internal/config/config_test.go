@@ -47,8 +47,8 @@ func TestParseHandsSectionsOver(t *testing.T) {
 	}
 	for _, c := range []struct{ doc, want string }{
 		{"name: bad\n", "name: bad"},
-		{"nmae: x\n", "line 1: field nmae not found"},
-		{"sources: [\"${UNSET}\"]\n", "line 1: environment variable UNSET is not set"},
+		{"nmae: x\n", "line 1: nmae: unknown key; did you mean `name`?"},
+		{"sources: [\"${UNSET}\"]\n", "line 1: sources[0]: environment variable UNSET is not set"},
 	} {
 		if _, err := Parse[testFile]([]byte(c.doc), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
@@ -71,7 +71,7 @@ func TestLoadNamesTheFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte("name: bad\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load[testFile](p, AllSections); err == nil || !strings.Contains(err.Error(), "config "+p+": name: bad") {
+	if _, err := Load[testFile](p, AllSections); err == nil || !strings.Contains(err.Error(), p+":1: name: bad") {
 		t.Fatalf("invalid file: %v", err)
 	}
 }
@@ -94,7 +94,7 @@ func TestRenamedKeys(t *testing.T) {
 	if err != nil || f.New != "x" || strings.Join(warnings, ",") != "old→new" {
 		t.Fatalf("got %+v, %v, warnings %q", f, err, warnings)
 	}
-	if _, err := Parse[renamedFile]([]byte("new: x\nold: y\n"), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), "line 2: old is the old name of new (line 1)") {
+	if _, err := Parse[renamedFile]([]byte("new: x\nold: y\n"), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), "line 2: old: the old name of new (line 1): keep only new") {
 		t.Fatalf("both keys: %v", err)
 	}
 }
