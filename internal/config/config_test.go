@@ -113,3 +113,45 @@ func TestRenamedKeyWarnsOnce(t *testing.T) {
 		t.Fatalf("%d warnings: %s", n, buf.String())
 	}
 }
+
+// A typo is within a couple of edits of the key it means; a word that is
+// no key's typo gets no suggestion.
+func TestSuggest(t *testing.T) {
+	t.Parallel()
+	known := []string{"consumer", "poll_interval", "sources", "streamer"}
+	for key, want := range map[string]string{"sourcs": "sources", "soruces": "sources", "stremer": "streamer",
+		"pollinterval": "poll_interval", "Sources": "sources", "zzz": "", "ab": ""} {
+		got, ok := suggest(key, known)
+		if ok != (want != "") || got != want && ok {
+			t.Errorf("suggest(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+}
+
+// Problems print as FILE:LINE: key.path: message, in line order, those
+// without a line last.
+func TestProblemsFormat(t *testing.T) {
+	t.Parallel()
+	ps := &Problems{File: "inlet.yaml"}
+	ps.add(0, "admin.token", "required")
+	ps.add(7, "streamer.wake", `"smoke" is not notify`)
+	ps.add(2, "", "did not find expected key")
+	ps.sort()
+	want := "inlet.yaml:2: did not find expected key\ninlet.yaml:7: streamer.wake: \"smoke\" is not notify\ninlet.yaml: admin.token: required"
+	if ps.Error() != want {
+		t.Fatalf("got\n%s\nwant\n%s", ps.Error(), want)
+	}
+}
+
+// NoSection reads nothing: every variable may be unset, and the value
+// returned holds no section.
+func TestNoSection(t *testing.T) {
+	t.Parallel()
+	f, err := Parse[testFile]([]byte("name: x\nsources: [\"${UNSET}\"]\n"), env(nil), NoSection)
+	if err != nil || f.Name != "default" || len(f.Sources) != 0 {
+		t.Fatalf("got %+v, %v", f, err)
+	}
+	if _, err := Parse[testFile]([]byte("name: bad\n"), env(nil), NoSection); err == nil || err.Error() != "line 1: name: bad" {
+		t.Fatalf("a bad value is still a problem: %v", err)
+	}
+}
