@@ -277,3 +277,30 @@ func segments(path string) []segment {
 	}
 	return out
 }
+
+// KeyPaths lists every key path a file decoding into T can have, a list's
+// elements as [] (sources[].name) and a map's keys not at all (its own key
+// path stands for them), sorted.
+func KeyPaths[T any]() []string {
+	var out []string
+	var walk func(t reflect.Type, path string)
+	walk = func(t reflect.Type, path string) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case reflect.PointerTo(t).Implements(unmarshalerType):
+		case t.Kind() == reflect.Struct:
+			for k, ft := range yamlFields(t) {
+				p := childPath(path, k)
+				out = append(out, p)
+				walk(ft, p)
+			}
+		case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+			walk(t.Elem(), path+"[]")
+		}
+	}
+	walk(reflect.TypeFor[T](), "")
+	slices.Sort(out)
+	return out
+}
