@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestConfigCheck(t *testing.T) {
 	}
 	// Without --allow-unset every ${VAR} must be set.
 	out, _, code = runInlet(t, cleanEnv(), "config", "check", "--config", example)
-	if code != 1 || !strings.Contains(out, example+":9: database_url: environment variable DATABASE_URL is not set") {
+	if code != 1 || strings.Count(out, "\n") != 4 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(example)+`:\d+: database_url: environment variable DATABASE_URL is not set`).MatchString(out) {
 		t.Fatalf("example, variables unset: exit %d, stdout %q", code, out)
 	}
 
