@@ -122,7 +122,7 @@ func (s Section) Validate() error {
 		return fmt.Errorf("ingress.group_commit.max_batch_bytes: %d must be positive", s.GroupCommit.MaxBatchBytes)
 	}
 	if s.StoreTimeout >= s.WriteTimeout {
-		return fmt.Errorf("ingress.store_timeout (%s) must be shorter than ingress.write_timeout (%s), or no answer is written", s.StoreTimeout, s.WriteTimeout)
+		return fmt.Errorf("ingress.store_timeout: %s must be shorter than ingress.write_timeout (%s), or no answer is written", s.StoreTimeout, s.WriteTimeout)
 	}
 	return nil
 }

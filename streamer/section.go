@@ -2,7 +2,6 @@ package streamer
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"time"
 
@@ -79,8 +78,11 @@ func (s Section) Validate() error {
 	if s.LeaseDuration < time.Second {
 		return fmt.Errorf("streamer.lease_duration: %s must be at least 1s", s.LeaseDuration)
 	}
-	if s.PollInterval <= 0 || s.ReapInterval <= 0 {
-		return errors.New("streamer.poll_interval and streamer.reap_interval: must be positive")
+	if s.PollInterval <= 0 {
+		return fmt.Errorf("streamer.poll_interval: %s must be positive", s.PollInterval)
+	}
+	if s.ReapInterval <= 0 {
+		return fmt.Errorf("streamer.reap_interval: %s must be positive", s.ReapInterval)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, c := range []string{"dev", "ingress", "streamer", "consumer", "migrate", "send", "events", "dlq", "replay", "subscriptions", "backfill", "audit", "retention", "relay", "control-plane"} {
+	for _, c := range []string{"dev", "ingress", "streamer", "consumer", "migrate", "send", "events", "dlq", "replay", "subscriptions", "backfill", "audit", "retention", "relay", "control-plane", "config"} {
 		if !strings.Contains(out, "  "+c+" ") {
 			t.Errorf("--help does not list %s:\n%s", c, out)
 		}
@@ -67,10 +67,62 @@ func TestBadConfigFailsAtStartNamingTheField(t *testing.T) {
 	}
 	cfg = writeFile(t, dir, "bad-acme.yaml", "sources:\n  - name: acme\n    type: standard-webhooks\n    secrets: [\"whsec_!!!notbase64\"]\n")
 	_, errOut, code = runInlet(t, cleanEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), "ingress", "--config", cfg)
-	if code != 1 || !strings.Contains(errOut, `sources[0] "acme"`) || strings.Contains(errOut, "notbase64") {
-		t.Fatalf("exit %d, stderr %q: want the field named and the secret not echoed", code, errOut)
+	// The scheme's own check (a secret's format) is the config check's too:
+	// file, line and key path, like every other problem, never the secret.
+	if code != 1 || !strings.Contains(errOut, cfg+`:4: sources[0].secrets[0]: not valid base64`) || strings.Contains(errOut, "notbase64") {
+		t.Fatalf("exit %d, stderr %q: want the file, line and field named and the secret not echoed", code, errOut)
 	}
 	_, errOut, code = runInlet(t, cleanEnv(), "ingress", "--config", filepath.Join(dir, "missing.yaml"))
+	if code != 1 || !strings.Contains(errOut, "does not exist") {
+		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// inlet config check, as CI runs it: one ok line naming the file and exit 0,
+// or every problem, one a line as FILE:LINE: key.path: message, and exit 1.
+func TestConfigCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	example, err := filepath.Abs("../inlet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runInlet(t, cleanEnv(), "config", "check", "--config", example, "--allow-unset")
+	if code != 0 || out != example+": ok\n" || errOut != "" {
+		t.Fatalf("example, --allow-unset: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// Without --allow-unset every ${VAR} must be set.
+	out, _, code = runInlet(t, cleanEnv(), "config", "check", "--config", example)
+	if code != 1 || strings.Count(out, "\n") != 4 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(example)+`:\d+: database_url: environment variable DATABASE_URL is not set`).MatchString(out) {
+		t.Fatalf("example, variables unset: exit %d, stdout %q", code, out)
+	}
+
+	bad := writeFile(t, dir, "bad.yaml", `# a file with a problem in each of three sections
+streamer:
+
+  poll_interval: 1sec
+sourcs: []
+ingress:
+  listen: ":8080"
+admin:
+  listen: ":8080"
+  token: 0123456789abcdef
+`)
+	out, errOut, code = runInlet(t, cleanEnv(), "config", "check", "--config", bad)
+	want := bad + `:4: streamer.poll_interval: "1sec" is not a duration (write it like 500ms, 10s, 5m or 1h)
+` + bad + ":5: sourcs: unknown key; did you mean `sources`?\n" +
+		bad + `:9: admin.listen: ":8080" is the webhook listener (ingress.listen ":8080"); the admin API needs a listener of its own
+`
+	if code != 1 || out != want || strings.TrimSpace(errOut) != "inlet: "+bad+": 3 problems" {
+		t.Fatalf("bad file: exit %d\nstdout:\n%s\nwant:\n%s\nstderr: %q", code, out, want, errOut)
+	}
+	// A service refuses the same file with the same lines, whichever
+	// sections it reads itself.
+	_, errOut, code = runInlet(t, cleanEnv("DATABASE_URL=postgres://127.0.0.1:1/x"), "consumer", "--config", bad)
+	if code != 1 || !strings.Contains(errOut, "inlet: "+bad+":4: streamer.poll_interval") || !strings.Contains(errOut, "inlet: "+bad+":9: admin.listen") {
+		t.Fatalf("inlet consumer: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runInlet(t, cleanEnv(), "config", "check", "--config", filepath.Join(dir, "missing.yaml"))
 	if code != 1 || !strings.Contains(errOut, "does not exist") {
 		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
 	}

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 // command is one subcommand: its flags are parsed by run from args.
@@ -45,6 +47,7 @@ var commands = map[string]command{
 	"roles":         {"a database role per consumer, held to its own handlers (as the owner)", runRoles},
 	"retention":     {"drop whole old periods of the event log; create partitions ahead (as the owner)", runRetention},
 	"relay":         {"run the pass-through relay: verify, forward signed to the customer's ingress, store nothing", runRelay},
+	"config":        {"check a config file as every service would: ok, or every problem (FILE:LINE: key.path: message)", runConfig},
 	"control-plane": {"run the multi-tenant receiver of data planes' attempt metadata (reporter:)", runControlPlane},
 }
 
@@ -66,6 +69,10 @@ func exitCode(env *environment, err error) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if _, ok := errors.AsType[*config.Problems](err); ok && !errors.Is(err, errUsage) {
+		printError(env.stderr, err)
+		return 1
+	}
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	if errors.Is(err, errUsage) {
 		msg = strings.TrimPrefix(msg, errUsage.Error()+": ")
@@ -74,6 +81,18 @@ func exitCode(env *environment, err error) int {
 	}
 	fmt.Fprintln(env.stderr, "inlet: "+msg)
 	return 1
+}
+
+// printError prints err on one line, or a config file's problems one a line
+// (FILE:LINE: key.path: message), each after "inlet: ".
+func printError(w io.Writer, err error) {
+	if _, ok := errors.AsType[*config.Problems](err); ok {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			fmt.Fprintln(w, "inlet: "+line)
+		}
+		return
+	}
+	fmt.Fprintln(w, "inlet: "+strings.ReplaceAll(err.Error(), "\n", " "))
 }
 
 // signalContext is cancelled by the first SIGINT/SIGTERM, so services drain;

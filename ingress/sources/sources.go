@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,8 +66,8 @@ func (s Source) JSONCopy() (keep bool, maxBytes int) {
 var sourceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Validate checks the sources: section and names the first bad key
-// (`sources[1].name: ...`). Scheme-specific checks of a source (secret
-// formats) are the verifier's, made when ingress starts.
+// (`sources[1].name: ...`), the scheme-specific checks of the verifier
+// (type, secret formats) included.
 func Validate(sources []Source) error {
 	seen := map[string]int{}
 	for i, s := range sources {
@@ -80,6 +81,9 @@ func Validate(sources []Source) error {
 		seen[s.Name] = i
 		if s.Type == "" {
 			return fmt.Errorf("%s.type: required", field)
+		}
+		if !slices.Contains(verify.Types(), s.Type) && s.Type != "svix" {
+			return fmt.Errorf("%s.type: %q is not one of %s", field, s.Type, strings.Join(verify.Types(), ", "))
 		}
 		if s.StoreJSONMaxBytes < 0 {
 			return fmt.Errorf("%s.store_json_max_bytes: must not be negative, got %d", field, s.StoreJSONMaxBytes)
@@ -105,6 +109,11 @@ func Validate(sources []Source) error {
 		}
 		if s.RelayTolerance > 0 && len(s.RelaySecrets) == 0 {
 			return fmt.Errorf("%s.relay_tolerance: only used with relay_secrets", field)
+		}
+		// The scheme's own checks (its type, secret formats), as ingress and
+		// the relay make them when they start, so every command sees them.
+		if _, err := verify.New(s.Config); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
 		}
 	}
 	return nil

@@ -1,12 +1,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,6 +46,10 @@ const (
 	ConsumerService
 	RelayService
 	ControlPlaneService
+	// NoSection reads no section: a check (inlet config check --allow-unset)
+	// where any variable or secret file may be missing, and what depends on
+	// one is not checked.
+	NoSection
 )
 
 var droppedSections = map[Service][]string{
@@ -62,7 +66,7 @@ var droppedSections = map[Service][]string{
 // Reads reports whether service reads the top-level section (a YAML key of
 // the file such as "sources"); its ${VAR}s need to be set only where it does.
 func (s Service) Reads(section string) bool {
-	return !slices.Contains(droppedSections[s], section)
+	return s != NoSection && !slices.Contains(droppedSections[s], section)
 }
 
 // ServiceOf maps an inlet subcommand to the sections it reads: ingress,
@@ -83,8 +87,8 @@ func ServiceOf(subcommand string) Service {
 	return AllSections
 }
 
-// Load reads the file at path as service does (see Parse); errors name the
-// file.
+// Load reads the file at path as service does (see Parse). A file that is
+// wrong gives *Problems naming it, each problem with its line and key path.
 func Load[T File[T]](path string, service Service) (T, error) {
 	var zero T
 	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's own -config file
@@ -92,73 +96,113 @@ func Load[T File[T]](path string, service Service) (T, error) {
 		return zero, fmt.Errorf("read config: %w", err)
 	}
 	c, err := Parse[T](b, os.LookupEnv, service)
-	if err != nil {
-		return zero, fmt.Errorf("config %s: %w", path, err)
+	if ps, ok := errors.AsType[*Problems](err); ok {
+		ps.File = path
+		return zero, ps
 	}
-	return c, nil
+	return c, err
 }
 
-// Parse reads the sections of b that service reads: it drops the others,
-// expands ${VAR}, ${VAR:-default} and ${file:PATH} in every value (lookup
-// resolves a VAR), decodes strictly into T (an unknown key is an error with
-// its line), then applies T's defaults and validation.
+// Parse checks the whole of b as every service does, then returns the
+// sections service reads. It expands ${VAR}, ${VAR:-default} and
+// ${file:PATH} in every value (lookup resolves a VAR), finds every key T
+// does not know (with the known key it is likely a typo of) and every value
+// that is not of its key's type, and validates the whole file with T's
+// defaults applied, so that a file one service accepts, no other rejects.
+// Only what depends on a variable (or secret file) this process does not
+// have, in a section service does not read, goes unchecked: a streamer is
+// not given the webhook secrets. The T returned holds only the sections
+// service reads (the others zero, then defaulted). A wrong file gives
+// *Problems listing everything found, not only the first.
 func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Service) (T, error) {
-	var c T
+	var zero T
+	ps := &Problems{}
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
-		return c, err
+		line, msg := splitLine(err.Error())
+		ps.add(line, "", msg)
+		return zero, ps
 	}
-	if r, ok := any(c).(Renamer); ok {
-		if err := renameKeys(&root, r.RenamedKeys()); err != nil {
-			return c, err
+	if len(root.Content) == 0 { // an empty file: every default
+		var c T
+		c = c.WithDefaults()
+		if err := c.Validate(); err != nil {
+			for _, e := range flatten(err) {
+				path, msg := splitPath(e.Error())
+				ps.add(0, path, msg)
+			}
+			return zero, ps
+		}
+		return c, nil
+	}
+	doc := root.Content[0]
+	if r, ok := any(zero).(Renamer); ok {
+		renameKeys(doc, r.RenamedKeys(), ps)
+	}
+	unset := expand(doc, lookup, service, ps)
+	skip := map[*yaml.Node]bool{}
+	for _, u := range unset {
+		skip[u.node] = true
+	}
+	ch := &checker{ps: ps, skip: skip, reported: map[string]bool{}}
+	ch.node(doc, reflect.TypeFor[T](), "")
+
+	var all T
+	if err := root.Decode(&all); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			line, msg := splitLine(err.Error())
+			ps.add(line, pathAtLine(doc, line), msg)
+		} else {
+			for _, msg := range te.Errors {
+				if !ch.reported[msg] {
+					line, rest := splitLine(msg)
+					ps.add(line, pathAtLine(doc, line), rest)
+				}
+			}
 		}
 	}
-	dropSections(&root, droppedSections[service])
-	if err := expandNode(&root, lookup); err != nil {
-		return c, err
-	}
-	if len(root.Content) > 0 {
-		// Re-encode the expanded tree and decode strictly, so unknown fields fail.
-		var buf bytes.Buffer
-		enc := yaml.NewEncoder(&buf)
-		if err := enc.Encode(&root); err != nil {
-			return c, err
+	all = all.WithDefaults()
+	for _, e := range flatten(all.Validate()) {
+		path, msg := splitPath(e.Error())
+		if slices.ContainsFunc(unset, func(u unsetRef) bool { return related(path, u.path) }) {
+			continue // it may hold once the variable is set
 		}
-		dec := yaml.NewDecoder(&buf)
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil {
-			return c, err
-		}
+		ps.add(lineOf(doc, path), path, msg)
 	}
-	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
-		var zero T
-		return zero, err
+	if len(ps.List) > 0 {
+		ps.sort()
+		return zero, ps
 	}
-	return c, nil
+
+	dropSections(doc, service)
+	var c T
+	if err := root.Decode(&c); err != nil {
+		return zero, err // decoded above already: not reached
+	}
+	return c.WithDefaults(), nil
 }
 
 // renameKeys gives each old top-level key of a document its new name.
-func renameKeys(root *yaml.Node, renamed map[string]string) error {
-	if len(renamed) == 0 || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
-		return nil
+func renameKeys(m *yaml.Node, renamed map[string]string, ps *Problems) {
+	if len(renamed) == 0 || m.Kind != yaml.MappingNode {
+		return
 	}
-	m := root.Content[0]
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k := m.Content[i]
 		to, ok := renamed[k.Value]
 		if !ok {
 			continue
 		}
-		for j := 0; j+1 < len(m.Content); j += 2 {
-			if m.Content[j].Value == to {
-				return fmt.Errorf("line %d: %s is the old name of %s (line %d): keep only %s", k.Line, k.Value, to, m.Content[j].Line, to)
-			}
+		if j := slices.IndexFunc(m.Content, func(n *yaml.Node) bool { return n.Value == to }); j >= 0 && j%2 == 0 {
+			ps.add(k.Line, k.Value, fmt.Sprintf("the old name of %s (line %d): keep only %s", to, m.Content[j].Line, to))
+			m.Content = slices.Delete(m.Content, i, i+2)
+			i -= 2
+			continue
 		}
 		warnRenamed(k.Value, to, k.Line)
 		k.Value = to
 	}
-	return nil
 }
 
 var warned sync.Map // old key → struct{}: warned once per process
@@ -172,19 +216,67 @@ var warnRenamed = func(old, key string, line int) {
 		slog.String("old", old), slog.String("new", key), slog.Int("line", line))
 }
 
-// dropSections removes the named top-level keys of a document.
-func dropSections(root *yaml.Node, names []string) {
-	if len(names) == 0 || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+// dropSections removes the top-level keys of a document service does not
+// read.
+func dropSections(m *yaml.Node, service Service) {
+	if m.Kind != yaml.MappingNode {
 		return
 	}
-	m := root.Content[0]
 	kept := m.Content[:0]
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		if !slices.Contains(names, m.Content[i].Value) {
+		if service.Reads(m.Content[i].Value) {
 			kept = append(kept, m.Content[i], m.Content[i+1])
 		}
 	}
 	m.Content = kept
+}
+
+// unsetRef is a value naming a variable (or secret file) this process does
+// not have: left null, and what depends on it unchecked (a problem of its
+// own in a section the service reads).
+type unsetRef struct {
+	node *yaml.Node
+	path string
+}
+
+// expand expands every value of the document (expandValue). A reference it
+// cannot resolve is a problem in a section service reads; in one it does
+// not, the value is made null and listed, so that what depends on it is not
+// checked.
+func expand(doc *yaml.Node, lookup func(string) (string, bool), service Service, ps *Problems) []unsetRef {
+	var unset []unsetRef
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if n.Kind == yaml.ScalarNode {
+			err := expandValue(n, lookup)
+			if err == nil {
+				return
+			}
+			if service.Reads(topSection(path)) {
+				ps.add(n.Line, path, err.Error())
+			}
+			n.Tag, n.Value, n.Style = "!!null", "", 0
+			unset = append(unset, unsetRef{node: n, path: path})
+			return
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := childPath(path, n.Content[i].Value)
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, e := range n.Content {
+				walk(e, indexPath(path, i))
+			}
+		default:
+			for _, e := range n.Content {
+				walk(e, path)
+			}
+		}
+	}
+	walk(doc, "")
+	return unset
 }
 
 var (
@@ -192,14 +284,14 @@ var (
 	fileRef = regexp.MustCompile(`\$\{file:([^}]+)\}`)
 )
 
-// expandNode replaces ${file:PATH} with the file's content (one trailing
-// newline dropped: a mounted Kubernetes or Docker secret), and ${VAR} and
-// ${VAR:-default} with the environment's, in every scalar value. It works on
+// expandValue replaces, in the scalar n, ${file:PATH} with the file's
+// content (one trailing newline dropped: a mounted Kubernetes or Docker
+// secret), and ${VAR} and ${VAR:-default} with the environment's. It works on
 // parsed values, not the raw text, so a secret with YAML syntax in it stays
 // one string, and a file's content is never expanded again. Errors name the
-// line and the variable or file, never a value.
-func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+// variable or file, never a value.
+func expandValue(n *yaml.Node, lookup func(string) (string, bool)) error {
+	if strings.Contains(n.Value, "${") {
 		var missing string
 		var fileErr error
 		// Split around file references so their content is never expanded.
@@ -219,7 +311,7 @@ func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
 				if errors.As(err, &pe) {
 					err = pe.Err
 				}
-				fileErr = fmt.Errorf("line %d: secret file %s: %w", n.Line, path, err)
+				fileErr = fmt.Errorf("secret file %s: %w", path, err)
 			}
 			parts = append(parts, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
 			fromFile = append(fromFile, true)
@@ -249,15 +341,13 @@ func expandNode(n *yaml.Node, lookup func(string) (string, bool)) error {
 		}
 		n.Value = strings.Join(parts, "")
 		if missing != "" {
-			return fmt.Errorf("line %d: environment variable %s is not set (write ${%s:-default} for a default)", n.Line, missing, missing)
+			return fmt.Errorf("environment variable %s is not set (write ${%s:-default} for a default)", missing, missing)
 		}
 		n.Tag = "" // let the decoder resolve the expanded text's type afresh
-		n.Style = 0
-	}
-	for _, c := range n.Content {
-		if err := expandNode(c, lookup); err != nil {
-			return err
+		if n.Value == "" {
+			n.Tag = "!!str" // set but empty: an empty string, not a null
 		}
+		n.Style = 0
 	}
 	return nil
 }

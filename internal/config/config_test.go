@@ -47,8 +47,8 @@ func TestParseHandsSectionsOver(t *testing.T) {
 	}
 	for _, c := range []struct{ doc, want string }{
 		{"name: bad\n", "name: bad"},
-		{"nmae: x\n", "line 1: field nmae not found"},
-		{"sources: [\"${UNSET}\"]\n", "line 1: environment variable UNSET is not set"},
+		{"nmae: x\n", "line 1: nmae: unknown key; did you mean `name`?"},
+		{"sources: [\"${UNSET}\"]\n", "line 1: sources[0]: environment variable UNSET is not set"},
 	} {
 		if _, err := Parse[testFile]([]byte(c.doc), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
@@ -71,7 +71,7 @@ func TestLoadNamesTheFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte("name: bad\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load[testFile](p, AllSections); err == nil || !strings.Contains(err.Error(), "config "+p+": name: bad") {
+	if _, err := Load[testFile](p, AllSections); err == nil || !strings.Contains(err.Error(), p+":1: name: bad") {
 		t.Fatalf("invalid file: %v", err)
 	}
 }
@@ -94,7 +94,7 @@ func TestRenamedKeys(t *testing.T) {
 	if err != nil || f.New != "x" || strings.Join(warnings, ",") != "old→new" {
 		t.Fatalf("got %+v, %v, warnings %q", f, err, warnings)
 	}
-	if _, err := Parse[renamedFile]([]byte("new: x\nold: y\n"), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), "line 2: old is the old name of new (line 1)") {
+	if _, err := Parse[renamedFile]([]byte("new: x\nold: y\n"), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), "line 2: old: the old name of new (line 1): keep only new") {
 		t.Fatalf("both keys: %v", err)
 	}
 }
@@ -111,5 +111,47 @@ func TestRenamedKeyWarnsOnce(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "config key renamed"); n != 1 || !strings.Contains(buf.String(), "old=old new=new line=1") {
 		t.Fatalf("%d warnings: %s", n, buf.String())
+	}
+}
+
+// A typo is within a couple of edits of the key it means; a word that is
+// no key's typo gets no suggestion.
+func TestSuggest(t *testing.T) {
+	t.Parallel()
+	known := []string{"consumer", "poll_interval", "sources", "streamer"}
+	for key, want := range map[string]string{"sourcs": "sources", "soruces": "sources", "stremer": "streamer",
+		"pollinterval": "poll_interval", "Sources": "sources", "zzz": "", "ab": ""} {
+		got, ok := suggest(key, known)
+		if ok != (want != "") || got != want && ok {
+			t.Errorf("suggest(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+}
+
+// Problems print as FILE:LINE: key.path: message, in line order, those
+// without a line last.
+func TestProblemsFormat(t *testing.T) {
+	t.Parallel()
+	ps := &Problems{File: "inlet.yaml"}
+	ps.add(0, "admin.token", "required")
+	ps.add(7, "streamer.wake", `"smoke" is not notify`)
+	ps.add(2, "", "did not find expected key")
+	ps.sort()
+	want := "inlet.yaml:2: did not find expected key\ninlet.yaml:7: streamer.wake: \"smoke\" is not notify\ninlet.yaml: admin.token: required"
+	if ps.Error() != want {
+		t.Fatalf("got\n%s\nwant\n%s", ps.Error(), want)
+	}
+}
+
+// NoSection reads nothing: every variable may be unset, and the value
+// returned holds no section.
+func TestNoSection(t *testing.T) {
+	t.Parallel()
+	f, err := Parse[testFile]([]byte("name: x\nsources: [\"${UNSET}\"]\n"), env(nil), NoSection)
+	if err != nil || f.Name != "default" || len(f.Sources) != 0 {
+		t.Fatalf("got %+v, %v", f, err)
+	}
+	if _, err := Parse[testFile]([]byte("name: bad\n"), env(nil), NoSection); err == nil || err.Error() != "line 1: name: bad" {
+		t.Fatalf("a bad value is still a problem: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func TestReporterAndControlPlaneErrorsNameTheField(t *testing.T) {
 		{"reporter:\n  url: https://x\n  token: 0123456789abcdef", "reporter.key"},
 		{"reporter:\n  batch_size: 5000", "reporter.batch_size"},
 		{"reporter:\n  interval: 1ms", "reporter.interval"},
-		{"reporter:\n  extra: 1", "field extra not found"},
+		{"reporter:\n  extra: 1", "line 2: reporter.extra: unknown key"},
 		{"control_plane:\n  tenants:\n    - name: Acme\n      token: 0123456789abcdef", "control_plane.tenants[0].name"},
 		{"control_plane:\n  tenants:\n    - name: a\n      token: short", "control_plane.tenants[0].token"},
 		{"control_plane:\n  tenants:\n    - name: a\n      token: 0123456789abcdef\n    - name: a\n      token: 0123456789abcdeg", "control_plane.tenants[1].name"},

@@ -7,6 +7,7 @@ package inletyaml
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -105,52 +106,38 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks the configuration (after WithDefaults): each section, then
-// what spans two. It names the first bad key.
+// Validate checks the configuration (after WithDefaults): each section,
+// then what spans two. It returns every problem it finds (errors.Join), each
+// naming its key; a section stops at its first.
 func (c Config) Validate() error {
-	if err := c.Ingress.Validate(); err != nil {
-		return err
-	}
-	if err := sources.Validate(c.Sources); err != nil {
-		return err
-	}
-	if err := c.Streamer.Validate(); err != nil {
-		return err
-	}
-	if err := c.Audit.Validate(); err != nil {
-		return err
-	}
-	if err := c.Consumer.Validate(); err != nil {
-		return err
+	var errs []error
+	for _, s := range []interface{ Validate() error }{c.Ingress, sourcesSection(c.Sources), c.Streamer, c.Audit, c.Consumer,
+		c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin, c.Relay, c.Reporter, c.ControlPlane} {
+		errs = append(errs, s.Validate())
 	}
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
-		return fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration)
-	}
-	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin} {
-		if err := s.Validate(); err != nil {
-			return err
-		}
+		errs = append(errs, fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration))
 	}
 	if c.Admin.Listen != "" && sameListener(c.Admin.Listen, c.Ingress.Listen) {
-		return fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen)
-	}
-	for _, s := range []interface{ Validate() error }{c.Relay, c.Reporter, c.ControlPlane} {
-		if err := s.Validate(); err != nil {
-			return err
-		}
+		errs = append(errs, fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
 	}
 	switch c.Log.Format {
 	case "", "json", "text":
 	default:
-		return fmt.Errorf("log.format: %q is not json or text", c.Log.Format)
+		errs = append(errs, fmt.Errorf("log.format: %q is not json or text", c.Log.Format))
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// sourcesSection is the sources: list as a section.
+type sourcesSection []sources.Source
+
+func (s sourcesSection) Validate() error { return sources.Validate(s) }
 
 // sameListener reports whether two listen addresses would collide: the same
 // port on the same host, or on every interface ("" or an unspecified IP).

@@ -50,8 +50,8 @@ sources:
 func TestParseErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ name, doc, want string }{
-		{"unset variable", "sources:\n  - name: s\n    type: stripe\n    secrets: [\"${NOPE}\"]\n", "line 4: environment variable NOPE is not set"},
-		{"unknown field", "ingress:\n  listne: \":1\"\n", "field listne not found"},
+		{"unset variable", "sources:\n  - name: s\n    type: stripe\n    secrets: [\"${NOPE}\"]\n", "line 4: sources[0].secrets[0]: environment variable NOPE is not set"},
+		{"unknown field", "ingress:\n  listne: \":1\"\n", "line 2: ingress.listne: unknown key; did you mean `listen`?"},
 		{"bad name", "sources:\n  - name: Bad/Name\n    type: stripe\n    secrets: [x]\n", "sources[0].name"},
 		{"duplicate name", "sources:\n  - {name: a, type: stripe, secrets: [x]}\n  - {name: a, type: github, secrets: [y]}\n", "sources[1].name: \"a\" is already the name of sources[0]"},
 		{"no type", "sources:\n  - {name: a, secrets: [x]}\n", "sources[0].type: required"},
@@ -91,6 +91,7 @@ func TestExampleFileLoads(t *testing.T) {
 	for _, k := range []string{"DATABASE_URL", "STRIPE_WEBHOOK_SECRET", "GITHUB_WEBHOOK_SECRET", "ACME_WEBHOOK_SECRET"} {
 		t.Setenv(k, "x-"+k)
 	}
+	t.Setenv("ACME_WEBHOOK_SECRET", "whsec_aW5sZXQtZXhhbXBsZS1rZXktMDEyMzQ1Njc4OQ==")
 	c, err := Load("../../inlet.example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +284,7 @@ func TestHeartbeatIsReadAsSilence(t *testing.T) {
 	if _, err := Parse([]byte("heartbeat:\n  check_every: 1ms\n"), none); err == nil || !strings.Contains(err.Error(), "silence.check_every") {
 		t.Fatalf("bad value under heartbeat: %v", err)
 	}
-	if _, err := Parse([]byte("silence: {factor: 3}\nheartbeat: {factor: 4}\n"), none); err == nil || !strings.Contains(err.Error(), "line 2: heartbeat is the old name of silence (line 1)") {
+	if _, err := Parse([]byte("silence: {factor: 3}\nheartbeat: {factor: 4}\n"), none); err == nil || !strings.Contains(err.Error(), "line 2: heartbeat: the old name of silence (line 1): keep only silence") {
 		t.Fatalf("both names: %v", err)
 	}
 	// A consumer reads neither, whichever name the file uses.

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+
+	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/inletyaml"
+)
+
+var configVerbs = map[string]subcommand{
+	"check": {"check the file as every service does: exit 0 and one ok line, or every problem and exit 1", runConfigCheck},
+}
+
+func runConfig(ctx context.Context, env *environment, args []string) error {
+	return runVerbs(ctx, env, "config", `
+The configuration file (see docs/configuration.md).`, configVerbs, args)
+}
+
+func runConfigCheck(_ context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "config check", "", `
+Check a configuration file as every service checks it when it starts (each
+one checks the whole file, not only its own sections): unknown keys (with
+the key they are likely a typo of), values of the wrong type, settings out
+of range, and what spans two sections. Prints "FILE: ok" and exits 0, or
+prints every problem found, one a line as FILE:LINE: key.path: message, and
+exits 1.
+
+Every ${VAR} and ${file:PATH} must resolve, as for inlet dev; in CI, where
+the secrets are not set, --allow-unset lets them be missing and skips only
+the checks of the values that name them.`)
+	cfgPath := configFlag(fs)
+	allowUnset := fs.Bool("allow-unset", false, "let ${VAR}s and ${file:...} secrets be missing; skip the checks that need their values")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: inlet config check takes no arguments, got %q", errUsage, fs.Args())
+	}
+	service := config.AllSections
+	if *allowUnset {
+		service = config.NoSection
+	}
+	_, err := inletyaml.LoadFor(*cfgPath, service)
+	if ps, ok := errors.AsType[*config.Problems](err); ok {
+		fmt.Fprintln(env.stdout, ps.Error())
+		n := "1 problem"
+		if len(ps.List) != 1 {
+			n = fmt.Sprintf("%d problems", len(ps.List))
+		}
+		return fmt.Errorf("%s: %s", *cfgPath, n)
+	}
+	if errors.Is(err, iofs.ErrNotExist) {
+		return fmt.Errorf("config file %s does not exist", *cfgPath)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "%s: ok\n", *cfgPath)
+	return nil
+}
