@@ -26,7 +26,7 @@ var roleVerbs = map[string]subcommand{
 const rolesHelp = `
 
 They run as the owner of webhook_ingress (the role of inlet migrate, which
-may create roles). `+databaseHelp
+may create roles). ` + databaseHelp
 
 func runRoles(ctx context.Context, env *environment, args []string) error {
 	return runVerbs(ctx, env, "roles", `
