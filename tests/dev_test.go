@@ -331,3 +331,23 @@ func openPTY(t *testing.T) (ptm, pts *os.File) {
 	}
 	return ptm, pts
 }
+
+// Closing its terminal (SIGHUP) stops inlet dev as Ctrl-C does, its local
+// PostgreSQL with it; SIGHUP used to kill inlet dev outright and leave that
+// PostgreSQL running.
+func TestDevHangupStopsPostgreSQL(t *testing.T) {
+	t.Parallel()
+	data := pgtest.TempDir(t)
+	p := start(t, devEnv(t), "dev", "--data-dir", data)
+	p.waitOutput("Ctrl-C stops.", 3*time.Minute)
+	_ = p.cmd.Process.Signal(syscall.SIGHUP)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("inlet dev did not exit within 60s of SIGHUP")
+	}
+	if pids := postgresOf(data); len(pids) > 0 || p.err != nil {
+		killOrphans(data)
+		t.Fatalf("after SIGHUP: exit %v, PostgreSQL processes %v of %s left\n%s", p.err, pids, data, p.errOut())
+	}
+}

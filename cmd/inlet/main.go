@@ -66,12 +66,18 @@ func main() {
 	}
 }
 
-// signalContext is cancelled by the first SIGINT/SIGTERM, so services drain;
-// a second one runs the exit hooks (onForcedExit) and exits at once.
+// signalContext is cancelled by the first SIGINT/SIGTERM (or SIGHUP: the
+// terminal closed), so services drain; a second one runs the exit hooks
+// (onForcedExit) and exits at once. SIGHUP is left alone when it is ignored
+// (nohup).
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	signal.Notify(ch, sigs...)
 	go func() {
 		sig := <-ch
 		fmt.Fprintf(os.Stderr, "inlet: %s received, draining (send again to exit at once)\n", sig)
