@@ -75,10 +75,11 @@ directory to start over.`)
 	unhook := onForcedExit(restore)
 	defer func() { unhook(); restore() }()
 	log := stderrLogger(cfg, "text")
+	started := false
 	defer func() {
 		// Interrupted while starting: the operator's Ctrl-C, handled (what
 		// had started is stopped by the deferred calls), not a failure.
-		if err != nil && ctx.Err() != nil {
+		if err != nil && !started && ctx.Err() != nil {
 			log.Info("interrupted while starting", slog.String("error", err.Error()))
 			err = nil
 		}
@@ -172,6 +173,7 @@ directory to start over.`)
 	}
 	defer func() { _ = ms.Stop(context.Background()) }()
 	printWalkthrough(env, cfg, srv.Addr().String(), from)
+	started = true
 	<-ctx.Done()
 	err = stopIngress(srv, 10*time.Second, log)
 	str.Stop()
