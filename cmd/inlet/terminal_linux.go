@@ -5,7 +5,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // takeTerminal gives inlet the terminal's Ctrl-C to itself when it runs in
@@ -45,18 +46,6 @@ func takeTerminal() (restore func()) {
 	return func() { once.Do(func() { _ = tcsetpgrp(fd, pgrp) }) }
 }
 
-func tcgetpgrp(fd int) (int, error) {
-	var pgrp int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); e != 0 {
-		return 0, e
-	}
-	return int(pgrp), nil
-}
+func tcgetpgrp(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TIOCGPGRP) }
 
-func tcsetpgrp(fd, pgrp int) error {
-	p := int32(pgrp) //nolint:gosec // G115: a process group id fits int32 (pid_t)
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p))); e != 0 {
-		return e
-	}
-	return nil
-}
+func tcsetpgrp(fd, pgrp int) error { return unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, pgrp) }
