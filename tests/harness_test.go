@@ -94,17 +94,23 @@ func cleanEnv(extra ...string) []string {
 
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	return startBin(t, inletBin, env, args...)
+	return startIn(t, t.TempDir(), inletBin, env, args...)
 }
 
 // startBin runs the program bin (inletBin, exampleBin, txconsumerBin) as
 // start runs inlet.
 func startBin(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
+	return startIn(t, t.TempDir(), bin, env, args...)
+}
+
+// startIn runs bin with dir as the working directory.
+func startIn(t *testing.T, dir, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 1000), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
-	p.cmd.Dir = t.TempDir()
+	p.cmd.Dir = dir
 	outR, outW := io.Pipe()
 	p.cmd.Stdout = outW
 	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
@@ -197,11 +203,17 @@ func (p *proc) stop() error {
 // runInlet runs a short command to completion.
 func runInlet(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runInletIn(t, t.TempDir(), env, args...)
+}
+
+// runInletIn is runInlet with dir as the working directory.
+func runInletIn(t *testing.T, dir string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, inletBin, args...)
 	cmd.Env = env
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,26 +29,30 @@ import (
 // operatorHelp ends the --help of every operator command.
 const operatorHelp = `
 
-The database comes from the config file (--config, default inlet.yaml;
-admin.database_url, else database_url), else DATABASE_URL, else, without a
-config file, the .inlet/database_url that inlet dev writes. The commands run
-as admin.db_role (default webhook_operator): grant it to your login role
-(GRANT webhook_operator TO you). --json prints the result as JSON for scripts;
+The database is admin.database_url of the config file (--config, default
+inlet.yaml) when set; else, as for every command: database_url in the config
+file, else DATABASE_URL, else the local PostgreSQL that inlet dev started
+from this directory (.inlet/database_url), with or without a config file.
+The commands run as admin.db_role (default webhook_operator): grant it to
+your login role (GRANT webhook_operator TO you). --json prints the result as
+JSON for scripts;
 a list as {"items": [...], "next": "<--before of the next page>"}, with no
 "next" on the last page.`
 
 // operatorConfig loads the config of an operator command. Without a config
-// file it falls back to the embedded dev defaults (so a database from
-// DATABASE_URL, or from .inlet/database_url, works as in the walkthrough).
+// file it falls back to the embedded dev defaults; its database is
+// admin.database_url, else the one of databaseURL (so the database inlet dev
+// started here is found with or without a config file).
 func operatorConfig(path string) (inletyaml.Config, string, error) {
 	cfg, from, err := loadConfig(path, inletyaml.Dev)
 	if err != nil {
 		return cfg, from, err
 	}
-	if from == "embedded defaults" && cfg.DatabaseURL == "" && cfg.Admin.DatabaseURL == "" {
-		if b, err := os.ReadFile(filepath.Join(".inlet", "database_url")); err == nil {
-			cfg.DatabaseURL = strings.TrimSpace(string(b))
-		}
+	if cfg.Admin.DatabaseURL == "" {
+		cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
+	}
+	if cfg.Admin.DatabaseURL == "" && cfg.DatabaseURL == "" {
+		return cfg, from, errNoDatabase(path, false)
 	}
 	return cfg, from, nil
 }

@@ -20,9 +20,9 @@ import (
 
 const auditHelp = `
 
-The database comes from the config file as for the operator commands
-(admin.database_url, else database_url, else DATABASE_URL, else
-.inlet/database_url). --role is the role assumed after connecting: grant it
+The database is the operator commands' (admin.database_url, else
+database_url, else DATABASE_URL, else the local PostgreSQL of inlet dev in
+this directory, .inlet/database_url). --role is the role assumed after connecting: grant it
 to your login role.`
 
 func runAudit(ctx context.Context, env *environment, args []string) error {

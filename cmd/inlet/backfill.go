@@ -53,9 +53,9 @@ continued by running the same command again; the file is removed when the
 history has been read to the end. --restart ignores the file and starts from
 the newest event (nothing is stored twice either way).
 
-Writes run as ingress.db_role (default webhook_ingress_writer) on the config
-file's database_url (else DATABASE_URL, else, without a config file, the
-.inlet/database_url that inlet dev writes).`)
+Writes run as ingress.db_role (default webhook_ingress_writer) on the
+config file's database_url, else DATABASE_URL, else the local PostgreSQL
+that inlet dev started from this directory (.inlet/database_url).`)
 	cfgPath := configFlag(fs)
 	source := fs.String("source", "", "store under this configured source (default: the first source of the provider's type)")
 	baseURL := fs.String("base-url", "", "API origin (default https://api.stripe.com or https://api.github.com)")

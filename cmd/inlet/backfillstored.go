@@ -22,7 +22,9 @@ is only ever filled where it was NULL, never changed; raw_body is untouched.
 
 Runs as the schema owner (like inlet migrate): the append-only guard on
 events lets exactly this update through. Each filled row leaves a dead
-tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.`)
+tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.
+
+`+databaseHelp)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
 	batch := fs.Int("batch", 1000, "events per transaction")
@@ -37,10 +39,7 @@ tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.`)
 	if err != nil {
 		return err
 	}
-	url := *dbURL
-	if url == "" {
-		url = c.DatabaseURL
-	}
+	url := databaseURL(*dbURL, c.DatabaseURL)
 	conn, err := connectOwner(ctx, url, *cfgPath, "inlet-backfill-stored")
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
@@ -40,6 +43,45 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 		return inletyaml.Config{}, "", fmt.Errorf("config file %s does not exist (copy inlet.example.yaml, or pass --config)", path)
 	}
 	return inletyaml.Config{}, "", err
+}
+
+// devDataDir is inlet dev's default --data-dir: its local PostgreSQL, and
+// the file database_url naming it.
+const devDataDir = ".inlet"
+
+// databaseHelp says where every command's database comes from: the rule of
+// databaseURL, for the --help of each command that connects.
+const databaseHelp = `The database comes from --database-url (where the command has it), else
+database_url in the config file, else DATABASE_URL, else the local PostgreSQL
+that inlet dev started from this directory (.inlet/database_url).`
+
+// databaseURL is the database a command connects to, by one rule for every
+// command: flagURL (--database-url), else configured (the config file's
+// database_url, which WithDefaults fills from DATABASE_URL when the file has
+// none), else the URL inlet dev wrote to .inlet/database_url when it started
+// its local PostgreSQL here. inlet dev itself starts that PostgreSQL exactly
+// when configured is empty, so every command reaches the database inlet dev
+// uses, with or without a config file. "" when there is none.
+func databaseURL(flagURL, configured string) string {
+	if u := cmp.Or(flagURL, configured); u != "" {
+		return u
+	}
+	b, err := os.ReadFile(filepath.Join(devDataDir, "database_url"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// errNoDatabase is the error of a command that found no database URL;
+// withFlag when the command has --database-url.
+func errNoDatabase(cfgPath string, withFlag bool) error {
+	pass := ""
+	if withFlag {
+		pass = "pass --database-url, "
+	}
+	return fmt.Errorf("%w: no database: %sset database_url in %s or DATABASE_URL, or start inlet dev in this directory (it writes %s)",
+		errUsage, pass, cfgPath, filepath.Join(devDataDir, "database_url"))
 }
 
 func newLogger(w io.Writer, c inletyaml.Log, defaultFormat string) *slog.Logger {

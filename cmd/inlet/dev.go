@@ -8,8 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,20 +31,31 @@ import (
 	"github.com/inlet-dev/inlet/schema"
 )
 
-func runDev(ctx context.Context, env *environment, args []string) error {
+func runDev(ctx context.Context, env *environment, args []string) (err error) {
 	fs := newFlagSet(env, "dev", "", `
 Run Inlet in one process for local use. Without --config (and without an
 ./inlet.yaml) it uses embedded defaults: sources stripe, github and acme
-(Standard Webhooks) with development secrets, listening on :8080.
+(Standard Webhooks) with development secrets, the webhook listener on :8080,
+/metrics on 127.0.0.1:8083 and the admin API and dashboard on 127.0.0.1:8084
+(INLET_LISTEN, INLET_METRICS_LISTEN and INLET_ADMIN_LISTEN move them, as the
+flags below do). Each listener is checked before anything starts: one in use
+fails at once, naming its setting.
 
-Without a database URL (database_url / DATABASE_URL) it starts a throwaway
-PostgreSQL from this machine's binaries with its data under --data-dir
-(installing the binaries with apt-get first when they are missing and you are
-root). Migrations are applied at start. Delete the data directory to start
-over.`)
+Without a database URL (database_url in the config file, else DATABASE_URL)
+it starts a throwaway PostgreSQL from this machine's binaries with its data
+under --data-dir (installing the binaries with apt-get first when they are
+missing and you are root), on the port it had last time unless another
+process has taken it, and writes its URL to <data-dir>/database_url: every
+other inlet command run from this directory uses it. Migrations are applied
+at start. Ctrl-C drains, stops that PostgreSQL and exits 0; a second
+Ctrl-C skips the drain but still stops it (exit 130). Delete the data
+directory to start over.`)
 	cfgPath := configFlag(fs)
-	dataDir := fs.String("data-dir", ".inlet", "directory for the local PostgreSQL when no database URL is set")
-	listen := fs.String("listen", "", "listen address (overrides ingress.listen)")
+	dataDir := fs.String("data-dir", devDataDir, "directory for the local PostgreSQL when no database URL is set")
+	listen := fs.String("listen", "", "webhook listen address (overrides ingress.listen)")
+	metricsListen := fs.String("metrics-listen", "", "/metrics and health listen address, or off (overrides ingress.metrics_listen)")
+	adminListen := fs.String("admin-listen", "", "admin API and dashboard listen address, or off (overrides admin.listen)")
+	portBase := fs.Int("port-base", 0, "move every listener to ports from this one: webhooks N, /metrics N+3, admin API N+4 (hosts kept)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,10 +63,27 @@ over.`)
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Ingress.Listen = *listen
+	if err := applyDevListeners(&cfg, *portBase, *listen, *metricsListen, *adminListen); err != nil {
+		return err
 	}
+	if err := checkDevListeners(cfg, from == "embedded defaults"); err != nil {
+		return err
+	}
+	// Ctrl-C for inlet alone, so that go run and Task end with its status;
+	// the terminal goes back to them last.
+	restore := takeTerminal()
+	unhook := onForcedExit(restore)
+	defer func() { unhook(); restore() }()
 	log := stderrLogger(cfg, "text")
+	started := false
+	defer func() {
+		// Interrupted while starting: the operator's Ctrl-C, handled (what
+		// had started is stopped by the deferred calls), not a failure.
+		if err != nil && !started && ctx.Err() != nil {
+			log.Info("interrupted while starting", slog.String("error", err.Error()))
+			err = nil
+		}
+	}()
 	log.Info("configuration loaded", slog.String("from", from), slog.Int("sources", len(cfg.Sources)))
 	stopTracing, err := setupTracing(ctx, cfg, "dev", log)
 	if err != nil {
@@ -59,34 +92,11 @@ over.`)
 	defer stopTracing()
 
 	if cfg.DatabaseURL == "" {
-		pgDir := filepath.Join(*dataDir, "pg")
-		cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: pgDir, Install: true, Logger: log})
-		if errors.Is(err, pgcluster.ErrUnreachableDir) {
-			// As root in a home directory the postgres user cannot enter: keep
-			// the cluster in a machine-wide place named after this directory.
-			abs, _ := filepath.Abs(pgDir)
-			sum := sha256.Sum256([]byte(abs))
-			pgDir = filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]), "pg")
-			log.Warn("the postgres user cannot reach the data directory; using another", slog.String("wanted", abs), slog.String("using", pgDir))
-			cluster, err = pgcluster.New(ctx, pgcluster.Config{Dir: pgDir, Install: true, Logger: log})
-		}
+		stop, err := startDevPostgreSQL(ctx, &cfg, *dataDir, log)
 		if err != nil {
-			return fmt.Errorf("local PostgreSQL: %w", err)
+			return err
 		}
-		if err := cluster.Start(ctx); err != nil {
-			return fmt.Errorf("local PostgreSQL: %w", err)
-		}
-		defer func() {
-			log.Info("stopping local PostgreSQL")
-			if err := cluster.Stop(); err != nil {
-				log.Error("stop local PostgreSQL", slog.String("error", err.Error()))
-			}
-		}()
-		cfg.DatabaseURL = cluster.URL("postgres")
-		_ = os.MkdirAll(*dataDir, 0o755) //nolint:gosec // G301: the postgres user (when run as root) must enter every directory above the cluster; pgcluster keeps its own 0700
-		_ = os.WriteFile(filepath.Join(*dataDir, "database_url"), []byte(cfg.DatabaseURL+"\n"), 0o600)
-		log.Info("local PostgreSQL started", slog.String("bin", cluster.BinDir()),
-			slog.String("data", pgDir), slog.String("url", redactURL(cfg.DatabaseURL)))
+		defer stop()
 	}
 
 	if err := migrateURL(ctx, cfg.DatabaseURL, cfg.Retention, log); err != nil {
@@ -110,6 +120,11 @@ over.`)
 			return err
 		}
 		cons = svc
+		defer func() { // on an error at start; a no-op after the drain below
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = svc.Stop(dctx)
+		}()
 	}
 	stopSealer, err := startSealer(ctx, cfg, log)
 	if err != nil {
@@ -134,6 +149,7 @@ over.`)
 	if err := str.Start(ctx); err != nil {
 		return err
 	}
+	defer str.Stop() // on an error at start; a no-op after the drain below
 
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-dev-ingress"})
 	if err != nil {
@@ -157,6 +173,7 @@ over.`)
 	}
 	defer func() { _ = ms.Stop(context.Background()) }()
 	printWalkthrough(env, cfg, srv.Addr().String(), from)
+	started = true
 	<-ctx.Done()
 	err = stopIngress(srv, 10*time.Second, log)
 	str.Stop()
@@ -168,6 +185,161 @@ over.`)
 		}
 	}
 	return err
+}
+
+// startDevPostgreSQL starts the local PostgreSQL of inlet dev under dataDir,
+// on the port of its last start when that is free, points cfg at it and
+// writes its URL to dataDir/database_url. stop stops it; a second signal
+// (onForcedExit) stops it too, so no exit path leaves it running.
+func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir string, log *slog.Logger) (func(), error) {
+	urlFile := filepath.Join(dataDir, "database_url")
+	previous, prevPort := previousURL(urlFile)
+	pgDir := filepath.Join(dataDir, "pg")
+	pc := pgcluster.Config{Dir: pgDir, PreferPort: prevPort, Install: true, Logger: log}
+	cluster, err := pgcluster.New(ctx, pc)
+	if errors.Is(err, pgcluster.ErrUnreachableDir) {
+		// As root in a home directory the postgres user cannot enter: keep
+		// the cluster in a machine-wide place named after this directory.
+		abs, _ := filepath.Abs(pgDir)
+		sum := sha256.Sum256([]byte(abs))
+		pc.Dir = filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]), "pg")
+		log.Warn("the postgres user cannot reach the data directory; using another", slog.String("wanted", abs), slog.String("using", pc.Dir))
+		cluster, err = pgcluster.New(ctx, pc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local PostgreSQL: %w", err)
+	}
+	// Registered before Start: a second signal while it starts stops it too.
+	// Once: the deferred stop and a second signal's may run at the same time.
+	stopCluster := sync.OnceFunc(func() {
+		log.Info("stopping local PostgreSQL")
+		if err := cluster.Stop(); err != nil {
+			log.Error("stop local PostgreSQL", slog.String("error", err.Error()))
+		}
+	})
+	unhook := onForcedExit(stopCluster)
+	if err := cluster.Start(ctx); err != nil {
+		unhook()
+		return nil, fmt.Errorf("local PostgreSQL: %w", err)
+	}
+	cfg.DatabaseURL = cluster.URL("postgres")
+	_ = os.MkdirAll(dataDir, 0o755) //nolint:gosec // G301: the postgres user (when run as root) must enter every directory above the cluster; pgcluster keeps its own 0700
+	if err := os.WriteFile(urlFile, []byte(cfg.DatabaseURL+"\n"), 0o600); err != nil {
+		log.Warn("the other inlet commands will not find the local PostgreSQL", slog.String("error", err.Error()))
+	}
+	log.Info("local PostgreSQL started", slog.String("bin", cluster.BinDir()),
+		slog.String("data", pc.Dir), slog.String("url", redactURL(cfg.DatabaseURL)))
+	if prevPort != 0 && cluster.Port() != prevPort {
+		log.Warn(fmt.Sprintf("the local PostgreSQL's port %d is taken by another process: it listens on %d now, so its URL changed; "+
+			"update a DATABASE_URL or database_url that holds the old one", prevPort, cluster.Port()),
+			slog.String("old_url", redactURL(previous)), slog.String("url", redactURL(cfg.DatabaseURL)))
+	}
+	return func() { unhook(); stopCluster() }, nil
+}
+
+// previousURL is the URL an earlier inlet dev wrote to path, and its port
+// (0 when there is none).
+func previousURL(path string) (string, int) {
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the database_url file under inlet dev's own --data-dir
+	if err != nil {
+		return "", 0
+	}
+	u, err := url.Parse(strings.TrimSpace(string(b)))
+	if err != nil || u.Hostname() != "127.0.0.1" {
+		return "", 0
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return "", 0
+	}
+	return u.String(), port
+}
+
+// devListener is one listener of inlet dev: its setting, its address, and
+// what moves it.
+type devListener struct {
+	setting, what, addr, flag, env string
+}
+
+func devListeners(cfg inletyaml.Config) []devListener {
+	ls := []devListener{{"ingress.listen", "webhooks", cfg.Ingress.Listen, "--listen", "INLET_LISTEN"}}
+	if cfg.Ingress.MetricsListen != "off" {
+		ls = append(ls, devListener{"ingress.metrics_listen", "/metrics and health", cfg.Ingress.MetricsListen, "--metrics-listen", "INLET_METRICS_LISTEN"})
+	}
+	if cfg.Admin.Listen != "" {
+		ls = append(ls, devListener{"admin.listen", "admin API and dashboard", cfg.Admin.Listen, "--admin-listen", "INLET_ADMIN_LISTEN"})
+	}
+	return ls
+}
+
+// applyDevListeners applies inlet dev's listener flags to cfg: --port-base
+// first, then each listener's own flag.
+func applyDevListeners(cfg *inletyaml.Config, portBase int, listen, metricsListen, adminListen string) error {
+	if portBase != 0 {
+		if portBase < 1 || portBase > 65535-4 {
+			return fmt.Errorf("%w: --port-base %d: want 1-65531", errUsage, portBase)
+		}
+		cfg.Ingress.Listen = withPort(cfg.Ingress.Listen, portBase)
+		if cfg.Ingress.MetricsListen != "off" {
+			cfg.Ingress.MetricsListen = withPort(cfg.Ingress.MetricsListen, portBase+3)
+		}
+		if cfg.Admin.Listen != "" {
+			cfg.Admin.Listen = withPort(cfg.Admin.Listen, portBase+4)
+		}
+	}
+	if listen != "" {
+		cfg.Ingress.Listen = listen
+	}
+	if metricsListen != "" {
+		cfg.Ingress.MetricsListen = metricsListen
+	}
+	switch adminListen {
+	case "":
+	case "off":
+		cfg.Admin.Listen = ""
+	default:
+		cfg.Admin.Listen = adminListen
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
+}
+
+// withPort is addr with its port replaced (its host kept).
+func withPort(addr string, port int) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// checkDevListeners binds each listener of inlet dev for a moment, before
+// anything starts: one in use fails at once, in one line naming its setting
+// and how to move it (the embedded defaults' variables, else the config
+// file's setting), instead of after the database and the services started.
+func checkDevListeners(cfg inletyaml.Config, embedded bool) error {
+	for _, l := range devListeners(cfg) {
+		ln, err := net.Listen("tcp", l.addr)
+		if err == nil {
+			_ = ln.Close()
+			continue
+		}
+		why := err.Error()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			why = "already in use by another process"
+		}
+		move := l.flag + " ADDR"
+		if embedded {
+			move += " or " + l.env + "=ADDR"
+		} else {
+			move += " or " + l.setting + " in the config file"
+		}
+		return fmt.Errorf("%s %s (%s): %s; stop what listens there, or move it with %s (--port-base N moves every listener of inlet dev)",
+			l.setting, l.addr, l.what, why, move)
+	}
+	return nil
 }
 
 // migrateURL migrates the database and creates partitions ahead.

@@ -114,3 +114,44 @@ func TestMetricsListenersDefaultToLoopback(t *testing.T) {
 		}
 	}
 }
+
+// --port-base moves every listener of inlet dev (keeping each host); each
+// listener's own flag wins over it, and off switches off /metrics and the
+// admin API.
+func TestDevListenerFlags(t *testing.T) {
+	for _, v := range []string{"INLET_LISTEN", "INLET_METRICS_LISTEN", "INLET_ADMIN_LISTEN"} {
+		t.Setenv(v, "")
+	}
+	dev := func(t *testing.T, portBase int, listen, metrics, admin string) inletyaml.Config {
+		t.Helper()
+		cfg, err := inletyaml.Dev()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := applyDevListeners(&cfg, portBase, listen, metrics, admin); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	cfg := dev(t, 9080, "", "", "")
+	if cfg.Ingress.Listen != ":9080" || cfg.Ingress.MetricsListen != "127.0.0.1:9083" || cfg.Admin.Listen != "127.0.0.1:9084" {
+		t.Errorf("--port-base 9080: %q %q %q", cfg.Ingress.Listen, cfg.Ingress.MetricsListen, cfg.Admin.Listen)
+	}
+	cfg = dev(t, 9080, "127.0.0.1:7000", "off", "off")
+	if cfg.Ingress.Listen != "127.0.0.1:7000" || cfg.Ingress.MetricsListen != "off" || cfg.Admin.Listen != "" {
+		t.Errorf("flags over --port-base: %q %q %q", cfg.Ingress.Listen, cfg.Ingress.MetricsListen, cfg.Admin.Listen)
+	}
+	if ls := devListeners(cfg); len(ls) != 1 || ls[0].setting != "ingress.listen" {
+		t.Errorf("listeners with metrics and admin off: %+v", ls)
+	}
+	c, err := inletyaml.Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := applyDevListeners(&c, 0, "127.0.0.1:7000", "", "127.0.0.1:7000"); err == nil {
+		t.Error("the admin API on the webhook listener was accepted")
+	}
+	if err := applyDevListeners(&c, 70000, "", "", ""); err == nil {
+		t.Error("--port-base 70000 was accepted")
+	}
+}

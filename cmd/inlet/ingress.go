@@ -37,6 +37,7 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	if err != nil {
 		return err
 	}
+	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
 	if *listen != "" {
 		cfg.Ingress.Listen = *listen
 	}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/inlet-dev/inlet/internal/config"
@@ -95,21 +96,70 @@ func printError(w io.Writer, err error) {
 	fmt.Fprintln(w, "inlet: "+strings.ReplaceAll(err.Error(), "\n", " "))
 }
 
-// signalContext is cancelled by the first SIGINT/SIGTERM, so services drain;
-// a second one exits at once.
+// signalContext is cancelled by the first SIGINT/SIGTERM (or SIGHUP: the
+// terminal closed), so services drain; a second one runs the exit hooks
+// (onForcedExit) and exits at once. SIGHUP is left alone when it is ignored
+// (nohup).
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	signal.Notify(ch, sigs...)
 	go func() {
 		sig := <-ch
 		fmt.Fprintf(os.Stderr, "inlet: %s received, draining (send again to exit at once)\n", sig)
 		cancel()
 		<-ch
 		fmt.Fprintln(os.Stderr, "inlet: second signal, exiting now")
+		runExitHooks()
 		os.Exit(130)
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+// exitHooks is what a second signal runs before exiting at once: what must
+// not outlive the process (the local PostgreSQL of inlet dev, which runs in
+// a process group of its own, so no Ctrl-C reaches it).
+var exitHooks struct {
+	mu    sync.Mutex
+	next  int
+	hooks map[int]func()
+}
+
+// onForcedExit registers f to run if a second signal makes inlet exit at
+// once; remove unregisters it. Hooks run in reverse registration order.
+func onForcedExit(f func()) (remove func()) {
+	exitHooks.mu.Lock()
+	defer exitHooks.mu.Unlock()
+	if exitHooks.hooks == nil {
+		exitHooks.hooks = map[int]func(){}
+	}
+	id := exitHooks.next
+	exitHooks.next++
+	exitHooks.hooks[id] = f
+	return func() {
+		exitHooks.mu.Lock()
+		defer exitHooks.mu.Unlock()
+		delete(exitHooks.hooks, id)
+	}
+}
+
+func runExitHooks() {
+	exitHooks.mu.Lock()
+	ids := make([]int, 0, len(exitHooks.hooks))
+	for id := range exitHooks.hooks {
+		ids = append(ids, id)
+	}
+	hooks := exitHooks.hooks
+	exitHooks.hooks = nil
+	exitHooks.mu.Unlock()
+	sort.Sort(sort.Reverse(sort.IntSlice(ids)))
+	for _, id := range ids {
+		hooks[id]()
+	}
 }
 
 func run(ctx context.Context, env *environment, args []string) error {
@@ -145,8 +195,10 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run 'inlet <command> --help' for a command's flags. Configuration is one YAML
-file (--config, default inlet.yaml; see inlet.example.yaml); DATABASE_URL
-supplies the database when the file does not.
+file (--config, default inlet.yaml; see inlet.example.yaml). Every command
+uses the same database: --database-url where a command has it, else the
+file's database_url, else DATABASE_URL, else the local PostgreSQL that
+inlet dev started from this directory (.inlet/database_url).
 `)
 }
 

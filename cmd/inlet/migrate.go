@@ -20,8 +20,9 @@ asks for ahead of now (inlet retention does too). Partition indexes a
 migration left for later (012's payload index on partitions over 10,000 rows)
 are then built one partition at a time with CREATE INDEX CONCURRENTLY, so
 ingest goes on meanwhile; each build is printed, and an interrupted run picks
-up where it stopped. Running it again is a no-op. The database comes from
---database-url, else database_url in the config file, else DATABASE_URL.`)
+up where it stopped. Running it again is a no-op.
+
+`+databaseHelp)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (overrides the config file)")
 	if err := parseFlags(fs, args); err != nil {
@@ -31,12 +32,9 @@ up where it stopped. Running it again is a no-op. The database comes from
 	if err != nil {
 		return err
 	}
-	url := *dbURL
+	url := databaseURL(*dbURL, c.DatabaseURL)
 	if url == "" {
-		url = c.DatabaseURL
-	}
-	if url == "" {
-		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, *cfgPath)
+		return errNoDatabase(*cfgPath, true)
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

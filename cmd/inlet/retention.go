@@ -23,9 +23,8 @@ verify still passes. Nothing is ever deleted row by row; events that arrived
 when no period partition covered them sit in the default partition and are
 kept. Run it daily (deployments/ has a CronJob and a systemd timer).
 
-The database comes from --database-url, else database_url in the config
-file, else DATABASE_URL. Flags override the config file's retention section.
-Exit status 0 even when a period is kept: the report says why.`)
+`+databaseHelp+` Flags override the config file's retention section. Exit
+status 0 even when a period is kept: the report says why.`)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
 	maxAge := fs.String("max-age", "", "drop periods that ended longer ago than this: 90d, 13w, 2160h (default: retention.max_age; unset keeps everything)")
@@ -63,12 +62,9 @@ Exit status 0 even when a period is kept: the report says why.`)
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	url := *dbURL
+	url := databaseURL(*dbURL, cfg.DatabaseURL)
 	if url == "" {
-		url = cfg.DatabaseURL
-	}
-	if url == "" {
-		return fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, *cfgPath)
+		return errNoDatabase(*cfgPath, true)
 	}
 	pool, err := database.Open(ctx, url, database.Options{AppName: "inlet-retention", MaxConns: 2})
 	if err != nil {

@@ -26,8 +26,7 @@ var roleVerbs = map[string]subcommand{
 const rolesHelp = `
 
 They run as the owner of webhook_ingress (the role of inlet migrate, which
-may create roles). The database comes from --database-url, else
-database_url in the config file, else DATABASE_URL.`
+may create roles). ` + databaseHelp
 
 func runRoles(ctx context.Context, env *environment, args []string) error {
 	return runVerbs(ctx, env, "roles", `
@@ -63,8 +62,8 @@ func rolesFlags(fs *flag.FlagSet) (cfgPath, dbURL *string) {
 	return configFlag(fs), fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
 }
 
-// withOwner connects as the owner (--database-url, the config file's
-// database_url, DATABASE_URL) and runs f in one transaction.
+// withOwner connects as the owner (the database of databaseURL) and runs f
+// in one transaction.
 func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) error) error {
 	url := dbURL
 	if url == "" {
@@ -72,7 +71,7 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 		if err != nil {
 			return err
 		}
-		url = c.DatabaseURL
+		url = databaseURL("", c.DatabaseURL)
 	}
 	conn, err := connectOwner(ctx, url, cfgPath, "inlet-roles")
 	if err != nil {
@@ -82,12 +81,11 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 	return pgx.BeginFunc(ctx, conn, f)
 }
 
-// connectOwner connects to url (the schema owner's, from --database-url,
-// the config file at cfgPath or DATABASE_URL) as appName and checks the
-// schema is migrated. The errors never quote the URL.
+// connectOwner connects to url (the schema owner's, from databaseURL) as
+// appName and checks the schema is migrated. The errors never quote the URL.
 func connectOwner(ctx context.Context, url, cfgPath, appName string) (*pgx.Conn, error) {
 	if url == "" {
-		return nil, fmt.Errorf("%w: no database: pass --database-url, set database_url in %s, or set DATABASE_URL", errUsage, cfgPath)
+		return nil, errNoDatabase(cfgPath, true)
 	}
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {

@@ -52,6 +52,7 @@ consumers report or the lease expires.`)
 	if err != nil {
 		return err
 	}
+	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
 	log := stderrLogger(cfg, "json").With(slog.String("service", "streamer"))
 	stopTracing, err := setupTracing(ctx, cfg, "streamer", log)
 	if err != nil {
@@ -122,6 +123,7 @@ consumers/example).`)
 	if err != nil {
 		return err
 	}
+	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
 	if len(cfg.Consumer.Handlers) == 0 {
 		return errors.New("consumer.handlers: none configured, nothing to run")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -27,8 +28,14 @@ type Config struct {
 	// Required.
 	Dir string
 	// Port is the TCP port on 127.0.0.1. Defaults to a free port, chosen at
-	// each Start.
+	// the first Start (PreferPort when that is free) and kept by the
+	// following ones.
 	Port int
+	// PreferPort, with Port 0, is the port the first Start takes when it is
+	// free on 127.0.0.1 (a port the caller remembers from an earlier process,
+	// so that URLs given out then still work); when it is taken, Start picks
+	// another free port, and Port tells which.
+	PreferPort int
 	// Settings are extra `-c name=value` server settings.
 	Settings map[string]string
 	// Install allows installing PostgreSQL with apt-get when absent (root only).
@@ -205,9 +212,12 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	port := c.cfg.Port
 	if port == 0 {
-		if c.port != 0 {
+		switch {
+		case c.port != 0:
 			port = c.port // keep the port across restarts, so clients reconnect
-		} else {
+		case c.cfg.PreferPort > 0 && portFree(c.cfg.PreferPort):
+			port = c.cfg.PreferPort
+		default:
 			p, err := freePort()
 			if err != nil {
 				return err
@@ -398,6 +408,17 @@ func (c *Cluster) URL(db string) string { return urlFor(c.Port(), db) }
 
 func urlFor(port int, db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, db)
+}
+
+// portFree reports whether port can be bound on 127.0.0.1 (where the server
+// listens) right now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
 }
 
 func freePort() (int, error) {
