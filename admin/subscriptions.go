@@ -19,6 +19,46 @@ type Subscription struct {
 	Enabled          bool      `json:"enabled"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	OpenJobs         int64     `json:"open_jobs"` // pending, leased or failed jobs of the handler
+	// Limits are the handler's rate limit, in-flight limit and circuit
+	// breaker (webhook_ingress.handler_limits); nil when it has none.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are a handler's limits across every replica and the state of its
+// circuit breaker. A zero setting is none.
+type Limits struct {
+	RateLimit            float64    `json:"rate_limit,omitempty"`
+	Burst                int        `json:"burst,omitempty"`
+	MaxInFlight          int        `json:"max_in_flight,omitempty"`
+	BreakerFailures      int        `json:"breaker_failures,omitempty"`
+	BreakerProbeInterval string     `json:"breaker_probe_interval,omitempty"`
+	ConsecutiveFailures  int        `json:"consecutive_failures"`
+	Circuit              string     `json:"circuit"` // closed, open (jobs wait) or half_open (a probe runs)
+	CircuitChangedAt     time.Time  `json:"circuit_changed_at"`
+	NextProbeAt          *time.Time `json:"next_probe_at,omitempty"`
+}
+
+// limitsByHandler reads every handler's limits.
+func limitsByHandler(ctx context.Context, q *queries.Queries) (map[string]*Limits, error) {
+	rows, err := q.HandlerLimitsState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read handler limits: %w", err)
+	}
+	out := make(map[string]*Limits, len(rows))
+	for _, r := range rows {
+		l := &Limits{ConsecutiveFailures: int(r.ConsecutiveFailures), Circuit: r.Circuit, CircuitChangedAt: r.CircuitChangedAt, NextProbeAt: r.NextProbeAt}
+		if r.RatePerSecond != nil && r.Burst != nil {
+			l.RateLimit, l.Burst = *r.RatePerSecond, int(*r.Burst)
+		}
+		if r.MaxInFlight != nil {
+			l.MaxInFlight = int(*r.MaxInFlight)
+		}
+		if r.BreakerFailures != nil && r.BreakerProbeInterval != nil {
+			l.BreakerFailures, l.BreakerProbeInterval = int(*r.BreakerFailures), r.BreakerProbeInterval.String()
+		}
+		out[r.Handler] = l
+	}
+	return out, nil
 }
 
 // ListSubscriptions returns handler's subscriptions ("" for all).
@@ -32,10 +72,14 @@ func ListSubscriptions(ctx context.Context, db DB, handler string) ([]Subscripti
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions of %q: %w", handler, err)
 	}
+	limits, err := limitsByHandler(ctx, queries.New(tx))
+	if err != nil {
+		return nil, err
+	}
 	subs := make([]Subscription, len(rows))
 	for i, r := range rows {
 		subs[i] = Subscription{Handler: r.Handler, ProviderPattern: r.ProviderPattern, EventTypePattern: r.EventTypePattern,
-			MaxAttempts: int(r.MaxAttempts), Enabled: r.Enabled, UpdatedAt: r.UpdatedAt, OpenJobs: r.OpenJobs}
+			MaxAttempts: int(r.MaxAttempts), Enabled: r.Enabled, UpdatedAt: r.UpdatedAt, OpenJobs: r.OpenJobs, Limits: limits[r.Handler]}
 	}
 	return subs, nil
 }

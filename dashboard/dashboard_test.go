@@ -574,11 +574,19 @@ func TestDashboardOverviewPlotsRatesAndHandlerStats(t *testing.T) {
 	b.exec(t, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = $1::timestamptz - interval '2 hours',
 		completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq') WHERE handler = 'audit'`, b.now)
 
+	// billing's consumer set a rate limit and a breaker, whose circuit is open.
+	b.exec(t, `INSERT INTO webhook_ingress.handler_limits (handler, rate_per_second, burst, breaker_failures, breaker_probe_interval, circuit)
+		VALUES ('billing', 5, 5, 3, '30s', 'open')`)
+
 	c := b.client(t)
 	c.login()
 	r := c.get("/dashboard/")
 	if r.code != http.StatusOK {
 		t.Fatalf("overview: %d\n%s", r.code, r.body)
+	}
+	if !strings.Contains(r.body, `<td class="circuit bad" data-circuit="open">5/s · circuit open</td>`) ||
+		!strings.Contains(r.body, `data-circuit=""><span class="muted">—</span></td>`) {
+		t.Errorf("handler limits and circuit not shown (billing: 5/s, open; audit: none)")
 	}
 	var got []string
 	for _, m := range seriesRE.FindAllStringSubmatch(r.body, -1) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,6 +113,10 @@ type handlerStats struct {
 	// Attempts and Failures (failed or dead_letter outcomes) finished in
 	// the failure-rate window.
 	Attempts, Failures int64
+	// Circuit is the state of its circuit breaker (closed, open, half_open),
+	// "" without one; Limits its rate and in-flight limits as text, "" for
+	// none.
+	Circuit, Limits string
 }
 
 // FailureRate is Failures / Attempts, 0 without attempts.
@@ -138,6 +143,27 @@ func loadHandlers(ctx context.Context, tx pgx.Tx, now time.Time) ([]handlerStats
 			hs[i].HasLag = true
 			hs[i].Lag = time.Duration(r.LagSeconds * float64(time.Second))
 		}
+	}
+	limits, err := queries.New(tx).HandlerLimitsState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("handler limits: %w", err)
+	}
+	for _, l := range limits {
+		i := slices.IndexFunc(hs, func(h handlerStats) bool { return h.Handler == l.Handler })
+		if i < 0 {
+			continue
+		}
+		if l.BreakerFailures != nil {
+			hs[i].Circuit = l.Circuit
+		}
+		var parts []string
+		if l.RatePerSecond != nil {
+			parts = append(parts, fmt.Sprintf("%g/s", *l.RatePerSecond))
+		}
+		if l.MaxInFlight != nil {
+			parts = append(parts, fmt.Sprintf("%d in flight", *l.MaxInFlight))
+		}
+		hs[i].Limits = strings.Join(parts, ", ")
 	}
 	return hs, nil
 }

@@ -257,6 +257,20 @@ sources:
 	if err := json.Unmarshal([]byte(out), &subs); code != 0 || err != nil || len(subs.Items) != 1 || subs.Items[0].Handler != "billing" {
 		t.Fatalf("subscriptions list --json: exit %d (%v)\n%s", code, err, out)
 	}
+	// A handler's limits and circuit, as its consumer registered them.
+	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.handler_limits
+		(handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, consecutive_failures, circuit, next_probe_at)
+		VALUES ('billing', 20, 20, 5, 3, '30s', 3, 'open', '2030-01-02T03:04:05Z')`); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = inlet("subscriptions", "list")
+	if code != 0 || !strings.Contains(out, "20/s burst 20, 5 in flight") || !strings.Contains(out, "open (3/3 failures), next probe 2030-01-02T03:04:05Z") {
+		t.Fatalf("subscriptions list with limits: exit %d\n%s", code, out)
+	}
+	out, _, code = inlet("subscriptions", "list", "--json")
+	if code != 0 || !strings.Contains(out, `"circuit": "open"`) || !strings.Contains(out, `"rate_limit": 20`) || !strings.Contains(out, `"breaker_probe_interval": "30s"`) {
+		t.Fatalf("subscriptions list --json with limits: exit %d\n%s", code, out)
+	}
 	if out, errOut, code = inlet("subscriptions", "disable", "billing"); code != 0 || !strings.Contains(out, "disabled 1 subscription(s) of billing") {
 		t.Fatalf("subscriptions disable billing: exit %d\n%s%s", code, out, errOut)
 	}

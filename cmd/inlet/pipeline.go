@@ -59,6 +59,9 @@ func newStreamer(ctx context.Context, cfg inletyaml.Config, pub bus.PubSub, reg 
 	if err == nil {
 		err = reg.Register(monitor.NewAudit(pool, log))
 	}
+	if err == nil {
+		err = reg.Register(monitor.NewLimits(pool, log))
+	}
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,7 +14,7 @@ import (
 )
 
 var subscriptionVerbs = map[string]subcommand{
-	"list":    {"list subscriptions: handler, patterns, max attempts, enabled, open jobs", runSubscriptionsList},
+	"list":    {"list subscriptions: handler, patterns, max attempts, enabled, open jobs, limits and circuit breaker", runSubscriptionsList},
 	"disable": {"switch a handler's subscriptions off: new events get no jobs for it", runSubscriptionsSet(false)},
 	"enable":  {"switch a handler's subscriptions on again", runSubscriptionsSet(true)},
 }
@@ -50,10 +52,11 @@ each handler.`+operatorHelp)
 			return nil
 		}
 		tw := newTable(env.stdout)
-		fmt.Fprintln(tw, "HANDLER\tPROVIDER\tEVENT TYPE\tMAX ATTEMPTS\tENABLED\tOPEN JOBS")
+		fmt.Fprintln(tw, "HANDLER\tPROVIDER\tEVENT TYPE\tMAX ATTEMPTS\tENABLED\tOPEN JOBS\tLIMITS\tCIRCUIT")
 		for _, s := range subs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\n", safe(s.Handler), safe(s.ProviderPattern), safe(s.EventTypePattern),
-				s.MaxAttempts, strconv.FormatBool(s.Enabled), s.OpenJobs)
+			limits, circuit := limitsText(s.Limits)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", safe(s.Handler), safe(s.ProviderPattern), safe(s.EventTypePattern),
+				s.MaxAttempts, strconv.FormatBool(s.Enabled), s.OpenJobs, limits, circuit)
 		}
 		return tw.Flush()
 	})
@@ -96,4 +99,29 @@ finish. HANDLER may be given as --handler instead.
 			return nil
 		})
 	}
+}
+
+// limitsText is a handler's limits and circuit for the table: "-" for none.
+func limitsText(l *admin.Limits) (limits, circuit string) {
+	if l == nil {
+		return "-", "-"
+	}
+	var parts []string
+	if l.RateLimit > 0 {
+		parts = append(parts, fmt.Sprintf("%g/s burst %d", l.RateLimit, l.Burst))
+	}
+	if l.MaxInFlight > 0 {
+		parts = append(parts, fmt.Sprintf("%d in flight", l.MaxInFlight))
+	}
+	limits, circuit = "-", "-"
+	if len(parts) > 0 {
+		limits = strings.Join(parts, ", ")
+	}
+	if l.BreakerFailures > 0 {
+		circuit = fmt.Sprintf("%s (%d/%d failures)", l.Circuit, l.ConsecutiveFailures, l.BreakerFailures)
+		if l.Circuit != "closed" && l.NextProbeAt != nil {
+			circuit += ", next probe " + l.NextProbeAt.UTC().Format(time.RFC3339)
+		}
+	}
+	return limits, circuit
 }
