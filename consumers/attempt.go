@@ -87,7 +87,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDon
 	if h.TxFunc != nil {
 		var outcome string
 		var recorded bool
-		herr, timedOut, outcome, recorded = s.runTx(ctx, h, ref, l, ev, stopExtending)
+		timedOut, outcome, recorded, herr = s.runTx(ctx, h, ref, l, ev, stopExtending)
 		handlerDone()
 		if recorded {
 			traceOutcome(span, s.report(h, l, outcome, nil, "", attrs), "")

@@ -38,17 +38,17 @@ const ClassTransaction ErrorClass = "transaction"
 // the job in that transaction and commits. stopExtending is called once the
 // handler has returned, before the completion takes the job's row lock (an
 // extension waiting on it would read the completed row as a lost lease). It
-// returns the handler's error (or the transaction's, classed
-// [ClassTransaction]) to be recorded as a failed attempt, whether the
-// attempt's own deadline passed, and, when the success was written (or
-// fenced out), the outcome recorded with recorded true.
-func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func()) (herr error, timedOut bool, outcome string, recorded bool) {
+// returns whether the attempt's own deadline passed; when the success was
+// written (or fenced out), the outcome recorded with recorded true; and the
+// handler's error (or the transaction's, classed [ClassTransaction]) to be
+// recorded as a failed attempt.
+func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error) {
 	actx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	tx, err := s.cfg.Pool.Begin(actx)
 	if err != nil {
 		stopExtending()
-		return WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction), false, "", false
+		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
 	}
 	// Whatever is not committed below is rolled back, on a context of its
 	// own: the handler's may have ended.
@@ -61,7 +61,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	stopExtending()
 	if herr != nil {
-		return herr, timedOut, "", false
+		return timedOut, "", false, herr
 	}
 
 	// The completion and the commit get their own deadline, as record does.
@@ -69,22 +69,22 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	defer rcancel()
 	done, err := s.completeJobsOn(rctx, tx, []completion{{ref: ref, l: l}})
 	if err != nil {
-		return WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction), timedOut, "", false
+		return timedOut, "", false, WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction)
 	}
 	if !done[ref.JobID] {
 		// Lost lease: the rollback throws the handler's writes away.
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction rolled back: the job's lease was lost",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return nil, timedOut, "", true
+		return timedOut, "", true, nil
 	}
 	if err := tx.Commit(rctx); err != nil {
 		// Not committed, or not known to be: recorded as a failure, which
 		// is fenced like any outcome, so a commit that did land stays the
 		// job's outcome.
-		return WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), timedOut, "", false
+		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction)
 	}
 	s.succeeded(rctx, []string{ref.Handler})
-	return nil, timedOut, "completed", true
+	return timedOut, "completed", true, nil
 }
 
 // callTx calls f, turning a panic into an error.
