@@ -297,7 +297,9 @@ type ghListed struct {
 	reconcileEvent
 }
 
-func (f *listGitHub) payload(guid string) string { return fmt.Sprintf(`{"ref": "refs/heads/main", "guid": %q}`, guid) }
+func (f *listGitHub) payload(guid string) string {
+	return fmt.Sprintf(`{"ref": "refs/heads/main", "guid": %q}`, guid)
+}
 
 func (f *listGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer ghp_reconcile" {

@@ -14,7 +14,7 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations", "event_types", "event_type_arrivals"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "retention_log", "schema_migrations", "event_types", "event_type_arrivals", "reconcile_runs"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -31,24 +31,30 @@ var (
 // (source, event type) seen: the streamer folds it (through
 // fold_event_types, owner's rights) and marks new types alerted; only
 // fold_event_types and the events_type_seen trigger write it and its
-// arrivals. docs/database.md shows the same table.
+// arrivals. reconcile_runs (016) records each inlet reconcile run: the
+// ingress role, which reconcile stores events as, inserts a run when it
+// starts and fills in its counts when it ends, and reads event_keys' two key
+// columns to find what the log lacks. docs/database.md shows the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | ----- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- | S-u-- | ----- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- | ----- | ----- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- | S---- | ----- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- | ----- | ----- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | retention_log | schema_migrations | event_types | event_type_arrivals | reconcile_runs |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | Siu-- |
+| webhook_streamer | s---- | ----- | S-u-- | Si--- | ----- | s---- | S---- | ----- | ----- | ----- | S---- | S-u-- | ----- | ----- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | S---- | ----- | ----- | ----- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | S---- | ----- | ----- | ----- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | S---- | S---- | S---- | ----- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | S---- | ----- | ----- | ----- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
 const wantColumns = `
 webhook_ingress_writer SELECT events: provider, external_event_id
 webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
+webhook_ingress_writer SELECT event_keys: provider, external_event_id
 webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, event_type_pattern, enabled, filter
+webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run
+webhook_ingress_writer UPDATE reconcile_runs: finished_at, listed, already_stored, missing, stored, duplicates, by_type, error
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
 webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
@@ -183,6 +189,8 @@ func firstColumn(rel string) string {
 		return "created_at"
 	case "webhook_ingress.retention_log":
 		return "dropped_by"
+	case "webhook_ingress.reconcile_runs":
+		return "source"
 	case "webhook_ingress.job_attempts", "webhook_ingress.attempts":
 		return "outcome"
 	}
