@@ -30,6 +30,9 @@ type StripeConfig struct {
 	Types []string
 }
 
+// StripeRetention is how long Stripe keeps events listable: 30 days.
+const StripeRetention = 30 * 24 * time.Hour
+
 // Stripe lists Stripe's GET /v1/events, newest first, 100 a page, paging
 // with starting_after while has_more.
 type Stripe struct{ cfg StripeConfig }
