@@ -171,3 +171,14 @@ func regexpLine(out, re string) bool {
 	}
 	return false
 }
+
+// A reconcile: interval out of range stops inlet streamer at start, naming
+// the key, before it connects anywhere.
+func TestStreamerRefusesABadReconcileInterval(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, t.TempDir(), "inlet.yaml", "database_url: postgres://127.0.0.1:1/x\nreconcile:\n  enabled: true\n  interval: 10s\n  sources: [{source: stripe, type: stripe, api_key: sk_test}]\n")
+	_, errOut, code := runInlet(t, cleanEnv(), "streamer", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, "reconcile.interval") {
+		t.Fatalf("exit %d, stderr %q: want exit 1 naming reconcile.interval", code, errOut)
+	}
+}

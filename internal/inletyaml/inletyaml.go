@@ -13,6 +13,7 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/audit"
+	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/controlplane"
@@ -54,6 +55,9 @@ type Config struct {
 	// Silence configures the silent-source detector (read from the old key
 	// heartbeat: too).
 	Silence monitor.Section `yaml:"silence"`
+	// Reconcile is the streamer's scheduled inlet reconcile (off by
+	// default); see backfill.Section.
+	Reconcile backfill.Section `yaml:"reconcile"`
 	// Tracing configures OpenTelemetry span export.
 	Tracing tracing.Section `yaml:"tracing"`
 	// Log configures logging.
@@ -95,6 +99,7 @@ func (c Config) WithDefaults() Config {
 	c.Admin = c.Admin.WithDefaults()
 	c.Retention = c.Retention.WithDefaults()
 	c.Silence = c.Silence.WithDefaults()
+	c.Reconcile = c.Reconcile.WithDefaults()
 	c.Tracing = c.Tracing.WithDefaults()
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
@@ -126,7 +131,7 @@ func (c Config) Validate() error {
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
 		return fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration)
 	}
-	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin} {
+	for _, s := range []interface{ Validate() error }{c.Bus, c.Tracing, c.Silence, c.Reconcile, c.Retention, c.Admin} {
 		if err := s.Validate(); err != nil {
 			return err
 		}
