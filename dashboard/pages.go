@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Page sizes.
@@ -41,6 +42,8 @@ type overviewPage struct {
 	// UnroutedTypes are the event types whose latest events created no job
 	// (no subscription matches them), shown first.
 	UnroutedTypes []admin.EventType
+	// Reconcile is each source's last inlet reconcile run.
+	Reconcile []queries.ReconcileRun
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -56,6 +59,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 			return err
 		}
 		if p.Handlers, err = loadHandlers(ctx, tx, now); err != nil {
+			return err
+		}
+		if p.Reconcile, err = loadReconcileRuns(ctx, tx); err != nil {
 			return err
 		}
 		if d.cfg.Silence == nil {
