@@ -99,6 +99,10 @@ type Lister interface {
 	// page returns the events of the page that starts at cursor ("" for the
 	// newest) and the cursor of the next page ("" when this is the last).
 	page(ctx context.Context, c *client, cursor string) (page, error)
+	// list is page without each event's bytes where reading them costs a
+	// request of its own (GitHub's deliveries): such items have load set.
+	// Reconcile reads the bytes of the missing events only.
+	list(ctx context.Context, c *client, cursor string) (page, error)
 	// auth sets the request's credentials.
 	auth(r *http.Request)
 }
@@ -116,6 +120,9 @@ type item struct {
 	Headers map[string][]string // provenance; never credentials
 	Body    []byte              // the event's bytes exactly as returned
 	Skip    bool                // not storable (no payload); counted, not stored
+	At      time.Time           // when the provider made it (Stripe) or sent it (GitHub); zero: unknown
+	// load reads Headers and Body (and Skip) when list left them out.
+	load func(ctx context.Context, c *client) (item, error)
 }
 
 // Stats counts what a run did.

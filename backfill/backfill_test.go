@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 type testBundle struct {
 	admin *pgxpool.Pool // superuser: assertions and subscriptions
+	pool  *pgxpool.Pool // the ingress role's
 	store *ingress.PGStore
 	state string
 }
@@ -47,7 +48,7 @@ func setup(t *testing.T) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return &testBundle{admin: admin, store: ingress.NewPGStore(pool, nil), state: filepath.Join(t.TempDir(), "state", "backfill.json")}
+	return &testBundle{admin: admin, pool: pool, store: ingress.NewPGStore(pool, nil), state: filepath.Join(t.TempDir(), "state", "backfill.json")}
 }
 
 func (b *testBundle) config(source, scheme string) backfill.Config {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // GitHubConfig selects the webhook whose deliveries are backfilled.
@@ -81,7 +82,23 @@ func (g *GitHub) auth(r *http.Request) {
 var githubKeptHeaders = []string{"X-GitHub-Event", "X-GitHub-Delivery", "X-GitHub-Hook-ID",
 	"X-GitHub-Hook-Installation-Target-ID", "X-GitHub-Hook-Installation-Target-Type"}
 
+// page is list with each delivery fetched for its headers and payload.
 func (g *GitHub) page(ctx context.Context, c *client, cursor string) (page, error) {
+	p, err := g.list(ctx, c, cursor)
+	if err != nil {
+		return page{}, err
+	}
+	for i, it := range p.Events {
+		if p.Events[i], err = it.load(ctx, c); err != nil {
+			return page{}, err
+		}
+	}
+	return p, nil
+}
+
+// list reads one page of the deliveries list: each delivery's guid, event
+// and time; its request (headers, payload) is read by the item's load.
+func (g *GitHub) list(ctx context.Context, c *client, cursor string) (page, error) {
 	q := url.Values{"per_page": {"100"}}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -91,9 +108,10 @@ func (g *GitHub) page(ctx context.Context, c *client, cursor string) (page, erro
 		return page{}, err
 	}
 	var list []struct {
-		ID    int64  `json:"id"`
-		GUID  string `json:"guid"`
-		Event string `json:"event"`
+		ID          int64     `json:"id"`
+		GUID        string    `json:"guid"`
+		Event       string    `json:"event"`
+		DeliveredAt time.Time `json:"delivered_at"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
 		return page{}, fmt.Errorf("GET %s: the answer is not a list of deliveries", g.path)
@@ -103,15 +121,19 @@ func (g *GitHub) page(ctx context.Context, c *client, cursor string) (page, erro
 		if d.GUID == "" || d.ID == 0 {
 			return page{}, fmt.Errorf("GET %s: a delivery without id or guid", g.path)
 		}
-		it, err := g.delivery(ctx, c, d.ID)
-		if err != nil {
-			return page{}, err
-		}
-		it.ID = d.GUID
-		if it.Type == "" {
-			it.Type = d.Event
-		}
-		p.Events = append(p.Events, it)
+		id, guid, event := d.ID, d.GUID, d.Event
+		p.Events = append(p.Events, item{ID: guid, Type: event, At: d.DeliveredAt,
+			load: func(ctx context.Context, c *client) (item, error) {
+				it, err := g.delivery(ctx, c, id)
+				if err != nil {
+					return item{}, err
+				}
+				it.ID = guid
+				if it.Type == "" {
+					it.Type = event
+				}
+				return it, nil
+			}})
 	}
 	p.Next, err = nextCursor(header.Values("Link"))
 	if err != nil {

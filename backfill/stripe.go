@@ -22,10 +22,16 @@ type StripeConfig struct {
 	// Since keeps events created at or after it (created[gte]). Stripe keeps
 	// the events of the last 30 days. Zero: all of them.
 	Since time.Time
+	// Until keeps events created at or before it (created[lte]). Zero: up to
+	// the newest.
+	Until time.Time
 	// Types keeps only these event types (types[]; at most 20, "invoice.*"
 	// wildcards allowed by Stripe). Empty: every type.
 	Types []string
 }
+
+// StripeRetention is how long Stripe keeps events listable: 30 days.
+const StripeRetention = 30 * 24 * time.Hour
 
 // Stripe lists Stripe's GET /v1/events, newest first, 100 a page, paging
 // with starting_after while has_more.
@@ -54,6 +60,9 @@ func (s *Stripe) key() string {
 	if !s.cfg.Since.IsZero() {
 		k += " since=" + strconv.FormatInt(s.cfg.Since.Unix(), 10)
 	}
+	if !s.cfg.Until.IsZero() {
+		k += " until=" + strconv.FormatInt(s.cfg.Until.Unix(), 10)
+	}
 	if len(s.cfg.Types) > 0 {
 		k += " types=" + strings.Join(s.cfg.Types, ",")
 	}
@@ -64,6 +73,11 @@ func (s *Stripe) auth(r *http.Request) {
 	r.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
 }
 
+// list is page: a Stripe list carries each event whole.
+func (s *Stripe) list(ctx context.Context, c *client, cursor string) (page, error) {
+	return s.page(ctx, c, cursor)
+}
+
 func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, error) {
 	q := url.Values{"limit": {"100"}}
 	if cursor != "" {
@@ -71,6 +85,9 @@ func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, erro
 	}
 	if !s.cfg.Since.IsZero() {
 		q.Set("created[gte]", strconv.FormatInt(s.cfg.Since.Unix(), 10))
+	}
+	if !s.cfg.Until.IsZero() {
+		q.Set("created[lte]", strconv.FormatInt(s.cfg.Until.Unix(), 10))
 	}
 	for _, t := range s.cfg.Types {
 		q.Add("types[]", t)
@@ -91,8 +108,9 @@ func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, erro
 	var p page
 	for i, raw := range list.Data {
 		var ev struct {
-			ID   string `json:"id"`
-			Type string `json:"type"`
+			ID      string `json:"id"`
+			Type    string `json:"type"`
+			Created int64  `json:"created"`
 		}
 		if err := json.Unmarshal(raw, &ev); err != nil || ev.ID == "" {
 			return page{}, fmt.Errorf("GET /v1/events: element %d of data is not an event with an id", i)
@@ -102,6 +120,7 @@ func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, erro
 			Type:    ev.Type,
 			Headers: map[string][]string{"Inlet-Backfill": {stripeProvenance}},
 			Body:    []byte(raw),
+			At:      unixTime(ev.Created),
 		})
 	}
 	if list.HasMore {
@@ -111,4 +130,12 @@ func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, erro
 		p.Next = p.Events[len(p.Events)-1].ID
 	}
 	return p, nil
+}
+
+// unixTime is the time of Unix seconds s; zero for 0 (not given).
+func unixTime(s int64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, 0).UTC()
 }

@@ -773,3 +773,34 @@ func TestDashboardLoginIsRateLimitedPerAddress(t *testing.T) {
 		t.Fatalf("the token after the wait: %d", w.Code)
 	}
 }
+
+// The overview shows each source's last reconcile run: a run that stored
+// missing events and a failed one.
+func TestDashboardShowsTheLastReconcileRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.exec(t, `INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run, finished_at, listed, missing, stored)
+		VALUES ('stripe', 'stripe-events-api', now() - interval '1 day', now(), false, now(), 9, 9, 9)`)
+	b.exec(t, `INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run, finished_at, listed, already_stored, missing, stored)
+		VALUES ('stripe', 'stripe-events-api', now() - interval '1 day', now(), false, now(), 7, 4, 3, 3)`)
+	b.exec(t, `INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run, finished_at, error)
+		VALUES ('github', 'github-hook-deliveries', now() - interval '1 day', now(), false, now(), 'GET /repos/a/b/hooks/1/deliveries: 401 Unauthorized')`)
+	c := b.client(t)
+	c.login()
+	r := c.get("/dashboard/")
+	if r.code != http.StatusOK {
+		t.Fatalf("overview: %d", r.code)
+	}
+	for _, want := range []string{
+		`<tr class="reconcile-run" data-source="stripe" data-missing="3" data-stored="3">`,
+		`<tr class="reconcile-run" data-source="github" data-missing="0" data-stored="0">`,
+		`401 Unauthorized`,
+	} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if strings.Contains(r.body, `data-missing="9"`) {
+		t.Error("the overview shows an older run")
+	}
+}

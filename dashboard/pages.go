@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Page sizes.
@@ -43,6 +44,8 @@ type overviewPage struct {
 	UnroutedTypes []admin.EventType
 	// Audit is shown first when the newest verification found tampering.
 	Audit auditStatus
+	// Reconcile is each source's last inlet reconcile run.
+	Reconcile []queries.ReconcileRun
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -61,6 +64,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session)
 			return err
 		}
 		if p.Audit, err = loadAuditStatus(ctx, tx); err != nil {
+			return err
+		}
+		if p.Reconcile, err = loadReconcileRuns(ctx, tx); err != nil {
 			return err
 		}
 		if d.cfg.Silence == nil {

@@ -19,6 +19,7 @@ import (
 // does not lead keeps its connection and tries the lock again on it.
 type Leader struct {
 	cfg *pgx.ConnConfig
+	key string // the lock's name; "": the monitor reporter's
 
 	mu      sync.Mutex
 	conn    *pgx.Conn
@@ -36,6 +37,14 @@ func NewLeader(cfg *pgx.ConnConfig) *Leader {
 	}
 	c.RuntimeParams["application_name"] = ElectionAppName
 	return &Leader{cfg: c}
+}
+
+// NewNamedLeader elects over its own lock, named key, so the replica that
+// runs one job (inlet:reconcile) need not be the monitor's reporter.
+func NewNamedLeader(cfg *pgx.ConnConfig, key string) *Leader {
+	l := NewLeader(cfg)
+	l.key = key
+	return l
 }
 
 // ElectionAppName is the application_name of a Leader's connection.
@@ -64,7 +73,13 @@ func (l *Leader) Leading(ctx context.Context) (bool, error) {
 	}
 	// Tried only while not holding it: a session lock taken twice is held
 	// twice.
-	leading, err := queries.New(l.conn).TryReporterLock(ctx)
+	var leading bool
+	var err error
+	if l.key == "" {
+		leading, err = queries.New(l.conn).TryReporterLock(ctx)
+	} else {
+		leading, err = queries.New(l.conn).TryNamedLock(ctx, l.key)
+	}
 	if err != nil {
 		l.closeLocked()
 		return false, fmt.Errorf("leader election: try the reporter lock: %w", err)

@@ -212,6 +212,24 @@ CREATE TABLE webhook_ingress.jobs_default (
     completed_attempt_id bigint
 );
 
+CREATE TABLE webhook_ingress.reconcile_runs (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    api text NOT NULL,
+    window_since timestamp with time zone NOT NULL,
+    window_until timestamp with time zone NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    dry_run boolean NOT NULL,
+    listed bigint NOT NULL,
+    already_stored bigint NOT NULL,
+    missing bigint NOT NULL,
+    stored bigint NOT NULL,
+    duplicates bigint NOT NULL,
+    by_type jsonb NOT NULL,
+    error text
+);
+
 CREATE TABLE webhook_ingress.retention_log (
     id bigint NOT NULL,
     period_start timestamp with time zone NOT NULL,

@@ -22,7 +22,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, c := range []string{"dev", "ingress", "streamer", "consumer", "migrate", "send", "events", "dlq", "replay", "subscriptions", "backfill", "audit", "retention", "relay", "control-plane", "config"} {
+	for _, c := range []string{"dev", "ingress", "streamer", "consumer", "migrate", "send", "events", "dlq", "replay", "subscriptions", "backfill", "reconcile", "audit", "retention", "relay", "control-plane", "config"} {
 		if !strings.Contains(out, "  "+c+" ") {
 			t.Errorf("--help does not list %s:\n%s", c, out)
 		}

@@ -43,6 +43,7 @@ var commands = map[string]command{
 	"dlq":           {"inspect dead-lettered jobs: list, show", runDLQ},
 	"replay":        {"re-queue a job, a handler's dead letters, or matching events to one handler", runReplay},
 	"backfill":      {"fill the event log from Stripe's or GitHub's history API (resumable)", runBackfill},
+	"reconcile":     {"store the events a provider lists for a window that never arrived as webhooks", runReconcile},
 	"audit":         {"seal the event log into tamper-evident checkpoints, and verify them", runAudit},
 	"subscriptions": {"list subscriptions; switch a retired handler's off", runSubscriptions},
 	"roles":         {"a database role per consumer, held to its own handlers (as the owner)", runRoles},

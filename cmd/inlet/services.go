@@ -39,7 +39,8 @@ func runStreamer(ctx context.Context, env *environment, args []string) error {
 Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
 lease due jobs in batches, and publish a reference per job to its handler's
 topic on the bus (bus.kind: nats). Any number of streamers may run at once.
-Watches every source for silence (silence:). Serves GET /healthz, /readyz
+Watches every source for silence (silence:), and reconciles with the
+providers' event lists when reconcile.enabled (one replica at a time). Serves GET /healthz, /readyz
 and /metrics on streamer.health_listen (default 127.0.0.1:8081: this machine
 only). SIGTERM finishes
 the claim round in progress and exits; jobs it leased stay leased until their
@@ -75,6 +76,11 @@ consumers report or the lease expires.`)
 		return err
 	}
 	defer stopMonitors()
+	stopReconcile, err := startReconcile(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopReconcile()
 	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, metricsHandler(reg), log)
 	if err != nil {
 		return err

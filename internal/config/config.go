@@ -53,14 +53,14 @@ const (
 )
 
 var droppedSections = map[Service][]string{
-	IngressService:  {"streamer", "consumer", "bus", "audit", "retention", "reporter", "control_plane", "relay"},
+	IngressService:  {"streamer", "consumer", "bus", "audit", "retention", "reporter", "control_plane", "relay", "reconcile"},
 	StreamerService: {"ingress", "sources", "consumer", "admin", "retention", "control_plane", "relay"},
-	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "silence", "reporter", "control_plane", "relay"},
+	ConsumerService: {"ingress", "sources", "streamer", "admin", "audit", "retention", "silence", "reporter", "control_plane", "relay", "reconcile"},
 	// The relay stores nothing: no database, only its sources and itself.
-	RelayService: {"database_url", "ingress", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "control_plane"},
+	RelayService: {"database_url", "ingress", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "control_plane", "reconcile"},
 	// The control plane is another party's service: it reads only its own
 	// section, never the data plane's database or secrets.
-	ControlPlaneService: {"database_url", "ingress", "sources", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "relay"},
+	ControlPlaneService: {"database_url", "ingress", "sources", "streamer", "consumer", "bus", "audit", "admin", "retention", "silence", "tracing", "reporter", "relay", "reconcile"},
 }
 
 // Reads reports whether service reads the top-level section (a YAML key of

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/audit"
+	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/controlplane"
@@ -55,6 +56,9 @@ type Config struct {
 	// Silence configures the silent-source detector (read from the old key
 	// heartbeat: too).
 	Silence monitor.Section `yaml:"silence"`
+	// Reconcile is the streamer's scheduled inlet reconcile (off by
+	// default); see backfill.Section.
+	Reconcile backfill.Section `yaml:"reconcile"`
 	// Tracing configures OpenTelemetry span export.
 	Tracing tracing.Section `yaml:"tracing"`
 	// Log configures logging.
@@ -96,6 +100,7 @@ func (c Config) WithDefaults() Config {
 	c.Admin = c.Admin.WithDefaults()
 	c.Retention = c.Retention.WithDefaults()
 	c.Silence = c.Silence.WithDefaults()
+	c.Reconcile = c.Reconcile.WithDefaults()
 	c.Tracing = c.Tracing.WithDefaults()
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
@@ -112,7 +117,7 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	for _, s := range []interface{ Validate() error }{c.Ingress, sourcesSection(c.Sources), c.Streamer, c.Audit, c.Consumer,
-		c.Bus, c.Tracing, c.Silence, c.Retention, c.Admin, c.Relay, c.Reporter, c.ControlPlane} {
+		c.Bus, c.Tracing, c.Silence, c.Reconcile, c.Retention, c.Admin, c.Relay, c.Reporter, c.ControlPlane} {
 		errs = append(errs, s.Validate())
 	}
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {

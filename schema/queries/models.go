@@ -249,6 +249,24 @@ type PartitionsResult struct {
 	EventsPartition *string
 }
 
+type ReconcileRun struct {
+	ID            int64
+	Source        string
+	Api           string
+	WindowSince   time.Time
+	WindowUntil   time.Time
+	StartedAt     time.Time
+	FinishedAt    *time.Time
+	DryRun        bool
+	Listed        int64
+	AlreadyStored int64
+	Missing       int64
+	Stored        int64
+	Duplicates    int64
+	ByType        []byte
+	Error         *string
+}
+
 type RetentionLog struct {
 	ID            int64
 	PeriodStart   time.Time

@@ -42,3 +42,9 @@ SELECT received_at FROM webhook_ingress.events WHERE provider = sqlc.arg(provide
 -- of several streamers on one database only the holder logs and POSTs
 -- source changes. Released when its connection ends.
 SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS leading;
+
+-- name: TryNamedLock :one
+-- Take the session lock named key if no other replica holds it: one
+-- replica of several runs the job the key names (inlet:reconcile: the
+-- scheduled reconcile). Released when its connection ends.
+SELECT pg_try_advisory_lock(hashtextextended(sqlc.arg(key)::text, 0)) AS leading;

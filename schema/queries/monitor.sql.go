@@ -148,6 +148,20 @@ func (q *Queries) MonitorSources(ctx context.Context) ([]string, error) {
 	return items, nil
 }
 
+const TryNamedLock = `-- name: TryNamedLock :one
+SELECT pg_try_advisory_lock(hashtextextended($1::text, 0)) AS leading
+`
+
+// Take the session lock named key if no other replica holds it: one
+// replica of several runs the job the key names (inlet:reconcile: the
+// scheduled reconcile). Released when its connection ends.
+func (q *Queries) TryNamedLock(ctx context.Context, key string) (bool, error) {
+	row := q.db.QueryRow(ctx, TryNamedLock, key)
+	var leading bool
+	err := row.Scan(&leading)
+	return leading, err
+}
+
 const TryReporterLock = `-- name: TryReporterLock :one
 SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS leading
 `

@@ -1,0 +1,98 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/schema/queries"
+)
+
+// Leader says whether this replica runs the schedule (monitor.Leader over
+// its own lock): of several streamers, one reconciles.
+type Leader interface {
+	Leading(ctx context.Context) (bool, error)
+}
+
+// ScheduleConfig configures [Schedule].
+type ScheduleConfig struct {
+	Section Section // after WithDefaults and Validate
+	// Store and DB are Reconcile's, as Section.DBRole. Required.
+	Store ingress.Store
+	DB    queries.DBTX
+	// Leader elects the one replica that runs. Required.
+	Leader  Leader
+	Metrics *ReconcileMetrics
+	Logger  *slog.Logger
+	// HTTPClient makes the API requests; nil: Config's default.
+	HTTPClient *http.Client
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Schedule runs Reconcile for each source of cfg.Section every Interval over
+// the last Window, while this replica leads, until ctx is done. The first
+// round is at once. A source's failure is logged and recorded in its
+// reconcile_runs row; the others still run. Events keep the stored scheme's
+// default occurred_at and payload copy (the streamer does not read
+// sources:).
+func Schedule(ctx context.Context, cfg ScheduleConfig) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	t := time.NewTicker(cfg.Section.Interval)
+	defer t.Stop()
+	for {
+		scheduledRound(ctx, cfg)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
+	leading, err := cfg.Leader.Leading(ctx)
+	if err != nil {
+		cfg.Logger.Warn("reconcile: leader election failed; skipping this round", slog.String("error", err.Error()))
+		return
+	}
+	if !leading {
+		return
+	}
+	until := cfg.Now()
+	since := until.Add(-cfg.Section.Window)
+	for _, src := range cfg.Section.Sources {
+		if ctx.Err() != nil {
+			return
+		}
+		log := cfg.Logger.With(slog.String("source", src.Source))
+		l, err := src.Lister(since, until)
+		if err != nil { // Validate saw it already
+			log.Error("reconcile: bad source", slog.String("error", err.Error()))
+			continue
+		}
+		d := Derive{OccurredAt: verify.NewOccurredAt(verify.Config{Type: src.Type}), StoreJSON: true, StoreJSONMaxBytes: 256 << 10}
+		rep, err := Reconcile(ctx, ReconcileConfig{Source: src.Source, Scheme: src.Type, Store: cfg.Store, DB: cfg.DB,
+			Since: since, Until: until, OccurredAt: d.OccurredAt, StoreJSON: d.StoreJSON, StoreJSONMaxBytes: d.StoreJSONMaxBytes,
+			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics}, l)
+		attrs := []any{slog.Int64("run", rep.RunID), slog.Int64("listed", rep.Total.Listed), slog.Int64("already_stored", rep.Total.AlreadyStored),
+			slog.Int64("missing", rep.Total.Missing), slog.Int64("stored", rep.Total.Stored), slog.Int64("duplicates", rep.Total.Duplicates)}
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			log.Error("reconcile failed", append(attrs, slog.String("error", err.Error()))...)
+		case err == nil && rep.Total.Missing > 0:
+			log.Warn("reconcile stored events the provider listed but never delivered", attrs...)
+		case err == nil:
+			log.Info("reconcile: nothing missing", attrs...)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package backfill
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// Section is the reconcile: section of inlet.yaml: inlet streamer (one
+// replica at a time, elected by an advisory lock) runs Reconcile for each
+// listed source every Interval over the last Window. Off by default.
+type Section struct {
+	// Enabled turns the schedule on. Defaults to false.
+	Enabled bool `yaml:"enabled"`
+	// Interval is the time between runs. Defaults to 1h; 1m to 24h.
+	Interval time.Duration `yaml:"interval"`
+	// Window is how far back each run looks. Defaults to 24h; at least
+	// Interval (or events between two windows would never be compared),
+	// at most 30 days (what Stripe keeps; GitHub keeps about 3 days).
+	Window time.Duration `yaml:"window"`
+	// DBRole is the role events are stored as. Defaults to
+	// webhook_ingress_writer, ingress's.
+	DBRole string `yaml:"db_role"`
+	// Sources are the sources to reconcile. Required when Enabled.
+	Sources []ReconcileSource `yaml:"sources"`
+}
+
+// ReconcileSource is one source of the schedule and its provider API.
+type ReconcileSource struct {
+	// Source is the name events are stored under (a source's name in
+	// sources:). Required.
+	Source string `yaml:"source"`
+	// Type is the provider: stripe or github. Required.
+	Type string `yaml:"type"`
+	// BaseURL is the API's origin. Defaults to the provider's.
+	BaseURL string `yaml:"base_url"`
+	// APIKey is Stripe's secret or restricted events:read key
+	// (${STRIPE_API_KEY}). Required for stripe.
+	APIKey string `yaml:"api_key"`
+	// Types keeps only these Stripe event types (the webhook endpoint's).
+	// Empty: every type of the account.
+	Types []string `yaml:"types"`
+	// Token may read the GitHub webhook (${GITHUB_TOKEN}). Required for
+	// github, with HookID and one of Repo and Org.
+	Token  string `yaml:"token"`
+	Repo   string `yaml:"repo"`
+	Org    string `yaml:"org"`
+	HookID int64  `yaml:"hook_id"`
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (s Section) WithDefaults() Section {
+	s.Interval = cmp.Or(s.Interval, time.Hour)
+	s.Window = cmp.Or(s.Window, 24*time.Hour)
+	s.DBRole = cmp.Or(s.DBRole, schema.IngressRole)
+	return s
+}
+
+// Validate checks the section (after WithDefaults) and names the first bad
+// key. A disabled section is checked too: turning it on should not be the
+// moment a typo shows.
+func (s Section) Validate() error {
+	switch {
+	case s.Interval < time.Minute || s.Interval > 24*time.Hour:
+		return fmt.Errorf("reconcile.interval: %s must be between 1m and 24h", s.Interval)
+	case s.Window < s.Interval:
+		return fmt.Errorf("reconcile.window: %s must be at least reconcile.interval (%s), or events between two windows are never compared", s.Window, s.Interval)
+	case s.Window > StripeRetention:
+		return fmt.Errorf("reconcile.window: %s is more than 30 days (720h), longer than the providers keep their events", s.Window)
+	case s.Enabled && len(s.Sources) == 0:
+		return fmt.Errorf("reconcile.sources: enabled with no source to reconcile")
+	}
+	for i, src := range s.Sources {
+		if _, err := src.Lister(time.Time{}, time.Time{}); err != nil {
+			return fmt.Errorf("reconcile.sources[%d] %q: %w", i, src.Source, err)
+		}
+	}
+	return nil
+}
+
+// Lister is src's provider list over [since, until] (zero: unbounded).
+func (src ReconcileSource) Lister(since, until time.Time) (Lister, error) {
+	if src.Source == "" {
+		return nil, fmt.Errorf("source: the name events are stored under is required")
+	}
+	switch src.Type {
+	case "stripe":
+		return NewStripe(StripeConfig{APIKey: src.APIKey, BaseURL: src.BaseURL, Types: src.Types, Since: since, Until: until})
+	case "github":
+		return NewGitHub(GitHubConfig{Token: src.Token, BaseURL: src.BaseURL, Repo: src.Repo, Org: src.Org, HookID: src.HookID})
+	}
+	return nil, fmt.Errorf("type: %q is not stripe or github", src.Type)
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/inlet-dev/inlet/backfill"
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/notify"
+)
+
+func runReconcile(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "reconcile", " stripe|github", `
+Compare the provider's own list of events for a window with the event log,
+and store each event the log lacks: a webhook the provider never delivered
+(or gave up on) is otherwise invisible to every receiver.
+
+  inlet reconcile stripe [--since 24h] [--until now] [--dry-run] [--json]
+  inlet reconcile github --repo owner/name --hook-id 123 [--since 24h]
+
+Stripe: GET /v1/events created in the window (Stripe keeps 30 days), with
+the secret or a restricted events:read key from --api-key or
+$STRIPE_API_KEY. Stripe lists every event of the account: pass --types to
+compare only the types the webhook endpoint is subscribed to. GitHub: the
+webhook's deliveries sent in the window (GitHub keeps about 3 days), with a
+token from --token or $GITHUB_TOKEN; only the missing deliveries' payloads
+are fetched.
+
+A missing event is stored as inlet backfill stores one (signature_verified =
+false, the API's bytes, header Inlet-Backfill naming the API) with the header
+Inlet-Reconcile: <run id>; each run is recorded in
+webhook_ingress.reconcile_runs (the dashboard shows the last). Running it
+again stores nothing twice. --dry-run counts and stores nothing.
+
+Prints, per event type and in total: listed (distinct events in the
+window), already stored, missing, stored now, and duplicates (extra listings
+of one event, such as GitHub redeliveries). --json prints
+{"items": [per type], "total": {...}, "run_id": …}.
+
+Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
+0) are waited out; 5xx and network errors are retried with backoff. Writes
+run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
+	cfgPath := configFlag(fs)
+	source := fs.String("source", "", "store under this configured source (default: the first source of the provider's type)")
+	baseURL := fs.String("base-url", "", "API origin (default https://api.stripe.com or https://api.github.com)")
+	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, or 24h, 7d ago)")
+	until := fs.String("until", "", "end of the window (default now)")
+	dryRun := fs.Bool("dry-run", false, "count what is missing; store nothing")
+	asJSON := fs.Bool("json", false, "print the counts as JSON")
+	apiKey := fs.String("api-key", "", "stripe: secret or restricted API key (default $STRIPE_API_KEY)")
+	types := fs.String("types", "", "stripe: only these event types, comma-separated (at most 20; invoice.* allowed)")
+	token := fs.String("token", "", "github: token that may read the webhook (default $GITHUB_TOKEN)")
+	repo := fs.String("repo", "", "github: owner/name of the repository whose webhook it is")
+	org := fs.String("org", "", "github: the organization whose webhook it is (instead of --repo)")
+	hookID := fs.Int64("hook-id", 0, "github: the webhook's id")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || (fs.Arg(0) != "stripe" && fs.Arg(0) != "github") {
+		return fmt.Errorf("%w: inlet reconcile needs one provider: stripe or github", errUsage)
+	}
+	kind := fs.Arg(0)
+	from, err := timeFlag("since", *since)
+	if err != nil {
+		return err
+	}
+	to := time.Now()
+	if *until != "" {
+		if to, err = timeFlag("until", *until); err != nil {
+			return err
+		}
+	}
+	if !from.Before(to) {
+		return fmt.Errorf("%w: --since %s is not before --until %s", errUsage, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	if kind == "stripe" && time.Since(from) > backfill.StripeRetention {
+		return fmt.Errorf("%w: --since %s: Stripe keeps the events of the last 30 days only", errUsage, from.Format(time.RFC3339))
+	}
+
+	var lister backfill.Lister
+	switch kind {
+	case "stripe":
+		c := backfill.StripeConfig{APIKey: cmpEnv(*apiKey, "STRIPE_API_KEY"), BaseURL: *baseURL, Since: from, Until: to}
+		if c.APIKey == "" {
+			return fmt.Errorf("%w: inlet reconcile stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage)
+		}
+		for _, t := range strings.Split(*types, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				c.Types = append(c.Types, t)
+			}
+		}
+		lister, err = backfill.NewStripe(c)
+	case "github":
+		c := backfill.GitHubConfig{Token: cmpEnv(*token, "GITHUB_TOKEN"), BaseURL: *baseURL, Repo: *repo, Org: *org, HookID: *hookID}
+		if c.Token == "" {
+			return fmt.Errorf("%w: inlet reconcile github needs a token: --token or $GITHUB_TOKEN", errUsage)
+		}
+		lister, err = backfill.NewGitHub(c)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+
+	cfg, cfgFrom, err := operatorConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	src, err := backfillSource(cfg, kind, *source, cfgFrom)
+	if err != nil {
+		return err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-reconcile", MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hinter := notify.NewHinter(pool, 0, stderrLogger(cfg, "text"))
+	defer hinter.Stop()
+	keepJSON, jsonMax := src.JSONCopy()
+	rep, err := backfill.Reconcile(ctx, backfill.ReconcileConfig{
+		Source: src.Name, Scheme: src.Type,
+		Store: ingress.NewPGStore(pool, hinter), DB: pool,
+		Since: from, Until: to, DryRun: *dryRun,
+		OccurredAt: verify.NewOccurredAt(src.Config), StoreJSON: keepJSON, StoreJSONMaxBytes: jsonMax,
+	}, lister)
+	if err != nil {
+		if rep.RunID != 0 {
+			fmt.Fprintf(env.stderr, "reconcile %s: run %d stopped after %d pages: %d listed, %d missing, %d stored\n",
+				src.Name, rep.RunID, rep.Pages, rep.Total.Listed, rep.Total.Missing, rep.Total.Stored)
+		}
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.stdout, rep)
+	}
+	printReconcile(env, rep)
+	return nil
+}
+
+func printReconcile(env *environment, rep backfill.Report) {
+	what := "reconciled"
+	if rep.DryRun {
+		what = "dry run, nothing stored"
+	}
+	fmt.Fprintf(env.stdout, "reconcile %s (run %d, %s): %s to %s from %s, %d pages, %d rate-limit waits\n",
+		rep.Source, rep.RunID, what, rep.Since.Format(time.RFC3339), rep.Until.Format(time.RFC3339), rep.API, rep.Pages, rep.RateLimitWaits)
+	tw := newTable(env.stdout)
+	fmt.Fprintln(tw, "TYPE\tLISTED\tALREADY STORED\tMISSING\tSTORED NOW\tDUPLICATES")
+	row := func(name string, c backfill.Counts) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", name, c.Listed, c.AlreadyStored, c.Missing, c.Stored, c.Duplicates)
+	}
+	for _, t := range rep.Types {
+		row(safe(t.Type), t.Counts)
+	}
+	row("total", rep.Total)
+	_ = tw.Flush()
+}
+
+// cmpEnv is v, or the environment variable name when v is empty.
+func cmpEnv(v, name string) string {
+	if v != "" {
+		return v
+	}
+	return os.Getenv(name)
+}

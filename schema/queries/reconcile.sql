@@ -1,0 +1,29 @@
+-- name: ReconcileStoredKeys :many
+-- Which of the external ids a provider listed are in the log already. Asked
+-- of event_keys, whose primary key is the dedupe key (events, partitioned by
+-- time, has no index on it); the ingress role may read its two key columns.
+SELECT external_event_id FROM webhook_ingress.event_keys
+WHERE provider = sqlc.arg(provider)::text AND external_event_id = ANY(sqlc.arg(external_ids)::text[]);
+
+-- name: StartReconcileRun :one
+-- A run's row, written when it starts: its id is the Inlet-Reconcile header
+-- of every event it stores, so an event points at the run that stored it
+-- even if the run is killed before FinishReconcileRun.
+INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run)
+VALUES (sqlc.arg(source), sqlc.arg(api), sqlc.arg(window_since), sqlc.arg(window_until), sqlc.arg(dry_run))
+RETURNING id;
+
+-- name: FinishReconcileRun :exec
+-- The run's counts, once, when it ends (error NULL: it read the whole window).
+UPDATE webhook_ingress.reconcile_runs
+SET finished_at = now(), listed = sqlc.arg(listed), already_stored = sqlc.arg(already_stored), missing = sqlc.arg(missing),
+    stored = sqlc.arg(stored), duplicates = sqlc.arg(duplicates), by_type = sqlc.arg(by_type), error = sqlc.narg(error)
+WHERE id = sqlc.arg(id);
+
+-- name: LatestReconcileRuns :many
+-- The newest run of each source, for the dashboard (a handful of sources; the
+-- index on (source, id) makes each a probe).
+SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
+       listed, already_stored, missing, stored, duplicates, by_type, error
+FROM webhook_ingress.reconcile_runs
+ORDER BY source, id DESC;
