@@ -193,13 +193,24 @@ func testNATSRestart(t *testing.T, storage string) {
 		err := pub.Publish(bus.Topic("h"), m)
 		return err == nil, fmt.Sprint(err)
 	})
-	select {
-	case r := <-ch:
-		if r.JobID != 100 {
-			t.Fatalf("got %d, want 100", r.JobID)
+	// 99's publish was reported failed, but a publish whose answer was lost
+	// may still have been stored (with file storage it then survives the
+	// restart): its outcome is unknown, and the streamer gives such a lease
+	// back, so a late 99 is allowed; 100 must arrive.
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			switch r.JobID {
+			case 100:
+				return
+			case 99:
+				continue
+			}
+			t.Fatalf("got %d, want 100 (or a late 99)", r.JobID)
+		case <-deadline:
+			t.Fatal(fmt.Sprint("no delivery after the NATS restart (", storage, " storage)"))
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal(fmt.Sprint("no delivery after the NATS restart (", storage, " storage)"))
 	}
 }
 
