@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"time"
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress"
@@ -57,17 +57,10 @@ Writes run as ingress.db_role (default webhook_ingress_writer) on the
 config file's database_url, else DATABASE_URL, else the local PostgreSQL
 that inlet dev started from this directory (.inlet/database_url).`)
 	cfgPath := configFlag(fs)
-	source := fs.String("source", "", "store under this configured source (default: the first source of the provider's type)")
-	baseURL := fs.String("base-url", "", "API origin (default https://api.stripe.com or https://api.github.com)")
 	statePath := fs.String("state", "", "cursor file of an unfinished run (default .inlet/backfill-<source>.json)")
 	restart := fs.Bool("restart", false, "ignore the saved cursor and start from the newest event")
-	apiKey := fs.String("api-key", "", "stripe: secret or restricted API key (default $STRIPE_API_KEY)")
-	since := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, or 24h, 7d)")
-	types := fs.String("types", "", "stripe: only these event types, comma-separated (at most 20; invoice.* allowed)")
-	token := fs.String("token", "", "github: token that may read the webhook (default $GITHUB_TOKEN)")
-	repo := fs.String("repo", "", "github: owner/name of the repository whose webhook it is")
-	org := fs.String("org", "", "github: the organization whose webhook it is (instead of --repo)")
-	hookID := fs.Int64("hook-id", 0, "github: the webhook's id")
+	sinceFlag := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, or 24h, 7d)")
+	api := providerAPIFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -76,45 +69,23 @@ that inlet dev started from this directory (.inlet/database_url).`)
 	}
 	kind := fs.Arg(0)
 
-	var lister backfill.Lister
-	var err error
-	switch kind {
-	case "stripe":
-		c := backfill.StripeConfig{APIKey: *apiKey, BaseURL: *baseURL}
-		if c.APIKey == "" {
-			c.APIKey = os.Getenv("STRIPE_API_KEY")
-		}
-		if c.APIKey == "" {
-			return fmt.Errorf("%w: inlet backfill stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage)
-		}
-		if c.Since, err = timeFlag("since", *since); err != nil {
+	var since time.Time
+	if kind == "stripe" {
+		var err error
+		if since, err = timeFlag("since", *sinceFlag); err != nil {
 			return err
 		}
-		for _, t := range strings.Split(*types, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				c.Types = append(c.Types, t)
-			}
-		}
-		lister, err = backfill.NewStripe(c)
-	case "github":
-		c := backfill.GitHubConfig{Token: *token, BaseURL: *baseURL, Repo: *repo, Org: *org, HookID: *hookID}
-		if c.Token == "" {
-			c.Token = os.Getenv("GITHUB_TOKEN")
-		}
-		if c.Token == "" {
-			return fmt.Errorf("%w: inlet backfill github needs a token: --token or $GITHUB_TOKEN", errUsage)
-		}
-		lister, err = backfill.NewGitHub(c)
 	}
+	lister, err := api.lister("backfill", kind, since, time.Time{})
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return err
 	}
 
 	cfg, from, err := operatorConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
-	src, err := backfillSource(cfg, kind, *source, from)
+	src, err := backfillSource(cfg, kind, *api.source, from)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/inlet-dev/inlet/backfill"
@@ -46,18 +44,11 @@ Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
 0) are waited out; 5xx and network errors are retried with backoff. Writes
 run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	cfgPath := configFlag(fs)
-	source := fs.String("source", "", "store under this configured source (default: the first source of the provider's type)")
-	baseURL := fs.String("base-url", "", "API origin (default https://api.stripe.com or https://api.github.com)")
 	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, or 24h, 7d ago)")
 	until := fs.String("until", "", "end of the window (default now)")
 	dryRun := fs.Bool("dry-run", false, "count what is missing; store nothing")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
-	apiKey := fs.String("api-key", "", "stripe: secret or restricted API key (default $STRIPE_API_KEY)")
-	types := fs.String("types", "", "stripe: only these event types, comma-separated (at most 20; invoice.* allowed)")
-	token := fs.String("token", "", "github: token that may read the webhook (default $GITHUB_TOKEN)")
-	repo := fs.String("repo", "", "github: owner/name of the repository whose webhook it is")
-	org := fs.String("org", "", "github: the organization whose webhook it is (instead of --repo)")
-	hookID := fs.Int64("hook-id", 0, "github: the webhook's id")
+	api := providerAPIFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,35 +73,16 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		return fmt.Errorf("%w: --since %s: Stripe keeps the events of the last 30 days only", errUsage, from.Format(time.RFC3339))
 	}
 
-	var lister backfill.Lister
-	switch kind {
-	case "stripe":
-		c := backfill.StripeConfig{APIKey: cmpEnv(*apiKey, "STRIPE_API_KEY"), BaseURL: *baseURL, Since: from, Until: to}
-		if c.APIKey == "" {
-			return fmt.Errorf("%w: inlet reconcile stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage)
-		}
-		for _, t := range strings.Split(*types, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				c.Types = append(c.Types, t)
-			}
-		}
-		lister, err = backfill.NewStripe(c)
-	case "github":
-		c := backfill.GitHubConfig{Token: cmpEnv(*token, "GITHUB_TOKEN"), BaseURL: *baseURL, Repo: *repo, Org: *org, HookID: *hookID}
-		if c.Token == "" {
-			return fmt.Errorf("%w: inlet reconcile github needs a token: --token or $GITHUB_TOKEN", errUsage)
-		}
-		lister, err = backfill.NewGitHub(c)
-	}
+	lister, err := api.lister("reconcile", kind, from, to)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return err
 	}
 
 	cfg, cfgFrom, err := operatorConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
-	src, err := backfillSource(cfg, kind, *source, cfgFrom)
+	src, err := backfillSource(cfg, kind, *api.source, cfgFrom)
 	if err != nil {
 		return err
 	}
@@ -162,9 +134,3 @@ func printReconcile(env *environment, rep backfill.Report) {
 }
 
 // cmpEnv is v, or the environment variable name when v is empty.
-func cmpEnv(v, name string) string {
-	if v != "" {
-		return v
-	}
-	return os.Getenv(name)
-}
