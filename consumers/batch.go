@@ -70,7 +70,19 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 // completeJobs records successes in one CompleteJobs statement and returns
 // the ids completed; an id missing lost its lease.
 func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]bool, error) {
-	return s.completeJobsOn(ctx, s.cfg.Pool, cs)
+	done, err := s.completeJobsOn(ctx, s.cfg.Pool, cs)
+	if err == nil && len(s.breakers) > 0 {
+		// Committed: the handlers' circuits close. (A handler's own
+		// transaction closes its circuit once it has committed.)
+		var names []string
+		for _, c := range cs {
+			if done[c.ref.JobID] {
+				names = append(names, c.ref.Handler)
+			}
+		}
+		s.succeeded(ctx, names)
+	}
+	return done, err
 }
 
 // querier runs CompleteJobs: the pool, or a handler's transaction.
@@ -109,16 +121,6 @@ func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion
 		return nil, fmt.Errorf("complete %d jobs (ids %d..%d): %w", n, ids[0], ids[n-1], err)
 	}
 	s.completed.Add(int64(len(done)))
-	if len(s.breakers) > 0 && q == querier(s.cfg.Pool) {
-		// A handler's transaction closes its circuit once it has committed.
-		var names []string
-		for _, c := range cs {
-			if done[c.ref.JobID] {
-				names = append(names, c.ref.Handler)
-			}
-		}
-		s.succeeded(ctx, names)
-	}
 	return done, nil
 }
 

@@ -342,12 +342,14 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	}
 	var refs []bus.Ref
 	var traces []string // each job's trace_parent
-	for _, j := range rows {
-		r := bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
-			Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
-		refs = append(refs, r)
+	lease := func(j queries.ClaimJobsRow) {
+		refs = append(refs, bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+			Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt})
 		traces = append(traces, j.TraceParent)
-		s.inFlight.leased(r.Handler, 1)
+		s.inFlight.leased(j.Handler, 1)
+	}
+	for _, j := range rows {
+		lease(j)
 	}
 	// Limited handlers are paced by their own limits (and a wake-up while
 	// they lease).
@@ -361,11 +363,9 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 			continue
 		}
 		for _, j := range lrows {
-			r := bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
-				Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
-			refs = append(refs, r)
-			traces = append(traces, j.TraceParent)
-			s.inFlight.leased(r.Handler, 1)
+			lease(queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+				AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt, TraceParent: j.TraceParent,
+				EventReceivedAt: j.EventReceivedAt, AttemptedAt: j.AttemptedAt})
 			if j.Probe {
 				s.cfg.Logger.Info("circuit half-open: probing with one job", slog.String("handler", h), slog.Int64("job_id", j.ID))
 			}
