@@ -38,9 +38,10 @@ type Limits struct {
 	NextProbeAt          *time.Time `json:"next_probe_at,omitempty"`
 }
 
-// limitsByHandler reads every handler's limits.
-func limitsByHandler(ctx context.Context, q *queries.Queries) (map[string]*Limits, error) {
-	rows, err := q.HandlerLimitsState(ctx)
+// HandlerLimits reads every limited handler's limits and circuit, by
+// handler name.
+func HandlerLimits(ctx context.Context, db queries.DBTX) (map[string]*Limits, error) {
+	rows, err := queries.New(db).HandlerLimitsState(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read handler limits: %w", err)
 	}
@@ -72,7 +73,7 @@ func ListSubscriptions(ctx context.Context, db DB, handler string) ([]Subscripti
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions of %q: %w", handler, err)
 	}
-	limits, err := limitsByHandler(ctx, queries.New(tx))
+	limits, err := HandlerLimits(ctx, tx)
 	if err != nil {
 		return nil, err
 	}

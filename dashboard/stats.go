@@ -144,24 +144,24 @@ func loadHandlers(ctx context.Context, tx pgx.Tx, now time.Time) ([]handlerStats
 			hs[i].Lag = time.Duration(r.LagSeconds * float64(time.Second))
 		}
 	}
-	limits, err := queries.New(tx).HandlerLimitsState(ctx)
+	limits, err := admin.HandlerLimits(ctx, tx)
 	if err != nil {
-		return nil, fmt.Errorf("handler limits: %w", err)
+		return nil, err
 	}
-	for _, l := range limits {
-		i := slices.IndexFunc(hs, func(h handlerStats) bool { return h.Handler == l.Handler })
-		if i < 0 {
+	for i := range hs {
+		l := limits[hs[i].Handler]
+		if l == nil {
 			continue
 		}
-		if l.BreakerFailures != nil {
+		if l.BreakerFailures > 0 {
 			hs[i].Circuit = l.Circuit
 		}
 		var parts []string
-		if l.RatePerSecond != nil {
-			parts = append(parts, fmt.Sprintf("%g/s", *l.RatePerSecond))
+		if l.RateLimit > 0 {
+			parts = append(parts, fmt.Sprintf("%g/s", l.RateLimit))
 		}
-		if l.MaxInFlight != nil {
-			parts = append(parts, fmt.Sprintf("%d in flight", *l.MaxInFlight))
+		if l.MaxInFlight > 0 {
+			parts = append(parts, fmt.Sprintf("%d in flight", l.MaxInFlight))
 		}
 		hs[i].Limits = strings.Join(parts, ", ")
 	}
