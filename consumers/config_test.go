@@ -103,6 +103,10 @@ func TestLimitSettingsOutOfRangeAreRejected(t *testing.T) {
 		{consumers.ReadyHandler{BreakerFailures: 20000}, "consumer.handlers[0].breaker_failures: 20000 must be between 0 (none) and 10000"},
 		{consumers.ReadyHandler{BreakerFailures: 3, BreakerProbeInterval: time.Millisecond}, "consumer.handlers[0].breaker_probe_interval: 1ms must be between 1s and 24h"},
 		{consumers.ReadyHandler{BreakerProbeInterval: time.Second}, "consumer.handlers[0].breaker_probe_interval: 1s is set without breaker_failures"},
+		{consumers.ReadyHandler{OrderPolicy: "skip"}, `consumer.handlers[0].order_policy: "skip" is set without order_key`},
+		{consumers.ReadyHandler{OrderKey: "data.object.id", OrderPolicy: "drop"}, `consumer.handlers[0].order_policy: "drop" is not block or skip`},
+		{consumers.ReadyHandler{OrderKey: "data..id"}, `consumer.handlers[0].order_key: "data..id": segment 2 of the dot path (e.g. data.object.id) is empty`},
+		{consumers.ReadyHandler{OrderKey: "header:"}, `consumer.handlers[0].order_key: "header:": header:Name needs a header name`},
 	} {
 		tc.h.Name, tc.h.Type = "h", "log"
 		err := consumers.Section{Handlers: []consumers.ReadyHandler{tc.h}}.WithDefaults().Validate()
@@ -110,7 +114,7 @@ func TestLimitSettingsOutOfRangeAreRejected(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.h, err, tc.want)
 		}
 	}
-	ok := consumers.ReadyHandler{Name: "h", Type: "log", RateLimit: 2.5, MaxInFlight: 4, BreakerFailures: 5}
+	ok := consumers.ReadyHandler{Name: "h", Type: "log", RateLimit: 2.5, MaxInFlight: 4, BreakerFailures: 5, OrderKey: "header:x-shop-id"}
 	if err := (consumers.Section{Handlers: []consumers.ReadyHandler{ok}}).WithDefaults().Validate(); err != nil {
 		t.Errorf("valid limits rejected: %v", err)
 	}

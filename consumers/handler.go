@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/textproto"
 	"slices"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -82,6 +84,19 @@ type Handler struct {
 	// BreakerProbeInterval is the time between probes of an open circuit.
 	// Defaults to 30s when BreakerFailures is set.
 	BreakerProbeInterval time.Duration
+	// OrderKey orders this handler's jobs per entity: where an event names
+	// its entity, a dot path into the parsed payload ("data.object.id",
+	// "repository.full_name"; the source must keep store_json) or a header
+	// ("header:X-Shop-Id"). A job then runs only after the earlier jobs of
+	// its key (by occurred_at, then arrival) have finished, across every
+	// replica; a key whose head is failing holds back that key only. An
+	// event without the key goes to the keyless lane, never blocked.
+	// "": unordered.
+	OrderKey string
+	// OrderPolicy is what a dead-lettered job does to the later jobs of its
+	// key: "block" (they wait until it is replayed; the default) or "skip"
+	// (they go on).
+	OrderPolicy string
 	// Func handles one attempt. Exactly one of Func and TxFunc is required.
 	Func HandlerFunc
 	// TxFunc handles one attempt inside a transaction that also completes
@@ -100,6 +115,7 @@ const (
 	maxRateLimit         = 1_000_000
 	maxLimit             = 1_000_000
 	maxBreakerFailures   = 10_000
+	maxOrderKeyLen       = 256
 )
 
 // WithDefaults returns h with every unset field at its default. Patterns is
@@ -127,6 +143,12 @@ func (h Handler) WithDefaults() Handler {
 	}
 	if h.BreakerFailures > 0 {
 		h.BreakerProbeInterval = cmp.Or(h.BreakerProbeInterval, defaultProbeInterval)
+	}
+	if h.OrderKey != "" {
+		h.OrderPolicy = cmp.Or(h.OrderPolicy, "block")
+		if name, ok := strings.CutPrefix(h.OrderKey, "header:"); ok {
+			h.OrderKey = "header:" + textproto.CanonicalMIMEHeaderKey(name)
+		}
 	}
 	return h
 }
@@ -219,6 +241,35 @@ func (h Handler) validateLimits() error {
 		return fmt.Errorf("breaker_probe_interval: %s is set without breaker_failures", h.BreakerProbeInterval)
 	case h.BreakerFailures > 0 && (h.BreakerProbeInterval < time.Second || h.BreakerProbeInterval > 24*time.Hour):
 		return fmt.Errorf("breaker_probe_interval: %s must be between 1s and 24h", h.BreakerProbeInterval)
+	case h.OrderPolicy != "" && h.OrderKey == "":
+		return fmt.Errorf("order_policy: %q is set without order_key", h.OrderPolicy)
+	case h.OrderKey != "" && h.OrderPolicy != "block" && h.OrderPolicy != "skip":
+		return fmt.Errorf("order_policy: %q is not block or skip", h.OrderPolicy)
+	}
+	if h.OrderKey != "" {
+		if err := validOrderKey(h.OrderKey); err != nil {
+			return fmt.Errorf("order_key: %w", err)
+		}
+	}
+	return nil
+}
+
+// validOrderKey checks an order key spec: header:Name, or a dot path of
+// non-empty segments.
+func validOrderKey(k string) error {
+	if len(k) > maxOrderKeyLen {
+		return fmt.Errorf("%d bytes, longer than %d", len(k), maxOrderKeyLen)
+	}
+	if name, ok := strings.CutPrefix(k, "header:"); ok {
+		if name == "" || strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == ':' || r > '~' }) {
+			return fmt.Errorf("%q: header:Name needs a header name", k)
+		}
+		return nil
+	}
+	for i, seg := range strings.Split(k, ".") {
+		if seg == "" || strings.ContainsFunc(seg, unicode.IsControl) {
+			return fmt.Errorf("%q: segment %d of the dot path (e.g. data.object.id) is empty", k, i+1)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,12 @@ func (s *Service) Register(ctx context.Context) error {
 				if h.Filter != "" {
 					expr = &h.Filter
 				}
-				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts, expr); err != nil {
+				var orderKey *string
+				if h.OrderKey != "" {
+					orderKey = &h.OrderKey
+				}
+				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts, expr,
+					orderKey, cmp.Or(h.OrderPolicy, "block")); err != nil {
 					if isRowSecurityViolation(err) {
 						return fmt.Errorf("handler %q is not one of this database role's handlers (inlet roles create-consumer NAME --handlers …,%s, or run as webhook_worker): %w",
 							h.Name, h.Name, err)

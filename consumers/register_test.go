@@ -168,3 +168,28 @@ func TestRegisterFilter(t *testing.T) {
 		t.Fatalf("after removing the filter: %q, want %q", got, want)
 	}
 }
+
+// An order key is registered with its policy (a header name in canonical
+// form, as ingress stores headers), and a job of the handler carries the
+// key its event names: here a header.
+func TestRegisterOrderKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := consumers.Handler{Name: "o", Func: ok, OrderKey: "header:x-shop-id", OrderPolicy: "skip"}
+	register(t, b, h)
+	var key, policy string
+	if err := b.Admin.QueryRow(context.Background(), `SELECT order_key, order_policy FROM webhook_ingress.subscriptions WHERE handler = 'o'`).Scan(&key, &policy); err != nil {
+		t.Fatal(err)
+	}
+	if key != "header:X-Shop-Id" || policy != "skip" {
+		t.Fatalf("registered order_key %q, policy %q", key, policy)
+	}
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{Headers: map[string][]string{"X-Shop-Id": {"shop-42"}}}), "o")
+	var jobKey *string
+	if err := b.Admin.QueryRow(context.Background(), `SELECT order_key FROM webhook_ingress.jobs WHERE id = $1`, jobID).Scan(&jobKey); err != nil {
+		t.Fatal(err)
+	}
+	if jobKey == nil || *jobKey != "shop-42" {
+		t.Fatalf("job's order_key %v, want shop-42", jobKey)
+	}
+}

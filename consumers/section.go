@@ -75,6 +75,12 @@ type ReadyHandler struct {
 	// BreakerProbeInterval is the time between probes of an open circuit.
 	// Defaults to 30s.
 	BreakerProbeInterval time.Duration `yaml:"breaker_probe_interval"`
+	// OrderKey orders the handler's jobs per entity (Handler.OrderKey): a
+	// dot path into the payload or header:Name. Defaults to "": unordered.
+	OrderKey string `yaml:"order_key"`
+	// OrderPolicy is block (default) or skip: whether a dead-lettered job
+	// holds back the later jobs of its key.
+	OrderPolicy string `yaml:"order_policy"`
 }
 
 // WithDefaults returns a copy with every unset field, the handlers'
@@ -165,5 +171,7 @@ func (h ReadyHandler) Handler(f HandlerFunc) Handler {
 		MaxInFlight:          h.MaxInFlight,
 		BreakerFailures:      h.BreakerFailures,
 		BreakerProbeInterval: h.BreakerProbeInterval,
+		OrderKey:             h.OrderKey,
+		OrderPolicy:          h.OrderPolicy,
 	}
 }

@@ -193,7 +193,7 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"complete its job", complete(own), 1},
 				{"fail its job", queryRows(schema.Query("FailJob"), own.id, own.attempt, "boom", "handler_error", time.Second, false, own.leasedAt, "c1"), 1},
 				{"append its history", execRows(schema.Query("InsertAttempt"), own.id, own.attempt, "c1", time.Now(), "failed", "handler_error", "boom"), 1},
-				{"register its subscription", execRows(schema.Query("UpsertSubscription"), mine, "shopify", "*", 5, nil), 1},
+				{"register its subscription", execRows(schema.Query("UpsertSubscription"), mine, "shopify", "*", 5, nil, nil, "block"), 1},
 				{"disable its old subscriptions", execRows(schema.Query("DisableOtherSubscriptions"), mine, []string{"acme"}, []string{"*"}), 1},
 				{"say it is alive", execRows(schema.Query("ConsumerAlive"), "c1", []string{mine}, time.Minute), 1},
 				{"say it is gone", execRows(schema.Query("ConsumerGone"), "c-"+mine, []string{mine}), 1},
@@ -227,7 +227,7 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"append to their history", execRows(schema.Query("InsertAttempt"), other.id, other.attempt, "c1", time.Now(), "failed", "x", "x")},
 				{"append to their history by hand", execRows(`INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome)
 					VALUES ($1, $2, 1, now(), 'failed')`, other.id, other.eventReceivedAt)},
-				{"register their handler", execRows(schema.Query("UpsertSubscription"), theirs, "*", "*", 5, nil)},
+				{"register their handler", execRows(schema.Query("UpsertSubscription"), theirs, "*", "*", 5, nil, nil, "block")},
 				{"disable their subscriptions", execRows(schema.Query("DisableOtherSubscriptions"), theirs, []string{}, []string{})},
 				{"disable their subscriptions by hand", execRows(`UPDATE webhook_ingress.subscriptions SET enabled = false WHERE handler = $1`, theirs)},
 				{"say their handler is alive", execRows(schema.Query("ConsumerAlive"), "c1", []string{theirs}, time.Hour)},

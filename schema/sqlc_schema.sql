@@ -184,6 +184,8 @@ CREATE TABLE webhook_ingress.jobs (
     completed_at timestamp with time zone,
     trace_parent text,
     completed_attempt_id bigint,
+    order_key text,
+    order_at timestamp with time zone,
     tableoid oid NOT NULL,
     ctid tid NOT NULL
 );
@@ -209,7 +211,9 @@ CREATE TABLE webhook_ingress.jobs_default (
     updated_at timestamp with time zone NOT NULL,
     completed_at timestamp with time zone,
     trace_parent text,
-    completed_attempt_id bigint
+    completed_attempt_id bigint,
+    order_key text,
+    order_at timestamp with time zone
 );
 
 CREATE TABLE webhook_ingress.reconcile_runs (
@@ -260,7 +264,9 @@ CREATE TABLE webhook_ingress.subscriptions (
     updated_at timestamp with time zone NOT NULL,
     provider_like text,
     event_type_like text,
-    filter text
+    filter text,
+    order_key text,
+    order_policy text NOT NULL
 );
 
 CREATE VIEW webhook_ingress.attempts AS
@@ -316,6 +322,9 @@ CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bi
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE FUNCTION webhook_ingress.order_key_of(spec text, payload jsonb, headers jsonb) RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.partition_name(t text, s timestamp with time zone) RETURNS text

@@ -176,6 +176,8 @@ type Job struct {
 	CompletedAt        *time.Time
 	TraceParent        *string
 	CompletedAttemptID *int64
+	OrderKey           *string
+	OrderAt            *time.Time
 	Tableoid           pgtype.Uint32
 	Ctid               pgtype.TID
 }
@@ -230,6 +232,8 @@ type JobsDefault struct {
 	CompletedAt        *time.Time
 	TraceParent        *string
 	CompletedAttemptID *int64
+	OrderKey           *string
+	OrderAt            *time.Time
 }
 
 type PartitionStatusResult struct {
@@ -298,6 +302,8 @@ type Subscription struct {
 	ProviderLike     *string
 	EventTypeLike    *string
 	Filter           *string
+	OrderKey         *string
+	OrderPolicy      string
 }
 
 type WebhookIngressAuditVerification struct {

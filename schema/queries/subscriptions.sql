@@ -1,12 +1,16 @@
 -- name: UpsertSubscription :execrows
 -- Register (or refresh) one (handler, provider pattern, event type pattern)
--- with its content filter $5 (a CEL expression, NULL for none).
-INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, enabled, updated_at)
-VALUES ($1, $2, $3, $4, $5, true, now())
+-- with its content filter $5 (a CEL expression, NULL for none) and its
+-- order key $6 (NULL: unordered) and policy $7 (block or skip).
+INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, order_key, order_policy, enabled, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, true, now())
 ON CONFLICT (handler, provider_pattern, event_type_pattern)
-DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, enabled = true, updated_at = now()
+DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, order_key = excluded.order_key,
+              order_policy = excluded.order_policy, enabled = true, updated_at = now()
 WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts
    OR subscriptions.filter IS DISTINCT FROM excluded.filter
+   OR subscriptions.order_key IS DISTINCT FROM excluded.order_key
+   OR subscriptions.order_policy IS DISTINCT FROM excluded.order_policy
    OR NOT subscriptions.enabled;
 
 -- name: DisableOtherSubscriptions :execrows

@@ -35,12 +35,15 @@ func (q *Queries) DisableOtherSubscriptions(ctx context.Context, arg DisableOthe
 }
 
 const UpsertSubscription = `-- name: UpsertSubscription :execrows
-INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, enabled, updated_at)
-VALUES ($1, $2, $3, $4, $5, true, now())
+INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter, order_key, order_policy, enabled, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, true, now())
 ON CONFLICT (handler, provider_pattern, event_type_pattern)
-DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, enabled = true, updated_at = now()
+DO UPDATE SET max_attempts = excluded.max_attempts, filter = excluded.filter, order_key = excluded.order_key,
+              order_policy = excluded.order_policy, enabled = true, updated_at = now()
 WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts
    OR subscriptions.filter IS DISTINCT FROM excluded.filter
+   OR subscriptions.order_key IS DISTINCT FROM excluded.order_key
+   OR subscriptions.order_policy IS DISTINCT FROM excluded.order_policy
    OR NOT subscriptions.enabled
 `
 
@@ -50,10 +53,13 @@ type UpsertSubscriptionParams struct {
 	EventTypePattern string
 	MaxAttempts      int32
 	Filter           *string
+	OrderKey         *string
+	OrderPolicy      string
 }
 
 // Register (or refresh) one (handler, provider pattern, event type pattern)
-// with its content filter $5 (a CEL expression, NULL for none).
+// with its content filter $5 (a CEL expression, NULL for none) and its
+// order key $6 (NULL: unordered) and policy $7 (block or skip).
 func (q *Queries) UpsertSubscription(ctx context.Context, arg UpsertSubscriptionParams) (int64, error) {
 	result, err := q.db.Exec(ctx, UpsertSubscription,
 		arg.Handler,
@@ -61,6 +67,8 @@ func (q *Queries) UpsertSubscription(ctx context.Context, arg UpsertSubscription
 		arg.EventTypePattern,
 		arg.MaxAttempts,
 		arg.Filter,
+		arg.OrderKey,
+		arg.OrderPolicy,
 	)
 	if err != nil {
 		return 0, err
