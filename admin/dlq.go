@@ -44,6 +44,11 @@ type DeadLetter struct {
 	DeadSince       time.Time `json:"dead_since"`
 	ExternalEventID string    `json:"external_event_id"`
 	ReceivedAt      time.Time `json:"received_at"`
+	// OrderKey is the entity key of an ordered handler's job, and Holding
+	// how many later jobs of that key it holds back until it is replayed
+	// (order_policy block; 0 under skip).
+	OrderKey *string `json:"order_key,omitempty"`
+	Holding  int64   `json:"holding,omitempty"`
 }
 
 // DeadLetterPage is one page of dead letters, newest job first.
@@ -70,7 +75,8 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetter
 		for _, r := range rows {
 			page.DeadLetters = append(page.DeadLetters, DeadLetter{JobID: r.ID, EventID: r.EventID, Handler: r.Handler,
 				Provider: r.Provider, EventType: r.EventType, AttemptCount: int(r.AttemptCount), MaxAttempts: int(r.MaxAttempts),
-				LastErrorClass: r.LastErrorClass, DeadSince: r.UpdatedAt, ExternalEventID: r.ExternalEventID, ReceivedAt: r.ReceivedAt})
+				LastErrorClass: r.LastErrorClass, DeadSince: r.UpdatedAt, ExternalEventID: r.ExternalEventID, ReceivedAt: r.ReceivedAt,
+				OrderKey: r.OrderKey, Holding: r.Holding})
 		}
 		return nil
 	})

@@ -35,6 +35,7 @@ import (
 var (
 	jobsCount   = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
 	jobsConfigs = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
+	jobsOrder   = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 2,000 jobs), against an unordered run just before")
 	jobsRLS     = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
 
@@ -88,6 +89,10 @@ type JobsRun struct {
 	PerSecond   float64 `json:"per_second"`
 	// VsRiver is PerSecond / the mean of River's two runs.
 	VsRiver float64 `json:"vs_river,omitempty"`
+	// OrderKeys is the distinct order keys of an ordered run (-jobs-order),
+	// and VsUnordered its PerSecond / that of the unordered run before it.
+	OrderKeys   int     `json:"order_keys,omitempty"`
+	VsUnordered float64 `json:"vs_unordered,omitempty"`
 	// VsWorker is PerSecond / that of the same configuration as
 	// webhook_worker, for a run as a consumer role (-jobs-rls).
 	VsWorker float64 `json:"vs_worker,omitempty"`
@@ -144,7 +149,7 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 			var worker float64
 			var rls []JobsRun
 			for _, asConsumerRole := range roles {
-				r, err := inletJobs(ctx, b, kind, nc.url, replicas, n, asConsumerRole)
+				r, err := inletJobs(ctx, b, kind, nc.url, replicas, n, asConsumerRole, 0)
 				if err != nil {
 					return nil, fmt.Errorf("inlet over %s, %d replicas (%s): %w", kind, replicas, r.Role, err)
 				}
@@ -161,6 +166,13 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 			}
 		}
 	}
+	if *jobsOrder != "" {
+		ordered, err := orderedJobs(ctx, b, n)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, ordered...)
+	}
 	last, err := riverJobs(ctx, b, n)
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
@@ -176,7 +188,7 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 	fmt.Printf("\n%d jobs each, no-op handler, loaded before the clock starts; total handler concurrency %d (River MaxWorkers %d); streamer batch %d:\n\n",
 		n, jobsConcurrency, jobsConcurrency, jobsStreamerBatch)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SYSTEM\tBUS\tREPLICAS\tROLE\tCONCURRENCY\tLOAD S\tRUN S\tJOBS/S\t/ RIVER (MEAN)\t/ WORKER ROLE")
+	fmt.Fprintln(tw, "SYSTEM\tBUS\tREPLICAS\tROLE\tORDER KEYS\tJOBS\tLOAD S\tRUN S\tJOBS/S\t/ RIVER (MEAN)\t/ WORKER ROLE\t/ UNORDERED")
 	for _, r := range runs {
 		busName, replicas, role, vsWorker := "-", "-", "-", "-"
 		if r.System == "inlet" {
@@ -187,7 +199,11 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 		if r.VsWorker > 0 {
 			vsWorker = fmt.Sprintf("%.2f×", r.VsWorker)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\t%s\n", r.System, busName, replicas, role, r.Concurrency, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver, vsWorker)
+		keys, vsUnordered := "-", "-"
+		if r.OrderKeys > 0 {
+			keys, vsUnordered = strconv.Itoa(r.OrderKeys), fmt.Sprintf("%.2f×", r.VsUnordered)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\t%s\t%s\n", r.System, busName, replicas, role, keys, r.Jobs, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver, vsWorker, vsUnordered)
 	}
 	tw.Flush()
 	fmt.Println("\nWith 4 replicas both buses split the references among them: the in-process bus hands each to one subscriber of its topic, NATS to one member of the queue group, as separate processes would get them.")
@@ -199,8 +215,8 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 // them until every job is completed. The consumers run as webhook_worker,
 // or, asConsumerRole, as a consumer role made for the handler (as inlet
 // roles create-consumer does), under row-level security.
-func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int, asConsumerRole bool) (run JobsRun, err error) {
-	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Role: schema.WorkerRole, Concurrency: jobsConcurrency, Jobs: n}
+func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n int, asConsumerRole bool, orderKeys int) (run JobsRun, err error) {
+	run = JobsRun{System: "inlet", Bus: kind, Replicas: replicas, Role: schema.WorkerRole, Concurrency: jobsConcurrency, Jobs: n, OrderKeys: orderKeys}
 	if asConsumerRole {
 		run.Role = "consumer role"
 	}
@@ -257,6 +273,9 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	}
 	handler := consumers.Handler{Name: name, Provider: "stripe", Concurrency: jobsConcurrency / replicas,
 		Func: func(context.Context, *consumers.Event) error { return nil }}
+	if orderKeys > 0 {
+		handler.OrderKey = "data.object.customer"
+	}
 	var services []*consumers.Service
 	for i := range replicas {
 		pool, err := database.Open(ctx, b.url, database.Options{Role: role, MaxConns: jobsConsumerConns,
@@ -299,7 +318,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		return run, err
 	}
 	t0 := time.Now()
-	events, err := loadEvents(ctx, owner, name, n)
+	events, err := loadEvents(ctx, owner, name, n, orderKeys)
 	if err != nil {
 		return run, err
 	}
@@ -371,22 +390,25 @@ type eventRange struct{ lo, hi int64 }
 
 // loadEvents stores n Stripe events in one statement as the owner; the
 // fan-out trigger gives each a pending job for handler, the only enabled
-// subscription. The jobs table is then vacuumed and analyzed, so each
+// subscription. With keys > 0 each also gets its parsed payload, whose
+// data.object.customer is one of keys customers (an ordered handler's key). The jobs table is then vacuumed and analyzed, so each
 // measurement starts from the same state (river bench vacuums its table).
-func loadEvents(ctx context.Context, owner *pgx.Conn, handler string, n int) (eventRange, error) {
+func loadEvents(ctx context.Context, owner *pgx.Conn, handler string, n, keys int) (eventRange, error) {
 	var r eventRange
 	var stored int
 	err := owner.QueryRow(ctx, `
 		WITH ins AS (
-		    INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified, secret_index)
-		    SELECT 'stripe', 'stripe', $1 || '-' || g, 'invoice.paid',
-		           convert_to('{"id":"evt_' || g || '","object":"event","type":"invoice.paid","data":{"object":{"id":"in_' || g
-		                      || '","amount_due":2000,"currency":"usd","customer":"cus_bench"}}}' || repeat(' ', 160), 'UTF8'),
-		           true, 0
-		    FROM generate_series(1, $2::int) g
+		    INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, signature_verified, secret_index)
+		    SELECT 'stripe', 'stripe', $1 || '-' || g, 'invoice.paid', convert_to(b.body, 'UTF8'),
+		           CASE WHEN $3::int > 0 THEN b.body::jsonb END, true, 0
+		    FROM generate_series(1, $2::int) g,
+		         LATERAL (SELECT '{"id":"evt_' || g || '","object":"event","type":"invoice.paid","data":{"object":{"id":"in_' || g
+		                         || '","amount_due":2000,"currency":"usd","customer":"cus_'
+		                         || CASE WHEN $3::int > 0 THEN (g % $3::int)::text ELSE 'bench' END
+		                         || '"}}}' || repeat(' ', 160) AS body) b
 		    RETURNING id
 		)
-		SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM ins`, handler, n).Scan(&stored, &r.lo, &r.hi)
+		SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM ins`, handler, n, keys).Scan(&stored, &r.lo, &r.hi)
 	if err != nil {
 		return r, fmt.Errorf("load %d events: %w", n, err)
 	}
@@ -664,4 +686,32 @@ func startNATSServer(ctx context.Context) (*natsServer, error) {
 func (s *natsServer) stop() {
 	s.terminate(10 * time.Second)
 	os.RemoveAll(s.dir)
+}
+
+// orderedJobs measures, over the in-process bus with one replica, an
+// unordered run and then one ordered run per -jobs-order count of distinct
+// keys (one key: the jobs run one at a time, so at most 2,000 of them).
+func orderedJobs(ctx context.Context, b *bench, n int) ([]JobsRun, error) {
+	var runs []JobsRun
+	for spec := range strings.SplitSeq(*jobsOrder, ",") {
+		keys, err := strconv.Atoi(strings.TrimSpace(spec))
+		if err != nil || keys < 1 {
+			return nil, fmt.Errorf("-jobs-order: %q is not a positive count of keys", spec)
+		}
+		jobs := n
+		if keys == 1 {
+			jobs = min(n, 2000)
+		}
+		base, err := inletJobs(ctx, b, "gochannel", "", 1, jobs, false, 0)
+		if err != nil {
+			return nil, fmt.Errorf("inlet unordered before %d keys: %w", keys, err)
+		}
+		r, err := inletJobs(ctx, b, "gochannel", "", 1, jobs, false, keys)
+		if err != nil {
+			return nil, fmt.Errorf("inlet ordered, %d keys: %w", keys, err)
+		}
+		r.VsUnordered = r.PerSecond / base.PerSecond
+		runs = append(runs, base, r)
+	}
+	return runs, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -130,6 +131,15 @@ func TestOrderKeyDeadLetterPolicy(t *testing.T) {
 				t.Fatalf("leased %v, want k1", got)
 			}
 			b.finish(t, "k1", "dead_letter")
+			// The DLQ says what the dead letter holds back: k2 under block.
+			page, err := admin.ListDeadLetters(context.Background(), b.admin, admin.DeadLetterFilter{Handler: "ordered"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int64{"block": 1, "skip": 0}[policy]
+			if len(page.DeadLetters) != 1 || page.DeadLetters[0].OrderKey == nil || *page.DeadLetters[0].OrderKey != "sub_K" || page.DeadLetters[0].Holding != want {
+				t.Fatalf("dead letters %+v, want k1 of key sub_K holding %d", page.DeadLetters, want)
+			}
 			got := b.leaseRound(t, s)
 			if policy == "skip" {
 				if !slices.Equal(got, []string{"k2"}) {

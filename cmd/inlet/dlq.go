@@ -66,10 +66,14 @@ stderr (with --json, it is the list's "next").
 			return nil
 		}
 		tw := newTable(env.stdout)
-		fmt.Fprintln(tw, "JOB\tEVENT\tHANDLER\tSOURCE\tTYPE\tEXTERNAL ID\tATTEMPTS\tERROR CLASS\tDEAD SINCE")
+		fmt.Fprintln(tw, "JOB\tEVENT\tHANDLER\tSOURCE\tTYPE\tEXTERNAL ID\tATTEMPTS\tERROR CLASS\tDEAD SINCE\tHOLDS BACK")
 		for _, d := range page.DeadLetters {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", d.JobID, d.EventID, cell(d.Handler), cell(d.Provider),
-				cell(d.EventType), cell(d.ExternalEventID), d.AttemptCount, d.MaxAttempts, cell(d.LastErrorClass), stamp(d.DeadSince))
+			holds := "-"
+			if d.Holding > 0 && d.OrderKey != nil {
+				holds = fmt.Sprintf("%d of key %s", d.Holding, cell(*d.OrderKey))
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.JobID, d.EventID, cell(d.Handler), cell(d.Provider),
+				cell(d.EventType), cell(d.ExternalEventID), d.AttemptCount, d.MaxAttempts, cell(d.LastErrorClass), stamp(d.DeadSince), holds)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

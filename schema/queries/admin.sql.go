@@ -607,7 +607,16 @@ func (q *Queries) AdminJobAttempts(ctx context.Context, jobIds []int64) ([]Admin
 
 const AdminListDeadLetters = `-- name: AdminListDeadLetters :many
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
-       coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at
+       coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at,
+       j.order_key,
+       CASE WHEN j.order_key IS NULL
+              OR NOT EXISTS (SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'block')
+            THEN 0
+            ELSE (SELECT count(*) FROM webhook_ingress.jobs p
+                  WHERE p.handler = j.handler AND p.order_key = j.order_key
+                    AND p.status IN ('pending', 'leased', 'failed', 'dead_letter')
+                    AND (p.order_at, p.id) > (j.order_at, j.id))
+       END::bigint AS holding
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.status = 'dead_letter'
@@ -643,12 +652,16 @@ type AdminListDeadLettersRow struct {
 	UpdatedAt       time.Time
 	ExternalEventID string
 	ReceivedAt      time.Time
+	OrderKey        *string
+	Holding         int64
 }
 
 // Dead-lettered jobs with their event's metadata; the time range is when the
 // job was dead-lettered (updated_at). Error class only: the text is in
 // AdminGetJob. handler handler, provider provider, error_class error class, since since, until until,
-// before_id before job id, page_size limit.
+// before_id before job id, page_size limit. An ordered handler's dead
+// letter (019_order_key) names its key and, under order_policy block, how
+// many later jobs of that key it holds back until it is replayed.
 func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLettersParams) ([]AdminListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, AdminListDeadLetters,
 		arg.Handler,
@@ -678,6 +691,8 @@ func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLet
 			&i.UpdatedAt,
 			&i.ExternalEventID,
 			&i.ReceivedAt,
+			&i.OrderKey,
+			&i.Holding,
 		); err != nil {
 			return nil, err
 		}
