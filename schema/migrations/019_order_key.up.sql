@@ -9,9 +9,9 @@
 -- without the key (the path absent, or no payload copy) gets a job in the
 -- keyless lane: order_key NULL, leased as any other.
 --
--- The claim probes jobs_order_lane, which holds only the unfinished jobs of
--- ordered handlers: handlers without order_key add nothing to it, and the
--- claim skips the probe for their jobs.
+-- The claim probes jobs_order_lane (order_blocked), which holds only the
+-- unfinished jobs of ordered handlers: handlers without order_key add
+-- nothing to it, and the claim skips the probe for their jobs.
 
 ALTER TABLE webhook_ingress.subscriptions
     ADD COLUMN order_key text
@@ -43,6 +43,25 @@ $$
         WHEN spec LIKE 'header:%' THEN headers -> substr(spec, 8) ->> 0
         ELSE payload #>> string_to_array(spec, '.')
     END
+$$;
+
+-- Whether an earlier job of the same handler and key is unfinished, which
+-- holds back the job (p_at, p_id). A function rather than a subquery in the
+-- claim: the subquery's plan (a probe of every jobs partition) added
+-- 0.5-1.3 ms of planning to every claim, ordered handlers or not; the call
+-- is made for keyed jobs only, and PL/pgSQL keeps its own plan.
+CREATE FUNCTION webhook_ingress.order_blocked(p_handler text, p_key text, p_at timestamptz, p_id bigint) RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE AS
+$$
+BEGIN
+    RETURN EXISTS (
+        SELECT FROM webhook_ingress.jobs p
+        WHERE p.handler = p_handler AND p.order_key = p_key
+          AND p.status IN ('pending', 'leased', 'failed', 'dead_letter')
+          AND (p.order_at, p.id) < (p_at, p_id)
+          AND (p.status <> 'dead_letter' OR NOT EXISTS (
+              SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = p_handler AND s.order_policy = 'skip')));
+END
 $$;
 
 -- The fan-outs of 014, with the key and time of ordered handlers' jobs.

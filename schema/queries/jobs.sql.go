@@ -18,13 +18,7 @@ WITH due AS (
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
       AND j.handler <> ALL ($3::text[])
-      AND (j.order_key IS NULL OR NOT EXISTS ( -- an ordered handler's job waits for the earlier ones of its key
-            SELECT FROM webhook_ingress.jobs p
-            WHERE p.handler = j.handler AND p.order_key = j.order_key
-              AND p.status IN ('pending', 'leased', 'failed', 'dead_letter')
-              AND (p.order_at, p.id) < (j.order_at, j.id)
-              AND (p.status <> 'dead_letter' OR NOT EXISTS (
-                  SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
+      AND (j.order_key IS NULL OR NOT webhook_ingress.order_blocked(j.handler, j.order_key, j.order_at, j.id)) -- an ordered handler's job waits for the earlier ones of its key
     ORDER BY j.next_attempt_at, j.id
     LIMIT $4::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -85,7 +79,7 @@ type ClaimJobsRow struct {
 // the claim does not re-count every lease. A job of an ordered handler
 // (019_order_key) is leased only when no earlier job of its key is
 // unfinished (pending, leased, failed, or dead_letter under the policy
-// block): one probe of jobs_order_lane, for keyed jobs only.
+// block): one probe of jobs_order_lane (order_blocked), for keyed jobs only.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJobs,
 		arg.LeaseHolder,

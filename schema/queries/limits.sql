@@ -63,13 +63,7 @@ WITH lim AS (
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
       AND j.handler = sqlc.arg(handler)::text
-      AND (j.order_key IS NULL OR NOT EXISTS ( -- an ordered handler's job waits for the earlier ones of its key
-            SELECT FROM webhook_ingress.jobs p
-            WHERE p.handler = j.handler AND p.order_key = j.order_key
-              AND p.status IN ('pending', 'leased', 'failed', 'dead_letter')
-              AND (p.order_at, p.id) < (j.order_at, j.id)
-              AND (p.status <> 'dead_letter' OR NOT EXISTS (
-                  SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
+      AND (j.order_key IS NULL OR NOT webhook_ingress.order_blocked(j.handler, j.order_key, j.order_at, j.id)) -- an ordered handler's job waits for the earlier ones of its key
     ORDER BY j.next_attempt_at, j.id
     LIMIT (SELECT n FROM quota)
     FOR UPDATE OF j SKIP LOCKED
