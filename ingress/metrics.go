@@ -14,7 +14,7 @@ import (
 const unknownSource = "_unknown"
 
 // Reasons a request is rejected before verification (verify.Reasons are the rest).
-var requestReasons = append([]string{"unknown_source", "body_too_large", "body_unreadable", "body_read_timeout", "event_unstorable"}, limitReasons...)
+var requestReasons = append([]string{"unknown_source", "method_not_allowed", "body_too_large", "body_unreadable", "body_read_timeout", "event_unstorable"}, limitReasons...)
 
 type ingressMetrics struct {
 	received    *prometheus.CounterVec
@@ -25,7 +25,9 @@ type ingressMetrics struct {
 	// outcomeUnknown counts the 503s after which the event may be stored.
 	outcomeUnknown *prometheus.CounterVec
 	overloaded     *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
+	// handshakes counts the providers' endpoint checks answered (not stored).
+	handshakes *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
 	// deliveryLag is received − occurred of each stored event that has an
 	// occurred_at: how late the provider delivers (retries, backlogs).
 	deliveryLag *prometheus.HistogramVec
@@ -45,6 +47,8 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 			"lost): the event may be stored, and the provider's retry is then answered duplicate. Included in unavailable_total.", "source"),
 		overloaded: counter("overloaded_total", "Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for "+
 			"ingress.store_timeout (the database is not keeping up with the bodies arriving).", "source"),
+		handshakes: counter("handshakes_total", "Provider endpoint checks answered (Slack url_verification, Meta subscribe, X crc, Zoom url_validation, "+
+			"Twitch callback_verification, Discord ping, ...), by source and kind. Not events: nothing is stored. A refused one counts in rejected_total.", "source", "kind"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "ingest_duration_seconds",
 			Help:    "From the start of a request to the commit of its event (stored and duplicates).",
@@ -64,7 +68,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		func() float64 { return float64(inflight.inUse()) })
 	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
 		func() float64 { return float64(inflight.size) })
-	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.duration, m.deliveryLag, inUse, limit} {
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.handshakes, m.duration, m.deliveryLag, inUse, limit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -154,6 +154,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
+	// GET only for the providers that check the endpoint with a GET
+	// handshake (Meta, X, Dropbox, Okta); anything else is 405.
+	mux.HandleFunc("GET /webhooks/{source}", s.handleWebhook)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -253,7 +256,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx, span := tracer.Start(r.Context(), "inlet.ingress.webhook", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	wh := s.route(w, r, span, start)
-	if wh == nil || !wh.withinLimits() {
+	if wh == nil || !wh.methodAllowed() || !wh.withinLimits() {
 		return
 	}
 	body, held, ok := wh.read(ctx)
@@ -263,6 +266,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	header, res, ok := wh.verify(body)
 	if !ok {
+		return
+	}
+	if res.Handshake != nil {
+		wh.handshake(res.Handshake)
 		return
 	}
 	// The write deadline started when the headers were read; a slow upload
@@ -311,6 +318,31 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, span trace.Span, 
 	s.metrics.received.WithLabelValues(name).Inc()
 	span.SetAttributes(attribute.String("inlet.source", name), attribute.String("inlet.scheme", src.scheme))
 	return &webhook{s: s, w: w, r: r, span: span, src: src, log: s.cfg.Logger.With(slog.String("source", name)), start: start}
+}
+
+// methodAllowed answers 405 to a GET for a source whose provider sends no
+// GET handshake.
+func (wh *webhook) methodAllowed() bool {
+	if wh.r.Method == http.MethodPost || verify.AnswersGET(wh.src.verifier) {
+		return true
+	}
+	wh.w.Header().Set("Allow", http.MethodPost)
+	wh.reject(http.StatusMethodNotAllowed, "method_not_allowed")
+	return false
+}
+
+// handshake answers a provider's verified check of the endpoint. It is not
+// an event: nothing is stored.
+func (wh *webhook) handshake(hs *verify.Handshake) {
+	wh.s.metrics.handshakes.WithLabelValues(wh.src.name, hs.Kind).Inc()
+	wh.span.SetAttributes(attribute.String("inlet.outcome", "handshake"), attribute.String("inlet.handshake", hs.Kind))
+	for name, vals := range hs.Header {
+		wh.w.Header()[name] = vals
+	}
+	wh.w.Header().Set("Content-Type", hs.ContentType)
+	wh.w.WriteHeader(http.StatusOK)
+	_, _ = wh.w.Write(hs.Body)
+	wh.log.Info("handshake answered", slog.String("kind", hs.Kind))
 }
 
 // reject answers a request the source's sender must not send again as is.
@@ -394,6 +426,7 @@ func (wh *webhook) verify(body []byte) (http.Header, verify.Result, bool) {
 		}
 	}
 	res, err := wh.src.verifier.Verify(&verify.Request{
+		Method: wh.r.Method,
 		Header: header,
 		Body:   body,
 		URL:    requestURL(wh.r),
@@ -453,8 +486,7 @@ func (wh *webhook) store(ctx context.Context, event *Event) (stored, ok bool) {
 	return stored, true
 }
 
-// accepted answers a committed (or duplicate) event 200, echoing the
-// provider's challenge when it sent one.
+// accepted answers a committed (or duplicate) event 200.
 func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	s, name := wh.s, wh.src.name
 	s.metrics.accepted(name, !stored, wh.start)
@@ -467,12 +499,7 @@ func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	}
 	wh.span.SetAttributes(attribute.String("inlet.outcome", status))
 	wh.src.noteSecret(res.SecretIndex, s.cfg.Now(), wh.log)
-	if res.Challenge != "" {
-		// The provider checks the endpoint by having its challenge echoed.
-		writeJSON(wh.w, http.StatusOK, map[string]string{"challenge": res.Challenge})
-	} else {
-		writeJSON(wh.w, http.StatusOK, answer{Status: status})
-	}
+	writeJSON(wh.w, http.StatusOK, answer{Status: status})
 	wh.log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(wh.start)))...)
 }

@@ -373,7 +373,8 @@ func TestGitLabTokenIsNotStored(t *testing.T) {
 	}
 }
 
-// Slack checks a new endpoint with url_verification: the answer echoes the challenge.
+// Slack checks a new endpoint with url_verification: the answer echoes the
+// challenge, and nothing is stored (a handshake is no event).
 func TestSlackChallengeIsAnswered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -385,6 +386,18 @@ func TestSlackChallengeIsAnswered(t *testing.T) {
 	code, answer, _ := do(t, req)
 	if code != 200 || strings.TrimSpace(answer) != `{"challenge":"c-123"}` {
 		t.Fatalf("%d %s", code, answer)
+	}
+	var n int
+	if err := b.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'slack' AND event_type = 'url_verification'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("stored url_verification events = %d, %v; want none", n, err)
+	}
+	// Signed with another secret, the handshake is refused like a bad signature.
+	req, _ = http.NewRequest(http.MethodPost, b.url+"/webhooks/slack", bytes.NewReader(body))
+	for k, v := range verify.SignSlack("not-the-secret", time.Now(), body) {
+		req.Header[k] = v
+	}
+	if code, answer, _ := do(t, req); code != http.StatusUnauthorized || !strings.Contains(answer, "signature_mismatch") {
+		t.Fatalf("forged url_verification: %d %s", code, answer)
 	}
 }
 

@@ -20,6 +20,17 @@ import (
 const (
 	placeholderBody      = "{body}"
 	placeholderTimestamp = "{timestamp}"
+	placeholderURL       = "{url}"
+	placeholderMethod    = "{method}"
+	placeholderHeader    = "{header:" // {header:Name}
+	placeholderJSON      = "{json:"   // {json:dotted.path}
+)
+
+// Timestamp formats of HMACConfig.TimestampFormat.
+const (
+	timestampUnix    = "unix"
+	timestampUnixMS  = "unix_ms"
+	timestampRFC3339 = "rfc3339"
 )
 
 var hmacAlgorithms = map[string]func() hash.Hash{
@@ -35,9 +46,12 @@ func (c HMACConfig) withDefaults() HMACConfig {
 	if c.Encoding == "" {
 		c.Encoding = "hex"
 	}
+	if c.TimestampFormat == "" {
+		c.TimestampFormat = timestampUnix
+	}
 	if c.SignedPayload == "" {
 		c.SignedPayload = placeholderBody
-		if c.TimestampHeader != "" {
+		if c.TimestampHeader != "" || c.TimestampKey != "" {
 			c.SignedPayload = placeholderTimestamp + "." + placeholderBody
 		}
 	}
@@ -46,11 +60,24 @@ func (c HMACConfig) withDefaults() HMACConfig {
 
 // validate checks c after withDefaults.
 func (c HMACConfig) validate() error {
-	if c.Header == "" {
+	switch {
+	case c.Header == "" && c.SignatureJSON == "":
 		return errors.New("hmac.header: required for type hmac (the header that carries the signature)")
-	}
-	if !validHeaderName(c.Header) {
+	case c.Header != "" && c.SignatureJSON != "":
+		return errors.New("hmac.header and hmac.signature_json: set one (where the signature is)")
+	case c.Header != "" && !validHeaderName(c.Header):
 		return fmt.Errorf("hmac.header: %q is not a valid header name", c.Header)
+	}
+	for i, h := range c.AltHeaders {
+		if !validHeaderName(h) {
+			return fmt.Errorf("hmac.alt_headers[%d]: %q is not a valid header name", i, h)
+		}
+		if c.Header == "" {
+			return errors.New("hmac.alt_headers: needs hmac.header")
+		}
+	}
+	if err := validPath("hmac.signature_json", c.SignatureJSON); err != nil {
+		return err
 	}
 	if hmacAlgorithms[c.Algorithm] == nil {
 		return fmt.Errorf("hmac.algorithm: %q is not sha1, sha256 or sha512", c.Algorithm)
@@ -58,49 +85,182 @@ func (c HMACConfig) validate() error {
 	if c.Encoding != "hex" && c.Encoding != "base64" {
 		return fmt.Errorf("hmac.encoding: %q is not hex or base64", c.Encoding)
 	}
+	if (c.SignatureKey == "") != (c.Separator == "") {
+		return errors.New("hmac.separator and hmac.signature_key: set both (a header of key=value elements) or neither")
+	}
+	if c.TimestampKey != "" && c.SignatureKey == "" {
+		return errors.New("hmac.timestamp_key: needs hmac.signature_key and hmac.separator (it names an element of the signature header)")
+	}
+	sources := 0
+	for _, s := range []string{c.TimestampHeader, c.TimestampJSON, c.TimestampKey} {
+		if s != "" {
+			sources++
+		}
+	}
+	if sources > 1 {
+		return errors.New("hmac.timestamp_header, hmac.timestamp_json and hmac.timestamp_key: set at most one")
+	}
 	if c.TimestampHeader != "" && !validHeaderName(c.TimestampHeader) {
 		return fmt.Errorf("hmac.timestamp_header: %q is not a valid header name", c.TimestampHeader)
 	}
-	if n := strings.Count(c.SignedPayload, placeholderBody); n != 1 {
+	if err := validPath("hmac.timestamp_json", c.TimestampJSON); err != nil {
+		return err
+	}
+	switch c.TimestampFormat {
+	case timestampUnix, timestampUnixMS, timestampRFC3339:
+	default:
+		return fmt.Errorf("hmac.timestamp_format: %q is not unix, unix_ms or rfc3339", c.TimestampFormat)
+	}
+	segs, err := parseTemplate(c.SignedPayload)
+	if err != nil {
+		return fmt.Errorf("hmac.signed_payload: %q: %w", c.SignedPayload, err)
+	}
+	var bodies, stamps int
+	for _, s := range segs {
+		switch s.kind {
+		case segBody:
+			bodies++
+		case segTimestamp:
+			stamps++
+		}
+	}
+	if bodies != 1 && !(bodies == 0 && c.bodyUnsigned) {
 		return fmt.Errorf("hmac.signed_payload: %q must contain %s exactly once", c.SignedPayload, placeholderBody)
 	}
-	switch n := strings.Count(c.SignedPayload, placeholderTimestamp); {
-	case c.TimestampHeader == "" && n > 0:
-		return fmt.Errorf("hmac.signed_payload: %q uses %s but hmac.timestamp_header is not set", c.SignedPayload, placeholderTimestamp)
-	case c.TimestampHeader != "" && n != 1:
-		return fmt.Errorf("hmac.signed_payload: %q must contain %s exactly once when hmac.timestamp_header is set, or the timestamp is not signed", c.SignedPayload, placeholderTimestamp)
+	switch {
+	case sources == 0 && stamps > 0:
+		return fmt.Errorf("hmac.signed_payload: %q uses %s but no timestamp is configured (hmac.timestamp_header, hmac.timestamp_json or hmac.timestamp_key)", c.SignedPayload, placeholderTimestamp)
+	case stamps > 1:
+		return fmt.Errorf("hmac.signed_payload: %q must contain %s at most once", c.SignedPayload, placeholderTimestamp)
+	case (c.TimestampHeader != "" || c.TimestampKey != "") && stamps != 1:
+		// A timestamp in the body is signed with the body; one in a header
+		// must be in the signed string, or it could be changed freely.
+		return fmt.Errorf("hmac.signed_payload: %q must contain %s when the timestamp is in a header, or the timestamp is not signed", c.SignedPayload, placeholderTimestamp)
 	}
 	return nil
 }
 
-// hmacVerifier implements the generic scheme HMACConfig describes.
+func validPath(field, path string) error {
+	if path == "" {
+		return nil
+	}
+	for _, seg := range strings.Split(path, ".") {
+		if seg == "" {
+			return fmt.Errorf("%s: %q has an empty segment (write a dotted path like data.id)", field, path)
+		}
+	}
+	return nil
+}
+
+// segKind is one part of a signed string.
+type segKind int
+
+const (
+	segLiteral segKind = iota
+	segBody
+	segTimestamp
+	segURL
+	segMethod
+	segHeader
+	segJSON
+)
+
+type segment struct {
+	kind segKind
+	text string   // the literal, or the canonical header name
+	path []string // segJSON
+}
+
+// parseTemplate splits a SignedPayload template into its segments.
+func parseTemplate(tmpl string) ([]segment, error) {
+	var segs []segment
+	for rest := tmpl; rest != ""; {
+		open := strings.IndexByte(rest, '{')
+		if open < 0 {
+			segs = append(segs, segment{kind: segLiteral, text: rest})
+			break
+		}
+		if open > 0 {
+			segs = append(segs, segment{kind: segLiteral, text: rest[:open]})
+		}
+		end := strings.IndexByte(rest[open:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("unclosed { at byte %d", len(tmpl)-len(rest)+open)
+		}
+		ph := rest[open : open+end+1]
+		rest = rest[open+end+1:]
+		switch {
+		case ph == placeholderBody:
+			segs = append(segs, segment{kind: segBody})
+		case ph == placeholderTimestamp:
+			segs = append(segs, segment{kind: segTimestamp})
+		case ph == placeholderURL:
+			segs = append(segs, segment{kind: segURL})
+		case ph == placeholderMethod:
+			segs = append(segs, segment{kind: segMethod})
+		case strings.HasPrefix(ph, placeholderHeader):
+			name := strings.TrimSuffix(strings.TrimPrefix(ph, placeholderHeader), "}")
+			if !validHeaderName(name) {
+				return nil, fmt.Errorf("%s: %q is not a valid header name", ph, name)
+			}
+			segs = append(segs, segment{kind: segHeader, text: http.CanonicalHeaderKey(name)})
+		case strings.HasPrefix(ph, placeholderJSON):
+			path := strings.TrimSuffix(strings.TrimPrefix(ph, placeholderJSON), "}")
+			if err := validPath(ph, path); err != nil {
+				return nil, err
+			}
+			segs = append(segs, segment{kind: segJSON, path: strings.Split(path, ".")})
+		default:
+			return nil, fmt.Errorf("unknown placeholder %s (known: {body}, {timestamp}, {url}, {method}, {header:Name}, {json:path})", ph)
+		}
+	}
+	return segs, nil
+}
+
+// hmacVerifier implements the generic scheme HMACConfig describes, which
+// is also the scheme of most presets (see presets.go).
 type hmacVerifier struct {
+	scheme    string // the type name, for errors
 	cfg       HMACConfig
-	header    string // canonical
-	tsHeader  string // canonical, "" without a timestamp
-	before    string // SignedPayload before {body}, {timestamp} still in it
-	after     string // SignedPayload after {body}
-	size      int    // MAC length of the algorithm
+	headers   []string // canonical signature headers, Header first
+	sigPath   []string // SignatureJSON split
+	tsHeader  string   // canonical, "" unless TimestampHeader
+	tsPath    []string // TimestampJSON split
+	segs      []segment
+	size      int // MAC length of the algorithm
 	keys      []*hashKey
 	tolerance time.Duration
+	publicURL string // Config.PublicURL without fragment, "" when unset
 	ident     *identity
 }
 
 func newHMAC(cfg Config, ident *identity) *hmacVerifier {
 	c := cfg.HMAC
 	alg := hmacAlgorithms[c.Algorithm]
-	before, after, _ := strings.Cut(c.SignedPayload, placeholderBody)
+	segs, _ := parseTemplate(c.SignedPayload) // validated
 	v := &hmacVerifier{
+		scheme:    cmpOr(cfg.Type, typeHMAC),
 		cfg:       c,
-		header:    http.CanonicalHeaderKey(c.Header),
-		before:    before,
-		after:     after,
+		segs:      segs,
 		size:      alg().Size(),
 		tolerance: cfg.Tolerance,
 		ident:     ident,
 	}
+	v.publicURL, _, _ = strings.Cut(cfg.PublicURL, "#")
+	if c.Header != "" {
+		v.headers = append(v.headers, http.CanonicalHeaderKey(c.Header))
+	}
+	for _, h := range c.AltHeaders {
+		v.headers = append(v.headers, http.CanonicalHeaderKey(h))
+	}
+	if c.SignatureJSON != "" {
+		v.sigPath = strings.Split(c.SignatureJSON, ".")
+	}
 	if c.TimestampHeader != "" {
 		v.tsHeader = http.CanonicalHeaderKey(c.TimestampHeader)
+	}
+	if c.TimestampJSON != "" {
+		v.tsPath = strings.Split(c.TimestampJSON, ".")
 	}
 	for _, s := range cfg.Secrets {
 		v.keys = append(v.keys, newHashKey(alg, []byte(s)))
@@ -108,50 +268,168 @@ func newHMAC(cfg Config, ident *identity) *hmacVerifier {
 	return v
 }
 
-func (v *hmacVerifier) Verify(req *Request) (Result, error) {
-	header := req.Header.Get(v.header)
-	if header == "" {
-		return Result{}, fmt.Errorf("hmac: %w: no %s header", ErrSignatureMissing, v.header)
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	var ts string
-	var unix int64
-	if v.tsHeader != "" {
-		if ts = req.Header.Get(v.tsHeader); ts == "" {
-			return Result{}, fmt.Errorf("hmac: %w: no %s header", ErrSignatureMissing, v.tsHeader)
-		}
-		var ok bool
-		if unix, ok = parseUnix(ts); !ok {
-			return Result{}, fmt.Errorf("hmac: %w: %s is not a Unix timestamp", ErrSignatureMalformed, v.tsHeader)
-		}
-	}
-	encoded, ok := strings.CutPrefix(header, v.cfg.Prefix)
-	if !ok {
-		return Result{}, fmt.Errorf("hmac: %w: %s lacks the configured prefix", ErrSignatureMalformed, v.header)
-	}
-	var sigBuf [sha512.Size + 2]byte
-	sig, ok := v.decode(sigBuf[:0], encoded)
-	if !ok {
-		return Result{}, fmt.Errorf("hmac: %w: %s is not the %s of a %s MAC", ErrSignatureMalformed, v.header, v.cfg.Encoding, v.cfg.Algorithm)
-	}
+	return b
+}
 
-	before, after := v.signedAround(ts)
-	var macBuf [sha512.Size]byte
-	index := -1
-	for i, k := range v.keys {
-		if hmac.Equal(sig, k.sum(macBuf[:0], before, req.Body, after)) {
-			index = i
-			break
+// signatures returns the encoded signatures the request carries and the
+// timestamp text of a key=value signature header (TimestampKey).
+func (v *hmacVerifier) signatures(req *Request) (sigs []string, ts string, err error) {
+	if v.sigPath != nil {
+		s, ok := lookupJSON(req.Body, v.sigPath)
+		if !ok || s == "" {
+			return nil, "", fmt.Errorf("%s: %w: no signature at %s in the body", v.scheme, ErrSignatureMissing, v.cfg.SignatureJSON)
+		}
+		return []string{s}, "", nil
+	}
+	for _, name := range v.headers {
+		header := req.Header.Get(name)
+		if header == "" {
+			continue
+		}
+		if v.cfg.SignatureKey == "" {
+			encoded, ok := strings.CutPrefix(header, v.cfg.Prefix)
+			if !ok {
+				return nil, "", fmt.Errorf("%s: %w: %s lacks the prefix %q", v.scheme, ErrSignatureMalformed, name, v.cfg.Prefix)
+			}
+			sigs = append(sigs, encoded)
+			continue
+		}
+		header = strings.TrimPrefix(header, v.cfg.Prefix)
+		for rest := header; rest != ""; {
+			var elem string
+			elem, rest, _ = strings.Cut(rest, v.cfg.Separator)
+			key, val, _ := strings.Cut(strings.TrimSpace(elem), "=")
+			switch {
+			case key == v.cfg.SignatureKey:
+				sigs = append(sigs, val)
+			case key == v.cfg.TimestampKey && v.cfg.TimestampKey != "":
+				if ts != "" && ts != val {
+					return nil, "", fmt.Errorf("%s: %w: %s has two %s elements", v.scheme, ErrSignatureMalformed, name, v.cfg.TimestampKey)
+				}
+				ts = val
+			}
+		}
+		if len(sigs) == 0 {
+			return nil, "", fmt.Errorf("%s: %w: %s has no %s element", v.scheme, ErrSignatureMalformed, name, v.cfg.SignatureKey)
 		}
 	}
-	if index < 0 {
-		return Result{}, fmt.Errorf("hmac: %w", ErrSignatureMismatch)
+	if len(sigs) == 0 {
+		return nil, "", fmt.Errorf("%s: %w: no %s header", v.scheme, ErrSignatureMissing, strings.Join(v.headers, " or "))
 	}
-	if v.tsHeader != "" && !req.IgnoreTolerance {
-		if err := checkSkew("hmac", unix, req.now(), v.tolerance); err != nil {
-			return Result{}, err
+	if v.cfg.TimestampKey != "" && ts == "" {
+		return nil, "", fmt.Errorf("%s: %w: the signature header has no %s element", v.scheme, ErrSignatureMissing, v.cfg.TimestampKey)
+	}
+	return sigs, ts, nil
+}
+
+// timestamp returns the signed timestamp's text and time, or "" when the
+// scheme has none.
+func (v *hmacVerifier) timestamp(req *Request, fromSig string) (string, time.Time, error) {
+	var ts, where string
+	switch {
+	case v.tsHeader != "":
+		ts, where = req.Header.Get(v.tsHeader), v.tsHeader+" header"
+	case v.tsPath != nil:
+		ts, _ = lookupJSON(req.Body, v.tsPath)
+		where = v.cfg.TimestampJSON + " in the body"
+	case v.cfg.TimestampKey != "":
+		ts, where = fromSig, v.cfg.TimestampKey+" element"
+	default:
+		return "", time.Time{}, nil
+	}
+	if ts == "" {
+		return "", time.Time{}, fmt.Errorf("%s: %w: no timestamp (%s)", v.scheme, ErrSignatureMissing, where)
+	}
+	t, ok := parseTimestamp(v.cfg.TimestampFormat, ts)
+	if !ok {
+		return "", time.Time{}, fmt.Errorf("%s: %w: %s is not a %s timestamp", v.scheme, ErrSignatureMalformed, where, v.cfg.TimestampFormat)
+	}
+	return ts, t, nil
+}
+
+// parseTimestamp reads a signed timestamp in format. Unix forms must be
+// canonical (digits, no sign, no leading zeros), so the text signed and
+// the time checked are the same.
+func parseTimestamp(format, s string) (time.Time, bool) {
+	switch format {
+	case timestampUnixMS:
+		n, ok := parseUnix(s)
+		return time.UnixMilli(n), ok
+	case timestampRFC3339:
+		if len(s) > 64 {
+			return time.Time{}, false
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		return t, err == nil
+	default:
+		n, ok := parseUnix(s)
+		return time.Unix(n, 0), ok
+	}
+}
+
+// signedParts returns the signed string's parts for req, in order.
+func (v *hmacVerifier) signedParts(req *Request, ts string) ([][]byte, error) {
+	parts := make([][]byte, 0, len(v.segs))
+	for _, s := range v.segs {
+		switch s.kind {
+		case segLiteral:
+			parts = append(parts, []byte(s.text))
+		case segBody:
+			parts = append(parts, req.Body)
+		case segTimestamp:
+			parts = append(parts, []byte(ts))
+		case segURL:
+			u := v.signedURL(req.URL)
+			if u == "" {
+				return nil, fmt.Errorf("%s: %w: no request URL to check the signature against (set public_url)", v.scheme, ErrSignatureMismatch)
+			}
+			parts = append(parts, []byte(u))
+		case segMethod:
+			parts = append(parts, []byte(cmpOr(req.Method, http.MethodPost)))
+		case segHeader:
+			val := req.Header.Get(s.text)
+			if val == "" {
+				return nil, fmt.Errorf("%s: %w: no %s header (it is signed)", v.scheme, ErrSignatureMissing, s.text)
+			}
+			parts = append(parts, []byte(val))
+		case segJSON:
+			val, ok := lookupJSON(req.Body, s.path)
+			if !ok {
+				return nil, fmt.Errorf("%s: %w: no %s in the body (it is signed)", v.scheme, ErrSignatureMissing, strings.Join(s.path, "."))
+			}
+			parts = append(parts, []byte(val))
 		}
 	}
-	id, typ, err := v.ident.resolve("hmac", req, nil, func(bool) (string, string, error) {
+	return parts, nil
+}
+
+// signedURL is the URL the provider signed: the request URL, or
+// Config.PublicURL followed by the request's query string when the public
+// URL has none.
+func (v *hmacVerifier) signedURL(reqURL string) string {
+	reqURL, _, _ = strings.Cut(reqURL, "#")
+	if v.publicURL == "" {
+		return reqURL
+	}
+	if strings.Contains(v.publicURL, "?") {
+		return v.publicURL
+	}
+	if _, query, ok := strings.Cut(reqURL, "?"); ok {
+		return v.publicURL + "?" + query
+	}
+	return v.publicURL
+}
+
+func (v *hmacVerifier) Verify(req *Request) (Result, error) {
+	index, err := v.checkSignature(req)
+	if err != nil {
+		return Result{}, err
+	}
+	id, typ, err := v.ident.resolve(v.scheme, req, nil, func(bool) (string, string, error) {
 		return syntheticID(req.Body), "", nil
 	})
 	if err != nil {
@@ -160,13 +438,67 @@ func (v *hmacVerifier) Verify(req *Request) (Result, error) {
 	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }
 
-// signedAround returns the signed bytes before and after the body.
-func (v *hmacVerifier) signedAround(ts string) (before, after []byte) {
-	if v.tsHeader == "" {
-		return []byte(v.before), []byte(v.after)
+// checkSignature checks req's signature and timestamp and returns the index
+// of the secret that matched.
+func (v *hmacVerifier) checkSignature(req *Request) (int, error) {
+	encoded, elemTS, err := v.signatures(req)
+	if err != nil {
+		return -1, err
 	}
-	return []byte(strings.Replace(v.before, placeholderTimestamp, ts, 1)),
-		[]byte(strings.Replace(v.after, placeholderTimestamp, ts, 1))
+	var bufs [4][sha512.Size + 2]byte
+	sigs := make([][]byte, 0, len(encoded))
+	for i, e := range encoded {
+		var dst []byte
+		if i < len(bufs) {
+			dst = bufs[i][:0]
+		}
+		if sig, ok := v.decode(dst, e); ok {
+			sigs = append(sigs, sig)
+		}
+	}
+	if len(sigs) == 0 {
+		return -1, fmt.Errorf("%s: %w: the signature is not the %s of a %s MAC", v.scheme, ErrSignatureMalformed, v.cfg.Encoding, v.cfg.Algorithm)
+	}
+	ts, at, err := v.timestamp(req, elemTS)
+	if err != nil {
+		return -1, err
+	}
+	parts, err := v.signedParts(req, ts)
+	if err != nil {
+		return -1, err
+	}
+	var macBuf [sha512.Size]byte
+	for i, k := range v.keys {
+		mac := k.sum(macBuf[:0], parts...)
+		match := false
+		for _, sig := range sigs {
+			match = hmac.Equal(sig, mac) || match
+		}
+		if !match {
+			continue
+		}
+		if ts != "" && !req.IgnoreTolerance {
+			if err := checkSkewTime(v.scheme, at, req.now(), v.tolerance); err != nil {
+				return -1, err
+			}
+		}
+		return i, nil
+	}
+	return -1, fmt.Errorf("%s: %w", v.scheme, ErrSignatureMismatch)
+}
+
+// checkSkewTime is checkSkew for a time of any precision.
+func checkSkewTime(scheme string, at, now time.Time, tolerance time.Duration) error {
+	skew := now.Sub(at)
+	switch {
+	case skew > tolerance:
+		return fmt.Errorf("%s: %w: timestamp is %s old, tolerance %s",
+			scheme, ErrTimestampOutsideTolerance, skew.Round(time.Second), tolerance)
+	case skew < -tolerance:
+		return fmt.Errorf("%s: %w: timestamp is %s in the future, tolerance %s",
+			scheme, ErrTimestampOutsideTolerance, (-skew).Round(time.Second), tolerance)
+	}
+	return nil
 }
 
 // decode appends the MAC encoded in s to dst; only the canonical length of
@@ -190,6 +522,9 @@ func (v *hmacVerifier) decode(dst []byte, s string) ([]byte, bool) {
 		if len(s) != base64.StdEncoding.EncodedLen(v.size) || strings.ContainsAny(s, "\r\n") {
 			return nil, false
 		}
+		if cap(dst) < base64.StdEncoding.DecodedLen(len(s)) {
+			dst = make([]byte, 0, base64.StdEncoding.DecodedLen(len(s)))
+		}
 		buf := dst[:cap(dst)][:base64.StdEncoding.DecodedLen(len(s))]
 		n, err := standardSigEncoding.Decode(buf, []byte(s))
 		if err != nil || n != v.size {
@@ -202,27 +537,71 @@ func (v *hmacVerifier) decode(dst []byte, s string) ([]byte, bool) {
 // SignHMAC returns the headers a sender using cfg's generic HMAC scheme
 // (cfg.HMAC, defaults applied) would send for body at time t when signing
 // with secret: the signature header, and the timestamp header when one is
-// configured.
+// configured. A template that signs other headers ({header:Name}) or a
+// value in the body ({json:path}, a signature_json) needs [SignHMACRequest].
 func SignHMAC(cfg Config, secret string, t time.Time, body []byte) (http.Header, error) {
-	c := cfg.HMAC.withDefaults()
-	if err := c.validate(); err != nil {
+	h := http.Header{}
+	if _, err := SignHMACRequest(cfg, secret, t, h, body, "", ""); err != nil {
 		return nil, err
 	}
-	if secret == "" {
-		return nil, errors.New("secret: must not be empty")
+	return h, nil
+}
+
+// SignHMACRequest signs a request with cfg's HMAC template (cfg.HMAC, or
+// the preset of cfg.Type) and secret at time t: it sets the signature and
+// timestamp headers in h, which must already hold every other header the
+// template signs, and returns the encoded signature (for a signature_json
+// scheme, which the caller puts into the body itself). requestURL and
+// method are what {url} and {method} sign.
+func SignHMACRequest(cfg Config, secret string, t time.Time, h http.Header, body []byte, requestURL, method string) (string, error) {
+	if p, ok := presets[cfg.Type]; ok && p.scheme == typeHMAC {
+		cfg = p.apply(cfg)
 	}
-	v := newHMAC(Config{HMAC: c, Secrets: []string{secret}}, &identity{})
-	ts := strconv.FormatInt(t.Unix(), 10)
-	before, after := v.signedAround(ts)
-	mac := v.keys[0].sum(nil, before, body, after)
+	c := cfg.HMAC.withDefaults()
+	if err := c.validate(); err != nil {
+		return "", err
+	}
+	if secret == "" {
+		return "", errors.New("secret: must not be empty")
+	}
+	cfg.HMAC, cfg.Secrets = c, []string{secret}
+	v := newHMAC(cfg, &identity{})
+	var ts string
+	switch c.TimestampFormat {
+	case timestampUnixMS:
+		ts = strconv.FormatInt(t.UnixMilli(), 10)
+	case timestampRFC3339:
+		ts = t.UTC().Format(time.RFC3339Nano)
+	default:
+		ts = strconv.FormatInt(t.Unix(), 10)
+	}
+	if c.TimestampHeader != "" {
+		h.Set(c.TimestampHeader, ts)
+	}
+	if c.TimestampJSON != "" {
+		got, ok := lookupJSON(body, v.tsPath)
+		if !ok {
+			return "", fmt.Errorf("body: no timestamp at %s to sign", c.TimestampJSON)
+		}
+		ts = got
+	}
+	parts, err := v.signedParts(&Request{Header: h, Body: body, URL: requestURL, Method: method}, ts)
+	if err != nil {
+		return "", err
+	}
+	mac := v.keys[0].sum(nil, parts...)
 	enc := hex.EncodeToString(mac)
 	if c.Encoding == "base64" {
 		enc = base64.StdEncoding.EncodeToString(mac)
 	}
-	h := make(http.Header, 2)
-	h.Set(c.Header, c.Prefix+enc)
-	if c.TimestampHeader != "" {
-		h.Set(c.TimestampHeader, ts)
+	switch {
+	case c.SignatureJSON != "":
+	case c.SignatureKey != "" && c.TimestampKey != "":
+		h.Set(c.Header, c.Prefix+c.TimestampKey+"="+ts+c.Separator+c.SignatureKey+"="+enc)
+	case c.SignatureKey != "":
+		h.Set(c.Header, c.Prefix+c.SignatureKey+"="+enc)
+	default:
+		h.Set(c.Header, c.Prefix+enc)
 	}
-	return h, nil
+	return enc, nil
 }

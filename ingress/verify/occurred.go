@@ -28,6 +28,9 @@ type OccurredAt func(header http.Header, body []byte) time.Time
 
 // NewOccurredAt returns the extractor for a source configured as cfg.
 func NewOccurredAt(cfg Config) OccurredAt {
+	if p, ok := presets[cfg.Type]; ok {
+		cfg = p.apply(cfg)
+	}
 	switch {
 	case cfg.OccurredAtHeader != "":
 		name := http.CanonicalHeaderKey(cfg.OccurredAtHeader)

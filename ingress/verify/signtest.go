@@ -35,6 +35,9 @@ func SignTest(cfg Config, id string, body []byte, requestURL string, now time.Ti
 		return nil, nil, errors.New("id: must not be empty")
 	}
 	cfg = cfg.withDefaults()
+	if p, ok := presets[cfg.Type]; ok {
+		return p.signTest(cfg, id, body, requestURL, now)
+	}
 	secret := cfg.Secrets[0]
 	contentType := "application/json"
 

@@ -86,17 +86,36 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{EventID: id, EventType: typ, SecretIndex: index}
-	if form == nil {
-		var check struct {
-			Type      string `json:"type"`
-			Challenge string `json:"challenge"`
+	if form == nil && slackHandshake.match(req) {
+		hs, err := slackHandshake.answer(nil, req, Result{})
+		if err != nil {
+			return Result{}, err
 		}
-		if json.Unmarshal(req.Body, &check) == nil && check.Type == "url_verification" {
-			res.Challenge = check.Challenge
-		}
+		return Result{SecretIndex: index, Handshake: hs}, nil
 	}
-	return res, nil
+	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
+}
+
+// slackHandshake is Slack's url_verification: a signed event whose
+// challenge is echoed as {"challenge": …}. It is answered, not stored.
+var slackHandshake = handshakeKind{
+	kind: "url_verification", method: http.MethodPost, signed: true,
+	match: func(req *Request) bool {
+		typ, _ := lookupJSON(req.Body, []string{"type"})
+		return typ == "url_verification"
+	},
+	answer: func(_ *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+		c, _ := lookupJSON(req.Body, []string{"challenge"})
+		if !echoable(c) {
+			return nil, fmt.Errorf("slack: %w: url_verification challenge is empty, too long or not printable text", ErrMalformedPayload)
+		}
+		return jsonAnswer("url_verification", map[string]string{"challenge": c}), nil
+	},
+	probe: func(*handshakeContext) handshakeProbe {
+		return handshakeProbe{method: http.MethodPost,
+			body:  fmt.Appendf(nil, `{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":%q,"type":"url_verification"}`, probeChallenge),
+			check: checkJSON(map[string]any{"challenge": probeChallenge})}
+	},
 }
 
 // slackEvent returns Slack's own identity of a verified request. The id is

@@ -96,7 +96,7 @@ func TestSlackVerify(t *testing.T) {
 		{name: "valid", header: slackHeaders(valid, ts), wantRes: ok},
 		{name: "our signer", header: SignSlack(slackSecret, testNow, slackBody), wantRes: ok},
 		{name: "uppercase hex", header: slackHeaders("v0="+strings.ToUpper(valid[3:]), ts), wantRes: ok},
-		{name: "url_verification verifies", header: challengeH, body: challenge, wantRes: Result{EventID: syntheticID(challenge), EventType: "url_verification", Challenge: "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}},
+		{name: "url_verification verifies", header: challengeH, body: challenge, wantRes: Result{Handshake: jsonAnswer("url_verification", map[string]string{"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"})}},
 		{name: "url_verification forged", header: slackHeaders(slackOracle(slackOldSecret, ts, challenge), ts), body: challenge, wantErr: ErrSignatureMismatch},
 		{name: "interactivity", header: blockH, body: block, wantRes: Result{EventID: syntheticID(block), EventType: "block_actions"}},
 		{name: "interactivity id by path", cfg: func(c *Config) { c.EventIDJSON = "payload.trigger_id" }, header: blockH, body: block, wantRes: Result{EventID: "13345224609.738474920.8088930838d88f008e0", EventType: "block_actions"}},
@@ -210,11 +210,11 @@ func TestSlackURLVerificationCarriesTheChallenge(t *testing.T) {
 	now := time.Now()
 	body := []byte(`{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`)
 	res, err := v.Verify(&Request{Header: SignSlack("slack-signing-secret", now, body), Body: body, Now: now})
-	if err != nil || res.Challenge != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
+	if err != nil || res.Handshake == nil || string(res.Handshake.Body) != `{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}` || res.EventID != "" {
 		t.Fatalf("url_verification: %+v, %v", res, err)
 	}
 	cb := []byte(`{"type":"event_callback","event_id":"Ev1","challenge":"no","event":{"type":"app_mention"}}`)
-	if res, err := v.Verify(&Request{Header: SignSlack("slack-signing-secret", now, cb), Body: cb, Now: now}); err != nil || res.Challenge != "" {
+	if res, err := v.Verify(&Request{Header: SignSlack("slack-signing-secret", now, cb), Body: cb, Now: now}); err != nil || res.Handshake != nil {
 		t.Fatalf("event_callback: %+v, %v", res, err)
 	}
 }

@@ -23,6 +23,9 @@ type Request struct {
 	// Body is the exact raw body. Signatures are computed over these bytes;
 	// never pass a re-encoded body.
 	Body []byte
+	// Method is the request's method; "" means POST. GET requests are
+	// only ever handshakes (see [Handshake]).
+	Method string
 	// URL is the full URL of the request as received,
 	// scheme://host/path?query. Only twilio signs it (and uses
 	// Config.PublicURL in place of its scheme, host and path when set);
@@ -49,10 +52,11 @@ type Result struct {
 	// key) that matched. Log it, never the secret, so operators can tell
 	// when a rotated-out secret is no longer in use.
 	SecretIndex int
-	// Challenge is set when the request is a provider's endpoint check that
-	// must be answered with it (Slack's url_verification): the receiver
-	// replies {"challenge": Challenge}.
-	Challenge string
+	// Handshake is set when the request is not an event but a provider's
+	// check of the endpoint (Slack's url_verification, Meta's hub.challenge,
+	// Zoom's endpoint.url_validation, ...): the receiver answers it with
+	// Handshake and stores nothing. EventID and EventType are then empty.
+	Handshake *Handshake
 }
 
 // StorageRedactor is implemented by verifiers whose scheme sends the secret
@@ -140,7 +144,8 @@ const defaultTolerance = 5 * time.Minute
 type Config struct {
 	// Type is the signing scheme: "github", "gitlab", "hmac", "paddle",
 	// "shopify", "slack", "standard-webhooks" (alias "svix"), "stripe" or
-	// "twilio". Required.
+	// "twilio", or a provider preset ([Presets]: "zoom", "discord", ...).
+	// Required.
 	Type string `yaml:"type"`
 	// Secrets are the signing secrets (the Twilio auth token, the GitLab
 	// secret token). Every one is tried, so a new secret can be added before
@@ -167,6 +172,12 @@ type Config struct {
 	// own URL is used, which is right only when nothing between Twilio and
 	// Inlet changes the scheme, host or path.
 	PublicURL string `yaml:"public_url"`
+
+	// VerifyToken is the token a provider's subscription handshake must
+	// carry, for the presets whose handshake checks one that is not the
+	// signing secret (meta: hub.verify_token, chosen by you when you
+	// register the callback). Required for them, not allowed otherwise.
+	VerifyToken string `yaml:"verify_token"`
 
 	// EventIDHeader names a request header whose value is the event id,
 	// replacing the scheme's default (see the package documentation for
@@ -206,46 +217,92 @@ type Config struct {
 	HMAC HMACConfig `yaml:"hmac"`
 }
 
-// HMACConfig describes a generic HMAC signature: the header carries
-// prefix + encoding(HMAC-algorithm(secret, signed payload)), where the
-// signed payload is SignedPayload with {timestamp} replaced by the
-// timestamp header's value and {body} by the raw body. The secret is used
-// as the key byte for byte.
+// HMACConfig describes an HMAC signature: the signature (from a header,
+// after an optional prefix, or an element of a key=value list, or from the
+// body) is encoding(HMAC-algorithm(secret, signed payload)), where the
+// signed payload is SignedPayload with its placeholders filled in. The
+// secret is used as the key byte for byte. Most presets (see [Presets]) are
+// an HMACConfig.
 type HMACConfig struct {
-	// Header is the signature header, e.g. "X-Signature". Required.
+	// Header is the signature header, e.g. "X-Signature". Required unless
+	// SignatureJSON is set.
 	Header string `yaml:"header"`
+	// AltHeaders are further headers that may carry a signature (Box sends
+	// one per key). A signature in any of them may match any secret.
+	// Defaults to none.
+	AltHeaders []string `yaml:"alt_headers"`
+	// SignatureJSON is a dotted path into the JSON body where the signature
+	// is (Mailgun's signature.signature), instead of a header. Defaults to "".
+	SignatureJSON string `yaml:"signature_json"`
 	// Algorithm is the hash: "sha1", "sha256" or "sha512". Defaults to
 	// "sha256".
 	Algorithm string `yaml:"algorithm"`
-	// Encoding of the MAC in the header: "hex" (either case accepted) or
-	// "base64" (standard alphabet, padded). Defaults to "hex".
+	// Encoding of the MAC: "hex" (either case accepted) or "base64"
+	// (standard alphabet, padded). Defaults to "hex".
 	Encoding string `yaml:"encoding"`
-	// Prefix precedes the encoded MAC in the header, e.g. "sha256=" or
-	// "v1=". Matched exactly. Defaults to "".
+	// Prefix precedes the encoded MAC (or the element list) in the header,
+	// e.g. "sha256=" or "v0=". Matched exactly. Defaults to "".
 	Prefix string `yaml:"prefix"`
-	// TimestampHeader names a header carrying the signing time in Unix
-	// seconds. When set, the timestamp must be part of SignedPayload and is
-	// checked against Config.Tolerance. Defaults to "": no timestamp.
+	// Separator and SignatureKey describe a header of key=value elements,
+	// Stripe-style "t=1700000000,v1=5257a8…": elements are split on
+	// Separator and every element named SignatureKey is a signature (there
+	// may be several while a secret rotates). Set both or neither.
+	Separator    string `yaml:"separator"`
+	SignatureKey string `yaml:"signature_key"`
+	// TimestampKey names the element of such a header that carries the
+	// signing time ("t"). At most one of TimestampKey, TimestampHeader and
+	// TimestampJSON may be set.
+	TimestampKey string `yaml:"timestamp_key"`
+	// TimestampHeader names a header carrying the signing time. When set,
+	// the timestamp must be part of SignedPayload and is checked against
+	// Config.Tolerance. Defaults to "": no timestamp.
 	TimestampHeader string `yaml:"timestamp_header"`
-	// SignedPayload is the template of the signed string, with the
-	// placeholders {body} (required, exactly once) and {timestamp}
-	// (required exactly once when TimestampHeader is set, not allowed
-	// otherwise). Defaults to "{body}", or "{timestamp}.{body}" when
-	// TimestampHeader is set.
+	// TimestampJSON is a dotted path into the body to the signing time
+	// (Linear's webhookTimestamp); signed with the body, so SignedPayload
+	// need not name it. Checked against Config.Tolerance.
+	TimestampJSON string `yaml:"timestamp_json"`
+	// TimestampFormat is how the timestamp is written: "unix" (seconds),
+	// "unix_ms" (milliseconds) or "rfc3339". Defaults to "unix".
+	TimestampFormat string `yaml:"timestamp_format"`
+	// SignedPayload is the template of the signed string. Placeholders:
+	// {body} (the raw body; required exactly once), {timestamp} (the
+	// timestamp's text as sent; required when it comes from a header),
+	// {url} (the request URL, or Config.PublicURL plus the request's query),
+	// {method}, {header:Name} (a request header's value, which must be
+	// present) and {json:path} (a string or number in the body). Everything
+	// else is literal. Defaults to "{body}", or "{timestamp}.{body}" when
+	// the timestamp comes from a header.
 	SignedPayload string `yaml:"signed_payload"`
+
+	// bodyUnsigned lets a preset sign no body (Mailgun signs only a
+	// timestamp and token). Never set from configuration.
+	bodyUnsigned bool
+}
+
+// isZero reports whether no field of c is set.
+func (c HMACConfig) isZero() bool {
+	return c.Header == "" && len(c.AltHeaders) == 0 && c.SignatureJSON == "" && c.Algorithm == "" &&
+		c.Encoding == "" && c.Prefix == "" && c.Separator == "" && c.SignatureKey == "" &&
+		c.TimestampKey == "" && c.TimestampHeader == "" && c.TimestampJSON == "" &&
+		c.TimestampFormat == "" && c.SignedPayload == ""
 }
 
 func (c Config) withDefaults() Config {
-	c.Tolerance = cmp.Or(c.Tolerance, defaultTolerance)
-	if c.Type == typeHMAC {
-		c.HMAC = c.HMAC.withDefaults()
+	if p, ok := presets[c.Type]; ok {
+		c = p.apply(c)
 	}
+	c.Tolerance = cmp.Or(c.Tolerance, defaultTolerance)
+	if c.HMAC.isZero() && c.Type != typeHMAC {
+		return c
+	}
+	c.HMAC = c.HMAC.withDefaults()
 	return c
 }
 
 func (c Config) validate() error {
-	known := false
-	for _, t := range append(Types(), typeSvix) {
+	p := presets[c.Type]
+	known := p != nil
+	for _, t := range append(schemeTypes(), typeSvix) {
 		known = known || c.Type == t
 	}
 	switch {
@@ -265,25 +322,46 @@ func (c Config) validate() error {
 	if c.Tolerance < 0 {
 		return fmt.Errorf("tolerance %s: must not be negative", c.Tolerance)
 	}
-	if c.PublicURL != "" {
-		if c.Type != typeTwilio {
-			return fmt.Errorf("public_url: only used by type twilio, not %s", c.Type)
-		}
-		if _, err := twilioBaseURL(c.PublicURL); err != nil {
-			return fmt.Errorf("public_url: %w", err)
-		}
-	}
 	if err := validateIdentity(c); err != nil {
 		return err
 	}
 	if err := validateOccurred(c); err != nil {
 		return err
 	}
+	if p != nil {
+		if err := p.validate(c); err != nil {
+			return err
+		}
+		return p.apply(c).HMAC.withDefaults().validateFor(p)
+	}
+	if c.VerifyToken != "" {
+		return fmt.Errorf("verify_token: not used by type %s", c.Type)
+	}
+	if c.PublicURL != "" {
+		if c.Type != typeTwilio && c.Type != typeHMAC {
+			return fmt.Errorf("public_url: only used by type twilio, hmac and the presets that sign the URL, not %s", c.Type)
+		}
+		if _, err := twilioBaseURL(c.PublicURL); c.Type == typeTwilio && err != nil {
+			return fmt.Errorf("public_url: %w", err)
+		}
+	}
 	if c.Type == typeHMAC {
 		return c.HMAC.withDefaults().validate()
 	}
-	if c.HMAC != (HMACConfig{}) {
+	if !c.HMAC.isZero() {
 		return fmt.Errorf("hmac: only used by type hmac, not %s", c.Type)
+	}
+	return nil
+}
+
+// validateFor checks a preset's HMAC template (a preset that is not an
+// HMAC has none).
+func (c HMACConfig) validateFor(p *preset) error {
+	if p.scheme != typeHMAC {
+		return nil
+	}
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("preset %s: %w", p.name, err)
 	}
 	return nil
 }
@@ -296,6 +374,9 @@ func New(cfg Config) (Verifier, error) {
 	}
 	cfg = cfg.withDefaults()
 	ident := newIdentity(cfg)
+	if p, ok := presets[cfg.Type]; ok {
+		return newPreset(p, cfg, ident)
+	}
 	switch cfg.Type {
 	case typeGitHub:
 		return newGitHub(cfg, ident), nil
@@ -318,11 +399,16 @@ func New(cfg Config) (Verifier, error) {
 	}
 }
 
-// Types returns the sorted list of known type names. Aliases ("svix") are
-// accepted by New but not listed.
-func Types() []string {
-	types := []string{typeGitHub, typeGitLab, typeHMAC, typePaddle, typeShopify,
+// schemeTypes are the types with a scheme of their own (not presets).
+func schemeTypes() []string {
+	return []string{typeGitHub, typeGitLab, typeHMAC, typePaddle, typeShopify,
 		typeSlack, typeStandardWebhooks, typeStripe, typeTwilio}
+}
+
+// Types returns the sorted list of known type names: the schemes and the
+// provider presets. Aliases ("svix") are accepted by New but not listed.
+func Types() []string {
+	types := append(schemeTypes(), Presets()...)
 	slices.Sort(types)
 	return types
 }

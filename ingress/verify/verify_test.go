@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,9 +109,9 @@ func TestNew(t *testing.T) {
 		{"standard public key", Config{Type: "standard-webhooks", Secrets: []string{"whpk_" + strings.Repeat("A", 43) + "="}}, ""},
 		{"identity fields", Config{Type: "github", Secrets: []string{"s3cret-value"}, EventIDJSON: "data.id", EventTypeHeader: "X-Kind"}, ""},
 
-		{"unknown type", Config{Type: "foo", Secrets: []string{"s3cret-value"}}, `type "foo": unknown (known: github, gitlab, hmac, paddle, shopify, slack, standard-webhooks, stripe, twilio)`},
+		{"unknown type", Config{Type: "foo", Secrets: []string{"s3cret-value"}}, `type "foo": unknown (known: github, gitlab, hmac, `},
 		{"type is case sensitive", Config{Type: "Stripe", Secrets: []string{"s3cret-value"}}, `type "Stripe": unknown`},
-		{"empty type", Config{Secrets: []string{"s3cret-value"}}, "type: must be set (known: github, gitlab, hmac, paddle, shopify, slack, standard-webhooks, stripe, twilio)"},
+		{"empty type", Config{Secrets: []string{"s3cret-value"}}, "type: must be set (known: github, gitlab, hmac, "},
 		{"nil secrets", Config{Type: "stripe"}, "secrets: at least one secret is required"},
 		{"empty secrets", Config{Type: "github", Secrets: []string{}}, "secrets: at least one secret is required"},
 		{"empty secret stripe", Config{Type: "stripe", Secrets: []string{""}}, "secrets[0]: must not be empty"},
@@ -126,7 +127,7 @@ func TestNew(t *testing.T) {
 		{"standard public key short", Config{Type: "standard-webhooks", Secrets: []string{"whpk_c2hvcnQ="}}, "secrets[0]: \"whpk_\" key decodes to 5 bytes"},
 		{"standard private key", Config{Type: "standard-webhooks", Secrets: []string{"whsk_c2VjcmV0LXNpZ25pbmcta2V5LWJ5dGVz"}}, "secrets[0]: is a \"whsk_\" private signing key"},
 
-		{"public_url on other type", Config{Type: "github", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/y"}, "public_url: only used by type twilio, not github"},
+		{"public_url on other type", Config{Type: "github", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/y"}, "public_url: only used by type twilio, hmac and the presets that sign the URL, not github"},
 		{"public_url relative", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "/webhooks/twilio"}, "public_url: must be an absolute http:// or https:// URL"},
 		{"public_url ftp", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "ftp://x.example/y"}, "public_url: must be an absolute http:// or https:// URL"},
 		{"public_url query", Config{Type: "twilio", Secrets: []string{"s3cret-value"}, PublicURL: "https://x.example/y?a=1"}, "public_url: must not have a query string"},
@@ -149,8 +150,8 @@ func TestNew(t *testing.T) {
 		{"hmac bad timestamp header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", TimestampHeader: "X Ts"}}, `hmac.timestamp_header: "X Ts" is not a valid header name`},
 		{"hmac payload without body", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{timestamp}"}}, `hmac.signed_payload: "{timestamp}" must contain {body} exactly once`},
 		{"hmac payload body twice", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{body}{body}"}}, "must contain {body} exactly once"},
-		{"hmac timestamp without header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{timestamp}.{body}"}}, "hmac.signed_payload: \"{timestamp}.{body}\" uses {timestamp} but hmac.timestamp_header is not set"},
-		{"hmac timestamp header unsigned", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", TimestampHeader: "X-Ts", SignedPayload: "{body}"}}, "must contain {timestamp} exactly once when hmac.timestamp_header is set"},
+		{"hmac timestamp without header", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", SignedPayload: "{timestamp}.{body}"}}, "hmac.signed_payload: \"{timestamp}.{body}\" uses {timestamp} but no timestamp is configured"},
+		{"hmac timestamp header unsigned", Config{Type: "hmac", Secrets: []string{"s3cret-value"}, HMAC: HMACConfig{Header: "X-Sig", TimestampHeader: "X-Ts", SignedPayload: "{body}"}}, "must contain {timestamp} when the timestamp is in a header"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,7 +177,8 @@ func TestNew(t *testing.T) {
 func TestTypes(t *testing.T) {
 	t.Parallel()
 	got := Types()
-	want := []string{"github", "gitlab", "hmac", "paddle", "shopify", "slack", "standard-webhooks", "stripe", "twilio"}
+	want := append([]string{"github", "gitlab", "hmac", "paddle", "shopify", "slack", "standard-webhooks", "stripe", "twilio"}, Presets()...)
+	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("Types() = %q, want %q", got, want)
 	}
@@ -343,7 +345,7 @@ func runVerifyCases(t *testing.T, base Config, body []byte, cases []verifyCase) 
 			if tt.wantInErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantInErr)) {
 				t.Errorf("error %v does not mention %q", err, tt.wantInErr)
 			}
-			if res != tt.wantRes {
+			if !reflect.DeepEqual(res, tt.wantRes) {
 				t.Errorf("Verify = %+v, want %+v", res, tt.wantRes)
 			}
 		})

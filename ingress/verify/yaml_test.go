@@ -1,6 +1,7 @@
 package verify_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestExampleSourcesParse(t *testing.T) {
 	vendor, _ := cfg.Source("vendor")
 	want := verify.HMACConfig{Header: "X-Vendor-Signature", Algorithm: "sha256", Encoding: "hex", Prefix: "sha256=",
 		TimestampHeader: "X-Vendor-Timestamp", SignedPayload: "{timestamp}.{body}"}
-	if vendor.HMAC != want || vendor.EventIDJSON != "data.id" || vendor.EventTypeHeader != "X-Vendor-Event" || vendor.Tolerance != 10*time.Minute {
+	if !reflect.DeepEqual(vendor.HMAC, want) || vendor.EventIDJSON != "data.id" || vendor.EventTypeHeader != "X-Vendor-Event" || vendor.Tolerance != 10*time.Minute {
 		t.Errorf("vendor = %+v", vendor.Config)
 	}
 	tw, _ := cfg.Source("twilio")

@@ -1,0 +1,107 @@
+package ingress_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inlet-dev/inlet/ingress"
+	"github.com/inlet-dev/inlet/ingress/sources"
+	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+// metaSource is a Meta source with the verify token its handshake needs.
+var metaSource = verify.Config{Type: "meta", Secrets: []string{"meta-app-secret"}, VerifyToken: "meta-verify-token"}
+
+// A provider's endpoint check is answered before anything is stored, is
+// counted by source and kind, and a check with a bad token is refused like
+// a bad signature. GET reaches only the sources whose provider checks with
+// a GET.
+func TestHandshakesAreAnsweredNotStored(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Sources = append(c.Sources, sources.Source{Name: "meta", Config: metaSource})
+	})
+	probe, err := verify.HandshakeTest(metaSource, b.url+"/webhooks/meta", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
+	req.Header = probe.Header
+	code, answer, header := do(t, req)
+	if err := probe.Check(code, header, []byte(answer)); err != nil {
+		t.Fatal(err)
+	}
+	if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") || header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("answer headers %v, want text/plain and nosniff", header)
+	}
+	var n int
+	if err := b.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'meta'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("events stored by the handshake: %d, %v", n, err)
+	}
+	handshakes, err := testutil.GatherAndCount(b.reg, "inlet_ingress_handshakes_total")
+	if err != nil || handshakes == 0 {
+		t.Fatalf("inlet_ingress_handshakes_total series: %d, %v", handshakes, err)
+	}
+	if got := counterValue(t, b, "inlet_ingress_handshakes_total", map[string]string{"source": "meta", "kind": "subscribe"}); got != 1 {
+		t.Errorf("handshakes_total{meta,subscribe} = %v, want 1", got)
+	}
+
+	// A wrong verify token: refused as a bad signature would be.
+	bad := strings.Replace(probe.URL, "meta-verify-token", "guessed-token", 1)
+	req, _ = http.NewRequest(http.MethodGet, bad, nil)
+	if code, answer, _ := do(t, req); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_mismatch"`) {
+		t.Errorf("bad verify token: %d %s", code, answer)
+	}
+	// A GET that is no handshake, to a source that takes GET handshakes.
+	req, _ = http.NewRequest(http.MethodGet, b.url+"/webhooks/meta", nil)
+	if code, answer, _ := do(t, req); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_missing"`) {
+		t.Errorf("plain GET to meta: %d %s", code, answer)
+	}
+	// GET to a provider that never sends one.
+	req, _ = http.NewRequest(http.MethodGet, b.url+"/webhooks/github?hub.challenge=1", nil)
+	if code, answer, header := do(t, req); code != http.StatusMethodNotAllowed || header.Get("Allow") != "POST" || !strings.Contains(answer, "method_not_allowed") {
+		t.Errorf("GET to github: %d %s %v", code, answer, header)
+	}
+
+	// The provider's events still arrive by POST and are stored.
+	h, body, err := verify.SignTest(metaSource, "wamid.test-1", nil, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, b.url+"/webhooks/meta", bytes.NewReader(body))
+	req.Header = h
+	if code, answer, _ := do(t, req); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+		t.Fatalf("meta event: %d %s", code, answer)
+	}
+}
+
+// counterValue reads one series of a counter from the bundle's registry.
+func counterValue(t *testing.T, b *testBundle, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

@@ -1,0 +1,343 @@
+package verify
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Handshake is the answer to a provider's check of the endpoint: not an
+// event, so it is answered and never stored. Ingress writes it as is (status
+// 200) and counts it in metrics by source and Kind.
+type Handshake struct {
+	// Kind labels the handshake in metrics and logs: "url_verification"
+	// (Slack), "subscribe" (Meta), "crc" (X), "url_validation" (Zoom),
+	// "callback_verification" (Twitch), "ping" (Discord), "challenge"
+	// (Dropbox), "validation_token" (Microsoft Graph), "verification" (Okta).
+	Kind string
+	// ContentType of Body.
+	ContentType string
+	// Body is the answer's body.
+	Body []byte
+	// Header holds further response headers, nil for none.
+	Header http.Header
+}
+
+// HandshakeKinds is every Handshake.Kind a verifier returns.
+func HandshakeKinds() []string {
+	return []string{"url_verification", "subscribe", "crc", "url_validation", "callback_verification",
+		"ping", "challenge", "validation_token", "verification"}
+}
+
+// handshakeKind is one provider's way of checking an endpoint. A preset
+// lists the kinds its provider sends; the preset's verifier tries each
+// before treating the request as an event.
+type handshakeKind struct {
+	// kind is Handshake.Kind.
+	kind string
+	// method is the request method the handshake comes with.
+	method string
+	// signed: the request carries the provider's usual signature (or
+	// token), checked by the scheme before answer runs; otherwise answer
+	// authenticates what it can itself (a verify token) or nothing (a
+	// challenge echo proves only that the URL is reachable, and the source's
+	// secrets are still required to be configured).
+	signed bool
+	// match reports whether req is this handshake (cheap; before any
+	// signature check).
+	match func(req *Request) bool
+	// answer builds the answer; res is the verified request's result for a
+	// signed kind.
+	answer func(hc *handshakeContext, req *Request, res Result) (*Handshake, error)
+	// probe builds a request of this handshake for `inlet send --handshake`
+	// (unsigned; a signed kind's probe is signed by the preset's signer)
+	// and checks the answer.
+	probe func(hc *handshakeContext) handshakeProbe
+}
+
+// handshakeContext is what answering a handshake may need from the source.
+type handshakeContext struct {
+	scheme      string
+	secrets     []string
+	verifyToken string
+}
+
+type handshakeProbe struct {
+	method string
+	query  url.Values
+	header http.Header
+	body   []byte
+	check  func(status int, header http.Header, body []byte) error
+}
+
+// HandshakeProbe is a handshake request built for a source (`inlet send
+// SOURCE --handshake`) and the check of its answer.
+type HandshakeProbe struct {
+	// Kind is the Handshake.Kind the request should be answered as.
+	Kind string
+	// Method, URL, Header and Body are the request to send.
+	Method string
+	URL    string
+	Header http.Header
+	Body   []byte
+	// Check returns nil when the answer is what the provider expects.
+	Check func(status int, header http.Header, body []byte) error
+}
+
+// maxEcho bounds a challenge that is echoed back.
+const maxEcho = 2048
+
+// echoable reports whether s may be echoed back as a challenge: not empty,
+// short, printable text.
+func echoable(s string) bool {
+	if s == "" || len(s) > maxEcho || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func textAnswer(kind, s string) *Handshake {
+	return &Handshake{Kind: kind, ContentType: "text/plain; charset=utf-8", Body: []byte(s),
+		Header: http.Header{"X-Content-Type-Options": {"nosniff"}}}
+}
+
+func jsonAnswer(kind string, v any) *Handshake {
+	b, _ := json.Marshal(v)
+	return &Handshake{Kind: kind, ContentType: "application/json", Body: b}
+}
+
+func query(req *Request) url.Values {
+	_, q, _ := strings.Cut(req.URL, "?")
+	q, _, _ = strings.Cut(q, "#")
+	vals, _ := url.ParseQuery(q)
+	return vals
+}
+
+func method(req *Request) string { return cmpOr(req.Method, http.MethodPost) }
+
+// checkText compares the answer's body with want.
+func checkText(want string) func(int, http.Header, []byte) error {
+	return func(status int, _ http.Header, body []byte) error {
+		if status != http.StatusOK || string(body) != want {
+			return fmt.Errorf("answer: want 200 %q, got %d %q", want, status, body)
+		}
+		return nil
+	}
+}
+
+// checkJSON compares the answer's body, as JSON, with want.
+func checkJSON(want map[string]any) func(int, http.Header, []byte) error {
+	return func(status int, _ http.Header, body []byte) error {
+		var got map[string]any
+		if status != http.StatusOK || json.Unmarshal(body, &got) != nil {
+			return fmt.Errorf("answer: want 200 with JSON %v, got %d %q", want, status, body)
+		}
+		for k, v := range want {
+			if fmt.Sprint(got[k]) != fmt.Sprint(v) {
+				return fmt.Errorf("answer: %s is %v, want %v", k, got[k], v)
+			}
+		}
+		return nil
+	}
+}
+
+const probeChallenge = "inlet-handshake-probe-4f2a"
+
+// hsQueryEcho answers a request carrying param in its query string with the
+// parameter's value as text: Dropbox's GET ?challenge=, Microsoft Graph's
+// POST ?validationToken=. Neither provider signs it.
+func hsQueryEcho(kind, method, param string) handshakeKind {
+	return handshakeKind{
+		kind: kind, method: method,
+		match: func(req *Request) bool { return strings.Contains(req.URL, param+"=") && query(req).Has(param) },
+		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+			v := query(req).Get(param)
+			if !echoable(v) {
+				return nil, fmt.Errorf("%s: %w: %s is empty, too long or not printable text", hc.scheme, ErrSignatureMalformed, param)
+			}
+			return textAnswer(kind, v), nil
+		},
+		probe: func(*handshakeContext) handshakeProbe {
+			return handshakeProbe{method: method, query: url.Values{param: {probeChallenge}}, check: checkText(probeChallenge)}
+		},
+	}
+}
+
+// hsMeta answers Meta's (Facebook, Instagram, WhatsApp) subscription check:
+// GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…, echoing the
+// challenge when the verify token is Config.VerifyToken.
+func hsMeta() handshakeKind {
+	return handshakeKind{
+		kind: "subscribe", method: http.MethodGet,
+		match: func(req *Request) bool { return query(req).Has("hub.mode") },
+		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+			q := query(req)
+			token, challenge := q.Get("hub.verify_token"), q.Get("hub.challenge")
+			switch {
+			case q.Get("hub.mode") != "subscribe":
+				return nil, fmt.Errorf("%s: %w: hub.mode is not subscribe", hc.scheme, ErrSignatureMalformed)
+			case token == "":
+				return nil, fmt.Errorf("%s: %w: no hub.verify_token", hc.scheme, ErrSignatureMissing)
+			case subtle.ConstantTimeCompare([]byte(token), []byte(hc.verifyToken)) != 1:
+				return nil, fmt.Errorf("%s: %w: hub.verify_token is not verify_token", hc.scheme, ErrSignatureMismatch)
+			case !echoable(challenge):
+				return nil, fmt.Errorf("%s: %w: hub.challenge is empty, too long or not printable text", hc.scheme, ErrSignatureMalformed)
+			}
+			return textAnswer("subscribe", challenge), nil
+		},
+		probe: func(hc *handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodGet, query: url.Values{
+				"hub.mode": {"subscribe"}, "hub.verify_token": {hc.verifyToken}, "hub.challenge": {"1158201444"},
+			}, check: checkText("1158201444")}
+		},
+	}
+}
+
+// crcResponse is X's response_token for crc_token: "sha256=" +
+// base64(HMAC-SHA256(consumer secret, crc_token)).
+func crcResponse(secret, token string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(token))
+	return "sha256=" + base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// hsCRC answers X's (Twitter's) challenge-response check: GET ?crc_token=…
+// answered with {"response_token": "sha256=" + base64(HMAC-SHA256(consumer
+// secret, crc_token))}, keyed with the source's first secret (the current
+// one during a rotation). The answer itself proves the secret; the request
+// is not signed.
+func hsCRC() handshakeKind {
+	return handshakeKind{
+		kind: "crc", method: http.MethodGet,
+		match: func(req *Request) bool { return query(req).Has("crc_token") },
+		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+			token := query(req).Get("crc_token")
+			if !echoable(token) {
+				return nil, fmt.Errorf("%s: %w: crc_token is empty, too long or not printable text", hc.scheme, ErrSignatureMalformed)
+			}
+			return jsonAnswer("crc", map[string]string{"response_token": crcResponse(hc.secrets[0], token)}), nil
+		},
+		probe: func(hc *handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodGet, query: url.Values{"crc_token": {probeChallenge}},
+				check: checkJSON(map[string]any{"response_token": crcResponse(hc.secrets[0], probeChallenge)})}
+		},
+	}
+}
+
+// zoomEncrypted is Zoom's encryptedToken: hex(HMAC-SHA256(secret token,
+// plainToken)).
+func zoomEncrypted(secret, plain string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(plain))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// hsZoom answers Zoom's signed endpoint.url_validation event with
+// {"plainToken": …, "encryptedToken": hex(HMAC-SHA256(secret, plainToken))},
+// keyed with the secret that verified the request.
+func hsZoom() handshakeKind {
+	return handshakeKind{
+		kind: "url_validation", method: http.MethodPost, signed: true,
+		match: func(req *Request) bool {
+			ev, _ := lookupJSON(req.Body, []string{"event"})
+			return ev == "endpoint.url_validation"
+		},
+		answer: func(hc *handshakeContext, req *Request, res Result) (*Handshake, error) {
+			plain, _ := lookupJSON(req.Body, []string{"payload", "plainToken"})
+			if !echoable(plain) {
+				return nil, fmt.Errorf("%s: %w: payload.plainToken is empty, too long or not printable text", hc.scheme, ErrMalformedPayload)
+			}
+			return jsonAnswer("url_validation", map[string]string{
+				"plainToken": plain, "encryptedToken": zoomEncrypted(hc.secrets[res.SecretIndex], plain),
+			}), nil
+		},
+		probe: func(hc *handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodPost,
+				body:  fmt.Appendf(nil, `{"payload":{"plainToken":%q},"event_ts":%d,"event":"endpoint.url_validation"}`, probeChallenge, time.Now().UnixMilli()),
+				check: checkJSON(map[string]any{"plainToken": probeChallenge, "encryptedToken": zoomEncrypted(hc.secrets[0], probeChallenge)})}
+		},
+	}
+}
+
+// twitchMessageType is the header saying what a Twitch EventSub message is.
+const twitchMessageType = "Twitch-Eventsub-Message-Type"
+
+// hsTwitch answers Twitch EventSub's signed webhook_callback_verification
+// with the body's challenge as text.
+func hsTwitch() handshakeKind {
+	return handshakeKind{
+		kind: "callback_verification", method: http.MethodPost, signed: true,
+		match: func(req *Request) bool { return req.Header.Get(twitchMessageType) == "webhook_callback_verification" },
+		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+			challenge, _ := lookupJSON(req.Body, []string{"challenge"})
+			if !echoable(challenge) {
+				return nil, fmt.Errorf("%s: %w: challenge is empty, too long or not printable text", hc.scheme, ErrMalformedPayload)
+			}
+			return textAnswer("callback_verification", challenge), nil
+		},
+		probe: func(*handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodPost,
+				header: http.Header{twitchMessageType: {"webhook_callback_verification"}},
+				body:   fmt.Appendf(nil, `{"challenge":%q,"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2","condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}`, probeChallenge),
+				check:  checkText(probeChallenge)}
+		},
+	}
+}
+
+// hsDiscordPing answers a signed Discord interaction of type 1 (PING) with
+// {"type": 1} (PONG).
+func hsDiscordPing() handshakeKind {
+	return handshakeKind{
+		kind: "ping", method: http.MethodPost, signed: true,
+		match: func(req *Request) bool {
+			typ, _ := lookupJSON(req.Body, []string{"type"})
+			return typ == "1"
+		},
+		answer: func(*handshakeContext, *Request, Result) (*Handshake, error) {
+			return jsonAnswer("ping", map[string]int{"type": 1}), nil
+		},
+		probe: func(*handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodPost, body: []byte(`{"type":1,"id":"1181112222333344445","application_id":"1181112222333344440","version":1,"token":"probe"}`),
+				check: checkJSON(map[string]any{"type": 1})}
+		},
+	}
+}
+
+// oktaChallenge is the header of Okta's one-time event hook verification.
+const oktaChallenge = "X-Okta-Verification-Challenge"
+
+// hsOkta answers Okta's event hook verification (a GET carrying the hook's
+// Authorization header, checked by the scheme) with {"verification": the
+// challenge header}.
+func hsOkta() handshakeKind {
+	return handshakeKind{
+		kind: "verification", method: http.MethodGet, signed: true,
+		match: func(req *Request) bool { return req.Header.Get(oktaChallenge) != "" },
+		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
+			c := req.Header.Get(oktaChallenge)
+			if !echoable(c) {
+				return nil, fmt.Errorf("%s: %w: %s is too long or not printable text", hc.scheme, ErrSignatureMalformed, oktaChallenge)
+			}
+			return jsonAnswer("verification", map[string]string{"verification": c}), nil
+		},
+		probe: func(*handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodGet, header: http.Header{oktaChallenge: {probeChallenge}},
+				check: checkJSON(map[string]any{"verification": probeChallenge})}
+		},
+	}
+}

@@ -1,0 +1,318 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A preset is a provider described as data over one of the scheme
+// implementations (the HMAC template of hmac.go for most; Ed25519, ECDSA,
+// token compare, Standard Webhooks for the rest) plus the handshakes the
+// provider sends, where it keeps its event id, type and time, and a sample
+// event for `inlet send`. Adding a provider is one entry in a providers_*.go
+// list and its tests.
+type preset struct {
+	// name is the Config.Type that selects it.
+	name string
+	// scheme is the implementation: typeHMAC (hmac fills it) or one of the
+	// scheme* constants.
+	scheme string
+	// hmac is the signature for scheme typeHMAC.
+	hmac HMACConfig
+	// tolerance replaces defaultTolerance when the provider documents
+	// another window.
+	tolerance time.Duration
+	// Where the provider keeps the event id, type and time; the source's
+	// own event_id_*, event_type_* and occurred_at_* replace them. Where
+	// none gives an id it is synthetic (the body's SHA-256).
+	idHeader, idJSON             string
+	typeHeader, typeJSON         string
+	occurredHeader, occurredJSON string
+	// handshakes the provider checks the endpoint with.
+	handshakes []handshakeKind
+	// signsURL allows Config.PublicURL (the provider signs the URL).
+	signsURL bool
+	// needsVerifyToken requires Config.VerifyToken (Meta's handshake).
+	needsVerifyToken bool
+	// sample returns a realistic event for `inlet send`: its headers other
+	// than the signature (and the id header, which SignTest sets) and its
+	// body, carrying id where idJSON points.
+	sample func(id string, now time.Time) (http.Header, []byte)
+	// sign signs a request the way the provider does, setting the signature
+	// headers in h (and returning a body that carries the signature, for
+	// providers that sign inside the body). Nil: the HMAC template's
+	// signer. Key schemes cannot sign with a public key and return an error
+	// naming what is needed.
+	sign func(cfg Config, secret string, now time.Time, h http.Header, body []byte, requestURL, method string) ([]byte, error)
+	// doc is the provider's row in the documentation's provider table.
+	doc PresetDoc
+}
+
+// PresetDoc documents a provider preset: one row of the provider table in
+// docs/providers.md and the README, generated from the presets themselves.
+type PresetDoc struct {
+	// Provider is the provider's name as people write it ("Microsoft Graph").
+	Provider string
+	// Headers are the headers the signature travels in.
+	Headers string
+	// Signed is the signed string and MAC ("HMAC-SHA256(body), hex").
+	Signed string
+	// ID and Type say where the event id and type come from.
+	ID, Type string
+	// Occurred says where occurred_at comes from, "none" if nowhere.
+	Occurred string
+	// Handshake describes the endpoint check answered, "" for none.
+	Handshake string
+	// Source is a copy-ready YAML source entry (without the name line).
+	Source string
+	// Docs is the provider's documentation page the preset follows.
+	Docs string
+}
+
+// presets are the provider presets by type name.
+var presets = func() map[string]*preset {
+	m := map[string]*preset{}
+	for _, list := range [][]*preset{bodyHMACProviders, timedProviders, keyProviders} {
+		for _, p := range list {
+			if _, dup := m[p.name]; dup {
+				panic("verify: preset " + p.name + " listed twice")
+			}
+			m[p.name] = p
+		}
+	}
+	return m
+}()
+
+// Presets returns the provider presets' type names, sorted.
+func Presets() []string {
+	return slices.Sorted(maps.Keys(presets))
+}
+
+// PresetDocOf returns the documentation of preset typ.
+func PresetDocOf(typ string) (PresetDoc, bool) {
+	p, ok := presets[typ]
+	if !ok {
+		return PresetDoc{}, false
+	}
+	return p.doc, true
+}
+
+// apply returns cfg with the preset's defaults filled in where the source
+// sets nothing of its own.
+func (p *preset) apply(cfg Config) Config {
+	if p.scheme == typeHMAC {
+		cfg.HMAC = p.hmac
+	}
+	if cfg.Tolerance == 0 && p.tolerance > 0 {
+		cfg.Tolerance = p.tolerance
+	}
+	if cfg.EventIDHeader == "" && cfg.EventIDJSON == "" {
+		cfg.EventIDHeader, cfg.EventIDJSON = p.idHeader, p.idJSON
+	}
+	if cfg.EventTypeHeader == "" && cfg.EventTypeJSON == "" {
+		cfg.EventTypeHeader, cfg.EventTypeJSON = p.typeHeader, p.typeJSON
+	}
+	if cfg.OccurredAtHeader == "" && cfg.OccurredAtJSON == "" {
+		cfg.OccurredAtHeader, cfg.OccurredAtJSON = p.occurredHeader, p.occurredJSON
+	}
+	return cfg
+}
+
+// validatePreset checks the settings a preset allows or needs.
+func (p *preset) validate(c Config) error {
+	switch {
+	case !c.HMAC.isZero():
+		return fmt.Errorf("hmac: only used by type hmac, not %s (the preset sets the signature)", c.Type)
+	case p.needsVerifyToken && c.VerifyToken == "":
+		return fmt.Errorf("verify_token: required for type %s (the token you give the provider with the callback URL; its subscription handshake must carry it)", c.Type)
+	case p.needsVerifyToken && !echoable(c.VerifyToken):
+		return errors.New("verify_token: must be printable text of at most 2048 bytes")
+	case !p.needsVerifyToken && c.VerifyToken != "":
+		return fmt.Errorf("verify_token: not used by type %s", c.Type)
+	case c.PublicURL != "" && !p.signsURL:
+		return fmt.Errorf("public_url: not used by type %s (it does not sign the URL)", c.Type)
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("public_url: must be an absolute http:// or https:// URL, as registered with the provider")
+		}
+	}
+	return nil
+}
+
+// signatureChecker is a scheme that can check a request's signature alone,
+// without reading an event id (a signed handshake is no event).
+type signatureChecker interface {
+	Verifier
+	checkSignature(req *Request) (index int, err error)
+}
+
+// presetVerifier is a preset's scheme verifier with its handshakes.
+type presetVerifier struct {
+	inner      signatureChecker
+	handshakes []handshakeKind
+	hc         *handshakeContext
+}
+
+// newPreset builds the verifier of a preset source. cfg has been validated
+// and has the preset applied.
+func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
+	var inner signatureChecker
+	switch p.scheme {
+	case typeHMAC:
+		inner = newHMAC(cfg, ident)
+	default:
+		return nil, fmt.Errorf("type %s: scheme %s is not built", p.name, p.scheme)
+	}
+	return &presetVerifier{inner: inner, handshakes: p.handshakes,
+		hc: &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken}}, nil
+}
+
+func (v *presetVerifier) Verify(req *Request) (Result, error) {
+	for _, k := range v.handshakes {
+		if method(req) != k.method || !k.match(req) {
+			continue
+		}
+		var res Result
+		if k.signed {
+			index, err := v.inner.checkSignature(req)
+			if err != nil {
+				return Result{}, err
+			}
+			res.SecretIndex = index
+		}
+		hs, err := k.answer(v.hc, req, res)
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{SecretIndex: res.SecretIndex, Handshake: hs}, nil
+	}
+	if method(req) != http.MethodPost {
+		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
+	}
+	return v.inner.Verify(req)
+}
+
+// AnswersGET reports whether the source answers GET requests (a GET
+// handshake); others take POST only.
+func (v *presetVerifier) AnswersGET() bool {
+	for _, k := range v.handshakes {
+		if k.method == http.MethodGet {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactForStorage passes the scheme's redaction through.
+func (v *presetVerifier) RedactForStorage(h http.Header) http.Header {
+	if r, ok := v.inner.(StorageRedactor); ok {
+		return r.RedactForStorage(h)
+	}
+	return h
+}
+
+// AnswersGET reports whether v answers GET requests (some providers check
+// the endpoint with a GET handshake); every other request must be a POST.
+func AnswersGET(v Verifier) bool {
+	g, ok := v.(interface{ AnswersGET() bool })
+	return ok && g.AnswersGET()
+}
+
+// signTest builds an accepted request of the preset, as SignTest does.
+func (p *preset) signTest(cfg Config, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
+	cfg = p.apply(cfg)
+	h := http.Header{}
+	if len(body) == 0 && p.sample != nil {
+		h, body = p.sample(id, now)
+		if h == nil {
+			h = http.Header{}
+		}
+		if cfg.EventIDJSON != "" && cfg.EventIDJSON != p.idJSON {
+			var err error
+			if body, err = withPath(body, false, strings.Split(cfg.EventIDJSON, "."), id); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if cfg.EventIDHeader != "" {
+		h.Set(cfg.EventIDHeader, id)
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	body, err := p.signRequest(cfg, now, h, body, requestURL, http.MethodPost)
+	return h, body, err
+}
+
+// signRequest signs a request with the source's first secret.
+func (p *preset) signRequest(cfg Config, now time.Time, h http.Header, body []byte, requestURL, method string) ([]byte, error) {
+	if p.sign != nil {
+		return p.sign(cfg, cfg.Secrets[0], now, h, body, requestURL, method)
+	}
+	_, err := SignHMACRequest(cfg, cfg.Secrets[0], now, h, body, requestURL, method)
+	return body, err
+}
+
+// HandshakeTest builds the handshake request a source's provider would send
+// (its first handshake kind), signed where the provider signs it, for
+// `inlet send SOURCE --handshake`. requestURL is the source's webhook URL.
+// It fails for a source whose provider sends no handshake.
+func HandshakeTest(cfg Config, requestURL string, now time.Time) (*HandshakeProbe, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var kinds []handshakeKind
+	var p *preset
+	switch {
+	case cfg.Type == typeSlack:
+		kinds = []handshakeKind{slackHandshake}
+	case presets[cfg.Type] != nil:
+		p = presets[cfg.Type]
+		kinds = p.handshakes
+	}
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("type %s: the provider sends no handshake", cfg.Type)
+	}
+	k := kinds[0]
+	hc := &handshakeContext{scheme: cfg.Type, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken}
+	pr := k.probe(hc)
+	u, err := url.Parse(requestURL)
+	if err != nil {
+		return nil, fmt.Errorf("url %q: %w", requestURL, err)
+	}
+	if len(pr.query) > 0 {
+		q := u.Query()
+		for name, vals := range pr.query {
+			q[name] = vals
+		}
+		u.RawQuery = q.Encode()
+	}
+	h := pr.header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	body := pr.body
+	if k.signed {
+		switch {
+		case p != nil:
+			if body, err = p.signRequest(p.apply(cfg.withDefaults()), now, h, body, u.String(), pr.method); err != nil {
+				return nil, err
+			}
+		default: // slack
+			for name, vals := range SignSlack(cfg.Secrets[0], now, body) {
+				h[name] = vals
+			}
+		}
+	}
+	if len(body) > 0 && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return &HandshakeProbe{Kind: k.kind, Method: pr.method, URL: u.String(), Header: h, Body: body, Check: pr.check}, nil
+}
