@@ -186,7 +186,7 @@ func TestTypes(t *testing.T) {
 		t.Errorf("Types() not sorted: %q", got)
 	}
 	got[0] = "mutated"
-	if Types()[0] != "github" {
+	if Types()[0] != want[0] {
 		t.Error("Types() shares its backing array with callers")
 	}
 }
@@ -425,7 +425,8 @@ func TestReverify(t *testing.T) {
 // TestIdentityOverrides runs every scheme with each identity setting.
 func TestIdentityOverrides(t *testing.T) {
 	t.Parallel()
-	body := []byte(`{"id":"evt_1","type":"a.b","data":{"id":"obj_7","kind":"created","n":42,"list":[{"id":"first"}]}}`)
+	// webhookTimestamp (testNow in ms): Linear signs its timestamp in the body.
+	body := []byte(`{"id":"evt_1","type":"a.b","data":{"id":"obj_7","kind":"created","n":42,"list":[{"id":"first"}]},"webhookTimestamp":1700000000000}`)
 	for _, typ := range Types() {
 		t.Run(typ, func(t *testing.T) {
 			t.Parallel()
@@ -459,6 +460,9 @@ func TestIdentityOverrides(t *testing.T) {
 				b := body
 				if tt.body != nil {
 					b = tt.body
+					if p := presets[typ]; p != nil && p.hmac.TimestampJSON != "" {
+						continue // a body that is not JSON cannot carry the signed timestamp
+					}
 				}
 				u := twilioPublicURL
 				if cfg.Type == "twilio" {
