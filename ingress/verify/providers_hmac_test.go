@@ -661,3 +661,31 @@ func TestBodyHMACPresetDocs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBodyHMACPresets sends each body-HMAC preset mutated bodies and
+// signatures: Verify must not panic, and may accept an event only when the
+// signature is the oracle's for that very body.
+func FuzzBodyHMACPresets(f *testing.F) {
+	for i, fx := range bodyHMACFixtures {
+		f.Add(uint8(i), fx.body, fx.sign(fx.secret, fx.body))
+		f.Add(uint8(i), flipBit(fx.body, 7), fx.sign(fx.secret, fx.body))
+		f.Add(uint8(i), fx.body, strings.ToUpper(fx.sign(fx.secret, fx.body)))
+	}
+	f.Add(uint8(8), []byte("webhook_id=12"), "")
+	f.Fuzz(func(t *testing.T, i uint8, body []byte, sig string) {
+		fx := bodyHMACFixtures[int(i)%len(bodyHMACFixtures)]
+		cfg := fx.config(bodyHMACOldSecret, fx.secret)
+		req := &Request{Header: fx.signed(sig), Body: body, Now: testNow}
+		res, err := mustNew(t, cfg).Verify(req)
+		checkErrorSafe(t, err, cfg.Secrets, req)
+		if err != nil || res.Handshake != nil {
+			return
+		}
+		// Hex MACs are accepted in either case, after the exact prefix.
+		want := fx.sign(cfg.Secrets[res.SecretIndex], body)
+		hexCase := presets[fx.typ].hmac.Encoding == "hex" && strings.HasPrefix(sig, fx.prefix) && strings.EqualFold(sig, want)
+		if sig != want && !hexCase {
+			t.Fatalf("%s accepted signature %q for body %q (oracle %q)", fx.typ, sig, body, want)
+		}
+	})
+}
