@@ -82,6 +82,64 @@ func TestHandshakesAreAnsweredNotStored(t *testing.T) {
 	}
 }
 
+// Dropbox checks the endpoint with an unsigned GET ?challenge=, echoed as
+// text; WooCommerce pings a new webhook with an unsigned POST webhook_id=N,
+// answered 200. Neither is stored, and each is counted by its kind.
+func TestUnsignedHandshakesAreAnsweredNotStored(t *testing.T) {
+	t.Parallel()
+	dropbox := verify.Config{Type: "dropbox", Secrets: []string{"dropbox-app-secret"}}
+	woo := verify.Config{Type: "woocommerce", Secrets: []string{"woo-webhook-secret"}}
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Sources = append(c.Sources, sources.Source{Name: "dropbox", Config: dropbox}, sources.Source{Name: "woo", Config: woo})
+	})
+	for _, tc := range []struct {
+		source, kind string
+		cfg          verify.Config
+	}{{"dropbox", "challenge", dropbox}, {"woo", "ping", woo}} {
+		probe, err := verify.HandshakeTest(tc.cfg, b.url+"/webhooks/"+tc.source, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
+		req.Header = probe.Header
+		code, answer, header := do(t, req)
+		if err := probe.Check(code, header, []byte(answer)); err != nil {
+			t.Fatalf("%s: %v", tc.source, err)
+		}
+		if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") || header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: answer headers %v, want text/plain and nosniff", tc.source, header)
+		}
+		if got := counterValue(t, b, "inlet_ingress_handshakes_total", map[string]string{"source": tc.source, "kind": tc.kind}); got != 1 {
+			t.Errorf("handshakes_total{%s,%s} = %v, want 1", tc.source, tc.kind, got)
+		}
+	}
+	var n int
+	if err := b.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.events WHERE provider IN ('dropbox', 'woo')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("events stored by the handshakes: %d, %v", n, err)
+	}
+	// GET reaches Dropbox, not WooCommerce.
+	req, _ := http.NewRequest(http.MethodGet, b.url+"/webhooks/woo?challenge=1", nil)
+	if code, _, header := do(t, req); code != http.StatusMethodNotAllowed || header.Get("Allow") != "POST" {
+		t.Errorf("GET to woocommerce: %d %v", code, header)
+	}
+
+	// Their events still arrive by POST and are stored.
+	for _, tc := range []struct {
+		source string
+		cfg    verify.Config
+	}{{"dropbox", dropbox}, {"woo", woo}} {
+		h, body, err := verify.SignTest(tc.cfg, "evt-e2e-1", nil, "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/"+tc.source, bytes.NewReader(body))
+		req.Header = h
+		if code, answer, _ := do(t, req); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+			t.Fatalf("%s event: %d %s", tc.source, code, answer)
+		}
+	}
+}
+
 // counterValue reads one series of a counter from the bundle's registry.
 func counterValue(t *testing.T, b *testBundle, name string, labels map[string]string) float64 {
 	t.Helper()

@@ -22,8 +22,9 @@ import (
 type Handshake struct {
 	// Kind labels the handshake in metrics and logs: "url_verification"
 	// (Slack), "subscribe" (Meta), "crc" (X), "url_validation" (Zoom),
-	// "callback_verification" (Twitch), "ping" (Discord), "challenge"
-	// (Dropbox), "validation_token" (Microsoft Graph), "verification" (Okta).
+	// "callback_verification" (Twitch), "ping" (Discord, WooCommerce),
+	// "challenge" (Dropbox), "validation_token" (Microsoft Graph),
+	// "verification" (Okta).
 	Kind string
 	// ContentType of Body.
 	ContentType string
@@ -314,6 +315,47 @@ func hsDiscordPing() handshakeKind {
 		probe: func(*handshakeContext) handshakeProbe {
 			return handshakeProbe{method: http.MethodPost, body: []byte(`{"type":1,"id":"1181112222333344445","application_id":"1181112222333344440","version":1,"token":"probe"}`),
 				check: checkJSON(map[string]any{"type": 1})}
+		},
+	}
+}
+
+// wooSignature is the header of WooCommerce's signature.
+const wooSignature = "X-WC-Webhook-Signature"
+
+// wooPing reports whether body is WooCommerce's ping: "webhook_id=" and
+// the webhook's decimal id.
+func wooPing(body []byte) bool {
+	id, ok := strings.CutPrefix(string(body), "webhook_id=")
+	if !ok || id == "" || len(id) > 20 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '0' || id[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// hsWooPing answers the ping WooCommerce posts when a webhook is created or
+// activated (WC_Webhook::deliver_ping): a POST of the form body
+// "webhook_id=N" with no signature header. WooCommerce reports the
+// delivery URL as failing unless the answer is exactly 200. It carries no
+// signature, so it is answered (with an empty body) and never stored, like
+// Dropbox's unsigned challenge; a request carrying X-WC-Webhook-Signature is
+// verified as an event instead.
+func hsWooPing() handshakeKind {
+	return handshakeKind{
+		kind: "ping", method: http.MethodPost,
+		match: func(req *Request) bool { return req.Header.Get(wooSignature) == "" && wooPing(req.Body) },
+		answer: func(*handshakeContext, *Request, Result) (*Handshake, error) {
+			return textAnswer("ping", ""), nil
+		},
+		probe: func(*handshakeContext) handshakeProbe {
+			return handshakeProbe{method: http.MethodPost,
+				header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}},
+				body:   []byte("webhook_id=12"),
+				check:  checkText("")}
 		},
 	}
 }

@@ -79,8 +79,15 @@ func TestSignTest(t *testing.T) {
 				}
 			}
 
-			// A given body is signed as is.
-			given := []byte(`{"id":"evt_given","event_id":"evt_given","type":"x"}`)
+			// A given body is signed as is. It carries what a scheme needs
+			// in the body: the id where a preset reads it, Linear's signed
+			// webhookTimestamp (testNow in ms).
+			given := []byte(`{"id":"evt_given","event_id":"evt_given","type":"x","webhookTimestamp":1700000000000}`)
+			if p := presets[typ]; p != nil && p.idJSON != "" {
+				if given, err = withPath(given, false, strings.Split(p.idJSON, "."), "evt_given"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			u := twilioPublicURL
 			if typ == "twilio" {
 				given = []byte("MessageSid=SM1&MessageStatus=sent")
