@@ -166,19 +166,41 @@ func withPath(body []byte, form bool, path []string, value string) ([]byte, erro
 		vals.Set(path[0], field)
 		return []byte(vals.Encode()), nil
 	}
-	var doc map[string]any
+	var doc any
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	obj := doc
-	for _, seg := range path[:len(path)-1] {
-		next, ok := obj[seg].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			obj[seg] = next
-		}
-		obj = next
+	switch doc.(type) {
+	case map[string]any, []any: // a batch (HubSpot's) takes an index first
+	default:
+		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	obj[path[len(path)-1]] = value
+	doc, err := setPath(doc, path, value)
+	if err != nil {
+		return nil, err
+	}
 	return json.Marshal(doc)
+}
+
+// setPath returns node with path set to value: objects are made where
+// path leads through anything else but an array, which path indexes.
+func setPath(node any, path []string, value string) (any, error) {
+	if len(path) == 0 {
+		return value, nil
+	}
+	if arr, ok := node.([]any); ok {
+		i, err := strconv.Atoi(path[0])
+		if err != nil || i < 0 || i >= len(arr) {
+			return nil, fmt.Errorf("body: the event id path's %q is not an index of the array there", path[0])
+		}
+		arr[i], err = setPath(arr[i], path[1:], value)
+		return arr, err
+	}
+	obj, ok := node.(map[string]any)
+	if !ok {
+		obj = map[string]any{}
+	}
+	var err error
+	obj[path[0]], err = setPath(obj[path[0]], path[1:], value)
+	return obj, err
 }
