@@ -170,37 +170,41 @@ func withPath(body []byte, form bool, path []string, value string) ([]byte, erro
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	switch doc.(type) {
-	case map[string]any, []any: // a batch (HubSpot's) takes an index first
+	switch d := doc.(type) {
+	case map[string]any:
+	case []any: // a batch (HubSpot's): path starts with an index
+		if _, ok := arrayIndex(d, path[0]); !ok {
+			return nil, errors.New("body: a JSON array, and the event id path does not start with an index of it")
+		}
 	default:
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	doc, err := setPath(doc, path, value)
-	if err != nil {
-		return nil, err
-	}
+	doc = setPath(doc, path, value)
 	return json.Marshal(doc)
 }
 
-// setPath returns node with path set to value: objects are made where
-// path leads through anything else but an array, which path indexes.
-func setPath(node any, path []string, value string) (any, error) {
+// setPath returns node with path set to value, through the objects and
+// (by index) arrays on the way; anything else on the way becomes an object.
+func setPath(node any, path []string, value string) any {
 	if len(path) == 0 {
-		return value, nil
+		return value
 	}
 	if arr, ok := node.([]any); ok {
-		i, err := strconv.Atoi(path[0])
-		if err != nil || i < 0 || i >= len(arr) {
-			return nil, fmt.Errorf("body: the event id path's %q is not an index of the array there", path[0])
+		if i, ok := arrayIndex(arr, path[0]); ok {
+			arr[i] = setPath(arr[i], path[1:], value)
+			return arr
 		}
-		arr[i], err = setPath(arr[i], path[1:], value)
-		return arr, err
 	}
 	obj, ok := node.(map[string]any)
 	if !ok {
 		obj = map[string]any{}
 	}
-	var err error
-	obj[path[0]], err = setPath(obj[path[0]], path[1:], value)
-	return obj, err
+	obj[path[0]] = setPath(obj[path[0]], path[1:], value)
+	return obj
+}
+
+// arrayIndex reads seg as an index of arr.
+func arrayIndex(arr []any, seg string) (int, bool) {
+	i, err := strconv.Atoi(seg)
+	return i, err == nil && i >= 0 && i < len(arr)
 }
