@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,97 @@ func counterValue(t *testing.T, b *testBundle, name string, labels map[string]st
 		}
 	}
 	return 0
+}
+
+// timedSources are the timed providers whose endpoint check ingress answers:
+// Zoom's and Twitch's signed POSTs and X's CRC GET.
+var timedSources = []sources.Source{
+	{Name: "zoom", Config: verify.Config{Type: "zoom", Secrets: []string{"zoom-secret-token"}}},
+	{Name: "twitch", Config: verify.Config{Type: "twitch", Secrets: []string{"twitch-eventsub-secret"}}},
+	{Name: "x", Config: verify.Config{Type: "x", Secrets: []string{"x-consumer-secret"}}},
+}
+
+// Zoom's url_validation, Twitch's callback verification and X's CRC are
+// answered over real HTTP, counted by source and kind, and store nothing; a
+// forged one is refused as a bad signature. A Twitch revocation is an
+// event, stored under "revocation.<subscription type>".
+func TestTimedProviderHandshakes(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Sources = append(c.Sources, timedSources...)
+	})
+	send := func(probe *verify.HandshakeProbe) (int, string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
+		req.Header = probe.Header
+		return do(t, req)
+	}
+	for i, tt := range []struct{ kind, contentType, forged string }{
+		{"url_validation", "application/json", `"signature_mismatch"`},  // zoom
+		{"callback_verification", "text/plain", `"signature_mismatch"`}, // twitch
+		{"crc", "application/json", `"signature_malformed"`},            // x
+	} {
+		src := timedSources[i]
+		t.Run(src.Name, func(t *testing.T) {
+			probe, err := verify.HandshakeTest(src.Config, b.url+"/webhooks/"+src.Name, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, answer, header := send(probe)
+			if err := probe.Check(code, header, []byte(answer)); err != nil {
+				t.Fatal(err)
+			}
+			if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, tt.contentType) {
+				t.Errorf("answer Content-Type %q, want %s", ct, tt.contentType)
+			}
+			if got := counterValue(t, b, "inlet_ingress_handshakes_total", map[string]string{"source": src.Name, "kind": tt.kind}); got != 1 {
+				t.Errorf("handshakes_total{%s,%s} = %v, want 1", src.Name, tt.kind, got)
+			}
+
+			// Forged: Zoom's and Twitch's signed with a guessed secret;
+			// X's CRC asked to sign an event body.
+			forged := src.Config
+			forged.Secrets = []string{"guessed-secret"}
+			fp, err := verify.HandshakeTest(forged, b.url+"/webhooks/"+src.Name, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if src.Config.Type == "x" {
+				fp.URL = b.url + "/webhooks/x?crc_token=" + url.QueryEscape(`{"for_user_id":"1","tweet_create_events":[]}`)
+			}
+			if code, answer, _ := send(fp); code != http.StatusUnauthorized || !strings.Contains(answer, tt.forged) {
+				t.Errorf("forged %s: %d %s", tt.kind, code, answer)
+			}
+			if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = $1`, src.Name); n != 0 {
+				t.Errorf("%d events stored by %s handshakes", n, src.Name)
+			}
+		})
+	}
+
+	// A Twitch revocation is stored, typed apart from notifications.
+	twitch := timedSources[1].Config
+	revoked := []byte(`{"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"authorization_revoked","type":"channel.follow","cost":1,"version":"2","condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}`)
+	for _, m := range []struct {
+		id, msgType string
+		body        []byte
+		wantType    string
+	}{
+		{"twitch-msg-notification", "notification", nil, "channel.follow"},
+		{"twitch-msg-revocation", "revocation", revoked, "revocation.channel.follow"},
+	} {
+		h, body, err := verify.SignTest(twitch, m.id, m.body, "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Set("Twitch-Eventsub-Message-Type", m.msgType) // not signed by Twitch
+		req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/twitch", bytes.NewReader(body))
+		req.Header = h
+		if code, answer, _ := do(t, req); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+			t.Fatalf("twitch %s: %d %s", m.msgType, code, answer)
+		}
+		var typ string
+		if err := b.admin.QueryRow(context.Background(), `SELECT event_type FROM webhook_ingress.events WHERE provider = 'twitch' AND external_event_id = $1`, m.id).Scan(&typ); err != nil || typ != m.wantType {
+			t.Errorf("twitch %s stored with type %q (%v), want %q", m.msgType, typ, err, m.wantType)
+		}
+	}
 }

@@ -217,19 +217,39 @@ func crcResponse(secret, token string) string {
 	return "sha256=" + base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// crcToken reports whether s has the shape of X's crc_token: an opaque
+// base64, base64url or UUID string. The answer to a CRC is exactly the
+// x-twitter-webhooks-signature of a body equal to the token (same key, same
+// MAC, same encoding), so answering any text would sign forged events for
+// whoever asks; no JSON body (it needs '{' and '"') has this shape.
+func crcToken(s string) bool {
+	if len(s) < 8 || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '+' || c == '/' || c == '=' || c == '-' || c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // hsCRC answers X's (Twitter's) challenge-response check: GET ?crc_token=…
 // answered with {"response_token": "sha256=" + base64(HMAC-SHA256(consumer
 // secret, crc_token))}, keyed with the source's first secret (the current
 // one during a rotation). The answer itself proves the secret; the request
-// is not signed.
+// is not signed, so only token-shaped values are answered (see crcToken).
 func hsCRC() handshakeKind {
 	return handshakeKind{
 		kind: "crc", method: http.MethodGet,
 		match: func(req *Request) bool { return query(req).Has("crc_token") },
 		answer: func(hc *handshakeContext, req *Request, _ Result) (*Handshake, error) {
 			token := query(req).Get("crc_token")
-			if !echoable(token) {
-				return nil, fmt.Errorf("%s: %w: crc_token is empty, too long or not printable text", hc.scheme, ErrSignatureMalformed)
+			if !crcToken(token) {
+				return nil, fmt.Errorf("%s: %w: crc_token is not 8-256 characters of base64, base64url or a UUID", hc.scheme, ErrSignatureMalformed)
 			}
 			return jsonAnswer("crc", map[string]string{"response_token": crcResponse(hc.secrets[0], token)}), nil
 		},
@@ -293,9 +313,15 @@ func hsTwitch() handshakeKind {
 		},
 		probe: func(*handshakeContext) handshakeProbe {
 			return handshakeProbe{method: http.MethodPost,
-				header: http.Header{twitchMessageType: {"webhook_callback_verification"}},
-				body:   fmt.Appendf(nil, `{"challenge":%q,"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2","condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}`, probeChallenge),
-				check:  checkText(probeChallenge)}
+				header: http.Header{
+					twitchMessageType:                      {"webhook_callback_verification"},
+					"Twitch-Eventsub-Message-Id":           {"e76c6bd4-55c9-4987-8304-da1588d8988b"},
+					"Twitch-Eventsub-Message-Retry":        {"0"},
+					"Twitch-Eventsub-Subscription-Type":    {"channel.follow"},
+					"Twitch-Eventsub-Subscription-Version": {"2"},
+				},
+				body:  fmt.Appendf(nil, `{"challenge":%q,"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2","condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}`, probeChallenge),
+				check: checkText(probeChallenge)}
 		},
 	}
 }

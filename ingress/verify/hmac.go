@@ -222,10 +222,11 @@ func parseTemplate(tmpl string) ([]segment, error) {
 type hmacVerifier struct {
 	scheme    string // the type name, for errors
 	cfg       HMACConfig
-	headers   []string // canonical signature headers, Header first
-	sigPath   []string // SignatureJSON split
-	tsHeader  string   // canonical, "" unless TimestampHeader
-	tsPath    []string // TimestampJSON split
+	headers   []string   // canonical signature headers, Header first
+	sigPath   []string   // SignatureJSON split
+	altSigs   [][]string // altSignatureJSON split
+	tsHeader  string     // canonical, "" unless TimestampHeader
+	tsPath    []string   // TimestampJSON split
 	segs      []segment
 	size      int // MAC length of the algorithm
 	keys      []*hashKey
@@ -255,6 +256,9 @@ func newHMAC(cfg Config, ident *identity) *hmacVerifier {
 	}
 	if c.SignatureJSON != "" {
 		v.sigPath = strings.Split(c.SignatureJSON, ".")
+		for _, p := range c.altSignatureJSON {
+			v.altSigs = append(v.altSigs, strings.Split(p, "."))
+		}
 	}
 	if c.TimestampHeader != "" {
 		v.tsHeader = http.CanonicalHeaderKey(c.TimestampHeader)
@@ -279,11 +283,15 @@ func cmpOr(a, b string) string {
 // timestamp text of a key=value signature header (TimestampKey).
 func (v *hmacVerifier) signatures(req *Request) (sigs []string, ts string, err error) {
 	if v.sigPath != nil {
-		s, ok := lookupJSON(req.Body, v.sigPath)
-		if !ok || s == "" {
+		for _, path := range append([][]string{v.sigPath}, v.altSigs...) {
+			if s, ok := lookupJSON(req.Body, path); ok && s != "" {
+				sigs = append(sigs, s)
+			}
+		}
+		if len(sigs) == 0 {
 			return nil, "", fmt.Errorf("%s: %w: no signature at %s in the body", v.scheme, ErrSignatureMissing, v.cfg.SignatureJSON)
 		}
-		return []string{s}, "", nil
+		return sigs, "", nil
 	}
 	for _, name := range v.headers {
 		header := req.Header.Get(name)
@@ -386,6 +394,9 @@ func (v *hmacVerifier) signedParts(req *Request, ts string) ([][]byte, error) {
 			u := v.signedURL(req.URL)
 			if u == "" {
 				return nil, fmt.Errorf("%s: %w: no request URL to check the signature against (set public_url)", v.scheme, ErrSignatureMismatch)
+			}
+			if v.cfg.urlUnescape != nil {
+				u = v.cfg.urlUnescape.Replace(u)
 			}
 			parts = append(parts, []byte(u))
 		case segMethod:

@@ -203,3 +203,10 @@ func jsonObject(body []byte) bool {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	return len(trimmed) > 0 && trimmed[0] == '{'
 }
+
+// jsonArray reports whether body starts, after whitespace, like a JSON
+// array.
+func jsonArray(body []byte) bool {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '['
+}

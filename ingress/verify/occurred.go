@@ -57,7 +57,7 @@ func NewOccurredAt(cfg Config) OccurredAt {
 
 func occurredJSON(path ...string) OccurredAt {
 	return func(_ http.Header, body []byte) time.Time {
-		if !jsonObject(body) {
+		if !jsonObject(body) && !jsonArray(body) { // an array: a batch (HubSpot's)
 			return time.Time{}
 		}
 		s, ok := lookupJSON(body, path)
@@ -89,6 +89,14 @@ func parseOccurred(s string) time.Time {
 		}
 		sec := int64(f)
 		t = time.Unix(sec, int64((f-float64(sec))*1e9)).UTC()
+		if whole, frac, ok := strings.Cut(s, "."); ok && f < 1e12 && len(frac) <= 9 {
+			// Exactly, not through a float64 (Mailgun's 1699999999.908181).
+			n, err1 := strconv.ParseInt(whole, 10, 64)
+			ns, err2 := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+			if err1 == nil && err2 == nil {
+				t = time.Unix(n, ns).UTC()
+			}
+		}
 		if f >= 1e12 { // milliseconds, as some senders write it
 			t = time.UnixMilli(int64(f)).UTC()
 		}

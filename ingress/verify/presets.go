@@ -36,6 +36,12 @@ type preset struct {
 	occurredHeader, occurredJSON string
 	// handshakes the provider checks the endpoint with.
 	handshakes []handshakeKind
+	// event, when set, completes or refuses a verified event's Result:
+	// where the type is more than one field (Twitch marks revocations) or
+	// the provider's events have a shape the signature alone does not
+	// ensure (X's are JSON objects). customType is true when the source
+	// configures the type itself, which event must then leave alone.
+	event func(req *Request, res Result, customType bool) (Result, error)
 	// signsURL allows Config.PublicURL (the provider signs the URL).
 	signsURL bool
 	// needsVerifyToken requires Config.VerifyToken (Meta's handshake).
@@ -158,6 +164,8 @@ type presetVerifier struct {
 	inner      signatureChecker
 	handshakes []handshakeKind
 	hc         *handshakeContext
+	event      func(req *Request, res Result, customType bool) (Result, error)
+	customType bool
 }
 
 // newPreset builds the verifier of a preset source. cfg has been validated
@@ -171,7 +179,9 @@ func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
 		return nil, fmt.Errorf("type %s: scheme %s is not built", p.name, p.scheme)
 	}
 	return &presetVerifier{inner: inner, handshakes: p.handshakes,
-		hc: &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken}}, nil
+		hc:         &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken},
+		event:      p.event,
+		customType: cfg.EventTypeHeader != p.typeHeader || cfg.EventTypeJSON != p.typeJSON}, nil
 }
 
 func (v *presetVerifier) Verify(req *Request) (Result, error) {
@@ -196,7 +206,14 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 	if method(req) != http.MethodPost {
 		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
 	}
-	return v.inner.Verify(req)
+	res, err := v.inner.Verify(req)
+	if err != nil || v.event == nil {
+		return res, err
+	}
+	if res, err = v.event(req, res, v.customType); err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }
 
 // AnswersGET reports whether the source answers GET requests (a GET
@@ -229,15 +246,20 @@ func AnswersGET(v Verifier) bool {
 func (p *preset) signTest(cfg Config, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
 	cfg = p.apply(cfg)
 	h := http.Header{}
-	if len(body) == 0 && p.sample != nil {
-		h, body = p.sample(id, now)
-		if h == nil {
-			h = http.Header{}
+	if p.sample != nil {
+		// A given body still goes with the provider's usual headers (those
+		// a template signs: Twitch's message id and type).
+		sh, sample := p.sample(id, now)
+		if sh != nil {
+			h = sh
 		}
-		if cfg.EventIDJSON != "" && cfg.EventIDJSON != p.idJSON {
-			var err error
-			if body, err = withPath(body, false, strings.Split(cfg.EventIDJSON, "."), id); err != nil {
-				return nil, nil, err
+		if len(body) == 0 {
+			body = sample
+			if cfg.EventIDJSON != "" && cfg.EventIDJSON != p.idJSON {
+				var err error
+				if body, err = withPath(body, false, strings.Split(cfg.EventIDJSON, "."), id); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}

@@ -166,19 +166,45 @@ func withPath(body []byte, form bool, path []string, value string) ([]byte, erro
 		vals.Set(path[0], field)
 		return []byte(vals.Encode()), nil
 	}
-	var doc map[string]any
+	var doc any
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	obj := doc
-	for _, seg := range path[:len(path)-1] {
-		next, ok := obj[seg].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			obj[seg] = next
+	switch d := doc.(type) {
+	case map[string]any:
+	case []any: // a batch (HubSpot's): path starts with an index
+		if _, ok := arrayIndex(d, path[0]); !ok {
+			return nil, errors.New("body: a JSON array, and the event id path does not start with an index of it")
 		}
-		obj = next
+	default:
+		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	obj[path[len(path)-1]] = value
+	doc = setPath(doc, path, value)
 	return json.Marshal(doc)
+}
+
+// setPath returns node with path set to value, through the objects and
+// (by index) arrays on the way; anything else on the way becomes an object.
+func setPath(node any, path []string, value string) any {
+	if len(path) == 0 {
+		return value
+	}
+	if arr, ok := node.([]any); ok {
+		if i, ok := arrayIndex(arr, path[0]); ok {
+			arr[i] = setPath(arr[i], path[1:], value)
+			return arr
+		}
+	}
+	obj, ok := node.(map[string]any)
+	if !ok {
+		obj = map[string]any{}
+	}
+	obj[path[0]] = setPath(obj[path[0]], path[1:], value)
+	return obj
+}
+
+// arrayIndex reads seg as an index of arr.
+func arrayIndex(arr []any, seg string) (int, bool) {
+	i, err := strconv.Atoi(seg)
+	return i, err == nil && i >= 0 && i < len(arr)
 }

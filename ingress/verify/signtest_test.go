@@ -30,6 +30,20 @@ func signTestConfig(typ string) Config {
 	}
 }
 
+// signsInBody reports whether typ's signature travels in the body
+// (Mailgun), so that signing changes a given body.
+func signsInBody(typ string) bool {
+	p := presets[typ]
+	return p != nil && p.hmac.SignatureJSON != ""
+}
+
+// bodyUnsigned reports whether typ's signature leaves the body unsigned
+// (Mailgun's event-data), so that a changed body may still verify.
+func bodyUnsigned(typ string) bool {
+	p := presets[typ]
+	return p != nil && p.hmac.bodyUnsigned
+}
+
 // TestSignTest checks that every scheme's SignTest output passes its own
 // verifier with the given id, with a sample body and with a given one.
 func TestSignTest(t *testing.T) {
@@ -63,9 +77,15 @@ func TestSignTest(t *testing.T) {
 			}
 
 			// A configured id location gets the id too.
+			idPath := "meta.trace.id"
+			if p := presets[typ]; p != nil && p.sample != nil {
+				if _, b := p.sample("x", testNow); len(b) > 0 && b[0] == '[' {
+					idPath = "0." + idPath // a batch (HubSpot's)
+				}
+			}
 			for _, adjust := range []func(*Config){
 				func(c *Config) { c.EventIDHeader = "X-Test-Id" },
-				func(c *Config) { c.EventIDJSON = "meta.trace.id" },
+				func(c *Config) { c.EventIDJSON = idPath },
 			} {
 				c := cfg
 				adjust(&c)
@@ -96,7 +116,7 @@ func TestSignTest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SignTest given body: %v", err)
 			}
-			if string(body) != string(given) {
+			if string(body) != string(given) && !signsInBody(typ) {
 				t.Errorf("SignTest changed the given body to %q", body)
 			}
 			if _, err := v.Verify(&Request{Header: h, Body: body, URL: u, Now: testNow}); err != nil {
@@ -173,7 +193,7 @@ func TestConcurrentVerifyAll(t *testing.T) {
 						req.Body = flipBit(body, uint(i))
 					}
 					_, err := v.Verify(req)
-					if (err == nil) != (i%2 == 0) && typ != "gitlab" {
+					if (err == nil) != (i%2 == 0) && typ != "gitlab" && !bodyUnsigned(typ) {
 						t.Errorf("%s: Verify #%d: %v", typ, i, err)
 						return
 					}

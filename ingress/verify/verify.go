@@ -277,6 +277,13 @@ type HMACConfig struct {
 	// bodyUnsigned lets a preset sign no body (Mailgun signs only a
 	// timestamp and token). Never set from configuration.
 	bodyUnsigned bool
+	// altSignatureJSON are further body paths that may carry a signature,
+	// as AltHeaders are for headers (Mailgun's parent-signature, keyed with
+	// the parent account's key). Preset-only.
+	altSignatureJSON []string
+	// urlUnescape, when set, rewrites the URL that {url} signs (HubSpot
+	// signs its URI with some %-escapes decoded). Preset-only.
+	urlUnescape *strings.Replacer
 }
 
 // isZero reports whether no field of c is set.
