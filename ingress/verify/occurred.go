@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -57,7 +58,8 @@ func NewOccurredAt(cfg Config) OccurredAt {
 
 func occurredJSON(path ...string) OccurredAt {
 	return func(_ http.Header, body []byte) time.Time {
-		if !jsonObject(body) {
+		// An object, or an array (SendGrid's batch of events: 0.timestamp).
+		if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
 			return time.Time{}
 		}
 		s, ok := lookupJSON(body, path)
