@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -266,4 +267,38 @@ func TestSendGridKeys(t *testing.T) {
 		}
 		checkErrorSafe(t, err, []string{tt.secret}, nil)
 	}
+}
+
+// FuzzSendGrid: no input panics, every error carries a sentinel and no
+// secret, anything accepted sendgrid-go accepts, and a genuine request
+// with a flipped body bit is refused.
+func FuzzSendGrid(f *testing.F) {
+	f.Add(sendgridVectorSig, sendgridVectorTS, sendgridVectorBody, uint(0))
+	f.Add("MAYCAQECAQE=", "1", []byte(`[]`), uint(3))
+	f.Add("", "", []byte(nil), uint(1<<20))
+	f.Add(strings.Repeat("A", 96), "01", []byte("["), uint(9))
+	cfg := Config{Type: "sendgrid", Secrets: []string{ecdsaPublicB64(sendgridTestKey), sendgridVectorKey}}
+	v := mustNew(f, cfg)
+	f.Fuzz(func(t *testing.T, sig, ts string, body []byte, flip uint) {
+		h := sendgridHeaders(sig, ts)
+		req := &Request{Header: h, Body: body, IgnoreTolerance: true}
+		res, err := v.Verify(req)
+		if err == nil {
+			if !sendgridAccepts(t, cfg.Secrets[res.SecretIndex], h, body) {
+				t.Fatalf("accepted what sendgrid-go rejects: %q %q %q", sig, ts, body)
+			}
+		} else {
+			if Reason(err) == "unknown" {
+				t.Fatalf("error without sentinel: %v", err)
+			}
+			checkErrorSafe(t, err, cfg.Secrets, req)
+		}
+		if len(body) > 0 {
+			genuine := sendgridSigned(t, sendgridTestKey, testNow, body)
+			_, err := v.Verify(&Request{Header: genuine, Body: flipBit(body, flip), Now: testNow})
+			if !errors.Is(err, ErrSignatureMismatch) {
+				t.Fatalf("flipped body: %v", err)
+			}
+		}
+	})
 }

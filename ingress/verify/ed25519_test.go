@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -267,4 +268,40 @@ func TestDiscordIdentity(t *testing.T) {
 			t.Errorf("%s: %+v, %v", tt.body, res, err)
 		}
 	}
+}
+
+// FuzzDiscord: no input panics, every error carries a sentinel and no
+// secret, anything accepted is what discordgo accepts, and a genuine
+// request with a flipped body bit is refused.
+func FuzzDiscord(f *testing.F) {
+	valid := discordSigned(discordTestKey, testNow, discordBody)
+	f.Add(valid.Get("X-Signature-Ed25519"), valid.Get("X-Signature-Timestamp"), discordBody, uint(0))
+	f.Add(strings.Repeat("0", 128), "1", []byte(`{"type":1}`), uint(3))
+	f.Add("", "", []byte(nil), uint(1<<20))
+	f.Add(strings.Repeat("f", 127), "01", []byte("{"), uint(9))
+	cfg := discordConfig(discordOldTestKey, discordTestKey)
+	v := mustNew(f, cfg)
+	f.Fuzz(func(t *testing.T, sig, ts string, body []byte, flip uint) {
+		h := http.Header{"X-Signature-Ed25519": {sig}, "X-Signature-Timestamp": {ts}}
+		req := &Request{Header: h, Body: body, IgnoreTolerance: true}
+		res, err := v.Verify(req)
+		if err == nil {
+			pub := []ed25519.PrivateKey{discordOldTestKey, discordTestKey}[res.SecretIndex].Public().(ed25519.PublicKey)
+			if !discordgoAccepts(h, body, pub) {
+				t.Fatalf("accepted what discordgo rejects: %q %q %q", sig, ts, body)
+			}
+		} else {
+			if Reason(err) == "unknown" {
+				t.Fatalf("error without sentinel: %v", err)
+			}
+			checkErrorSafe(t, err, cfg.Secrets, req)
+		}
+		genuine := discordSigned(discordTestKey, testNow, body)
+		if len(body) > 0 {
+			_, err := v.Verify(&Request{Header: genuine, Body: flipBit(body, flip), Now: testNow})
+			if !errors.Is(err, ErrSignatureMismatch) {
+				t.Fatalf("flipped body: %v", err)
+			}
+		}
+	})
 }

@@ -2,8 +2,10 @@ package verify
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -330,4 +332,53 @@ func TestGraphSign(t *testing.T) {
 		}
 		checkErrorSafe(t, err, cfg.Secrets, nil)
 	}
+}
+
+// FuzzToken: no input panics, every error carries a sentinel and no
+// secret, and a request is accepted only when its token is a secret:
+// Okta's Authorization, or every clientState of Graph's notifications.
+func FuzzToken(f *testing.F) {
+	f.Add(oktaToken, graphBody, false)
+	f.Add("Bearer x", []byte(`{"value":[{"clientState":"secretClientValue"},{"clientState":"old-client-state-3e1f"}]}`), true)
+	f.Add("", []byte(`{"value":[{"clientState":1}]}`), true)
+	f.Add("sha256:00", []byte(`{"value":{}}`), false)
+	okta, graph := oktaConfig(), graphConfig()
+	vo, vg := mustNew(f, okta), mustNew(f, graph)
+	f.Fuzz(func(t *testing.T, auth string, body []byte, stored bool) {
+		req := &Request{Header: http.Header{"Authorization": {auth}}, Body: body, IgnoreTolerance: stored, Now: testNow}
+		res, err := vo.Verify(req)
+		if err == nil {
+			if !stored && auth != okta.Secrets[res.SecretIndex] {
+				t.Fatalf("okta accepted %q", auth)
+			}
+		} else {
+			if Reason(err) == "unknown" {
+				t.Fatalf("okta error without sentinel: %v", err)
+			}
+			checkErrorSafe(t, err, okta.Secrets, req)
+		}
+		req = &Request{Body: body, Now: testNow}
+		res, err = vg.Verify(req)
+		if err != nil {
+			if Reason(err) == "unknown" {
+				t.Fatalf("graph error without sentinel: %v", err)
+			}
+			checkErrorSafe(t, err, graph.Secrets, nil)
+			return
+		}
+		// Decoded as the verifier must read it: exact key names.
+		var doc map[string][]map[string]any
+		if json.Unmarshal(body, &doc) != nil || len(doc["value"]) == 0 {
+			t.Fatalf("graph accepted %q", body)
+		}
+		for _, item := range doc["value"] {
+			s, ok := item["clientState"].(string)
+			if !ok || !slices.Contains(graph.Secrets, s) {
+				t.Fatalf("graph accepted %q", body)
+			}
+		}
+		if doc["value"][0]["clientState"] != graph.Secrets[res.SecretIndex] {
+			t.Fatalf("graph SecretIndex %d for %q", res.SecretIndex, body)
+		}
+	})
 }
