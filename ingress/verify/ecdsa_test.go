@@ -236,7 +236,7 @@ func TestSendGridKeys(t *testing.T) {
 	der, _ := x509.MarshalPKIXPublicKey(&sendgridTestKey.PublicKey)
 	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
 	der384, _ := x509.MarshalPKIXPublicKey(&p384.PublicKey)
-	rsaKey, err := rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // G403: a test key that must be refused
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,14 +68,14 @@ func newKeySig(p *preset, cfg Config) (*keySig, error) {
 
 // signature returns the request's signature, decoded, and its signed
 // timestamp's text and time. size, when not 0, is the only decoded length
-// accepted; max bounds the others.
-func (k *keySig) signature(req *Request, size, max int) (sig []byte, ts string, at time.Time, err error) {
+// accepted; maxLen bounds the others.
+func (k *keySig) signature(req *Request, size, maxLen int) (sig []byte, ts string, at time.Time, err error) {
 	enc := req.Header.Get(k.header)
 	if enc == "" {
 		return nil, "", time.Time{}, fmt.Errorf("%s: %w: no %s header", k.scheme, ErrSignatureMissing, k.header)
 	}
 	var ok bool
-	if sig, ok = k.decode(enc, size, max); !ok {
+	if sig, ok = k.decode(enc, size, maxLen); !ok {
 		return nil, "", time.Time{}, fmt.Errorf("%s: %w: %s is not the %s of a signature", k.scheme, ErrSignatureMalformed, k.header, k.cfg.encoding)
 	}
 	if k.tsHeader != "" {
@@ -94,15 +94,15 @@ func (k *keySig) signature(req *Request, size, max int) (sig []byte, ts string, 
 
 // decode decodes an encoded signature strictly: one spelling per
 // signature (either case of hex), no whitespace.
-func (k *keySig) decode(s string, size, max int) ([]byte, bool) {
+func (k *keySig) decode(s string, size, maxLen int) ([]byte, bool) {
 	if k.cfg.encoding == "hex" {
-		if (size > 0 && len(s) != 2*size) || len(s) > 2*max || len(s)%2 != 0 {
+		if (size > 0 && len(s) != 2*size) || len(s) > 2*maxLen || len(s)%2 != 0 {
 			return nil, false
 		}
 		b, err := hex.DecodeString(s)
 		return b, err == nil
 	}
-	if (size > 0 && len(s) != base64.StdEncoding.EncodedLen(size)) || len(s) > base64.StdEncoding.EncodedLen(max) || strings.ContainsAny(s, "\r\n") {
+	if (size > 0 && len(s) != base64.StdEncoding.EncodedLen(size)) || len(s) > base64.StdEncoding.EncodedLen(maxLen) || strings.ContainsAny(s, "\r\n") {
 		return nil, false
 	}
 	b, err := standardSigEncoding.DecodeString(s)

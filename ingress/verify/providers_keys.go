@@ -14,8 +14,13 @@ var keyProviders = []*preset{
 		// (hex, from the Developer Portal) goes in secrets. Discord also
 		// sends deliberately bad signatures to check the endpoint refuses
 		// them. The timestamp is signed; Discord documents no window, so
-		// the default 5 minutes applies (it answers interactions within 3
-		// seconds).
+		// the default 5 minutes applies (it sends each interaction once and
+		// wants the answer within 3 seconds). Ingress answers a stored
+		// interaction with its own JSON, not an interaction response, so
+		// Discord shows the user that the interaction failed: the preset
+		// suits recording interactions, not answering them. Discord's
+		// Webhook Events (a different endpoint, whose events have type 1)
+		// are not this preset's.
 		name:   "discord",
 		scheme: schemeEd25519,
 		keySig: keySigConfig{header: "X-Signature-Ed25519", encoding: "hex",
@@ -74,11 +79,16 @@ var keyProviders = []*preset{
 		// Okta event hooks sign nothing: the Authorization header carries
 		// the secret value configured with the hook, compared in constant
 		// time and stored as its SHA-256.
+		// eventId names the delivery; Okta amalgamates events that occur
+		// close together into one (data.events), and its documentation
+		// dedupes single events by data.events[].uuid, which handlers can
+		// do. The envelope's eventType is always com.okta.event_hook: the
+		// type is the first event's.
 		name:       "okta",
 		scheme:     schemeToken,
 		token:      tokenConfig{header: "Authorization"},
 		idJSON:     "eventId",
-		typeJSON:   "data.events.0.eventType", // the envelope's eventType is always com.okta.event_hook
+		typeJSON:   "data.events.0.eventType",
 		handshakes: []handshakeKind{hsOkta()},
 		// eventTime is when Okta sent the hook; the events' own times are
 		// data.events[].published.
@@ -118,7 +128,7 @@ var keyProviders = []*preset{
 		doc: PresetDoc{
 			Provider:  "Microsoft Graph (change notifications)",
 			Headers:   "none (clientState in the body)",
-			Signed:    "nothing: every value[].clientState must equal a secret (compared in constant time)",
+			Signed:    "nothing: every value[].clientState must equal a secret (constant time); rich notifications' validationTokens JWTs are not checked",
 			ID:        "none (synthetic body hash)",
 			Type:      "body value[0].changeType",
 			Occurred:  "none",

@@ -16,10 +16,58 @@ const (
 	oktaOldToken = "Bearer okta-hook-secret-old-77e2"
 )
 
-// oktaBody is an event hook delivery shaped as Okta documents it
-// (https://developer.okta.com/docs/concepts/event-hooks/, "Sample event
-// delivery payload").
-var oktaBody = []byte(`{"eventType":"com.okta.event_hook","eventTypeVersion":"1.0","cloudEventsVersion":"0.1","source":"https://{yourOktaDomain}/api/v1/eventHooks/whoql0HfiLGPWc8Jx0g3","eventId":"b5a188b9-5ece-4636-b041-482ffda96311","eventTime":"2019-03-27T16:59:53.032Z","contentType":"application/json","data":{"events":[{"uuid":"4f8c2e4a-50b2-11e9-9b74-6b1f5d5f2e9c","published":"2019-03-27T16:59:52.532Z","eventType":"user.lifecycle.activate","version":"0","displayMessage":"Activate Okta user","severity":"INFO","actor":{"id":"00u1qw1mqitPHM8AJ0g7","type":"User","alternateId":"admin@example.com","displayName":"Admin"},"target":[{"id":"00u1qw1mqitPHM8AJ0g8","type":"User","alternateId":"jon@example.com","displayName":"Jon"}]}]}}`)
+// oktaBody is Okta's "Sample Event Delivery Payload"
+// (https://developer.okta.com/docs/concepts/event-hooks/, from
+// okta/okta-developer-docs docs/concepts/event-hooks/index.md), as is.
+var oktaBody = []byte(`{
+  "eventType": "com.okta.event_hook",
+  "eventTypeVersion": "1.0",
+  "cloudEventsVersion": "0.1",
+  "contentType": "application/json",
+  "eventId": "b5a188b9-5ece-4636-b041-482ffda96311",
+  "eventTime": "2019-03-27T16:59:53.032Z",
+  "source": "https://{yourOktaDomain}/api/v1/eventHooks/whoql0HfiLGPWc8Jx0g3",
+  "data": {
+    "events": [
+      {
+        "version": "0",
+        "severity": "INFO",
+        "client": {
+          "zone": "OFF_NETWORK",
+          "device": "Unknown",
+          "userAgent": {
+            "os": "Unknown",
+            "browser": "UNKNOWN",
+            "rawUserAgent": "UNKNOWN-DOWNLOAD"
+          },
+          "ipAddress": "12.97.85.90"
+        },
+        "actor": {
+          "id": "00u1qw6mqitPHM8AJ0g7",
+          "type": "User",
+          "alternateId": "admin@example.com",
+          "displayName": "Example Admin"
+        },
+        "outcome": {
+          "result": "SUCCESS"
+        },
+        "uuid": "f790999f-fe87-467a-9880-6982a583986c",
+        "published": "2018-03-28T22:23:07.777Z",
+        "eventType": "user.session.start",
+        "displayMessage": "User login to Okta",
+        "transaction": {
+          "type": "WEB",
+          "id": "V04Oy4ubUOc5UuG6s9DyNQAABtc"
+        },
+        "legacyEventType": "core.user_auth.login_success",
+        "authenticationContext": {
+          "authenticationStep": 0,
+          "externalSessionId": "1013FfF-DKQSvCI4RVXChzX-w"
+        }
+      }
+    ]
+  }
+}`)
 
 func oktaConfig() Config {
 	return Config{Type: "okta", Secrets: []string{oktaOldToken, oktaToken}}
@@ -60,7 +108,7 @@ func TestOktaVerify(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if res.EventID != "b5a188b9-5ece-4636-b041-482ffda96311" || res.EventType != "user.lifecycle.activate" || res.SecretIndex != tt.index {
+		if res.EventID != "b5a188b9-5ece-4636-b041-482ffda96311" || res.EventType != "user.session.start" || res.SecretIndex != tt.index {
 			t.Errorf("%s: %+v", tt.name, res)
 		}
 	}
@@ -69,7 +117,7 @@ func TestOktaVerify(t *testing.T) {
 	}
 	// The body is not signed: Okta sends nothing that covers it. Whoever
 	// has the token can send any body; this is the provider's scheme.
-	if _, err := v.Verify(&Request{Header: auth(oktaToken), Body: bytes.Replace(oktaBody, []byte("Jon"), []byte("Eve"), 1), Now: testNow}); err != nil {
+	if _, err := v.Verify(&Request{Header: auth(oktaToken), Body: bytes.Replace(oktaBody, []byte("12.97.85.90"), []byte("10.0.0.1"), 1), Now: testNow}); err != nil {
 		t.Errorf("changed body: %v", err)
 	}
 	// No eventId: refused as a malformed payload.
