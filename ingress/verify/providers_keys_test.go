@@ -403,3 +403,37 @@ func TestKeyPresetsRefuseNonPost(t *testing.T) {
 		}
 	}
 }
+
+// TestWithPathArrays: SignTest puts a configured id into arrays too
+// (SendGrid's batch: 0.sg_event_id), as lookupJSON reads it.
+func TestWithPathArrays(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body, path, want string
+	}{
+		{`[{"a":1}]`, "0.sg_event_id", `[{"a":1,"sg_event_id":"v"}]`},
+		{`{"list":[{"x":1},{"x":2}]}`, "list.1.id", `{"list":[{"x":1},{"id":"v","x":2}]}`},
+		{`{"list":[{"x":1}]}`, "list.id", `{"list":{"id":"v"}}`},
+		{`{"list":[{"x":1}]}`, "list.3.id", `{"list":{"3":{"id":"v"}}}`},
+		{`[1,2]`, "1", `[1,"v"]`},
+		{`[1]`, "0.a", `[{"a":"v"}]`},
+		{`[1]`, "2", ""},
+		{`[1]`, "x", ""},
+		{`"str"`, "a", ""},
+	}
+	for _, tt := range tests {
+		got, err := withPath([]byte(tt.body), false, strings.Split(tt.path, "."), "v")
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("withPath(%s, %s) = %s, want an error", tt.body, tt.path, got)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("withPath(%s, %s) = %s, %v; want %s", tt.body, tt.path, got, err, tt.want)
+		}
+		if v, ok := lookupJSON(got, strings.Split(tt.path, ".")); !ok || v != "v" {
+			t.Errorf("lookupJSON(%s, %s) = %q, %v", got, tt.path, v, ok)
+		}
+	}
+}

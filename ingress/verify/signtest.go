@@ -223,8 +223,13 @@ func setPath(node any, path []string, value string) error {
 			return nil
 		}
 		child = n[path[0]]
-		switch child.(type) {
-		case map[string]any, []any:
+		switch c := child.(type) {
+		case map[string]any:
+		case []any:
+			if i, err := strconv.Atoi(path[1]); err != nil || i < 0 || i >= len(c) {
+				child = map[string]any{} // no such element: an object in its place
+				n[path[0]] = child
+			}
 		default:
 			child = map[string]any{}
 			n[path[0]] = child
