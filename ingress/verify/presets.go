@@ -272,8 +272,8 @@ func errNeedsPrivateKey(typ string) error {
 }
 
 // signTest builds an accepted request of the preset, as SignTest does.
-// privateKey signs for a preset whose secrets are public keys and must be
-// "" for the others.
+// privateKey signs for a preset whose secrets are public keys; the others
+// ignore it.
 func (p *preset) signTest(cfg Config, privateKey, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
 	cfg = p.apply(cfg)
 	h := http.Header{}
@@ -325,9 +325,9 @@ func (p *preset) signRequest(cfg Config, privateKey string, now time.Time, h htt
 	return body, err
 }
 
-// checkPrivateKey reports a request signed with a private key that none
-// of cfg's public keys verifies as a key that matches none, rather than
-// handing out a request the source would reject.
+// checkPrivateKey checks a request signed with a private key against
+// cfg's public keys, so that a key matching none of them is reported as
+// such rather than yielding a request the source would reject.
 func checkPrivateKey(cfg Config, h http.Header, body []byte, requestURL, method string, now time.Time) error {
 	v, err := New(cfg)
 	if err != nil {
