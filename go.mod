@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/PaddleHQ/paddle-go-sdk/v4 v4.1.0
 	github.com/ThreeDotsLabs/watermill v1.4.7
+	github.com/bwmarrin/discordgo v0.28.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/google/go-github/v75 v75.0.0
 	github.com/inlet-dev/inlet/consumers v0.0.0-00010101000000-000000000000
@@ -21,10 +22,12 @@ require (
 	github.com/razorpay/razorpay-go v1.3.3
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
+	github.com/sendgrid/sendgrid-go v3.16.1+incompatible
 	github.com/slack-go/slack v0.36.0
 	github.com/square/square-go-sdk v1.5.0
 	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/stripe/stripe-go/v82 v82.5.1
+	github.com/svix/svix-webhooks v1.44.0
 	github.com/twilio/twilio-go v1.31.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
@@ -232,6 +235,7 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
+	gopkg.in/validator.v2 v2.0.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect

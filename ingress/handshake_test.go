@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strings"
@@ -255,5 +257,112 @@ func TestTimedProviderHandshakes(t *testing.T) {
 		if err := b.admin.QueryRow(context.Background(), `SELECT event_type FROM webhook_ingress.events WHERE provider = 'twitch' AND external_event_id = $1`, m.id).Scan(&typ); err != nil || typ != m.wantType {
 			t.Errorf("twitch %s stored with type %q (%v), want %q", m.msgType, typ, err, m.wantType)
 		}
+	}
+}
+
+// The handshakes of the presets over the key and token schemes, end to
+// end: Discord's signed PING (answered with the private key's probe),
+// Okta's verification GET (only with the hook's Authorization) and
+// Microsoft Graph's validationToken POST, none of them stored; their
+// events are stored, Okta's Authorization as its digest.
+func TestKeyPresetHandshakes(t *testing.T) {
+	t.Parallel()
+	discordKey := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	discord := verify.Config{Type: "discord", Secrets: []string{hex.EncodeToString(discordKey.Public().(ed25519.PublicKey))}}
+	discordPrivate := hex.EncodeToString(discordKey.Seed())
+	okta := verify.Config{Type: "okta", Secrets: []string{"Bearer okta-hook-secret-e2e"}}
+	graph := verify.Config{Type: "microsoft-graph", Secrets: []string{"graph-client-state-e2e"}}
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Sources = append(c.Sources,
+			sources.Source{Name: "discord", Config: discord},
+			sources.Source{Name: "okta", Config: okta},
+			sources.Source{Name: "graph", Config: graph})
+	})
+	send := func(method, url string, h http.Header, body []byte) (int, string, http.Header) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h.Clone()
+		return do(t, req)
+	}
+	probes := map[string]*verify.HandshakeProbe{}
+	var err error
+	if probes["discord"], err = verify.HandshakeTestKey(discord, discordPrivate, b.url+"/webhooks/discord", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if probes["okta"], err = verify.HandshakeTest(okta, b.url+"/webhooks/okta", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if probes["graph"], err = verify.HandshakeTest(graph, b.url+"/webhooks/graph", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for source, probe := range probes {
+		code, answer, header := send(probe.Method, probe.URL, probe.Header, probe.Body)
+		if err := probe.Check(code, header, []byte(answer)); err != nil {
+			t.Errorf("%s: %v", source, err)
+		}
+		if got := counterValue(t, b, "inlet_ingress_handshakes_total", map[string]string{"source": source, "kind": probe.Kind}); got != 1 {
+			t.Errorf("handshakes_total{%s,%s} = %v, want 1", source, probe.Kind, got)
+		}
+	}
+
+	// Refused like a bad signature: a PING signed with another key, the
+	// verification with a wrong Authorization.
+	ping := probes["discord"]
+	forged := ping.Header.Clone()
+	forged.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, 32)), append([]byte(forged.Get("X-Signature-Timestamp")), ping.Body...))))
+	if code, answer, _ := send(http.MethodPost, ping.URL, forged, ping.Body); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_mismatch"`) {
+		t.Errorf("forged PING: %d %s", code, answer)
+	}
+	verification := probes["okta"]
+	wrong := verification.Header.Clone()
+	wrong.Set("Authorization", "Bearer guessed")
+	if code, answer, _ := send(http.MethodGet, verification.URL, wrong, nil); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_mismatch"`) {
+		t.Errorf("verification with a wrong Authorization: %d %s", code, answer)
+	}
+	wrong.Del("Authorization")
+	if code, answer, _ := send(http.MethodGet, verification.URL, wrong, nil); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_missing"`) {
+		t.Errorf("verification without Authorization: %d %s", code, answer)
+	}
+	// Graph validates by POST: a GET is not allowed.
+	if code, _, _ := send(http.MethodGet, probes["graph"].URL, http.Header{}, nil); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET validationToken to graph: %d", code)
+	}
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider IN ('discord', 'okta', 'graph')`); n != 0 {
+		t.Fatalf("handshakes stored %d events", n)
+	}
+
+	// Their events are stored.
+	for source, sign := range map[string]func() (http.Header, []byte, error){
+		"discord": func() (http.Header, []byte, error) {
+			return verify.SignTestKey(discord, discordPrivate, "1181112222333344777", nil, "", time.Now())
+		},
+		"okta": func() (http.Header, []byte, error) {
+			return verify.SignTest(okta, "okta-event-e2e", nil, "", time.Now())
+		},
+		"graph": func() (http.Header, []byte, error) {
+			return verify.SignTest(graph, "graph-event-e2e", nil, "", time.Now())
+		},
+	} {
+		h, body, err := sign()
+		if err != nil {
+			t.Fatalf("%s: %v", source, err)
+		}
+		if code, answer, _ := send(http.MethodPost, b.url+"/webhooks/"+source, h, body); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+			t.Errorf("%s event: %d %s", source, code, answer)
+		}
+	}
+	var id, typ string
+	var headers map[string][]string
+	if err := b.admin.QueryRow(context.Background(), `SELECT external_event_id, event_type, headers FROM webhook_ingress.events WHERE provider = 'okta'`).Scan(&id, &typ, &headers); err != nil {
+		t.Fatal(err)
+	}
+	if auth := headers["Authorization"]; id != "okta-event-e2e" || typ != "user.lifecycle.activate" || len(auth) != 1 || !strings.HasPrefix(auth[0], "sha256:") || strings.Contains(auth[0], "okta-hook-secret") {
+		t.Errorf("stored okta event %s %s, Authorization %q", id, typ, headers["Authorization"])
+	}
+	if err := b.admin.QueryRow(context.Background(), `SELECT external_event_id, event_type FROM webhook_ingress.events WHERE provider = 'discord'`).Scan(&id, &typ); err != nil || id != "1181112222333344777" || typ != "2" {
+		t.Errorf("stored discord event %s %s, %v", id, typ, err)
 	}
 }

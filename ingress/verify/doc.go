@@ -35,6 +35,14 @@
 //     algorithm (sha1, sha256, sha512), hex or base64, prefix, optional
 //     timestamp header and signed-payload template.
 //
+// Provider presets ([Presets]) are data over these schemes and three that
+// only presets use: Ed25519 (discord) and ECDSA P-256 (sendgrid), whose
+// secrets are the provider's public keys, so that a test request is signed
+// with a private key instead ([SignTestKey], [HandshakeTestKey],
+// [UsesPublicKeys]); and a token compare that signs nothing (okta's
+// Authorization header, stored as its SHA-256 like GitLab's token;
+// microsoft-graph's clientState in every notification of the body).
+//
 // # Event identity
 //
 // Each scheme has a default event id and type, below. Config.EventIDHeader
@@ -78,7 +86,7 @@
 // dropping events, compares MACs in constant time, and reports the index of
 // the secret that matched in [Result.SecretIndex]. Schemes that sign a
 // timestamp (stripe, standard-webhooks, slack, paddle, hmac with a
-// timestamp header) bound its skew in both directions by Config.Tolerance
+// timestamp header, the presets that sign one) bound its skew in both directions by Config.Tolerance
 // and report [ErrTimestampOutsideTolerance], not [ErrSignatureMismatch],
 // for an authentic but stale or future request. [Reverify] re-checks a
 // stored event from its stored headers and raw body with the window off

@@ -25,6 +25,11 @@ type preset struct {
 	scheme string
 	// hmac is the signature for scheme typeHMAC.
 	hmac HMACConfig
+	// keySig is the signature of schemes schemeEd25519 and schemeECDSA,
+	// whose secrets are the provider's public keys.
+	keySig keySigConfig
+	// token is where scheme schemeToken finds the token.
+	token tokenConfig
 	// tolerance replaces defaultTolerance when the provider documents
 	// another window.
 	tolerance time.Duration
@@ -52,9 +57,10 @@ type preset struct {
 	sample func(id string, now time.Time) (http.Header, []byte)
 	// sign signs a request the way the provider does, setting the signature
 	// headers in h (and returning a body that carries the signature, for
-	// providers that sign inside the body). Nil: the HMAC template's
-	// signer. Key schemes cannot sign with a public key and return an error
-	// naming what is needed.
+	// providers that sign inside the body). Nil: the scheme's signer (the
+	// HMAC template's, or the one of schemeEd25519, schemeECDSA, which sign
+	// with a private key given in place of the secret, schemeToken or
+	// Standard Webhooks).
 	sign func(cfg Config, secret string, now time.Time, h http.Header, body []byte, requestURL, method string) ([]byte, error)
 	// doc is the provider's row in the documentation's provider table.
 	doc PresetDoc
@@ -175,6 +181,26 @@ func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
 	switch p.scheme {
 	case typeHMAC:
 		inner = newHMAC(cfg, ident)
+	case schemeEd25519:
+		v, err := newEd25519(p, cfg, ident)
+		if err != nil {
+			return nil, err
+		}
+		inner = v
+	case schemeECDSA:
+		v, err := newECDSA(p, cfg, ident)
+		if err != nil {
+			return nil, err
+		}
+		inner = v
+	case schemeToken:
+		inner = newToken(p, cfg, ident)
+	case typeStandardWebhooks:
+		v, err := newStandardWebhooks(cfg, ident)
+		if err != nil {
+			return nil, err
+		}
+		inner = v
 	default:
 		return nil, fmt.Errorf("type %s: scheme %s is not built", p.name, p.scheme)
 	}
@@ -242,8 +268,30 @@ func AnswersGET(v Verifier) bool {
 	return ok && g.AnswersGET()
 }
 
+// publicKeys reports whether the preset's secrets are the provider's
+// public keys, which verify signatures but cannot make them.
+func (p *preset) publicKeys() bool {
+	return p.scheme == schemeEd25519 || p.scheme == schemeECDSA
+}
+
+// UsesPublicKeys reports whether the secrets of type typ are the
+// provider's public keys (discord, sendgrid): a test request of such a
+// source is signed with a private key ([SignTestKey], [HandshakeTestKey]).
+func UsesPublicKeys(typ string) bool {
+	p, ok := presets[typ]
+	return ok && p.publicKeys()
+}
+
+// errNeedsPrivateKey is SignTest's answer for a preset whose secrets are
+// public keys.
+func errNeedsPrivateKey(typ string) error {
+	return fmt.Errorf("type %s: secrets are the provider's public keys, which cannot sign: a test request needs a matching private key (inlet send --private-key)", typ)
+}
+
 // signTest builds an accepted request of the preset, as SignTest does.
-func (p *preset) signTest(cfg Config, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
+// privateKey signs for a preset whose secrets are public keys; the others
+// ignore it.
+func (p *preset) signTest(cfg Config, privateKey, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
 	cfg = p.apply(cfg)
 	h := http.Header{}
 	if p.sample != nil {
@@ -269,17 +317,66 @@ func (p *preset) signTest(cfg Config, id string, body []byte, requestURL string,
 	if h.Get("Content-Type") == "" {
 		h.Set("Content-Type", "application/json")
 	}
-	body, err := p.signRequest(cfg, now, h, body, requestURL, http.MethodPost)
+	body, err := p.signRequest(cfg, privateKey, now, h, body, requestURL, http.MethodPost)
 	return h, body, err
 }
 
-// signRequest signs a request with the source's first secret.
-func (p *preset) signRequest(cfg Config, now time.Time, h http.Header, body []byte, requestURL, method string) ([]byte, error) {
-	if p.sign != nil {
-		return p.sign(cfg, cfg.Secrets[0], now, h, body, requestURL, method)
+// signRequest signs a request with the source's first secret, or with
+// privateKey for a preset whose secrets are public keys.
+func (p *preset) signRequest(cfg Config, privateKey string, now time.Time, h http.Header, body []byte, requestURL, method string) ([]byte, error) {
+	secret := cfg.Secrets[0]
+	if p.publicKeys() {
+		if privateKey == "" {
+			return nil, errNeedsPrivateKey(p.name)
+		}
+		secret = privateKey
 	}
-	_, err := SignHMACRequest(cfg, cfg.Secrets[0], now, h, body, requestURL, method)
+	switch {
+	case p.sign != nil:
+		return p.sign(cfg, secret, now, h, body, requestURL, method)
+	case p.scheme == schemeEd25519:
+		return p.signEd25519(cfg, secret, now, h, body)
+	case p.scheme == schemeECDSA:
+		return p.signECDSA(cfg, secret, now, h, body)
+	case p.scheme == schemeToken:
+		return p.signToken(secret, h, body)
+	case p.scheme == typeStandardWebhooks:
+		return signSvix(secret, now, h, body)
+	}
+	_, err := SignHMACRequest(cfg, secret, now, h, body, requestURL, method)
 	return body, err
+}
+
+// checkPrivateKey checks a request signed with a private key against
+// cfg's public keys, so that a key matching none of them is reported as
+// such rather than yielding a request the source would reject.
+func checkPrivateKey(cfg Config, h http.Header, body []byte, requestURL, method string, now time.Time) error {
+	v, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	pv, ok := v.(*presetVerifier)
+	if !ok {
+		return nil
+	}
+	_, err = pv.inner.checkSignature(&Request{Header: h, Body: body, URL: requestURL, Method: method, Now: now})
+	if errors.Is(err, ErrSignatureMismatch) {
+		return fmt.Errorf("private key: not the private half of any public key in secrets (type %s)", cfg.Type)
+	}
+	return err
+}
+
+// keyPreset returns the preset of cfg for SignTestKey and HandshakeTestKey:
+// one whose secrets are public keys.
+func keyPreset(cfg Config, privateKey string) (*preset, error) {
+	p := presets[cfg.Type]
+	switch {
+	case p == nil || !p.publicKeys():
+		return nil, fmt.Errorf("private key: type %s signs with its secrets; a private key is only for the types whose secrets are public keys", cfg.Type)
+	case privateKey == "":
+		return nil, errNeedsPrivateKey(cfg.Type)
+	}
+	return p, nil
 }
 
 // HandshakeTest builds the handshake request a source's provider would send
@@ -287,6 +384,31 @@ func (p *preset) signRequest(cfg Config, now time.Time, h http.Header, body []by
 // `inlet send SOURCE --handshake`. requestURL is the source's webhook URL.
 // It fails for a source whose provider sends no handshake.
 func HandshakeTest(cfg Config, requestURL string, now time.Time) (*HandshakeProbe, error) {
+	return handshakeTest(cfg, "", requestURL, now)
+}
+
+// HandshakeTestKey is HandshakeTest for a source whose secrets are the
+// provider's public keys (discord's signed PING): privateKey, in a form
+// [SignTestKey] takes, signs the handshake. It fails for other types and
+// when privateKey matches none of the public keys.
+func HandshakeTestKey(cfg Config, privateKey, requestURL string, now time.Time) (*HandshakeProbe, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if _, err := keyPreset(cfg, privateKey); err != nil {
+		return nil, err
+	}
+	probe, err := handshakeTest(cfg, privateKey, requestURL, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrivateKey(cfg, probe.Header, probe.Body, probe.URL, probe.Method, now); err != nil {
+		return nil, err
+	}
+	return probe, nil
+}
+
+func handshakeTest(cfg Config, privateKey, requestURL string, now time.Time) (*HandshakeProbe, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -324,7 +446,7 @@ func HandshakeTest(cfg Config, requestURL string, now time.Time) (*HandshakeProb
 	if k.signed {
 		switch {
 		case p != nil:
-			if body, err = p.signRequest(p.apply(cfg.withDefaults()), now, h, body, u.String(), pr.method); err != nil {
+			if body, err = p.signRequest(p.apply(cfg.withDefaults()), privateKey, now, h, body, u.String(), pr.method); err != nil {
 				return nil, err
 			}
 		default: // slack

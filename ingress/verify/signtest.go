@@ -36,7 +36,7 @@ func SignTest(cfg Config, id string, body []byte, requestURL string, now time.Ti
 	}
 	cfg = cfg.withDefaults()
 	if p, ok := presets[cfg.Type]; ok {
-		return p.signTest(cfg, id, body, requestURL, now)
+		return p.signTest(cfg, "", id, body, requestURL, now)
 	}
 	secret := cfg.Secrets[0]
 	contentType := "application/json"
@@ -114,6 +114,36 @@ func SignTest(cfg Config, id string, body []byte, requestURL string, now time.Ti
 	return h, body, nil
 }
 
+// SignTestKey is SignTest for the types whose secrets are the provider's
+// public keys ([UsesPublicKeys]: discord's Ed25519, sendgrid's ECDSA
+// P-256), which cannot sign: privateKey, the private half of one of them,
+// signs instead. An Ed25519 private key is the 32-byte seed or the 64-byte
+// private key in hex or base64, or a PKCS #8 PEM block; an ECDSA P-256 key
+// is PKCS #8 (or SEC 1) DER in base64, or a PEM block. It fails for the
+// other types (they sign with their secrets: use SignTest) and when
+// privateKey is the private half of none of cfg's public keys. Errors
+// never contain the key.
+func SignTestKey(cfg Config, privateKey, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	if id == "" {
+		return nil, nil, errors.New("id: must not be empty")
+	}
+	p, err := keyPreset(cfg, privateKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, body, err := p.signTest(cfg.withDefaults(), privateKey, id, body, requestURL, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkPrivateKey(cfg, h, body, requestURL, http.MethodPost, now); err != nil {
+		return nil, nil, err
+	}
+	return h, body, nil
+}
+
 // sampleBody is a small, realistic event of each scheme carrying id where
 // the scheme reads it from the body.
 func sampleBody(typ, id string, now time.Time) []byte {
@@ -170,41 +200,56 @@ func withPath(body []byte, form bool, path []string, value string) ([]byte, erro
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	switch d := doc.(type) {
-	case map[string]any:
-	case []any: // a batch (HubSpot's): path starts with an index
-		if _, ok := arrayIndex(d, path[0]); !ok {
-			return nil, errors.New("body: a JSON array, and the event id path does not start with an index of it")
-		}
+	switch doc.(type) {
+	case map[string]any, []any:
 	default:
 		return nil, errors.New("body: not a JSON object to put the event id into")
 	}
-	doc = setPath(doc, path, value)
+	if err := setPath(doc, path, value); err != nil {
+		return nil, err
+	}
 	return json.Marshal(doc)
 }
 
-// setPath returns node with path set to value, through the objects and
-// (by index) arrays on the way; anything else on the way becomes an object.
-func setPath(node any, path []string, value string) any {
-	if len(path) == 0 {
-		return value
-	}
-	if arr, ok := node.([]any); ok {
-		if i, ok := arrayIndex(arr, path[0]); ok {
-			arr[i] = setPath(arr[i], path[1:], value)
-			return arr
+// setPath sets path in node, an object or an array (SendGrid's batch:
+// "0.sg_event_id"), to value, making the objects on the way that are
+// missing.
+func setPath(node any, path []string, value string) error {
+	var child any
+	switch n := node.(type) {
+	case map[string]any:
+		if len(path) == 1 {
+			n[path[0]] = value
+			return nil
+		}
+		child = n[path[0]]
+		switch c := child.(type) {
+		case map[string]any:
+		case []any:
+			if i, err := strconv.Atoi(path[1]); err != nil || i < 0 || i >= len(c) {
+				child = map[string]any{} // no such element: an object in its place
+				n[path[0]] = child
+			}
+		default:
+			child = map[string]any{}
+			n[path[0]] = child
+		}
+	case []any:
+		i, err := strconv.Atoi(path[0])
+		if err != nil || i < 0 || i >= len(n) {
+			return fmt.Errorf("body: no element %s in the array to put the event id into", path[0])
+		}
+		if len(path) == 1 {
+			n[i] = value
+			return nil
+		}
+		child = n[i]
+		if _, ok := child.(map[string]any); !ok {
+			if _, ok := child.([]any); !ok {
+				child = map[string]any{}
+				n[i] = child
+			}
 		}
 	}
-	obj, ok := node.(map[string]any)
-	if !ok {
-		obj = map[string]any{}
-	}
-	obj[path[0]] = setPath(obj[path[0]], path[1:], value)
-	return obj
-}
-
-// arrayIndex reads seg as an index of arr.
-func arrayIndex(arr []any, seg string) (int, bool) {
-	i, err := strconv.Atoi(seg)
-	return i, err == nil && i >= 0 && i < len(arr)
+	return setPath(child, path[1:], value)
 }

@@ -109,6 +109,34 @@ func decodeStandardPublicKey(secret string) (ed25519.PublicKey, error) {
 }
 
 func (v *standardVerifier) Verify(req *Request) (Result, error) {
+	index, names, id, err := v.check(req)
+	if err != nil {
+		return Result{}, err
+	}
+	evID, typ, err := v.ident.resolve("standard-webhooks", req, nil, func(needID bool) (string, string, error) {
+		if needID {
+			if err := checkEventID("standard-webhooks", names.id+" header", id); err != nil {
+				return "", "", err
+			}
+		}
+		return id, standardEventType(req.Body), nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{EventID: evID, EventType: typ, SecretIndex: index}, nil
+}
+
+// checkSignature checks req's signature and timestamp (for the presets
+// over this scheme, whose handshakes are signed like their events).
+func (v *standardVerifier) checkSignature(req *Request) (int, error) {
+	index, _, _, err := v.check(req)
+	return index, err
+}
+
+// check checks req's signature and timestamp and returns the index of the
+// key that matched, the header family and the message id.
+func (v *standardVerifier) check(req *Request) (int, standardHeaders, string, error) {
 	names := webhookHeaders
 	sigList := req.Header.Get(names.signature)
 	if sigList == "" {
@@ -116,26 +144,26 @@ func (v *standardVerifier) Verify(req *Request) (Result, error) {
 		sigList = req.Header.Get(names.signature)
 	}
 	if sigList == "" {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: no %s or %s header",
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w: no %s or %s header",
 			ErrSignatureMissing, webhookHeaders.signature, svixHeaders.signature)
 	}
 	// The id and timestamp come from the same family as the signature, so a
 	// request cannot mix webhook-* and svix-* values.
 	id := req.Header.Get(names.id)
 	if id == "" {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: no %s header", ErrSignatureMissing, names.id)
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w: no %s header", ErrSignatureMissing, names.id)
 	}
 	ts := req.Header.Get(names.timestamp)
 	if ts == "" {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: no %s header", ErrSignatureMissing, names.timestamp)
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w: no %s header", ErrSignatureMissing, names.timestamp)
 	}
 	unix, ok := parseUnix(ts)
 	if !ok {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: %s is not a Unix timestamp",
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w: %s is not a Unix timestamp",
 			ErrSignatureMalformed, names.timestamp)
 	}
 	if !(v.haveMAC && countStandard(sigList, decodeStandardV1OK) > 0) && !(v.havePub && countStandard(sigList, decodeStandardV1aOK) > 0) {
-		return Result{}, fmt.Errorf("standard-webhooks: %w: %s has no well-formed entry of a version this source has keys for (%s)",
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w: %s has no well-formed entry of a version this source has keys for (%s)",
 			ErrSignatureMalformed, names.signature, v.versions())
 	}
 
@@ -160,25 +188,14 @@ func (v *standardVerifier) Verify(req *Request) (Result, error) {
 		}
 	}
 	if index < 0 {
-		return Result{}, fmt.Errorf("standard-webhooks: %w", ErrSignatureMismatch)
+		return -1, names, "", fmt.Errorf("standard-webhooks: %w", ErrSignatureMismatch)
 	}
 	if !req.IgnoreTolerance {
 		if err := checkSkew("standard-webhooks", unix, req.now(), v.tolerance); err != nil {
-			return Result{}, err
+			return -1, names, "", err
 		}
 	}
-	evID, typ, err := v.ident.resolve("standard-webhooks", req, nil, func(needID bool) (string, string, error) {
-		if needID {
-			if err := checkEventID("standard-webhooks", names.id+" header", id); err != nil {
-				return "", "", err
-			}
-		}
-		return id, standardEventType(req.Body), nil
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{EventID: evID, EventType: typ, SecretIndex: index}, nil
+	return index, names, id, nil
 }
 
 func (v *standardVerifier) versions() string {
@@ -338,4 +355,22 @@ func SignStandardWebhooksEd25519(key ed25519.PrivateKey, msgID string, t time.Ti
 	h.Set(webhookHeaders.timestamp, ts)
 	h.Set(webhookHeaders.signature, standardVersionEd+","+base64.StdEncoding.EncodeToString(sig))
 	return h, nil
+}
+
+// signSvix signs a request of a preset over this scheme (Clerk, Resend)
+// the way Svix sends them: svix-id, svix-timestamp and svix-signature. The
+// message id is the request's Svix-Id, set when missing.
+func signSvix(secret string, now time.Time, h http.Header, body []byte) ([]byte, error) {
+	id := h.Get(svixHeaders.id)
+	if id == "" {
+		id = "msg_" + strings.TrimPrefix(syntheticID(append(strconv.AppendInt(nil, now.UnixNano(), 10), body...)), "sha256:")[:27]
+	}
+	signed, err := SignStandardWebhooks(secret, id, now, body)
+	if err != nil {
+		return nil, err
+	}
+	h.Set(svixHeaders.id, id)
+	h.Set(svixHeaders.timestamp, signed.Get(webhookHeaders.timestamp))
+	h.Set(svixHeaders.signature, signed.Get(webhookHeaders.signature))
+	return body, nil
 }
