@@ -499,7 +499,14 @@ func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	}
 	wh.span.SetAttributes(attribute.String("inlet.outcome", status))
 	wh.src.noteSecret(res.SecretIndex, s.cfg.Now(), wh.log)
-	writeJSON(wh.w, http.StatusOK, answer{Status: status})
+	if r := res.Reply; r != nil {
+		// The provider expects its own answer (a Discord interaction response).
+		wh.w.Header().Set("Content-Type", r.ContentType)
+		wh.w.WriteHeader(http.StatusOK)
+		_, _ = wh.w.Write(r.Body)
+	} else {
+		writeJSON(wh.w, http.StatusOK, answer{Status: status})
+	}
 	wh.log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(wh.start)))...)
 }

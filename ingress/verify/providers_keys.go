@@ -33,6 +33,7 @@ var keyProviders = []*preset{
 		typeJSON:       "type",
 		occurredHeader: "X-Signature-Timestamp",
 		handshakes:     []handshakeKind{hsDiscordPing()},
+		event:          discordReply,
 		sample: func(id string, _ time.Time) (http.Header, []byte) {
 			return nil, fmt.Appendf(nil, `{"app_permissions":"442368","application_id":"1181112222333344440","channel_id":"1181112222333344442","data":{"id":"1181112222333344441","name":"hello","type":1},"entitlements":[],"guild_id":"1181112222333344443","id":%q,"locale":"en-US","member":{"user":{"id":"1181112222333344444","username":"tester"}},"token":"aW50ZXJhY3Rpb24tdGVzdC10b2tlbg","type":2,"version":1}`, id)
 		},
@@ -43,7 +44,7 @@ var keyProviders = []*preset{
 			ID:        "body id",
 			Type:      "body type (the interaction type, a number)",
 			Occurred:  "X-Signature-Timestamp",
-			Handshake: "signed PING (type 1) answered {\"type\":1}",
+			Handshake: "signed PING (type 1) answered {\"type\":1}; each stored interaction is answered with a deferred response (type 5, 6 for components), to be completed with a follow-up through its token",
 			Source:    "type: discord\nsecrets: [\"${DISCORD_PUBLIC_KEY}\"]   # the application's public key, hex",
 			Docs:      "https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
 		},
@@ -181,4 +182,21 @@ var keyProviders = []*preset{
 			Docs:     "https://resend.com/docs/webhooks/verify-webhooks-requests",
 		},
 	},
+}
+
+// discordReply gives a stored Discord interaction the answer Discord needs
+// within 3 seconds, or it shows the user "This interaction failed": a
+// deferred response (type 5 for commands and modal submits, 6 for message
+// components; an autocomplete gets no choices, type 8), which the handler
+// completes later with a follow-up through the interaction's token.
+func discordReply(req *Request, res Result, _ bool) (Result, error) {
+	reply := map[string]any{"type": 5}
+	switch typ, _ := lookupJSON(req.Body, []string{"type"}); typ {
+	case "3": // message component
+		reply = map[string]any{"type": 6}
+	case "4": // autocomplete
+		reply = map[string]any{"type": 8, "data": map[string]any{"choices": []any{}}}
+	}
+	res.Reply = jsonAnswer("interaction_deferred", reply)
+	return res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -434,6 +435,29 @@ func TestWithPathArrays(t *testing.T) {
 		}
 		if v, ok := lookupJSON(got, strings.Split(tt.path, ".")); !ok || v != "v" {
 			t.Errorf("lookupJSON(%s, %s) = %q, %v", got, tt.path, v, ok)
+		}
+	}
+}
+
+// TestDiscordInteractionReply: a verified interaction carries the deferred
+// response Discord needs by interaction type; a PING is a handshake, not an
+// event with a reply.
+func TestDiscordInteractionReply(t *testing.T) {
+	t.Parallel()
+	cfg := signTestConfig("discord")
+	v := mustNew(t, cfg)
+	for _, tt := range []struct {
+		typ  int
+		want string
+	}{{2, `{"type":5}`}, {3, `{"type":6}`}, {4, `{"data":{"choices":[]},"type":8}`}, {5, `{"type":5}`}} {
+		body := fmt.Appendf(nil, `{"id":"1181112222333344%03d","type":%d,"token":"t","version":1}`, tt.typ, tt.typ)
+		h, body, err := SignTestKey(cfg, testPrivateKey(t, "discord"), "unused", body, "", testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := v.Verify(&Request{Header: h, Body: body, Now: testNow})
+		if err != nil || res.Reply == nil || string(res.Reply.Body) != tt.want || res.Handshake != nil {
+			t.Errorf("type %d: %+v %v, want reply %s", tt.typ, res, err, tt.want)
 		}
 	}
 }

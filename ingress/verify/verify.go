@@ -57,6 +57,12 @@ type Result struct {
 	// Zoom's endpoint.url_validation, ...): the receiver answers it with
 	// Handshake and stores nothing. EventID and EventType are then empty.
 	Handshake *Handshake
+	// Reply, when set on an event, is what the provider expects as the
+	// answer to a stored (or duplicate) event in place of Inlet's own
+	// {"status": …}: Discord's interactions want an interaction response,
+	// and get a deferred one that the handler completes through the
+	// interaction's token. Its Kind is a label for logs.
+	Reply *Handshake
 }
 
 // StorageRedactor is implemented by verifiers whose scheme sends the secret
