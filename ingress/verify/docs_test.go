@@ -147,7 +147,7 @@ func TestProviderTables(t *testing.T) {
 		switch {
 		case bytes.Equal(doc, old):
 		case *updateProviderTables:
-			if err := os.WriteFile(f.path, doc, 0o644); err != nil { //nolint:gosec // G306: a documentation file of the repository
+			if err := os.WriteFile(f.path, doc, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		default:
