@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -245,12 +246,14 @@ sources:
 	}
 }
 
-// Every signature scheme, end to end through the binary: inlet send signs as
-// the provider would, inlet ingress verifies and stores.
+// Every signature scheme and provider preset, end to end through the
+// binary: inlet send signs as the provider would, inlet ingress verifies and
+// stores; and so does the ready curl of inlet send --curl.
 func TestSendEveryScheme(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	addr := freeAddr(t)
+	presets, presetNames := presetSources(t)
 	cfg := writeFile(t, t.TempDir(), "inlet.yaml", `
 database_url: ${DATABASE_URL}
 ingress:
@@ -269,14 +272,31 @@ sources:
     type: hmac
     secrets: ["vendor-e2e"]
     hmac: {header: X-Vendor-Signature, algorithm: sha512, encoding: base64, prefix: "v1=", timestamp_header: X-Vendor-Timestamp}
-`)
+`+presets)
 	env := cleanEnv("DATABASE_URL=" + url)
 	p := start(t, env, "ingress", "--config", cfg)
 	p.waitLog("ingress listening", 30*time.Second)
-	for _, src := range []string{"stripe", "github", "gitlab", "shopify", "slack", "paddle", "acme", "twilio", "vendor"} {
+	all := append([]string{"stripe", "github", "gitlab", "shopify", "slack", "paddle", "acme", "twilio", "vendor"}, presetNames...)
+	for _, src := range all {
 		out, errOut, code := runInlet(t, env, "send", src, "--config", cfg, "--url", "http://"+addr)
 		if code != 0 || !strings.Contains(out, `"stored"`) {
 			t.Errorf("send %s: exit %d\n%s%s", src, code, out, errOut)
+		}
+		// The same as a ready curl (but GitLab's, whose token is the
+		// secret itself: not printed).
+		out, errOut, code = runInlet(t, env, "send", src, "--config", cfg, "--url", "http://"+addr, "--curl")
+		if src == "gitlab" {
+			if code != 1 || !strings.Contains(errOut, "carries the secret itself") || strings.Contains(out+errOut, "gl-e2e") {
+				t.Errorf("send gitlab --curl: exit %d\n%s%s", code, out, errOut)
+			}
+			continue
+		}
+		if code != 0 {
+			t.Errorf("send %s --curl: exit %d\n%s%s", src, code, out, errOut)
+			continue
+		}
+		if status, answer := do(t, curlRequest(t, out)); status != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+			t.Errorf("the curl of %s: %d %s\n%s", src, status, answer, out)
 		}
 	}
 	ctx := context.Background()
@@ -286,8 +306,8 @@ sources:
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT provider) FROM webhook_ingress.events WHERE signature_verified`).Scan(&n); err != nil || n != 9 {
-		t.Fatalf("%d sources stored verified events (%v), want 9", n, err)
+	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT provider) FROM webhook_ingress.events WHERE signature_verified`).Scan(&n); err != nil || n != len(all) {
+		t.Fatalf("%d sources stored verified events (%v), want %d", n, err, len(all))
 	}
 
 	// With --body, the event id printed is the one stored: Stripe's from the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -374,16 +375,19 @@ func printWalkthrough(env *environment, cfg inletyaml.Config, addr, from string)
 		// replayed for as long as the secret lives, so only the public
 		// development secret gets a ready one.
 		if len(gh.Secrets) > 0 && gh.Secrets[0] == devGitHubSecret {
-			body := `{"zen":"Keep it logically awesome."}`
-			h := verify.SignGitHub(gh.Secrets[0], "00000000-0000-0000-0000-000000000001", "ping", []byte(body))
-			fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n"+
-				"  curl -i %s/webhooks/%s -H 'X-GitHub-Event: ping' -H 'X-GitHub-Delivery: %s' \\\n    -H 'X-Hub-Signature-256: %s' --data-raw '%s'\n",
-				base, gh.Name, h.Get("X-GitHub-Delivery"), h.Get("X-Hub-Signature-256"), body)
+			body := []byte(`{"zen":"Keep it logically awesome."}`)
+			h := verify.SignGitHub(gh.Secrets[0], "00000000-0000-0000-0000-000000000001", "ping", body)
+			h.Set("Content-Type", "application/json")
+			if cmd, err := curlCommand(http.MethodPost, base+"/webhooks/"+gh.Name, h, body, nil); err == nil {
+				fmt.Fprintf(env.stdout, "\nor with curl (sending it twice shows the duplicate answer):\n\n  %s\n", cmd)
+			}
 		} else {
 			fmt.Fprintf(env.stdout, "\n(No ready curl for %s: its secret is your own, and a signed request printed here\n"+
 				"would stay valid as long as the secret does. inlet send signs one when you run it.)\n", gh.Name)
 		}
 	}
+	fmt.Fprintf(env.stdout, "\n(inlet send SOURCE --curl prints a ready curl for any source; --handshake sends\n"+
+		"its provider's endpoint check, or prints it with --curl.)\n")
 	target, note := psqlTarget(cfg.DatabaseURL)
 	fmt.Fprintf(env.stdout, "\nThen look at what arrived:\n\n  psql %s -c 'SELECT id, provider, external_event_id, event_type, received_at FROM webhook_ingress.events'\n%s",
 		target, note)

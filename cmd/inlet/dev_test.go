@@ -39,10 +39,27 @@ func TestDevWalkthroughPrintsNoSecret(t *testing.T) {
 		t.Setenv("DATABASE_URL", "")
 		out := walkthrough(t, local)
 		for _, want := range []string{"X-Hub-Signature-256: sha256=", "psql '" + local + "'", "inlet send github",
-			"Metrics: http://127.0.0.1:8083/metrics (this machine only"} {
+			"Metrics: http://127.0.0.1:8083/metrics (this machine only", "inlet send SOURCE --curl"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("walkthrough lacks %q:\n%s", want, out)
 			}
+		}
+		// The ready curl, as the shell reads it, is accepted by the
+		// source's verifier.
+		start := strings.Index(out, "curl -i")
+		end := strings.Index(out[start:], "\n\n")
+		if start < 0 || end < 0 {
+			t.Fatalf("no curl in:\n%s", out)
+		}
+		method, url, h, body := curlRequest(t, out[start:start+end])
+		gh, _ := firstOfType(mustDev(t), "github")
+		v, err := verify.New(gh.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := v.Verify(&verify.Request{Method: method, URL: url, Header: h, Body: body}); err != nil ||
+			method != "POST" || url != "http://localhost:8080/webhooks/"+gh.Name || res.EventType != "ping" {
+			t.Errorf("the printed curl (%s %s): %+v, %v", method, url, res, err)
 		}
 	})
 	t.Run("own secret, DATABASE_URL with a password", func(t *testing.T) {
@@ -68,6 +85,15 @@ func TestDevWalkthroughPrintsNoSecret(t *testing.T) {
 			t.Errorf("walkthrough:\n%s", out)
 		}
 	})
+}
+
+func mustDev(t *testing.T) inletyaml.Config {
+	t.Helper()
+	cfg, err := inletyaml.Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // The secrets the walkthrough treats as public are the embedded defaults'.

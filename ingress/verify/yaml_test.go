@@ -1,16 +1,22 @@
 package verify_test
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/inletyaml"
 )
 
-// exampleSources is docs/providers.md's copy-paste example of every type. The
+// exampleSources is a copy-paste example of every scheme (docs/providers.md
+// generates its own from verify.ProviderDocs: TestProviderSourcesParse). The
 // test parses it strictly, as `inlet` does, and builds each verifier, so
 // the documented keys cannot drift from Config's yaml tags.
 const exampleSources = `
@@ -112,5 +118,40 @@ func TestUnknownSourceKeyRejected(t *testing.T) {
 	_, err := inletyaml.Parse([]byte("sources:\n  - name: v\n    type: hmac\n    secrets: [x]\n    hmac:\n      header: X-S\n      algo: sha1\n"), func(string) (string, bool) { return "", false })
 	if err == nil || !strings.Contains(err.Error(), "algo") {
 		t.Errorf("Parse with a misspelt hmac key: %v", err)
+	}
+}
+
+// docs/providers.md's sources to copy, generated from verify.ProviderDocs,
+// parse strictly as inlet parses its configuration file: one source per
+// provider, each of its type.
+func TestProviderSourcesParse(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- provider-sources:begin[^>]*-->\n```yaml\n(.*?)```\n<!-- provider-sources:end -->").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/providers.md has no generated sources")
+	}
+	// As inlet config check --allow-unset reads it: every key checked,
+	// the values of unset variables not (a public key's form, say).
+	if _, err := inletyaml.ParseFor(m[1], func(string) (string, bool) { return "", false }, config.NoSection); err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	var file struct {
+		Sources []struct{ Name, Type string }
+	}
+	if err := yaml.Unmarshal(m[1], &file); err != nil {
+		t.Fatal(err)
+	}
+	docs := verify.ProviderDocs()
+	if len(file.Sources) != len(docs) {
+		t.Fatalf("%d sources for %d providers", len(file.Sources), len(docs))
+	}
+	for i, s := range file.Sources {
+		if s.Type != docs[i].Type || s.Name != docs[i].Type {
+			t.Errorf("source %d: %s of type %s, want %s", i, s.Name, s.Type, docs[i].Type)
+		}
 	}
 }
