@@ -169,7 +169,7 @@ func (v *reverifier) check(e *storedEvent) (VerifyFailure, bool) {
 		}
 		return fail(verify.Reason(err), detail)
 	}
-	if res.EventID != e.externalID {
+	if res.EventID != e.externalID && !verify.PerDeliveryID(cfg) {
 		return fail("event_id_changed", fmt.Sprintf("verifies, but with event id %q, not the stored one", res.EventID))
 	}
 	if res.EventType != e.eventType {

@@ -11,7 +11,8 @@ import (
 
 // curlCommand is a ready curl command line sending method, url, h and body
 // exactly, quoted for a POSIX shell. It refuses a request that carries one
-// of secrets itself (GitLab's token, Okta's authorization), which a printed
+// of secrets itself (GitLab's token, Okta's authorization, Graph's
+// clientState), which a printed
 // command would disclose, and a body that is no text.
 func curlCommand(method, url string, h http.Header, body []byte, secrets []string) (string, error) {
 	for name, vals := range h {
@@ -21,6 +22,11 @@ func curlCommand(method, url string, h http.Header, body []byte, secrets []strin
 					return "", fmt.Errorf("the request carries the secret itself in its %s header; a printed command would disclose it", name)
 				}
 			}
+		}
+	}
+	for _, s := range secrets {
+		if s != "" && strings.Contains(string(body), s) {
+			return "", errors.New("the request carries the secret itself in its body (Microsoft Graph's clientState); a printed command would disclose it")
 		}
 	}
 	if !utf8.Valid(body) || slices.Contains(body, 0) {

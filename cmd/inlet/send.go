@@ -112,6 +112,9 @@ sending it (for any source whose request does not carry the secret itself).
 	if v, err := verify.New(src.Config); err == nil {
 		if res, err := v.Verify(&verify.Request{Header: hdr.Clone(), Body: payload, URL: url, Now: now}); err == nil {
 			stored = res.EventID
+			if verify.PerDeliveryID(src.Config) {
+				stored = "a new delivery: id, chosen by ingress (this provider sends no event id)"
+			}
 		} else {
 			stored = fmt.Sprintf("none: ingress will refuse it: %v", err)
 		}

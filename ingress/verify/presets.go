@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -39,6 +41,13 @@ type preset struct {
 	idHeader, idJSON             string
 	typeHeader, typeJSON         string
 	occurredHeader, occurredJSON string
+	// perDelivery: the provider sends no event id and two distinct events
+	// may have the same bytes (Dropbox's "this account changed" ping, a
+	// Graph notification of a second change to one resource), so the body
+	// hash would drop the second as a duplicate. Each delivery gets an id
+	// of its own instead ("delivery:" + random): nothing is deduplicated,
+	// a provider's retry is stored again (at least once, as always).
+	perDelivery bool
 	// handshakes the provider checks the endpoint with.
 	handshakes []handshakeKind
 	// event, when set, completes or refuses a verified event's Result:
@@ -172,6 +181,9 @@ type presetVerifier struct {
 	hc         *handshakeContext
 	event      func(req *Request, res Result, customType bool) (Result, error)
 	customType bool
+	// perDelivery gives each event a random id (preset.perDelivery, and the
+	// source sets no id of its own).
+	perDelivery bool
 }
 
 // newPreset builds the verifier of a preset source. cfg has been validated
@@ -205,9 +217,21 @@ func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
 		return nil, fmt.Errorf("type %s: scheme %s is not built", p.name, p.scheme)
 	}
 	return &presetVerifier{inner: inner, handshakes: p.handshakes,
-		hc:         &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken},
-		event:      p.event,
-		customType: cfg.EventTypeHeader != p.typeHeader || cfg.EventTypeJSON != p.typeJSON}, nil
+		hc:          &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken},
+		event:       p.event,
+		customType:  cfg.EventTypeHeader != p.typeHeader || cfg.EventTypeJSON != p.typeJSON,
+		perDelivery: p.perDelivery && cfg.EventIDHeader == "" && cfg.EventIDJSON == ""}, nil
+}
+
+// deliveryIDPrefix starts the ids of perDelivery presets' events.
+const deliveryIDPrefix = "delivery:"
+
+// PerDeliveryID reports whether a source configured as cfg gives each
+// delivery an id of its own (a random one: see the providers' table), so a
+// stored event re-verifies with another id than the stored one.
+func PerDeliveryID(cfg Config) bool {
+	p := presets[cfg.Type]
+	return p != nil && p.perDelivery && cfg.EventIDHeader == "" && cfg.EventIDJSON == ""
 }
 
 func (v *presetVerifier) Verify(req *Request) (Result, error) {
@@ -233,6 +257,11 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
 	}
 	res, err := v.inner.Verify(req)
+	if err == nil && v.perDelivery {
+		var id [16]byte
+		_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+		res.EventID = deliveryIDPrefix + hex.EncodeToString(id[:])
+	}
 	if err != nil || v.event == nil {
 		return res, err
 	}

@@ -232,9 +232,10 @@ var bodyHMACProviders = []*preset{
 		},
 	},
 	{
-		name:   "dropbox",
-		scheme: typeHMAC,
-		hmac:   HMACConfig{Header: "X-Dropbox-Signature", Algorithm: "sha256", Encoding: "hex"},
+		name:        "dropbox",
+		perDelivery: true,
+		scheme:      typeHMAC,
+		hmac:        HMACConfig{Header: "X-Dropbox-Signature", Algorithm: "sha256", Encoding: "hex"},
 		// A notification only says which accounts changed: no id, type
 		// or time; the synthetic body hash deduplicates retries.
 		handshakes: []handshakeKind{hsQueryEcho("challenge", http.MethodGet, "challenge")},
@@ -245,7 +246,7 @@ var bodyHMACProviders = []*preset{
 			Provider:  "Dropbox",
 			Headers:   "X-Dropbox-Signature",
 			Signed:    "hex HMAC-SHA256(app secret, body)",
-			ID:        "none (synthetic body hash)",
+			ID:        "none: each delivery gets its own (delivery:<random>); identical bodies are distinct events",
 			Type:      "none",
 			Occurred:  "none",
 			Handshake: "GET ?challenge= echoed as text/plain",

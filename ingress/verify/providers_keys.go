@@ -117,11 +117,12 @@ var keyProviders = []*preset{
 		// Rich notifications (includeResourceData: encrypted content,
 		// validationTokens JWTs) are stored as they come but those are not
 		// checked: the clientState is.
-		name:       "microsoft-graph",
-		scheme:     schemeToken,
-		token:      tokenConfig{items: "value", field: "clientState"},
-		typeJSON:   "value.0.changeType",
-		handshakes: []handshakeKind{hsQueryEcho("validation_token", http.MethodPost, "validationToken")},
+		name:        "microsoft-graph",
+		perDelivery: true,
+		scheme:      schemeToken,
+		token:       tokenConfig{items: "value", field: "clientState"},
+		typeJSON:    "value.0.changeType",
+		handshakes:  []handshakeKind{hsQueryEcho("validation_token", http.MethodPost, "validationToken")},
 		sample: func(id string, now time.Time) (http.Header, []byte) {
 			exp := now.Add(48 * time.Hour).UTC().Format("2006-01-02T15:04:05.0000000Z")
 			return nil, fmt.Appendf(nil, `{"value":[{"subscriptionId":"7f105c7d-2dc5-4530-97cd-4e7ae6534c07","subscriptionExpirationDateTime":%q,"changeType":"created","resource":"Users/5c8a8b24-3b4c-4a3e-9d1e-6b0f9c3c2a11/Messages/%s","resourceData":{"@odata.type":"#Microsoft.Graph.Message","@odata.id":"Users/5c8a8b24-3b4c-4a3e-9d1e-6b0f9c3c2a11/Messages/%s","@odata.etag":"W/\"CQAAABYAAACQ2fKdhq8oSKEDSVrdi3lRAAAH2n0x\"","id":%q},"clientState":"","tenantId":"84bd8158-6d4d-4958-8b9f-9d6445542f95"}]}`, exp, id, id, id)
@@ -130,7 +131,7 @@ var keyProviders = []*preset{
 			Provider:  "Microsoft Graph (change notifications)",
 			Headers:   "none (clientState in the body)",
 			Signed:    "nothing: every value[].clientState must equal a secret (constant time); rich notifications' validationTokens JWTs are not checked",
-			ID:        "none (synthetic body hash)",
+			ID:        "none: each delivery gets its own (delivery:<random>); identical bodies are distinct events",
 			Type:      "body value[0].changeType",
 			Occurred:  "none",
 			Handshake: "POST ?validationToken= echoed as text/plain",

@@ -291,7 +291,7 @@ func TestGraphVerify(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if res.EventID != syntheticID(tt.body) || res.EventType != tt.typ || res.SecretIndex != tt.index {
+		if res = asBodyHash(res, tt.body); res.EventID != syntheticID(tt.body) || res.EventType != tt.typ || res.SecretIndex != tt.index {
 			t.Errorf("%s: %+v", tt.name, res)
 		}
 	}
