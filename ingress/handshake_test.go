@@ -336,7 +336,8 @@ func TestKeyPresetHandshakes(t *testing.T) {
 
 	// Their events are stored. A Discord interaction is answered with the
 	// deferred interaction response Discord needs (not Inlet's status), the
-	// same again for its duplicate.
+	// same again for its duplicate; Graph's second delivery of the same
+	// bytes is a new event (per-delivery ids).
 	for source, sign := range map[string]func() (http.Header, []byte, error){
 		"discord": func() (http.Header, []byte, error) {
 			return verify.SignTestKey(discord, discordPrivate, "1181112222333344777", nil, "", time.Now())
@@ -360,7 +361,9 @@ func TestKeyPresetHandshakes(t *testing.T) {
 			if code, answer, _ := send(http.MethodPost, b.url+"/webhooks/"+source, h, body); code != http.StatusOK || !strings.Contains(answer, want) {
 				t.Errorf("%s event: %d %s, want %s", source, code, answer, want)
 			}
-			want = strings.Replace(want, `"stored"`, `"duplicate"`, 1)
+			if source != "graph" { // Graph's deliveries have ids of their own: stored again
+				want = strings.Replace(want, `"stored"`, `"duplicate"`, 1)
+			}
 		}
 	}
 	var id, typ string
