@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
@@ -171,30 +173,49 @@ func TestUpgradeToEventTypesWhileIngesting(t *testing.T) {
 	defer wconn.Close(ctx)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	var sent atomic.Int64
+	var sent, retried atomic.Int64
+	done := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; !stop.Load(); i++ {
-			if _, err := wconn.Exec(ctx, insertTypedEvent, fmt.Sprintf("live%d", i/50), fmt.Sprintf("live_%d", i), fmt.Sprintf("live.%d", i)); err != nil {
+		defer close(done)
+		for i := 0; !stop.Load(); {
+			_, err := wconn.Exec(ctx, insertTypedEvent, fmt.Sprintf("live%d", i/50), fmt.Sprintf("live_%d", i), fmt.Sprintf("live.%d", i))
+			var pgErr *pgconn.PgError
+			switch {
+			case err == nil:
+				sent.Add(1)
+				i++
+			case errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "0A000"):
+				// A deadlock with the migration's DDL, or a statement
+				// prepared before it: ingress answers 503 and the provider
+				// sends it again, as this does.
+				retried.Add(1)
+			default:
 				t.Errorf("insert during the upgrade: %v", err)
 				return
 			}
-			sent.Add(1)
 		}
 	}()
-	for sent.Load() < 20 {
-		runtime.Gosched()
+	// waitSent waits for n events sent, failing if the sender stopped.
+	waitSent := func(n int64) {
+		for sent.Load() < n {
+			select {
+			case <-done:
+				t.Fatalf("the sender stopped after %d events", sent.Load())
+			default:
+				runtime.Gosched()
+			}
+		}
 	}
+	waitSent(20)
 	if _, err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	at := sent.Load()
-	for sent.Load() < at+20 {
-		runtime.Gosched()
-	}
+	waitSent(sent.Load() + 20)
 	stop.Store(true)
 	wg.Wait()
+	t.Logf("%d events sent during the upgrade, %d sent again after a deadlock or a stale plan", sent.Load(), retried.Load())
 	if _, err := conn.Exec(ctx, `SELECT webhook_ingress.fold_event_types(1000)`); err != nil {
 		t.Fatal(err)
 	}
