@@ -222,3 +222,57 @@ func TestOrderKeyHoldsAcrossStreamers(t *testing.T) {
 		t.Fatalf("%d of 40 completed after 10 rounds of 4 keys", n)
 	}
 }
+
+// Jobs that wait behind an earlier job of their key are parked (020): out
+// of the claim's due range, so a hot key costs the claim nothing. A
+// keyed job's outcome makes the next one due at once; a dead letter under
+// block does not; the streamers' sweep (ReapOnce) makes due what nothing
+// holds back any more, e.g. after the policy changed to skip.
+func TestOrderKeyParksWaitingJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.ordered(t, "block")
+	base := time.Now().Add(-time.Hour)
+	for i := 1; i <= 5; i++ {
+		b.event(t, fmt.Sprintf("h%d", i), "sub_HOT", base, i)
+	}
+	parked := func() int {
+		return b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE next_attempt_at = webhook_ingress.order_parked_at()`)
+	}
+	if n := parked(); n != 4 {
+		t.Fatalf("%d jobs parked, want the hot key's 4 behind its head (and none of the unordered handler)", n)
+	}
+	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Minute})
+	if got := b.leaseRound(t, s); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("leased %v, want h1", got)
+	}
+	b.finish(t, "h1", "completed")
+	if n := parked(); n != 3 {
+		t.Fatalf("after h1 completed %d parked, want 3 (h2 due)", n)
+	}
+	if got := b.leaseRound(t, s); !slices.Equal(got, []string{"h2"}) {
+		t.Fatalf("leased %v, want h2", got)
+	}
+	b.finish(t, "h2", "dead_letter") // block: h3 stays parked
+	if n := parked(); n != 3 {
+		t.Fatalf("after h2 dead-lettered under block %d parked, want 3", n)
+	}
+	if _, err := s.ReapOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := parked(); n != 3 {
+		t.Fatalf("the sweep unparked a job held back by a dead letter: %d parked", n)
+	}
+	if _, err := b.admin.Exec(context.Background(), `UPDATE webhook_ingress.subscriptions SET order_policy = 'skip' WHERE handler = 'ordered'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReapOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := parked(); n != 2 {
+		t.Fatalf("after the policy changed to skip, the sweep left %d parked, want 2 (h3 due)", n)
+	}
+	if got := b.leaseRound(t, s); !slices.Equal(got, []string{"h3"}) {
+		t.Fatalf("leased %v, want h3", got)
+	}
+}
