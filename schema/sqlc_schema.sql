@@ -324,19 +324,10 @@ CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bi
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.order_advance(p_handler text, p_key text) RETURNS void
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
 CREATE FUNCTION webhook_ingress.order_blocked(p_handler text, p_key text, p_at timestamp with time zone, p_id bigint) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.order_due_at(p_handler text, p_key text, p_at timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
 CREATE FUNCTION webhook_ingress.order_key_of(spec text, payload jsonb, headers jsonb) RETURNS text
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
-CREATE FUNCTION webhook_ingress.order_parked_at() RETURNS timestamp with time zone
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.partition_name(t text, s timestamp with time zone) RETURNS text

@@ -501,16 +501,5 @@ func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
 			s.Wake()
 		}
 	}
-	// Parked ordered jobs that nothing holds back any more (020): the
-	// trigger on a keyed job's outcome unparks the next at once; this
-	// catches what no trigger sees.
-	unparked, err := queries.New(s.cfg.Pool).UnparkOrderedJobs(ctx)
-	if err != nil {
-		return n, fmt.Errorf("unpark ordered jobs: %w", err)
-	}
-	if unparked > 0 {
-		s.cfg.Logger.Info("parked ordered jobs made due", slog.Int64("jobs", unparked))
-		s.Wake()
-	}
 	return n, nil
 }

@@ -626,26 +626,3 @@ func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error 
 	_, err := q.db.Exec(ctx, ReleaseJobs, arg.JobIds, arg.LeaseHolder)
 	return err
 }
-
-const UnparkOrderedJobs = `-- name: UnparkOrderedJobs :execrows
-UPDATE webhook_ingress.jobs j
-SET next_attempt_at = now(),
-    updated_at      = now()
-WHERE j.status IN ('pending', 'failed')
-  AND j.next_attempt_at = webhook_ingress.order_parked_at()
-  AND (j.order_key IS NULL OR NOT webhook_ingress.order_blocked(j.handler, j.order_key, j.order_at, j.id))
-`
-
-// The streamers' sweep of parked ordered jobs (020_order_parking): a
-// parked job that nothing holds back any more is made due. The trigger
-// on a keyed job's outcome does this at once; the sweep catches what no
-// trigger sees (a key's head deleted, a handler's order_key removed or its
-// policy changed, jobs fanned out in one statement). Reads the claimable
-// index's far end only.
-func (q *Queries) UnparkOrderedJobs(ctx context.Context) (int64, error) {
-	result, err := q.db.Exec(ctx, UnparkOrderedJobs)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
