@@ -41,7 +41,24 @@
 // with a private key instead ([SignTestKey], [HandshakeTestKey],
 // [UsesPublicKeys]); and a token compare that signs nothing (okta's
 // Authorization header, stored as its SHA-256 like GitLab's token;
-// microsoft-graph's clientState in every notification of the body).
+// microsoft-graph's clientState in every notification of the body). A
+// preset is one entry in providers_*.go: its scheme's parameters, where
+// the provider keeps the event id, type and time, its handshakes, and a
+// sample event; [ProviderDocs] documents every type from the same data.
+//
+// # Handshakes
+//
+// Some providers check the endpoint before or while they send events
+// (Slack's url_verification, Meta's hub.challenge, X's CRC, Zoom's
+// endpoint.url_validation, Twitch's callback verification, Discord's PING,
+// Dropbox's and Microsoft Graph's challenges, Okta's verification,
+// WooCommerce's ping). A verifier returns those as [Result.Handshake]: the
+// answer to send, never an event to store. Where the provider signs the
+// handshake it is checked like an event first; a verify token (Meta) is
+// compared in constant time; a refused handshake fails with the same
+// sentinel errors as a bad signature. [AnswersGET] tells which sources
+// take GET requests at all, and [HandshakeTest] builds a provider's
+// handshake for `inlet send --handshake`.
 //
 // # Event identity
 //
