@@ -86,6 +86,10 @@ func New(cfg Config) (*Server, error) {
 	s.fwd = fwd
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhooks/{source}", s.handleWebhook)
+	// GET only for providers that check the endpoint with a GET handshake
+	// (Meta, X, Dropbox, Okta): answered here, as ingress would, since it
+	// stores nothing and the relay holds the same secrets.
+	mux.HandleFunc("GET /webhooks/{source}", s.handleWebhook)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -171,6 +175,11 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusNotFound, "unknown_source")
 		return
 	}
+	if r.Method != http.MethodPost && !verify.AnswersGET(src.verifier) {
+		w.Header().Set("Allow", http.MethodPost)
+		reject(http.StatusMethodNotAllowed, "method_not_allowed")
+		return
+	}
 
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
@@ -188,13 +197,26 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, "body_unreadable")
 		return
 	}
-	res, err := src.verifier.Verify(&verify.Request{Header: r.Header, Body: body, URL: requestURL(r), Now: s.cfg.Now()})
+	res, err := src.verifier.Verify(&verify.Request{Method: r.Method, Header: r.Header, Body: body, URL: requestURL(r), Now: s.cfg.Now()})
 	if err != nil {
 		code := http.StatusUnauthorized
 		if errors.Is(err, verify.ErrMalformedPayload) {
 			code = http.StatusBadRequest
 		}
 		reject(code, verify.Reason(err))
+		return
+	}
+	if hs := res.Handshake; hs != nil && r.Method == http.MethodGet {
+		// A GET handshake is answered here; POST ones (Slack, Zoom, Twitch,
+		// Discord, ...) go through the ingress like events, whose answer
+		// is passed on.
+		for name, vals := range hs.Header {
+			w.Header()[name] = vals
+		}
+		w.Header().Set("Content-Type", hs.ContentType)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(hs.Body)
+		log.Info("handshake answered", slog.String("kind", hs.Kind))
 		return
 	}
 

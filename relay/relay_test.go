@@ -72,8 +72,12 @@ func testSources(relaySecrets ...string) []sources.Source {
 	return []sources.Source{
 		{Name: "stripe", Config: verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, RelaySecrets: relaySecrets},
 		{Name: "slack", Config: verify.Config{Type: "slack", Secrets: []string{slackSecret}}, RelaySecrets: relaySecrets},
+		{Name: "meta", Config: metaSource, RelaySecrets: relaySecrets},
 	}
 }
+
+// metaSource is a Meta source, whose provider checks the endpoint with a GET.
+var metaSource = verify.Config{Type: "meta", Secrets: []string{"meta-relay-app-secret"}, VerifyToken: "meta-relay-verify-token"}
 
 func setup(t *testing.T, opt options) *bundle {
 	t.Helper()
@@ -267,6 +271,34 @@ func TestRelayPassesSlackChallenge(t *testing.T) {
 	code, answer, _ := do(t, req)
 	if code != 200 || strings.TrimSpace(answer) != `{"challenge":"c-relay-42"}` {
 		t.Fatalf("%d %s", code, answer)
+	}
+}
+
+// A GET handshake (Meta's hub.challenge) is answered by the relay itself,
+// as ingress would: nothing to store, nothing forwarded. A wrong token is
+// refused like a bad signature; a GET to a provider without one is a 405.
+func TestRelayAnswersGETHandshakes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	probe, err := verify.HandshakeTest(metaSource, b.relayURL+"/webhooks/meta", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(probe.Method, probe.URL, nil)
+	code, answer, header := do(t, req)
+	if err := probe.Check(code, header, []byte(answer)); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.forwarded.Load(); n != 0 {
+		t.Errorf("%d requests forwarded for a handshake", n)
+	}
+	req, _ = http.NewRequest(http.MethodGet, strings.Replace(probe.URL, "meta-relay-verify-token", "guessed", 1), nil)
+	if code, answer, _ := do(t, req); code != http.StatusUnauthorized || !strings.Contains(answer, "signature_mismatch") {
+		t.Errorf("wrong verify token: %d %s", code, answer)
+	}
+	req, _ = http.NewRequest(http.MethodGet, b.relayURL+"/webhooks/stripe", nil)
+	if code, answer, header := do(t, req); code != http.StatusMethodNotAllowed || header.Get("Allow") != "POST" {
+		t.Errorf("GET to stripe: %d %s", code, answer)
 	}
 }
 
