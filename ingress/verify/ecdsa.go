@@ -35,12 +35,8 @@ func newECDSA(p *preset, cfg Config, ident *identity) (*ecdsaVerifier, error) {
 		return nil, err
 	}
 	v := &ecdsaVerifier{sig: sig, ident: ident}
-	for i, s := range cfg.Secrets {
-		key, err := parseECDSAPublicKey(s)
-		if err != nil {
-			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
-		}
-		v.keys = append(v.keys, key)
+	if v.keys, err = publicKeys(cfg.Secrets, parseECDSAPublicKey); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

@@ -192,12 +192,8 @@ func newEd25519(p *preset, cfg Config, ident *identity) (*ed25519Verifier, error
 		return nil, err
 	}
 	v := &ed25519Verifier{sig: sig, ident: ident}
-	for i, s := range cfg.Secrets {
-		key, err := parseEd25519PublicKey(s)
-		if err != nil {
-			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
-		}
-		v.keys = append(v.keys, key)
+	if v.keys, err = publicKeys(cfg.Secrets, parseEd25519PublicKey); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -313,4 +309,18 @@ func (p *preset) signEd25519(cfg Config, key string, now time.Time, h http.Heade
 	}
 	h.Set(k.header, k.encode(ed25519.Sign(priv, msg)))
 	return body, nil
+}
+
+// publicKeys parses each secret as a public key, naming the secret a bad
+// one is (never quoting it).
+func publicKeys[K any](secrets []string, parse func(string) (K, error)) ([]K, error) {
+	keys := make([]K, 0, len(secrets))
+	for i, s := range secrets {
+		key, err := parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
 }

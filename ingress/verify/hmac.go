@@ -498,20 +498,6 @@ func (v *hmacVerifier) checkSignature(req *Request) (int, error) {
 	return -1, fmt.Errorf("%s: %w", v.scheme, ErrSignatureMismatch)
 }
 
-// checkSkewTime is checkSkew for a time of any precision.
-func checkSkewTime(scheme string, at, now time.Time, tolerance time.Duration) error {
-	skew := now.Sub(at)
-	switch {
-	case skew > tolerance:
-		return fmt.Errorf("%s: %w: timestamp is %s old, tolerance %s",
-			scheme, ErrTimestampOutsideTolerance, skew.Round(time.Second), tolerance)
-	case skew < -tolerance:
-		return fmt.Errorf("%s: %w: timestamp is %s in the future, tolerance %s",
-			scheme, ErrTimestampOutsideTolerance, (-skew).Round(time.Second), tolerance)
-	}
-	return nil
-}
-
 // decode appends the MAC encoded in s to dst; only the canonical length of
 // the algorithm's MAC is accepted.
 func (v *hmacVerifier) decode(dst []byte, s string) ([]byte, bool) {

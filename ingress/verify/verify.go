@@ -516,7 +516,12 @@ func parseUnix(s string) (int64, bool) {
 
 // checkSkew bounds the signed timestamp in both directions around now.
 func checkSkew(scheme string, unix int64, now time.Time, tolerance time.Duration) error {
-	skew := now.Sub(time.Unix(unix, 0)) // saturates instead of overflowing
+	return checkSkewTime(scheme, time.Unix(unix, 0), now, tolerance) // Sub saturates instead of overflowing
+}
+
+// checkSkewTime is checkSkew for a time of any precision.
+func checkSkewTime(scheme string, at, now time.Time, tolerance time.Duration) error {
+	skew := now.Sub(at)
 	switch {
 	case skew > tolerance:
 		return fmt.Errorf("%s: %w: timestamp is %s old, tolerance %s",
