@@ -336,12 +336,7 @@ func (wh *webhook) methodAllowed() bool {
 func (wh *webhook) handshake(hs *verify.Handshake) {
 	wh.s.metrics.handshakes.WithLabelValues(wh.src.name, hs.Kind).Inc()
 	wh.span.SetAttributes(attribute.String("inlet.outcome", "handshake"), attribute.String("inlet.handshake", hs.Kind))
-	for name, vals := range hs.Header {
-		wh.w.Header()[name] = vals
-	}
-	wh.w.Header().Set("Content-Type", hs.ContentType)
-	wh.w.WriteHeader(http.StatusOK)
-	_, _ = wh.w.Write(hs.Body)
+	hs.Write(wh.w)
 	wh.log.Info("handshake answered", slog.String("kind", hs.Kind))
 }
 
@@ -501,9 +496,7 @@ func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	wh.src.noteSecret(res.SecretIndex, s.cfg.Now(), wh.log)
 	if r := res.Reply; r != nil {
 		// The provider expects its own answer (a Discord interaction response).
-		wh.w.Header().Set("Content-Type", r.ContentType)
-		wh.w.WriteHeader(http.StatusOK)
-		_, _ = wh.w.Write(r.Body)
+		r.Write(wh.w)
 	} else {
 		writeJSON(wh.w, http.StatusOK, answer{Status: status})
 	}

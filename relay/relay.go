@@ -210,12 +210,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// A GET handshake is answered here; POST ones (Slack, Zoom, Twitch,
 		// Discord, ...) go through the ingress like events, whose answer
 		// is passed on.
-		for name, vals := range hs.Header {
-			w.Header()[name] = vals
-		}
-		w.Header().Set("Content-Type", hs.ContentType)
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(hs.Body)
+		hs.Write(w)
 		log.Info("handshake answered", slog.String("kind", hs.Kind))
 		return
 	}

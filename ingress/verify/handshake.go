@@ -34,6 +34,17 @@ type Handshake struct {
 	Header http.Header
 }
 
+// Write answers w with h: its headers, its content type, status 200 and
+// its body.
+func (h *Handshake) Write(w http.ResponseWriter) {
+	for name, vals := range h.Header {
+		w.Header()[name] = vals
+	}
+	w.Header().Set("Content-Type", h.ContentType)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(h.Body)
+}
+
 // HandshakeKinds is every Handshake.Kind a verifier returns.
 func HandshakeKinds() []string {
 	return []string{"url_verification", "subscribe", "crc", "url_validation", "callback_verification",

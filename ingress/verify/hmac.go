@@ -418,21 +418,27 @@ func (v *hmacVerifier) signedParts(req *Request, ts string) ([][]byte, error) {
 	return parts, nil
 }
 
-// signedURL is the URL the provider signed: the request URL, or
-// Config.PublicURL followed by the request's query string when the public
-// URL has none.
+// signedURL is the URL the provider signed (see publicSignedURL).
 func (v *hmacVerifier) signedURL(reqURL string) string {
+	return publicSignedURL(v.publicURL, reqURL)
+}
+
+// publicSignedURL is the URL a provider that signs the URL it calls
+// signed: the request URL as received, or, behind a proxy, the configured
+// public URL followed by the request's query string when the public URL
+// has none of its own. Fragments are never sent, so never signed.
+func publicSignedURL(public, reqURL string) string {
 	reqURL, _, _ = strings.Cut(reqURL, "#")
-	if v.publicURL == "" {
+	if public == "" {
 		return reqURL
 	}
-	if strings.Contains(v.publicURL, "?") {
-		return v.publicURL
+	if strings.Contains(public, "?") {
+		return public
 	}
 	if _, query, ok := strings.Cut(reqURL, "?"); ok {
-		return v.publicURL + "?" + query
+		return public + "?" + query
 	}
-	return v.publicURL
+	return public
 }
 
 func (v *hmacVerifier) Verify(req *Request) (Result, error) {

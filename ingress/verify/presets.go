@@ -220,7 +220,7 @@ func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
 		hc:          &handshakeContext{scheme: p.name, secrets: cfg.Secrets, verifyToken: cfg.VerifyToken},
 		event:       p.event,
 		customType:  cfg.EventTypeHeader != p.typeHeader || cfg.EventTypeJSON != p.typeJSON,
-		perDelivery: p.perDelivery && cfg.EventIDHeader == "" && cfg.EventIDJSON == ""}, nil
+		perDelivery: PerDeliveryID(cfg)}, nil
 }
 
 // deliveryIDPrefix starts the ids of perDelivery presets' events.

@@ -73,16 +73,10 @@ func twilioBaseURL(s string) (string, error) {
 }
 
 // signedURL is the URL Twilio signed: the request URL, or the public base
-// followed by the request's query string.
+// followed by the request's query string (publicSignedURL; the base never
+// has a query of its own, twilioBaseURL refuses one).
 func (v *twilioVerifier) signedURL(reqURL string) string {
-	reqURL, _, _ = strings.Cut(reqURL, "#")
-	if v.publicBase == "" {
-		return reqURL
-	}
-	if _, query, ok := strings.Cut(reqURL, "?"); ok {
-		return v.publicBase + "?" + query
-	}
-	return v.publicBase
+	return publicSignedURL(v.publicBase, reqURL)
 }
 
 func (v *twilioVerifier) Verify(req *Request) (Result, error) {
