@@ -3,11 +3,13 @@ package retention_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/audit"
@@ -339,5 +341,48 @@ func TestRetentionRefusesNonOwnerAndBusyPartitions(t *testing.T) {
 	rep = run(t, b.pool, retention.Options{MaxAge: 30 * day})
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE id = $1`, old); n != 0 || rep.Dropped() == 0 {
 		t.Fatalf("after the reader left: %d events left, %d dropped", n, rep.Dropped())
+	}
+}
+
+// A dropped period takes its ordered handlers' dead letters out of
+// order_lanes (020) too: they no longer hold back their keys, as the jobs
+// they were are gone. A lane of a period kept stays.
+func TestRetentionDropsTheLanesOfItsDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.event(t, "evt_old", 60*day)
+	recent := b.event(t, "evt_recent", 2*day)
+	b.finish(t, old, "completed")
+	b.finish(t, recent, "completed")
+	for _, e := range []struct {
+		id     int64
+		status string
+	}{{old, "dead_letter"}, {recent, "pending"}} {
+		b.exec(t, `INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at, status)
+			SELECT id, received_at, 'o', provider, event_type, 5, 'cus_1', received_at, $2 FROM webhook_ingress.events WHERE id = $1`, e.id, e.status)
+	}
+	lanes := func() string {
+		rows, _ := b.pool.Query(context.Background(), `SELECT e.external_event_id FROM webhook_ingress.order_lanes l
+			JOIN webhook_ingress.jobs j ON j.id = l.job_id JOIN webhook_ingress.events e ON e.id = j.event_id ORDER BY 1`)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := b.count(t, `SELECT count(*) FROM webhook_ingress.order_lanes`)
+		return fmt.Sprintf("%v (%d rows)", ids, n)
+	}
+	if got := lanes(); got != "[evt_old evt_recent] (2 rows)" {
+		t.Fatalf("lanes before: %s", got)
+	}
+	b.seal(t)
+	rep := run(t, b.pool, retention.Options{MaxAge: 30 * day})
+	if p := verdicts(rep)[partitionOf(t, b, recent)]; p.Verdict != "" {
+		t.Fatalf("the recent period was considered: %+v", p)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE id = $1`, old); n != 0 {
+		t.Fatalf("the old period was not dropped: %+v", rep.Partitions)
+	}
+	if got := lanes(); got != "[evt_recent] (1 rows)" {
+		t.Fatalf("lanes after the drop: %s, want only evt_recent's", got)
 	}
 }

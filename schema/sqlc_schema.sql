@@ -216,6 +216,15 @@ CREATE TABLE webhook_ingress.jobs_default (
     order_at timestamp with time zone
 );
 
+CREATE TABLE webhook_ingress.order_lanes (
+    job_id bigint NOT NULL,
+    event_received_at timestamp with time zone NOT NULL,
+    handler text NOT NULL,
+    order_key text NOT NULL,
+    order_at timestamp with time zone NOT NULL,
+    dead boolean NOT NULL
+);
+
 CREATE TABLE webhook_ingress.reconcile_runs (
     id bigint NOT NULL,
     source text NOT NULL,

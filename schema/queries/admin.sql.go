@@ -612,10 +612,9 @@ SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j
        CASE WHEN j.order_key IS NULL
               OR NOT EXISTS (SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'block')
             THEN 0
-            ELSE (SELECT count(*) FROM webhook_ingress.jobs p
-                  WHERE p.handler = j.handler AND p.order_key = j.order_key
-                    AND p.status IN ('pending', 'leased', 'failed', 'dead_letter')
-                    AND (p.order_at, p.id) > (j.order_at, j.id))
+            ELSE (SELECT count(*) FROM webhook_ingress.order_lanes l
+                  WHERE l.handler = j.handler AND l.order_key = j.order_key
+                    AND (l.order_at, l.job_id) > (j.order_at, j.id))
        END::bigint AS holding
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
@@ -661,7 +660,8 @@ type AdminListDeadLettersRow struct {
 // AdminGetJob. handler handler, provider provider, error_class error class, since since, until until,
 // before_id before job id, page_size limit. An ordered handler's dead
 // letter (019_order_key) names its key and, under order_policy block, how
-// many later jobs of that key it holds back until it is replayed.
+// many later jobs of that key it holds back until it is replayed (its
+// unfinished jobs, 020_order_lanes).
 func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLettersParams) ([]AdminListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, AdminListDeadLetters,
 		arg.Handler,

@@ -19,7 +19,7 @@
 -- the claim does not re-count every lease. A job of an ordered handler
 -- (019_order_key) is leased only when no earlier job of its key is
 -- unfinished (pending, leased, failed, or dead_letter under the policy
--- block): one probe of jobs_order_lane (order_blocked), for keyed jobs only.
+-- block): one probe of order_lanes (order_blocked), for keyed jobs only.
 WITH due AS (
     SELECT j.id, j.event_received_at
     FROM webhook_ingress.jobs j

@@ -79,7 +79,7 @@ type ClaimJobsRow struct {
 // the claim does not re-count every lease. A job of an ordered handler
 // (019_order_key) is leased only when no earlier job of its key is
 // unfinished (pending, leased, failed, or dead_letter under the policy
-// block): one probe of jobs_order_lane (order_blocked), for keyed jobs only.
+// block): one probe of order_lanes (order_blocked), for keyed jobs only.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJobs,
 		arg.LeaseHolder,

@@ -322,3 +322,12 @@ type WebhookIngressAuditVerification struct {
 	Problems          []byte
 	Head              string
 }
+
+type WebhookIngressOrderLane struct {
+	JobID           int64
+	EventReceivedAt time.Time
+	Handler         string
+	OrderKey        string
+	OrderAt         time.Time
+	Dead            bool
+}
