@@ -2,21 +2,24 @@ package schema_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // TestOrderLanesFollowTheJobs upgrades a 019 database with an ordered
 // handler's jobs in every state to 020, then moves jobs through every status
 // change a service or an operator makes, and checks after each step that
 // order_lanes holds exactly the ordered jobs not completed (dead: dead
-// lettered), and that order_blocked answers as 019's probe of jobs did.
+// lettered), and that the claim holds back what 019's probe of jobs held back.
 func TestOrderLanesFollowTheJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -75,15 +78,33 @@ func TestOrderLanesFollowTheJobs(t *testing.T) {
 			t.Fatalf("%s: lanes %v (%d rows, %d ordered jobs not completed), want %v", step, got, lanes, jobs, want)
 		}
 	}
-	// blocked says, per event of key k1, whether its job waits (order_blocked).
+	// blocked says, per waiting job (pending or failed) of key k1 in order,
+	// whether the claim (ClaimJobs, in a transaction rolled back) leaves it.
 	blocked := func(step string, want string) {
 		t.Helper()
-		rows, _ := conn.Query(ctx, `SELECT e.external_event_id || '=' || webhook_ingress.order_blocked(j.handler, j.order_key, j.order_at, j.id)::text
-			FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
-			WHERE j.handler = 'o' AND j.order_key = 'k1' AND j.status IN ('pending', 'failed') ORDER BY j.order_at, j.id`)
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		rows, _ := tx.Query(ctx, `SELECT j.id, e.external_event_id FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+			WHERE j.handler = 'o' AND j.order_key = 'k1' AND j.status IN ('pending', 'failed') ORDER BY j.order_at, j.id`)
+		type job struct {
+			ID  int64
+			Ext string
+		}
+		waiting, err := pgx.CollectRows(rows, pgx.RowToStructByPos[job])
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := queries.New(tx).ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: "test", LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, w := range waiting {
+			leased := slices.ContainsFunc(claimed, func(c queries.ClaimJobsRow) bool { return c.ID == w.ID })
+			got = append(got, fmt.Sprintf("%s=%t", w.Ext, !leased))
 		}
 		if g := strings.Join(got, " "); g != want {
 			t.Fatalf("%s: blocked %s, want %s", step, g, want)

@@ -333,9 +333,6 @@ CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bi
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.order_blocked(p_handler text, p_key text, p_at timestamp with time zone, p_id bigint) RETURNS boolean
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
 CREATE FUNCTION webhook_ingress.order_key_of(spec text, payload jsonb, headers jsonb) RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 

@@ -9,6 +9,7 @@
 -- statement, ordered handlers or not (bench/ab-20261204b: about half of a
 -- ~10 % regression of unordered handlers).
 --
+--
 -- order_lanes holds one row per ordered handler's job that is not completed:
 -- pending, leased, failed, or dead lettered (dead, which blocks its key only
 -- under order_policy 'block', read at claim time so a policy change applies
@@ -67,17 +68,10 @@ ON CONFLICT (job_id) DO NOTHING;
 
 DROP INDEX webhook_ingress.jobs_order_lane;
 
--- Same meaning as 019's, asked of order_lanes: one index probe.
-CREATE OR REPLACE FUNCTION webhook_ingress.order_blocked(p_handler text, p_key text, p_at timestamptz, p_id bigint) RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE AS
-$$
-    SELECT EXISTS (
-        SELECT FROM webhook_ingress.order_lanes l
-        WHERE l.handler = p_handler AND l.order_key = p_key
-          AND (l.order_at, l.job_id) < (p_at, p_id)
-          AND (NOT l.dead OR NOT EXISTS (
-              SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = p_handler AND s.order_policy = 'skip')))
-$$;
+-- The claim asks order_lanes itself, in a subquery (schema/queries/jobs.sql):
+-- calling a function per job started an executor each time, 3x the cost of
+-- the probe.
+DROP FUNCTION webhook_ingress.order_blocked(text, text, timestamptz, bigint);
 
 -- The streamer's claim probes it; the operator's DLQ counts what a dead
 -- letter holds back; auditors read everything.

@@ -35,7 +35,12 @@ WITH lim AS (
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
       AND j.handler = $2::text
-      AND (j.order_key IS NULL OR NOT webhook_ingress.order_blocked(j.handler, j.order_key, j.order_at, j.id)) -- an ordered handler's job waits for the earlier ones of its key
+      AND (j.order_key IS NULL OR NOT EXISTS ( -- an ordered handler's job waits for the earlier unfinished ones of its key (020_order_lanes)
+          SELECT FROM webhook_ingress.order_lanes l
+          WHERE l.handler = j.handler AND l.order_key = j.order_key
+            AND (l.order_at, l.job_id) < (j.order_at, j.id)
+            AND (NOT l.dead OR NOT EXISTS (
+                SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
     ORDER BY j.next_attempt_at, j.id
     LIMIT (SELECT n FROM quota)
     FOR UPDATE OF j SKIP LOCKED
