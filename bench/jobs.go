@@ -35,7 +35,7 @@ import (
 var (
 	jobsCount   = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
 	jobsConfigs = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
-	jobsOrder   = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 2,000 jobs), against an unordered run just before")
+	jobsOrder   = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 500 jobs), against an unordered run just before")
 	jobsRLS     = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
 
@@ -690,7 +690,8 @@ func (s *natsServer) stop() {
 
 // orderedJobs measures, over the in-process bus with one replica, an
 // unordered run and then one ordered run per -jobs-order count of distinct
-// keys (one key: the jobs run one at a time, so at most 2,000 of them).
+// keys (one key: the jobs run one at a time, so at most 500 of them, which
+// finish within waitCompleted's deadline at ~10 jobs/s).
 func orderedJobs(ctx context.Context, b *bench, n int) ([]JobsRun, error) {
 	var runs []JobsRun
 	for spec := range strings.SplitSeq(*jobsOrder, ",") {
@@ -700,7 +701,7 @@ func orderedJobs(ctx context.Context, b *bench, n int) ([]JobsRun, error) {
 		}
 		jobs := n
 		if keys == 1 {
-			jobs = min(n, 2000)
+			jobs = min(n, 500)
 		}
 		base, err := inletJobs(ctx, b, "gochannel", "", 1, jobs, false, 0)
 		if err != nil {
