@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -541,5 +542,46 @@ func TestAttemptRunsOfCreatedAndBareJobs(t *testing.T) {
 	}
 	if got, want := runs(bare), "replayed:2/3"; got != want {
 		t.Errorf("bare dead letter: %s, want %s", got, want)
+	}
+}
+
+// Jobs a replay creates for an ordered handler (missing jobs, and a filtered
+// handler's catch-up) get their key and time as the fan-outs give them, so
+// they queue in their key's lane (order_lanes) rather than the keyless one.
+func TestReplayGivesAnOrderedHandlersNewJobsTheirKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * time.Hour).Truncate(time.Microsecond)
+	for i, e := range []event{
+		{source: "stripe", id: "evt_a1", eventType: "invoice.paid", headers: http.Header{"X-Entity": {"cus_a"}}},
+		{source: "stripe", id: "evt_a2", eventType: "invoice.paid", headers: http.Header{"X-Entity": {"cus_a"}}},
+		{source: "stripe", id: "evt_b1", eventType: "invoice.paid", headers: http.Header{"X-Entity": {"cus_b"}}},
+		{source: "stripe", id: "evt_none", eventType: "invoice.paid"},
+	} {
+		e.body = []byte(`{"amount":` + fmt.Sprint(20000+i) + `}`)
+		e.receivedAt = old.Add(time.Duration(i) * time.Minute)
+		b.insert(t, e)
+	}
+	b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, order_key)
+		VALUES ('ordered', 'stripe', '*', 5, 'header:X-Entity')`)
+	b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, order_key, filter)
+		VALUES ('ordered_big', 'stripe', '*', 5, 'header:X-Entity', 'event.type == "invoice.paid"')`)
+	for _, h := range []string{"ordered", "ordered_big"} {
+		res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: h, Provider: "stripe", EventType: "*"})
+		if err != nil || res.Created != 4 {
+			t.Fatalf("replay %s: %+v, %v; want 4 jobs created", h, res, err)
+		}
+		var got string
+		if err := b.super.QueryRow(ctx, `SELECT string_agg(e.external_event_id || ':' || coalesce(j.order_key, '-') || ':' ||
+				coalesce((j.order_at = e.received_at)::text, '-') || ':' || (l.job_id IS NOT NULL)::text, ' ' ORDER BY e.external_event_id)
+			FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+			LEFT JOIN webhook_ingress.order_lanes l ON l.job_id = j.id
+			WHERE j.handler = $1`, h).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := "evt_a1:cus_a:true:true evt_a2:cus_a:true:true evt_b1:cus_b:true:true evt_none:-:-:false"; got != want {
+			t.Fatalf("%s's jobs (event:key:ordered by arrival:in a lane) = %s, want %s", h, got, want)
+		}
 	}
 }

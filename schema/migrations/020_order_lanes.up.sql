@@ -73,6 +73,11 @@ DROP INDEX webhook_ingress.jobs_order_lane;
 -- the probe.
 DROP FUNCTION webhook_ingress.order_blocked(text, text, timestamptz, bigint);
 
+-- Catch-up (inlet replay --missing, --unrouted, a filtered handler's
+-- catch-up) gives an ordered handler's new jobs their key and time, as the
+-- fan-outs do, rather than put them in the keyless lane.
+GRANT INSERT (order_key, order_at) ON webhook_ingress.jobs TO webhook_operator;
+
 -- The streamer's claim probes it; the operator's DLQ counts what a dead
 -- letter holds back; auditors read everything.
 GRANT SELECT ON webhook_ingress.order_lanes TO webhook_streamer, webhook_operator, webhook_auditor;

@@ -102,10 +102,11 @@ func (q *Queries) AdminCountMissingJobs(ctx context.Context, arg AdminCountMissi
 
 const AdminCreateMissingJobs = `-- name: AdminCreateMissingJobs :one
 WITH batch AS (
-    SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts
+    SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts, m.order_key,
+           CASE WHEN m.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END AS order_at
     FROM webhook_ingress.events e
     CROSS JOIN LATERAL (
-        SELECT max(s.max_attempts) AS max_attempts
+        SELECT max(s.max_attempts) AS max_attempts, max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key
         FROM webhook_ingress.subscriptions s
         WHERE s.handler = $1 AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
@@ -120,8 +121,8 @@ WITH batch AS (
     ORDER BY e.id
     LIMIT $7::bigint
 ), created AS (
-    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, $1, provider, event_type, max_attempts FROM batch
+    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at)
+    SELECT id, received_at, $1, provider, event_type, max_attempts, order_key, order_at FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (

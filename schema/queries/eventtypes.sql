@@ -42,12 +42,12 @@ WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
     WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
-    SELECT e.id, e.received_at, e.provider, e.event_type
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.occurred_at, e.payload, e.headers
     FROM t JOIN webhook_ingress.events e
       ON e.provider = t.provider AND e.event_type = t.event_type AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type <> '_other'
     UNION ALL
-    SELECT e.id, e.received_at, e.provider, e.event_type
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.occurred_at, e.payload, e.headers
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type = '_other'
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
@@ -72,21 +72,22 @@ WITH t AS (
     SELECT provider, event_type, first_unrouted_at FROM webhook_ingress.event_types
     WHERE unrouted_events > 0 AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
 ), e AS (
-    SELECT e.id, e.received_at, e.provider, e.event_type
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.occurred_at, e.payload, e.headers
     FROM t JOIN webhook_ingress.events e
       ON e.provider = t.provider AND e.event_type = t.event_type AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type <> '_other' AND e.id > sqlc.arg(after_id)
     UNION ALL
-    SELECT e.id, e.received_at, e.provider, e.event_type
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.occurred_at, e.payload, e.headers
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type = '_other' AND e.id > sqlc.arg(after_id)
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
                       WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
 ), batch AS (
-    SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts
+    SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts, m.order_key,
+           CASE WHEN m.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END AS order_at
     FROM e
     CROSS JOIN LATERAL (
-        SELECT max(s.max_attempts) AS max_attempts
+        SELECT max(s.max_attempts) AS max_attempts, max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key
         FROM webhook_ingress.subscriptions s
         WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
@@ -99,8 +100,8 @@ WITH t AS (
     ORDER BY e.id
     LIMIT sqlc.arg(batch_size)::bigint
 ), created AS (
-    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT id, received_at, sqlc.arg(handler), provider, event_type, max_attempts FROM batch
+    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at)
+    SELECT id, received_at, sqlc.arg(handler), provider, event_type, max_attempts, order_key, order_at FROM batch
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (

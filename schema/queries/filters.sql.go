@@ -12,12 +12,19 @@ import (
 
 const AdminCreateFilteredJobs = `-- name: AdminCreateFilteredJobs :one
 WITH created AS (
-    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts)
-    SELECT e.id, e.received_at, $1, e.provider, e.event_type, u.max_attempts
+    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at)
+    SELECT e.id, e.received_at, $1, e.provider, e.event_type, u.max_attempts,
+           k.order_key, CASE WHEN k.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END
     FROM ROWS FROM (unnest($2::bigint[]),
                     unnest($3::timestamptz[]),
                     unnest($4::integer[])) AS u(id, received_at, max_attempts)
     JOIN webhook_ingress.events e ON e.id = u.id AND e.received_at = u.received_at
+    CROSS JOIN LATERAL (
+        SELECT max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key
+        FROM webhook_ingress.subscriptions s
+        WHERE s.handler = $1 AND s.enabled AND s.filter IS NOT NULL
+          AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
+    ) k
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
