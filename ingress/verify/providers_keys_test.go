@@ -1,15 +1,11 @@
+//go:build !fuzzonly
+
 package verify
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -19,140 +15,6 @@ import (
 
 	svix "github.com/svix/svix-webhooks/go"
 )
-
-// Test key pairs of the presets whose secrets are public keys: the public
-// halves go in presetTestConfig's secrets, the private halves sign through
-// SignTestKey.
-var (
-	discordTestKey    = ed25519.NewKeyFromSeed(testSeed("discord test key"))
-	discordOldTestKey = ed25519.NewKeyFromSeed(testSeed("discord old test key"))
-	sendgridTestKey   = mustECDSAKey()
-	sendgridOldKey    = mustECDSAKey()
-)
-
-func testSeed(s string) []byte {
-	sum := sha256.Sum256([]byte(s))
-	return sum[:]
-}
-
-func mustECDSAKey() *ecdsa.PrivateKey {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		panic(err)
-	}
-	return k
-}
-
-func ed25519PublicHex(k ed25519.PrivateKey) string {
-	return hex.EncodeToString(k.Public().(ed25519.PublicKey))
-}
-
-func ecdsaPublicB64(k *ecdsa.PrivateKey) string {
-	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-	if err != nil {
-		panic(err)
-	}
-	return base64.StdEncoding.EncodeToString(der)
-}
-
-func ecdsaPrivateB64(t testing.TB, k *ecdsa.PrivateKey) string {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(der)
-}
-
-// presetTestConfig completes c, a test configuration of preset p with a
-// test secret, where the preset's scheme needs more (a public key).
-func presetTestConfig(p *preset, c Config) Config {
-	switch p.scheme {
-	case schemeEd25519:
-		c.Secrets = []string{ed25519PublicHex(discordTestKey)}
-	case schemeECDSA:
-		c.Secrets = []string{ecdsaPublicB64(sendgridTestKey)}
-	case typeStandardWebhooks:
-		c.Secrets = []string{standardSecret}
-	}
-	return c
-}
-
-// testPrivateKey is the private key that signs test requests of a type
-// whose secrets are public keys, "" for the others.
-func testPrivateKey(t testing.TB, typ string) string {
-	switch p := presets[typ]; {
-	case p == nil:
-		return ""
-	case p.scheme == schemeEd25519:
-		return hex.EncodeToString(discordTestKey.Seed())
-	case p.scheme == schemeECDSA:
-		return ecdsaPrivateB64(t, sendgridTestKey)
-	}
-	return ""
-}
-
-// signTestAny is SignTest for every type: the types whose secrets are
-// public keys sign with their test private key through SignTestKey.
-func signTestAny(t testing.TB, cfg Config, id string, body []byte, url string, now time.Time) (http.Header, []byte, error) {
-	if UsesPublicKeys(cfg.Type) {
-		return SignTestKey(cfg, testPrivateKey(t, cfg.Type), id, body, url, now)
-	}
-	return SignTest(cfg, id, body, url, now)
-}
-
-// bodyTokenType reports whether typ's token travels in the body
-// (Microsoft Graph's clientState): a test body must carry its items.
-func bodyTokenType(typ string) bool {
-	p := presets[typ]
-	return p != nil && p.scheme == schemeToken && p.token.items != ""
-}
-
-// signsBody reports whether a changed body fails typ's verification: not
-// for the schemes that send a token and sign nothing.
-func signsBody(typ string) bool {
-	p := presets[typ]
-	return typ != "gitlab" && (p == nil || p.scheme != schemeToken)
-}
-
-// testBody returns a JSON object body given to a test with what a preset
-// needs of it: the event id at the preset's id path (Okta's eventId) when
-// missing, and the notification items carrying the first secret of a
-// body-token type (Microsoft Graph's value[].clientState).
-func testBody(t testing.TB, cfg Config, id string, body []byte) []byte {
-	t.Helper()
-	p := presets[cfg.Type]
-	if p == nil || !jsonObject(body) {
-		return body
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(body, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if p.idJSON != "" {
-		if _, ok := lookupJSON(body, strings.Split(p.idJSON, ".")); !ok {
-			if err := setPath(doc, strings.Split(p.idJSON, "."), id); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if bodyTokenType(cfg.Type) {
-		doc[p.token.items] = []any{map[string]any{p.token.field: cfg.Secrets[0], "changeType": "updated"}}
-	}
-	out, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// testIDPath is a configured event id path into the sample of typ: into
-// the first event of a batch (SendGrid's array).
-func testIDPath(typ string) string {
-	if typ == "sendgrid" {
-		return "0.meta.trace.id"
-	}
-	return "meta.trace.id"
-}
 
 // TestKeyPresetsSignTestNeedsPrivateKey: a source whose secrets are public
 // keys cannot make a test request without the private key, and says so;

@@ -1,3 +1,5 @@
+//go:build !fuzzonly
+
 package verify
 
 import (
@@ -16,7 +18,6 @@ import (
 )
 
 const (
-	stripeSecret    = "whsec_test_5Hc9W0rZ3kQ2mB8xYp1LsT6v"
 	stripeOldSecret = "whsec_test_OLD_aaaaaaaaaaaaaaaaaaaaaa"
 )
 

@@ -1,3 +1,5 @@
+//go:build !fuzzonly
+
 package verify
 
 import (
@@ -18,9 +20,7 @@ import (
 )
 
 const (
-	twilioToken     = "tw-auth-token-7c1e9a0b5d3f2468"
-	twilioOldToken  = "tw-auth-token-old-000000000000"
-	twilioPublicURL = "https://hooks.example.com/twilio/sms?tenant=acme"
+	twilioOldToken = "tw-auth-token-old-000000000000"
 )
 
 // twilioForm is a status callback as Twilio posts it, form-encoded in
