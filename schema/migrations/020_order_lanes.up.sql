@@ -9,7 +9,6 @@
 -- statement, ordered handlers or not (bench/ab-20261204b: about half of a
 -- ~10 % regression of unordered handlers).
 --
---
 -- order_lanes holds one row per ordered handler's job that is not completed:
 -- pending, leased, failed, or dead lettered (dead, which blocks its key only
 -- under order_policy 'block', read at claim time so a policy change applies
@@ -63,7 +62,7 @@ CREATE TRIGGER jobs_order_lanes_status
 INSERT INTO webhook_ingress.order_lanes (job_id, event_received_at, handler, order_key, order_at, dead)
 SELECT id, event_received_at, handler, order_key, order_at, status = 'dead_letter'
 FROM webhook_ingress.jobs
-WHERE order_key IS NOT NULL AND status <> 'completed'
+WHERE order_key IS NOT NULL AND status IN ('pending', 'leased', 'failed', 'dead_letter') -- 019's partial index: no scan of every job
 ON CONFLICT (job_id) DO NOTHING;
 
 DROP INDEX webhook_ingress.jobs_order_lane;
