@@ -545,8 +545,8 @@ func TestAttemptRunsOfCreatedAndBareJobs(t *testing.T) {
 	}
 }
 
-// Jobs a replay creates for an ordered handler (missing jobs, and a filtered
-// handler's catch-up) get their key and time as the fan-outs give them, so
+// Jobs a replay creates for an ordered handler (unrouted and missing jobs,
+// and a filtered handler's catch-up) get their key and time as the fan-outs give them, so
 // they queue in their key's lane (order_lanes) rather than the keyless one.
 func TestReplayGivesAnOrderedHandlersNewJobsTheirKeys(t *testing.T) {
 	t.Parallel()
@@ -563,12 +563,20 @@ func TestReplayGivesAnOrderedHandlersNewJobsTheirKeys(t *testing.T) {
 		e.receivedAt = old.Add(time.Duration(i) * time.Minute)
 		b.insert(t, e)
 	}
+	// Nothing routes the events yet: they are unrouted (folded by EventTypes).
+	if _, err := admin.EventTypes(ctx, b.op, 100); err != nil {
+		t.Fatal(err)
+	}
 	b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, order_key)
-		VALUES ('ordered', 'stripe', '*', 5, 'header:X-Entity')`)
+		VALUES ('ordered_unrouted', 'stripe', '*', 5, 'header:X-Entity'), ('ordered', 'stripe', '*', 5, 'header:X-Entity')`)
 	b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, order_key, filter)
 		VALUES ('ordered_big', 'stripe', '*', 5, 'header:X-Entity', 'event.type == "invoice.paid"')`)
-	for _, h := range []string{"ordered", "ordered_big"} {
-		res, err := admin.Replay(ctx, b.op, admin.ReplayRequest{Handler: h, Provider: "stripe", EventType: "*"})
+	for _, h := range []string{"ordered_unrouted", "ordered", "ordered_big"} {
+		req := admin.ReplayRequest{Handler: h, Provider: "stripe", EventType: "*"}
+		if h == "ordered_unrouted" { // first, while no job routes them
+			req = admin.ReplayRequest{Handler: h, Provider: "stripe", Unrouted: true}
+		}
+		res, err := admin.Replay(ctx, b.op, req)
 		if err != nil || res.Created != 4 {
 			t.Fatalf("replay %s: %+v, %v; want 4 jobs created", h, res, err)
 		}
