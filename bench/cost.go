@@ -52,6 +52,11 @@ const costTopStatements = 8
 // pg_stat_statements, so the cluster may preload it (a missing library
 // would stop the server from starting).
 func statementsLibrary(binDir string) bool {
+	// binDir may hold links to the server's own directory (/usr/local/bin
+	// -> /usr/lib/postgresql/15/bin): look beside the real binary.
+	if real, err := filepath.EvalSymlinks(filepath.Join(binDir, "postgres")); err == nil {
+		binDir = filepath.Dir(real)
+	}
 	if fileExists(filepath.Join(filepath.Dir(binDir), "lib", "pg_stat_statements.so")) {
 		return true
 	}
