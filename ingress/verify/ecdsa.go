@@ -80,25 +80,11 @@ func decodeDER(s string) ([]byte, error) {
 }
 
 func (v *ecdsaVerifier) checkSignature(req *Request) (int, error) {
-	sig, ts, at, err := v.sig.signature(req, 0, maxECDSASig)
-	if err != nil {
-		return -1, err
-	}
-	msg, err := v.sig.message(req, ts)
-	if err != nil {
-		return -1, err
-	}
-	digest := sha256.Sum256(msg)
-	for i, key := range v.keys {
+	return v.sig.check(req, 0, maxECDSASig, len(v.keys), func(i int, msg, sig []byte) bool {
+		digest := sha256.Sum256(msg)
 		// VerifyASN1 takes exactly one DER SEQUENCE, nothing after it.
-		if ecdsa.VerifyASN1(key, digest[:], sig) {
-			if err := v.sig.checkTime(req, ts, at); err != nil {
-				return -1, err
-			}
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("%s: %w", v.sig.scheme, ErrSignatureMismatch)
+		return ecdsa.VerifyASN1(v.keys[i], digest[:], sig)
+	})
 }
 
 func (v *ecdsaVerifier) Verify(req *Request) (Result, error) {

@@ -146,6 +146,31 @@ func (k *keySig) checkTime(req *Request, ts string, at time.Time) error {
 	return checkSkewTime(k.scheme, at, req.now(), k.tolerance)
 }
 
+// check reads req's signature (size, maxLen as signature takes them) and
+// signed string, asks verifies of each of the n configured keys in order,
+// and returns the index of the first that verifies, once its timestamp is
+// within tolerance. Signature before timestamp: only an authentic request
+// learns that it is stale.
+func (k *keySig) check(req *Request, size, maxLen, n int, verifies func(key int, msg, sig []byte) bool) (int, error) {
+	sig, ts, at, err := k.signature(req, size, maxLen)
+	if err != nil {
+		return -1, err
+	}
+	msg, err := k.message(req, ts)
+	if err != nil {
+		return -1, err
+	}
+	for i := range n {
+		if verifies(i, msg, sig) {
+			if err := k.checkTime(req, ts, at); err != nil {
+				return -1, err
+			}
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("%s: %w", k.scheme, ErrSignatureMismatch)
+}
+
 // sign sets the timestamp header (when the scheme has one) in h and
 // returns the signed string, for the signers of `inlet send`.
 func (k *keySig) sign(now time.Time, h http.Header, body []byte) ([]byte, error) {
@@ -229,25 +254,9 @@ func decodeKeyText(s string) ([]byte, error) {
 }
 
 func (v *ed25519Verifier) checkSignature(req *Request) (int, error) {
-	sig, ts, at, err := v.sig.signature(req, ed25519.SignatureSize, ed25519.SignatureSize)
-	if err != nil {
-		return -1, err
-	}
-	msg, err := v.sig.message(req, ts)
-	if err != nil {
-		return -1, err
-	}
-	for i, key := range v.keys {
-		if ed25519.Verify(key, msg, sig) {
-			// Signature before timestamp: only an authentic request
-			// learns that it is stale.
-			if err := v.sig.checkTime(req, ts, at); err != nil {
-				return -1, err
-			}
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("%s: %w", v.sig.scheme, ErrSignatureMismatch)
+	return v.sig.check(req, ed25519.SignatureSize, ed25519.SignatureSize, len(v.keys), func(i int, msg, sig []byte) bool {
+		return ed25519.Verify(v.keys[i], msg, sig)
+	})
 }
 
 func (v *ed25519Verifier) Verify(req *Request) (Result, error) {
