@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/curlcmd"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
@@ -114,39 +114,13 @@ func keyArgs(keys map[string]string, src string) []string {
 	return nil
 }
 
-// curlRequest reads a printed curl command line as the shell does (sh runs
-// it with curl replaced by a function printing its arguments) and builds
-// the request it sends: curl -i [-X METHOD] URL [-H 'Name: value']...
-// [--data-raw BODY].
+// curlRequest builds the request a printed curl command line sends
+// (curlcmd.Parse).
 func curlRequest(t *testing.T, cmd string) *http.Request {
 	t.Helper()
-	out, err := exec.Command("sh", "-c", `curl() { for a in "$@"; do printf '%s\0' "$a"; done; }; `+cmd).Output()
+	method, url, h, body, err := curlcmd.Parse(cmd)
 	if err != nil {
-		t.Fatalf("sh -c %q: %v", cmd, err)
-	}
-	args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	var method, url string
-	var body []byte
-	h := http.Header{}
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "-i":
-		case "-X":
-			i++
-			method = args[i]
-		case "-H":
-			i++
-			name, val, _ := strings.Cut(args[i], ": ")
-			h.Add(name, val)
-		case "--data-raw":
-			i++
-			body = []byte(args[i])
-		default:
-			url = a
-		}
-	}
-	if method == "" {
-		method = map[bool]string{true: http.MethodPost, false: http.MethodGet}[body != nil]
+		t.Fatal(err)
 	}
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {

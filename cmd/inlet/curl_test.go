@@ -4,44 +4,21 @@ import (
 	"bytes"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/inlet-dev/inlet/internal/curlcmd"
 )
 
-// curlRequest reads a printed curl command line as the shell does (sh runs
-// it with curl replaced by a function printing its arguments) and returns
-// the request it sends: curl -i [-X METHOD] URL [-H 'Name: value']...
-// [--data-raw BODY].
+// curlRequest reads a printed curl command line back into the request it
+// sends (curlcmd.Parse).
 func curlRequest(t *testing.T, cmd string) (method, url string, h http.Header, body []byte) {
 	t.Helper()
-	out, err := exec.Command("sh", "-c", `curl() { for a in "$@"; do printf '%s\0' "$a"; done; }; `+cmd).Output()
+	method, url, h, body, err := curlcmd.Parse(cmd)
 	if err != nil {
-		t.Fatalf("sh -c %q: %v", cmd, err)
-	}
-	args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	h = http.Header{}
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "-i":
-		case "-X":
-			i++
-			method = args[i]
-		case "-H":
-			i++
-			name, val, _ := strings.Cut(args[i], ": ")
-			h.Add(name, val)
-		case "--data-raw":
-			i++
-			body = []byte(args[i])
-		default:
-			url = a
-		}
-	}
-	if method == "" {
-		method = map[bool]string{true: http.MethodPost, false: http.MethodGet}[body != nil]
+		t.Fatal(err)
 	}
 	return method, url, h, body
 }
