@@ -257,17 +257,7 @@ func TestSendGridKeys(t *testing.T) {
 		{"private key", base64.StdEncoding.EncodeToString(priv), "secrets[0]: is a private key"},
 	}
 	for _, tt := range tests {
-		_, err := New(Config{Type: "sendgrid", Secrets: []string{tt.secret}})
-		if tt.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v", tt.name, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: New error %v, want %q", tt.name, err, tt.want)
-		}
-		checkErrorSafe(t, err, []string{tt.secret}, nil)
+		checkKeySecret(t, "sendgrid", tt.name, tt.secret, tt.want)
 	}
 }
 

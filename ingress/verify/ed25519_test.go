@@ -222,17 +222,7 @@ func TestDiscordKeys(t *testing.T) {
 		{"garbage", "not-a-key-at-all!", "secrets[0]: not an Ed25519 public key: neither hex nor base64"},
 	}
 	for _, tt := range tests {
-		_, err := New(Config{Type: "discord", Secrets: []string{tt.secret}})
-		if tt.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v", tt.name, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: New error %v, want %q", tt.name, err, tt.want)
-		}
-		checkErrorSafe(t, err, []string{tt.secret}, nil)
+		checkKeySecret(t, "discord", tt.name, tt.secret, tt.want)
 	}
 	// The second key is checked too, and named.
 	_, err := New(Config{Type: "discord", Secrets: []string{hex.EncodeToString(pub), "zz"}})

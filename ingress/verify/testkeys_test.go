@@ -175,3 +175,21 @@ func changeBase64At(s string, i int) string {
 	}
 	return s[:i] + string(c) + s[i+1:]
 }
+
+// checkKeySecret checks New with secret as the one public key of a source
+// of type typ: accepted when want is "", else refused with an error holding
+// want and neither the secret nor a header value.
+func checkKeySecret(t *testing.T, typ, name, secret, want string) {
+	t.Helper()
+	_, err := New(Config{Type: typ, Secrets: []string{secret}})
+	if want == "" {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: New error %v, want %q", name, err, want)
+	}
+	checkErrorSafe(t, err, []string{secret}, nil)
+}
