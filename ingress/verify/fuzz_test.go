@@ -390,6 +390,16 @@ func mutate(b []byte, op uint8, pos uint16, data []byte) []byte {
 	}
 }
 
+// mutateHeader sets header name of h to value mutated (as a client can
+// send it), or removes it when nothing sendable is left.
+func mutateHeader(h http.Header, value, name string, op uint8, pos uint16, data []byte) {
+	if v := textprotoValue(mutate([]byte(value), op, pos, data)); v != "" {
+		h.Set(name, v)
+	} else {
+		h.Del(name)
+	}
+}
+
 // pick returns name when it is one of names, else one of names chosen by
 // name's hash: a corpus entry keeps naming its type or target as the lists
 // grow, and the fuzzer's strings still reach every one.
@@ -592,11 +602,7 @@ func FuzzVerify(f *testing.F) {
 				mut.Body = []byte(shiftTimestamps(string(orig.Body), testNow, d))
 			}
 		default:
-			if v := textprotoValue(mutate([]byte(orig.Header.Get(target)), op, pos, data)); v != "" {
-				mut.Header.Set(target, v)
-			} else {
-				mut.Header.Del(target)
-			}
+			mutateHeader(mut.Header, orig.Header.Get(target), target, op, pos, data)
 		}
 		res, err := c.v.Verify(&mut)
 		why := c.spec.mustReject(&orig, &mut)
@@ -775,11 +781,7 @@ func FuzzHandshake(f *testing.F) {
 			q.Set(name, string(mutate([]byte(q.Get(name)), op, pos, data)))
 			mut.URL = base + "?" + q.Encode()
 		default:
-			if v := textprotoValue(mutate([]byte(orig.Header.Get(target)), op, pos, data)); v != "" {
-				mut.Header.Set(target, v)
-			} else {
-				mut.Header.Del(target)
-			}
+			mutateHeader(mut.Header, orig.Header.Get(target), target, op, pos, data)
 		}
 		res, err := c.v.Verify(&mut)
 		if err != nil {
