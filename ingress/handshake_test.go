@@ -35,9 +35,7 @@ func TestHandshakesAreAnsweredNotStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
-	req.Header = probe.Header
-	code, answer, header := do(t, req)
+	code, answer, header := sendProbe(t, probe)
 	if err := probe.Check(code, header, []byte(answer)); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +56,7 @@ func TestHandshakesAreAnsweredNotStored(t *testing.T) {
 
 	// A wrong verify token: refused as a bad signature would be.
 	bad := strings.Replace(probe.URL, "meta-verify-token", "guessed-token", 1)
-	req, _ = http.NewRequest(http.MethodGet, bad, nil)
+	req, _ := http.NewRequest(http.MethodGet, bad, nil)
 	if code, answer, _ := do(t, req); code != http.StatusUnauthorized || !strings.Contains(answer, `"signature_mismatch"`) {
 		t.Errorf("bad verify token: %d %s", code, answer)
 	}
@@ -103,9 +101,7 @@ func TestUnsignedHandshakesAreAnsweredNotStored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
-		req.Header = probe.Header
-		code, answer, header := do(t, req)
+		code, answer, header := sendProbe(t, probe)
 		if err := probe.Check(code, header, []byte(answer)); err != nil {
 			t.Fatalf("%s: %v", tc.source, err)
 		}
@@ -184,12 +180,6 @@ func TestTimedProviderHandshakes(t *testing.T) {
 	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
 		c.Sources = append(c.Sources, timedSources...)
 	})
-	send := func(probe *verify.HandshakeProbe) (int, string, http.Header) {
-		t.Helper()
-		req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
-		req.Header = probe.Header
-		return do(t, req)
-	}
 	for i, tt := range []struct{ kind, contentType, forged string }{
 		{"url_validation", "application/json", `"signature_mismatch"`},  // zoom
 		{"callback_verification", "text/plain", `"signature_mismatch"`}, // twitch
@@ -201,7 +191,7 @@ func TestTimedProviderHandshakes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			code, answer, header := send(probe)
+			code, answer, header := sendProbe(t, probe)
 			if err := probe.Check(code, header, []byte(answer)); err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +213,7 @@ func TestTimedProviderHandshakes(t *testing.T) {
 			if src.Config.Type == "x" {
 				fp.URL = b.url + "/webhooks/x?crc_token=" + url.QueryEscape(`{"for_user_id":"1","tweet_create_events":[]}`)
 			}
-			if code, answer, _ := send(fp); code != http.StatusUnauthorized || !strings.Contains(answer, tt.forged) {
+			if code, answer, _ := sendProbe(t, fp); code != http.StatusUnauthorized || !strings.Contains(answer, tt.forged) {
 				t.Errorf("forged %s: %d %s", tt.kind, code, answer)
 			}
 			if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = $1`, src.Name); n != 0 {
@@ -377,4 +367,13 @@ func TestKeyPresetHandshakes(t *testing.T) {
 	if err := b.admin.QueryRow(context.Background(), `SELECT external_event_id, event_type FROM webhook_ingress.events WHERE provider = 'discord'`).Scan(&id, &typ); err != nil || id != "1181112222333344777" || typ != "2" {
 		t.Errorf("stored discord event %s %s, %v", id, typ, err)
 	}
+}
+
+// sendProbe sends a handshake probe as its provider would and returns the
+// answer's status, body and header.
+func sendProbe(t *testing.T, probe *verify.HandshakeProbe) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(probe.Method, probe.URL, bytes.NewReader(probe.Body))
+	req.Header = probe.Header
+	return do(t, req)
 }
