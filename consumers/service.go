@@ -180,11 +180,12 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 
 	s.subCancel()
-	// Readers return promptly: every place they block also watches subCtx.
-	s.readers.Wait()
-
+	// Readers return once the message they are handing out is done: its
+	// references wait for slots like the attempts before them. Attempts
+	// start from readers only, so they are waited for after them.
 	done := make(chan struct{})
 	go func() {
+		s.readers.Wait()
 		s.attempts.Wait()
 		close(done)
 	}()
@@ -197,6 +198,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		n := s.inFlight.Load()
 		s.workCancel(errShutdown)
+		s.readers.Wait() // they start nothing more once workCtx is done
 		// Attempts still finishing record their outcomes one by one.
 		s.stopBackground()
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; their leases will expire",
@@ -227,9 +229,14 @@ func (s *Service) Healthy() error {
 	return nil
 }
 
-// read takes r's messages until ctx ends. A message is acknowledged once a
-// slot is free and the attempt runs on its own goroutine: Postgres, not the
-// bus, remembers the job, and the slots are the backpressure.
+// read takes r's messages until ctx ends. A message carries one job
+// reference or several (a claim's chunk, bus.NewBatchMessage). It is
+// acknowledged once its first reference has a slot, and each attempt runs on
+// its own goroutine: Postgres, not the bus, remembers the job, and the slots
+// are the backpressure. The rest of a message's references wait here for
+// slots, also while the service stops gracefully (they were acknowledged on
+// the bus, so nothing else would run them before their leases expire); only
+// Stop's deadline (workCtx) leaves them to lease expiry.
 func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
 	for {
 		var msg *message.Message
@@ -249,45 +256,69 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			msg = m
 		}
 
-		ref, err := bus.ParseMessage(msg)
+		refs, err := bus.ParseRefs(msg)
 		if err != nil {
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped malformed job reference",
 				slog.String("handler", r.h.Name), slog.String("error", err.Error()))
 			msg.Ack()
 			continue
 		}
-		if ref.Handler != r.h.Name {
-			s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped job reference for another handler",
-				slog.String("handler", r.h.Name), slog.String("ref_handler", ref.Handler), slog.Int64("job_id", ref.JobID))
-			msg.Ack()
-			continue
+		acked := false
+		for i, ref := range refs {
+			if ref.Handler != r.h.Name {
+				s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped job reference for another handler",
+					slog.String("handler", r.h.Name), slog.String("ref_handler", ref.Handler), slog.Int64("job_id", ref.JobID))
+				continue
+			}
+			if !acked {
+				select {
+				case r.slots <- struct{}{}:
+				case <-ctx.Done():
+					msg.Nack() // nothing of it started: the bus gives it to another replica
+					return
+				}
+				msg.Ack()
+				acked = true
+			} else {
+				select {
+				case r.slots <- struct{}{}:
+				case <-s.workCtx.Done():
+					s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before these job references started; their leases will expire",
+						slog.String("handler", r.h.Name), slog.Int("references", len(refs)-i), slog.Int64("job_id", ref.JobID))
+					return
+				}
+			}
+			s.start(ctx, r, ref, msg)
 		}
-
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			msg.Nack()
-			return
+		if !acked {
+			msg.Ack() // every reference was for another handler
 		}
-		msg.Ack()
-		traceParent := messageTraceParent(msg)
-		key := runKey{job: ref.JobID, attempt: ref.Attempt, leasedAt: ref.LeasedAt.UnixMicro()}
-		if _, dup := s.running.LoadOrStore(key, struct{}{}); dup {
-			s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: this attempt is already running here",
-				slog.String("handler", r.h.Name), slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-			<-r.slots
-			continue
-		}
-		s.inFlight.Add(1)
-		var freed sync.Once
-		free := func() { freed.Do(func() { <-r.slots }) }
-		s.attempts.Go(func() {
-			defer func() {
-				s.running.Delete(key)
-				s.inFlight.Add(-1)
-				free()
-			}()
-			s.attempt(r.h, ref, traceParent, free)
-		})
 	}
+}
+
+// start runs the attempt of ref, which holds one of r's slots, on its own
+// goroutine, unless this attempt already runs in this process.
+func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message) {
+	traceParent := sampledTraceParent(ref.TraceParent)
+	if ref.TraceParent == "" {
+		traceParent = messageTraceParent(msg)
+	}
+	key := runKey{job: ref.JobID, attempt: ref.Attempt, leasedAt: ref.LeasedAt.UnixMicro()}
+	if _, dup := s.running.LoadOrStore(key, struct{}{}); dup {
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: this attempt is already running here",
+			slog.String("handler", r.h.Name), slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
+		<-r.slots
+		return
+	}
+	s.inFlight.Add(1)
+	var freed sync.Once
+	free := func() { freed.Do(func() { <-r.slots }) }
+	s.attempts.Go(func() {
+		defer func() {
+			s.running.Delete(key)
+			s.inFlight.Add(-1)
+			free()
+		}()
+		s.attempt(r.h, ref, traceParent, free)
+	})
 }

@@ -23,7 +23,15 @@ const traceParentKey = "traceparent"
 // messageTraceParent is the traceparent a job reference carries, "" when it
 // carries none or an unsampled one (nothing would be exported to link to).
 func messageTraceParent(msg *message.Message) string {
-	ctx := withTraceParent(context.Background(), msg.Metadata.Get(traceParentKey))
+	return sampledTraceParent(msg.Metadata.Get(traceParentKey))
+}
+
+// sampledTraceParent is traceparent when it parses and is sampled, else "".
+func sampledTraceParent(traceparent string) string {
+	if traceparent == "" {
+		return ""
+	}
+	ctx := withTraceParent(context.Background(), traceparent)
 	if !trace.SpanContextFromContext(ctx).IsSampled() {
 		return ""
 	}

@@ -23,6 +23,13 @@ type Section struct {
 	SlotName string `yaml:"slot_name"`
 	// BatchSize is the most jobs one claim leases. Defaults to 100.
 	BatchSize int `yaml:"batch_size"`
+	// RefsPerMessage is the most job references one bus message carries (a
+	// claim's jobs of one handler go out in messages of up to this many).
+	// 1 sends one per message, as earlier streamers did: needed while
+	// consumers from before several per message (see CHANGELOG) still run
+	// (a rolling upgrade), since they drop a message of several as
+	// malformed. Defaults to 32.
+	RefsPerMessage int `yaml:"refs_per_message"`
 	// LeaseDuration is how long a consumer has to report or extend before
 	// the job is taken back. Defaults to 60s.
 	LeaseDuration time.Duration `yaml:"lease_duration"`
@@ -49,6 +56,7 @@ func (s Section) WithDefaults() Section {
 	s.Wake = cmp.Or(s.Wake, "notify")
 	s.SlotName = cmp.Or(s.SlotName, DefaultSlotName)
 	s.BatchSize = cmp.Or(s.BatchSize, 100)
+	s.RefsPerMessage = cmp.Or(s.RefsPerMessage, 32)
 	s.MaxLeasedPerHandler = cmp.Or(s.MaxLeasedPerHandler, 5000)
 	s.LeaseDuration = cmp.Or(s.LeaseDuration, 60*time.Second)
 	s.PollInterval = cmp.Or(s.PollInterval, time.Second)
@@ -72,6 +80,9 @@ func (s Section) Validate() error {
 	if s.BatchSize < 1 || s.BatchSize > 10000 {
 		return fmt.Errorf("streamer.batch_size: %d must be between 1 and 10000", s.BatchSize)
 	}
+	if s.RefsPerMessage < 1 || s.RefsPerMessage > 1000 {
+		return fmt.Errorf("streamer.refs_per_message: %d must be between 1 and 1000", s.RefsPerMessage)
+	}
 	if s.MaxLeasedPerHandler < s.BatchSize {
 		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", s.MaxLeasedPerHandler, s.BatchSize)
 	}
@@ -93,6 +104,7 @@ func (s Section) Validate() error {
 func (s Section) Config() Config {
 	c := Config{
 		BatchSize:           s.BatchSize,
+		RefsPerMessage:      s.RefsPerMessage,
 		MaxLeasedPerHandler: s.MaxLeasedPerHandler,
 		LeaseDuration:       s.LeaseDuration,
 		PollInterval:        s.PollInterval,

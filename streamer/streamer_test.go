@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,11 +108,15 @@ func (b *testBundle) listenConnect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
-// collector subscribes to handler topics and records every reference.
+// collector subscribes to handler topics and records every reference, and
+// how many each message carried and whether its form is the one-reference
+// message earlier consumers read.
 type collector struct {
-	mu   sync.Mutex
-	refs []bus.Ref
-	got  chan bus.Ref
+	mu     sync.Mutex
+	refs   []bus.Ref
+	sizes  []int
+	single []bool
+	got    chan bus.Ref
 }
 
 func (b *testBundle) collect(t *testing.T, handlers ...string) *collector {
@@ -123,16 +129,21 @@ func (b *testBundle) collect(t *testing.T, handlers ...string) *collector {
 		}
 		go func(msgs <-chan *message.Message) {
 			for m := range msgs {
-				r, err := bus.ParseMessage(m)
+				refs, err := bus.ParseRefs(m)
+				_, oldErr := bus.ParseMessage(m)
 				m.Ack()
 				if err != nil {
 					t.Errorf("bad message: %v", err)
 					continue
 				}
 				c.mu.Lock()
-				c.refs = append(c.refs, r)
+				c.refs = append(c.refs, refs...)
+				c.sizes = append(c.sizes, len(refs))
+				c.single = append(c.single, oldErr == nil)
 				c.mu.Unlock()
-				c.got <- r
+				for _, r := range refs {
+					c.got <- r
+				}
 			}
 		}(msgs)
 	}
@@ -186,6 +197,52 @@ func TestPublishesOneReferencePerJob(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased' AND attempt_count = 1 AND lease_holder_id = $1`, s.ID()); n != 6 {
 		t.Fatalf("%d jobs leased by the streamer, want 6", n)
+	}
+}
+
+// A claim's jobs of one handler travel in messages of at most
+// RefsPerMessage references, split evenly; with 1, each in a message of its
+// own that consumers from before batched messages read (ParseMessage).
+func TestReferencesTravelInMessagesOfRefsPerMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		per   int
+		sizes []int
+	}{
+		{per: 0, sizes: []int{25, 25, 25, 25}}, // the default, 32: 100 in four even messages, not 32+32+32+4
+		{per: 40, sizes: []int{33, 33, 34}},
+		{per: 1},
+	} {
+		t.Run(strconv.Itoa(tc.per), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "billing")
+			c := b.collect(t, "billing")
+			b.insertEvents(t, 100)
+			s := b.newStreamer(t, streamer.Config{RefsPerMessage: tc.per, BatchSize: 100})
+			if n, err := s.ClaimOnce(context.Background()); err != nil || n != 100 {
+				t.Fatalf("claim: %d, %v", n, err)
+			}
+			refs := c.wait(t, 100, 10*time.Second)
+			seen := map[int64]bool{}
+			for _, r := range refs {
+				if seen[r.JobID] || r.Attempt != 1 || r.LeasedAt.IsZero() {
+					t.Errorf("reference %+v (seen before: %v)", r, seen[r.JobID])
+				}
+				seen[r.JobID] = true
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if tc.per == 1 {
+				if len(c.sizes) != 100 || slices.Contains(c.single, false) {
+					t.Fatalf("%d messages, readable by earlier consumers: %v", len(c.sizes), c.single)
+				}
+				return
+			}
+			slices.Sort(c.sizes)
+			if !slices.Equal(c.sizes, tc.sizes) || slices.Contains(c.single, true) {
+				t.Fatalf("message sizes %v, want %v (single-reference form: %v)", c.sizes, tc.sizes, c.single)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@
 package bus
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type Ref struct {
 	// consumer whose reference waited in the bus extends it before the
 	// handler starts.
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	// TraceParent is the W3C traceparent of the streamer's span for this
+	// job, in a message of several references (NewBatchMessage); a message
+	// of one carries it in its metadata instead. "" when not traced.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // TopicPrefix starts every handler topic.
@@ -80,16 +85,73 @@ func NewMessage(r Ref) (*message.Message, error) {
 	return msg, nil
 }
 
+// NewBatchMessage encodes refs, all of one handler, as one watermill
+// message: a JSON array of references, each with its own TraceParent. One
+// message per claim chunk instead of one per job is what makes the bus cheap
+// per job (one JetStream publish, delivery and acknowledgement for many jobs)
+// and keeps a chunk's jobs together on one replica, so its reads and
+// completions batch. The UUID names the first job, its lease and the count.
+// Consumers older than this message kind drop it as malformed (their leases
+// then expire and are retried): see the streamer's RefsPerMessage.
+func NewBatchMessage(refs []Ref) (*message.Message, error) {
+	if len(refs) == 0 {
+		return nil, errors.New("encode job references: none given")
+	}
+	b, err := json.Marshal(refs)
+	if err != nil {
+		return nil, fmt.Errorf("encode references to jobs %d and %d more: %w", refs[0].JobID, len(refs)-1, err)
+	}
+	first := refs[0]
+	msg := message.NewMessage(strconv.FormatInt(first.JobID, 10)+"-"+strconv.Itoa(first.Attempt)+"-"+
+		strconv.FormatInt(first.LeasedAt.UnixMicro(), 10)+"+"+strconv.Itoa(len(refs)), b)
+	msg.Metadata.Set("handler", first.Handler)
+	return msg, nil
+}
+
 // ParseMessage decodes a message published by NewMessage.
 func ParseMessage(msg *message.Message) (Ref, error) {
 	var r Ref
 	if err := json.Unmarshal(msg.Payload, &r); err != nil {
 		return Ref{}, fmt.Errorf("decode job reference %s: %w", msg.UUID, err)
 	}
-	if r.JobID <= 0 || r.Attempt <= 0 || r.Handler == "" {
-		return Ref{}, errors.New("decode job reference " + msg.UUID + ": job_id, attempt and handler are required")
+	if err := checkRef(r); err != nil {
+		return Ref{}, fmt.Errorf("decode job reference %s: %w", msg.UUID, err)
 	}
 	return r, nil
+}
+
+// ParseRefs decodes a message published by NewMessage (one reference) or
+// NewBatchMessage (several). A malformed reference makes the whole message
+// malformed: none is returned.
+func ParseRefs(msg *message.Message) ([]Ref, error) {
+	payload := bytes.TrimLeft(msg.Payload, " \t\r\n")
+	if len(payload) == 0 || payload[0] != '[' {
+		r, err := ParseMessage(msg)
+		if err != nil {
+			return nil, err
+		}
+		return []Ref{r}, nil
+	}
+	var refs []Ref
+	if err := json.Unmarshal(payload, &refs); err != nil {
+		return nil, fmt.Errorf("decode job references %s: %w", msg.UUID, err)
+	}
+	if len(refs) == 0 {
+		return nil, errors.New("decode job references " + msg.UUID + ": the list is empty")
+	}
+	for i, r := range refs {
+		if err := checkRef(r); err != nil {
+			return nil, fmt.Errorf("decode job references %s: reference %d: %w", msg.UUID, i, err)
+		}
+	}
+	return refs, nil
+}
+
+func checkRef(r Ref) error {
+	if r.JobID <= 0 || r.Attempt <= 0 || r.Handler == "" {
+		return errors.New("job_id, attempt and handler are required")
+	}
+	return nil
 }
 
 // PubSub is both halves of a transport.

@@ -44,6 +44,50 @@ func TestRefRoundTrip(t *testing.T) {
 	}
 }
 
+func TestBatchMessageRoundTrip(t *testing.T) {
+	t.Parallel()
+	leased := time.Date(2026, 12, 4, 10, 0, 0, 123456000, time.UTC)
+	in := []Ref{
+		{JobID: 7, EventID: 3, Handler: "billing", Provider: "stripe", EventType: "invoice.paid", Attempt: 2, LeasedAt: leased,
+			TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		{JobID: 8, EventID: 4, Handler: "billing", Provider: "stripe", EventType: "invoice.paid", Attempt: 1, LeasedAt: leased},
+	}
+	msg, err := NewBatchMessage(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "7-2-" + strconv.FormatInt(leased.UnixMicro(), 10) + "+2"; msg.UUID != want {
+		t.Fatalf("uuid = %q, want %q", msg.UUID, want)
+	}
+	if h := msg.Metadata.Get("handler"); h != "billing" {
+		t.Fatalf("handler metadata %q", h)
+	}
+	out, err := ParseRefs(msg)
+	if err != nil || !slices.Equal(out, in) {
+		t.Fatalf("round trip: %+v, %v", out, err)
+	}
+	// A message of one reference (NewMessage: streamers with
+	// refs_per_message 1, and earlier ones) still parses.
+	one, err := NewMessage(in[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ParseRefs(one); err != nil || !slices.Equal(out, in[1:]) {
+		t.Fatalf("single reference: %+v, %v", out, err)
+	}
+	// One bad reference makes the whole message malformed; so does an empty
+	// list or one that is not JSON.
+	for _, payload := range []string{`[{"job_id":1,"attempt":1,"handler":"h"},{"job_id":2}]`, `[]`, `[{"job_id":1`, ` `} {
+		msg.Payload = []byte(payload)
+		if refs, err := ParseRefs(msg); err == nil {
+			t.Errorf("payload %s parsed: %+v", payload, refs)
+		}
+	}
+	if _, err := NewBatchMessage(nil); err == nil {
+		t.Error("a message of no references was made")
+	}
+}
+
 func TestValidHandlerName(t *testing.T) {
 	t.Parallel()
 	for name, ok := range map[string]bool{"billing": true, "a-b_c9": true, "": false, "Billing": false, "a.b": false, "a b": false, "a>": false} {

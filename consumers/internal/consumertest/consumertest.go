@@ -290,11 +290,21 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		return err
 	}
 	now := time.Now()
+	byHandler := map[string][]bus.Ref{}
+	var handlers []string
 	for _, ref := range refs {
 		s.mu.Lock()
 		s.claims = append(s.claims, Claim{Ref: ref, At: now})
 		s.mu.Unlock()
-		if err := b.Publish(ref); err != nil {
+		if byHandler[ref.Handler] == nil {
+			handlers = append(handlers, ref.Handler)
+		}
+		byHandler[ref.Handler] = append(byHandler[ref.Handler], ref)
+	}
+	// As the streamer does by default: a handler's references of one claim
+	// in one message (up to 32 each there; a claim here is at most 100).
+	for _, h := range handlers {
+		if err := b.PublishBatch(byHandler[h]); err != nil {
 			return err
 		}
 	}
@@ -319,6 +329,16 @@ func (b *Bundle) Publish(ref bus.Ref) error {
 		return err
 	}
 	return b.Bus.Publish(bus.Topic(ref.Handler), msg)
+}
+
+// PublishBatch sends refs in one message (bus.NewBatchMessage) on the topic
+// of the first one's handler.
+func (b *Bundle) PublishBatch(refs []bus.Ref) error {
+	msg, err := bus.NewBatchMessage(refs)
+	if err != nil {
+		return err
+	}
+	return b.Bus.Publish(bus.Topic(refs[0].Handler), msg)
 }
 
 // ClaimOnce claims every due job once, as the streamer would, without
