@@ -33,10 +33,11 @@ import (
 )
 
 var (
-	jobsCount   = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
-	jobsConfigs = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
-	jobsOrder   = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 500 jobs), against an unordered run just before")
-	jobsRLS     = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
+	jobsCount          = flag.Int("jobs", 20000, "jobs each measurement of the jobs section works through (Inlet per configuration, and River)")
+	jobsConfigs        = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
+	jobsRefsPerMessage = flag.Int("jobs-refs-per-message", 0, "jobs section: the streamer's refs_per_message (0: its default; 1: one reference per bus message, as before several per message)")
+	jobsOrder          = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 500 jobs), against an unordered run just before")
+	jobsRLS            = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
 
 // What each side runs with. The total handler concurrency is the same for
@@ -310,7 +311,8 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		}
 		closers = append(closers, func() { pub.Close() })
 	}
-	str, err := streamer.New(streamer.Config{Pool: spool, Publisher: pub, BatchSize: jobsStreamerBatch, Logger: b.log})
+	str, err := streamer.New(streamer.Config{Pool: spool, Publisher: pub, BatchSize: jobsStreamerBatch,
+		RefsPerMessage: *jobsRefsPerMessage, Logger: b.log})
 	if err != nil {
 		return run, err
 	}

@@ -35,7 +35,7 @@ const (
 // handlerDone is called once the handler has returned (or was never called):
 // the handler's concurrency slot is free while the outcome waits for its
 // batch to be written.
-func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDone func()) {
+func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool, handlerDone func()) {
 	ctx, span := s.tracer.Start(withTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
@@ -51,7 +51,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, handlerDon
 		slog.Int("attempt", ref.Attempt),
 	}
 
-	ev, l, err := s.take(ctx, ref)
+	ev, l, err := s.take(ctx, ref, more)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Stale (a newer attempt exists), already taken by another consumer
@@ -190,11 +190,15 @@ type lease struct {
 // wrapping pgx.ErrNoRows when the reference's lease is not current (stale,
 // finished or misrouted). A lease that would run out before its first
 // extension (the reference waited in the bus) is extended first.
-func (s *Service) take(ctx context.Context, ref bus.Ref) (*Event, lease, error) {
+func (s *Service) take(ctx context.Context, ref bus.Ref, more bool) (*Event, lease, error) {
 	var t taken
 	var err error
 	if s.takes != nil {
-		t, err = s.takes.Do(ctx, ref)
+		if more {
+			t, err = s.takes.DoExpecting(ctx, ref)
+		} else {
+			t, err = s.takes.Do(ctx, ref)
+		}
 		if err != nil {
 			// Nothing was written: read this attempt alone.
 			s.logger.LogAttrs(ctx, slog.LevelDebug, "batched read failed; reading the attempt alone",

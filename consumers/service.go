@@ -288,7 +288,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					return
 				}
 			}
-			s.start(ctx, r, ref, msg)
+			s.start(ctx, r, ref, msg, i < len(refs)-1)
 		}
 		if !acked {
 			msg.Ack() // every reference was for another handler
@@ -297,8 +297,11 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 }
 
 // start runs the attempt of ref, which holds one of r's slots, on its own
-// goroutine, unless this attempt already runs in this process.
-func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message) {
+// goroutine, unless this attempt already runs in this process. more: other
+// references of its message follow, so its read waits briefly for theirs
+// (one FetchJobs for a message instead of one for its first reference and
+// one for the rest).
+func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message, more bool) {
 	traceParent := sampledTraceParent(ref.TraceParent)
 	if ref.TraceParent == "" {
 		traceParent = messageTraceParent(msg)
@@ -319,6 +322,6 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 			s.inFlight.Add(-1)
 			free()
 		}()
-		s.attempt(r.h, ref, traceParent, free)
+		s.attempt(r.h, ref, traceParent, more, free)
 	})
 }
