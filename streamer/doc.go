@@ -3,7 +3,8 @@
 // and on a poll tick that always runs, covering a lost wake-up; it claims due
 // jobs in batches with one UPDATE … FOR UPDATE SKIP LOCKED statement that also
 // takes their lease, and publishes a reference (bus.Ref) per job to its
-// handler's topic. Any number of streamers cooperate: SKIP LOCKED keeps them
+// handler's topic, up to RefsPerMessage of them in one message
+// (bus.NewBatchMessage). Any number of streamers cooperate: SKIP LOCKED keeps them
 // off each other's rows. Its reaper returns expired leases to pending, or to
 // dead_letter when the last attempt expired.
 //
@@ -23,8 +24,11 @@
 //     without a live consumer are left out; the streamer keeps the per-handler
 //     count of leases in memory (CountLeasedJobs every LeasedRecount, plus its
 //     own leases since), so no claim re-counts every lease.
+//     A claim's references to one handler travel in messages of up to
+//     RefsPerMessage (default 32), so the bus works per message, not per
+//     job, and one consumer replica gets a message's jobs together.
 //  2. Read (consumer, FetchJobs): one read-only SELECT per batch of
-//     references returns the events of those whose lease is still current
+//     references (a message's, as a rule) returns the events of those whose lease is still current
 //     (fenced on the token); a stale, finished or misrouted reference gets
 //     nothing and its handler does not run. Nothing is written, unless the
 //     reference waited in the bus so long that the lease would run out before
@@ -60,7 +64,10 @@
 // rolling upgrade: migration 010 only adds (completed_attempt_id, the
 // consumers table, the attempts view), an old consumer's take and completion
 // still fence on the same token, and a reference without LeasedAt is read
-// under the job's own lease time. No drain is needed.
+// under the job's own lease time. No drain is needed. Messages of several
+// references are the exception: consumers from before them drop them as
+// malformed, so upgrade consumers first, or run new streamers with
+// RefsPerMessage 1 until every consumer is new.
 //
 // # Choosing a wake source (streamer.wake)
 //
