@@ -43,6 +43,9 @@ type StatementCost struct {
 	Query       string  `json:"query"`
 	CallsPerJob float64 `json:"calls_per_job"`
 	RowsPerJob  float64 `json:"rows_per_job"`
+	// ExecMicrosPerJob is the statement's execution time per job (its
+	// total_exec_time): where the database's time per job goes.
+	ExecMicrosPerJob float64 `json:"exec_us_per_job"`
 }
 
 // costTopStatements is how many statements a Cost lists.
@@ -106,6 +109,7 @@ type costSnapshot struct {
 type stmtCount struct {
 	query       string
 	calls, rows int64
+	execMs      float64
 }
 
 // startMeter connects to the database at url and takes the first snapshot.
@@ -189,7 +193,7 @@ func (m *meter) snapshot(ctx context.Context) (costSnapshot, error) {
 	}
 	// One row per (role, statement): the services SET ROLE, so a statement
 	// may appear under several roles.
-	rows, err = m.conn.Query(ctx, `/* bench-meter */ SELECT queryid::text, calls, rows, query FROM pg_stat_statements
+	rows, err = m.conn.Query(ctx, `/* bench-meter */ SELECT queryid::text, calls, rows, total_exec_time, query FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND queryid IS NOT NULL`)
 	if err != nil {
 		return s, fmt.Errorf("meter: read pg_stat_statements: %w", err)
@@ -197,11 +201,12 @@ func (m *meter) snapshot(ctx context.Context) (costSnapshot, error) {
 	for rows.Next() {
 		var id, query string
 		var calls, n int64
-		if err := rows.Scan(&id, &calls, &n, &query); err != nil {
+		var execMs float64
+		if err := rows.Scan(&id, &calls, &n, &execMs, &query); err != nil {
 			return s, err
 		}
 		c := s.stmts[id]
-		c.query, c.calls, c.rows = query, c.calls+calls, c.rows+n
+		c.query, c.calls, c.rows, c.execMs = query, c.calls+calls, c.rows+n, c.execMs+execMs
 		s.stmts[id] = c
 	}
 	if err := rows.Err(); err != nil {
@@ -233,7 +238,8 @@ func (s costSnapshot) cost(after costSnapshot, jobs int64, statements bool) *Cos
 		c.CostSource = "pg_stat_statements"
 		for _, id := range slices.Sorted(maps.Keys(after.stmts)) {
 			a := after.stmts[id]
-			d := stmtCount{query: a.query, calls: a.calls - s.stmts[id].calls, rows: a.rows - s.stmts[id].rows}
+			d := stmtCount{query: a.query, calls: a.calls - s.stmts[id].calls, rows: a.rows - s.stmts[id].rows,
+				execMs: a.execMs - s.stmts[id].execMs}
 			switch {
 			case d.calls <= 0:
 			case strings.Contains(a.query, "/* bench-"):
@@ -241,7 +247,8 @@ func (s costSnapshot) cost(after costSnapshot, jobs int64, statements bool) *Cos
 			case transactionControl.MatchString(a.query):
 			default:
 				total += d.calls
-				c.Statements = append(c.Statements, StatementCost{Query: shortQuery(a.query), CallsPerJob: per(d.calls), RowsPerJob: per(d.rows)})
+				c.Statements = append(c.Statements, StatementCost{Query: shortQuery(a.query), CallsPerJob: per(d.calls), RowsPerJob: per(d.rows),
+					ExecMicrosPerJob: 1000 * d.execMs / float64(max(jobs, 1))})
 			}
 		}
 		slices.SortFunc(c.Statements, func(a, b StatementCost) int { return cmp.Compare(b.CallsPerJob, a.CallsPerJob) })
@@ -281,6 +288,6 @@ func (c *Cost) print(indent string) {
 	fmt.Printf("%sper delivered job (%d jobs): %s, %.2f transactions, %.2f rows written (%s)\n",
 		indent, c.CostJobs, stmts, c.TransactionsPerJob, c.RowsWrittenPerJob, strings.Join(byTable, ", "))
 	for _, s := range c.Statements[:min(len(c.Statements), 5)] {
-		fmt.Printf("%s  %6.3f calls %6.2f rows  %s\n", indent, s.CallsPerJob, s.RowsPerJob, s.Query)
+		fmt.Printf("%s  %6.3f calls %6.2f rows %7.1f µs  %s\n", indent, s.CallsPerJob, s.RowsPerJob, s.ExecMicrosPerJob, s.Query)
 	}
 }
