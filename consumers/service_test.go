@@ -729,7 +729,24 @@ func TestStaleConsumerCannotFinishTheNextLeaseWithTheSameAttemptNumber(t *testin
 // delivered again after the outcome is recorded does not run the handler.
 func TestDuplicateDeliveryOfOneAttemptIsFenced(t *testing.T) {
 	t.Parallel()
+	// Both message forms: one reference (NewMessage) and a list of them
+	// (NewBatchMessage, the streamer's default).
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			duplicateDelivery(t, batch)
+		})
+	}
+}
+
+func duplicateDelivery(t *testing.T, batch bool) {
 	b := setup(t)
+	publish := func(ref bus.Ref) error {
+		if batch {
+			return b.PublishBatch([]bus.Ref{ref})
+		}
+		return b.Publish(ref)
+	}
 	var calls atomic.Int32
 	both := make(chan struct{})
 	h := consumers.Handler{Name: "h", Func: func(ctx context.Context, _ *consumers.Event) error {
@@ -756,10 +773,13 @@ func TestDuplicateDeliveryOfOneAttemptIsFenced(t *testing.T) {
 		t.Fatalf("claimed %d", len(refs))
 	}
 	msg, err := bus.NewMessage(refs[0])
+	if batch {
+		msg, err = bus.NewBatchMessage(refs)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Publish(refs[0]); err != nil {
+	if err := publish(refs[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := other.Publish(bus.Topic("h"), msg); err != nil {
@@ -778,7 +798,7 @@ func TestDuplicateDeliveryOfOneAttemptIsFenced(t *testing.T) {
 	}
 	// Delivered once more after the outcome: read, found finished, not run.
 	reads := first.Stats().ReadStatements
-	if err := b.Publish(refs[0]); err != nil {
+	if err := publish(refs[0]); err != nil {
 		t.Fatal(err)
 	}
 	consumertest.WaitFor(t, wait, "the late reference to be read", func() bool { return first.Stats().ReadStatements > reads })
