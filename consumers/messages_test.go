@@ -25,7 +25,7 @@ func TestStopFinishesTheMessageItIsIn(t *testing.T) {
 	rec := &recorder{}
 	gate := make(chan struct{})
 	started := make(chan struct{}, 10)
-	svc, err := consumers.New(b.config(consumers.Handler{Name: "h", Concurrency: 1, Func: rec.wrap(func(ctx context.Context, _ *consumers.Event) error {
+	svc, jobs, refs := threeJobsOneAtATime(t, b, rec.wrap(func(ctx context.Context, _ *consumers.Event) error {
 		started <- struct{}{}
 		select {
 		case <-gate:
@@ -33,21 +33,7 @@ func TestStopFinishesTheMessageItIsIn(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	})}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var jobs []int64
-	for range 3 {
-		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
-	}
-	refs := b.ClaimOnce(t, time.Minute)
-	if len(refs) != 3 {
-		t.Fatalf("claimed %d", len(refs))
-	}
+	}))
 	misrouted := refs[0]
 	misrouted.Handler, misrouted.JobID = "other", misrouted.JobID+1000
 	if err := b.PublishBatch(append(refs[:1:1], append([]bus.Ref{misrouted}, refs[1:]...)...)); err != nil {
@@ -84,22 +70,12 @@ func TestStopDeadlineLeavesTheRestOfTheMessage(t *testing.T) {
 	b := setup(t)
 	rec := &recorder{}
 	started := make(chan struct{}, 10)
-	svc, err := consumers.New(b.config(consumers.Handler{Name: "h", Concurrency: 1, Func: rec.wrap(func(ctx context.Context, _ *consumers.Event) error {
+	svc, jobs, refs := threeJobsOneAtATime(t, b, rec.wrap(func(ctx context.Context, _ *consumers.Event) error {
 		started <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
-	})}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var jobs []int64
-	for range 3 {
-		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
-	}
-	if err := b.PublishBatch(b.ClaimOnce(t, time.Minute)); err != nil {
+	}))
+	if err := b.PublishBatch(refs); err != nil {
 		t.Fatal(err)
 	}
 	<-started
@@ -119,4 +95,21 @@ func TestStopDeadlineLeavesTheRestOfTheMessage(t *testing.T) {
 		n := len(rec.Calls())
 		return leased == 3 && n == 1, fmt.Sprintf("%d of 3 leased, handler ran %d times", leased, n)
 	})
+}
+
+// threeJobsOneAtATime starts a service whose handler "h" (f) runs one job
+// at a time, stores three events for it and claims their jobs (unpublished).
+// The test stops the service itself; its cleanup's Stop is then a no-op.
+func threeJobsOneAtATime(t *testing.T, b *testBundle, f consumers.HandlerFunc) (*consumers.Service, []int64, []bus.Ref) {
+	t.Helper()
+	svc := b.start(t, b.config(consumers.Handler{Name: "h", Concurrency: 1, Func: f}))
+	var jobs []int64
+	for range 3 {
+		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
+	}
+	refs := b.ClaimOnce(t, time.Minute)
+	if len(refs) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(refs))
+	}
+	return svc, jobs, refs
 }
