@@ -263,14 +263,24 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			msg.Ack()
 			continue
 		}
-		acked := false
-		for i, ref := range refs {
+		mine := refs[:0]
+		for _, ref := range refs {
 			if ref.Handler != r.h.Name {
 				s.logger.LogAttrs(ctx, slog.LevelWarn, "dropped job reference for another handler",
 					slog.String("handler", r.h.Name), slog.String("ref_handler", ref.Handler), slog.Int64("job_id", ref.JobID))
 				continue
 			}
-			if !acked {
+			mine = append(mine, ref)
+		}
+		if len(mine) == 0 {
+			msg.Ack()
+			continue
+		}
+		held := false // the reference at hand already has its slot
+		for i, ref := range mine {
+			switch {
+			case held:
+			case i == 0:
 				select {
 				case r.slots <- struct{}{}:
 				case <-ctx.Done():
@@ -278,29 +288,36 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					return
 				}
 				msg.Ack()
-				acked = true
-			} else {
+			default:
 				select {
 				case r.slots <- struct{}{}:
 				case <-s.workCtx.Done():
 					s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before these job references started; their leases will expire",
-						slog.String("handler", r.h.Name), slog.Int("references", len(refs)-i), slog.Int64("job_id", ref.JobID))
+						slog.String("handler", r.h.Name), slog.Int("references", len(mine)-i), slog.Int64("job_id", ref.JobID))
 					return
 				}
 			}
-			s.start(ctx, r, ref, msg, i < len(refs)-1)
-		}
-		if !acked {
-			msg.Ack() // every reference was for another handler
+			// The next reference's slot, if one is free now: then its read
+			// starts right after this one's, and this one's waits for it.
+			held = false
+			if i+1 < len(mine) {
+				select {
+				case r.slots <- struct{}{}:
+					held = true
+				default:
+				}
+			}
+			s.start(ctx, r, ref, msg, held)
 		}
 	}
 }
 
 // start runs the attempt of ref, which holds one of r's slots, on its own
-// goroutine, unless this attempt already runs in this process. more: other
-// references of its message follow, so its read waits briefly for theirs
-// (one FetchJobs for a message instead of one for its first reference and
-// one for the rest).
+// goroutine, unless this attempt already runs in this process. more: the
+// next reference of its message has a slot and starts right after, so its
+// read waits briefly for that one's (one FetchJobs for a message instead of
+// one for its first reference and one for the rest; a handler at its
+// concurrency limit does not wait for company that cannot come).
 func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message, more bool) {
 	traceParent := sampledTraceParent(ref.TraceParent)
 	if ref.TraceParent == "" {
