@@ -33,12 +33,13 @@
 // lets handlers make their side effects idempotent.
 //
 // Can a handler run twice for one attempt? Yes: reading an attempt writes
-// nothing, so if the bus delivers one reference to two consumer processes at
-// once, both run the handler; only the first outcome is recorded and the
-// second is fenced out (logged as "the job's lease was lost"). Within one
-// process a second delivery of a running attempt is skipped, and a delivery
-// after the outcome was recorded is skipped. The package streamer describes
-// the whole protocol.
+// nothing, so if the bus delivers one message (one reference, or the list of
+// a claim's references the streamer sends by default) to two consumer
+// processes at once, both run the handler of each attempt not yet finished;
+// only the first outcome is recorded and the second is fenced out (logged as
+// "the job's lease was lost"). Within one process a second delivery of a
+// running attempt is skipped, and a delivery after the outcome was recorded
+// is skipped. The package streamer describes the whole protocol.
 //
 // # Exactly-once effects
 //
