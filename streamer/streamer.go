@@ -59,8 +59,9 @@ type Config struct {
 	// reads and completes a message's jobs together. 1 sends one reference
 	// per message in the form earlier consumers read (before several per
 	// message, see CHANGELOG): use it while such consumers still run (a
-	// rolling upgrade), as they drop a message of several as malformed (nothing is lost: the leases expire and the jobs
-	// are claimed again). Defaults to 32.
+	// rolling upgrade), as they drop a message of several as malformed
+	// (nothing is lost: the leases expire and the jobs are claimed again).
+	// Defaults to 32.
 	RefsPerMessage int
 	// MaxLeasedPerHandler stops claiming for a handler that already has this
 	// many jobs leased (by all streamers together): leases taken far ahead of
@@ -486,9 +487,7 @@ func (s *Streamer) messages(refs []bus.Ref) ([]*message.Message, error) {
 			if err != nil {
 				return nil, err
 			}
-			if tp != "" {
-				msg.Metadata.Set("traceparent", tp)
-			}
+			tracing.SetTraceParent(msg, tp)
 			msgs = append(msgs, msg)
 		}
 		return msgs, nil

@@ -97,10 +97,12 @@ func WithTraceParent(ctx context.Context, traceparent string) context.Context {
 	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
 }
 
-// Inject writes ctx's trace context into a bus message's metadata.
-func Inject(ctx context.Context, msg *message.Message) {
-	if tp := TraceParent(ctx); tp != "" {
-		msg.Metadata.Set("traceparent", tp)
+// SetTraceParent writes traceparent (TraceParent of a span) into a bus
+// message's metadata, where a one-reference message carries it; "" writes
+// nothing.
+func SetTraceParent(msg *message.Message, traceparent string) {
+	if traceparent != "" {
+		msg.Metadata.Set("traceparent", traceparent)
 	}
 }
 
