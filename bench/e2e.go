@@ -49,7 +49,23 @@ type Latency struct {
 	// VsRiver is, for Inlet, P99ms / the River receiver's p99 at the same
 	// offered rate in the same run.
 	VsRiver float64 `json:"vs_river,omitempty"`
+	// Stages splits Inlet's latency where the database can tell (nil for
+	// River).
+	Stages *Stages `json:"stages,omitempty"`
 	*Cost
+}
+
+// Stages are the two legs of an Inlet delivery, from the database's clock
+// (this machine's, like the handler's): ToClaim from the event's
+// received_at (its ingest transaction's start) to its job's claim (the
+// claim's start, attempted_at), which is ingest's commit and the wait for a
+// wake-up; ToHandler from the claim to the handler's call, which is the
+// claim's execution and commit, the bus and the consumer's read.
+type Stages struct {
+	ToClaimP50ms   float64 `json:"to_claim_p50_ms"`
+	ToClaimP99ms   float64 `json:"to_claim_p99_ms"`
+	ToHandlerP50ms float64 `json:"to_handler_p50_ms"`
+	ToHandlerP99ms float64 `json:"to_handler_p99_ms"`
 }
 
 // calls records when the handler first ran for each event id.
@@ -241,13 +257,76 @@ func endToEnd(ctx context.Context, b *bench, wake string, rate int, d time.Durat
 		return Latency{}, err
 	}
 	defer m.close()
-	l := measureLatency(ctx, p.url, fmt.Sprintf("evt_e2e_%s_%d_", wake, time.Now().UnixNano()), rate, d, c)
+	prefix := fmt.Sprintf("evt_e2e_%s_%d_", wake, time.Now().UnixNano())
+	l := measureLatency(ctx, p.url, prefix, rate, d, c)
 	l.System, l.Wake = "inlet", wake
 	p.stop()
+	if l.Stages, err = stages(ctx, b.url, prefix, rate, c); err != nil {
+		return l, err
+	}
 	if l.Cost, err = m.finish(ctx, int64(l.Delivered)); err != nil {
 		return l, err
 	}
 	return l, nil
+}
+
+// stages measures Stages for the events of prefix delivered to c, leaving
+// out those received in a steady rate's warm-up as measureLatency does.
+func stages(ctx context.Context, url, prefix string, rate int, c *calls) (*Stages, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	// A prefix LIKE on a parameter is estimated at one row, and jobs has no
+	// index on event_id: a nested loop would scan jobs once per event.
+	if _, err := conn.Exec(ctx, `SET enable_nestloop = off`); err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT e.external_event_id, e.received_at, j.attempted_at
+		FROM webhook_ingress.events e JOIN webhook_ingress.jobs j ON j.event_id = e.id
+		WHERE e.external_event_id LIKE $1 || '%' AND j.attempt_count = 1 AND j.attempted_at IS NOT NULL`, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	type row struct {
+		id                string
+		received, claimed time.Time
+	}
+	var all []row
+	first := time.Time{}
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.received, &r.claimed); err != nil {
+			return nil, fmt.Errorf("stages: %w", err)
+		}
+		all = append(all, r)
+		if first.IsZero() || r.received.Before(first) {
+			first = r.received
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	warm := first
+	if rate > 0 {
+		warm = first.Add(e2eWarmUp)
+	}
+	var toClaim, toHandler []time.Duration
+	c.mu.Lock()
+	for _, r := range all {
+		called, ok := c.at[r.id]
+		if !ok || r.received.Before(warm) {
+			continue
+		}
+		toClaim = append(toClaim, max(r.claimed.Sub(r.received), 0))
+		toHandler = append(toHandler, max(called.Sub(r.claimed), 0))
+	}
+	c.mu.Unlock()
+	slices.Sort(toClaim)
+	slices.Sort(toHandler)
+	return &Stages{ToClaimP50ms: percentileMs(toClaim, 0.5), ToClaimP99ms: percentileMs(toClaim, 0.99),
+		ToHandlerP50ms: percentileMs(toHandler, 0.5), ToHandlerP99ms: percentileMs(toHandler, 0.99)}, nil
 }
 
 // measureLatency offers rate webhooks per second to url for d (rate 0:

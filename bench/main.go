@@ -130,6 +130,10 @@ var sections = []section{
 	{"payload", runPayload},
 }
 
+// e2eWakes are the e2e section's wake sources, all three unless narrowed
+// while looking into one.
+var e2eWakes = flag.String("e2e-wakes", "notify,replication,poll", "e2e section: the streamer's wake sources to measure, comma-separated")
+
 // pgSettings are the -pg-setting flags: tuning tried on the run's cluster.
 var pgSettings = map[string]string{}
 
@@ -328,8 +332,14 @@ func runIngest(ctx context.Context, b *bench) (any, error) {
 func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 	var latencies []Latency
 	river := map[int]float64{} // the River receiver's p99 by offered rate
+	wakes := strings.Split(*e2eWakes, ",")
+	for _, w := range wakes {
+		if !slices.Contains([]string{"notify", "replication", "poll"}, w) {
+			return nil, fmt.Errorf("-e2e-wakes: %q is not notify, replication or poll", w)
+		}
+	}
 	for _, rate := range []int{b.rate, 0} {
-		for _, wake := range []string{"notify", "replication", "poll"} {
+		for _, wake := range wakes {
 			l, err := endToEnd(ctx, b, wake, rate, b.duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s at %d/s: %w", wake, rate, err)
@@ -371,6 +381,10 @@ func runEndToEnd(ctx context.Context, b *bench) (any, error) {
 			offered = strconv.Itoa(l.Rate) + "/s"
 		}
 		fmt.Printf("%s %s at %s:\n", l.System, l.Wake, offered)
+		if st := l.Stages; st != nil {
+			fmt.Printf("  received → claimed p50 %.2f ms, p99 %.2f ms; claimed → handler p50 %.2f ms, p99 %.2f ms\n",
+				st.ToClaimP50ms, st.ToClaimP99ms, st.ToHandlerP50ms, st.ToHandlerP99ms)
+		}
 		l.Cost.print("  ")
 	}
 	return latencies, nil
