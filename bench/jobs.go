@@ -37,6 +37,7 @@ var (
 	jobsConfigs        = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
 	jobsRefsPerMessage = flag.Int("jobs-refs-per-message", 0, "jobs section: the streamer's refs_per_message (0: its default; 1: one reference per bus message, as before several per message)")
 	jobsOrder          = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 500 jobs), against an unordered run just before")
+	jobsCold           = flag.Bool("jobs-cold", false, "jobs section: start the clock with the pools' connections not yet opened (before 2026-12-04 every run did), so each run also pays its backends' start-up and catalog loading, four replicas four times as much")
 	jobsRLS            = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
 
@@ -278,6 +279,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		handler.OrderKey = "data.object.customer"
 	}
 	var services []*consumers.Service
+	var pools []*pgxpool.Pool
 	for i := range replicas {
 		pool, err := database.Open(ctx, b.url, database.Options{Role: role, MaxConns: jobsConsumerConns,
 			AppName: "inlet-bench-consumer-" + strconv.Itoa(i)})
@@ -285,6 +287,7 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 			return run, err
 		}
 		closers = append(closers, pool.Close)
+		pools = append(pools, pool)
 		sub := shared
 		if sub == nil {
 			if sub, err = openBus("consumer-" + strconv.Itoa(i)); err != nil {
@@ -329,6 +332,13 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 		return run, err
 	}
 
+	if !*jobsCold {
+		for _, p := range append(pools, spool) {
+			if err := warmPool(ctx, p, inletWarmQuery); err != nil {
+				return run, err
+			}
+		}
+	}
 	start := time.Now()
 	for _, s := range services {
 		if err := s.Start(ctx); err != nil {
@@ -560,6 +570,11 @@ func riverJobs(ctx context.Context, b *bench, n int) (run JobsRun, err error) {
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n,
 		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
 	defer cancel()
+	if !*jobsCold {
+		if err := warmPool(ctx, pool, `SELECT 1 FROM `+schemaName+`.river_job WHERE id = -1`); err != nil {
+			return run, err
+		}
+	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return run, err
@@ -717,4 +732,36 @@ func orderedJobs(ctx context.Context, b *bench, n int) ([]JobsRun, error) {
 		runs = append(runs, base, r)
 	}
 	return runs, nil
+}
+
+// inletWarmQuery plans a read of jobs and events, which loads every
+// partition's and index's catalog entries into the backend, as a running
+// service's backends have them.
+const inletWarmQuery = `SELECT 1 FROM webhook_ingress.jobs j JOIN webhook_ingress.events e
+	ON e.id = j.event_id AND e.received_at = j.event_received_at WHERE j.id = -1`
+
+// warmPool opens every connection pool may hold and runs query on each, so
+// the measurement starts with the backends a running service would have
+// (started, their catalog caches loaded) rather than paying for them
+// inside the timed window: a cost a long-running service pays once, which
+// a run of a few seconds would count once per backend, four replicas four
+// times as often as one. Statements' plans are still made on first use.
+func warmPool(ctx context.Context, pool *pgxpool.Pool, query string) error {
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("warm the pool: %w", err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Exec(ctx, query); err != nil {
+			return fmt.Errorf("warm the pool: %w", err)
+		}
+	}
+	return nil
 }
