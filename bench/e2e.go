@@ -53,6 +53,9 @@ type Latency struct {
 	// River).
 	Stages *Stages `json:"stages,omitempty"`
 	*Cost
+	// warm is when the counted latencies begin (after a steady rate's
+	// warm-up), for stages to leave out the same events.
+	warm time.Time
 }
 
 // Stages are the two legs of an Inlet delivery, from the database's clock
@@ -261,7 +264,7 @@ func endToEnd(ctx context.Context, b *bench, wake string, rate int, d time.Durat
 	l := measureLatency(ctx, p.url, prefix, rate, d, c)
 	l.System, l.Wake = "inlet", wake
 	p.stop()
-	if l.Stages, err = stages(ctx, b.url, prefix, rate, c); err != nil {
+	if l.Stages, err = stages(ctx, b.url, prefix, l.warm, c); err != nil {
 		return l, err
 	}
 	if l.Cost, err = m.finish(ctx, int64(l.Delivered)); err != nil {
@@ -271,8 +274,8 @@ func endToEnd(ctx context.Context, b *bench, wake string, rate int, d time.Durat
 }
 
 // stages measures Stages for the events of prefix delivered to c, leaving
-// out those received in a steady rate's warm-up as measureLatency does.
-func stages(ctx context.Context, url, prefix string, rate int, c *calls) (*Stages, error) {
+// out those received before warm, as measureLatency does.
+func stages(ctx context.Context, url, prefix string, warm time.Time, c *calls) (*Stages, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, err
@@ -294,23 +297,15 @@ func stages(ctx context.Context, url, prefix string, rate int, c *calls) (*Stage
 		received, claimed time.Time
 	}
 	var all []row
-	first := time.Time{}
 	for rows.Next() {
 		var r row
 		if err := rows.Scan(&r.id, &r.received, &r.claimed); err != nil {
 			return nil, fmt.Errorf("stages: %w", err)
 		}
 		all = append(all, r)
-		if first.IsZero() || r.received.Before(first) {
-			first = r.received
-		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("stages: %w", err)
-	}
-	warm := first
-	if rate > 0 {
-		warm = first.Add(e2eWarmUp)
 	}
 	var toClaim, toHandler []time.Duration
 	c.mu.Lock()
@@ -375,6 +370,6 @@ func measureLatency(ctx context.Context, url, prefix string, rate int, d time.Du
 	}
 	c.mu.Unlock()
 	slices.Sort(lat)
-	return Latency{Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(warm).Seconds(),
+	return Latency{warm: warm, Rate: rate, Delivered: len(lat), PerSecond: float64(len(lat)) / last.Sub(warm).Seconds(),
 		P50ms: percentileMs(lat, 0.5), P99ms: percentileMs(lat, 0.99), MaxMs: percentileMs(lat, 1), Errors: ld.Errors}
 }

@@ -19,8 +19,19 @@ import (
 func TestFanOutChecksRunGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
+	// One connection; what auto_explain logs comes back as notices.
+	var mu sync.Mutex
+	var plans []string
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		plans = append(plans, n.Message)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,28 +78,11 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 		t.Logf("no auto_explain on this server (%v): the plans themselves are not checked", err)
 		return
 	}
-	var mu sync.Mutex
-	var plans []string
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		plans = append(plans, n.Message)
-		mu.Unlock()
-	}
-	c2, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close(ctx)
 	for _, stmt := range []string{
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('plans', 'stripe')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_before_' || n, '{}', true FROM generate_series(1, 1000) n`,
 		`ANALYZE webhook_ingress.events`,
-		`LOAD 'auto_explain'`,
 		`SET auto_explain.log_min_duration = 0`,
 		`SET auto_explain.log_nested_statements = on`,
 		`SET client_min_messages = log`,
@@ -96,12 +90,12 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 		 SELECT 'stripe', 'stripe', 'evt_plan_' || n, '{}', true FROM generate_series(1, 20) n`,
 		`RESET client_min_messages`,
 	} {
-		if _, err := c2.Exec(ctx, stmt); err != nil {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
 	var jobs int
-	if err := c2.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'plans'`).Scan(&jobs); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'plans'`).Scan(&jobs); err != nil {
 		t.Fatal(err)
 	}
 	if jobs != 1020 {
