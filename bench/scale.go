@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
@@ -63,13 +64,12 @@ type ScaleReport struct {
 
 // Plans are EXPLAIN (ANALYZE, BUFFERS) of the statements timed.
 type Plans struct {
-	// Claim is ClaimJobs with the streamer's parameters bound (a custom
-	// plan); ClaimGeneric the plan cache's generic plan of it, which a
-	// prepared statement switches to after five executions when it is no
-	// costlier (claim_generic_plans says whether the streamer's did).
-	Claim        string `json:"claim"`
-	ClaimGeneric string `json:"claim_generic"`
-	ByID         string `json:"by_id"`
+	// Claim is the plan of the statement ClaimJobs runs inside
+	// webhook_ingress.claim_jobs (its generic plan, as the streamer runs
+	// it: 022_protocol_functions), as auto_explain printed it with the
+	// streamer's parameters.
+	Claim string `json:"claim"`
+	ByID  string `json:"by_id"`
 }
 
 // ClaimAtSize is the claim latency with Finished completed jobs in the table.
@@ -104,8 +104,6 @@ type ClaimAtSize struct {
 	ByIDP50      float64 `json:"by_id_p50_ms"`
 	ByIDP99      float64 `json:"by_id_p99_ms"`
 	EmptyByIDP50 float64 `json:"empty_by_id_p50_ms,omitempty"`
-	Generic      int64   `json:"claim_generic_plans"`
-	Custom       int64   `json:"claim_custom_plans"`
 	HeapBytes    int64   `json:"jobs_heap_bytes"`
 	IdxBytes     int64   `json:"jobs_index_bytes"`
 }
@@ -438,6 +436,7 @@ type claimBench struct {
 	spool, wpool *pgxpool.Pool
 	sc           streamer.Config
 	ids          []int64
+	url          string
 }
 
 // The streamer's statements as it runs them (sqlc's text: the arguments go in
@@ -454,7 +453,7 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 	if err := makeDue(ctx, owner, tag); err != nil {
 		return nil, err
 	}
-	cb := &claimBench{owner: owner, sc: streamer.Config{ID: "streamer-bench-scale"}.WithDefaults()}
+	cb := &claimBench{owner: owner, url: url, sc: streamer.Config{ID: "streamer-bench-scale"}.WithDefaults()}
 	var err error
 	cb.spool, err = database.Open(ctx, url, database.Options{Role: schema.StreamerRole, MaxConns: 1, AppName: "inlet-bench-scale-streamer"})
 	if err != nil {
@@ -489,7 +488,7 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 }
 
 func (cb *claimBench) args() []any {
-	return []any{cb.sc.ID, cb.sc.LeaseDuration, []string{}, cb.sc.BatchSize} // queries.ClaimJobsParams' order
+	return []any{[]string{}, cb.sc.BatchSize, cb.sc.ID, cb.sc.LeaseDuration} // queries.ClaimJobsParams' order
 }
 
 // claim runs ClaimJobs once, timed, and then gives the leases back
@@ -541,31 +540,18 @@ func (cb *claimBench) byID(ctx context.Context, i int) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
-// plans explains the claim (custom and generic plan) and the lookup by id.
+// plans explains the claim (the statement claim_jobs runs, on its generic
+// plan) and the lookup by id.
 func (cb *claimBench) plans(ctx context.Context) (*Plans, error) {
 	p := &Plans{}
 	var err error
-	if p.Claim, err = explainPlan(ctx, cb.spool, "", "EXPLAIN (ANALYZE, BUFFERS) "+claimSQL, cb.args()...); err != nil {
+	if p.Claim, err = nestedPlan(ctx, cb.url, schema.StreamerRole, "FOR UPDATE OF j SKIP LOCKED", claimSQL, cb.args()...); err != nil {
 		return nil, fmt.Errorf("explain claim: %w", err)
 	}
-	generic := fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_claim(%s, '%d seconds', '{}', %d)",
-		quoteLiteral(cb.sc.ID), int(cb.sc.LeaseDuration.Seconds()), cb.sc.BatchSize)
-	if p.ClaimGeneric, err = explainPlan(ctx, cb.spool,
-		"PREPARE bench_scale_claim(text, interval, text[], bigint) AS "+claimSQL, generic); err != nil {
-		return nil, fmt.Errorf("explain generic claim: %w", err)
-	}
-	if p.ByID, err = explainPlan(ctx, cb.wpool, "", "EXPLAIN (ANALYZE, BUFFERS) "+byIDSQL, cb.ids[0]); err != nil {
+	if p.ByID, err = explainPlan(ctx, cb.wpool, "EXPLAIN (ANALYZE, BUFFERS) "+byIDSQL, cb.ids[0]); err != nil {
 		return nil, fmt.Errorf("explain by id: %w", err)
 	}
 	return p, nil
-}
-
-// planCounts says how often the streamer connection's prepared ClaimJobs
-// ran a generic and a custom plan.
-func (cb *claimBench) planCounts(ctx context.Context) (generic, custom int64, err error) {
-	err = cb.spool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
-		FROM pg_prepared_statements WHERE statement = $1`, claimSQL).Scan(&generic, &custom)
-	return generic, custom, err
 }
 
 func (cb *claimBench) close() {
@@ -634,9 +620,6 @@ func measureClaim(ctx context.Context, url string, owner *pgx.Conn, baseURL stri
 	}
 	c.ClaimP50, c.ClaimP99, c.ClaimMax = percentileMs(lat, 0.5), percentileMs(lat, 0.99), percentileMs(lat, 1)
 	c.ByIDP50, c.ByIDP99 = percentileMs(byID, 0.5), percentileMs(byID, 0.99)
-	if c.Generic, c.Custom, err = cb.planCounts(ctx); err != nil {
-		return c, nil, err
-	}
 	plans, err := cb.plans(ctx)
 	if err != nil {
 		return c, nil, err
@@ -670,7 +653,7 @@ func measureClaim(ctx context.Context, url string, owner *pgx.Conn, baseURL stri
 
 var (
 	planBuffers = regexp.MustCompile(`Buffers: shared hit=(\d+)`)
-	planExec    = regexp.MustCompile(`Execution Time: ([0-9.]+) ms`)
+	planExec    = regexp.MustCompile(`(?:Execution Time|duration): ([0-9.]+) ms`) // EXPLAIN's, or auto_explain's
 )
 
 // planCost reads a plan's buffers (hit, of its top node: the statement's,
@@ -687,8 +670,8 @@ func planCost(plan string) (buffers int64, execMs float64) {
 }
 
 func printPlans(label string, p *Plans) {
-	fmt.Fprintf(os.Stderr, "\nClaimJobs %s, custom plan:\n%s\n\nClaimJobs %[1]s, generic plan:\n%[3]s\n\nJob by id %[1]s:\n%[4]s\n\n",
-		label, p.Claim, p.ClaimGeneric, p.ByID)
+	fmt.Fprintf(os.Stderr, "\nClaimJobs %s (claim_jobs's statement, generic plan):\n%s\n\nJob by id %[1]s:\n%[3]s\n\n",
+		label, p.Claim, p.ByID)
 }
 
 // makeDue stores dueJobs/fillHandlers fresh events with the subscriptions
@@ -713,33 +696,16 @@ func makeDue(ctx context.Context, owner *pgx.Conn, tag string) error {
 	})
 }
 
-// explainPlan runs prepare (if any) and then the EXPLAIN statement in a
-// transaction it rolls back, so the claim it explains leases nothing.
-func explainPlan(ctx context.Context, pool *pgxpool.Pool, prepare, stmt string, args ...any) (string, error) {
+// explainPlan runs the EXPLAIN statement in a transaction it rolls back.
+func explainPlan(ctx context.Context, pool *pgxpool.Pool, stmt string, args ...any) (string, error) {
 	var lines []string
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if prepare != "" {
-			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, prepare); err != nil {
-				return err
-			}
-		}
 		rows, err := tx.Query(ctx, stmt, args...)
 		if err != nil {
 			return err
 		}
-		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
+		if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
-		}
-		// PREPARE outlives the rollback; the pooled connection must not
-		// keep the statement for the next explainPlan.
-		if prepare != "" {
-			if _, err := tx.Exec(ctx, `DEALLOCATE bench_scale_claim`); err != nil {
-				return fmt.Errorf("deallocate bench_scale_claim: %w", err)
-			}
 		}
 		return errRollback
 	})
@@ -749,9 +715,65 @@ func explainPlan(ctx context.Context, pool *pgxpool.Pool, prepare, stmt string, 
 	return strings.Join(lines, "\n"), nil
 }
 
-var errRollback = errors.New("roll back")
+// nestedPlan runs stmt as role on a connection of its own (the database at
+// url, as its superuser: auto_explain must be loaded) in a transaction it
+// rolls back, and returns the plan auto_explain printed (ANALYZE, BUFFERS)
+// of the statement stmt ran inside a function whose text holds marker.
+func nestedPlan(ctx context.Context, url, role, marker, stmt string, args ...any) (string, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "", err
+	}
+	var mu sync.Mutex
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		notices = append(notices, n.Message)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, set := range []string{
+			`LOAD 'auto_explain'`,
+			`SET LOCAL auto_explain.log_min_duration = 0`,
+			`SET LOCAL auto_explain.log_nested_statements = on`,
+			`SET LOCAL auto_explain.log_analyze = on`,
+			`SET LOCAL auto_explain.log_buffers = on`,
+			`SET LOCAL client_min_messages = log`,
+			`SET LOCAL ROLE ` + pgx.Identifier{role}.Sanitize(),
+		} {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				return fmt.Errorf("%s: %w", set, err)
+			}
+		}
+		rows, err := tx.Query(ctx, stmt, args...)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		return "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range notices {
+		if strings.Contains(n, marker) && strings.Contains(n, "Query Text") {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("auto_explain printed no plan holding %q (%d messages)", marker, len(notices))
+}
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+var errRollback = errors.New("roll back")
 
 // scaleRun drives n events through the lifecycle in a fresh database with
 // the real statements and roles: InsertEvents (ingress, batches of 500,
@@ -980,7 +1002,7 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 }
 
 func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.Config) ([]claimedJob, error) {
-	rows, err := pool.Query(ctx, sql, sc.ID, sc.LeaseDuration, []string{}, sc.BatchSize) // queries.ClaimJobsParams' order
+	rows, err := pool.Query(ctx, sql, []string{}, sc.BatchSize, sc.ID, sc.LeaseDuration) // queries.ClaimJobsParams' order
 	if err != nil {
 		return nil, err
 	}
@@ -1138,12 +1160,12 @@ func printClaims(claims []ClaimAtSize) {
 	fmt.Printf("ClaimJobs (batch %d, %d due) and a job by id, %d rounds each, alternating with the same in an empty twin database;\n"+
 		"finished jobs spread over %d weekly partitions (19 in all), vacuumed and analyzed:\n\n", dueJobs, dueJobs, *scaleRounds, fillWeeks)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FINISHED JOBS\tJOBS MB (HEAP+IDX)\tFILL S\tVACUUM S\tCLAIM P50 MS\tP99 MS\tEMPTY P50 MS\tP99 MS\t/ EMPTY P50\tP99\tBUFFERS\t/ EMPTY\tBY ID P50 MS\tP99 MS\tEMPTY BY ID P50\tGENERIC/CUSTOM\tSHORT")
+	fmt.Fprintln(tw, "FINISHED JOBS\tJOBS MB (HEAP+IDX)\tFILL S\tVACUUM S\tCLAIM P50 MS\tP99 MS\tEMPTY P50 MS\tP99 MS\t/ EMPTY P50\tP99\tBUFFERS\t/ EMPTY\tBY ID P50 MS\tP99 MS\tEMPTY BY ID P50\tSHORT")
 	for _, c := range claims {
-		fmt.Fprintf(tw, "%d\t%.0f+%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f×\t%.2f×\t%d\t%.2f×\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\n",
+		fmt.Fprintf(tw, "%d\t%.0f+%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f×\t%.2f×\t%d\t%.2f×\t%.2f\t%.2f\t%.2f\t%d\n",
 			c.Finished, mb(c.HeapBytes), mb(c.IdxBytes), c.FillSeconds, c.VacuumSeconds, c.ClaimP50, c.ClaimP99,
 			c.EmptyP50, c.EmptyP99, c.RatioP50, c.RatioP99, c.ClaimBuffers, float64(c.ClaimBuffers)/float64(max(c.EmptyBuffers, 1)),
-			c.ByIDP50, c.ByIDP99, c.EmptyByIDP50, c.Generic, c.Custom, c.Short)
+			c.ByIDP50, c.ByIDP99, c.EmptyByIDP50, c.Short)
 	}
 	tw.Flush()
 	last := claims[len(claims)-1]

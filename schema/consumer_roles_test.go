@@ -62,24 +62,16 @@ func claimAll(t *testing.T, pool *pgxpool.Pool) map[string]leasedJob {
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE webhook_streamer"); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, queries.ClaimJobs, "streamer-1", time.Minute, []string{}, 100)
+	claimed, err := queries.New(tx).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{}, BatchSize: 100, LeaseHolder: "streamer-1", LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobs := map[string]leasedJob{}
-	for rows.Next() {
-		var j leasedJob
-		var maxAttempts int32
-		var expires time.Time
-		var trace string
-		if err := rows.Scan(&j.id, &j.eventID, &j.handler, &j.provider, &j.evtType, &j.attempt, &maxAttempts, &expires, &trace,
-			&j.eventReceivedAt, &j.leasedAt); err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range claimed {
+		j := leasedJob{id: c.ID, eventID: c.EventID, handler: c.Handler, attempt: c.AttemptCount,
+			eventReceivedAt: c.EventReceivedAt, leasedAt: c.AttemptedAt, provider: c.Provider, evtType: c.EventType}
 		jobs[fmt.Sprintf("%s/%d", j.handler, j.eventID)] = j
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

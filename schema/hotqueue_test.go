@@ -63,11 +63,13 @@ func TestJobPartitionsAreTunedForAHotQueue(t *testing.T) {
 		attempt           int32
 		partKey, leasedAt time.Time
 	)
-	err = pool.QueryRow(ctx, queries.ClaimJobs, "streamer-test", time.Minute, []string{}, 10).Scan(
-		&jobID, &eventID, &handler, new(string), new(string), &attempt, new(int), new(time.Time), new(string), &partKey, &leasedAt)
-	if err != nil {
-		t.Fatalf("claim: %v", err)
+	claimed, err := queries.New(pool).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "streamer-test", LeaseFor: time.Minute})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %d jobs leased, want 1", err, len(claimed))
 	}
+	j := claimed[0]
+	jobID, eventID, handler, attempt, partKey, leasedAt = j.ID, j.EventID, j.Handler, j.AttemptCount, j.EventReceivedAt, j.AttemptedAt
 
 	// The consumer's read of the attempt writes nothing: no transaction id
 	// is even assigned.

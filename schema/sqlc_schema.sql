@@ -306,6 +306,16 @@ UNION ALL
    FROM webhook_ingress.jobs j
   WHERE j.completed_attempt_id IS NOT NULL;
 
+CREATE TABLE webhook_ingress.claim_jobs_result (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer, max_attempts integer, lease_expires_at timestamp with time zone, trace_parent text, event_received_at timestamp with time zone, attempted_at timestamp with time zone);
+
+CREATE FUNCTION webhook_ingress.claim_jobs(p_full_handlers text[], p_batch_size bigint, p_lease_holder text, p_lease_for interval) RETURNS SETOF webhook_ingress.claim_jobs_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE TABLE webhook_ingress.complete_jobs_result (id bigint);
+
+CREATE FUNCTION webhook_ingress.complete_jobs(p_ids bigint[], p_attempts integer[], p_received_at timestamp with time zone[], p_leased_at timestamp with time zone[], p_worker_id text) RETURNS SETOF webhook_ingress.complete_jobs_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE TABLE webhook_ingress.create_consumer_role_result (role_name text, role_created boolean, handler text, change text);
 
 CREATE FUNCTION webhook_ingress.create_consumer_role(p_role text, p_handlers text[]) RETURNS SETOF webhook_ingress.create_consumer_role_result
@@ -325,6 +335,11 @@ CREATE FUNCTION webhook_ingress.drop_partition(p_start timestamp with time zone)
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[]) RETURNS bigint
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE TABLE webhook_ingress.fetch_jobs_result (job_id bigint, attempted_at timestamp with time zone, lease_expires_at timestamp with time zone, max_attempts integer, started_at timestamp with time zone, event_id bigint, provider text, scheme text, external_event_id text, event_type text, received_at timestamp with time zone, headers jsonb, raw_body bytea, occurred_at timestamp with time zone);
+
+CREATE FUNCTION webhook_ingress.fetch_jobs(p_ids bigint[], p_attempts integer[], p_handlers text[], p_event_ids bigint[], p_received_at timestamp with time zone[], p_leased_at timestamp with time zone[]) RETURNS SETOF webhook_ingress.fetch_jobs_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bigint

@@ -135,11 +135,14 @@ func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 		t.Fatalf("old claim leased job %d, want 6", ref6.JobID)
 	}
 	var ref5 bus.Ref
-	if err := spool.QueryRow(ctx, queries.ClaimJobs, "new-streamer", time.Minute, []string{}, 1).Scan(
-		&ref5.JobID, &ref5.EventID, &ref5.Handler, &ref5.Provider, &ref5.EventType, &ref5.Attempt,
-		new(int), &ref5.LeaseExpiresAt, new(string), &ref5.EventReceivedAt, &ref5.LeasedAt); err != nil || ref5.JobID != 5 {
-		t.Fatalf("new claim: %v, job %d, want 5", err, ref5.JobID)
+	claimed, err := queries.New(spool).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{}, BatchSize: 1, LeaseHolder: "new-streamer", LeaseFor: time.Minute})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != 5 {
+		t.Fatalf("new claim: %v, leased %+v, want job 5", err, claimed)
 	}
+	j := claimed[0]
+	ref5 = bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+		Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
 	started5, leased5 := oldTake(ref5, "old-live")
 	if !leased5.Equal(ref5.LeasedAt) {
 		t.Fatalf("old take fenced on %s, the new reference carries %s", leased5, ref5.LeasedAt)

@@ -14,7 +14,11 @@
 // # The job protocol
 //
 // A delivered job costs two writes of its row and one read; the statements
-// are the named queries in schema/queries/jobs.sql (migration 010).
+// are the named queries in schema/queries/jobs.sql (migration 010). The
+// claim, the read and the batched completion run inside PL/pgSQL functions
+// (claim_jobs, fetch_jobs, complete_jobs; migration 022) on generic plans:
+// planned once per session, not on every call, which on partitioned tables
+// cost more than executing them.
 //
 //  1. Claim (streamer, ClaimJobs): one UPDATE … FROM (SELECT … FOR UPDATE
 //     SKIP LOCKED LIMIT n) leases a batch: status leased, attempt_count + 1,

@@ -12,43 +12,19 @@ import (
 
 const ClaimJobs = `-- name: ClaimJobs :many
 
-WITH due AS (
-    SELECT j.id, j.event_received_at
-    FROM webhook_ingress.jobs j
-    WHERE j.status IN ('pending', 'failed')
-      AND j.next_attempt_at <= now()
-      AND j.handler <> ALL ($3::text[])
-      AND (j.order_key IS NULL OR NOT EXISTS ( -- an ordered handler's job waits for the earlier unfinished ones of its key (020_order_lanes)
-          SELECT FROM webhook_ingress.order_lanes l
-          WHERE l.handler = j.handler AND l.order_key = j.order_key
-            AND (l.order_at, l.job_id) < (j.order_at, j.id)
-            AND (NOT l.dead OR NOT EXISTS (
-                SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
-    ORDER BY j.next_attempt_at, j.id
-    LIMIT $4::bigint
-    FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE webhook_ingress.jobs j
-SET status           = 'leased',
-    attempt_count    = j.attempt_count + 1,
-    lease_holder_id  = $1::text,
-    lease_expires_at = now() + $2::interval,
-    attempted_at     = now(),
-    worker_id        = NULL,
-    updated_at       = now()
-FROM due
-WHERE j.id = due.id
-  AND j.event_received_at = due.event_received_at -- the partition key: one probe per job, not one per partition
-RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
-          j.lease_expires_at::timestamptz AS lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent,
-          j.event_received_at, j.attempted_at::timestamptz AS attempted_at
+SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
+       event_type::text AS event_type, attempt_count::integer AS attempt_count, max_attempts::integer AS max_attempts,
+       lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
+       event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at
+FROM webhook_ingress.claim_jobs($1::text[], $2::bigint,
+                                $3::text, $4::interval)
 `
 
 type ClaimJobsParams struct {
-	LeaseHolder  string
-	LeaseFor     time.Duration
 	FullHandlers []string
 	BatchSize    int64
+	LeaseHolder  string
+	LeaseFor     time.Duration
 }
 
 type ClaimJobsRow struct {
@@ -86,12 +62,15 @@ type ClaimJobsRow struct {
 // unfinished (pending, leased, failed, or dead_letter under the policy
 // block): one probe of order_lanes, for keyed jobs only (a subquery, not a
 // function: a function call starts an executor per job, 3x the cost).
+//
+// The statement runs in webhook_ingress.claim_jobs (022_protocol_functions),
+// on a generic plan: planned once per session instead of on every call.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJobs,
-		arg.LeaseHolder,
-		arg.LeaseFor,
 		arg.FullHandlers,
 		arg.BatchSize,
+		arg.LeaseHolder,
+		arg.LeaseFor,
 	)
 	if err != nil {
 		return nil, err
@@ -124,51 +103,16 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 }
 
 const CompleteJobs = `-- name: CompleteJobs :many
-WITH done AS (
-    SELECT d.id, d.attempt, d.leased_at, j.event_received_at, j.tableoid AS part, j.ctid AS tid
-    FROM ROWS FROM (unnest($1::bigint[]),
-                    unnest($2::integer[]),
-                    unnest($3::timestamptz[]),
-                    unnest($4::timestamptz[]))
-        AS d(id, attempt, event_received_at, leased_at)
-    CROSS JOIN LATERAL (
-        SELECT j.event_received_at, j.tableoid, j.ctid
-        FROM webhook_ingress.jobs j
-        WHERE j.id = d.id
-          AND j.event_received_at = d.event_received_at
-          AND j.status = 'leased'
-          AND j.attempt_count = d.attempt
-          AND j.attempted_at = d.leased_at
-        LIMIT 1
-    ) j
-)
-UPDATE webhook_ingress.jobs j
-SET status               = 'completed',
-    completed_at         = now(),
-    completed_attempt_id = nextval('webhook_ingress.job_attempts_id_seq'),
-    worker_id            = $5,
-    lease_holder_id      = NULL,
-    lease_expires_at     = NULL,
-    last_error           = NULL,
-    last_error_class     = NULL,
-    updated_at           = now()
-FROM done d
-WHERE j.id = d.id -- with the partition key, the primary key: a probe per row whatever the statistics
-  AND j.event_received_at = d.event_received_at -- the partition key: one partition per row
-  AND j.tableoid = d.part
-  AND j.ctid = d.tid
-  AND j.status = 'leased'
-  AND j.attempt_count = d.attempt
-  AND j.attempted_at = d.leased_at
-RETURNING j.id
+SELECT id::bigint AS id
+FROM webhook_ingress.complete_jobs($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text)
 `
 
 type CompleteJobsParams struct {
-	Column1  []int64
-	Column2  []int32
-	Column3  []time.Time
-	Column4  []time.Time
-	WorkerID *string
+	Column1 []int64
+	Column2 []int32
+	Column3 []time.Time
+	Column4 []time.Time
+	Column5 string
 }
 
 // A batch of successful attempts, in one statement: attempt $2[i] of job
@@ -185,13 +129,16 @@ type CompleteJobsParams struct {
 // leases rare when last analyzed). A row changed since it was found (the
 // reaper took the lease) has a new tuple id and is left alone, and the
 // fence is checked again on the row updated.
+//
+// The statement runs in webhook_ingress.complete_jobs (022_protocol_functions),
+// on a generic plan: planned once per session instead of on every call.
 func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, CompleteJobs,
 		arg.Column1,
 		arg.Column2,
 		arg.Column3,
 		arg.Column4,
-		arg.WorkerID,
+		arg.Column5,
 	)
 	if err != nil {
 		return nil, err
@@ -390,37 +337,9 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 }
 
 const FetchJobs = `-- name: FetchJobs :many
-SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, now(),
-       e.id, coalesce(e.provider, ''), coalesce(e.scheme, ''), coalesce(e.external_event_id, ''),
-       coalesce(e.event_type, ''), coalesce(e.received_at, now()), coalesce(e.headers, '{}'), coalesce(e.raw_body, ''),
-       e.occurred_at
-FROM ROWS FROM (unnest($1::bigint[]),
-                unnest($2::integer[]),
-                unnest($3::text[]),
-                unnest($4::bigint[]),
-                unnest($5::timestamptz[]),
-                unnest($6::timestamptz[]))
-    AS w(id, attempt, handler, event_id, event_received_at, leased_at)
-CROSS JOIN LATERAL (
-    SELECT j.id, j.attempted_at, j.lease_expires_at, j.max_attempts, j.event_id, j.event_received_at
-    FROM webhook_ingress.jobs j
-    WHERE j.id = w.id
-      AND j.event_received_at = w.event_received_at
-      AND j.attempt_count = w.attempt
-      AND j.handler = w.handler
-      AND j.event_id = w.event_id
-      AND j.status = 'leased'
-      AND j.attempted_at = coalesce(w.leased_at, j.attempted_at)
-    LIMIT 1
-) j
-LEFT JOIN LATERAL (
-    SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at, e.headers, e.raw_body, e.occurred_at
-    FROM webhook_ingress.events e
-    WHERE e.id = j.event_id
-      AND e.received_at = j.event_received_at
-    ORDER BY e.id, e.received_at -- the primary key's order: its probe, never the received_at index's scan of one commit's events
-    LIMIT 1
-) e ON true
+SELECT job_id, attempted_at, lease_expires_at, max_attempts, started_at, event_id, provider, scheme,
+       external_event_id, event_type, received_at, headers, raw_body, occurred_at
+FROM webhook_ingress.fetch_jobs($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
 `
 
 type FetchJobsParams struct {
@@ -430,23 +349,6 @@ type FetchJobsParams struct {
 	Column4 []int64
 	Column5 []time.Time
 	Column6 []time.Time
-}
-
-type FetchJobsRow struct {
-	ID              int64
-	AttemptedAt     *time.Time
-	LeaseExpiresAt  *time.Time
-	MaxAttempts     int32
-	Now             interface{}
-	ID_2            int64
-	Provider        string
-	Scheme          string
-	ExternalEventID string
-	EventType       string
-	ReceivedAt      time.Time
-	Headers         []byte
-	RawBody         []byte
-	OccurredAt      *time.Time
 }
 
 // The consumer's read of a batch of references, writing nothing: attempt
@@ -459,7 +361,10 @@ type FetchJobsRow struct {
 // event is gone). Each job and event is probed by its primary key, partition
 // key included (LATERAL … LIMIT 1): a join left to the planner read every
 // lease, or every event sharing a received_at, when statistics were stale.
-func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]FetchJobsRow, error) {
+//
+// The statement runs in webhook_ingress.fetch_jobs (022_protocol_functions),
+// on a generic plan: planned once per session instead of on every call.
+func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]WebhookIngressFetchJobsResult, error) {
 	rows, err := q.db.Query(ctx, FetchJobs,
 		arg.Column1,
 		arg.Column2,
@@ -472,16 +377,16 @@ func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]FetchJo
 		return nil, err
 	}
 	defer rows.Close()
-	var items []FetchJobsRow
+	var items []WebhookIngressFetchJobsResult
 	for rows.Next() {
-		var i FetchJobsRow
+		var i WebhookIngressFetchJobsResult
 		if err := rows.Scan(
-			&i.ID,
+			&i.JobID,
 			&i.AttemptedAt,
 			&i.LeaseExpiresAt,
 			&i.MaxAttempts,
-			&i.Now,
-			&i.ID_2,
+			&i.StartedAt,
+			&i.EventID,
 			&i.Provider,
 			&i.Scheme,
 			&i.ExternalEventID,

@@ -323,6 +323,41 @@ type WebhookIngressAuditVerification struct {
 	Head              string
 }
 
+type WebhookIngressClaimJobsResult struct {
+	ID              *int64
+	EventID         *int64
+	Handler         *string
+	Provider        *string
+	EventType       *string
+	AttemptCount    *int32
+	MaxAttempts     *int32
+	LeaseExpiresAt  *time.Time
+	TraceParent     *string
+	EventReceivedAt *time.Time
+	AttemptedAt     *time.Time
+}
+
+type WebhookIngressCompleteJobsResult struct {
+	ID *int64
+}
+
+type WebhookIngressFetchJobsResult struct {
+	JobID           *int64
+	AttemptedAt     *time.Time
+	LeaseExpiresAt  *time.Time
+	MaxAttempts     *int32
+	StartedAt       *time.Time
+	EventID         *int64
+	Provider        *string
+	Scheme          *string
+	ExternalEventID *string
+	EventType       *string
+	ReceivedAt      *time.Time
+	Headers         []byte
+	RawBody         []byte
+	OccurredAt      *time.Time
+}
+
 type WebhookIngressOrderLane struct {
 	JobID           int64
 	EventReceivedAt time.Time

@@ -279,12 +279,12 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 		if _, err := queries.New(tx).ReapExpiredLeases(ctx, 100); err != nil {
 			return fmt.Errorf("reap: %w", err)
 		}
-		rows, err := tx.Query(ctx, queries.ClaimJobs, "test-streamer", lease, []string{}, 100)
+		var err error
+		refs, err = claim(ctx, tx, lease)
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		refs, err = pgx.CollectRows(rows, claimedRef)
-		return err
+		return nil
 	})
 	if err != nil {
 		return err
@@ -313,13 +313,21 @@ func (b *Bundle) streamOnce(ctx context.Context, s *Streamer, lease time.Duratio
 
 // claimedRef reads one row of ClaimJobs as the reference the streamer
 // publishes for it.
-func claimedRef(r pgx.CollectableRow) (bus.Ref, error) {
-	var ref bus.Ref
-	var maxAttempts int
-	var traceParent string
-	err := r.Scan(&ref.JobID, &ref.EventID, &ref.Handler, &ref.Provider, &ref.EventType, &ref.Attempt, &maxAttempts,
-		&ref.LeaseExpiresAt, &traceParent, &ref.EventReceivedAt, &ref.LeasedAt)
-	return ref, err
+// claim leases up to 100 due jobs for lease as the streamer does
+// (ClaimJobs) and returns their references.
+func claim(ctx context.Context, tx pgx.Tx, lease time.Duration) ([]bus.Ref, error) {
+	rows, err := queries.New(tx).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{}, BatchSize: 100, LeaseHolder: "test-streamer", LeaseFor: lease,
+	})
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]bus.Ref, len(rows))
+	for i, j := range rows {
+		refs[i] = bus.Ref{JobID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
+			Attempt: int(j.AttemptCount), LeaseExpiresAt: j.LeaseExpiresAt, EventReceivedAt: j.EventReceivedAt, LeasedAt: j.AttemptedAt}
+	}
+	return refs, nil
 }
 
 // Publish sends ref on its handler's topic.
@@ -348,11 +356,8 @@ func (b *Bundle) ClaimOnce(t testing.TB, lease time.Duration) []bus.Ref {
 	ctx := context.Background()
 	var refs []bus.Ref
 	err := AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, queries.ClaimJobs, "test-streamer", lease, []string{}, 100)
-		if err != nil {
-			return err
-		}
-		refs, err = pgx.CollectRows(rows, claimedRef)
+		var err error
+		refs, err = claim(ctx, tx, lease)
 		return err
 	})
 	if err != nil {

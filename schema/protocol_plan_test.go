@@ -1,0 +1,144 @@
+package schema_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
+)
+
+// The three statements every delivered job passes through run in functions
+// on generic plans (022_protocol_functions): the queries call the functions,
+// each function carries plan_cache_mode=force_generic_plan, and what the
+// server runs inside them is a generic plan from the first call (with the
+// default mode the first five calls of a session are custom plans, printed
+// with the values instead of $n). A CREATE OR REPLACE that forgets the SET
+// clause, or a query that goes back to running the statement itself, fails
+// here.
+func TestProtocolStatementsRunGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var notices []string
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		notices = append(notices, n.Message)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	protocol := map[string]string{ // query → the function it calls
+		"ClaimJobs":    "claim_jobs",
+		"FetchJobs":    "fetch_jobs",
+		"CompleteJobs": "complete_jobs",
+	}
+	for query, fn := range protocol {
+		var q string
+		if query == "ClaimJobs" {
+			q = queries.ClaimJobs // sqlc.arg names: not a schema.Query
+		} else {
+			q = schema.Query(query)
+		}
+		if !strings.Contains(q, "webhook_ingress."+fn+"(") {
+			t.Errorf("query %s does not call webhook_ingress.%s:\n%s", query, fn, q)
+		}
+		var config []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(p.proconfig, '{}') FROM pg_proc p
+			JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'webhook_ingress' AND p.proname = $1`, fn).Scan(&config); err != nil {
+			t.Fatalf("function %s: %v", fn, err)
+		}
+		if !strings.Contains(strings.Join(config, " "), "plan_cache_mode=force_generic_plan") {
+			t.Errorf("webhook_ingress.%s runs with %v: want plan_cache_mode=force_generic_plan", fn, config)
+		}
+	}
+
+	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
+		t.Logf("no auto_explain on this server (%v): the plans themselves are not checked", err)
+		return
+	}
+	for _, stmt := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('plans', 'stripe')`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'stripe', 'stripe', 'evt_plan_' || n, '{}', true FROM generate_series(1, 3) n`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_verbose = on`, // the function scans' calls: unnest($1) or the array's value
+		`SET client_min_messages = log`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	claimed, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "plans-streamer", LeaseFor: time.Minute})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claim: %v, %d jobs leased, want 3", err, len(claimed))
+	}
+	var ids, events []int64
+	var attempts []int32
+	var handlers []string
+	var parts, leased []time.Time
+	for _, j := range claimed {
+		ids, events, attempts = append(ids, j.ID), append(events, j.EventID), append(attempts, j.AttemptCount)
+		handlers, parts, leased = append(handlers, j.Handler), append(parts, j.EventReceivedAt), append(leased, j.AttemptedAt)
+	}
+	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), ids, attempts, handlers, events, parts, leased)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for rows.Next() {
+		read++
+	}
+	if rows.Close(); rows.Err() != nil || read != 3 {
+		t.Fatalf("fetch: %v, %d attempts read, want 3", rows.Err(), read)
+	}
+	done, err := conn.Exec(ctx, schema.Query("CompleteJobs"), ids, attempts, parts, leased, "plans-consumer")
+	if err != nil || done.RowsAffected() != 3 {
+		t.Fatalf("complete: %v, %d jobs completed, want 3", err, done.RowsAffected())
+	}
+	if _, err := conn.Exec(ctx, `RESET client_min_messages`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each function's statement, as auto_explain printed it (found by a part
+	// of its text only it has), with its first parameter where a custom plan
+	// would print the value (and where $n is no subplan's output).
+	mu.Lock()
+	defer mu.Unlock()
+	for fn, want := range map[string][2]string{ // the statement's marker, and its first parameter as a generic plan prints it
+		"claim_jobs":    {"FOR UPDATE OF j SKIP LOCKED", "<> ALL ($1)"},
+		"fetch_jobs":    {"unnest(p_handlers)", "unnest($1)"},
+		"complete_jobs": {"completed_attempt_id = nextval", "unnest($1)"},
+	} {
+		marker := want[0]
+		var plan string
+		for _, n := range notices {
+			if strings.Contains(n, marker) && !strings.Contains(n, "webhook_ingress."+fn+"(") {
+				plan = n
+			}
+		}
+		switch {
+		case plan == "":
+			t.Errorf("auto_explain printed no plan of %s's statement; messages:\n%s", fn, strings.Join(notices, "\n---\n"))
+		case !strings.Contains(plan, want[1]):
+			t.Errorf("%s's statement ran a custom plan (values, not %q):\n%s", fn, want[1], plan)
+		}
+	}
+}
