@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +21,9 @@ import (
 // each function carries plan_cache_mode=force_generic_plan, and what the
 // server runs inside them is a generic plan from the first call (with the
 // default mode the first five calls of a session are custom plans, printed
-// with the values instead of $n). A CREATE OR REPLACE that forgets the SET
-// clause, or a query that goes back to running the statement itself, fails
-// here.
+// with the values instead of $n), never JIT-compiled. A CREATE OR REPLACE
+// that forgets a SET clause, or a query that goes back to running the
+// statement itself, fails here.
 func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -63,8 +64,10 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 			JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'webhook_ingress' AND p.proname = $1`, fn).Scan(&config); err != nil {
 			t.Fatalf("function %s: %v", fn, err)
 		}
-		if !strings.Contains(strings.Join(config, " "), "plan_cache_mode=force_generic_plan") {
-			t.Errorf("webhook_ingress.%s runs with %v: want plan_cache_mode=force_generic_plan", fn, config)
+		for _, want := range []string{"plan_cache_mode=force_generic_plan", "jit=off"} {
+			if !slices.Contains(config, want) {
+				t.Errorf("webhook_ingress.%s runs with %v: want %s", fn, config, want)
+			}
 		}
 	}
 
@@ -79,6 +82,11 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 		`SET auto_explain.log_min_duration = 0`,
 		`SET auto_explain.log_nested_statements = on`,
 		`SET auto_explain.log_verbose = on`, // the function scans' calls: unnest($1) or the array's value
+		// JIT for every plan of the session, as a backlog's generic claim
+		// plan (its LIMIT unknown) gets it under the default thresholds: the
+		// functions' own jit = off must win.
+		`SET jit = on`,
+		`SET jit_above_cost = 0`,
 		`SET client_min_messages = log`,
 	} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
@@ -117,6 +125,14 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	var jitAvailable bool
+	if err := conn.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&jitAvailable); err != nil {
+		t.Fatal(err)
+	}
+	if !jitAvailable {
+		t.Log("this server has no JIT: that the functions turn it off is checked in the catalog only")
+	}
+
 	// Each function's statement, as auto_explain printed it (found by a part
 	// of its text only it has), with its first parameter where a custom plan
 	// would print the value (and where $n is no subplan's output).
@@ -139,6 +155,8 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 			t.Errorf("auto_explain printed no plan of %s's statement; messages:\n%s", fn, strings.Join(notices, "\n---\n"))
 		case !strings.Contains(plan, want[1]):
 			t.Errorf("%s's statement ran a custom plan (values, not %q):\n%s", fn, want[1], plan)
+		case strings.Contains(plan, "JIT:"):
+			t.Errorf("%s's statement was JIT-compiled:\n%s", fn, plan)
 		}
 	}
 }
