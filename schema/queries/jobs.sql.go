@@ -364,7 +364,7 @@ type FetchJobsParams struct {
 //
 // The statement runs in webhook_ingress.fetch_jobs (022_protocol_functions),
 // on a generic plan: planned once per session instead of on every call.
-func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]WebhookIngressFetchJobsResult, error) {
+func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]FetchJobsResult, error) {
 	rows, err := q.db.Query(ctx, FetchJobs,
 		arg.Column1,
 		arg.Column2,
@@ -377,9 +377,9 @@ func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]Webhook
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WebhookIngressFetchJobsResult
+	var items []FetchJobsResult
 	for rows.Next() {
-		var i WebhookIngressFetchJobsResult
+		var i FetchJobsResult
 		if err := rows.Scan(
 			&i.JobID,
 			&i.AttemptedAt,

@@ -38,6 +38,24 @@ type AuditCheckpoint struct {
 	Hash         []byte
 }
 
+type ClaimJobsResult struct {
+	ID              *int64
+	EventID         *int64
+	Handler         *string
+	Provider        *string
+	EventType       *string
+	AttemptCount    *int32
+	MaxAttempts     *int32
+	LeaseExpiresAt  *time.Time
+	TraceParent     *string
+	EventReceivedAt *time.Time
+	AttemptedAt     *time.Time
+}
+
+type CompleteJobsResult struct {
+	ID *int64
+}
+
 type Consumer struct {
 	Handler    string
 	WorkerID   string
@@ -136,6 +154,23 @@ type EventsDefault struct {
 	TraceParent       *string
 	OccurredAt        *time.Time
 	Payload           []byte
+}
+
+type FetchJobsResult struct {
+	JobID           *int64
+	AttemptedAt     *time.Time
+	LeaseExpiresAt  *time.Time
+	MaxAttempts     *int32
+	StartedAt       *time.Time
+	EventID         *int64
+	Provider        *string
+	Scheme          *string
+	ExternalEventID *string
+	EventType       *string
+	ReceivedAt      *time.Time
+	Headers         []byte
+	RawBody         []byte
+	OccurredAt      *time.Time
 }
 
 type HandlerLimit struct {
@@ -321,41 +356,6 @@ type WebhookIngressAuditVerification struct {
 	ChainBroken       bool
 	Problems          []byte
 	Head              string
-}
-
-type WebhookIngressClaimJobsResult struct {
-	ID              *int64
-	EventID         *int64
-	Handler         *string
-	Provider        *string
-	EventType       *string
-	AttemptCount    *int32
-	MaxAttempts     *int32
-	LeaseExpiresAt  *time.Time
-	TraceParent     *string
-	EventReceivedAt *time.Time
-	AttemptedAt     *time.Time
-}
-
-type WebhookIngressCompleteJobsResult struct {
-	ID *int64
-}
-
-type WebhookIngressFetchJobsResult struct {
-	JobID           *int64
-	AttemptedAt     *time.Time
-	LeaseExpiresAt  *time.Time
-	MaxAttempts     *int32
-	StartedAt       *time.Time
-	EventID         *int64
-	Provider        *string
-	Scheme          *string
-	ExternalEventID *string
-	EventType       *string
-	ReceivedAt      *time.Time
-	Headers         []byte
-	RawBody         []byte
-	OccurredAt      *time.Time
 }
 
 type WebhookIngressOrderLane struct {
