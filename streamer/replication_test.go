@@ -279,11 +279,33 @@ func TestReplicationResumesFromConfirmedPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Stop()
-	// It once got none of the three in 20 s under a loaded full run (cause
-	// not found): say what the second streamer did.
+	// It got none of the three in 20 s under loaded full runs, twice: the
+	// first streamer's last claim, cancelled by Stop, still ran on the server
+	// after these inserts and leased them unpublished (Stop now waits for the
+	// round instead). If it fails again, say what the second streamer did and
+	// where the jobs are.
 	defer func() {
 		if t.Failed() {
 			t.Logf("second streamer: %+v", s2.Stats())
+			rows, err := b.admin.Query(ctx, `SELECT id, status, attempt_count, next_attempt_at, coalesce(lease_holder_id, ''), created_at, now()
+				FROM webhook_ingress.jobs ORDER BY id`)
+			if err != nil {
+				t.Logf("jobs: %v", err)
+				return
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var attempts int32
+				var status, holder string
+				var due, created, now time.Time
+				if err := rows.Scan(&id, &status, &attempts, &due, &holder, &created, &now); err != nil {
+					t.Logf("jobs: %v", err)
+					return
+				}
+				t.Logf("job %d: %s, attempt %d, due %s, lease holder %q, created %s (now %s)", id, status, attempts,
+					due.Format(time.RFC3339Nano), holder, created.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+			}
 		}
 	}()
 	start := time.Now()

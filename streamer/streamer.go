@@ -273,9 +273,9 @@ func (s *Streamer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loops and waits for a claim round in progress to publish what
-// it leased. Jobs it leased stay leased until consumers report or the lease
-// expires; nothing is lost.
+// Stop ends the loops and waits for a claim round in progress to finish and
+// publish what it leased (at most claimRoundTimeout). Jobs it leased stay
+// leased until consumers report or the lease expires; nothing is lost.
 func (s *Streamer) Stop() {
 	s.loops.Stop()
 }
@@ -306,7 +306,7 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 		// Claim until a batch comes back short: a backlog drains at full speed.
 		leased := 0
 		for ctx.Err() == nil {
-			n, err := s.ClaimOnce(ctx)
+			n, err := s.claimRound(ctx)
 			leased += n
 			if err != nil {
 				if ctx.Err() != nil {
@@ -336,6 +336,22 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 			time.AfterFunc(s.cfg.FollowUp, s.Wake)
 		}
 	}
+}
+
+// claimRoundTimeout bounds one claim round that Stop waits for.
+const claimRoundTimeout = 10 * time.Second
+
+// claimRound runs one ClaimOnce to its end even if Stop comes meanwhile
+// (within claimRoundTimeout). Cancelling the claim would not undo it: the
+// server may run a statement it has received after its client gave up and
+// commit the leases, which nobody would then publish; they would wait a
+// whole lease for the reaper (seen in TestReplicationResumesFromConfirmedPosition
+// under load: a stopped streamer's claim leased jobs inserted after Stop
+// returned).
+func (s *Streamer) claimRound(ctx context.Context) (int, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRoundTimeout)
+	defer cancel()
+	return s.ClaimOnce(rctx)
 }
 
 var tracer = tracing.Tracer("streamer")

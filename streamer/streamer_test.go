@@ -614,3 +614,61 @@ func TestFollowUpsGoOnForAWhileAfterTheLastJob(t *testing.T) {
 	s.Wake()
 	c.wait(t, 1, 2*time.Second)
 }
+
+// Stop waits for a claim round in progress to finish and publish. Were the
+// round cancelled instead, the server could still run the claim it had
+// received and commit leases that nobody publishes (they would wait a whole
+// lease for the reaper). Here the round waits on a table lock held by the
+// test, and Stop must wait with it.
+func TestStopWaitsForTheClaimRoundInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	ctx := context.Background()
+	b.insertEvents(t, 3)
+	tx, err := b.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE webhook_ingress.jobs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Hour, FollowUp: -1})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	testwait.Eventually(t, 10*time.Second, "the claim round waiting on the lock", func() (bool, string) {
+		var waiting int
+		err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND usename = current_user`).Scan(&waiting)
+		return err == nil && waiting > 0, fmt.Sprintf("%d sessions waiting on a lock (%v)", waiting, err)
+	})
+	stopped := make(chan struct{})
+	go func() {
+		s.Stop()
+		close(stopped)
+	}()
+	testwait.Consistently(t, 300*time.Millisecond, "Stop waiting for the claim round", func() (bool, string) {
+		select {
+		case <-stopped:
+			return false, "Stop returned while its claim round waited on the lock"
+		default:
+			return true, "stopping"
+		}
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return within 10s of the lock's release")
+	}
+	refs := c.wait(t, 3, 5*time.Second)
+	var leased int
+	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased'`).Scan(&leased); err != nil || leased != 3 {
+		t.Fatalf("%d jobs leased (%v), want the 3 published: %+v", leased, err, refs)
+	}
+}
