@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,22 +21,7 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// One connection; what auto_explain logs comes back as notices.
-	var mu sync.Mutex
-	var plans []string
-	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		plans = append(plans, n.Message)
-		mu.Unlock()
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn, messages := connectKeepingNotices(t)
 
 	rows, err := conn.Query(ctx, `SELECT p.oid::regprocedure::text, coalesce(p.proconfig, '{}')
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -101,8 +87,7 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 	if jobs != 1020 {
 		t.Fatalf("fan-out wrote %d jobs for 1,020 events, want 1,020", jobs)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	plans := messages()
 	checks := 0
 	for _, p := range plans {
 		if !strings.Contains(p, "FOR KEY SHARE OF x") || !strings.Contains(p, `"webhook_ingress"."events" x`) {
@@ -116,5 +101,33 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 	}
 	if checks != 20 {
 		t.Fatalf("auto_explain showed %d foreign-key checks of events, want one per job (20); messages:\n%s", checks, strings.Join(plans, "\n---\n"))
+	}
+}
+
+// connectKeepingNotices connects to a fresh migrated database and keeps the
+// notices the server sends (auto_explain's plans, with client_min_messages
+// at log); messages returns those received so far.
+func connectKeepingNotices(t *testing.T) (conn *pgx.Conn, messages func() []string) {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var got []string
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		got = append(got, n.Message)
+		mu.Unlock()
+	}
+	if conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }

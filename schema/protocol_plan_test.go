@@ -4,14 +4,9 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -27,22 +22,7 @@ import (
 func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var mu sync.Mutex
-	var notices []string
-	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		notices = append(notices, n.Message)
-		mu.Unlock()
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn, messages := connectKeepingNotices(t)
 
 	protocol := map[string]string{ // query → the function it calls
 		"ClaimJobs":    "claim_jobs",
@@ -136,8 +116,7 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	// Each function's statement, as auto_explain printed it (found by a part
 	// of its text only it has), with its first parameter where a custom plan
 	// would print the value (and where $n is no subplan's output).
-	mu.Lock()
-	defer mu.Unlock()
+	notices := messages()
 	for fn, want := range map[string][2]string{ // the statement's marker, and its first parameter as a generic plan prints it
 		"claim_jobs":    {"FOR UPDATE OF j SKIP LOCKED", "<> ALL ($1)"},
 		"fetch_jobs":    {"unnest(p_handlers)", "unnest($1)"},
