@@ -244,6 +244,9 @@ func run(duration time.Duration, connList, outDir string, rate int, only string)
 	if _, err := schema.Migrate(ctx, conn); err != nil {
 		return err
 	}
+	if err := addHistory(ctx, conn, *historyWeeks); err != nil {
+		return err
+	}
 	conn.Close(ctx)
 	fmt.Printf("PostgreSQL %s, fsync=on, synchronous_commit=on; %s per measurement\n", cluster.BinDir(), duration)
 	if strings.Contains(settings["shared_preload_libraries"], "pg_stat_statements") {

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -18,7 +22,8 @@ import (
 // default mode the first five calls of a session are custom plans, printed
 // with the values instead of $n), never JIT-compiled. A CREATE OR REPLACE
 // that forgets a SET clause, or a query that goes back to running the
-// statement itself, fails here.
+// statement itself, fails here. Each statement also prunes the partitions
+// outside its bounds before starting their scans (023_protocol_window).
 func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -28,6 +33,11 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 		"ClaimJobs":    "claim_jobs",
 		"FetchJobs":    "fetch_jobs",
 		"CompleteJobs": "complete_jobs",
+	}
+	signatures := map[string]string{ // the function → the signature the query calls
+		"claim_jobs":    "webhook_ingress.claim_jobs(text[], bigint, text, interval, interval)",
+		"fetch_jobs":    "webhook_ingress.fetch_jobs(bigint[], integer[], text[], bigint[], timestamptz[], timestamptz[])",
+		"complete_jobs": "webhook_ingress.complete_jobs(bigint[], integer[], timestamptz[], timestamptz[], text)",
 	}
 	for query, fn := range protocol {
 		var q string
@@ -40,9 +50,9 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 			t.Errorf("query %s does not call webhook_ingress.%s:\n%s", query, fn, q)
 		}
 		var config []string
-		if err := conn.QueryRow(ctx, `SELECT coalesce(p.proconfig, '{}') FROM pg_proc p
-			JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'webhook_ingress' AND p.proname = $1`, fn).Scan(&config); err != nil {
-			t.Fatalf("function %s: %v", fn, err)
+		if err := conn.QueryRow(ctx, `SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE oid = $1::regprocedure`,
+			signatures[fn]).Scan(&config); err != nil {
+			t.Fatalf("function %s: %v", signatures[fn], err)
 		}
 		for _, want := range []string{"plan_cache_mode=force_generic_plan", "jit=off"} {
 			if !slices.Contains(config, want) {
@@ -73,8 +83,9 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
+	window := time.Hour // as the streamer claims between its claims over every partition
 	claimed, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{
-		FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "plans-streamer", LeaseFor: time.Minute})
+		FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "plans-streamer", LeaseFor: time.Minute, ClaimWindow: &window})
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %v, %d jobs leased, want 3", err, len(claimed))
 	}
@@ -136,6 +147,79 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 			t.Errorf("%s's statement ran a custom plan (values, not %q):\n%s", fn, want[1], plan)
 		case strings.Contains(plan, "JIT:"):
 			t.Errorf("%s's statement was JIT-compiled:\n%s", fn, plan)
+		case !strings.Contains(plan, "Subplans Removed"):
+			// 023_protocol_window: the partitions outside the statement's
+			// bounds (here the four periods ahead and the default) are
+			// pruned before their scans start.
+			t.Errorf("%s's statement started a scan of every partition (no \"Subplans Removed\"):\n%s", fn, plan)
 		}
+	}
+}
+
+// The claim's window (023_protocol_window): with one, a claim leases only
+// jobs of events received within it of now; without (NULL), from every
+// partition. Streamers of the previous version call the four-argument
+// claim_jobs of 022, which must still claim over every partition, as the
+// streamer role.
+func TestClaimWindowAndTheFourArgumentClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	streamerPool, err := database.Open(ctx, url, database.Options{Role: schema.StreamerRole})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer streamerPool.Close()
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('window')`); err != nil {
+		t.Fatal(err)
+	}
+	// An event a minute old, one two hours old, one 40 days old (before every
+	// period partition: in the default partition).
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+		SELECT 'stripe', 'stripe', 'evt_window_' || n, '{}', true, now() - ago
+		FROM unnest(ARRAY[interval '1 minute', interval '2 hours', interval '40 days']) WITH ORDINALITY AS a(ago, n)`); err != nil {
+		t.Fatal(err)
+	}
+	q := queries.New(streamerPool)
+	claim := func(window *time.Duration) []time.Duration {
+		t.Helper()
+		rows, err := q.ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: []string{}, BatchSize: 10,
+			LeaseHolder: "window-streamer", LeaseFor: time.Minute, ClaimWindow: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ages []time.Duration
+		for _, r := range rows {
+			ages = append(ages, time.Since(r.EventReceivedAt).Round(time.Hour))
+		}
+		slices.Sort(ages)
+		return ages
+	}
+	hour := time.Hour
+	if got := claim(&hour); !slices.Equal(got, []time.Duration{0}) {
+		t.Fatalf("claim within an hour leased jobs of events %v old, want only the one a minute old", got)
+	}
+	threeHours := 3 * time.Hour
+	if got := claim(&threeHours); !slices.Equal(got, []time.Duration{2 * time.Hour}) {
+		t.Fatalf("claim within three hours leased jobs of events %v old, want the one two hours old", got)
+	}
+	if got := claim(nil); !slices.Equal(got, []time.Duration{40 * 24 * time.Hour}) {
+		t.Fatalf("claim over every partition leased jobs of events %v old, want the one 40 days old", got)
+	}
+
+	// The previous version's call, as the streamer role: every partition.
+	if _, err := admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'pending', attempt_count = 0, lease_holder_id = NULL,
+		lease_expires_at = NULL WHERE handler = 'window'`); err != nil {
+		t.Fatal(err)
+	}
+	var leased int
+	if err := streamerPool.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.claim_jobs('{}', 10, 'old-streamer', interval '1 minute')`).Scan(&leased); err != nil || leased != 3 {
+		t.Fatalf("the four-argument claim_jobs leased %d, %v; want all 3 jobs", leased, err)
 	}
 }

@@ -151,9 +151,17 @@ ORDER BY p.proname, pg_get_function_arguments(p.oid)`)
 	if err != nil {
 		return nil, fmt.Errorf("read functions: %w", err)
 	}
+	results := map[string]string{} // function name → its result table's columns
 	for _, f := range funcs {
 		if cols, ok := strings.CutPrefix(f.Result, "TABLE("); ok {
-			fmt.Fprintf(&b, "\nCREATE TABLE webhook_ingress.%s_result (%s;\n", f.Name, cols)
+			// Overloads (claim_jobs with and without its window) share one
+			// result table, so they must return the same columns.
+			if prev, seen := results[f.Name]; !seen {
+				fmt.Fprintf(&b, "\nCREATE TABLE webhook_ingress.%s_result (%s;\n", f.Name, cols)
+				results[f.Name] = cols
+			} else if prev != cols {
+				return nil, fmt.Errorf("overloads of webhook_ingress.%s return different tables: (%s and (%s", f.Name, prev, cols)
+			}
 			f.Result = "SETOF webhook_ingress." + f.Name + "_result"
 		}
 		fmt.Fprintf(&b, "\nCREATE FUNCTION webhook_ingress.%s(%s) RETURNS %s\n    LANGUAGE sql AS $$ SELECT NULL $$;\n", f.Name, f.Args, f.Result)

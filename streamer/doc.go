@@ -18,7 +18,13 @@
 // claim, the read and the batched completion run inside PL/pgSQL functions
 // (claim_jobs, fetch_jobs, complete_jobs; migration 022) on generic plans:
 // planned once per session, not on every call, which on partitioned tables
-// cost more than executing them.
+// cost more than executing them. Each bounds the partition key by values known
+// when its plan starts (migration 023), so it starts the scans of the
+// partitions its rows can be in only, however many periods are kept: the read
+// and the completion by their batch's received_at; the claim by a window
+// (jobs of events received within RecentWindow), except the first claim after
+// each poll tick, which covers every partition, so a job of an older event (a
+// retry, a replay, a catch-up) waits at most a poll interval longer.
 //
 //  1. Claim (streamer, ClaimJobs): one UPDATE … FROM (SELECT … FOR UPDATE
 //     SKIP LOCKED LIMIT n) leases a batch: status leased, attempt_count + 1,

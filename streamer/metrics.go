@@ -23,6 +23,7 @@ func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		s.batchSizes,
 		counter("claims_total", "Claim statements run.", s.claims.Load, nil),
+		counter("full_claims_total", "Claim statements run over every partition (the others claim jobs of events received within the last hour).", s.fullClaims.Load, nil),
 		counter("leased_total", "Jobs leased (an attempt each).", s.claimed.Load, nil),
 		counter("published_total", "Job references published on the bus.", s.published.Load, nil),
 		counter("publish_failures_total", "Job references the bus refused; their leases were given back.", s.publishFailed.Load, nil),

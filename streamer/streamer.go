@@ -150,6 +150,7 @@ func (c Config) validate() error {
 // Stats are counters since Start, for metrics and tests.
 type Stats struct {
 	Claims        int64 // claim statements run
+	FullClaims    int64 // of them, claims over every partition (the others claim within RecentWindow)
 	Claimed       int64 // jobs leased
 	Published     int64 // references published
 	PublishFailed int64 // references not published (leases given back)
@@ -172,6 +173,9 @@ type Streamer struct {
 	inFlight    *inFlight
 
 	claims, claimed, published, publishFailed atomic.Int64
+	fullClaims                                atomic.Int64
+	lastFullClaim                             atomic.Int64 // unix ns of the last claim over every partition
+	fullClaimDue                              atomic.Bool  // the poll tick asks for a claim over every partition
 	reaped, deadLettered                      atomic.Int64
 	notifyWakeups, pollWakeups                atomic.Int64
 	replicationWakeups                        atomic.Int64
@@ -222,7 +226,7 @@ func (s *Streamer) Replication() *Replication { return s.replication }
 // Stats returns the counters.
 func (s *Streamer) Stats() Stats {
 	return Stats{
-		Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
+		Claims: s.claims.Load(), FullClaims: s.fullClaims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		PublishFailed: s.publishFailed.Load(), Reaped: s.reaped.Load(), DeadLettered: s.deadLettered.Load(),
 		NotifyWakeups: s.notifyWakeups.Load(), PollWakeups: s.pollWakeups.Load(),
 		ReplicationWakeups: s.replicationWakeups.Load(),
@@ -289,6 +293,7 @@ func (s *Streamer) pollLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			s.pollWakeups.Add(1)
+			s.fullClaimDue.Store(true)
 			s.Wake()
 		}
 	}
@@ -365,10 +370,20 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	s.claims.Add(1)
+	started := time.Now()
+	window := s.claimWindow(started)
 	rows, err := queries.New(s.cfg.Pool).ClaimJobs(ctx, queries.ClaimJobsParams{
-		BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration, FullHandlers: full})
+		BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration, FullHandlers: full,
+		ClaimWindow: window})
 	if err != nil {
+		if window == nil {
+			s.fullClaimDue.Store(true) // the next claim tries again
+		}
 		return 0, fmt.Errorf("claim jobs: %w", err)
+	}
+	if window == nil {
+		s.fullClaims.Add(1)
+		s.lastFullClaim.Store(started.UnixNano())
 	}
 	var refs []bus.Ref
 	var traces []string // each job's trace_parent
@@ -418,6 +433,26 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return len(refs), fmt.Errorf("publish %d of %d references: %w", failed, len(refs), ErrPublish)
 	}
 	return len(refs), nil
+}
+
+// RecentWindow is how far back a claim looks: it leases jobs of events
+// received within RecentWindow of now, from the partitions that cover that
+// time only (023_protocol_window), so its cost does not grow with the
+// history kept. At least once per PollInterval a claim covers every
+// partition instead, for jobs of older events (retries, replays, catch-up):
+// those wait at most a poll interval longer.
+const RecentWindow = time.Hour
+
+// claimWindow is the window of a claim starting at now: nil (every
+// partition) for the first claim after a poll tick, or when the last claim
+// over every partition is a PollInterval or more ago (claims outside the
+// loop); else RecentWindow.
+func (s *Streamer) claimWindow(now time.Time) *time.Duration {
+	if s.fullClaimDue.Swap(false) || now.Sub(time.Unix(0, s.lastFullClaim.Load())) >= s.cfg.PollInterval {
+		return nil
+	}
+	w := RecentWindow
+	return &w
 }
 
 // limitedWake is how soon the streamer claims again after leasing jobs of a

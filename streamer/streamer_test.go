@@ -672,3 +672,69 @@ func TestStopWaitsForTheClaimRoundInProgress(t *testing.T) {
 		t.Fatalf("%d jobs leased (%v), want the 3 published: %+v", leased, err, refs)
 	}
 }
+
+// Claims between two poll ticks lease jobs of events received within
+// RecentWindow only, from the partitions covering that time
+// (023_protocol_window); the first claim after a tick (and a claim a
+// PollInterval after the last full one) covers every partition, so a job of
+// an older event (a retry, a replay, a catch-up) waits at most a poll
+// interval longer and is never left behind.
+func TestJobsOfOldEventsWaitForTheClaimOverEveryPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, "h")
+	c := b.collect(t, "h")
+	insert := func(ago string) {
+		t.Helper()
+		if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.events
+			(provider, scheme, external_event_id, event_type, raw_body, signature_verified, received_at)
+			VALUES ('stripe', 'stripe', 'evt_' || md5(random()::text), 'invoice.paid', 'x', true, now() - $1::interval)`, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Step by step: the first claim covers every partition, the next one
+	// (within a PollInterval) the last hour only.
+	s := b.newStreamer(t, streamer.Config{ID: "stepwise", PollInterval: time.Hour})
+	if n, err := s.ClaimOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("first claim: %d, %v", n, err)
+	}
+	insert("30 days") // before every period partition: the default partition
+	insert("2 hours")
+	insert("1 minute")
+	if n, err := s.ClaimOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("claim within the hour: leased %d, %v; want the job of the event received a minute ago", n, err)
+	}
+	if st := s.Stats(); st.Claims != 2 || st.FullClaims != 1 {
+		t.Fatalf("stats %+v: want 2 claims, 1 of them over every partition", st)
+	}
+	if got := c.wait(t, 1, 10*time.Second); got[0].EventReceivedAt.Before(time.Now().Add(-streamer.RecentWindow)) {
+		t.Fatalf("the claim within the hour leased the job of an event received at %s", got[0].EventReceivedAt)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending'`); n != 2 {
+		t.Fatalf("%d jobs pending after the claim within the hour, want the 2 of older events", n)
+	}
+
+	// Running: a poll tick's claim covers every partition.
+	r := b.newStreamer(t, streamer.Config{ID: "running", PollInterval: 200 * time.Millisecond, ListenConnect: b.listenConnect})
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	for _, ref := range c.wait(t, 2, 10*time.Second) {
+		if time.Since(ref.EventReceivedAt) < streamer.RecentWindow {
+			t.Errorf("reference %+v: want the jobs of the two older events", ref)
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, "a claim over every partition after the first", func() (bool, string) {
+		st := r.Stats()
+		return st.FullClaims >= 2, fmt.Sprintf("stats %+v", st)
+	})
+	// Once more while it runs: an old event's job arrives (its insert's
+	// NOTIFY wakes a claim within the hour, which leaves it), and the next
+	// tick leases it.
+	insert("3 days")
+	if got := c.wait(t, 1, 10*time.Second); time.Since(got[0].EventReceivedAt) < 3*24*time.Hour-time.Minute {
+		t.Fatalf("reference %+v: want the job of the event received 3 days ago", got[0])
+	}
+}

@@ -22,6 +22,11 @@
 -- block): one probe of order_lanes, for keyed jobs only (a subquery, not a
 -- function: a function call starts an executor per job, 3x the cost).
 --
+-- Only jobs of events received within claim_window of now() (NULL: all), so the
+-- plan starts the scans of those partitions only (023_protocol_window): the
+-- streamer claims within an hour, and over every partition at least once per
+-- poll interval.
+--
 -- The statement runs in webhook_ingress.claim_jobs (022_protocol_functions),
 -- on a generic plan: planned once per session instead of on every call.
 SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
@@ -29,7 +34,8 @@ SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler,
        lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
        event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at
 FROM webhook_ingress.claim_jobs(sqlc.arg(full_handlers)::text[], sqlc.arg(batch_size)::bigint,
-                                sqlc.arg(lease_holder)::text, sqlc.arg(lease_for)::interval);
+                                sqlc.arg(lease_holder)::text, sqlc.arg(lease_for)::interval,
+                                sqlc.narg(claim_window)::interval);
 
 -- name: CountLeasedJobs :many
 -- Jobs leased now, per handler (by every streamer): the base of the
@@ -123,6 +129,8 @@ SELECT id, status FROM reaped;
 --
 -- The statement runs in webhook_ingress.fetch_jobs (022_protocol_functions),
 -- on a generic plan: planned once per session instead of on every call.
+-- It bounds the partition key by the batch's least and greatest received_at,
+-- so the plan starts the scans of those partitions only (023_protocol_window).
 SELECT job_id, attempted_at, lease_expires_at, max_attempts, started_at, event_id, provider, scheme,
        external_event_id, event_type, received_at, headers, raw_body, occurred_at
 FROM webhook_ingress.fetch_jobs($1::bigint[], $2::integer[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[]);
@@ -160,6 +168,8 @@ RETURNING lease_expires_at;
 --
 -- The statement runs in webhook_ingress.complete_jobs (022_protocol_functions),
 -- on a generic plan: planned once per session instead of on every call.
+-- It bounds the partition key by the batch's least and greatest received_at,
+-- so the plan starts the scans of those partitions only (023_protocol_window).
 SELECT id::bigint AS id
 FROM webhook_ingress.complete_jobs($1::bigint[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text);
 

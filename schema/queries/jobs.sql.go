@@ -17,7 +17,8 @@ SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler,
        lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
        event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at
 FROM webhook_ingress.claim_jobs($1::text[], $2::bigint,
-                                $3::text, $4::interval)
+                                $3::text, $4::interval,
+                                $5::interval)
 `
 
 type ClaimJobsParams struct {
@@ -25,6 +26,7 @@ type ClaimJobsParams struct {
 	BatchSize    int64
 	LeaseHolder  string
 	LeaseFor     time.Duration
+	ClaimWindow  *time.Duration
 }
 
 type ClaimJobsRow struct {
@@ -63,6 +65,11 @@ type ClaimJobsRow struct {
 // block): one probe of order_lanes, for keyed jobs only (a subquery, not a
 // function: a function call starts an executor per job, 3x the cost).
 //
+// Only jobs of events received within claim_window of now() (NULL: all), so the
+// plan starts the scans of those partitions only (023_protocol_window): the
+// streamer claims within an hour, and over every partition at least once per
+// poll interval.
+//
 // The statement runs in webhook_ingress.claim_jobs (022_protocol_functions),
 // on a generic plan: planned once per session instead of on every call.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
@@ -71,6 +78,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 		arg.BatchSize,
 		arg.LeaseHolder,
 		arg.LeaseFor,
+		arg.ClaimWindow,
 	)
 	if err != nil {
 		return nil, err
@@ -132,6 +140,8 @@ type CompleteJobsParams struct {
 //
 // The statement runs in webhook_ingress.complete_jobs (022_protocol_functions),
 // on a generic plan: planned once per session instead of on every call.
+// It bounds the partition key by the batch's least and greatest received_at,
+// so the plan starts the scans of those partitions only (023_protocol_window).
 func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, CompleteJobs,
 		arg.Column1,
@@ -364,6 +374,8 @@ type FetchJobsParams struct {
 //
 // The statement runs in webhook_ingress.fetch_jobs (022_protocol_functions),
 // on a generic plan: planned once per session instead of on every call.
+// It bounds the partition key by the batch's least and greatest received_at,
+// so the plan starts the scans of those partitions only (023_protocol_window).
 func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]FetchJobsResult, error) {
 	rows, err := q.db.Query(ctx, FetchJobs,
 		arg.Column1,
