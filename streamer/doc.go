@@ -24,7 +24,9 @@
 // and the completion by their batch's received_at; the claim by a window
 // (jobs of events received within RecentWindow), except the first claim after
 // each poll tick, which covers every partition, so a job of an older event (a
-// retry, a replay, a catch-up) waits at most a poll interval longer.
+// retry, a replay, a catch-up) waits at most a poll interval longer; while
+// such claims come back full, the next one covers every partition too, so a
+// backlog of them drains at full speed.
 //
 //  1. Claim (streamer, ClaimJobs): one UPDATE … FROM (SELECT … FOR UPDATE
 //     SKIP LOCKED LIMIT n) leases a batch: status leased, attempt_count + 1,

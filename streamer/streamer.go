@@ -384,6 +384,12 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	if window == nil {
 		s.fullClaims.Add(1)
 		s.lastFullClaim.Store(started.UnixNano())
+		if len(rows) >= s.cfg.BatchSize {
+			// A backlog of older jobs (a replay, a catch-up) drains at full
+			// speed: the claims go on over every partition until one comes
+			// back short.
+			s.fullClaimDue.Store(true)
+		}
 	}
 	var refs []bus.Ref
 	var traces []string // each job's trace_parent
@@ -440,13 +446,15 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 // time only (023_protocol_window), so its cost does not grow with the
 // history kept. At least once per PollInterval a claim covers every
 // partition instead, for jobs of older events (retries, replays, catch-up):
-// those wait at most a poll interval longer.
+// those wait at most a poll interval longer, and while such claims come back
+// full the next one covers every partition too, so a backlog of them drains
+// at full speed.
 const RecentWindow = time.Hour
 
 // claimWindow is the window of a claim starting at now: nil (every
-// partition) for the first claim after a poll tick, or when the last claim
-// over every partition is a PollInterval or more ago (claims outside the
-// loop); else RecentWindow.
+// partition) for the first claim after a poll tick, after a claim over every
+// partition that came back full, or when the last claim over every partition
+// is a PollInterval or more ago (claims outside the loop); else RecentWindow.
 func (s *Streamer) claimWindow(now time.Time) *time.Duration {
 	if s.fullClaimDue.Swap(false) || now.Sub(time.Unix(0, s.lastFullClaim.Load())) >= s.cfg.PollInterval {
 		return nil

@@ -715,7 +715,29 @@ func TestJobsOfOldEventsWaitForTheClaimOverEveryPartition(t *testing.T) {
 		t.Fatalf("%d jobs pending after the claim within the hour, want the 2 of older events", n)
 	}
 
+	// A backlog of older jobs (a replay, a catch-up of a new subscription)
+	// is not paced by the poll tick: while claims over every partition come
+	// back full, the next one covers every partition too.
+	for range 25 {
+		insert("10 days")
+	}
+	backlog := b.newStreamer(t, streamer.Config{ID: "backlog", PollInterval: time.Hour, BatchSize: 10})
+	for i, want := range []int{10, 10, 7, 0} { // the 25, and the 2 of older events left before
+		if n, err := backlog.ClaimOnce(ctx); err != nil || n != want {
+			t.Fatalf("claim %d of the backlog: leased %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+	if st := backlog.Stats(); st.FullClaims != 3 {
+		t.Fatalf("stats %+v: want the three claims that leased the backlog over every partition, then one within the hour", st)
+	}
+	c.wait(t, 27, 10*time.Second)
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending'`); n != 0 {
+		t.Fatalf("%d jobs pending after the backlog, want none", n)
+	}
+
 	// Running: a poll tick's claim covers every partition.
+	insert("30 days")
+	insert("2 hours")
 	r := b.newStreamer(t, streamer.Config{ID: "running", PollInterval: 200 * time.Millisecond, ListenConnect: b.listenConnect})
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
