@@ -61,7 +61,10 @@
 //     a consumer of its handler was alive after the lease began (consumers
 //     say so in webhook_ingress.consumers every AliveInterval) or its
 //     consumer extended it: in an outage no handler ran, and nothing is
-//     spent. A lease is recovered within LeaseDuration + ReapInterval.
+//     spent. A lease is recovered within LeaseDuration + ReapInterval, and
+//     leased again by the next claim (a job of an event received over
+//     RecentWindow before, by the next claim over every partition: within
+//     a PollInterval more).
 //
 // Can a handler run twice for one attempt? Yes, rarely: the bus may deliver
 // one reference twice (a NATS redelivery, a publish retried after a lost
