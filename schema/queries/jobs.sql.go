@@ -65,8 +65,8 @@ type ClaimJobsRow struct {
 // block): one probe of order_lanes, for keyed jobs only (a subquery, not a
 // function: a function call starts an executor per job, 3x the cost).
 //
-// Only jobs of events received within claim_window of now() (NULL: all), so the
-// plan starts the scans of those partitions only (023_protocol_window): the
+// Only jobs of events received claim_window before now() or later (NULL:
+// all), so the plan skips the scans of older partitions (023_protocol_window): the
 // streamer claims within an hour, and over every partition at least once per
 // poll interval.
 //
