@@ -1,0 +1,1 @@
+INSERT INTO bench_baseline (body) VALUES (convert_to('{"id":"evt_x","object":"event","type":"invoice.paid","data":{"object":{"id":"in_1","amount_due":2000,"currency":"usd","customer":"cus_bench"}}}                                                                                                                                                                ','UTF8'));
