@@ -374,9 +374,11 @@ func (s *sustainedRun) measure(ctx context.Context, cfg configuration) (Sustaine
 	r.Points = append(r.Points, probe)
 	var lo, hi int
 	var best *Cost
-	// What the probe delivered says where to start; its second half alone
-	// can be noise while a system warms up.
-	rate := roundRate(max(probe.DeliveredPerSecond, probe.DeliveredRunPerSecond))
+	// What the probe delivered says where to start (its second half alone
+	// can be noise while a system warms up), but not above what it
+	// accepted: a receiver that accepts less than it delivers (the River
+	// receiver draining its probe's backlog) cannot hold that rate.
+	rate := roundRate(min(max(probe.DeliveredPerSecond, probe.DeliveredRunPerSecond), probe.AcceptedPerSecond))
 	for range *sustainedPoints {
 		if rate <= 0 {
 			break
@@ -425,8 +427,9 @@ func nextRate(lo, hi int, p SustainedPoint, ceiling float64) int {
 			return 0
 		}
 		return next
-	default: // nothing held yet: go below what this run delivered
-		return roundRate(min(0.9*float64(hi), 0.95*max(p.DeliveredPerSecond, p.DeliveredRunPerSecond)))
+	default: // nothing held yet: go below what this run delivered and accepted
+		got := min(max(p.DeliveredPerSecond, p.DeliveredRunPerSecond), p.AcceptedPerSecond)
+		return roundRate(min(0.9*float64(hi), 0.95*got))
 	}
 }
 
