@@ -98,7 +98,7 @@ func setup(t *testing.T, opt options) *bundle {
 	// The customer's ingress takes stripe and slack only from the relay; the
 	// old relay secret is still listed, as during a rotation.
 	ing, err := ingress.New(ingress.Config{
-		Section: ingress.Section{MaxBodyBytes: 1 << 20, StoreTimeout: 2 * time.Second},
+		Section: ingress.Section{MaxBodyBytes: 1 << 20, StoreTimeout: 10 * time.Second}, // not the tests' subject: room for a loaded machine
 		Sources: testSources("relay-secret-old-0000000", relaySecret),
 		Store:   ingress.NewPGStore(pool, nil),
 		Logger:  slog.New(slog.NewJSONHandler(b.ingestLogs, &slog.HandlerOptions{Level: slog.LevelDebug})),
