@@ -374,11 +374,8 @@ func (s *sustainedRun) measure(ctx context.Context, cfg configuration) (Sustaine
 	r.Points = append(r.Points, probe)
 	var lo, hi int
 	var best *Cost
-	// What the probe delivered says where to start (its second half alone
-	// can be noise while a system warms up), but not above what it
-	// accepted: a receiver that accepts less than it delivers (the River
-	// receiver draining its probe's backlog) cannot hold that rate.
-	rate := roundRate(min(max(probe.DeliveredPerSecond, probe.DeliveredRunPerSecond), probe.AcceptedPerSecond))
+	// What the probe took through says where to start.
+	rate := roundRate(probe.throughput())
 	for range *sustainedPoints {
 		if rate <= 0 {
 			break
@@ -427,10 +424,18 @@ func nextRate(lo, hi int, p SustainedPoint, ceiling float64) int {
 			return 0
 		}
 		return next
-	default: // nothing held yet: go below what this run delivered and accepted
-		got := min(max(p.DeliveredPerSecond, p.DeliveredRunPerSecond), p.AcceptedPerSecond)
-		return roundRate(min(0.9*float64(hi), 0.95*got))
+	default: // nothing held yet: go below what this run took through
+		return roundRate(min(0.9*float64(hi), 0.95*p.throughput()))
 	}
+}
+
+// throughput is what a run took through, events/s: what it delivered (over
+// the whole run when its second half alone is lower, as while a system
+// warms up), but not above what it accepted: a receiver that accepts less
+// than it delivers (the River receiver draining a probe's backlog) cannot
+// hold that rate.
+func (p SustainedPoint) throughput() float64 {
+	return min(max(p.DeliveredPerSecond, p.DeliveredRunPerSecond), p.AcceptedPerSecond)
 }
 
 // roundRate rounds to 10/s, at least 10/s (0 stays 0).
