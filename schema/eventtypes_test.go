@@ -197,6 +197,12 @@ func TestUpgradeToEventTypesWhileIngesting(t *testing.T) {
 			}
 		}
 	}()
+	// On a failure below, the sender stops before wconn closes (deferred
+	// earlier, so run later): it must not be used while it closes.
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
 	// waitSent waits for n events sent, failing if the sender stopped.
 	waitSent := func(n int64) {
 		for sent.Load() < n {

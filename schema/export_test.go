@@ -5,3 +5,6 @@ var MigrateTo = migrateTo
 
 // LoadQueries is loadQueries, for tests that run older versions' queries.
 var LoadQueries = loadQueries
+
+// Apply is apply: one migration, retried when it is a deadlock's victim.
+var Apply = apply

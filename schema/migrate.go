@@ -10,8 +10,10 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Name is the PostgreSQL schema every Inlet object lives in.
@@ -117,6 +119,26 @@ CREATE TABLE IF NOT EXISTS webhook_ingress.schema_migrations (
 	}
 	var applied []Migration
 	for _, m := range ms[current:] {
+		if err := apply(ctx, conn, m); err != nil {
+			return applied, fmt.Errorf("apply migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m)
+	}
+	return applied, nil
+}
+
+// deadlockRetries is how many times a migration PostgreSQL picked as a
+// deadlock's victim is tried again.
+const deadlockRetries = 5
+
+// apply runs m and records it in one transaction. Applied while webhooks
+// arrive, a migration's DDL can deadlock with an insert (they lock the same
+// tables in different orders), and PostgreSQL may pick the migration as the
+// victim: its transaction rolled back whole, so it is run again, after a
+// pause that grows with each try (the insert it deadlocked with is done by
+// then).
+func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
+	for try := 0; ; try++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
@@ -124,12 +146,16 @@ CREATE TABLE IF NOT EXISTS webhook_ingress.schema_migrations (
 			_, err := tx.Exec(ctx, "INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 			return err
 		})
-		if err != nil {
-			return applied, fmt.Errorf("apply migration %03d_%s: %w", m.Version, m.Name, err)
+		var pgErr *pgconn.PgError
+		if err == nil || try == deadlockRetries || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
 		}
-		applied = append(applied, m)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
+		}
 	}
-	return applied, nil
 }
 
 // Querier is what Check needs: any pgx connection, pool or transaction.
