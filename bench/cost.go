@@ -270,7 +270,11 @@ func shortQuery(q string) string {
 }
 
 // print writes the cost as one line, then its most frequent statements.
-func (c *Cost) print(indent string) {
+func (c *Cost) print(indent string) { c.printPer(indent, "delivered job") }
+
+// printPer is print with what the counts are divided by named (the ingest
+// section divides by stored events).
+func (c *Cost) printPer(indent, unit string) {
 	if c == nil {
 		return
 	}
@@ -285,8 +289,8 @@ func (c *Cost) print(indent string) {
 	for _, t := range tables {
 		byTable = append(byTable, fmt.Sprintf("%s %.2f", t, c.RowsWrittenByTable[t]))
 	}
-	fmt.Printf("%sper delivered job (%d jobs): %s, %.2f transactions, %.2f rows written (%s)\n",
-		indent, c.CostJobs, stmts, c.TransactionsPerJob, c.RowsWrittenPerJob, strings.Join(byTable, ", "))
+	fmt.Printf("%sper %s (%d): %s, %.2f transactions, %.2f rows written (%s)\n",
+		indent, unit, c.CostJobs, stmts, c.TransactionsPerJob, c.RowsWrittenPerJob, strings.Join(byTable, ", "))
 	for _, s := range c.Statements[:min(len(c.Statements), 5)] {
 		fmt.Printf("%s  %6.3f calls %6.2f rows %7.1f µs  %s\n", indent, s.CallsPerJob, s.RowsPerJob, s.ExecMicrosPerJob, s.Query)
 	}

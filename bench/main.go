@@ -97,6 +97,9 @@ type Result struct {
 	P50ms       float64 `json:"p50_ms,omitempty"`
 	P99ms       float64 `json:"p99_ms,omitempty"`
 	Errors      int64   `json:"errors"`
+	// Stored is the requests answered 200 (ingest; Cost is per stored event).
+	Stored int64 `json:"stored,omitempty"`
+	Cost   *Cost `json:"cost,omitempty"`
 }
 
 // bench is what every measurement gets: the run's cluster, the owner's URL,
@@ -313,8 +316,16 @@ func runIngest(ctx context.Context, b *bench) (any, error) {
 		baseline[n] = tps
 		results = append(results, Result{Name: "pgbench single-row INSERT", Connections: n, PerSecond: tps})
 		for _, group := range []bool{true, false} {
+			m, err := b.startMeter(ctx, b.url)
+			if err != nil {
+				return nil, err
+			}
 			r, err := ingest(ctx, b.url, n, b.duration, group)
 			if err != nil {
+				m.close()
+				return nil, err
+			}
+			if r.Cost, err = m.finish(ctx, r.Stored); err != nil {
 				return nil, err
 			}
 			results = append(results, r)
@@ -327,6 +338,12 @@ func runIngest(ctx context.Context, b *bench) (any, error) {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%.2f×\n", r.Name, r.Connections, r.PerSecond, ms(r.P50ms), ms(r.P99ms), r.Errors, ratio)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if r.Cost != nil {
+			fmt.Printf("%s, %d connections:\n", r.Name, r.Connections)
+			r.Cost.printPer("  ", "stored event")
+		}
+	}
 	return results, nil
 }
 
@@ -527,7 +544,7 @@ func ingest(ctx context.Context, url string, conns int, d time.Duration, group b
 		c.Close()
 	}
 	slices.Sort(lat)
-	return Result{Name: name, Connections: conns, PerSecond: float64(len(lat)) / elapsed.Seconds(),
+	return Result{Name: name, Connections: conns, PerSecond: float64(len(lat)) / elapsed.Seconds(), Stored: int64(len(lat)),
 		P50ms: percentileMs(lat, 0.50), P99ms: percentileMs(lat, 0.99), Errors: errs.Load()}, nil
 }
 

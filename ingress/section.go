@@ -61,10 +61,11 @@ type GroupCommit struct {
 	// small; a webhook larger than it is stored in a batch of its own.
 	// Defaults to 1 MiB (a batch of typical webhooks of a few KiB still fills max_batch).
 	MaxBatchBytes int64 `yaml:"max_batch_bytes"`
-	// MaxWait is how long a batch waits for more after its first webhook.
-	// Defaults to 1ms.
+	// MaxWait is how long a batch of two or more waits for more. Defaults
+	// to 0: no wait (a batch is whatever arrived while the last commit
+	// ran).
 	MaxWait time.Duration `yaml:"max_wait"`
-	// Committers is how many batches commit at once. Defaults to 4.
+	// Committers is how many batches commit at once. Defaults to 2.
 	Committers int `yaml:"committers"`
 }
 
@@ -92,8 +93,7 @@ func (s Section) WithDefaults() Section {
 	s.MetricsListen = cmp.Or(s.MetricsListen, "127.0.0.1:8083")
 	s.GroupCommit.MaxBatch = cmp.Or(s.GroupCommit.MaxBatch, 128)
 	s.GroupCommit.MaxBatchBytes = cmp.Or(s.GroupCommit.MaxBatchBytes, DefaultMaxBatchBytes)
-	s.GroupCommit.MaxWait = cmp.Or(s.GroupCommit.MaxWait, time.Millisecond)
-	s.GroupCommit.Committers = cmp.Or(s.GroupCommit.Committers, 4)
+	s.GroupCommit.Committers = cmp.Or(s.GroupCommit.Committers, DefaultCommitters)
 	return s
 }
 

@@ -236,7 +236,7 @@ func TestGroupCommitSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gc := c.Ingress.GroupCommit; gc.MaxBatch != 32 || gc.MaxWait != time.Millisecond || gc.Committers != 4 || gc.Disabled {
+	if gc := c.Ingress.GroupCommit; gc.MaxBatch != 32 || gc.MaxWait != 0 || gc.Committers != 2 || gc.Disabled {
 		t.Fatalf("group_commit = %+v", gc)
 	}
 	for _, bad := range []string{"max_batch: -1", "max_wait: 2s", "committers: 100"} {
