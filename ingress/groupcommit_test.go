@@ -102,6 +102,33 @@ func TestGroupCommitAnswersEachRequest(t *testing.T) {
 	}
 }
 
+// With the defaults (two committers, no wait for company) concurrent
+// webhooks still share transactions: those that arrive while a batch
+// commits form the next one.
+func TestGroupCommitDefaultsShareTransactionsWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	g, admin, _ := groupStore(t, ingress.GroupConfig{})
+	ctx := context.Background()
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := g.Insert(ctx, event(fmt.Sprintf("evt_default_%d", i))); err != nil {
+				t.Errorf("insert %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	var rows, xacts int
+	if err := admin.QueryRow(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM webhook_ingress.events`).Scan(&rows, &xacts); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events stored by %d transactions", rows, xacts)
+	if rows != n || xacts > n/2 {
+		t.Fatalf("%d events stored by %d transactions, want %d by at most %d", rows, xacts, n, n/2)
+	}
+}
+
 // A batch with one event the database refuses fails only that event.
 func TestGroupCommitFailsOnlyTheBadEvent(t *testing.T) {
 	t.Parallel()
