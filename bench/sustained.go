@@ -477,6 +477,10 @@ func (s *sustainedRun) runPoint(ctx context.Context, cfg configuration, kind str
 		return p, err
 	}
 	p.judge(ld, samples, start, d, cfg.handlers)
+	// A rate that held is measured through its drain, so every job it
+	// created is paid for; the overload point without one (the system stops
+	// at the end of the run), so a collapse shows which statements grew.
+	measured := kind == "overload"
 	if p.Held && kind == "rate" {
 		drained, err := mon.waitDrained(ctx, max(10*time.Second, d/2))
 		if err != nil {
@@ -486,16 +490,9 @@ func (s *sustainedRun) runPoint(ctx context.Context, cfg configuration, kind str
 		if drained > 0 {
 			p.DrainSeconds = drained.Seconds()
 		}
-		last := mon.last()
-		sys.stop()
-		if p.cost, err = m.finish(ctx, last.created-last.backlog); err != nil {
-			return p, err
-		}
+		measured = true
 	}
-	if kind == "overload" {
-		// What the database did for the jobs delivered under overload
-		// (no drain: the system stops at the end of the run), so a
-		// collapse shows which statements grew.
+	if measured {
 		last := mon.last()
 		sys.stop()
 		if p.cost, err = m.finish(ctx, last.created-last.backlog); err != nil {

@@ -35,7 +35,7 @@ type GroupConfig struct {
 	// default): no wait, a batch is whatever queued while the last commit
 	// ran, which grows with load on its own. A wait lengthens every
 	// batch's cycle by it: at 32 connections a 1ms wait cost a third of
-	// the throughput (docs/performance.md, "Group commit").
+	// the throughput (docs/performance.md, "Group commit's defaults").
 	MaxWait time.Duration
 	// Committers is how many batches commit at once (each holds a pool
 	// connection). Defaults to 2: more split the same load into smaller
@@ -70,8 +70,9 @@ const DefaultCommitters = 2
 
 // GroupStore is a Store whose concurrent inserts share transactions: each
 // committer takes the events waiting (up to MaxBatch events and MaxBatchBytes,
-// waiting at most MaxWait for more, by default not at all), stores them with one multi-row INSERT,
-// and answers each caller after that COMMIT with its own stored or duplicate.
+// waiting at most MaxWait for more, by default not at all), stores them with
+// one multi-row INSERT, and answers each caller after that COMMIT with its
+// own stored or duplicate.
 // A batch that fails on one event's data is retried event by event, so only
 // that event fails; a batch that fails because the database is unavailable
 // fails all of its callers (none was acknowledged).
