@@ -228,38 +228,57 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 	return conn, nil
 }
 
+// ensurePublication checks the publication, creating it when it is missing.
+// Replicas starting together may all find it missing: the one whose CREATE
+// loses the race gets duplicate_object, or a unique violation on the
+// catalog's name index when both inserted at once, and then checks what the
+// winner created.
 func ensurePublication(ctx context.Context, conn *pgconn.PgConn) error {
+	for try := 0; ; try++ {
+		exists, err := checkPublication(ctx, conn)
+		if err != nil || exists {
+			return err
+		}
+		_, err = conn.Exec(ctx, createJobsPublicationSQL).ReadAll()
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			return nil
+		case try == 0 && errors.As(err, &pgErr) && (pgErr.Code == "42710" || // duplicate_object
+			pgErr.Code == "23505" && pgErr.ConstraintName == "pg_publication_pubname_index"):
+			continue // another replica was quicker: check what it created
+		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+			return fmt.Errorf("%w: publication %s is missing and the replication role may not create it; as the owner of webhook_ingress.jobs run: %s: %w",
+				ErrReplicationSetup, Publication, statement(createJobsPublicationSQL), err)
+		default:
+			return explain(fmt.Errorf("create publication %s: %w", Publication, err))
+		}
+	}
+}
+
+// checkPublication reports whether the publication exists, and an error when
+// it exists without publishing what the wake-ups need.
+func checkPublication(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
 	results, err := conn.Exec(ctx, jobsPublicationSQL).ReadAll()
 	if err != nil {
-		return explain(fmt.Errorf("look up publication %s: %w", Publication, err))
+		return false, explain(fmt.Errorf("look up publication %s: %w", Publication, err))
 	}
 	if len(results) != 1 {
-		return fmt.Errorf("look up publication %s: %d results, want 1", Publication, len(results))
+		return false, fmt.Errorf("look up publication %s: %d results, want 1", Publication, len(results))
 	}
-	if rows := results[0].Rows; len(rows) == 1 {
-		if string(rows[0][2]) != "t" {
-			return fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s SET TABLE webhook_ingress.jobs; ALTER PUBLICATION %[2]s SET (publish_via_partition_root = true)",
-				ErrReplicationSetup, Publication, Publication)
-		}
-		if string(rows[0][0]) != "t" {
-			return fmt.Errorf("%w: publication %s does not publish inserts; as its owner run: ALTER PUBLICATION %s SET (publish = 'insert, update')",
-				ErrReplicationSetup, Publication, Publication)
-		}
-		return nil
+	rows := results[0].Rows
+	if len(rows) != 1 {
+		return false, nil
 	}
-	_, err = conn.Exec(ctx, createJobsPublicationSQL).ReadAll()
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: another replica was quicker
-		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
-		return fmt.Errorf("%w: publication %s is missing and the replication role may not create it; as the owner of webhook_ingress.jobs run: %s: %w",
-			ErrReplicationSetup, Publication, statement(createJobsPublicationSQL), err)
-	default:
-		return explain(fmt.Errorf("create publication %s: %w", Publication, err))
+	if string(rows[0][2]) != "t" {
+		return true, fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s SET TABLE webhook_ingress.jobs; ALTER PUBLICATION %[2]s SET (publish_via_partition_root = true)",
+			ErrReplicationSetup, Publication, Publication)
 	}
+	if string(rows[0][0]) != "t" {
+		return true, fmt.Errorf("%w: publication %s does not publish inserts; as its owner run: ALTER PUBLICATION %s SET (publish = 'insert, update')",
+			ErrReplicationSetup, Publication, Publication)
+	}
+	return true, nil
 }
 
 // ensureSlot creates the slot unless it exists. A new slot starts at the

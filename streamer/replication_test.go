@@ -450,3 +450,46 @@ func TestReplicationSetupErrorsFailStart(t *testing.T) {
 		return st.ReplicationWakeups > 0
 	})
 }
+
+// Replicas of the streamer started together (a deployment scaled to several)
+// may all find the publication missing and all create it: each must start,
+// the losers of that race taking the winner's publication.
+func TestReplicationStreamersStartingTogetherAllStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	const replicas = 6
+	targets := make([]*replTarget, replicas)
+	streamers := make([]*streamer.Streamer, replicas)
+	for i := range replicas {
+		targets[i] = b.replication(t)
+		targets[i].slot += fmt.Sprintf("_%d", i)
+		t.Cleanup(func() { b.dropSlot(t, targets[i].slot) })
+		streamers[i] = b.newStreamer(t, targets[i].config(time.Hour))
+	}
+	errs := make(chan error, replicas)
+	gate := make(chan struct{})
+	for i, s := range streamers {
+		go func() {
+			<-gate
+			err := s.Start(ctx)
+			if err != nil {
+				err = fmt.Errorf("streamer %d: %w", i, err)
+			}
+			errs <- err
+		}()
+	}
+	close(gate)
+	for range replicas {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, s := range streamers {
+		defer s.Stop()
+	}
+	var n int
+	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_publication WHERE pubname = 'inlet_jobs'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d publications inlet_jobs (%v), want 1", n, err)
+	}
+}
