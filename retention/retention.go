@@ -258,6 +258,9 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 			break
 		}
 		part, err := expire(ctx, db, p, opts)
+		if errors.Is(err, errGone) {
+			continue // another run dropped it after this one listed it
+		}
 		if err != nil {
 			return Report{}, err
 		}
@@ -332,49 +335,68 @@ func wouldCreate(through *time.Time, now time.Time, o Options) []Period {
 	return out
 }
 
-// expire drops one period, or says what keeps it.
+// errGone is expire's answer for a period whose partition no longer exists:
+// another retention run dropped it after this one listed it.
+var errGone = errors.New("retention: partition gone")
+
+// expire drops one period, or says what keeps it. The read and the drop are
+// one transaction under RetentionSerialize: a run on another host neither
+// drops the period between them nor reads its partitions while this one
+// locks them for the drop (their locks, taken in opposite orders, deadlocked).
 func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, error) {
 	part := Partition{Period: p.Period, Name: p.name}
-	st, err := queries.New(db).RetentionPartitionStatus(ctx, p.Start)
-	if err != nil {
-		return Partition{}, fmt.Errorf("retention: read partition %s: %w", p.name, err)
-	}
-	part.Events, part.Jobs, part.OpenJobs, part.DeadLetters, part.Attempts, part.SealedThrough =
-		st.Events, st.Jobs, st.OpenJobs, st.DeadLetters, st.Attempts, st.SealedThrough
-	if st.MaxEventID != nil {
-		part.MaxEventID = *st.MaxEventID
-	}
-	switch {
-	case part.OpenJobs > 0:
-		part.Verdict, part.Reason = Kept, fmt.Sprintf("%d jobs not finished (pending, leased or failed)", part.OpenJobs)
-		return part, nil
-	case part.MaxEventID > part.SealedThrough:
-		part.Verdict, part.Reason = Kept, fmt.Sprintf("events not sealed yet (ids up to %d, sealed through %d)", part.MaxEventID, part.SealedThrough)
-		return part, nil
-	case o.DryRun:
-		part.Verdict = WouldDrop
-		return part, nil
-	}
-	err = inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
-		d, err := queries.New(tx).RetentionDropPartition(ctx, p.Start)
+	step := "read"
+	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
+		q := queries.New(tx)
+		st, err := q.RetentionPartitionStatus(ctx, p.Start)
+		if err != nil {
+			return err
+		}
+		part.Events, part.Jobs, part.OpenJobs, part.DeadLetters, part.Attempts, part.SealedThrough =
+			st.Events, st.Jobs, st.OpenJobs, st.DeadLetters, st.Attempts, st.SealedThrough
+		if st.MaxEventID != nil {
+			part.MaxEventID = *st.MaxEventID
+		}
+		switch {
+		case part.OpenJobs > 0:
+			part.Verdict, part.Reason = Kept, fmt.Sprintf("%d jobs not finished (pending, leased or failed)", part.OpenJobs)
+			return nil
+		case part.MaxEventID > part.SealedThrough:
+			part.Verdict, part.Reason = Kept, fmt.Sprintf("events not sealed yet (ids up to %d, sealed through %d)", part.MaxEventID, part.SealedThrough)
+			return nil
+		case o.DryRun:
+			part.Verdict = WouldDrop
+			return nil
+		}
+		step = "drop"
+		d, err := q.RetentionDropPartition(ctx, p.Start)
 		if err != nil {
 			return err
 		}
 		part.Events, part.Jobs, part.Attempts, part.SealedThrough = d.Events, d.Jobs, d.Attempts, d.SealedThrough
+		part.Verdict = Dropped
 		return nil
 	})
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		part.Verdict = Dropped
+	case isUndefinedTable(err):
+		return Partition{}, errGone
 	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: changed since the check
 		part.Verdict, part.Reason = Kept, pgErr.Message
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
 		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s; try again later", o.LockTimeout)
 	default:
-		return Partition{}, fmt.Errorf("retention: drop partition %s: %w", p.name, err)
+		return Partition{}, fmt.Errorf("retention: %s partition %s: %w", step, p.name, err)
 	}
 	return part, nil
+}
+
+// isUndefinedTable reports PostgreSQL's undefined_table, which
+// partition_status and drop_partition raise for a period without partition.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 func inTx(ctx context.Context, db DB, lockTimeout time.Duration, f func(pgx.Tx) error) error {
@@ -384,7 +406,11 @@ func inTx(ctx context.Context, db DB, lockTimeout time.Duration, f func(pgx.Tx) 
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	ms := strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10) + "ms"
-	if err := queries.New(tx).RetentionLockTimeout(ctx, ms); err != nil {
+	q := queries.New(tx)
+	if err := q.RetentionLockTimeout(ctx, ms); err != nil {
+		return err
+	}
+	if err := q.RetentionSerialize(ctx); err != nil {
 		return err
 	}
 	if err := f(tx); err != nil {

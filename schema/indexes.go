@@ -3,6 +3,7 @@ package schema
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -56,10 +57,21 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // valid once every partition has one). report is called before each build.
 // Run it after Migrate, outside any transaction (inlet migrate does); it is
 // idempotent, and a build interrupted half-way (an INVALID index left by a
-// cancelled CONCURRENTLY) is dropped and made again.
+// cancelled CONCURRENTLY) is dropped and made again. Callers on several hosts
+// at once (an inlet migrate per replica) take turns: the first builds, the
+// others wait for it and then find nothing pending.
 func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild)) ([]IndexBuild, error) {
 	pending, err := PendingIndexes(ctx, conn)
+	if err != nil || len(pending) == 0 {
+		return nil, err
+	}
+	unlock, err := lockIndexBuilds(ctx, conn)
 	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Another caller may have built them while this one waited.
+	if pending, err = PendingIndexes(ctx, conn); err != nil {
 		return nil, err
 	}
 	var built []IndexBuild
@@ -91,6 +103,37 @@ func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild)) 
 		built = append(built, b)
 	}
 	return built, nil
+}
+
+// indexBuildLockKey serialises BuildIndexes across sessions: "inletidx" in
+// ASCII. Not Migrate's key, which a migrator holds only while it migrates.
+const indexBuildLockKey int64 = 0x696e6c6574696478
+
+// indexBuildPoll is how often a waiting BuildIndexes asks for the lock again.
+const indexBuildPoll = 200 * time.Millisecond
+
+// lockIndexBuilds takes the session lock of BuildIndexes, asking again every
+// indexBuildPoll until ctx is done. It does not wait inside PostgreSQL: a
+// session blocked in pg_advisory_lock holds a snapshot, which the holder's
+// CREATE INDEX CONCURRENTLY would wait for in turn (a deadlock).
+func lockIndexBuilds(ctx context.Context, conn *pgx.Conn) (unlock func(), err error) {
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, indexBuildLockKey).Scan(&got); err != nil {
+			return nil, fmt.Errorf("take the index build lock: %w", err)
+		}
+		if got {
+			return func() {
+				// A fresh context: the caller's may be done, and the lock must go.
+				_, _ = conn.Exec(context.Background(), `SELECT pg_catalog.pg_advisory_unlock($1)`, indexBuildLockKey)
+			}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for another session building partition indexes: %w", ctx.Err())
+		case <-time.After(indexBuildPoll):
+		}
+	}
 }
 
 func trimIdxPrefix(name string) string {

@@ -15,6 +15,14 @@ WHERE c.oid = 'webhook_ingress.events'::regclass;
 -- long reader.
 SELECT pg_catalog.set_config('lock_timeout', sqlc.arg(lock_timeout)::text, true);
 
+-- name: RetentionSerialize :exec
+-- One partition change at a time in the database: runs of inlet migrate and
+-- inlet retention on several hosts at once would otherwise each create the
+-- same missing period (relation already exists) or drop the same expired one.
+-- Held to the end of the transaction and waited for within its lock_timeout;
+-- the key spells 'partitns' in ASCII.
+SELECT pg_catalog.pg_advisory_xact_lock(x'7061727469746e73'::bigint);
+
 -- name: RetentionCreatePartitions :many
 -- Period partitions from the newest one through ahead periods of period past now.
 SELECT period_start::timestamptz AS period_start, period_end::timestamptz AS period_end

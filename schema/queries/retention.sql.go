@@ -204,3 +204,17 @@ func (q *Queries) RetentionPartitions(ctx context.Context) ([]RetentionPartition
 	}
 	return items, nil
 }
+
+const RetentionSerialize = `-- name: RetentionSerialize :exec
+SELECT pg_catalog.pg_advisory_xact_lock(x'7061727469746e73'::bigint)
+`
+
+// One partition change at a time in the database: runs of inlet migrate and
+// inlet retention on several hosts at once would otherwise each create the
+// same missing period (relation already exists) or drop the same expired one.
+// Held to the end of the transaction and waited for within its lock_timeout;
+// the key spells 'partitns' in ASCII.
+func (q *Queries) RetentionSerialize(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, RetentionSerialize)
+	return err
+}
