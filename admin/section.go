@@ -36,7 +36,7 @@ func (s Section) WithDefaults() Section {
 
 // Validate checks the section (after WithDefaults) and names the bad key.
 // That admin.listen is not the webhook listener is checked where both
-// sections are known (internal/inletyaml).
+// sections are known (inletyaml).
 func (s Section) Validate() error {
 	if s.Listen != "" && len(s.Token) < MinTokenBytes {
 		return fmt.Errorf("admin.token: at least %d bytes required when admin.listen is set", MinTokenBytes)

@@ -16,13 +16,13 @@ import (
 )
 
 // The shipped defaults' one handler: `inlet dev`'s embedded configuration
-// (internal/inletyaml/dev.yaml) subscribes "log" to every event, and the
+// (inletyaml/dev.yaml) subscribes "log" to every event, and the
 // separate services run the same.
 const defaultsHandler = "log"
 
 func devSettings() map[string]string {
 	return map[string]string{
-		"process": "the inlet binary (go build ./cmd/inlet): inlet dev, no --config, so its embedded defaults (internal/inletyaml/dev.yaml)",
+		"process": "the inlet binary (go build ./cmd/inlet): inlet dev, no --config, so its embedded defaults (inletyaml/dev.yaml)",
 		"env":     "DATABASE_URL (the run's database), INLET_LISTEN, INLET_METRICS_LISTEN, INLET_ADMIN_LISTEN (free ports), STRIPE_WEBHOOK_SECRET",
 		"handler": "log (every event), the defaults' concurrency, pools and batch sizes",
 	}

@@ -114,7 +114,7 @@ var readyHandlerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Validate checks the section (after WithDefaults) and names the first bad
 // key. That consumer.lease_extend suits streamer.lease_duration is checked
-// where both sections are known (internal/inletyaml).
+// where both sections are known (inletyaml).
 func (s Section) Validate() error {
 	if s.LeaseExtend < time.Second {
 		return fmt.Errorf("consumer.lease_extend: %s must be at least 1s", s.LeaseExtend)

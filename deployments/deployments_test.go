@@ -27,7 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
 )

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 const systemdDir = "systemd"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/inlet-dev/inlet/audit"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 const auditHelp = `

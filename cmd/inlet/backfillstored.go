@@ -6,7 +6,7 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 func runBackfillStored(ctx context.Context, env *environment, args []string) error {

@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 const defaultConfigPath = "inlet.yaml"

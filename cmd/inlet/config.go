@@ -7,7 +7,7 @@ import (
 	iofs "io/fs"
 
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 var configVerbs = map[string]subcommand{

@@ -24,7 +24,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
@@ -423,10 +423,10 @@ func psqlTarget(dbURL string) (target, note string) {
 }
 
 // devGitHubSecret is the embedded defaults' github secret
-// (internal/inletyaml/dev.yaml), public by design.
+// (inletyaml/dev.yaml), public by design.
 const devGitHubSecret = "inlet-dev-github-secret" //nolint:gosec // G101: the embedded dev defaults' secret, public by design
 
-// devAdminToken is the embedded defaults' admin token (internal/inletyaml/dev.yaml).
+// devAdminToken is the embedded defaults' admin token (inletyaml/dev.yaml).
 const devAdminToken = "inlet-dev-admin-token" //nolint:gosec // G101: the embedded dev defaults' token, public by design
 
 // dashboardHost is a listen address as a browser reaches it.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 // The walkthrough prints a ready signed curl only for the public

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/monitor"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/notify"
 )

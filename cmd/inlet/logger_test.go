@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 // JSON logs print durations as text a person reads ("7.668695ms"), as the

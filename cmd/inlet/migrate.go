@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
 )

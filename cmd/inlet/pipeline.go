@@ -17,9 +17,8 @@ import (
 	"github.com/inlet-dev/inlet/consumers/httpforward"
 	logconsumer "github.com/inlet-dev/inlet/consumers/log"
 	"github.com/inlet-dev/inlet/filter"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
-	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/monitor"
 	"github.com/inlet-dev/inlet/streamer"
 )
@@ -84,7 +83,7 @@ func newConsumers(ctx context.Context, cfg inletyaml.Config, sub bus.PubSub, reg
 	for i, h := range handlers {
 		names[i] = h.Name
 	}
-	m, err := metrics.Consumers(reg, names)
+	m, err := consumerMetricsOn(reg, names)
 	if err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("consumer metrics: %w", err)

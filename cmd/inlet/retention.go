@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 )
 

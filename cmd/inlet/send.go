@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 func runSend(ctx context.Context, env *environment, args []string) error {

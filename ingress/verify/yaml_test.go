@@ -12,7 +12,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
-	"github.com/inlet-dev/inlet/internal/inletyaml"
+	"github.com/inlet-dev/inlet/inletyaml"
 )
 
 // exampleSources is a copy-paste example of every scheme (docs/providers.md

@@ -10,7 +10,7 @@ import (
 )
 
 // testFile stands in for the file's struct of sections, which lives where
-// the services are composed (internal/inletyaml).
+// the services are composed (inletyaml).
 type testFile struct {
 	Name    string   `yaml:"name"`
 	Sources []string `yaml:"sources"`

@@ -3,5 +3,5 @@
 // `${ENV:-default}` and `${file:PATH}` in every value (for secrets), decodes
 // strictly (an unknown key is an error with its line), and hands each
 // section to the type its service owns, which fills in its defaults and
-// validates it (internal/inletyaml composes them). It imports no service.
+// validates it (inletyaml composes them). It imports no service.
 package config

@@ -92,7 +92,7 @@ func TestExampleFileLoads(t *testing.T) {
 		t.Setenv(k, "x-"+k)
 	}
 	t.Setenv("ACME_WEBHOOK_SECRET", "whsec_aW5sZXQtZXhhbXBsZS1rZXktMDEyMzQ1Njc4OQ==")
-	c, err := Load("../../inlet.example.yaml")
+	c, err := Load("../inlet.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

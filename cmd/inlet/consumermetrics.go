@@ -1,4 +1,4 @@
-package metrics
+package main
 
 import (
 	"time"
@@ -6,39 +6,41 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/consumers"
+	"github.com/inlet-dev/inlet/internal/metrics"
 )
 
 // consumerMetrics exports a consumer service's attempts to Prometheus: the
 // consumer SDK counts through its small consumers.Metrics interface and
-// imports no metrics library.
+// imports no metrics library. It lives with the program that wires the SDK to
+// Prometheus (internal/ sits below the SDK and imports no service).
 type consumerMetrics struct {
 	attempts *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
-// Consumers registers inlet_consumer_attempts_total,
+// consumerMetricsOn registers inlet_consumer_attempts_total,
 // inlet_consumer_failures_total and inlet_consumer_attempt_duration_seconds
 // on reg (nil: a registry nobody reads), with every series of handlers'
 // outcomes and error classes at zero, and returns the consumers.Metrics that
 // counts into them.
-func Consumers(reg prometheus.Registerer, handlers []string) (consumers.Metrics, error) {
+func consumerMetricsOn(reg prometheus.Registerer, handlers []string) (consumers.Metrics, error) {
 	m := &consumerMetrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "consumer", Name: "attempts_total",
+			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "attempts_total",
 			Help: "Finished attempts, by handler and outcome (completed, failed, dead_letter; lost: the lease was gone; record_error: the outcome could not be written).",
 		}, []string{"handler", "outcome"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "consumer", Name: "failures_total",
+			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "failures_total",
 			Help: "Failed attempts, by handler and error class (the fixed list of consumers.Classes).",
 		}, []string{"handler", "error_class"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Subsystem: "consumer", Name: "attempt_duration_seconds",
+			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "attempt_duration_seconds",
 			Help:    "From taking an attempt to recording its outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"handler"}),
 	}
-	reg = OrDiscard(reg)
+	reg = metrics.OrDiscard(reg)
 	for _, c := range []prometheus.Collector{m.attempts, m.failures, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/config"
 )
 
-const examplePath = "../../inlet.example.yaml"
+const examplePath = "../inlet.example.yaml"
 
 // optionLine is a commented-out key of inlet.example.yaml, an option to
 // uncomment ("# admin:", "#   listen: ...", "    # relay_tolerance: 5m"),
