@@ -189,6 +189,9 @@ func (w *EventTypes) Check(ctx context.Context) error {
 	}
 	if w.cfg.Leader != nil {
 		leading, err := w.cfg.Leader.Leading(ctx)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err() // stopping: nothing to report, nothing failed
+		}
 		if err != nil {
 			w.cfg.Logger.Warn("event type reporter election failed; reporting from this replica", slog.String("error", err.Error()))
 		} else if !leading {

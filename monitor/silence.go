@@ -214,6 +214,9 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 		// Every check, changes or not: a replica takes over as soon as the
 		// leader is gone.
 		leading, err := h.cfg.Leader.Leading(ctx)
+		if err != nil && ctx.Err() != nil {
+			return out, ctx.Err() // stopping: nothing to report, nothing failed
+		}
 		if err != nil {
 			h.cfg.Logger.Warn("silence reporter election failed; reporting changes from this replica", slog.String("error", err.Error()))
 		} else if !leading {
