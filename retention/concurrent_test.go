@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,42 @@ func TestRetentionRunsConcurrently(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.partitions() WHERE period_end <= now() - interval '30 days'`); n != 0 {
 		t.Errorf("%d expired partitions left", n)
+	}
+}
+
+// While another run holds the partition lock past the lock timeout, creating
+// partitions fails saying so, and so does Run, whose first step that is; once
+// the other run is done, it goes through.
+func TestRetentionWaitsForAnotherRunWithinTheLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	other, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// RetentionSerialize, as another run's transaction takes it.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(x'7061727469746e73'::bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = retention.EnsurePartitions(ctx, b.pool, "day", 40, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "another inlet retention or inlet migrate") {
+		t.Fatalf("EnsurePartitions while another run holds the lock: %v, want a lock timeout naming the other run", err)
+	}
+	rep, err := retention.Run(ctx, b.pool, retention.Options{MaxAge: 30 * day, Interval: "week", Ahead: 0, LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		t.Fatalf("Run while another run holds the lock: %+v, want its partitions-ahead step to time out", rep)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retention.EnsurePartitions(ctx, b.pool, "day", 40, 100*time.Millisecond); err != nil {
+		t.Fatalf("EnsurePartitions once the other run is done: %v", err)
 	}
 }

@@ -203,6 +203,11 @@ func EnsurePartitions(ctx context.Context, db DB, interval string, ahead int, lo
 		return nil
 	})
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return nil, fmt.Errorf("retention: create %s partitions %d ahead: locks not granted within %s (a long query on the log, or another inlet retention or inlet migrate changing partitions): try again later: %w",
+				o.Interval, o.Ahead, o.LockTimeout, err)
+		}
 		return nil, fmt.Errorf("retention: create %s partitions %d ahead: %w", o.Interval, o.Ahead, err)
 	}
 	return created, nil
