@@ -128,8 +128,32 @@ CREATE TABLE IF NOT EXISTS webhook_ingress.schema_migrations (
 }
 
 // deadlockRetries is how many times a migration PostgreSQL picked as a
-// deadlock's victim is tried again.
+// deadlock's victim, or one that raced another database's, is tried again.
 const deadlockRetries = 5
+
+// retryable reports a migration's failure that a new try can get past: a
+// deadlock's victim, or a race with another database of the same cluster
+// migrating at the same moment on the cluster-wide roles its migrations
+// create and grant (the migration lock is an advisory lock, which holds
+// within one database only). Rolled back whole, the next try finds the other
+// one's roles and grants and leaves them be.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40P01": // deadlock_detected
+		return true
+	case "23505": // unique_violation in the shared catalogs: a role, a membership
+		return pgErr.ConstraintName == "pg_authid_rolname_index" || pgErr.ConstraintName == "pg_auth_members_role_member_index"
+	case "42710": // duplicate_object: CREATE ROLE after the other one committed
+		return true
+	case "XX000": // a shared catalog row (a role's) changed by the other one meanwhile
+		return pgErr.Message == "tuple concurrently updated"
+	}
+	return false
+}
 
 // apply runs m and records it in one transaction. Applied while webhooks
 // arrive, a migration's DDL can deadlock with an insert (they lock the same
@@ -146,8 +170,7 @@ func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
 			_, err := tx.Exec(ctx, "INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 			return err
 		})
-		var pgErr *pgconn.PgError
-		if err == nil || try == deadlockRetries || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+		if err == nil || try == deadlockRetries || !retryable(err) {
 			return err
 		}
 		select {
