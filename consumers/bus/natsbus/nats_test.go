@@ -221,3 +221,37 @@ func TestNATSStorageValidated(t *testing.T) {
 		t.Fatalf("storage disk: %v, want an error naming bus.storage", err)
 	}
 }
+
+// Services started together on a new NATS server (streamers and consumer
+// replicas of one deployment) all create or update the one stream at once:
+// each must start (JetStream takes a create of an identical stream as done).
+func TestServicesStartingTogetherShareTheStream(t *testing.T) {
+	srv := natstest.Start(t)
+	const services = 8
+	buses := make([]*natsbus.NATS, services)
+	errs := make(chan error, services)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range services {
+		wg.Go(func() {
+			<-gate
+			n, err := natsbus.New(context.Background(), natsbus.Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				errs <- fmt.Errorf("service %d: %w", i, err)
+				return
+			}
+			buses[i] = n
+		})
+	}
+	close(gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, n := range buses {
+		if n != nil {
+			t.Cleanup(func() { n.Close() })
+		}
+	}
+}
