@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -23,14 +22,7 @@ import (
 func TestOrderLanesFollowTheJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.NewEmptyDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := schema.MigrateTo(ctx, conn, 19); err != nil {
-		t.Fatal(err)
-	}
+	_, conn := migratedTo(t, 19)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, q, args...); err != nil {

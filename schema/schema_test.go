@@ -25,6 +25,24 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// migratedTo is a new empty database migrated up to version, for a test of
+// a later migration's upgrade: its URL and a connection to it (closed when
+// the test ends).
+func migratedTo(t *testing.T, version int) (string, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewEmptyDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := schema.MigrateTo(ctx, conn, version); err != nil {
+		t.Fatalf("migrate to %d: %v", version, err)
+	}
+	return url, conn
+}
+
 func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -418,15 +436,7 @@ func TestDedupeAcrossPartitionsAndConcurrentInserts(t *testing.T) {
 func TestPartitionMigrationKeepsRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewEmptyDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := schema.MigrateTo(ctx, conn, 4); err != nil {
-		t.Fatal(err)
-	}
+	_, conn := migratedTo(t, 4)
 	for _, q := range []string{
 		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at) VALUES

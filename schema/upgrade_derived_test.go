@@ -13,7 +13,6 @@ import (
 
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
@@ -28,15 +27,7 @@ import (
 func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewEmptyDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := schema.MigrateTo(ctx, conn, 11); err != nil {
-		t.Fatal(err)
-	}
+	url, conn := migratedTo(t, 11)
 	const old = 12000
 	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
 		SELECT 'stripe', 'stripe', 'evt_old_' || n, 'charge.succeeded',

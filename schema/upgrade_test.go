@@ -15,7 +15,6 @@ import (
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
@@ -38,15 +37,7 @@ import (
 func TestUpgradeToLeaseTokensLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewEmptyDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := schema.MigrateTo(ctx, conn, 9); err != nil {
-		t.Fatal(err)
-	}
+	url, conn := migratedTo(t, 9)
 	old, err := schema.LoadQueries(os.DirFS("testdata/protocol009"))
 	if err != nil {
 		t.Fatal(err)
