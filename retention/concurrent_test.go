@@ -9,6 +9,25 @@ import (
 	"github.com/inlet-dev/inlet/retention"
 )
 
+// atOnce runs f n times at the same moment (each waits for a common start)
+// and returns what each returned.
+func atOnce[R any](n int, f func() R) []R {
+	out := make(chan R, n)
+	gate := make(chan struct{})
+	for range n {
+		go func() {
+			<-gate
+			out <- f()
+		}()
+	}
+	close(gate)
+	rs := make([]R, 0, n)
+	for range n {
+		rs = append(rs, <-out)
+	}
+	return rs
+}
+
 // Several `inlet migrate` (an init container per replica) or `inlet
 // retention` runs may ensure partitions at the same moment: each must
 // succeed, and the periods are created once.
@@ -16,24 +35,16 @@ func TestEnsurePartitionsConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	const runs = 6
 	type result struct {
 		created []retention.Period
 		err     error
 	}
-	results := make(chan result, runs)
-	gate := make(chan struct{})
-	for range runs {
-		go func() {
-			<-gate
-			created, err := retention.EnsurePartitions(ctx, b.pool, "day", 20, 10*time.Second)
-			results <- result{created, err}
-		}()
-	}
-	close(gate)
+	results := atOnce(6, func() result {
+		created, err := retention.EnsurePartitions(ctx, b.pool, "day", 20, 10*time.Second)
+		return result{created, err}
+	})
 	seen := map[time.Time]int{}
-	for range runs {
-		r := <-results
+	for _, r := range results {
 		if r.err != nil {
 			t.Error(r.err)
 		}
@@ -62,24 +73,16 @@ func TestRetentionRunsConcurrently(t *testing.T) {
 	b := setup(t)
 	// Weekly partitions from ten weeks ago: those past 30 days are empty,
 	// so expired and droppable.
-	const runs = 4
 	type result struct {
 		rep retention.Report
 		err error
 	}
-	results := make(chan result, runs)
-	gate := make(chan struct{})
-	for range runs {
-		go func() {
-			<-gate
-			rep, err := retention.Run(context.Background(), b.pool, retention.Options{MaxAge: 30 * day, Interval: "week", Ahead: 2})
-			results <- result{rep, err}
-		}()
-	}
-	close(gate)
+	results := atOnce(4, func() result {
+		rep, err := retention.Run(context.Background(), b.pool, retention.Options{MaxAge: 30 * day, Interval: "week", Ahead: 2})
+		return result{rep, err}
+	})
 	dropped := map[string]int{}
-	for range runs {
-		r := <-results
+	for _, r := range results {
 		if r.err != nil {
 			t.Error(r.err)
 			continue
