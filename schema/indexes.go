@@ -59,13 +59,14 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // idempotent, and a build interrupted half-way (an INVALID index left by a
 // cancelled CONCURRENTLY) is dropped and made again. Callers on several hosts
 // at once (an inlet migrate per replica) take turns: the first builds, the
-// others wait for it and then find nothing pending.
-func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild)) ([]IndexBuild, error) {
+// others wait for it and then find nothing pending; waiting (nil: nothing) is
+// called once when one starts to wait.
+func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), waiting func()) ([]IndexBuild, error) {
 	pending, err := PendingIndexes(ctx, conn)
 	if err != nil || len(pending) == 0 {
 		return nil, err
 	}
-	unlock, err := lockIndexBuilds(ctx, conn)
+	unlock, err := lockIndexBuilds(ctx, conn, waiting)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +117,8 @@ const indexBuildPoll = 200 * time.Millisecond
 // indexBuildPoll until ctx is done. It does not wait inside PostgreSQL: a
 // session blocked in pg_advisory_lock holds a snapshot, which the holder's
 // CREATE INDEX CONCURRENTLY would wait for in turn (a deadlock).
-func lockIndexBuilds(ctx context.Context, conn *pgx.Conn) (unlock func(), err error) {
-	for {
+func lockIndexBuilds(ctx context.Context, conn *pgx.Conn, waiting func()) (unlock func(), err error) {
+	for try := 0; ; try++ {
 		var got bool
 		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, indexBuildLockKey).Scan(&got); err != nil {
 			return nil, fmt.Errorf("take the index build lock: %w", err)
@@ -127,6 +128,9 @@ func lockIndexBuilds(ctx context.Context, conn *pgx.Conn) (unlock func(), err er
 				// A fresh context: the caller's may be done, and the lock must go.
 				_, _ = conn.Exec(context.Background(), `SELECT pg_catalog.pg_advisory_unlock($1)`, indexBuildLockKey)
 			}, nil
+		}
+		if try == 0 && waiting != nil {
+			waiting()
 		}
 		select {
 		case <-ctx.Done():

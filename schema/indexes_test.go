@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,7 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 		err   error
 	}
 	results := make(chan result, migrators)
+	var waited atomic.Int32
 	gate := make(chan struct{})
 	for range migrators {
 		c, err := pgx.Connect(ctx, url)
@@ -43,7 +45,7 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 		defer c.Close(ctx)
 		go func() {
 			<-gate
-			built, err := schema.BuildIndexes(ctx, c, nil)
+			built, err := schema.BuildIndexes(ctx, c, nil, func() { waited.Add(1) })
 			results <- result{built, err}
 		}()
 	}
@@ -58,6 +60,11 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 	}
 	if built != 1 {
 		t.Errorf("%d builds reported in all, want the one pending index built once", built)
+	}
+	// All listed it pending before the first had built it: the others waited,
+	// and said so.
+	if n := waited.Load(); n < 1 {
+		t.Errorf("%d migrators said they waited, want at least one", n)
 	}
 	var valid bool
 	if err := conn.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_ingress.idx_events_payload'::regclass`).Scan(&valid); err != nil || !valid {

@@ -92,7 +92,7 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 		t.Fatalf("old rows NULL after the migration: %d (%v)", nulls, err)
 	}
 	var reported []schema.IndexBuild
-	if _, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) { reported = append(reported, b) }); err != nil {
+	if _, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) { reported = append(reported, b) }, nil); err != nil {
 		t.Fatalf("build indexes under ingest: %v", err)
 	}
 	waitFor(written.Load() + 20)

@@ -357,6 +357,8 @@ func migrateURL(ctx context.Context, url string, r retention.Section, log *slog.
 	log.Info("schema current", slog.Int("version", schema.Latest()), slog.Int("applied_now", len(applied)))
 	if _, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) {
 		log.Info("building partition index concurrently", slog.String("index", b.Index), slog.String("partition", b.Partition))
+	}, func() {
+		log.Info("waiting for another inlet migrate building partition indexes")
 	}); err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ up where it stopped. Running it again is a no-op.
 	}
 	built, err := schema.BuildIndexes(ctx, conn, func(b schema.IndexBuild) {
 		fmt.Fprintf(env.stdout, "building %s on partition %s (CONCURRENTLY: ingest continues)\n", b.Index, b.Partition)
+	}, func() {
+		fmt.Fprintln(env.stdout, "waiting for another inlet migrate building partition indexes")
 	})
 	if err != nil {
 		return err
