@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 const systemdDir = "systemd"

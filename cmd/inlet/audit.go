@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/audit"
-	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/database"
 )
 
 const auditHelp = `

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	iofs "io/fs"
 
-	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 var configVerbs = map[string]subcommand{

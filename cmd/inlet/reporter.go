@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/reporter"
 )
 

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/retention"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/dashboard"
-	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/internal/loop"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
