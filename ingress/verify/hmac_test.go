@@ -19,8 +19,6 @@ import (
 	"github.com/google/go-github/v75/github"
 )
 
-const ()
-
 var hmacBody = []byte(`{"event":"order.created","order":{"id":991,"total":"42.00"}}`)
 
 // hmacOracle encodes HMAC(secret, signed) as configured, computed with
