@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -488,7 +489,30 @@ func newClaimBench(ctx context.Context, url string, owner *pgx.Conn, tag string)
 }
 
 func (cb *claimBench) args() []any {
-	return []any{[]string{}, cb.sc.BatchSize, cb.sc.ID, cb.sc.LeaseDuration} // queries.ClaimJobsParams' order
+	return claimArgs(cb.sc)
+}
+
+// claimArgs are ClaimJobs' arguments as the streamer passes them in most
+// claims: no handler at its limit, within streamer.RecentWindow.
+func claimArgs(sc streamer.Config) []any {
+	window := streamer.RecentWindow
+	return paramArgs(queries.ClaimJobsParams{FullHandlers: []string{}, BatchSize: int64(sc.BatchSize), LeaseHolder: sc.ID,
+		LeaseFor: sc.LeaseDuration, ClaimWindow: &window})
+}
+
+// paramArgs lists the fields of a sqlc Params struct in order, which is the
+// order of its statement's parameters: the bench runs some statements as
+// text (to time them, or EXPLAIN them), and a parameter the query gains
+// then comes along as a field (NULL until set here) instead of a run that
+// fails with "expected 5 arguments, got 4", as the scale section did from
+// 023_protocol_window to 2026-12-05.
+func paramArgs(params any) []any {
+	v := reflect.ValueOf(params)
+	args := make([]any, v.NumField())
+	for i := range args {
+		args[i] = v.Field(i).Interface()
+	}
+	return args
 }
 
 // claim runs ClaimJobs once, timed, and then gives the leases back
@@ -1002,7 +1026,7 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 }
 
 func claimRun(ctx context.Context, pool *pgxpool.Pool, sql string, sc streamer.Config) ([]claimedJob, error) {
-	rows, err := pool.Query(ctx, sql, []string{}, sc.BatchSize, sc.ID, sc.LeaseDuration) // queries.ClaimJobsParams' order
+	rows, err := pool.Query(ctx, sql, claimArgs(sc)...)
 	if err != nil {
 		return nil, err
 	}
