@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
@@ -173,4 +174,86 @@ func tuplesRead(plan string) int {
 		}
 	}
 	return total
+}
+
+// 025_fetch_by_event_id: the consumer's read probed each job's event by
+// received_at and id, and a generic plan could pick idx_events_received_at
+// for it, reading every event stored in the same transaction to find one: a
+// group commit's batch, or thousands for a bulk load. Seen in the bench's
+// jobs section (20,000 events loaded by one statement, statistics from
+// earlier runs): 1.3 ms per job read, 742 jobs/s instead of ~8,000. The read
+// must probe each event by its id.
+func TestFetchReadsOneEventPerJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, messages := connectKeepingNotices(t)
+	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
+		t.Skipf("no auto_explain on this server (%v)", err)
+	}
+	const shared = 5000 // events stored by one statement: one received_at
+	for _, stmt := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('reader', 'stripe')`,
+		// Statistics that say received_at is nearly unique, as a log of
+		// webhooks stored a few at a time has.
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+		 SELECT 'earlier', 'stripe', 'evt_earlier_' || n, '{}', true, now() - n * interval '1 ms' FROM generate_series(1, 5000) n`,
+		`ANALYZE webhook_ingress.events`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'stripe', 'stripe', 'evt_shared_' || n, '{}', true FROM generate_series(1, ` + strconv.Itoa(shared) + `) n`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	window := time.Hour
+	claimed, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: []string{}, BatchSize: 50,
+		LeaseHolder: "reader-streamer", LeaseFor: time.Minute, ClaimWindow: &window})
+	if err != nil || len(claimed) != 50 {
+		t.Fatalf("claim: %v, %d jobs leased, want 50", err, len(claimed))
+	}
+	var ids, events []int64
+	var attempts []int32
+	var handlers []string
+	var parts, leased []time.Time
+	for _, j := range claimed {
+		ids, events, attempts = append(ids, j.ID), append(events, j.EventID), append(attempts, j.AttemptCount)
+		handlers, parts, leased = append(handlers, j.Handler), append(parts, j.EventReceivedAt), append(leased, j.AttemptedAt)
+	}
+	for _, stmt := range []string{
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_analyze = on`,
+		`SET client_min_messages = log`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), ids, attempts, handlers, events, parts, leased)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for rows.Next() {
+		read++
+	}
+	if rows.Close(); rows.Err() != nil || read != 50 {
+		t.Fatalf("fetch: %v, %d attempts read, want 50", rows.Err(), read)
+	}
+	if _, err := conn.Exec(ctx, `RESET client_min_messages`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	for _, n := range messages() {
+		if strings.Contains(n, "webhook_ingress.events e") && !strings.Contains(n, "webhook_ingress.fetch_jobs(") {
+			plan = n
+		}
+	}
+	if plan == "" {
+		t.Fatalf("auto_explain printed no plan of fetch_jobs's statement; messages:\n%s", strings.Join(messages(), "\n---\n"))
+	}
+	// A job and its event each: 100 rows, and a few more.
+	if n := tuplesRead(plan); n > 500 {
+		t.Fatalf("reading 50 jobs read %d rows with %d events sharing their received_at:\n%s", n, shared, plan)
+	}
 }
