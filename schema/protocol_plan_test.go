@@ -133,7 +133,7 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	// would print the value (and where $n is no subplan's output).
 	notices := messages()
 	for fn, want := range map[string][2]string{ // the statement's marker, and its first parameter as a generic plan prints it
-		"claim_jobs":    {"FOR UPDATE OF j SKIP LOCKED", ", $3, (now() + $4)"}, // the lease holder and length it sets
+		"claim_jobs":    {"= ANY (v_tids)", ", $3, (now() + $4)"}, // its lease (024), and the holder and length it sets
 		"fetch_jobs":    {"unnest(p_handlers)", "unnest($1)"},
 		"complete_jobs": {"completed_attempt_id = nextval", "unnest($1)"},
 	} {

@@ -76,12 +76,16 @@ DECLARE
     v_from timestamptz := coalesce(now() - p_window, '-infinity');
     v_ids  bigint[];
     v_tids tid[];
+    v_min  timestamptz;
+    v_max  timestamptz;
 BEGIN
+    -- First the jobs to lease are locked, then leased by their tuple ids.
     IF cardinality(p_full_handlers) = 0 THEN
         -- Every handler: walk the due jobs in order.
-        RETURN QUERY
-        WITH due AS (
-            SELECT j.id, j.event_received_at
+        SELECT array_agg(d.id), array_agg(d.ctid), min(d.event_received_at), max(d.event_received_at)
+        INTO v_ids, v_tids, v_min, v_max
+        FROM (
+            SELECT j.id, j.ctid, j.event_received_at
             FROM webhook_ingress.jobs j
             WHERE j.status IN ('pending', 'failed')
               AND j.next_attempt_at <= now()
@@ -95,98 +99,83 @@ BEGIN
             ORDER BY j.next_attempt_at, j.id
             LIMIT p_batch_size
             FOR UPDATE OF j SKIP LOCKED
-        ), leased AS (
-            UPDATE webhook_ingress.jobs j
-            SET status           = 'leased',
-                attempt_count    = j.attempt_count + 1,
-                lease_holder_id  = p_lease_holder,
-                lease_expires_at = now() + p_lease_for,
-                attempted_at     = now(),
-                worker_id        = NULL,
-                updated_at       = now()
-            FROM due
-            WHERE j.id = due.id
-              AND j.event_received_at = due.event_received_at
-              AND j.event_received_at >= v_from
-            RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
-                      j.lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent, j.event_received_at, j.attempted_at
-        )
-        SELECT * FROM leased;
-        RETURN;
-    END IF;
-
-    -- Some handlers held back: read only the others' due jobs, through
-    -- idx_jobs_due_by_handler, and lock them; then lease what was locked by
-    -- its tuple ids (a join of the two, its size unknown to a generic plan,
-    -- was planned as a hash join reading the whole partition).
-    WITH RECURSIVE handlers AS (
-        -- The handlers with jobs pending or failed, one index probe each:
-        -- the least, then the least after it, and so on (a loose index
-        -- scan). Not bounded by the window: a bound the index does not hold
-        -- would make a probe read a held-back handler's jobs outside it.
-        (SELECT j.handler
-         FROM webhook_ingress.jobs j
-         WHERE j.status IN ('pending', 'failed')
-         ORDER BY j.handler
-         LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.handler
+        ) d;
+    ELSE
+        -- Some handlers held back: read only the others' due jobs, through
+        -- idx_jobs_due_by_handler.
+        WITH RECURSIVE handlers AS (
+            -- The handlers with jobs pending or failed, one index probe
+            -- each: the least, then the least after it, and so on (a loose
+            -- index scan). Not bounded by the window: a bound the index does
+            -- not hold would make a probe read a held-back handler's jobs
+            -- outside it.
+            (SELECT j.handler
+             FROM webhook_ingress.jobs j
+             WHERE j.status IN ('pending', 'failed')
+             ORDER BY j.handler
+             LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.handler
+                    FROM webhook_ingress.jobs j
+                    WHERE j.status IN ('pending', 'failed')
+                      AND j.handler > h.handler
+                    ORDER BY j.handler
+                    LIMIT 1)
+            FROM handlers h
+            WHERE h.handler IS NOT NULL
+        ), candidates AS (
+            -- Each other handler's first batch_size due jobs, and of those
+            -- the first batch_size in due order.
+            SELECT c.id, c.event_received_at
+            FROM (SELECT handlers.handler FROM handlers
+                  WHERE handlers.handler IS NOT NULL
+                    AND handlers.handler <> ALL (p_full_handlers)) h
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.event_received_at, j.next_attempt_at
                 FROM webhook_ingress.jobs j
-                WHERE j.status IN ('pending', 'failed')
-                  AND j.handler > h.handler
-                ORDER BY j.handler
-                LIMIT 1)
-        FROM handlers h
-        WHERE h.handler IS NOT NULL
-    ), candidates AS (
-        -- Each other handler's first batch_size due jobs, and of those the
-        -- first batch_size in due order.
-        SELECT c.id, c.event_received_at
-        FROM (SELECT handlers.handler FROM handlers
-              WHERE handlers.handler IS NOT NULL
-                AND handlers.handler <> ALL (p_full_handlers)) h
+                WHERE j.handler = h.handler
+                  AND j.status IN ('pending', 'failed')
+                  AND j.next_attempt_at <= now()
+                  AND j.event_received_at >= v_from
+                  AND (j.order_key IS NULL OR NOT EXISTS (
+                      SELECT FROM webhook_ingress.order_lanes l
+                      WHERE l.handler = j.handler AND l.order_key = j.order_key
+                        AND (l.order_at, l.job_id) < (j.order_at, j.id)
+                        AND (NOT l.dead OR NOT EXISTS (
+                            SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
+                ORDER BY j.next_attempt_at, j.id
+                LIMIT p_batch_size
+            ) c
+            ORDER BY c.next_attempt_at, c.id
+            LIMIT p_batch_size
+        )
+        -- Read without a lock above: locked now, each by its primary key,
+        -- and checked again (another streamer may have leased one
+        -- meanwhile; SKIP LOCKED passes over those it is leasing).
+        SELECT array_agg(l.id), array_agg(l.ctid), min(l.event_received_at), max(l.event_received_at)
+        INTO v_ids, v_tids, v_min, v_max
+        FROM candidates c
         CROSS JOIN LATERAL (
-            SELECT j.id, j.event_received_at, j.next_attempt_at
+            SELECT j.id, j.ctid, j.event_received_at
             FROM webhook_ingress.jobs j
-            WHERE j.handler = h.handler
+            WHERE j.id = c.id
+              AND j.event_received_at = c.event_received_at
+              AND j.event_received_at >= v_from
               AND j.status IN ('pending', 'failed')
               AND j.next_attempt_at <= now()
-              AND j.event_received_at >= v_from
-              AND (j.order_key IS NULL OR NOT EXISTS (
-                  SELECT FROM webhook_ingress.order_lanes l
-                  WHERE l.handler = j.handler AND l.order_key = j.order_key
-                    AND (l.order_at, l.job_id) < (j.order_at, j.id)
-                    AND (NOT l.dead OR NOT EXISTS (
-                        SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
-            ORDER BY j.next_attempt_at, j.id
-            LIMIT p_batch_size
-        ) c
-        ORDER BY c.next_attempt_at, c.id
-        LIMIT p_batch_size
-    )
-    -- Read without a lock above: locked now, each by its primary key, and
-    -- checked again (another streamer may have leased one meanwhile; SKIP
-    -- LOCKED passes over those it is leasing).
-    SELECT array_agg(l.id), array_agg(l.ctid)
-    INTO v_ids, v_tids
-    FROM candidates c
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.ctid
-        FROM webhook_ingress.jobs j
-        WHERE j.id = c.id
-          AND j.event_received_at = c.event_received_at
-          AND j.event_received_at >= v_from
-          AND j.status IN ('pending', 'failed')
-          AND j.next_attempt_at <= now()
-        LIMIT 1
-        FOR UPDATE OF j SKIP LOCKED
-    ) l;
+            LIMIT 1
+            FOR UPDATE OF j SKIP LOCKED
+        ) l;
+    END IF;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
-    -- The rows locked above, found by tuple id (unchanged: locked), in
-    -- whichever partition; the ids tell a partition's row from another's at
-    -- the same tuple id.
+    -- The rows locked above (unchanged since: locked), by tuple id in the
+    -- partitions between their least and greatest received_at; the ids tell
+    -- a row from another partition's at the same tuple id. A join to the
+    -- locked rows was planned on a guess of their number (a tenth of an
+    -- unknown LIMIT) and, with statistics of a partition taken while it was
+    -- smaller, read the whole partition on every claim.
     RETURN QUERY
     WITH leased AS (
         UPDATE webhook_ingress.jobs j
@@ -199,7 +188,7 @@ BEGIN
             updated_at       = now()
         WHERE j.ctid = ANY (v_tids)
           AND j.id = ANY (v_ids)
-          AND j.event_received_at >= v_from
+          AND j.event_received_at BETWEEN v_min AND v_max
         RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
                   j.lease_expires_at, coalesce(j.trace_parent, '') AS trace_parent, j.event_received_at, j.attempted_at
     )
