@@ -74,3 +74,51 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 		t.Fatalf("still pending: %+v %v", p, err)
 	}
 }
+
+// 024_claim_by_handler on a live queue: its index is built inline only on
+// partitions of at most 10,000 jobs; a larger one is left pending for
+// BuildIndexes (CONCURRENTLY), and claims work before and after it is built.
+func TestDueByHandlerIndexOnALargeQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := migratedTo(t, 23)
+	for _, stmt := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('queued')`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'stripe', 'stripe', 'evt_' || n, '{}', true FROM generate_series(1, 12000) n`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := schema.MigrateTo(ctx, conn, 24); err != nil {
+		t.Fatal(err)
+	}
+	p, err := schema.PendingIndexes(ctx, conn)
+	if err != nil || len(p) != 1 || p[0].Index != "idx_jobs_due_by_handler" {
+		t.Fatalf("pending indexes %+v (%v), want idx_jobs_due_by_handler on the partition of 12,000 jobs", p, err)
+	}
+	claim := func(n int64) int {
+		t.Helper()
+		var leased int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.claim_jobs('{held-back}', $1, 'upgrade-streamer', interval '1 minute', NULL)`,
+			n).Scan(&leased); err != nil {
+			t.Fatal(err)
+		}
+		return leased
+	}
+	if n := claim(100); n != 100 {
+		t.Fatalf("claim holding a handler back before the index is built: %d leased, want 100", n)
+	}
+	built, err := schema.BuildIndexes(ctx, conn, nil, nil)
+	if err != nil || len(built) != 1 {
+		t.Fatalf("built %+v (%v), want the one pending index", built, err)
+	}
+	var valid bool
+	if err := conn.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_ingress.idx_jobs_due_by_handler'::regclass`).Scan(&valid); err != nil || !valid {
+		t.Fatalf("idx_jobs_due_by_handler valid %v (%v)", valid, err)
+	}
+	if n := claim(20000); n != 11900 {
+		t.Fatalf("claim holding a handler back after the index is built: %d leased, want the other 11,900", n)
+	}
+}

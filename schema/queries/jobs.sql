@@ -29,6 +29,10 @@
 --
 -- The statement runs in webhook_ingress.claim_jobs (022_protocol_functions),
 -- on a generic plan: planned once per session instead of on every call.
+-- With handlers in full_handlers it reads only the other handlers' due jobs
+-- (idx_jobs_due_by_handler, 024_claim_by_handler), so a held-back handler's
+-- backlog, however long, costs the others' claims nothing; either way it
+-- locks the jobs first and leases them by tuple id.
 SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
        event_type::text AS event_type, attempt_count::integer AS attempt_count, max_attempts::integer AS max_attempts,
        lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,

@@ -72,6 +72,10 @@ type ClaimJobsRow struct {
 //
 // The statement runs in webhook_ingress.claim_jobs (022_protocol_functions),
 // on a generic plan: planned once per session instead of on every call.
+// With handlers in full_handlers it reads only the other handlers' due jobs
+// (idx_jobs_due_by_handler, 024_claim_by_handler), so a held-back handler's
+// backlog, however long, costs the others' claims nothing; either way it
+// locks the jobs first and leases them by tuple id.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimJobs,
 		arg.FullHandlers,
