@@ -24,20 +24,15 @@ const heldBackBacklog = 20000
 // source down, then one of source abc that a, b and c all take.
 func seedHeldBack(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
-	ctx := context.Background()
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern)
 		 VALUES ('down', 'down'), ('a', 'abc'), ('b', 'abc'), ('c', 'abc')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'down', 'stripe', 'evt_down_' || n, '{}', true FROM generate_series(1, ` + strconv.Itoa(heldBackBacklog) + `) n`,
+		 SELECT 'down', 'stripe', 'evt_down_' || n, '{}', true FROM generate_series(1, `+strconv.Itoa(heldBackBacklog)+`) n`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'abc', 'stripe', 'evt_abc_' || n, '{}', true FROM generate_series(1, 40) n`,
 		`ANALYZE webhook_ingress.jobs`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
 }
 
 // A claim that holds handlers back (at their in-flight limit, their
@@ -110,33 +105,14 @@ func TestClaimDoesNotReadAHeldBackHandlersBacklog(t *testing.T) {
 		t.Skipf("no auto_explain on this server (%v)", err)
 	}
 	seedHeldBack(t, conn)
-	for _, stmt := range []string{
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_analyze = on`,
-		`SET auto_explain.log_buffers = on`,
-		`SET client_min_messages = log`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	execAll(t, conn, explainNested...)
 	window := time.Hour
 	got, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: []string{"down"}, BatchSize: 100,
 		LeaseHolder: "held-back-streamer", LeaseFor: time.Minute, ClaimWindow: &window})
 	if err != nil || len(got) != 100 {
 		t.Fatalf("claim: %v, %d jobs leased, want 100", err, len(got))
 	}
-	if _, err := conn.Exec(ctx, `RESET client_min_messages`); err != nil {
-		t.Fatal(err)
-	}
-	// Every statement claim_jobs ran, as auto_explain printed it.
-	var plans []string
-	for _, n := range messages() {
-		if strings.Contains(n, "webhook_ingress.jobs") && !strings.Contains(n, "webhook_ingress.claim_jobs(") {
-			plans = append(plans, n)
-		}
-	}
+	plans := nestedPlans(t, conn, messages, "claim_jobs")
 	if !slices.ContainsFunc(plans, func(p string) bool { return strings.Contains(p, "FOR UPDATE OF j SKIP LOCKED") }) {
 		t.Fatalf("auto_explain printed no plan of claim_jobs's statements; messages:\n%s", strings.Join(messages(), "\n---\n"))
 	}
@@ -191,7 +167,7 @@ func TestFetchReadsOneEventPerJob(t *testing.T) {
 		t.Skipf("no auto_explain on this server (%v)", err)
 	}
 	const shared = 5000 // events stored by one statement: one received_at
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('reader', 'stripe')`,
 		// Statistics that say received_at is nearly unique, as a log of
 		// webhooks stored a few at a time has.
@@ -199,37 +175,16 @@ func TestFetchReadsOneEventPerJob(t *testing.T) {
 		 SELECT 'earlier', 'stripe', 'evt_earlier_' || n, '{}', true, now() - n * interval '1 ms' FROM generate_series(1, 5000) n`,
 		`ANALYZE webhook_ingress.events`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'stripe', 'stripe', 'evt_shared_' || n, '{}', true FROM generate_series(1, ` + strconv.Itoa(shared) + `) n`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+		 SELECT 'stripe', 'stripe', 'evt_shared_' || n, '{}', true FROM generate_series(1, `+strconv.Itoa(shared)+`) n`,
+	)
 	window := time.Hour
 	claimed, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: []string{}, BatchSize: 50,
 		LeaseHolder: "reader-streamer", LeaseFor: time.Minute, ClaimWindow: &window})
 	if err != nil || len(claimed) != 50 {
 		t.Fatalf("claim: %v, %d jobs leased, want 50", err, len(claimed))
 	}
-	var ids, events []int64
-	var attempts []int32
-	var handlers []string
-	var parts, leased []time.Time
-	for _, j := range claimed {
-		ids, events, attempts = append(ids, j.ID), append(events, j.EventID), append(attempts, j.AttemptCount)
-		handlers, parts, leased = append(handlers, j.Handler), append(parts, j.EventReceivedAt), append(leased, j.AttemptedAt)
-	}
-	for _, stmt := range []string{
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_analyze = on`,
-		`SET client_min_messages = log`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), ids, attempts, handlers, events, parts, leased)
+	execAll(t, conn, explainNested...)
+	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), fetchArgs(claimed)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,18 +195,11 @@ func TestFetchReadsOneEventPerJob(t *testing.T) {
 	if rows.Close(); rows.Err() != nil || read != 50 {
 		t.Fatalf("fetch: %v, %d attempts read, want 50", rows.Err(), read)
 	}
-	if _, err := conn.Exec(ctx, `RESET client_min_messages`); err != nil {
-		t.Fatal(err)
-	}
-	var plan string
-	for _, n := range messages() {
-		if strings.Contains(n, "webhook_ingress.events e") && !strings.Contains(n, "webhook_ingress.fetch_jobs(") {
-			plan = n
-		}
-	}
-	if plan == "" {
+	plans := nestedPlans(t, conn, messages, "fetch_jobs")
+	if !slices.ContainsFunc(plans, func(p string) bool { return strings.Contains(p, "webhook_ingress.events e") }) {
 		t.Fatalf("auto_explain printed no plan of fetch_jobs's statement; messages:\n%s", strings.Join(messages(), "\n---\n"))
 	}
+	plan := strings.Join(plans, "\n")
 	// A job and its event each: 100 rows, and a few more.
 	if n := tuplesRead(plan); n > 500 {
 		t.Fatalf("reading 50 jobs read %d rows with %d events sharing their received_at:\n%s", n, shared, plan)
@@ -271,7 +219,7 @@ func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
 		t.Skipf("no auto_explain on this server (%v)", err)
 	}
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('done', 'earlier'), ('now', 'stripe')`,
 		// Statistics of a third of the partition, taken while its jobs were
 		// due (a backlog), as between two runs of autovacuum's ANALYZE.
@@ -284,15 +232,8 @@ func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done' AND status = 'pending'`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_now_' || n, '{}', true FROM generate_series(1, 200) n`,
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_analyze = on`,
-		`SET client_min_messages = log`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
+	execAll(t, conn, explainNested...)
 	window := time.Hour
 	for _, full := range [][]string{{}, {"done"}} { // the walk, and the claim holding a handler back
 		got, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: full, BatchSize: 100,
@@ -301,15 +242,7 @@ func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 			t.Fatalf("claim holding back %v: %v, %d jobs leased, want 100", full, err, len(got))
 		}
 	}
-	if _, err := conn.Exec(ctx, `RESET client_min_messages`); err != nil {
-		t.Fatal(err)
-	}
-	var plans []string
-	for _, n := range messages() {
-		if strings.Contains(n, "webhook_ingress.jobs") && !strings.Contains(n, "webhook_ingress.claim_jobs(") {
-			plans = append(plans, n)
-		}
-	}
+	plans := nestedPlans(t, conn, messages, "claim_jobs")
 	if len(plans) == 0 {
 		t.Fatalf("auto_explain printed no plan of claim_jobs's statements; messages:\n%s", strings.Join(messages(), "\n---\n"))
 	}
@@ -318,4 +251,53 @@ func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 	if n := tuplesRead(strings.Join(plans, "\n")); n > 2000 {
 		t.Fatalf("two claims of 100 jobs read %d rows beside 40,000 finished jobs:\n%s", n, strings.Join(plans, "\n---\n"))
 	}
+}
+
+// explainNested has auto_explain send the session's client the plans of the
+// statements functions run, with their row counts.
+var explainNested = []string{
+	`SET auto_explain.log_min_duration = 0`,
+	`SET auto_explain.log_nested_statements = on`,
+	`SET auto_explain.log_analyze = on`,
+	`SET client_min_messages = log`,
+}
+
+// execAll runs each statement on conn, failing the test at the first error.
+func execAll(t *testing.T, conn *pgx.Conn, stmts ...string) {
+	t.Helper()
+	for _, stmt := range stmts {
+		if _, err := conn.Exec(context.Background(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// fetchArgs are FetchJobs' arguments for the attempts of claimed: their
+// jobs, attempts, handlers, events, partitions and lease times.
+func fetchArgs(claimed []queries.ClaimJobsRow) []any {
+	var ids, events []int64
+	var attempts []int32
+	var handlers []string
+	var parts, leased []time.Time
+	for _, j := range claimed {
+		ids, events, attempts = append(ids, j.ID), append(events, j.EventID), append(attempts, j.AttemptCount)
+		handlers, parts, leased = append(handlers, j.Handler), append(parts, j.EventReceivedAt), append(leased, j.AttemptedAt)
+	}
+	return []any{ids, attempts, handlers, events, parts, leased}
+}
+
+// nestedPlans stops auto_explain's messages to conn and returns the plans it
+// printed of the statements the function fn ran (not of the call itself).
+func nestedPlans(t *testing.T, conn *pgx.Conn, messages func() []string, fn string) []string {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `RESET client_min_messages`); err != nil {
+		t.Fatal(err)
+	}
+	var plans []string
+	for _, n := range messages() {
+		if strings.Contains(n, "Query Text:") && !strings.Contains(n, "webhook_ingress."+fn+"(") {
+			plans = append(plans, n)
+		}
+	}
+	return plans
 }

@@ -93,15 +93,7 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %v, %d jobs leased, want 3", err, len(claimed))
 	}
-	var ids, events []int64
-	var attempts []int32
-	var handlers []string
-	var parts, leased []time.Time
-	for _, j := range claimed {
-		ids, events, attempts = append(ids, j.ID), append(events, j.EventID), append(attempts, j.AttemptCount)
-		handlers, parts, leased = append(handlers, j.Handler), append(parts, j.EventReceivedAt), append(leased, j.AttemptedAt)
-	}
-	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), ids, attempts, handlers, events, parts, leased)
+	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), fetchArgs(claimed)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +104,8 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 	if rows.Close(); rows.Err() != nil || read != 3 {
 		t.Fatalf("fetch: %v, %d attempts read, want 3", rows.Err(), read)
 	}
-	done, err := conn.Exec(ctx, schema.Query("CompleteJobs"), ids, attempts, parts, leased, "plans-consumer")
+	fa := fetchArgs(claimed) // ids, attempts, handlers, events, partitions, lease times
+	done, err := conn.Exec(ctx, schema.Query("CompleteJobs"), fa[0], fa[1], fa[4], fa[5], "plans-consumer")
 	if err != nil || done.RowsAffected() != 3 {
 		t.Fatalf("complete: %v, %d jobs completed, want 3", err, done.RowsAffected())
 	}
