@@ -419,7 +419,11 @@ func nextRate(lo, hi int, p SustainedPoint, ceiling float64) int {
 		}
 		return roundRate(float64(lo+hi) / 2)
 	case hi == 0: // everything held so far: go up, not past ingress's ceiling
-		next := roundRate(min(float64(lo)*1.4, ceiling))
+		// At least halfway to the ceiling: a probe that took little
+		// through (the River receiver's first seconds) started the search
+		// low, and 1.4× steps from there never reached the rate (from
+		// 10/s, 1.4× rounds back to 10/s: the search stopped there).
+		next := roundRate(min(max(float64(lo)*1.4, (float64(lo)+ceiling)/2), ceiling))
 		if next <= lo {
 			return 0
 		}
