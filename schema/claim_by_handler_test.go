@@ -184,16 +184,8 @@ func TestFetchReadsOneEventPerJob(t *testing.T) {
 		t.Fatalf("claim: %v, %d jobs leased, want 50", err, len(claimed))
 	}
 	execAll(t, conn, explainNested...)
-	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), fetchArgs(claimed)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := 0
-	for rows.Next() {
-		read++
-	}
-	if rows.Close(); rows.Err() != nil || read != 50 {
-		t.Fatalf("fetch: %v, %d attempts read, want 50", rows.Err(), read)
+	if read := fetchAll(t, conn, claimed); read != 50 {
+		t.Fatalf("fetch: %d attempts read, want 50", read)
 	}
 	plans := nestedPlans(t, conn, messages, "fetch_jobs")
 	if !slices.ContainsFunc(plans, func(p string) bool { return strings.Contains(p, "webhook_ingress.events e") }) {
@@ -300,4 +292,22 @@ func nestedPlans(t *testing.T, conn *pgx.Conn, messages func() []string, fn stri
 		}
 	}
 	return plans
+}
+
+// fetchAll runs FetchJobs for the attempts of claimed and returns how many
+// it read, failing the test if the statement fails.
+func fetchAll(t *testing.T, conn *pgx.Conn, claimed []queries.ClaimJobsRow) int {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), schema.Query("FetchJobs"), fetchArgs(claimed)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for rows.Next() {
+		read++
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatalf("fetch: %v", rows.Err())
+	}
+	return read
 }

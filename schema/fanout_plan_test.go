@@ -64,7 +64,7 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 		t.Logf("no auto_explain on this server (%v): the plans themselves are not checked", err)
 		return
 	}
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('plans', 'stripe')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_before_' || n, '{}', true FROM generate_series(1, 1000) n`,
@@ -75,11 +75,7 @@ func TestFanOutChecksRunGenericPlans(t *testing.T) {
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_plan_' || n, '{}', true FROM generate_series(1, 20) n`,
 		`RESET client_min_messages`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
 	var jobs int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'plans'`).Scan(&jobs); err != nil {
 		t.Fatal(err)

@@ -82,15 +82,11 @@ func TestDueByHandlerIndexOnALargeQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, conn := migratedTo(t, 23)
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('queued')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_' || n, '{}', true FROM generate_series(1, 12000) n`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
 	if _, err := schema.MigrateTo(ctx, conn, 24); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 		t.Logf("no auto_explain on this server (%v): the plans themselves are not checked", err)
 		return
 	}
-	for _, stmt := range []string{
+	execAll(t, conn,
 		// A period of history, as every installation older than a week has:
 		// each statement's bounds leave it out.
 		`CREATE TABLE webhook_ingress.events_p20250106 PARTITION OF webhook_ingress.events FOR VALUES FROM ('2025-01-06') TO ('2025-01-13')`,
@@ -82,27 +82,15 @@ func TestProtocolStatementsRunGenericPlans(t *testing.T) {
 		`SET jit = on`,
 		`SET jit_above_cost = 0`,
 		`SET client_min_messages = log`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
 	window := time.Hour // as the streamer claims between its claims over every partition
 	claimed, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{
 		FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "plans-streamer", LeaseFor: time.Minute, ClaimWindow: &window})
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %v, %d jobs leased, want 3", err, len(claimed))
 	}
-	rows, err := conn.Query(ctx, schema.Query("FetchJobs"), fetchArgs(claimed)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := 0
-	for rows.Next() {
-		read++
-	}
-	if rows.Close(); rows.Err() != nil || read != 3 {
-		t.Fatalf("fetch: %v, %d attempts read, want 3", rows.Err(), read)
+	if read := fetchAll(t, conn, claimed); read != 3 {
+		t.Fatalf("fetch: %d attempts read, want 3", read)
 	}
 	fa := fetchArgs(claimed) // ids, attempts, handlers, events, partitions, lease times
 	done, err := conn.Exec(ctx, schema.Query("CompleteJobs"), fa[0], fa[1], fa[4], fa[5], "plans-consumer")
@@ -235,7 +223,7 @@ func TestWindowedClaimWalksTheClaimableIndexInOrder(t *testing.T) {
 	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
 		t.Skipf("no auto_explain on this server (%v)", err)
 	}
-	for _, stmt := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('ordered-walk')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
 		 SELECT 'stripe', 'stripe', 'evt_walk_' || n, '{}', true FROM generate_series(1, 20000) n`,
@@ -243,11 +231,7 @@ func TestWindowedClaimWalksTheClaimableIndexInOrder(t *testing.T) {
 		`SET auto_explain.log_min_duration = 0`,
 		`SET auto_explain.log_nested_statements = on`,
 		`SET client_min_messages = log`,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	)
 	window := time.Hour
 	for range 2 { // the plan of the first call and the one kept for the session
 		rows, err := queries.New(conn).ClaimJobs(ctx, queries.ClaimJobsParams{

@@ -437,7 +437,7 @@ func TestPartitionMigrationKeepsRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, conn := migratedTo(t, 4)
-	for _, q := range []string{
+	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at) VALUES
 			('stripe', 'stripe', 'evt_old', 'old', true, now() - interval '20 days'),
@@ -446,11 +446,7 @@ func TestPartitionMigrationKeepsRows(t *testing.T) {
 		`INSERT INTO webhook_ingress.job_attempts (job_id, attempt, started_at, outcome) SELECT id, 1, now(), 'completed' FROM webhook_ingress.jobs WHERE event_id = 1`,
 		// Uses id 3 and rolls back.
 		`DO $$ BEGIN INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified) VALUES ('stripe', 'stripe', 'evt_gone', 'x', true); RAISE EXCEPTION 'roll back'; EXCEPTION WHEN raise_exception THEN END $$`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	if _, err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
