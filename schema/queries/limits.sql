@@ -58,7 +58,7 @@ WITH lim AS (
     SELECT least(by_circuit, by_in_flight, coalesce(floor(tokens)::bigint, by_circuit), sqlc.arg(batch_size)::bigint) AS n
     FROM lim
 ), due AS (
-    SELECT j.id, j.event_received_at
+    SELECT j.id, j.ctid, j.event_received_at
     FROM webhook_ingress.jobs j
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
@@ -81,9 +81,16 @@ WITH lim AS (
         attempted_at     = now(),
         worker_id        = NULL,
         updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-      AND j.event_received_at = due.event_received_at
+    -- The rows due locked, by tuple id in the partitions between their
+    -- least and greatest received_at; the ids tell a row from another
+    -- partition's at the same tuple id. Not a join to due: on a generic
+    -- plan (pgx prepares its statements) the planner guesses due's rows
+    -- (its LIMIT is a subquery) and, with statistics taken while the
+    -- partition was smaller, hash-joined a scan of the whole partition
+    -- (43,405 rows read to lease 100, as claim_jobs before 024).
+    WHERE j.ctid = ANY (ARRAY(SELECT due.ctid FROM due))
+      AND j.id = ANY (ARRAY(SELECT due.id FROM due))
+      AND j.event_received_at BETWEEN (SELECT min(due.event_received_at) FROM due) AND (SELECT max(due.event_received_at) FROM due)
     RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
               j.lease_expires_at, j.trace_parent, j.event_received_at, j.attempted_at
 ), spent AS (
