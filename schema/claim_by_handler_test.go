@@ -100,10 +100,7 @@ func TestClaimHoldingHandlersBackLeasesTheOthersInDueOrder(t *testing.T) {
 func TestClaimDoesNotReadAHeldBackHandlersBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, messages := connectKeepingNotices(t)
-	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
-		t.Skipf("no auto_explain on this server (%v)", err)
-	}
+	conn, messages := explaining(t)
 	seedHeldBack(t, conn)
 	execAll(t, conn, explainNested...)
 	window := time.Hour
@@ -162,10 +159,7 @@ func tuplesRead(plan string) int {
 func TestFetchReadsOneEventPerJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, messages := connectKeepingNotices(t)
-	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
-		t.Skipf("no auto_explain on this server (%v)", err)
-	}
+	conn, messages := explaining(t)
 	const shared = 5000 // events stored by one statement: one received_at
 	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('reader', 'stripe')`,
@@ -207,24 +201,8 @@ func TestFetchReadsOneEventPerJob(t *testing.T) {
 func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, messages := connectKeepingNotices(t)
-	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
-		t.Skipf("no auto_explain on this server (%v)", err)
-	}
-	execAll(t, conn,
-		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('done', 'earlier'), ('now', 'stripe')`,
-		// Statistics of a third of the partition, taken while its jobs were
-		// due (a backlog), as between two runs of autovacuum's ANALYZE.
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(1, 14000) n`,
-		`ANALYZE webhook_ingress.jobs`, // while they are all due
-		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done'`,
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(14001, 42000) n`,
-		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done' AND status = 'pending'`,
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'stripe', 'stripe', 'evt_now_' || n, '{}', true FROM generate_series(1, 200) n`,
-	)
+	conn, messages := explaining(t)
+	seedStaleStatistics(t, conn, "now", 200)
 	execAll(t, conn, explainNested...)
 	window := time.Hour
 	for _, full := range [][]string{{}, {"done"}} { // the walk, and the claim holding a handler back
@@ -255,24 +233,11 @@ func TestClaimLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 func TestClaimLimitedLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, messages := connectKeepingNotices(t)
-	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
-		t.Skipf("no auto_explain on this server (%v)", err)
-	}
+	conn, messages := explaining(t)
 	execAll(t, conn,
-		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('done', 'earlier'), ('limited', 'stripe')`,
-		`INSERT INTO webhook_ingress.handler_limits (handler, rate_per_second, burst, tokens) VALUES ('limited', 0.001, 100000, 100000)`,
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(1, 14000) n`,
-		`ANALYZE webhook_ingress.jobs`, // while they are all due
-		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done'`,
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(14001, 42000) n`,
-		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done' AND status = 'pending'`,
-		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		 SELECT 'stripe', 'stripe', 'evt_now_' || n, '{}', true FROM generate_series(1, 300) n`,
-		`SET plan_cache_mode = force_generic_plan`, // as after five runs of the prepared statement
-	)
+		`INSERT INTO webhook_ingress.handler_limits (handler, rate_per_second, burst, tokens) VALUES ('limited', 0.001, 100000, 100000)`)
+	seedStaleStatistics(t, conn, "limited", 300)
+	execAll(t, conn, `SET plan_cache_mode = force_generic_plan`) // as after five runs of the prepared statement
 	execAll(t, conn, explainNested...)
 	q := queries.New(conn)
 	seen := map[int64]bool{}
@@ -313,6 +278,40 @@ func TestClaimLimitedLeasesByTupleIDWhateverTheStatistics(t *testing.T) {
 	if leased != 200 || tokens > 100000-200 {
 		t.Fatalf("%d jobs leased and %d tokens left after two claims of 100, want 200 and at most %d", leased, tokens, 100000-200)
 	}
+}
+
+// explaining connects as connectKeepingNotices does, with auto_explain
+// loaded for the session; it skips the test on a server without it.
+func explaining(t *testing.T) (conn *pgx.Conn, messages func() []string) {
+	t.Helper()
+	conn, messages = connectKeepingNotices(t)
+	if _, err := conn.Exec(context.Background(), `LOAD 'auto_explain'`); err != nil {
+		t.Skipf("no auto_explain on this server (%v)", err)
+	}
+	return conn, messages
+}
+
+// seedStaleStatistics gives handler "done" 42,000 finished jobs, with the
+// statistics of a third of them taken while they were all due (a backlog,
+// as between two runs of autovacuum's ANALYZE), then handler due jobs due
+// now, one per event of source stripe.
+func seedStaleStatistics(t *testing.T, conn *pgx.Conn, handler string, due int) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(),
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('done', 'earlier'), ($1, 'stripe')`, handler); err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, conn,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(1, 14000) n`,
+		`ANALYZE webhook_ingress.jobs`, // while they are all due
+		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done'`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'earlier', 'stripe', 'evt_done_' || n, '{}', true FROM generate_series(14001, 42000) n`,
+		`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = 'done' AND status = 'pending'`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'stripe', 'stripe', 'evt_now_' || n, '{}', true FROM generate_series(1, `+strconv.Itoa(due)+`) n`,
+	)
 }
 
 // explainNested has auto_explain send the session's client the plans of the

@@ -219,10 +219,7 @@ func TestClaimWindowAndTheFourArgumentClaim(t *testing.T) {
 func TestWindowedClaimWalksTheClaimableIndexInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, messages := connectKeepingNotices(t)
-	if _, err := conn.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
-		t.Skipf("no auto_explain on this server (%v)", err)
-	}
+	conn, messages := explaining(t)
 	execAll(t, conn,
 		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('ordered-walk')`,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
