@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -80,23 +81,31 @@ consumer:
 	return path, ingressAddr
 }
 
-// countingTarget answers 204 and counts deliveries per idempotency key.
+// countingTarget answers 204 and counts deliveries per idempotency key; it
+// also keeps each URL path's calls in the order they arrived.
 type countingTarget struct {
-	mu   sync.Mutex
-	keys map[string]int
-	bad  int
+	mu    sync.Mutex
+	keys  map[string]int
+	bad   int
+	calls map[string][]targetCall
+}
+
+// targetCall is one forwarded request: its job and the event's body.
+type targetCall struct {
+	job  string
+	body []byte
 }
 
 func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
-	ct := &countingTarget{keys: map[string]int{}}
+	ct := &countingTarget{keys: map[string]int{}, calls: map[string][]targetCall{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := make([]byte, r.ContentLength)
-		_, _ = r.Body.Read(body)
+		body, err := io.ReadAll(r.Body)
 		ct.mu.Lock()
-		if httpforward.Verify(secret, r.Header, body, 0, time.Now()) != nil {
+		if err != nil || httpforward.Verify(secret, r.Header, body, 0, time.Now()) != nil {
 			ct.bad++
 		}
 		ct.keys[r.Header.Get(httpforward.HeaderIdempotencyKey)]++
+		ct.calls[r.URL.Path] = append(ct.calls[r.URL.Path], targetCall{r.Header.Get(httpforward.HeaderJobID), body})
 		ct.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
