@@ -204,6 +204,13 @@ func postgresFaults(cluster *pgcluster.Cluster) []chaosFault {
 	}
 }
 
+// firstRunFaults are TestChaosNothingAcknowledgedIsLost's: Postgres
+// crashed, NATS crashed, Postgres stopped immediately and frozen.
+func firstRunFaults(cluster *pgcluster.Cluster, nats *natstest.Server) []chaosFault {
+	faults := postgresFaults(cluster)
+	return append(faults[:1], append([]chaosFault{natsFault(nats)}, faults[1:]...)...)
+}
+
 // natsFault kills NATS and starts it again.
 func natsFault(nats *natstest.Server) chaosFault {
 	return chaosFault{"NATS SIGKILL", func(*testing.T) error {
@@ -224,8 +231,7 @@ func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	t.Parallel()
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 	nats := natstest.Start(t)
-	faults := postgresFaults(cluster)
-	faults = append(faults[:1], append([]chaosFault{natsFault(nats)}, faults[1:]...)...)
+	faults := firstRunFaults(cluster, nats)
 	runChaos(t, chaosRun{scenario: "processes, postgres, nats", dbURL: cluster.URL("postgres"),
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
 		total: envInt("INLET_CHAOS_N", chaosOr(10000, 1000)), rate: envInt("INLET_CHAOS_RATE", 0)})
@@ -418,8 +424,7 @@ func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 	needChaos(t)
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 	nats := natstest.Start(t)
-	faults := postgresFaults(cluster)
-	faults = append(faults[:1], append([]chaosFault{natsFault(nats)}, faults[1:]...)...)
+	faults := firstRunFaults(cluster, nats)
 	runChaos(t, chaosRun{scenario: "limited and ordered handlers", dbURL: cluster.URL("postgres"),
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
 		total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250),
