@@ -7,12 +7,17 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
+
+// roleRuns tells this process's runs of TestRolesCreateListDrop apart
+// (-count): roles are cluster-wide.
+var roleRuns atomic.Int64
 
 // inlet roles, as the schema owner: create a team's consumer role with a
 // login member, change its handlers, list it, refuse a role that is not a
@@ -27,9 +32,13 @@ func TestRolesCreateListDrop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	// Closed after the cleanup below (cleanups run last first), which
+	// drops the roles with it: a deferred Close would run before it, and
+	// the roles would outlive the test (a second -count then failed on
+	// "role already exists").
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	// Roles are cluster-wide: names of this run only.
-	name := fmt.Sprintf("payments_%d", os.Getpid())
+	name := fmt.Sprintf("payments_%d_%d", os.Getpid(), roleRuns.Add(1))
 	role := "webhook_consumer_" + name
 	login, workerLogin, taken := "login_"+name, "worker_login_"+name, "webhook_consumer_taken_"+name
 	for _, sql := range []string{
