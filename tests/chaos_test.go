@@ -100,7 +100,15 @@ type chaosRun struct {
 	handlers []chaosHandler
 	// check, when set, runs after the counts with the target's calls.
 	check func(t *testing.T, conn *pgx.Conn, target *countingTarget)
+	// target receives the handlers' calls (signed with
+	// chaosForwardSecret); nil: a new one.
+	target *countingTarget
+	// targetURL is target's URL.
+	targetURL string
 }
+
+// chaosForwardSecret signs the handlers' calls to the target.
+const chaosForwardSecret = "chaos-forward-secret-0123"
 
 // chaosHandler is an http-forward handler that posts to the target's
 // /name; settings are its further YAML keys (rate_limit, order_key, …).
@@ -418,38 +426,79 @@ func TestChaosClockSkew(t *testing.T) {
 // through its order lanes. Every job of every handler completes and reaches
 // the target, and the ordered handler's calls for each entity come in the
 // order its events were sent (each entity's events are sent one after the
-// other, so that is their order of arrival): a redelivery may repeat a
-// call, never run a later event of the entity before an earlier one's last.
+// other, so that is their order of arrival): no event is first called
+// before an earlier one of its entity (a repeat may come late, see
+// checkEntityOrder). Between the faults, the limited handler's target fails
+// until its circuit opens; the circuit closes again and every job completes.
 func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 	needChaos(t)
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 	nats := natstest.Start(t)
+	target, targetURL := newCountingTarget(t, chaosForwardSecret)
+	// Between the NATS and the Postgres faults, the limited handler's
+	// target answers 500 until its circuit opens (20 failures in a row),
+	// then recovers: probes close the circuit again.
 	faults := firstRunFaults(cluster, nats)
+	breaker := chaosFault{"limited handler's target failing until its circuit opens", func(t *testing.T) error {
+		target.setFailing("/limited", true)
+		defer target.setFailing("/limited", false)
+		return waitCircuitOpen(cluster.URL("postgres"), "limited", 60*time.Second)
+	}}
+	faults = append(faults[:2], append([]chaosFault{breaker}, faults[2:]...)...)
 	runChaos(t, chaosRun{scenario: "limited and ordered handlers", dbURL: cluster.URL("postgres"),
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
+		target: target, targetURL: targetURL,
 		total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250),
 		handlers: []chaosHandler{
 			{"limited", []string{"rate_limit: 200", "burst: 20", "max_in_flight: 8", "breaker_failures: 20", "breaker_probe_interval: 1s"}},
 			{"ordered", []string{"order_key: entity"}},
 		},
 		check: func(t *testing.T, conn *pgx.Conn, target *countingTarget) {
-			var limits, keyed, unkeyed int
+			var circuit string
+			var keyed, unkeyed int
 			err := conn.QueryRow(context.Background(), `SELECT
-				(SELECT count(*) FROM webhook_ingress.handler_limits WHERE handler = 'limited'),
+				(SELECT circuit FROM webhook_ingress.handler_limits WHERE handler = 'limited'),
 				count(*) FILTER (WHERE order_key IS NOT NULL), count(*) FILTER (WHERE order_key IS NULL)
-				FROM webhook_ingress.jobs WHERE handler = 'ordered'`).Scan(&limits, &keyed, &unkeyed)
+				FROM webhook_ingress.jobs WHERE handler = 'ordered'`).Scan(&circuit, &keyed, &unkeyed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if limits != 1 || keyed == 0 || unkeyed != 0 {
-				t.Errorf("handler_limits rows for limited %d (want 1); ordered jobs with a key %d, without %d (want all keyed): the run did not take the paths it proves",
-					limits, keyed, unkeyed)
+			if circuit != "closed" || keyed == 0 || unkeyed != 0 {
+				t.Errorf("limited's circuit %q at the end (want closed); ordered jobs with a key %d, without %d (want all keyed)", circuit, keyed, unkeyed)
 			}
+			target.mu.Lock()
+			t.Logf("limited handler: %d calls answered 500 while its target was failing", target.failed)
+			target.mu.Unlock()
 			target.mu.Lock()
 			calls := target.calls["/ordered"]
 			target.mu.Unlock()
 			checkEntityOrder(t, calls)
 		}})
+}
+
+// waitCircuitOpen waits until handler's circuit breaker is open.
+func waitCircuitOpen(dbURL, handler string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	last := "no answer"
+	for {
+		if conn, err := pgx.Connect(ctx, dbURL); err == nil {
+			var circuit string
+			err = conn.QueryRow(ctx, `SELECT circuit FROM webhook_ingress.handler_limits WHERE handler = $1`, handler).Scan(&circuit)
+			_ = conn.Close(context.Background())
+			if err == nil && circuit == "open" {
+				return nil
+			}
+			last = fmt.Sprintf("circuit %q (%v)", circuit, err)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s's circuit did not open within %s: %s", handler, within, last)
+		case <-time.After(100 * time.Millisecond): // polling the database, as an operator's query would
+		}
+	}
 }
 
 // checkEntityOrder fails when the first call for an entity's event comes
@@ -553,10 +602,13 @@ func runChaos(t *testing.T, run chaosRun) chaosReport {
 	t.Helper()
 	ctx := context.Background()
 	const ghSecret = "chaos-github-secret"
-	const fwdSecret = "chaos-forward-secret-0123"
+	const fwdSecret = chaosForwardSecret
 	rep := chaosReport{scenario: run.scenario}
 
-	target, targetURL := newCountingTarget(t, fwdSecret)
+	target, targetURL := run.target, run.targetURL
+	if target == nil {
+		target, targetURL = newCountingTarget(t, fwdSecret)
+	}
 	ingressAddrs := []string{freeAddr(t), freeAddr(t)}
 	storage := ""
 	if run.natsStorage != "" {

@@ -82,12 +82,22 @@ consumer:
 }
 
 // countingTarget answers 204 and counts deliveries per idempotency key; it
-// also keeps each URL path's calls in the order they arrived.
+// also keeps each URL path's calls in the order they arrived, and answers
+// 500 on the paths set failing.
 type countingTarget struct {
-	mu    sync.Mutex
-	keys  map[string]int
-	bad   int
-	calls map[string][]targetCall
+	mu      sync.Mutex
+	keys    map[string]int
+	bad     int
+	calls   map[string][]targetCall
+	failing map[string]bool
+	failed  int
+}
+
+// setFailing makes the target answer 500 on path, or stop doing so.
+func (c *countingTarget) setFailing(path string, fail bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failing[path] = fail
 }
 
 // targetCall is one forwarded request: its job and the event's body.
@@ -97,7 +107,7 @@ type targetCall struct {
 }
 
 func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
-	ct := &countingTarget{keys: map[string]int{}, calls: map[string][]targetCall{}}
+	ct := &countingTarget{keys: map[string]int{}, calls: map[string][]targetCall{}, failing: map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		ct.mu.Lock()
@@ -106,7 +116,15 @@ func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
 		}
 		ct.keys[r.Header.Get(httpforward.HeaderIdempotencyKey)]++
 		ct.calls[r.URL.Path] = append(ct.calls[r.URL.Path], targetCall{r.Header.Get(httpforward.HeaderJobID), body})
+		fail := ct.failing[r.URL.Path]
+		if fail {
+			ct.failed++
+		}
 		ct.mu.Unlock()
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
