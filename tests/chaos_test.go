@@ -105,6 +105,12 @@ type chaosRun struct {
 	target *countingTarget
 	// targetURL is target's URL.
 	targetURL string
+	// replay, when set, is an operator's inlet replay command (its
+	// arguments after "replay"), run every replayEvery while webhooks are
+	// sent; a run that fails (the database down) is logged and retried at
+	// the next turn.
+	replay      []string
+	replayEvery time.Duration
 }
 
 // chaosForwardSecret signs the handlers' calls to the target.
@@ -476,6 +482,67 @@ func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 		}})
 }
 
+// An operator replays every job of the last 5 s to the handler every 2 s
+// while the first run's faults go on (services SIGKILLed throughout,
+// Postgres crashed, stopped and frozen, NATS crashed). A replay resets a
+// job's attempt count and lease; an outcome of the attempt before it (a
+// consumer killed, or cut off from Postgres, while its handler ran) must
+// never mark the replayed job done (guarantee 2). So every job ends
+// completed, none is stuck, and each replayed job's handler was called
+// after its last replay.
+func TestChaosReplaysDuringFaults(t *testing.T) {
+	needChaos(t)
+	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
+	nats := natstest.Start(t)
+	target, targetURL := newCountingTarget(t, chaosForwardSecret)
+	runChaos(t, chaosRun{scenario: "replays during faults", dbURL: cluster.URL("postgres"),
+		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: firstRunFaults(cluster, nats), killServices: true,
+		total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250),
+		target: target, targetURL: targetURL,
+		replay: []string{"--handler", "effect", "--since", "5s", "--max-jobs", "1000000"}, replayEvery: 2 * time.Second,
+		check: func(t *testing.T, conn *pgx.Conn, target *countingTarget) {
+			rows, err := conn.Query(context.Background(), `SELECT job_id, max(started_at)
+				FROM webhook_ingress.job_attempts WHERE outcome = 'replayed' GROUP BY job_id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lastReplay := map[string]time.Time{}
+			for rows.Next() {
+				var id int64
+				var at time.Time
+				if err := rows.Scan(&id, &at); err != nil {
+					t.Fatal(err)
+				}
+				lastReplay[strconv.FormatInt(id, 10)] = at
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			target.mu.Lock()
+			lastCall := map[string]time.Time{}
+			for _, c := range target.calls["/"] {
+				if c.at.After(lastCall[c.job]) {
+					lastCall[c.job] = c.at
+				}
+			}
+			target.mu.Unlock()
+			missed := 0
+			for job, at := range lastReplay {
+				if !lastCall[job].After(at) {
+					missed++
+					if missed <= 5 {
+						t.Errorf("job %s replayed at %s, last called at %s: an outcome from before the replay marked it done",
+							job, at.Format(time.RFC3339Nano), lastCall[job].Format(time.RFC3339Nano))
+					}
+				}
+			}
+			if len(lastReplay) == 0 {
+				t.Error("no job was replayed: the run did not test replays")
+			}
+			t.Logf("replayed jobs %d; called after their last replay: %d; not: %d", len(lastReplay), len(lastReplay)-missed, missed)
+		}})
+}
+
 // waitCircuitOpen waits until handler's circuit breaker is open.
 func waitCircuitOpen(dbURL, handler string, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -797,8 +864,42 @@ consumer:
 			}
 		}
 	}()
+	// The operator: replays while the faults go on.
+	var replays, replaysFailed atomic.Int64
+	operatorDone := make(chan struct{})
+	go func() {
+		defer close(operatorDone)
+		if run.replay == nil {
+			return
+		}
+		for !chaosOver() {
+			time.Sleep(run.replayEvery) // the operator's pace, not a wait for anything
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			cmd := exec.CommandContext(ctx, inletBin, append([]string{"replay"}, run.replay...)...)
+			cmd.Env, cmd.Dir = env, t.TempDir()
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if err != nil {
+				replaysFailed.Add(1)
+				// The database down or frozen fails a replay; a deadlock
+				// (its locks against the pipeline's) or a usage error
+				// must not.
+				if bytes.Contains(out, []byte("40P01")) || cmd.ProcessState.ExitCode() == 2 {
+					t.Errorf("inlet replay failed while the database was up: %v: %s", err, bytes.TrimSpace(out))
+				} else {
+					t.Logf("chaos: inlet replay failed (retried at the next turn): %v: %s", err, bytes.TrimSpace(out))
+				}
+				continue
+			}
+			replays.Add(1)
+		}
+	}()
 	senders.Wait()
 	<-chaosDone
+	<-operatorDone
+	if run.replay != nil {
+		t.Logf("operator: %d replays, %d failed", replays.Load(), replaysFailed.Load())
+	}
 	total := int(sent.Load())
 	perEvent := 1 + len(run.handlers)
 	rep.faults = faultsDone

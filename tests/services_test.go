@@ -100,10 +100,12 @@ func (c *countingTarget) setFailing(path string, fail bool) {
 	c.failing[path] = fail
 }
 
-// targetCall is one forwarded request: its job and the event's body.
+// targetCall is one forwarded request: its job, the event's body and when
+// it arrived.
 type targetCall struct {
 	job  string
 	body []byte
+	at   time.Time
 }
 
 func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
@@ -115,7 +117,7 @@ func newCountingTarget(t *testing.T, secret string) (*countingTarget, string) {
 			ct.bad++
 		}
 		ct.keys[r.Header.Get(httpforward.HeaderIdempotencyKey)]++
-		ct.calls[r.URL.Path] = append(ct.calls[r.URL.Path], targetCall{r.Header.Get(httpforward.HeaderJobID), body})
+		ct.calls[r.URL.Path] = append(ct.calls[r.URL.Path], targetCall{r.Header.Get(httpforward.HeaderJobID), body, time.Now()})
 		fail := ct.failing[r.URL.Path]
 		if fail {
 			ct.failed++

@@ -278,12 +278,19 @@ SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM 
 -- own sequence), so the history keeps it and the reporter, which may have
 -- sent it already from the job row, never sees it under a new id. The
 -- archive's id is below the replay marker's, drawn after it.
+--
+-- The jobs are locked in id order, as a consumer's batched completion locks
+-- its jobs (consumers sorts each batch): in the order a scan of the
+-- partitions reaches them, a replay could hold one job while waiting for a
+-- completion that waits for it, and one of them failed with "deadlock
+-- detected" (TestReplayLocksJobsInIDOrder).
 WITH target AS (
     SELECT id, attempt_count, completed_attempt_id, worker_id, attempted_at, completed_at, updated_at
     FROM webhook_ingress.jobs
     WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
       AND status <> 'leased'
       AND (NOT sqlc.arg(dead_letters_only)::boolean OR status = 'dead_letter')
+    ORDER BY id
     FOR UPDATE
 ), requeued AS (
     UPDATE webhook_ingress.jobs j

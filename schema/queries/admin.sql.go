@@ -960,6 +960,7 @@ WITH target AS (
     WHERE id = ANY($1::bigint[])
       AND status <> 'leased'
       AND (NOT $2::boolean OR status = 'dead_letter')
+    ORDER BY id
     FOR UPDATE
 ), requeued AS (
     UPDATE webhook_ingress.jobs j
@@ -1013,6 +1014,12 @@ type AdminRequeueJobsParams struct {
 // own sequence), so the history keeps it and the reporter, which may have
 // sent it already from the job row, never sees it under a new id. The
 // archive's id is below the replay marker's, drawn after it.
+//
+// The jobs are locked in id order, as a consumer's batched completion locks
+// its jobs (consumers sorts each batch): in the order a scan of the
+// partitions reaches them, a replay could hold one job while waiting for a
+// completion that waits for it, and one of them failed with "deadlock
+// detected" (TestReplayLocksJobsInIDOrder).
 func (q *Queries) AdminRequeueJobs(ctx context.Context, arg AdminRequeueJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, AdminRequeueJobs, arg.JobIds, arg.DeadLettersOnly)
 	if err != nil {
