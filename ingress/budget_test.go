@@ -43,8 +43,12 @@ func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 	ctx := context.Background()
 	const body, budget = 40 << 10, 64 << 10 // room for one body, not two
 	// B waits for A's room within it, however slow A's insert on a loaded
-	// machine (at 2s, B was once refused as overloaded and the test hung).
-	const storeTimeout = 4 * time.Second
+	// machine: at 2s, B was once refused as overloaded and the test hung;
+	// at 4s, once again in a fresh-clone CI run, while that machine's
+	// PostgreSQL took seconds to answer (other packages' tests had its
+	// reads of filtered subscriptions time out at the same moment). D then
+	// waits this long to be refused.
+	const storeTimeout = 10 * time.Second
 	var store *gatedStore
 	tb := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
 		c.Section.MaxBodyBytes, c.Section.MaxInflightBytes = budget, budget
