@@ -248,7 +248,7 @@ log:
 	fmt.Printf("\ningress answers: %v (count: webhooks acknowledged; streamer and consumer: jobs completed)\n", statuses)
 	for _, s := range m.Services {
 		for msg, first := range s.Logged {
-			fmt.Printf("%s logged %s (first: %s)\n", s.Service, msg, first)
+			fmt.Printf("%s logged %s%s\n", s.Service, msg, firstError(first))
 		}
 	}
 
@@ -625,6 +625,15 @@ func printBurst(r *Burst) {
 	fmt.Printf("  peak RSS %.1f MiB (VmHWM), max sampled RSS %.1f MiB; %d acknowledged, %d stored; answers %v\n",
 		r.PeakRSSMiB, r.SampledRSSMiB, r.Acked, r.Stored, r.Statuses)
 	for msg, first := range r.Logged {
-		fmt.Printf("  ingress logged %s (first: %s)\n", msg, first)
+		fmt.Printf("  ingress logged %s%s\n", msg, firstError(first))
 	}
+}
+
+// firstError is how a logged line's first error is printed after it:
+// nothing when the line had no error attribute.
+func firstError(err string) string {
+	if err == "" {
+		return ""
+	}
+	return " (first: " + err + ")"
 }
