@@ -283,7 +283,7 @@ SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM 
 -- its jobs (consumers sorts each batch): in the order a scan of the
 -- partitions reaches them, a replay could hold one job while waiting for a
 -- completion that waits for it, and one of them failed with "deadlock
--- detected" (TestReplayLocksJobsInIDOrder).
+-- detected" (TestMultiJobStatementsLockInIDOrder).
 WITH target AS (
     SELECT id, attempt_count, completed_attempt_id, worker_id, attempted_at, completed_at, updated_at
     FROM webhook_ingress.jobs

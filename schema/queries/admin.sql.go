@@ -1019,7 +1019,7 @@ type AdminRequeueJobsParams struct {
 // its jobs (consumers sorts each batch): in the order a scan of the
 // partitions reaches them, a replay could hold one job while waiting for a
 // completion that waits for it, and one of them failed with "deadlock
-// detected" (TestReplayLocksJobsInIDOrder).
+// detected" (TestMultiJobStatementsLockInIDOrder).
 func (q *Queries) AdminRequeueJobs(ctx context.Context, arg AdminRequeueJobsParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, AdminRequeueJobs, arg.JobIds, arg.DeadLettersOnly)
 	if err != nil {

@@ -62,6 +62,19 @@ HAVING max(alive_until) < now();
 -- Give back leases whose references could not be published: pending again at
 -- once, and the attempt does not count. If a reference went out before the
 -- publish failed, its consumer's outcome is fenced out by the next lease.
+--
+-- The jobs are locked in id order first, as a consumer's batched completion
+-- locks its jobs: in the order a scan of the partitions reaches them, this
+-- could hold one job while waiting for a completion (of a reference that went
+-- out) that waits for it (TestMultiJobStatementsLockInIDOrder).
+WITH target AS (
+    SELECT id FROM webhook_ingress.jobs
+    WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
+      AND status = 'leased'
+      AND lease_holder_id = sqlc.arg(lease_holder)::text
+    ORDER BY id
+    FOR UPDATE
+)
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',
     attempt_count    = attempt_count - 1,
@@ -69,7 +82,7 @@ SET status           = 'pending',
     lease_expires_at = NULL,
     next_attempt_at  = now(),
     updated_at       = now()
-WHERE id = ANY(sqlc.arg(job_ids)::bigint[])
+WHERE id = ANY(ARRAY(SELECT id FROM target))
   AND status = 'leased'
   AND lease_holder_id = sqlc.arg(lease_holder)::text;
 

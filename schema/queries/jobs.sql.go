@@ -529,6 +529,14 @@ func (q *Queries) ReapExpiredLeases(ctx context.Context, batchSize int64) ([]Rea
 }
 
 const ReleaseJobs = `-- name: ReleaseJobs :exec
+WITH target AS (
+    SELECT id FROM webhook_ingress.jobs
+    WHERE id = ANY($2::bigint[])
+      AND status = 'leased'
+      AND lease_holder_id = $1::text
+    ORDER BY id
+    FOR UPDATE
+)
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',
     attempt_count    = attempt_count - 1,
@@ -536,20 +544,25 @@ SET status           = 'pending',
     lease_expires_at = NULL,
     next_attempt_at  = now(),
     updated_at       = now()
-WHERE id = ANY($1::bigint[])
+WHERE id = ANY(ARRAY(SELECT id FROM target))
   AND status = 'leased'
-  AND lease_holder_id = $2::text
+  AND lease_holder_id = $1::text
 `
 
 type ReleaseJobsParams struct {
-	JobIds      []int64
 	LeaseHolder string
+	JobIds      []int64
 }
 
 // Give back leases whose references could not be published: pending again at
 // once, and the attempt does not count. If a reference went out before the
 // publish failed, its consumer's outcome is fenced out by the next lease.
+//
+// The jobs are locked in id order first, as a consumer's batched completion
+// locks its jobs: in the order a scan of the partitions reaches them, this
+// could hold one job while waiting for a completion (of a reference that went
+// out) that waits for it (TestMultiJobStatementsLockInIDOrder).
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error {
-	_, err := q.db.Exec(ctx, ReleaseJobs, arg.JobIds, arg.LeaseHolder)
+	_, err := q.db.Exec(ctx, ReleaseJobs, arg.LeaseHolder, arg.JobIds)
 	return err
 }
