@@ -190,6 +190,33 @@ func ParseFor(b []byte, lookup func(string) (string, bool), service config.Servi
 //go:embed dev.yaml
 var devYAML []byte
 
+// PublicSecretSources names the sources of c that accept a secret of the
+// embedded development defaults (dev.yaml, whatever the environment says).
+// Those secrets are published with Inlet: anyone can sign a webhook that
+// verifies with them.
+func PublicSecretSources(c Config) []string {
+	dev, err := Parse(devYAML, func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil
+	}
+	public := map[string]bool{}
+	for _, s := range dev.Sources {
+		for _, secret := range s.Secrets {
+			public[secret] = true
+		}
+	}
+	var names []string
+	for _, s := range c.Sources {
+		for _, secret := range s.Secrets {
+			if public[secret] {
+				names = append(names, s.Name)
+				break
+			}
+		}
+	}
+	return names
+}
+
 // Dev is the embedded configuration of `inlet dev` when no file is given: three
 // demo sources with development secrets (overridable by the same environment
 // variables a real file would use).

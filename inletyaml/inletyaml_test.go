@@ -3,6 +3,7 @@ package inletyaml
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,34 @@ func TestDevConfig(t *testing.T) {
 	}
 	if _, ok := c.Source("stripe"); !ok || len(c.Sources) != 3 {
 		t.Fatalf("dev sources = %+v", c.Sources)
+	}
+}
+
+// The embedded defaults' secrets are public: a source using one is named,
+// whatever its name, and one with a secret of its own is not.
+func TestPublicSecretSources(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+database_url: postgres://x/y
+sources:
+  - {name: stripe, type: stripe, secrets: ["whsec_mine"]}
+  - {name: gh, type: github, secrets: ["mine", "inlet-dev-github-secret"]}
+  - {name: acme, type: standard-webhooks, secrets: ["whsec_aW5sZXQtZGV2LXN0YW5kYXJkLXdlYmhvb2tzLWtleSE="]}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := PublicSecretSources(c); !slices.Equal(got, []string{"gh", "acme"}) {
+		t.Errorf("PublicSecretSources = %q, want [gh acme]", got)
+	}
+	// The embedded defaults themselves, with one secret set from the
+	// environment.
+	dev, err := Parse(devYAML, env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_mine"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := PublicSecretSources(dev); !slices.Equal(got, []string{"github", "acme"}) {
+		t.Errorf("PublicSecretSources(dev) = %q, want [github acme]", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -179,5 +180,49 @@ func TestDevListenerFlags(t *testing.T) {
 	}
 	if err := applyDevListeners(&c, 70000, "", "", ""); err == nil {
 		t.Error("--port-base 70000 was accepted")
+	}
+}
+
+// Ingress warns when a source verifies with a public development secret and
+// the listener reaches beyond this machine, and only then.
+func TestWarnPublicSecrets(t *testing.T) {
+	for _, c := range []struct {
+		listen, githubSecret string
+		warn                 bool
+	}{
+		{":8080", "", true},
+		{"0.0.0.0:8080", "", true},
+		{"192.0.2.1:8080", "", true},
+		{"127.0.0.1:8080", "", false},
+		{"localhost:8080", "", false},
+		{"[::1]:8080", "", false},
+		{":8080", "whsec_mine", true}, // acme and stripe still use theirs
+	} {
+		t.Run(c.listen+" "+c.githubSecret, func(t *testing.T) {
+			t.Setenv("GITHUB_WEBHOOK_SECRET", c.githubSecret)
+			cfg := mustDev(t)
+			cfg.Ingress.Listen = c.listen
+			var out bytes.Buffer
+			warnPublicSecrets(cfg, slog.New(slog.NewTextHandler(&out, nil)))
+			got := out.String()
+			if warned := strings.Contains(got, "level=WARN") && strings.Contains(got, "public development secrets"); warned != c.warn {
+				t.Fatalf("warned %v, want %v: %q", warned, c.warn, got)
+			}
+			if c.warn && (!strings.Contains(got, "addr="+c.listen) || !strings.Contains(got, "acme")) {
+				t.Errorf("the warning names neither the address nor the sources: %q", got)
+			}
+			if c.githubSecret != "" && strings.Contains(got, "github") {
+				t.Errorf("github has a secret of its own, yet is named: %q", got)
+			}
+		})
+	}
+	// Secrets of one's own everywhere: nothing to warn about.
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "mine")
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_mine")
+	t.Setenv("ACME_WEBHOOK_SECRET", "whsec_bWluZQ==")
+	var out bytes.Buffer
+	warnPublicSecrets(mustDev(t), slog.New(slog.NewTextHandler(&out, nil)))
+	if out.Len() != 0 {
+		t.Errorf("warned with every secret one's own: %q", out.String())
 	}
 }

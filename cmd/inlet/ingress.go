@@ -96,7 +96,22 @@ func startIngress(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool,
 	if err := srv.Start(ctx); err != nil {
 		return nil, err
 	}
+	warnPublicSecrets(cfg, log)
 	return srv, nil
+}
+
+// warnPublicSecrets warns when sources verify with the embedded defaults'
+// development secrets, which are public, while ingress listens beyond this
+// machine: any host that reaches it can then send webhooks that verify.
+func warnPublicSecrets(cfg inletyaml.Config, log *slog.Logger) {
+	names := inletyaml.PublicSecretSources(cfg)
+	if len(names) == 0 || loopback(cfg.Ingress.Listen) {
+		return
+	}
+	log.Warn("sources verify with Inlet's public development secrets while ingress listens beyond this machine: "+
+		"any host that reaches it can send webhooks that verify; give these sources secrets of your own, "+
+		"or listen on loopback (inlet dev --listen 127.0.0.1:8080)",
+		slog.String("addr", cfg.Ingress.Listen), slog.Any("sources", names))
 }
 
 func stopIngress(srv *ingress.Server, drain time.Duration, log *slog.Logger) error {
