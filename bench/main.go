@@ -121,16 +121,20 @@ type bench struct {
 type section struct {
 	name string
 	run  func(ctx context.Context, b *bench) (any, error)
+	// optIn leaves the section out of -only's default: it runs only when
+	// named.
+	optIn bool
 }
 
 var sections = []section{
-	{"ingest", runIngest},
-	{"e2e", runEndToEnd},
-	{"scale", runScale},
-	{"jobs", runJobs},
-	{"memory", runMemory},
-	{"sustained", runSustained},
-	{"payload", runPayload},
+	{name: "ingest", run: runIngest},
+	{name: "e2e", run: runEndToEnd},
+	{name: "scale", run: runScale},
+	{name: "jobs", run: runJobs},
+	{name: "memory", run: runMemory},
+	{name: "sustained", run: runSustained},
+	{name: "payload", run: runPayload},
+	{name: "soak", run: runSoak, optIn: true},
 }
 
 // e2eWakes are the e2e section's wake sources, all three unless narrowed
@@ -147,9 +151,11 @@ func main() {
 	rate := flag.Int("e2e-rate", 1000, "offered webhooks per second of the end-to-end measurement")
 	var names []string
 	for _, s := range sections {
-		names = append(names, s.name)
+		if !s.optIn {
+			names = append(names, s.name)
+		}
 	}
-	only := flag.String("only", strings.Join(names, ","), "the measurements to run, comma-separated")
+	only := flag.String("only", strings.Join(names, ","), "the measurements to run, comma-separated (soak runs only when named: -only soak)")
 	flag.Func("pg-setting", "a PostgreSQL setting for the run's cluster, name=value (repeatable), e.g. autovacuum_naptime=10s", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
 		if !ok || name == "" {

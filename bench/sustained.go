@@ -142,6 +142,9 @@ func (c configuration) String() string { return fmt.Sprintf("%s ×%d", c.system,
 type started struct {
 	url  string
 	stop func()
+	// pid is the process's when the configuration is one process (inlet
+	// dev), else 0.
+	pid int
 }
 
 // sustainedRun is the state of one sustained section.

@@ -100,7 +100,7 @@ func (s *sustainedRun) startDev(ctx context.Context, url string) (started, error
 		svc.stop()
 		return started{}, err
 	}
-	return started{url: "http://" + addrs[0] + "/webhooks/stripe", stop: svc.stop}, nil
+	return started{url: "http://" + addrs[0] + "/webhooks/stripe", stop: svc.stop, pid: p.cmd.Process.Pid}, nil
 }
 
 // startServices runs inlet ingress, streamer and consumer as processes over
