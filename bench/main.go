@@ -44,6 +44,13 @@
 // its own process over NATS, while 256 connections post 1 MiB Stripe-signed
 // bodies to ingress for -duration and until the consumer has run them all.
 //
+// Soak (only when named: -only soak): `inlet dev` on its embedded defaults
+// offered -soak-rate webhooks/s (default 500) for -soak-duration (default
+// 20m), sampled every -soak-every: its resident set and threads, the
+// database's sessions, the backlog, dead tuples in jobs, the tables' sizes
+// and the p99 from arrival to completion. Printed: each sample, and the last
+// third's mean ÷ the first third's for the resident set, threads and sessions.
+//
 // Each measurement is a section (-only picks some); its figures are saved
 // under its name in the JSON. The e2e, jobs and sustained measurements also
 // print what the database did per delivered job (statements from
