@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"strings"
 
 	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/config"
@@ -30,7 +31,11 @@ exits 1.
 
 Every ${VAR} and ${file:PATH} must resolve, as for inlet dev; in CI, where
 the secrets are not set, --allow-unset lets them be missing and skips only
-the checks of the values that name them.`)
+the checks of the values that name them.
+
+A file whose sources accept a secret of the embedded defaults (public, in
+Inlet's repository) while ingress.listen is not a loopback address passes,
+with a warning on stderr.`)
 	cfgPath := configFlag(fs)
 	allowUnset := fs.Bool("allow-unset", false, "let ${VAR}s and ${file:...} secrets be missing; skip the checks that need their values")
 	if err := parseFlags(fs, args); err != nil {
@@ -43,7 +48,7 @@ the checks of the values that name them.`)
 	if *allowUnset {
 		service = config.NoSection
 	}
-	_, err := inletyaml.LoadFor(*cfgPath, service)
+	cfg, err := inletyaml.LoadFor(*cfgPath, service)
 	if ps, ok := errors.AsType[*config.Problems](err); ok {
 		fmt.Fprintln(env.stdout, ps.Error())
 		n := "1 problem"
@@ -59,5 +64,12 @@ the checks of the values that name them.`)
 		return err
 	}
 	fmt.Fprintf(env.stdout, "%s: ok\n", *cfgPath)
+	// Not a problem of the file (a development setup may mean it), but
+	// worth a line: public secrets reachable from other hosts.
+	if names := inletyaml.PublicSecretSources(cfg); len(names) > 0 && !loopback(cfg.Ingress.Listen) {
+		fmt.Fprintf(env.stderr, "%s: warning: sources %s accept the embedded defaults' public development secrets, and ingress.listen %q "+
+			"reaches beyond this machine: any host that reaches it can send webhooks that verify\n",
+			*cfgPath, strings.Join(names, ", "), cfg.Ingress.Listen)
+	}
 	return nil
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -224,5 +227,39 @@ func TestWarnPublicSecrets(t *testing.T) {
 	warnPublicSecrets(mustDev(t), slog.New(slog.NewTextHandler(&out, nil)))
 	if out.Len() != 0 {
 		t.Errorf("warned with every secret one's own: %q", out.String())
+	}
+}
+
+// inlet config check passes a file whose sources use the public development
+// secrets, with a warning when ingress listens beyond loopback.
+func TestConfigCheckWarnsOfPublicSecrets(t *testing.T) {
+	dir := t.TempDir()
+	check := func(listen string) (string, string) {
+		t.Helper()
+		path := filepath.Join(dir, "inlet.yaml")
+		if err := os.WriteFile(path, []byte(`database_url: postgres://127.0.0.1:1/x
+ingress:
+  listen: "`+listen+`"
+sources:
+  - {name: mine, type: github, secrets: ["not-public"]}
+  - {name: demo, type: github, secrets: ["inlet-dev-github-secret"]}
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if err := runConfigCheck(context.Background(), &environment{stdout: &out, stderr: &errOut}, []string{"--config", path}); err != nil {
+			t.Fatalf("config check with ingress.listen %q: %v\n%s", listen, err, out.String())
+		}
+		if out.String() != path+": ok\n" {
+			t.Errorf("stdout %q", out.String())
+		}
+		return path, errOut.String()
+	}
+	path, warning := check(":8080")
+	if want := path + `: warning: sources demo accept the embedded defaults' public development secrets, and ingress.listen ":8080" reaches beyond this machine`; !strings.HasPrefix(warning, want) {
+		t.Errorf("stderr %q, want it to start with %q", warning, want)
+	}
+	if _, warning := check("127.0.0.1:8080"); warning != "" {
+		t.Errorf("loopback listener, stderr %q", warning)
 	}
 }
