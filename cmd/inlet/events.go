@@ -190,13 +190,34 @@ func printEvent(w io.Writer, e admin.EventDetail) error {
 	return nil
 }
 
+// deliveryLag says how long after the provider's time the event arrived:
+// to the second, or to the millisecond under a second (a provider's time in
+// whole seconds is often less than one before the arrival, which rounding
+// to the second would call "1s later"); a provider's time after the
+// arrival is its clock running ahead.
+func deliveryLag(d time.Duration) string {
+	switch {
+	case d < 0:
+		return fmt.Sprintf("received %s before it: the provider's clock runs ahead", lagRound(-d))
+	default:
+		return fmt.Sprintf("received %s later", lagRound(d))
+	}
+}
+
+func lagRound(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
 func printMeta(tw io.Writer, e admin.EventMeta) {
 	fmt.Fprintf(tw, "  source:\t%s (scheme %s)\n", cell(e.Provider), cell(e.Scheme))
 	fmt.Fprintf(tw, "  external id:\t%s\n", cell(e.ExternalEventID))
 	fmt.Fprintf(tw, "  type:\t%s\n", cell(e.EventType))
 	fmt.Fprintf(tw, "  received at:\t%s\n", stamp(e.ReceivedAt))
 	if e.OccurredAt != nil {
-		fmt.Fprintf(tw, "  occurred at:\t%s (provider's time; received %s later)\n", stamp(*e.OccurredAt), e.ReceivedAt.Sub(*e.OccurredAt).Round(time.Second))
+		fmt.Fprintf(tw, "  occurred at:\t%s (provider's time; %s)\n", stamp(*e.OccurredAt), deliveryLag(e.ReceivedAt.Sub(*e.OccurredAt)))
 	} else {
 		fmt.Fprintf(tw, "  occurred at:\t- (the provider gives no event time)\n")
 	}
