@@ -66,7 +66,7 @@ with a warning on stderr.`)
 	fmt.Fprintf(env.stdout, "%s: ok\n", *cfgPath)
 	// Not a problem of the file (a development setup may mean it), but
 	// worth a line: public secrets reachable from other hosts.
-	if names := inletyaml.PublicSecretSources(cfg); len(names) > 0 && !loopback(cfg.Ingress.Listen) {
+	if names := reachablePublicSecrets(cfg); len(names) > 0 {
 		fmt.Fprintf(env.stderr, "%s: warning: sources %s accept the embedded defaults' public development secrets, and ingress.listen %q "+
 			"reaches beyond this machine: any host that reaches it can send webhooks that verify\n",
 			*cfgPath, strings.Join(names, ", "), cfg.Ingress.Listen)

@@ -100,12 +100,20 @@ func startIngress(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool,
 	return srv, nil
 }
 
-// warnPublicSecrets warns when sources verify with the embedded defaults'
-// development secrets, which are public, while ingress listens beyond this
-// machine: any host that reaches it can then send webhooks that verify.
+// reachablePublicSecrets names the sources that accept a secret of the
+// embedded defaults (public) when ingress listens beyond this machine, so
+// any host that reaches it can send webhooks that verify; nil otherwise.
+func reachablePublicSecrets(cfg inletyaml.Config) []string {
+	if loopback(cfg.Ingress.Listen) {
+		return nil
+	}
+	return inletyaml.PublicSecretSources(cfg)
+}
+
+// warnPublicSecrets logs reachablePublicSecrets' sources, if any.
 func warnPublicSecrets(cfg inletyaml.Config, log *slog.Logger) {
-	names := inletyaml.PublicSecretSources(cfg)
-	if len(names) == 0 || loopback(cfg.Ingress.Listen) {
+	names := reachablePublicSecrets(cfg)
+	if len(names) == 0 {
 		return
 	}
 	log.Warn("sources verify with Inlet's public development secrets while ingress listens beyond this machine: "+
