@@ -30,10 +30,9 @@ const soakDatabase = "inlet_bench_soak"
 // SoakSample is one sample of the soak section.
 type SoakSample struct {
 	AtSeconds float64 `json:"at_seconds"`
-	// Acked is the webhooks answered 200 so far, Failed the other answers
-	// and failed requests.
-	Acked  int64 `json:"acked"`
-	Failed int64 `json:"failed"`
+	// Acked is the webhooks answered 200 so far (the failed ones are only
+	// known at the end: SoakResult.Failed).
+	Acked int64 `json:"acked"`
 	// Pending and Leased are the backlog; Completed the jobs done.
 	Pending   int64 `json:"pending"`
 	Leased    int64 `json:"leased"`
@@ -59,6 +58,11 @@ type SoakResult struct {
 	Seconds  float64           `json:"seconds"`
 	Settings map[string]string `json:"settings"`
 	Samples  []SoakSample      `json:"samples"`
+	// Sent, Acked and Failed are the whole offer's: requests, 200s, and
+	// other answers and failed requests.
+	Sent   int64 `json:"sent"`
+	Acked  int64 `json:"acked"`
+	Failed int64 `json:"failed"`
 	// Drained says every acknowledged webhook's job completed after the
 	// offer stopped (within a minute).
 	Drained bool `json:"drained"`
@@ -108,24 +112,24 @@ func runSoak(ctx context.Context, b *bench) (any, error) {
 			onAck: func(string, time.Time) { acked.Add(1) }})
 	}()
 	// Fixed widths: each row is printed when it is sampled.
-	const row = "%6s %9s %7s %8s %7s %10s %12s %9s %8s %8s %9s %11s %13s %16s\n"
-	fmt.Printf(row, "S", "ACKED", "FAILED", "PENDING", "LEASED", "COMPLETED", "DEAD TUPLES", "SESSIONS", "RSS MIB", "THREADS",
+	const row = "%6s %9s %8s %7s %10s %12s %9s %8s %8s %9s %11s %13s %16s\n"
+	fmt.Printf(row, "S", "ACKED", "PENDING", "LEASED", "COMPLETED", "DEAD TUPLES", "SESSIONS", "RSS MIB", "THREADS",
 		"JOBS MIB", "EVENTS MIB", "ATTEMPTS MIB", "COMPLETE P99 MS")
 	num := func(v int64) string { return strconv.FormatInt(v, 10) }
 	last := time.Now()
-	take := func(failed int64) error {
+	take := func() error {
 		sm, err := soakSample(ctx, conn, dev.pid, last)
 		if err != nil {
 			return err
 		}
 		last = time.Now()
-		sm.AtSeconds, sm.Acked, sm.Failed = time.Since(start).Seconds(), acked.Load(), failed
+		sm.AtSeconds, sm.Acked = time.Since(start).Seconds(), acked.Load()
 		res.Samples = append(res.Samples, sm)
 		p99 := "-" // nothing completed since the last sample
 		if sm.CompleteP99ms > 0 {
 			p99 = fmt.Sprintf("%.1f", sm.CompleteP99ms)
 		}
-		fmt.Printf(row, fmt.Sprintf("%.0f", sm.AtSeconds), num(sm.Acked), num(sm.Failed), num(sm.Pending), num(sm.Leased), num(sm.Completed),
+		fmt.Printf(row, fmt.Sprintf("%.0f", sm.AtSeconds), num(sm.Acked), num(sm.Pending), num(sm.Leased), num(sm.Completed),
 			num(sm.DeadTuples), num(sm.Sessions), fmt.Sprintf("%.1f", sm.RSSMiB), num(sm.Threads), fmt.Sprintf("%.0f", sm.JobsMiB),
 			fmt.Sprintf("%.0f", sm.EventsMiB), fmt.Sprintf("%.0f", sm.AttemptsMiB), p99)
 		return nil
@@ -139,7 +143,7 @@ wait:
 		case l = <-offered:
 			break wait
 		case <-tick.C:
-			if err := take(0); err != nil {
+			if err := take(); err != nil {
 				return nil, err
 			}
 		}
@@ -159,7 +163,8 @@ wait:
 			break
 		}
 	}
-	if err := take(l.Errors); err != nil {
+	res.Sent, res.Acked, res.Failed = l.Sent, l.Acked, l.Errors
+	if err := take(); err != nil {
 		return nil, err
 	}
 	res.RSSTrend = soakTrend(res.Samples, func(s SoakSample) float64 { return s.RSSMiB })
@@ -169,7 +174,7 @@ wait:
 		res.JobsBytesPerJob = end.JobsMiB * (1 << 20) / float64(end.Completed)
 	}
 	fmt.Printf("\nacknowledged %d of %d sent (%d failed); drained: %v. Last third ÷ first third: RSS %.2f, threads %.2f, sessions %.2f; jobs table %.0f bytes per job.\n",
-		l.Acked, l.Sent, l.Errors, res.Drained, res.RSSTrend, res.ThreadsTrend, res.SessionsTrend, res.JobsBytesPerJob)
+		res.Acked, res.Sent, res.Failed, res.Drained, res.RSSTrend, res.ThreadsTrend, res.SessionsTrend, res.JobsBytesPerJob)
 	return res, nil
 }
 
@@ -180,9 +185,7 @@ func soakSample(ctx context.Context, conn *pgx.Conn, pid int, since time.Time) (
 	var jobs, events, attempts int64
 	var p99 *float64
 	err := conn.QueryRow(ctx, `/* bench-monitor */
-		SELECT (SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'pending'),
-		       (SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased'),
-		       (SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'completed'),
+		SELECT c.pending, c.leased, c.completed,
 		       (SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
 		         WHERE schemaname = 'webhook_ingress' AND relname LIKE 'jobs%'),
 		       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = current_database()),
@@ -190,7 +193,11 @@ func soakSample(ctx context.Context, conn *pgx.Conn, pid int, since time.Time) (
 		       (SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::bigint FROM pg_inherits WHERE inhparent = 'webhook_ingress.events'::regclass),
 		       (SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::bigint FROM pg_inherits WHERE inhparent = 'webhook_ingress.job_attempts'::regclass),
 		       (SELECT extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY j.completed_at - j.event_received_at)) * 1000
-		          FROM webhook_ingress.jobs j WHERE j.status = 'completed' AND j.completed_at >= $1)::float8`, since).
+		          FROM webhook_ingress.jobs j WHERE j.status = 'completed' AND j.completed_at >= $1)::float8
+		FROM (SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+		             count(*) FILTER (WHERE status = 'leased') AS leased,
+		             count(*) FILTER (WHERE status = 'completed') AS completed
+		      FROM webhook_ingress.jobs) c`, since).
 		Scan(&s.Pending, &s.Leased, &s.Completed, &s.DeadTuples, &s.Sessions, &jobs, &events, &attempts, &p99)
 	if err != nil {
 		return s, fmt.Errorf("soak sample: %w", err)
