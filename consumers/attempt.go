@@ -237,7 +237,8 @@ type taken struct {
 var fetchJobsSQL = schema.Query("FetchJobs")
 
 // fetch reads the attempts of refs in one read-only statement (FetchJobs),
-// by job id; a reference whose lease is not current is missing.
+// by job id; a reference whose lease is not current is missing. refs name
+// each job once (readRefs): the rows say which job, not which reference.
 func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, error) {
 	n := len(refs)
 	ids, attempts, handlers, events := make([]int64, n), make([]int32, n), make([]string, n), make([]int64, n)

@@ -153,11 +153,47 @@ func (s *Service) takeBatch(batch []*groupcommit.Request[bus.Ref, taken]) {
 		refs[i] = r.Value
 	}
 	// The readers' contexts all end with the service's work context.
-	got, err := s.fetch(s.workCtx, refs)
-	if err != nil {
-		err = fmt.Errorf("read %d attempts (job ids %d..%d): %w", len(refs), refs[0].JobID, refs[len(refs)-1].JobID, err)
+	got, errs := s.readRefs(s.workCtx, refs)
+	for i, r := range live {
+		r.Answer(got[i], errs[i])
 	}
-	for _, r := range live {
-		r.Answer(got[r.Value.JobID], err)
+}
+
+// readRefs reads refs' attempts: got[i] is refs[i]'s, or errs[i] why it
+// could not be read. FetchJobs answers by job id, so one statement reads
+// each job once: a batch can hold two references to one job (a bus
+// redelivery, or a stale reference beside the current one), and answered
+// by id both would be found, sharing one Event. Repeats go to a statement
+// of their own, where only the reference whose lease is current is found.
+func (s *Service) readRefs(ctx context.Context, refs []bus.Ref) (got []taken, errs []error) {
+	got, errs = make([]taken, len(refs)), make([]error, len(refs))
+	pending := make([]int, len(refs))
+	for i := range refs {
+		pending[i] = i
 	}
+	for len(pending) > 0 {
+		var round, repeats []int
+		seen := make(map[int64]bool, len(pending))
+		for _, i := range pending {
+			if seen[refs[i].JobID] {
+				repeats = append(repeats, i)
+				continue
+			}
+			seen[refs[i].JobID] = true
+			round = append(round, i)
+		}
+		batch := make([]bus.Ref, len(round))
+		for k, i := range round {
+			batch[k] = refs[i]
+		}
+		read, err := s.fetch(ctx, batch)
+		if err != nil {
+			err = fmt.Errorf("read %d attempts (job ids %d..%d): %w", len(batch), batch[0].JobID, batch[len(batch)-1].JobID, err)
+		}
+		for _, i := range round {
+			got[i], errs[i] = read[refs[i].JobID], err
+		}
+		pending = repeats
+	}
+	return got, errs
 }
