@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"sync"
@@ -59,22 +60,41 @@ func newFilters(pool *pgxpool.Pool) *filters {
 		}, []string{"handler", "result"})}
 }
 
+// filterLoadTimeout bounds one read of the filtered subscriptions.
+const filterLoadTimeout = 5 * time.Second
+
 // current returns the filtered subscriptions, reloaded when older than
-// filterRefresh. A failed reload keeps the last copy until the next: the
-// insert that follows fails the same way if Postgres is unreachable.
-func (f *filters) current(ctx context.Context) []filteredSub {
+// filterRefresh. Until one read has succeeded there is no copy to route
+// by: the events_fan_out trigger skips filtered subscriptions, so an event
+// stored then would silently miss their jobs. A failed first read therefore
+// fails with errNotWritten (the insert is answered "not stored" and the
+// provider retries), and the next call reads again. After a success, a
+// failed reload keeps the last copy until the next attempt, a filterRefresh
+// later: the insert that follows fails the same way if Postgres is
+// unreachable.
+//
+// The read runs on its own context (ctx's values, not its cancellation,
+// with filterLoadTimeout): the request that happens to trigger it giving up
+// must not decide the routing of the others.
+func (f *filters) current(ctx context.Context) ([]filteredSub, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if time.Since(f.loaded) < filterRefresh {
-		return f.subs
+	if !f.loaded.IsZero() && time.Since(f.loaded) < filterRefresh {
+		return f.subs, nil
 	}
-	// Reloaded at most once per filterRefresh, also when reading fails.
-	f.loaded = time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), filterLoadTimeout)
+	defer cancel()
 	rows, err := queries.New(f.pool).IngressFilteredSubscriptions(ctx)
 	if err != nil {
+		if f.loaded.IsZero() {
+			return nil, fmt.Errorf("read filtered subscriptions: %w: %w", errNotWritten, err)
+		}
+		// Reloaded at most once per filterRefresh, also when reading fails.
+		f.loaded = time.Now()
 		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
-		return f.subs
+		return f.subs, nil
 	}
+	f.loaded = time.Now()
 	var subs []filteredSub
 	for _, r := range rows {
 		id, handler, provider, etype := r.ID, r.Handler, r.ProviderPattern, r.EventTypePattern
@@ -100,15 +120,16 @@ func (f *filters) current(ctx context.Context) []filteredSub {
 		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
 	}
 	f.subs = subs
-	return subs
+	return subs, nil
 }
 
 // match returns the filtered subscriptions e passes. The body is parsed
-// once, and only when some subscription's patterns match e.
-func (f *filters) match(ctx context.Context, e *Event) []int64 {
-	subs := f.current(ctx)
-	if len(subs) == 0 {
-		return nil
+// once, and only when some subscription's patterns match e. An error (see
+// current) means e must not be stored yet.
+func (f *filters) match(ctx context.Context, e *Event) ([]int64, error) {
+	subs, err := f.current(ctx)
+	if err != nil || len(subs) == 0 {
+		return nil, err
 	}
 	var (
 		ev     filter.Event
@@ -144,7 +165,7 @@ func (f *filters) match(ctx context.Context, e *Event) []int64 {
 			f.evaluations.WithLabelValues(s.handler, "miss").Inc()
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 var fanOutFilteredSQL = schema.Query("FanOutFiltered")

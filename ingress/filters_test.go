@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -150,5 +152,127 @@ func TestSubscriptionFilterRegisteredLaterApplies(t *testing.T) {
 	if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
 		WHERE j.handler = 'late' AND e.external_event_id = 'evt_before'`).Scan(&before); err != nil || before != 0 {
 		t.Fatalf("event stored before the subscription got %d jobs (%v): catch-up is inlet replay's", before, err)
+	}
+}
+
+// The first read of the filtered subscriptions does not depend on the
+// request that triggers it: a first webhook whose sender went away (its
+// context cancelled) must not leave ingress routing the next ones with no
+// filters, in either store.
+func TestSubscriptionFilterFirstReadSurvivesACancelledRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter)
+		VALUES ('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000')`); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	group := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
+	t.Cleanup(group.Close)
+	for name, store := range map[string]ingress.Store{"group": group, "single": ingress.NewPGStore(pool, nil)} {
+		gone, cancel := context.WithCancel(ctx)
+		cancel()
+		if stored, err := store.Insert(gone, charge("evt_gone_"+name, 25000)); err == nil || stored {
+			t.Fatalf("%s: insert with a cancelled context: stored=%v err=%v, want an error", name, stored, err)
+		}
+		id := "evt_next_" + name
+		if stored, err := store.Insert(ctx, charge(id, 25000)); err != nil || !stored {
+			t.Fatalf("%s: insert after it: stored=%v err=%v", name, stored, err)
+		}
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+			WHERE j.handler = 'big' AND e.external_event_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("%s: %s got %d jobs of the filtered subscription big, want 1", name, id, n)
+		}
+	}
+}
+
+// Until ingress has read the filtered subscriptions once, it cannot route
+// an event to them: a webhook that arrives while they cannot be read is
+// answered 503 not stored and nothing is written, rather than stored
+// without their jobs. Once read, a failed reload keeps the last copy.
+func TestSubscriptionFilterUnreadableBeforeFirstReadIsNotStored(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"single", "group"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dbURL := pgtest.NewDatabase(t)
+			b := setupWith(t, dbURL, func(c *ingress.Config) {
+				if kind != "group" {
+					return
+				}
+				pool, err := database.Open(ctx, dbURL, database.Options{Role: schema.IngressRole})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+				g := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
+				t.Cleanup(g.Close)
+				c.Store = g
+			})
+			exec := func(sql string) {
+				t.Helper()
+				if _, err := b.admin.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter)
+				VALUES ('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000')`)
+			const revoke = `REVOKE SELECT ON webhook_ingress.subscriptions FROM webhook_ingress_writer`
+			exec(revoke)
+			send := func(id string) (int, string) {
+				code, answer, _ := do(t, stripeRequest(t, b.url,
+					fmt.Appendf(nil, `{"id":%q,"type":"charge.succeeded","data":{"object":{"amount":25000}}}`, id), time.Now()))
+				return code, answer
+			}
+			bigJobs := func(id string) int {
+				return count(t, b.admin, `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+					WHERE j.handler = 'big' AND e.external_event_id = $1`, id)
+			}
+
+			if code, answer := send("evt_early"); code != http.StatusServiceUnavailable || !strings.Contains(answer, "database_unavailable") {
+				t.Fatalf("filters unreadable before the first read: %d %s, want 503 database_unavailable", code, answer)
+			}
+			if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events`); n != 0 {
+				t.Fatalf("%d events stored while the filters could not be read, want 0", n)
+			}
+
+			exec(`GRANT SELECT (id, handler, provider_pattern, event_type_pattern, filter, enabled)
+				ON webhook_ingress.subscriptions TO webhook_ingress_writer`)
+			if code, answer := send("evt_early"); code != http.StatusOK || !strings.Contains(answer, `"stored"`) {
+				t.Fatalf("the provider's retry once readable: %d %s, want 200 stored", code, answer)
+			}
+			if n := bigJobs("evt_early"); n != 1 {
+				t.Fatalf("evt_early: %d jobs of big, want 1", n)
+			}
+
+			// Read once: a reload that fails (one is due every second) routes
+			// by the last copy.
+			exec(revoke)
+			i := 0
+			testwait.Consistently(t, 2500*time.Millisecond, "events stored with big's job by the last copy", func() (bool, string) {
+				i++
+				id := fmt.Sprintf("evt_later_%d", i)
+				if code, answer := send(id); code != http.StatusOK {
+					return false, fmt.Sprintf("%s: %d %s", id, code, answer)
+				}
+				n := bigJobs(id)
+				return n == 1, fmt.Sprintf("%s: %d jobs of big", id, n)
+			})
+		})
 	}
 }

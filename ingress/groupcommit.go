@@ -117,7 +117,11 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
 	}
-	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: g.single.filters.match(ctx, e)}
+	matches, err := g.single.filters.match(ctx, e)
+	if err != nil {
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), err)
+	}
+	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: matches}
 	p.event.Store(e)
 	stored, err := g.group.Do(ctx, p)
 	switch {

@@ -90,7 +90,10 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	// Filters before the connection: reading the filtered subscriptions
 	// takes one of the pool's own.
-	matches := s.filters.match(ctx, e)
+	matches, err := s.filters.match(ctx, e)
+	if err != nil {
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), err)
+	}
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
