@@ -48,6 +48,9 @@ type Service struct {
 	// breakers are the handlers with a circuit breaker: their outcomes move
 	// handler_limits' failure count and circuit.
 	breakers map[string]bool
+	// txSlots caps the transactional handlers' open transactions (see
+	// txReserve); nil when no handler has a TxFunc.
+	txSlots chan struct{}
 }
 
 // Stats are counters since Start, for metrics, tests and benchmarks.
@@ -106,8 +109,40 @@ func New(cfg Config) (*Service, error) {
 			s.breakers[h.Name] = true
 		}
 	}
+	s.txSlots = txSlots(cfg)
 	s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	return s, nil
+}
+
+// txReserve is how many of the pool's connections transactional handlers
+// leave to the service's own statements: the reads of events, lease
+// extensions and liveness, and the outcomes. Each open handler transaction
+// holds a connection until it commits; with every connection held, another
+// handler's read and the running attempts' own lease extensions would wait
+// for one, so one slow transactional handler delayed every other handler
+// and let its own leases expire (its jobs retried, and dead-lettered, while
+// still running).
+const txReserve = 2
+
+// txSlots returns the semaphore of handler transactions: the pool's size
+// less txReserve, at least one.
+func txSlots(cfg Config) chan struct{} {
+	want := 0
+	for _, h := range cfg.Handlers {
+		if h.TxFunc != nil {
+			want += h.Concurrency
+		}
+	}
+	if want == 0 {
+		return nil
+	}
+	n := max(int(cfg.Pool.Config().MaxConns)-txReserve, 1)
+	if want > n {
+		cfg.Logger.Info("transactional handlers share the pool's connections: the rest of their attempts wait for one",
+			slog.String("component", "consumers"), slog.Int("open_transactions_at_most", n),
+			slog.Int("pool_max_conns", int(cfg.Pool.Config().MaxConns)), slog.Int("transactional_concurrency", want))
+	}
+	return make(chan struct{}, n)
 }
 
 // Start registers the subscriptions (see Register), subscribes to every

@@ -24,6 +24,13 @@ import (
 // attempt runs the handler again. So each event's effects are written
 // exactly once, however often the handler runs.
 //
+// Each open transaction holds one of the pool's connections. The service
+// keeps two of them for its own statements (reading events, extending
+// leases, recording outcomes), so at most the pool's MaxConns less two
+// transactional attempts run at once, whatever the handlers' Concurrency;
+// the others wait for a connection before their Timeout starts. Size the
+// pool for the transactions you want open at once.
+//
 // tx runs as the consumer's database role (webhook_worker, or the team's
 // consumer role): grant it what the handler writes. The handler must not
 // commit or roll back tx itself, and must not use it after returning.
@@ -43,6 +50,16 @@ const ClassTransaction ErrorClass = "transaction"
 // handler's error (or the transaction's, classed [ClassTransaction]) to be
 // recorded as a failed attempt.
 func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error) {
+	// A connection of the pool's share for handler transactions
+	// (txReserve), before the handler's own clock starts: waiting for one
+	// is not the handler's time, and the lease is extended meanwhile.
+	select {
+	case s.txSlots <- struct{}{}:
+		defer func() { <-s.txSlots }()
+	case <-ctx.Done():
+		stopExtending()
+		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
+	}
 	actx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	tx, err := s.cfg.Pool.Begin(actx)

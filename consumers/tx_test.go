@@ -224,3 +224,64 @@ func TestTxHandlerNeedsExactlyOneFunc(t *testing.T) {
 		}
 	}
 }
+
+// Transactional handlers hold a connection each while they run, and leave
+// txReserve of the pool to the service's own statements: while every
+// transaction allowed is open and waiting, another handler's attempts are
+// read and run, and the transactional attempts' leases are extended. Before
+// the cap, sixteen slow transactions took all eight connections and no other
+// handler ran until they ended.
+func TestSlowTxHandlersLeaveConnectionsToOtherHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var open, most atomic.Int64
+	slow := consumers.Handler{Name: "slowtx", EventType: "slow", Concurrency: 16, Timeout: 2 * wait, MaxAttempts: 1, Backoff: noBackoff,
+		TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
+			n := open.Add(1)
+			defer open.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
+	var once atomic.Bool
+	fast := consumers.Handler{Name: "fast", EventType: "fast", MaxAttempts: 1, Func: func(context.Context, *consumers.Event) error {
+		if once.CompareAndSwap(false, true) {
+			close(release)
+		}
+		return nil
+	}}
+	cfg := b.config(slow, fast)
+	b.start(t, cfg)
+	// A lease shorter than the wait: the running attempts must be extended.
+	b.StartStreamer(t, consumertest.StreamerOptions{Lease: 2 * time.Second})
+	var jobs []int64
+	for range 16 {
+		jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{EventType: "slow"}), "slowtx"))
+	}
+	// Then the other handler's event, once the transactions hold what they
+	// may of the pool.
+	maxConns := int64(b.Worker.Config().MaxConns)
+	consumertest.WaitFor(t, wait, "the slow handler's transactions open", func() bool { return open.Load() >= maxConns-2 })
+	jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{EventType: "fast"}), "fast"))
+	consumertest.WaitFor(t, wait, "the fast handler's first call while the transactions are open", once.Load)
+	for _, id := range jobs {
+		b.WaitJobStatus(t, id, "completed", wait)
+	}
+	if m := most.Load(); m > maxConns-2 || m < 1 {
+		t.Fatalf("%d handler transactions open at once, want 1..%d (the pool's %d less two)", m, maxConns-2, maxConns)
+	}
+	for _, id := range jobs {
+		if got := b.Outcomes(t, id); !slices.Equal(got, []string{"completed"}) {
+			t.Fatalf("job %d's attempts: %v, want one, completed", id, got)
+		}
+	}
+}
