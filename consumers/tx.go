@@ -29,7 +29,8 @@ import (
 // leases, recording outcomes), so at most the pool's MaxConns less two
 // transactional attempts run at once, whatever the handlers' Concurrency;
 // the others wait for a connection before their Timeout starts. Size the
-// pool for the transactions you want open at once.
+// pool for the transactions you want open at once (pool_max_conns in the
+// database URL; pgx's default is the larger of 4 and the CPU count).
 //
 // tx runs as the consumer's database role (webhook_worker, or the team's
 // consumer role): grant it what the handler writes. The handler must not
