@@ -156,6 +156,10 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		e       *Event
 		headers string
 		matches []int64
+		// dup: an earlier item of this batch has the same key. It is not
+		// written: it is that item's duplicate, and its filter matches
+		// were evaluated on its own body, not the one stored.
+		dup bool
 	}
 	live := make([]item, 0, len(batch))
 	for _, r := range batch {
@@ -170,7 +174,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			r.Answer(false, context.Canceled)
 			continue
 		}
-		live = append(live, item{r, e, r.Value.headers, r.Value.matches})
+		live = append(live, item{r: r, e: e, headers: r.Value.headers, matches: r.Value.matches})
 	}
 	if len(live) == 0 {
 		return
@@ -181,24 +185,37 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	slices.SortStableFunc(live, func(a, b item) int {
 		return cmp.Or(strings.Compare(a.e.Provider, b.e.Provider), strings.Compare(a.e.ExternalID, b.e.ExternalID))
 	})
-	n := len(live)
+	// Only the first of each key goes into the statement. FanOutFiltered
+	// joins on the key (the row this transaction wrote), so a later item's
+	// matches sent with it would give the stored event the jobs of a body
+	// it does not have.
+	n := 0
+	for i := range live {
+		live[i].dup = i > 0 && live[i].e.Provider == live[i-1].e.Provider && live[i].e.ExternalID == live[i-1].e.ExternalID
+		if !live[i].dup {
+			n++
+		}
+	}
 	provider, scheme, extID, evType, headers, uri, trace := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies, verified, secret := make([][]byte, n), make([]bool, n), make([]*int16, n)
 	storeJSON, occurred := make([]bool, n), make([]pgtype.Timestamptz, n)
-	for i, it := range live {
+	events, matches := make([]*Event, n), make([][]int64, n)
+	i := 0
+	for _, it := range live {
+		if it.dup {
+			continue
+		}
 		e := it.e
 		provider[i], scheme[i], extID[i], evType[i], headers[i] = e.Provider, e.Scheme, e.ExternalID, e.EventType, it.headers
 		bodies[i], verified[i], secret[i], uri[i], trace[i] = e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent
 		storeJSON[i], occurred[i] = e.StoreJSON, occurredAt(e)
+		events[i], matches[i] = e, it.matches
+		i++
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
 	// Events that passed a subscription's filter get those jobs in the
 	// same implicit transaction (one round trip: a pipelined batch).
-	events, matches := make([]*Event, n), make([][]int64, n)
-	for i, it := range live {
-		events[i], matches[i] = it.e, it.matches
-	}
 	fp, fx, fs := fanOutArgs(events, matches)
 	var (
 		rows pgx.Rows
@@ -240,9 +257,9 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	case err == nil:
 		anyStored := len(stored) > 0
 		for _, it := range live {
-			k := [2]string{it.e.Provider, it.e.ExternalID}
-			it.r.Answer(stored[k], nil)
-			delete(stored, k) // a second request with the same key in this batch is a duplicate
+			// A later item of a key answers "duplicate", whether the
+			// first was stored or was itself a duplicate.
+			it.r.Answer(!it.dup && stored[[2]string{it.e.Provider, it.e.ExternalID}], nil)
 		}
 		if anyStored && g.hinter != nil {
 			g.hinter.Hint()
@@ -256,7 +273,10 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		}
 	default:
 		// One event's data failed the statement: store each alone, so only
-		// that one fails.
+		// that one fails. A later item of a key is stored alone too: after
+		// its first was, it is a duplicate (FanOutFiltered then finds no row
+		// of its own transaction and makes no job); after its first failed
+		// on its own data, it gets its own outcome.
 		anyStored := false
 		for _, it := range live {
 			s, err := g.single.Insert(it.r.Ctx, it.e)

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -175,5 +177,77 @@ func TestGroupCommitContextAndClose(t *testing.T) {
 	g.Close()
 	if _, err := g.Insert(context.Background(), event("evt_after_close")); err == nil {
 		t.Fatal("Insert after Close succeeded")
+	}
+}
+
+// Two requests with one key in one batch: the first is stored, the second
+// is its duplicate, and the stored event gets the jobs its own body passes,
+// not those the duplicate's body passed (a retry need not carry the same
+// bytes: filters ran on each request before the batch).
+func TestGroupCommitDuplicateInBatchDoesNotRouteTheStoredEvent(t *testing.T) {
+	t.Parallel()
+	g, admin, _ := groupStore(t, ingress.GroupConfig{MaxBatch: 16, Committers: 1})
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter)
+		VALUES ('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000')`); err != nil {
+		t.Fatal(err)
+	}
+	evaluated := func(result string) float64 {
+		return testutil.ToFloat64(mustCounter(t, g.FilterMetrics(), "big", result))
+	}
+
+	// Hold the only committer: its batch waits on a key another
+	// transaction is writing, while the two requests queue behind it.
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
+		VALUES ('stripe', 'stripe', 'evt_block', 'invoice.paid', '{}', '{}', true)`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := g.Insert(ctx, event("evt_block")); err != nil {
+			t.Errorf("insert evt_block: %v", err)
+		}
+	})
+	testwait.Eventually(t, 10*time.Second, "the committer waiting on evt_block's lock", func() (bool, string) {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0, fmt.Sprintf("%d sessions waiting on a lock", n)
+	})
+	// The small charge first (queued once its filter ran), then the same
+	// event id with a large amount.
+	var small, large bool
+	var smallErr, largeErr error
+	wg.Go(func() { small, smallErr = g.Insert(ctx, charge("evt_same", 500)) })
+	testwait.Eventually(t, 10*time.Second, "the small charge evaluated", func() (bool, string) {
+		return evaluated("miss") == 1, fmt.Sprintf("%v misses", evaluated("miss"))
+	})
+	wg.Go(func() { large, largeErr = g.Insert(ctx, charge("evt_same", 25000)) })
+	testwait.Eventually(t, 10*time.Second, "the large charge evaluated", func() (bool, string) {
+		return evaluated("match") == 1, fmt.Sprintf("%v matches", evaluated("match"))
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if smallErr != nil || largeErr != nil || !small || large {
+		t.Fatalf("small: stored=%v err=%v; large: stored=%v err=%v; want the small one stored, the large one its duplicate",
+			small, smallErr, large, largeErr)
+	}
+	var amount, jobs int
+	if err := admin.QueryRow(ctx, `SELECT (convert_from(e.raw_body, 'UTF8')::jsonb -> 'data' -> 'object' ->> 'amount')::int,
+			(SELECT count(*) FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = 'big')
+		FROM webhook_ingress.events e WHERE e.external_event_id = 'evt_same'`).Scan(&amount, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if amount != 500 || jobs != 0 {
+		t.Fatalf("stored evt_same has amount %d and %d jobs of big (filter amount > 10000), want 500 and 0", amount, jobs)
 	}
 }
