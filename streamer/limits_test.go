@@ -14,6 +14,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/testlog"
 	"github.com/inlet-dev/inlet/internal/testwait"
+	"github.com/inlet-dev/inlet/schema/queries"
 	"github.com/inlet-dev/inlet/streamer"
 )
 
@@ -92,6 +93,90 @@ func TestMaxInFlightHoldsAcrossStreamers(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'capped' AND status = 'leased'`); n != 7 {
 		t.Fatalf("%d leased, want the cap of 7", n)
+	}
+}
+
+// A handler's limits row removed after the streamer listed the limited
+// handlers (its consumer registered it again without limits, within
+// LeasedRecount): its claim leases nothing until the next recount hands it
+// to ClaimJobs. It used to lease every due job of the handler (LIMIT NULL),
+// fail to read the answer (a NULL probe) and publish none of them.
+func TestLimitsRowGoneLeasesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	b.limits(t, "h", "max_in_flight = 1000")
+	b.insertEvents(t, 500)
+	s := b.newStreamer(t, streamer.Config{ID: "s0", BatchSize: 10, MaxLeasedPerHandler: 20, LeasedRecount: time.Hour, LeaseDuration: time.Minute})
+	first, err := s.ClaimOnce(ctx) // lists h as limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.admin.Exec(ctx, `DELETE FROM webhook_ingress.handler_limits WHERE handler = 'h'`); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.ClaimOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 10 || second != 0 {
+		t.Fatalf("claims leased %d and %d, want 10 (BatchSize) and 0 (no limits row)", first, second)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased'`); n != first+second {
+		t.Fatalf("%d jobs leased in Postgres, %d published", n, first+second)
+	}
+	if got := s.Stats().Published; got != int64(first+second) {
+		t.Fatalf("%d references published, want %d", got, first+second)
+	}
+}
+
+// A claim of a limited handler that fails after it may have committed (here
+// its deadline passes while it waits for the handler's row, which a third
+// session holds) gives back this streamer's leases of the handler newer
+// than the ones it published: left to the reaper, they would spend an
+// attempt (a job on its last one dead-lettered) though no handler saw them.
+// The leases its earlier claim published stay.
+func TestFailedLimitedClaimGivesBackUnseenLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	ctx := context.Background()
+	b.limits(t, "h", "max_in_flight = 1000")
+	b.insertEvents(t, 30)
+	s := b.newStreamer(t, streamer.Config{ID: "s0", BatchSize: 5, LeasedRecount: time.Hour, LeaseDuration: time.Minute})
+	if n, err := s.ClaimOnce(ctx); err != nil || n != 5 {
+		t.Fatalf("first claim leased %d (%v), want 5", n, err)
+	}
+	// What a claim whose answer never reached s0 committed: leases in its name.
+	unseen, err := queries.New(b.pool).ClaimLimitedJobs(ctx, queries.ClaimLimitedJobsParams{
+		Handler: "h", BatchSize: 5, LeaseHolder: "s0", LeaseFor: time.Minute})
+	if err != nil || len(unseen) != 5 {
+		t.Fatalf("claim as s0 leased %d (%v), want 5", len(unseen), err)
+	}
+	tx, err := b.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM webhook_ingress.handler_limits WHERE handler = 'h' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if n, err := s.ClaimOnce(cctx); err != nil || n != 0 {
+		t.Fatalf("claim behind the held row leased %d (%v), want 0", n, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, j := range unseen {
+		ids = append(ids, j.ID)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE id = ANY($1) AND status = 'pending' AND attempt_count = 0`, ids); n != 5 {
+		t.Fatalf("%d of the 5 unseen leases given back (pending, attempt not counted)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE status = 'leased'`); n != 5 {
+		t.Fatalf("%d jobs leased, want the 5 published", n)
 	}
 }
 

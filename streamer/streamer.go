@@ -183,6 +183,11 @@ type Streamer struct {
 	mu      sync.Mutex
 	loops   loop.Group
 	started bool
+
+	// limitedLeasedAt is, per limited handler, the newest lease time this
+	// streamer got back from its claims (see giveBackUnseen).
+	limitedMu       sync.Mutex
+	limitedLeasedAt map[string]time.Time
 }
 
 // New validates cfg and returns a Streamer; Start runs it.
@@ -191,7 +196,8 @@ func New(cfg Config) (*Streamer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount)}
+	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
+		limitedLeasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
@@ -411,8 +417,10 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			// Publish what is leased; the next round tries again.
 			s.cfg.Logger.Warn("claim of a limited handler failed", slog.String("handler", h), slog.String("error", err.Error()))
+			s.giveBackUnseen(ctx, h)
 			continue
 		}
+		s.limitedLeased(h, lrows)
 		for _, j := range lrows {
 			lease(queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
 				AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt, TraceParent: j.TraceParent,
@@ -439,6 +447,59 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return len(refs), fmt.Errorf("publish %d of %d references: %w", failed, len(refs), ErrPublish)
 	}
 	return len(refs), nil
+}
+
+// limitedLeased records the newest lease of h in rows, which this streamer
+// publishes (or gives back when publishing fails).
+func (s *Streamer) limitedLeased(h string, rows []queries.ClaimLimitedJobsRow) {
+	s.limitedMu.Lock()
+	defer s.limitedMu.Unlock()
+	for _, j := range rows {
+		if j.AttemptedAt.After(s.limitedLeasedAt[h]) {
+			s.limitedLeasedAt[h] = j.AttemptedAt
+		}
+	}
+}
+
+// giveBackUnseen gives back what a failed ClaimLimitedJobs of h may have
+// leased. An error does not say the statement was rolled back: it runs
+// outside a transaction, so after a deadline or a lost connection (or a row
+// the client could not decode) its leases may be committed, and nobody would
+// publish them. Left to the reaper they would wait a whole lease, and it
+// counts an attempt when a consumer of h was alive, so a job on its last
+// attempt would be dead-lettered though no handler saw it.
+//
+// The job ids are lost with the answer, so the leases are found by what the
+// claim wrote: this streamer's leases of h taken after the newest lease its
+// earlier claims of h returned (leases are timed by the server's clock,
+// later for each claim), that no consumer has extended. Those older ones
+// went out with a reference and are left alone. Giving back a lease whose
+// reference did go out (another ClaimOnce of this streamer running at the
+// same time, or a lease taken before this process's first claim of h under
+// the same ID) costs a second delivery, never a lost one: its consumer's
+// outcome is fenced out by the next lease, as when publish gives leases
+// back. The claim is not run in a transaction committed after the rows are
+// read instead: that would cost three round trips more on every claim of a
+// limited handler, to cover an error that is rare. If giving back fails too
+// (Postgres unreachable), the reaper returns the leases.
+func (s *Streamer) giveBackUnseen(ctx context.Context, h string) {
+	var after *time.Time
+	s.limitedMu.Lock()
+	if t, ok := s.limitedLeasedAt[h]; ok {
+		after = &t
+	}
+	s.limitedMu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	n, err := queries.New(s.cfg.Pool).ReleaseUnseenLimitedJobs(rctx, queries.ReleaseUnseenLimitedJobsParams{
+		Handler: h, LeaseHolder: s.cfg.ID, LeasedAfter: after})
+	if err != nil {
+		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("handler", h), slog.String("error", err.Error()))
+		return
+	}
+	if n > 0 {
+		s.cfg.Logger.Warn("gave back leases of a failed claim", slog.String("handler", h), slog.Int64("jobs", n))
+	}
 }
 
 // RecentWindow is how far back a claim looks: it leases jobs of events

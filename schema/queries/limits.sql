@@ -38,7 +38,9 @@ SELECT handler FROM webhook_ingress.handler_limits ORDER BY handler;
 -- next_probe_at has passed (the circuit is then half_open until the probe's
 -- outcome, or the next probe time). The handler's row is locked first, so
 -- streamers claiming side by side take turns and the limits hold across all
--- of them. Returns what ClaimJobs returns.
+-- of them. Returns what ClaimJobs returns. With no row (a consumer
+-- registered the handler again without limits since the streamer listed
+-- it) it leases nothing: LIMIT NULL would be no limit at all.
 WITH lim AS (
     SELECT l.handler, l.burst, l.breaker_probe_interval,
            CASE WHEN l.rate_per_second IS NULL THEN NULL
@@ -70,7 +72,7 @@ WITH lim AS (
             AND (NOT l.dead OR NOT EXISTS (
                 SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
     ORDER BY j.next_attempt_at, j.id
-    LIMIT (SELECT n FROM quota)
+    LIMIT coalesce((SELECT n FROM quota), 0) -- no row: handler is no longer limited; ClaimJobs takes it after the next recount
     FOR UPDATE OF j SKIP LOCKED
 ), leased AS (
     UPDATE webhook_ingress.jobs j
@@ -107,8 +109,40 @@ WITH lim AS (
 SELECT leased.id, leased.event_id, leased.handler, leased.provider, leased.event_type, leased.attempt_count, leased.max_attempts,
        leased.lease_expires_at::timestamptz AS lease_expires_at, coalesce(leased.trace_parent, '') AS trace_parent,
        leased.event_received_at, leased.attempted_at::timestamptz AS attempted_at,
-       (SELECT lim.probe FROM lim)::boolean AS probe
+       coalesce((SELECT lim.probe FROM lim), false)::boolean AS probe
 FROM leased;
+
+-- name: ReleaseUnseenLimitedJobs :execrows
+-- Give back what a ClaimLimitedJobs whose answer the streamer did not get
+-- (an error after the statement may have committed: a deadline, a lost
+-- connection) may have leased: lease_holder's leases of handler taken after
+-- leased_after (the newest lease it got from its earlier claims of handler;
+-- NULL for none), that no consumer has extended. Without this they would
+-- wait a whole lease for the reaper, which counts an attempt when a consumer
+-- of the handler was alive: a job on its last attempt would be dead-lettered
+-- though no handler saw it. As ReleaseJobs: pending at once, the attempt
+-- does not count, locked in id order.
+WITH target AS (
+    SELECT id FROM webhook_ingress.jobs
+    WHERE handler = sqlc.arg(handler)::text
+      AND status = 'leased'
+      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
+      AND lease_holder_id = sqlc.arg(lease_holder)::text
+      AND worker_id IS NULL
+      AND attempted_at > coalesce(sqlc.narg(leased_after)::timestamptz, '-infinity')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE webhook_ingress.jobs
+SET status           = 'pending',
+    attempt_count    = attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = now(),
+    updated_at       = now()
+WHERE id = ANY(ARRAY(SELECT id FROM target))
+  AND status = 'leased'
+  AND lease_holder_id = sqlc.arg(lease_holder)::text;
 
 -- name: HandlerFailed :one
 -- A failed attempt of a handler with a breaker (recorded in the same
