@@ -211,19 +211,11 @@ func TestSubscriptionFilterUnreadableBeforeFirstReadIsNotStored(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dbURL := pgtest.NewDatabase(t)
-			b := setupWith(t, dbURL, func(c *ingress.Config) {
-				if kind != "group" {
-					return
-				}
-				pool, err := database.Open(ctx, dbURL, database.Options{Role: schema.IngressRole})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
-				g := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
-				t.Cleanup(g.Close)
-				c.Store = g
-			})
+			edit := func(*ingress.Config) {}
+			if kind == "group" {
+				edit = useGroupStore(t, dbURL)
+			}
+			b := setupWith(t, dbURL, edit)
 			exec := func(sql string) {
 				t.Helper()
 				if _, err := b.admin.Exec(ctx, sql); err != nil {

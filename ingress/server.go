@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -453,7 +455,7 @@ func (wh *webhook) event(ctx context.Context, header http.Header, body []byte, r
 		ExternalID:  res.EventID,
 		EventType:   res.EventType,
 		Headers:     headers,
-		RequestURI:  wh.r.URL.RequestURI(),
+		RequestURI:  storedURI(wh.r.URL.RequestURI()),
 		RawBody:     body,
 		SecretIndex: res.SecretIndex,
 		Verified:    true,
@@ -559,6 +561,31 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: reason})
 	log.Error("webhook not stored", append(logAttrs("event_type", eventType),
 		slog.Bool("database_unavailable", database.IsUnavailable(err)), errorAttr(err))...)
+}
+
+// storedURI is a request URI as events.request_uri keeps it: as received,
+// but with each byte that is not part of valid UTF-8 percent-encoded. Go
+// keeps a query's raw bytes, and PostgreSQL refuses text that is not UTF-8
+// (SQLSTATE 22021): a correctly signed webhook with a raw 0xff in its query
+// would be answered 400, and in group commit fail its whole batch's
+// statement. The stored URI is unsigned metadata; verifiers that sign the
+// URL get it exactly as received (requestURL).
+func storedURI(uri string) string {
+	if utf8.ValidString(uri) {
+		return uri
+	}
+	var b strings.Builder
+	b.Grow(len(uri) + 8)
+	for i := 0; i < len(uri); {
+		r, size := utf8.DecodeRuneInString(uri[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, "%%%02X", uri[i])
+		} else {
+			b.WriteString(uri[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // requestURL reconstructs the URL the sender used, for schemes that sign it.

@@ -1,13 +1,16 @@
 package ingress_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -437,5 +440,118 @@ func TestRelayHeadersAreNotStoredWithoutRelaySecrets(t *testing.T) {
 	}
 	if _, err := verify.Reverify(verify.Config{Type: "stripe", Secrets: []string{stripeSecret}}, http.Header(headers), raw, ""); err != nil {
 		t.Fatalf("re-verify the stored event: %v", err)
+	}
+}
+
+// useGroupStore is a setupWith edit that stores through a GroupStore (as
+// the ingress role) instead of a PGStore.
+func useGroupStore(t *testing.T, dbURL string) func(*ingress.Config) {
+	t.Helper()
+	return func(c *ingress.Config) {
+		pool, err := database.Open(context.Background(), dbURL, database.Options{Role: schema.IngressRole})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		g := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{})
+		t.Cleanup(g.Close)
+		c.Store = g
+	}
+}
+
+// rawPost sends a POST to target (the request line's, sent byte for byte:
+// net/http's client would refuse or escape what the test needs) and returns
+// the answer.
+func rawPost(t *testing.T, base, target string, header http.Header, body []byte) (int, string) {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nConnection: close\r\n", target, u.Host, len(body))
+	for k, vs := range header {
+		for _, v := range vs {
+			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+		}
+	}
+	req.WriteString("\r\n")
+	req.Write(body)
+	if _, err := conn.Write(req.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer)
+}
+
+// A query string with a byte that is not UTF-8 (sent raw: Go keeps it)
+// does not cost a correctly signed webhook: the request URI is stored with
+// that byte percent-encoded, in either store. A scheme that signs the URL
+// (Twilio) still checks the URL exactly as received.
+func TestRawNonUTF8QueryIsStoredPercentEncoded(t *testing.T) {
+	t.Parallel()
+	const twilioToken = "twilio-test-auth-token"
+	for _, kind := range []string{"single", "group"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.NewDatabase(t)
+			b := setupWith(t, dbURL, func(c *ingress.Config) {
+				c.Sources = append(c.Sources, sources.Source{Name: "twilio", Config: verify.Config{Type: "twilio", Secrets: []string{twilioToken}}})
+				if kind == "group" {
+					useGroupStore(t, dbURL)(c)
+				}
+			})
+			host := strings.TrimPrefix(b.url, "http://")
+			storedURI := func(provider string) string {
+				t.Helper()
+				var uri string
+				if err := b.admin.QueryRow(context.Background(), `SELECT request_uri FROM webhook_ingress.events WHERE provider = $1`, provider).Scan(&uri); err != nil {
+					t.Fatalf("%s event: %v", provider, err)
+				}
+				return uri
+			}
+
+			// GitHub signs the body, not the URL.
+			body := []byte(`{"zen":"Keep it logically awesome."}`)
+			if code, answer := rawPost(t, b.url, "/webhooks/github?a=\xff&b=%FF&c=\xc3\xa9", verify.SignGitHub(githubSecret, "d1", "ping", body), body); code != http.StatusOK {
+				t.Fatalf("github with a raw 0xff in the query: %d %s, want 200", code, answer)
+			}
+			if got, want := storedURI("github"), "/webhooks/github?a=%FF&b=%FF&c=\u00e9"; got != want {
+				t.Errorf("github request_uri %q, want %q", got, want)
+			}
+
+			// Twilio signs the URL: the one received, raw byte and all.
+			form := []byte("MessageSid=SM1&MessageStatus=delivered")
+			const target = "/webhooks/twilio?x=\xff"
+			encoded, err := verify.SignTwilio(twilioToken, "http://"+host+"/webhooks/twilio?x=%FF", form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			encoded.Set("Content-Type", "application/x-www-form-urlencoded")
+			if code, answer := rawPost(t, b.url, target, encoded, form); code != http.StatusUnauthorized {
+				t.Fatalf("twilio signed over the encoded URL, sent raw: %d %s, want 401", code, answer)
+			}
+			signed, err := verify.SignTwilio(twilioToken, "http://"+host+target, form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			signed.Set("Content-Type", "application/x-www-form-urlencoded")
+			if code, answer := rawPost(t, b.url, target, signed, form); code != http.StatusOK {
+				t.Fatalf("twilio signed over the raw URL: %d %s, want 200", code, answer)
+			}
+			if got, want := storedURI("twilio"), "/webhooks/twilio?x=%FF"; got != want {
+				t.Errorf("twilio request_uri %q, want %q", got, want)
+			}
+		})
 	}
 }

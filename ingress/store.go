@@ -22,7 +22,7 @@ type Event struct {
 	ExternalID  string
 	EventType   string
 	Headers     map[string][]string
-	RequestURI  string // path and query as received
+	RequestURI  string // path and query as received (text: must be UTF-8)
 	RawBody     []byte
 	SecretIndex int
 	// Verified is stored as signature_verified: true when ingress checked
