@@ -162,8 +162,10 @@ type PubSub interface {
 
 // NewGoChannel returns the in-process transport (inlet dev, single-process
 // use). Subscribers of one topic share its messages, each message going to one
-// of them, as on NATS; a topic queues up to 256 messages, and Publish waits
-// while its queue is full. Close it to end every subscription.
+// of them, as on NATS; a topic queues up to 8,192 messages, and Publish
+// never waits: into a full topic that someone reads it returns ErrFull (the
+// streamer gives those leases back), so one handler's stalled consumer does
+// not hold up the others' references. Close it to end every subscription.
 func NewGoChannel(logger *slog.Logger) PubSub {
 	return newGoChannel(logger)
 }

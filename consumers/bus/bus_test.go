@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+
+	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
 func TestRefRoundTrip(t *testing.T) {
@@ -399,92 +402,56 @@ func TestGoChannelStalledSubscriberGivesBack(t *testing.T) {
 	}
 }
 
-// Publish waits while a topic's queue is full, until a subscriber takes a
-// message; Close releases a waiting Publish with ErrClosed, ends the
-// subscriptions, and makes later calls fail.
-func TestGoChannelPublishBlocksWhenFullOrDropsWithoutSubscribersAndFailsAfterClose(t *testing.T) {
+// A full topic refuses more at once (ErrFull) while a subscriber reads it,
+// so the publisher goes on to other topics instead of waiting on one
+// handler's consumer; with nobody subscribed it drops; Close ends the
+// subscriptions and makes later calls fail.
+func TestGoChannelPublishRefusesWhenFullOrDropsWithoutSubscribersAndFailsAfterClose(t *testing.T) {
 	t.Parallel()
 	ps := setupGoChannel(t)
 	topic := Topic("h")
 	publishN(t, ps, topic, 0, queueSize) // fits: nobody subscribed yet
-
-	publishAsync := func(id int) <-chan error {
-		errc := make(chan error, 1)
-		go func() { errc <- ps.Publish(topic, message.NewMessage(strconv.Itoa(id), nil)) }()
-		return errc
-	}
-	// Full and nobody subscribes: dropped at once rather than blocking the
-	// publisher (and with it every other topic) for good.
-	select {
-	case err := <-publishAsync(queueSize):
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(wait):
-		t.Fatal("publish into a full queue nobody reads blocked")
+	// Full and nobody subscribes: dropped rather than refused.
+	if err := ps.Publish(topic, message.NewMessage("dropped", nil)); err != nil {
+		t.Fatalf("publish into a full queue nobody reads: %v", err)
 	}
 	sub, err := ps.Subscribe(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// With a subscriber, a full queue blocks the publisher until it reads
-	// (the subscription holds one message in hand, so one more fits first).
-	var blocked <-chan error
-	for i := 0; blocked == nil; i++ {
-		if i == 5 {
-			t.Fatal("publish into a full queue with a subscriber never blocked")
-		}
-		errc := publishAsync(queueSize + 1000 + i)
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(quiet):
-			blocked = errc
-		}
+	// The subscriber holds one message unanswered: one more fits, then the
+	// topic refuses, the first of a batch queued and the rest not.
+	first := next(t, sub)
+	err = ps.Publish(topic, message.NewMessage("fits", nil), message.NewMessage("refused-1", nil), message.NewMessage("refused-2", nil))
+	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "1 of 3 messages queued") {
+		t.Fatalf("publish of three into room for one: %v, want ErrFull after 1 of 3", err)
 	}
-	if m := next(t, sub); m.UUID != "0" {
-		t.Fatalf("first message %s, want 0", m.UUID)
-	} else {
-		m.Ack()
-	}
-	select {
-	case err := <-blocked:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(wait):
-		t.Fatal("publish still blocked after a subscriber took a message")
-	}
-	// The subscriber holds a message unanswered: the queue fills again.
-	next(t, sub)
-	var stuck <-chan error
-	for i := queueSize + 1; stuck == nil; i++ {
-		errc := publishAsync(i)
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(quiet):
-			stuck = errc
-		}
-	}
+	// Another topic is not held up by the full one.
 	other, err := ps.Subscribe(t.Context(), Topic("other"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := ps.Publish(Topic("other"), message.NewMessage("elsewhere", nil)); err != nil {
+		t.Fatalf("publish to another topic beside a full one: %v", err)
+	}
+	if m := next(t, other); m.UUID != "elsewhere" {
+		t.Fatalf("other topic's message %s", m.UUID)
+	} else {
+		m.Ack()
+	}
+	// Taking a message makes room again.
+	first.Ack()
+	testwait.Eventually(t, wait, "room in the topic once its subscriber acknowledged", func() (bool, string) {
+		err := ps.Publish(topic, message.NewMessage("after-ack", nil))
+		return err == nil, fmt.Sprint(err)
+	})
+	// Full again: the refused messages took no room.
+	if err := ps.Publish(topic, message.NewMessage("refused-3", nil)); !errors.Is(err, ErrFull) {
+		t.Fatalf("publish into the full topic again: %v, want ErrFull", err)
+	}
+
 	closed := make(chan error, 1)
 	go func() { closed <- ps.Close() }()
-	select {
-	case err := <-stuck:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("blocked publish returned %v at Close, want ErrClosed", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("Close did not release a blocked publish")
-	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,17 @@ import (
 // transport is closed.
 var ErrClosed = errors.New("in-process bus is closed")
 
-// queueSize bounds each topic's queue. A full queue blocks Publish: the
-// streamer then leases no faster than consumers take jobs.
-const queueSize = 256
+// ErrFull is returned by Publish when the topic's queue is full while some
+// subscriber reads it: the publisher (the streamer) gives the references'
+// leases back, to publish them again later.
+var ErrFull = errors.New("in-process bus topic is full")
+
+// queueSize bounds each topic's queue. The streamer's own limit holds first:
+// it leases at most streamer.max_leased_per_handler (default 5,000) of a
+// handler's jobs, and each message carries at least one, so a topic fills
+// only when references whose leases have since expired pile up behind a
+// handler that takes no more (or with that limit set above queueSize).
+const queueSize = 8192
 
 // giveBackAfter is how long a subscription keeps a message its subscriber
 // has not come to read before putting it back for the topic's other
@@ -71,8 +79,11 @@ func (g *goChannel) queue(topic string) chan *message.Message {
 	return q
 }
 
-// Publish queues msgs on topic, blocking while the queue is full until a
-// subscriber makes room or the transport is closed.
+// Publish queues msgs on topic. It never waits: when the queue is full and
+// some subscriber reads it, it returns ErrFull for the messages that did not
+// fit (those before them are queued), so that one handler whose consumer
+// takes nothing cannot stall the publishing of every other handler's
+// references, as waiting for room did.
 func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
 	g.mu.Lock()
 	if g.closed {
@@ -81,7 +92,7 @@ func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
 	}
 	q := g.queue(topic)
 	g.mu.Unlock()
-	for _, m := range msgs {
+	for i, m := range msgs {
 		// The publisher may reuse its message; the queue keeps its own.
 		c := m.Copy()
 		// A select picks at random among ready cases: check closing first so
@@ -96,11 +107,10 @@ func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
 			continue
 		default:
 		}
-		// Full. With subscribers, wait for room: backpressure on the
-		// streamer. With none (a handler whose consumer is not in this
-		// process), waiting could stall every other topic's publishing for
-		// good: drop the reference instead; its lease expires and, no
-		// consumer being alive, the attempt is not counted.
+		// Full. With subscribers, refuse the rest: the streamer gives
+		// their leases back at once. With none (a handler whose consumer
+		// is not in this process), drop the reference: its lease expires
+		// and, no consumer being alive, the attempt is not counted.
 		g.mu.Lock()
 		n := g.subs[topic]
 		g.mu.Unlock()
@@ -108,11 +118,7 @@ func (g *goChannel) Publish(topic string, msgs ...*message.Message) error {
 			g.log.Debug("dropped a reference: its topic's queue is full and nobody subscribes", slog.String("topic", topic))
 			continue
 		}
-		select {
-		case q <- c:
-		case <-g.closing:
-			return fmt.Errorf("publish to %s: %w", topic, ErrClosed)
-		}
+		return fmt.Errorf("publish to %s: %d of %d messages queued, then %w (%d messages)", topic, i, len(msgs), ErrFull, queueSize)
 	}
 	return nil
 }

@@ -1,0 +1,46 @@
+package streamer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/streamer"
+)
+
+// A handler whose in-process topic is full (its consumer subscribed but
+// takes nothing) does not hold up the other handlers' references: the full
+// topic refuses, its leases are given back, and the streamer goes on. When
+// the in-process bus waited for room instead, the streamer stopped on the
+// first full topic and published nothing more for anyone.
+func TestFullTopicDoesNotStopOtherHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "stuck", "fine")
+	ctx := context.Background()
+	// Subscribed, never read: its queue fills.
+	if _, err := b.pubsub.Subscribe(t.Context(), bus.Topic("stuck")); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "fine")
+	const n = 8500 // more than a topic's queue holds, one reference a message
+	b.insertEvents(t, n)
+	s := b.newStreamer(t, streamer.Config{BatchSize: 1000, RefsPerMessage: 1, MaxLeasedPerHandler: 2 * n, LeasedRecount: time.Hour})
+	got := 0
+	for got < n {
+		claimed, _ := s.ClaimOnce(ctx) // ErrPublish for the stuck handler's overflow
+		c.mu.Lock()
+		got = len(c.refs)
+		c.mu.Unlock()
+		if claimed == 0 {
+			t.Fatalf("nothing more to claim with %d of %d references of the other handler published", got, n)
+		}
+	}
+	c.wait(t, n, 10*time.Second)
+	if st := s.Stats(); st.PublishFailed == 0 {
+		t.Fatalf("no publish refused: %+v", st)
+	}
+	if leased := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'stuck' AND status = 'leased'`); leased >= n {
+		t.Fatalf("%d of the stuck handler's jobs leased, want those its full topic refused given back", leased)
+	}
+}
