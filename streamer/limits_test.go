@@ -96,6 +96,53 @@ func TestMaxInFlightHoldsAcrossStreamers(t *testing.T) {
 	}
 }
 
+// max_in_flight holds when two streamers' claims of the handler wait for its
+// row together (as when both wake on the same NOTIFY): the second to get the
+// row counts the leases the first committed. A third session holds the row
+// until both wait. Each claim counted the leases on a snapshot taken before
+// it waited, so the second leased max_in_flight more (14 of 7).
+func TestMaxInFlightHoldsWhenClaimsWaitTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "capped")
+	ctx := context.Background()
+	b.limits(t, "capped", "max_in_flight = 7")
+	b.insertEvents(t, 50)
+	var ss []*streamer.Streamer
+	for i := range 2 {
+		ss = append(ss, b.newStreamer(t, streamer.Config{ID: fmt.Sprintf("s%d", i), LeaseDuration: time.Minute}))
+	}
+	tx, err := b.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM webhook_ingress.handler_limits WHERE handler = 'capped' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, len(ss))
+	for _, s := range ss {
+		go func() {
+			_, err := s.ClaimOnce(ctx)
+			errs <- err
+		}()
+	}
+	testwait.Eventually(t, 10*time.Second, "both claims waiting for the handler's row", func() (bool, string) {
+		n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+		return n == 2, fmt.Sprintf("%d sessions waiting for a lock", n)
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range ss {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'capped' AND status = 'leased'`); n != 7 {
+		t.Fatalf("%d leased, want the cap of 7", n)
+	}
+}
+
 // A handler's limits row removed after the streamer listed the limited
 // handlers (its consumer registered it again without limits, within
 // LeasedRecount): its claim leases nothing until the next recount hands it

@@ -412,8 +412,7 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	// they lease).
 	limitedLeased := 0
 	for _, h := range limited {
-		lrows, err := queries.New(s.cfg.Pool).ClaimLimitedJobs(ctx, queries.ClaimLimitedJobsParams{
-			Handler: h, BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})
+		lrows, err := s.claimLimited(ctx, h)
 		if err != nil {
 			// Publish what is leased; the next round tries again.
 			s.cfg.Logger.Warn("claim of a limited handler failed", slog.String("handler", h), slog.String("error", err.Error()))
@@ -449,6 +448,31 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	return len(refs), nil
 }
 
+// claimLimited leases jobs of the limited handler h: LockHandlerLimits,
+// then ClaimLimitedJobs on a snapshot taken once the lock is held, so it
+// counts the leases the previous holder of the lock committed (see
+// ClaimLimitedJobs). The two go in one batch: one round trip, and one
+// transaction (PostgreSQL runs the statements of a pipeline up to its Sync
+// in one implicit transaction, committed at the Sync; under READ COMMITTED
+// each statement takes its own snapshot). The lock is held from the first
+// statement to that commit, with no round trip in between.
+func (s *Streamer) claimLimited(ctx context.Context, h string) ([]queries.ClaimLimitedJobsRow, error) {
+	var b pgx.Batch
+	b.Queue(queries.LockHandlerLimits, h)
+	// ClaimLimitedJobs's parameters in the order sqlc numbered them
+	// (queries.Queries.ClaimLimitedJobs).
+	var rows []queries.ClaimLimitedJobsRow
+	b.Queue(queries.ClaimLimitedJobs, int64(s.cfg.BatchSize), h, s.cfg.ID, s.cfg.LeaseDuration).Query(func(r pgx.Rows) error {
+		var err error
+		rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[queries.ClaimLimitedJobsRow])
+		return err
+	})
+	if err := s.cfg.Pool.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, fmt.Errorf("claim jobs of limited handler %q: %w", h, err)
+	}
+	return rows, nil
+}
+
 // limitedLeased records the newest lease of h in rows, which this streamer
 // publishes (or gives back when publishing fails).
 func (s *Streamer) limitedLeased(h string, rows []queries.ClaimLimitedJobsRow) {
@@ -462,10 +486,10 @@ func (s *Streamer) limitedLeased(h string, rows []queries.ClaimLimitedJobsRow) {
 }
 
 // giveBackUnseen gives back what a failed ClaimLimitedJobs of h may have
-// leased. An error does not say the statement was rolled back: it runs
-// outside a transaction, so after a deadline or a lost connection (or a row
-// the client could not decode) its leases may be committed, and nobody would
-// publish them. Left to the reaper they would wait a whole lease, and it
+// leased. An error does not say the claim was rolled back: it commits at
+// the end of its batch, before the streamer reads its answer, so after a
+// deadline or a lost connection (or a row the client could not decode) its
+// leases may be committed, and nobody would publish them. Left to the reaper they would wait a whole lease, and it
 // counts an attempt when a consumer of h was alive, so a job on its last
 // attempt would be dead-lettered though no handler saw it.
 //

@@ -30,15 +30,28 @@ DELETE FROM webhook_ingress.handler_limits WHERE handler = sqlc.arg(handler)::te
 -- The handlers the streamers claim apart (one ClaimLimitedJobs each).
 SELECT handler FROM webhook_ingress.handler_limits ORDER BY handler;
 
+-- name: LockHandlerLimits :exec
+-- Lock handler's row before its ClaimLimitedJobs, in the same transaction
+-- (the streamer sends the two in one batch): see there.
+SELECT FROM webhook_ingress.handler_limits WHERE handler = sqlc.arg(handler)::text FOR UPDATE;
+
 -- name: ClaimLimitedJobs :many
 -- Lease due jobs of one limited handler, at most batch_size and what its
 -- limits allow now: the tokens of its bucket (refilled at rate_per_second
 -- since refilled_at, up to burst), max_in_flight less its jobs leased now,
 -- and while its circuit is not closed nothing but one probe once
 -- next_probe_at has passed (the circuit is then half_open until the probe's
--- outcome, or the next probe time). The handler's row is locked first, so
+-- outcome, or the next probe time). The handler's row is locked, so
 -- streamers claiming side by side take turns and the limits hold across all
--- of them. Returns what ClaimJobs returns. With no row (a consumer
+-- of them. Returns what ClaimJobs returns.
+--
+-- Run it after LockHandlerLimits in the same transaction. Its own lock on
+-- the row is not enough for max_in_flight: a statement that waited for the
+-- row reads the row as its holder left it, but counts the handler's leases
+-- on the snapshot it took before it waited, without the leases the holder
+-- just committed, and so leased max_in_flight more (two streamers waking
+-- together, max_in_flight 7: 14 leased). Under READ COMMITTED a statement
+-- after the lock is granted counts on a snapshot taken after that. With no row (a consumer
 -- registered the handler again without limits since the streamer listed
 -- it) it leases nothing: LIMIT NULL would be no limit at all.
 WITH lim AS (
