@@ -28,7 +28,8 @@ const (
 	// readTooLarge: over ingress.max_body_bytes: 413 body_too_large.
 	readTooLarge
 	// readTimeout: the body did not arrive in time (headTimeout for the
-	// head, ingress.read_timeout for the rest): 408 body_read_timeout.
+	// head and for each restStep after it, ingress.read_timeout for the
+	// rest): 408 body_read_timeout.
 	readTimeout
 	// readBroken: the body ended early or the connection failed: 400
 	// body_unreadable.
@@ -36,16 +37,18 @@ const (
 )
 
 // readBody reads r's body, at most limit bytes, within the body budget: room
-// for the head is reserved first and the head read within headTimeout; only
-// then is room for the rest reserved and the rest read within
-// ingress.read_timeout. Waiting for room (in arrival order) takes at most the
-// store timeout and happens with the body unread, so TCP holds the sender
-// back. It returns the body and the budget bytes it holds, which the caller
-// releases once the body is no longer needed (after the store).
+// for the head is reserved first and the head read within headTimeout; then
+// the rest, its room growing a step at a time as it arrives (see budget):
+// each restStep of it must arrive within headTimeout, and all of it within
+// ingress.read_timeout. A body that finds no room for its next step at once
+// waits for the room of its whole rest, then reads on at the same pace.
+// Waiting for room (in arrival order) takes at most the store timeout each
+// time and happens with the body unread, so TCP holds the sender back. It
+// returns the body and the budget bytes it holds, which the caller releases
+// once the body is no longer needed (after the store).
 //
-// A body of known length goes into a buffer of exactly that length; one of
-// unknown length (chunked) into a buffer grown as it comes, never past the
-// room reserved.
+// The buffer grows with the room reserved, never past it: a body of known
+// length ends in a buffer of exactly that length.
 func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, limit int64) (body []byte, held int64, fault readFault) {
 	want := r.ContentLength
 	if want < 0 {
@@ -59,8 +62,13 @@ func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return nil, 0, s.waitFault(r)
 	}
 	held = head
-	headPlace := head // in budget.heads until the body is whole or its rest reserved
-	defer func() { s.inflight.releaseHead(headPlace) }()
+	// Its places in the heads' and growing bodies' shares, until the body
+	// is whole or its whole rest reserved.
+	headPlace, growPlace := head, int64(0)
+	defer func() {
+		s.inflight.releaseHead(headPlace)
+		s.inflight.releaseGrow(growPlace)
+	}()
 	fail := func(f readFault) ([]byte, int64, readFault) {
 		s.inflight.release(held)
 		return nil, 0, f
@@ -87,55 +95,83 @@ func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return s.bodyRead(rc, buf, held)
 	}
 
-	// The rest, once there is room for it.
-	rest, _, err := s.inflight.acquire(wctx, want-head)
-	if err != nil {
-		return fail(s.waitFault(r))
-	}
-	held += rest
-	s.inflight.releaseHead(headPlace)
-	headPlace = 0
+	// The rest, room a step at a time as it arrives.
+	var overall time.Time // the end of ingress.read_timeout for the rest
 	if s.cfg.ReadTimeout > 0 {
-		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
-	} else {
-		_ = rc.SetReadDeadline(time.Time{})
+		overall = time.Now().Add(s.cfg.ReadTimeout)
 	}
-	if r.ContentLength >= 0 {
-		body = make([]byte, r.ContentLength)
-		copy(body, buf)
-		if _, err := io.ReadFull(rd, body[head:]); err != nil {
-			return fail(readError(err))
-		}
-		return s.bodyRead(rc, body, held)
-	}
-	// Chunked: grow by doubling, never past limit (what is reserved).
+	whole := false // the whole rest reserved
 	body = buf
 	for {
-		if len(body) == cap(body) {
-			if int64(cap(body)) >= limit {
-				// Full: one more byte would be over the limit.
-				var one [1]byte
-				if _, err := rd.Read(one[:]); err == io.EOF {
-					break
-				} else if err == nil {
-					err = &http.MaxBytesError{Limit: limit}
-					return fail(readError(err))
-				} else {
-					return fail(readError(err))
-				}
+		if len(body) < cap(body) {
+			// The next restStep within headTimeout (and the rest within
+			// read_timeout): a sender that stops is cut off soon, holding
+			// what it sent plus one step.
+			end := min(cap(body), len(body)+restStep)
+			deadline := time.Now().Add(headDeadline)
+			if !overall.IsZero() && overall.Before(deadline) {
+				deadline = overall
 			}
-			grown := make([]byte, len(body), min(2*int64(cap(body)), limit))
-			copy(grown, body)
-			body = grown
+			_ = rc.SetReadDeadline(deadline)
+			m, err := io.ReadFull(rd, body[len(body):end])
+			body = body[:len(body)+m]
+			if r.ContentLength < 0 && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) {
+				break // chunked: whole
+			}
+			if err != nil {
+				return fail(readError(err))
+			}
+			if int64(len(body)) == want && r.ContentLength >= 0 {
+				break
+			}
+			continue
 		}
-		m, err := rd.Read(body[len(body):cap(body)])
-		body = body[:len(body)+m]
-		if err == io.EOF {
+		if int64(len(body)) >= want {
+			// Chunked and full: one more byte would be over the limit.
+			var one [1]byte
+			if _, err := rd.Read(one[:]); err == nil {
+				err = &http.MaxBytesError{Limit: limit}
+				return fail(readError(err))
+			} else if err != io.EOF {
+				return fail(readError(err))
+			}
 			break
 		}
-		if err != nil {
-			return fail(readError(err))
+		if int64(cap(body)) == held {
+			// Room for more: the next step if it is free now, else the
+			// whole rest, waiting in line.
+			step := min(max(restStep, held), want-held)
+			if !whole && s.inflight.tryGrow(step+headPlace, step) {
+				growPlace += step + headPlace
+				s.inflight.releaseHead(headPlace)
+				headPlace = 0
+				held += step
+			} else {
+				rctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+				rest, _, err := s.inflight.acquire(rctx, want-held)
+				cancel()
+				if err != nil {
+					return fail(s.waitFault(r))
+				}
+				held += rest
+				whole = true
+				s.inflight.releaseHead(headPlace)
+				s.inflight.releaseGrow(growPlace)
+				headPlace, growPlace = 0, 0
+				if s.cfg.ReadTimeout > 0 {
+					overall = time.Now().Add(s.cfg.ReadTimeout) // the wait was ingress's
+				}
+			}
 		}
+		// Grow the buffer into the room: at once to a known length, by
+		// doubling for a chunked body (which may end well short of it).
+		size := held
+		if r.ContentLength < 0 {
+			size = min(held, 2*int64(cap(body)))
+		}
+		grown := make([]byte, len(body), size)
+		copy(grown, body)
+		body = grown
 	}
 	if size := int64(cap(body)); size < held {
 		s.inflight.release(held - size) // keep what it takes

@@ -12,16 +12,23 @@ import (
 // headTimeout. Most webhooks fit in it whole.
 const headBytes = 16 << 10
 
+// restStep is the least room a body past its head is given at a time, and
+// how much of it must arrive within headTimeout: a body's room grows as it
+// arrives (by what it holds already, at least restStep), so a sender that
+// stops holds what it sent plus one step, for headTimeout at most.
+const restStep = 64 << 10
+
 // budget bounds the body bytes ingress holds at once
 // (ingress.max_inflight_bytes). A request reserves room before it reads: the
-// head of its body first, the rest once the head has arrived, so a sender
-// that declares a large body and sends it slowly holds a head's room, not
-// its whole body's, until it is cut off. The room held by heads not yet
-// read, or read and waiting for the rest, is itself bounded (heads), which
-// leaves the rest of the budget to bodies that have shown they are arriving:
-// whatever the concurrency, requests past the budget wait unread, and those
-// reserving the rest can always be served, so waiting ones never block each
-// other for good.
+// head of its body first, then the rest a step at a time as it arrives, so a
+// sender that declares a large body and sends it slowly holds about what it
+// sent, not its whole body's room, until it is cut off. The room held by
+// heads (not yet read, or read and waiting for their rest) is bounded
+// (heads), and so is the room of bodies growing step by step (grow); a body that finds no step free at once waits, as
+// before, for the whole of its rest, which the budget left beside both shares
+// always covers: whatever the concurrency, requests past the budget wait
+// unread, and those reserving their rest can always be served, so waiting
+// ones never block each other for good.
 //
 // Both semaphores serve waiters in arrival order, so a large body is not
 // passed over forever by a stream of small ones.
@@ -36,17 +43,33 @@ type budget struct {
 	headsSize int64
 	heads     *semaphore.Weighted
 	headsUsed atomic.Int64
+
+	// growSize is the most of size held by bodies past their head whose
+	// room grows step by step (their head's room included), from their
+	// first step until they are whole or their whole rest is reserved. It
+	// is what size leaves beside the heads and a largest body's rest: zero
+	// when that is nothing, and then every body reserves its whole rest
+	// once its head has arrived.
+	growSize int64
+	grow     *semaphore.Weighted
+	growUsed atomic.Int64
 }
 
 // newBudget is a budget of size bytes for bodies of at most maxBody bytes.
 // Heads get an eighth of it, at least one head's room, and at most what
-// leaves a whole largest body room beside them.
+// leaves a whole largest body room beside them; growing bodies get what is
+// left beside the heads and a largest body's rest (nothing when maxBody is
+// not set).
 func newBudget(size, maxBody int64) *budget {
 	heads := max(size/8, min(headBytes, size))
+	var grow int64
 	if maxBody > 0 {
 		heads = min(heads, max(size-maxBody+headBytes, min(headBytes, size)))
+		largestRest := max(0, min(maxBody, size)-min(headBytes, heads))
+		grow = max(0, size-heads-largestRest)
 	}
-	return &budget{size: size, sem: semaphore.NewWeighted(size), headsSize: heads, heads: semaphore.NewWeighted(heads)}
+	return &budget{size: size, sem: semaphore.NewWeighted(size), headsSize: heads, heads: semaphore.NewWeighted(heads),
+		growSize: grow, grow: semaphore.NewWeighted(grow)}
 }
 
 // acquire reserves n bytes (at most the whole budget), waiting in line until
@@ -103,6 +126,33 @@ func (b *budget) releaseHead(n int64) {
 	}
 	b.headsUsed.Add(-n)
 	b.heads.Release(n)
+}
+
+// tryGrow reserves step more bytes for a growing body, with place more of
+// the grow share (the step, plus its head's room on the first step): both or
+// neither, and only if they are free now (never ahead of a waiter). The
+// bytes are given back with release, the place with releaseGrow.
+func (b *budget) tryGrow(place, step int64) bool {
+	if !b.grow.TryAcquire(place) {
+		return false
+	}
+	if !b.sem.TryAcquire(step) {
+		b.grow.Release(place)
+		return false
+	}
+	b.growUsed.Add(place)
+	b.used.Add(step)
+	return true
+}
+
+// releaseGrow gives back a growing body's place in the grow share (the bytes
+// stay reserved in the budget until release).
+func (b *budget) releaseGrow(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.growUsed.Add(-n)
+	b.grow.Release(n)
 }
 
 // inUse is the bytes reserved now.

@@ -2,7 +2,10 @@ package ingress_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,10 +24,13 @@ import (
 	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
-// slowSenders keeps n connections open that each declare a 1 MiB body and
-// send it one byte a second; a connection that ingress cuts off is replaced
-// at once. It counts the answers they got by status.
+// slowSenders keeps n connections open that each declare a 1 MiB body, send
+// the first bytes of it at once, then one byte a second (or, stalled, none);
+// a connection that ingress cuts off is replaced at once. It counts the
+// answers they got by status.
 type slowSenders struct {
+	first    []byte // sent at once after the headers
+	trickle  bool   // then a byte a second
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -33,13 +39,26 @@ type slowSenders struct {
 	dialFail atomic.Int64
 }
 
+// startSlowSenders starts n senders that send "{" and then a byte a second.
 func startSlowSenders(t *testing.T, base string, n int) *slowSenders {
+	t.Helper()
+	return startSenders(t, base, n, &slowSenders{first: []byte("{"), trickle: true})
+}
+
+// startStalledSenders starts n senders that send a body's head and one byte
+// more at once, then nothing: ingress has begun on the body's rest.
+func startStalledSenders(t *testing.T, base string, n int) *slowSenders {
+	t.Helper()
+	return startSenders(t, base, n, &slowSenders{first: bytes.Repeat([]byte("x"), 16<<10+1)})
+}
+
+func startSenders(t *testing.T, base string, n int, s *slowSenders) *slowSenders {
 	t.Helper()
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &slowSenders{stop: make(chan struct{}), answers: map[string]int{}}
+	s.stop, s.answers = make(chan struct{}), map[string]int{}
 	body := []byte(`{"id":"evt_slow","type":"t"}`)
 	sig := verify.SignStripe(stripeSecret, time.Now(), body).Get("Stripe-Signature")
 	for range n {
@@ -68,8 +87,8 @@ func (s *slowSenders) one(host, sig string) {
 	}
 	defer conn.Close()
 	s.opened.Add(1)
-	fmt.Fprintf(conn, "POST /webhooks/stripe HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nStripe-Signature: %s\r\nContent-Length: %d\r\n\r\n{",
-		host, sig, 1<<20)
+	fmt.Fprintf(conn, "POST /webhooks/stripe HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nStripe-Signature: %s\r\nContent-Length: %d\r\n\r\n%s",
+		host, sig, 1<<20, s.first)
 	answered := make(chan string, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -82,6 +101,9 @@ func (s *slowSenders) one(host, sig string) {
 	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	if !s.trickle {
+		tick.Stop()
+	}
 	for {
 		select {
 		case <-s.stop:
@@ -238,5 +260,156 @@ func TestSlowSendersDoNotDelaySignedRequests(t *testing.T) {
 	}
 	if !strings.Contains(answers, "408") {
 		t.Errorf("the slow senders were never cut off with 408: %s", answers)
+	}
+}
+
+// inflightBytes is inlet_ingress_inflight_bytes.
+func inflightBytes(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "inlet_ingress_inflight_bytes" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no inlet_ingress_inflight_bytes")
+	return 0
+}
+
+// Senders that declare 1 MiB, send their head and a byte more at once and
+// then stall hold what they sent and one step of the body budget, not their
+// whole body's room: 40 of them (each replaced once cut off) beside 60
+// signed requests, with the default 32 MiB budget, leave every signed
+// request its room, and each is stored (before: 40 MiB declared held the
+// whole budget for the read timeout, and a third of the signed requests got
+// 503 overloaded). The stalled senders are cut off with 408.
+func TestStalledSendersAfterTheHeadDoNotHoldTheBudget(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) {
+		c.Section.MaxBodyBytes = 1 << 20
+		c.Section.StoreTimeout = 5 * time.Second
+	})
+	const stalled, signed = 40, 60
+	stall := startStalledSenders(t, b.url, stalled)
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("all %d stalled senders past their heads", stalled), func() (bool, string) {
+		got := inflightBytes(t, b.reg)
+		return got >= stalled*(16<<10+64<<10), fmt.Sprintf("inflight_bytes %v, %d connections opened", got, stall.opened.Load())
+	})
+	t.Logf("%d stalled senders hold %v bytes", stalled, inflightBytes(t, b.reg))
+
+	codes := make([]int, signed)
+	var wg sync.WaitGroup
+	for i := range signed {
+		wg.Go(func() {
+			resp, err := http.DefaultClient.Do(stripeRequest(t, b.url, fmt.Appendf(nil, `{"id":"evt_signed_%d","type":"t"}`, i), time.Now()))
+			if err != nil {
+				t.Errorf("signed request %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	byCode := map[int]int{}
+	for _, c := range codes {
+		byCode[c]++
+	}
+	if byCode[http.StatusOK] != signed {
+		t.Errorf("signed requests beside %d stalled senders answered %v, want all %d 200", stalled, byCode, signed)
+	}
+	testwait.Eventually(t, 20*time.Second, "a stalled sender cut off with 408", func() (bool, string) {
+		stall.mu.Lock()
+		defer stall.mu.Unlock()
+		return stall.answers["408 Request Timeout"] > 0, fmt.Sprint(stall.answers)
+	})
+	stall.close()
+	if n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events`); n != signed {
+		t.Errorf("%d events stored, want the %d signed", n, signed)
+	}
+}
+
+// Bodies past the head are read whole while their room grows: of known
+// length or chunked, up to max_body_bytes exactly (one byte more is 413),
+// and one sent in steps slower than the head's timeout overall but each
+// step well within it.
+func TestBodiesPastTheHeadAreReadWhole(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	b := setupWith(t, pgtest.NewDatabase(t), func(c *ingress.Config) { c.Section.MaxBodyBytes = limit })
+	body := func(id string, size int) []byte {
+		p := fmt.Appendf(nil, `{"id":%q,"type":"t","pad":"`, id)
+		p = append(p, bytes.Repeat([]byte("p"), size-len(p)-2)...)
+		return append(p, `"}`...)
+	}
+	t.Run("bodies", func(t *testing.T) { testBodiesPastTheHead(t, b, body) })
+	testwait.Eventually(t, 10*time.Second, "every body's room given back", func() (bool, string) {
+		got := inflightBytes(t, b.reg)
+		return got == 0, fmt.Sprintf("inflight_bytes %v", got)
+	})
+}
+
+func testBodiesPastTheHead(t *testing.T, b *testBundle, body func(id string, size int) []byte) {
+	const limit = 1 << 20
+	for _, c := range []struct {
+		name    string
+		size    int
+		chunked bool
+		paced   time.Duration // between 64 KiB pieces
+		want    int
+	}{
+		{"head and a byte", 16<<10 + 1, false, 0, 200},
+		{"200 KiB", 200 << 10, false, 0, 200},
+		{"the limit", limit, false, 0, 200},
+		{"chunked, 200 KiB", 200 << 10, true, 0, 200},
+		{"chunked, the limit", limit, true, 0, 200},
+		{"chunked, over the limit", limit + 1, true, 0, 413},
+		{"paced, 320 KiB in 2.4s", 320 << 10, false, 600 * time.Millisecond, 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			id := "evt_" + strings.NewReplacer(" ", "_", ",", "").Replace(c.name)
+			sent := body(id, c.size)
+			req := stripeRequest(t, b.url, sent, time.Now())
+			switch {
+			case c.paced > 0:
+				pr, pw := io.Pipe()
+				go func() {
+					for rest := sent; len(rest) > 0; {
+						n := min(len(rest), 64<<10)
+						if _, err := pw.Write(rest[:n]); err != nil {
+							return
+						}
+						rest = rest[n:]
+						if len(rest) > 0 {
+							time.Sleep(c.paced) // the sender's pace, not a wait for ingress
+						}
+					}
+					pw.Close()
+				}()
+				req.Body = pr
+				req.ContentLength = int64(len(sent))
+			case c.chunked:
+				req.Body = io.NopCloser(bytes.NewReader(sent))
+				req.ContentLength = -1
+			}
+			code, answer, _ := do(t, req)
+			if code != c.want {
+				t.Fatalf("%d %s, want %d", code, answer, c.want)
+			}
+			if c.want != 200 {
+				return
+			}
+			var raw []byte
+			if err := b.admin.QueryRow(context.Background(), `SELECT raw_body FROM webhook_ingress.events WHERE external_event_id = $1`, id).Scan(&raw); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(raw, sent) {
+				t.Fatalf("stored %d bytes differ from the %d sent", len(raw), len(sent))
+			}
+		})
 	}
 }
