@@ -265,6 +265,10 @@ func TestSubscriptionFilterUnreadableBeforeFirstReadIsNotStored(t *testing.T) {
 				n := bigJobs(id)
 				return n == 1, fmt.Sprintf("%s: %d jobs of big", id, n)
 			})
+			// Said in the server's own log, not the process default's.
+			if !strings.Contains(b.logs.String(), "read filtered subscriptions failed; using the last copy") {
+				t.Fatalf("the failed reload is not in the server's log:\n%s", b.logs.String())
+			}
 		})
 	}
 }

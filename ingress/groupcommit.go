@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -93,6 +94,9 @@ type pending struct {
 	// matches are the filtered subscriptions the event passed.
 	matches []int64
 }
+
+// useLogger sends the store's own log lines to l (see PGStore.useLogger).
+func (g *GroupStore) useLogger(l *slog.Logger) { g.single.useLogger(l) }
 
 // NewGroupStore starts the committers; Close stops them.
 func NewGroupStore(pool *pgxpool.Pool, hinter Hinter, cfg GroupConfig) *GroupStore {

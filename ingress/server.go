@@ -121,6 +121,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("ingress: Store is required")
 	}
+	// The store's own lines (a failed read of the filtered subscriptions)
+	// go to the server's log, not the process default.
+	if sl, ok := cfg.Store.(interface{ useLogger(*slog.Logger) }); ok {
+		sl.useLogger(cfg.Logger)
+	}
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}

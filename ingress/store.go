@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -70,6 +71,12 @@ type Hinter interface{ Hint() }
 // hinter may be nil: streamers then find new jobs by polling.
 func NewPGStore(pool *pgxpool.Pool, hinter Hinter) *PGStore {
 	return &PGStore{pool: pool, hinter: hinter, filters: newFilters(pool)}
+}
+
+// useLogger sends the store's own log lines to l (ingress.New passes its
+// Config.Logger); slog.Default() until then.
+func (s *PGStore) useLogger(l *slog.Logger) {
+	s.filters.logger = l.With(slog.String("component", "ingress"))
 }
 
 // InsertEvent and FanOutFiltered stay SQL text (schema.Query), not sqlc
