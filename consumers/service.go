@@ -256,12 +256,25 @@ func (s *Service) stopBackground() {
 
 // Healthy reports an error once the transport has closed a handler's
 // subscription while the service runs: it then takes no more of that
-// handler's jobs, and readiness should say so (restart the process).
+// handler's jobs, and readiness should say so (restart the process). It also
+// reports the transport's own error while the transport has one (see
+// healthReporter): natsbus, while a subscription is not consuming.
 func (s *Service) Healthy() error {
 	if name := s.lost.Load(); name != nil {
 		return fmt.Errorf("the bus closed the subscription of handler %q", *name)
 	}
+	if h, ok := s.cfg.Subscriber.(healthReporter); ok {
+		if err := h.Healthy(); err != nil {
+			return fmt.Errorf("the bus: %w", err)
+		}
+	}
 	return nil
+}
+
+// healthReporter is a Subscriber that can tell when it is not delivering
+// although its subscriptions are open (natsbus.NATS).
+type healthReporter interface {
+	Healthy() error
 }
 
 // read takes r's messages until ctx ends. A message carries one job

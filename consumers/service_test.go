@@ -810,6 +810,44 @@ func duplicateDelivery(t *testing.T, batch bool) {
 	}
 }
 
+// unhealthyBus is a subscriber that reports its own health, as natsbus does
+// while a subscription is not consuming.
+type unhealthyBus struct {
+	message.Subscriber
+	err atomic.Pointer[error]
+}
+
+func (u *unhealthyBus) Healthy() error {
+	if err := u.err.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// A transport that is not delivering although its subscriptions are open
+// (natsbus resuming a recreated durable) makes the service unhealthy until
+// it delivers again.
+func TestHealthyReportsTheBusHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := &unhealthyBus{Subscriber: b.Bus}
+	cfg := b.config(consumers.Handler{Name: "h", Func: ok})
+	cfg.Subscriber = sub
+	svc := b.start(t, cfg)
+	if err := svc.Healthy(); err != nil {
+		t.Fatalf("healthy at start: %v", err)
+	}
+	stalled := errors.New("consume recreated JetStream consumer inlet_h: no responders")
+	sub.err.Store(&stalled)
+	if err := svc.Healthy(); !errors.Is(err, stalled) {
+		t.Fatalf("Healthy() = %v, want the bus's %v", err, stalled)
+	}
+	sub.err.Store(nil)
+	if err := svc.Healthy(); err != nil {
+		t.Fatalf("healthy once the bus is: %v", err)
+	}
+}
+
 // When the transport closes a subscription under a running service, it stops
 // reporting healthy (inlet consumer's /readyz then fails).
 func TestHealthyTurnsFalseWhenTheBusClosesTheSubscription(t *testing.T) {

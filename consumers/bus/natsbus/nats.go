@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +67,9 @@ type NATS struct {
 	// streamChecked is when a failed publish last recreated the stream.
 	streamChecked time.Time
 	subs          sync.WaitGroup
+	// stalled are the durable consumers whose subscription is not consuming
+	// now (recreated, and Consume failing): Healthy reports them.
+	stalled map[string]error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -355,16 +360,16 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 			}
 			if restored := n.restoreConsumer(ctx, consumerConfig); restored != nil {
 				cc.Stop()
-				next, err := restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
-				if err != nil {
-					n.log.Warn("resume JetStream consumer failed; retrying", slog.String("consumer", name), slog.String("error", err.Error()))
-					continue
-				}
-				cc = next
+				cc = n.resume(ctx, name, func() (jetstream.ConsumeContext, error) {
+					return restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
+				})
+				done = cc == nil
 			}
 		}
 		close(stop)
-		cc.Stop()
+		if cc != nil {
+			cc.Stop()
+		}
 		sending.Lock()
 		closed = true
 		close(out)
@@ -376,6 +381,83 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 // consumerCheckInterval is how often a subscription checks that its stream
 // and durable consumer still exist when nothing reported an error.
 const consumerCheckInterval = 5 * time.Second
+
+// Consume on a recreated durable is retried after resumeBackoffMin, doubling
+// up to resumeBackoffMax, until it succeeds or the subscription ends.
+const (
+	resumeBackoffMin = 100 * time.Millisecond
+	resumeBackoffMax = 5 * time.Second
+)
+
+// resumeFault runs before each Consume of a recreated durable; an error it
+// returns fails that Consume (a test's way to make resuming fail).
+var resumeFault = func() error { return nil }
+
+// resume consumes a recreated durable (start), retrying with backoff until it
+// succeeds: the old consume context is stopped, so giving up would leave the
+// subscription open and delivering nothing. Meanwhile Healthy reports it.
+// It returns nil when ctx is done or the transport closes first.
+func (n *NATS) resume(ctx context.Context, name string, start func() (jetstream.ConsumeContext, error)) jetstream.ConsumeContext {
+	defer n.setStalled(name, nil)
+	wait := resumeBackoffMin
+	for try := 1; ; try++ {
+		err := resumeFault()
+		var cc jetstream.ConsumeContext
+		if err == nil {
+			cc, err = start()
+		}
+		if err == nil {
+			if try > 1 {
+				n.log.Info("JetStream consumer resumed", slog.String("consumer", name), slog.Int("attempt", try))
+			}
+			return cc
+		}
+		err = fmt.Errorf("consume recreated JetStream consumer %s: %w", name, err)
+		n.setStalled(name, err)
+		n.log.Warn("resume JetStream consumer failed; retrying", slog.String("consumer", name),
+			slog.Int("attempt", try), slog.Duration("retry_in", wait), slog.String("error", err.Error()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-n.closing:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(2*wait, resumeBackoffMax)
+	}
+}
+
+// setStalled records that the subscription of durable name is not
+// consuming (err) or is again (nil).
+func (n *NATS) setStalled(name string, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil {
+		delete(n.stalled, name)
+		return
+	}
+	if n.stalled == nil {
+		n.stalled = map[string]error{}
+	}
+	n.stalled[name] = err
+}
+
+// Healthy reports an error while a subscription is not consuming: its
+// durable was recreated and consuming it keeps failing, so its handler gets
+// no references until a retry succeeds.
+func (n *NATS) Healthy() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	names := slices.Sorted(maps.Keys(n.stalled))
+	errs := make([]error, len(names))
+	for i, name := range names {
+		errs[i] = n.stalled[name]
+	}
+	return errors.Join(errs...)
+}
 
 // restoreConsumer returns nil while the durable exists (or NATS cannot be
 // asked), else recreates the stream and the durable and returns the new

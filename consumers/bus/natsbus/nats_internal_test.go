@@ -1,0 +1,122 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/internal/natstest"
+	"github.com/inlet-dev/inlet/internal/testwait"
+)
+
+// A durable deleted under a subscription is recreated; when consuming the
+// new one fails, the subscription retries until it can, and reports itself
+// unhealthy meanwhile. (It used to retry nothing: the old consume context
+// was stopped, the durable now existed, so the subscription stayed open and
+// delivered nothing, still healthy.)
+func TestSubscriptionRetriesConsumeAfterRecreatingItsDurable(t *testing.T) {
+	srv := natstest.Start(t)
+	var failing atomic.Bool
+	var failed atomic.Int32 // Consume calls failed
+	resumeFault = func() error {
+		if failing.Load() {
+			failed.Add(1)
+			return errors.New("injected consume failure")
+		}
+		return nil
+	}
+	t.Cleanup(func() { resumeFault = func() error { return nil } })
+	n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	topic := bus.Topic("h")
+	msgs, err := n.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int64, 10)
+	go func() {
+		for m := range msgs {
+			r, err := bus.ParseMessage(m)
+			m.Ack()
+			if err == nil {
+				got <- r.JobID
+			}
+		}
+	}()
+	publishRef := func(id int64) {
+		t.Helper()
+		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Publish(topic, msg); err != nil {
+			t.Fatalf("publish %d: %v", id, err)
+		}
+	}
+	// receive waits for reference id; an earlier one may come again (its
+	// acknowledgement can be lost with the deleted durable).
+	receive := func(id int64) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case r := <-got:
+				if r == id {
+					return
+				}
+				if r > id {
+					t.Fatalf("received %d, want %d", r, id)
+				}
+			case <-deadline:
+				t.Fatalf("reference %d not delivered within 30s", id)
+			}
+		}
+	}
+	publishRef(1)
+	receive(1)
+	if err := n.Healthy(); err != nil {
+		t.Fatalf("healthy while consuming: %v", err)
+	}
+
+	failing.Store(true)
+	js, err := jetstream.New(n.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, StreamName, DurableName(topic)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "Healthy to report the subscription not consuming", func() (bool, string) {
+		err := n.Healthy()
+		return err != nil && strings.Contains(err.Error(), DurableName(topic)), fmt.Sprint(err)
+	})
+	// The recreated durable keeps what is published meanwhile.
+	publishRef(2)
+	testwait.Eventually(t, 30*time.Second, "Consume of the recreated durable to be retried", func() (bool, string) {
+		return failed.Load() >= 3, fmt.Sprint(failed.Load(), " tries")
+	})
+	if err := n.Healthy(); err == nil {
+		t.Fatal("healthy while Consume keeps failing")
+	}
+
+	failing.Store(false)
+	receive(2)
+	testwait.Eventually(t, 30*time.Second, "Healthy again once consuming", func() (bool, string) {
+		err := n.Healthy()
+		return err == nil, fmt.Sprint(err)
+	})
+}
