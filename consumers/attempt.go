@@ -100,8 +100,13 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 	}
 
 	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
-		// Not the handler's fault: do not spend a failure on it.
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; its lease will expire", attrs...)
+		// Not the handler's fault, so no failure is recorded (no error, no
+		// backoff). The attempt is spent all the same: the reaper counts an
+		// expired lease whose consumer extended it (worker_id) or while a
+		// consumer of the handler was alive, closing it as lease_expired, or
+		// dead-lettering the job on its last attempt. Giving the lease back
+		// uncounted needs attempt_count, which consumer roles may not update.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; its lease will expire, and the reaper counts the attempt if a consumer was there", attrs...)
 		return
 	}
 

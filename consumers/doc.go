@@ -29,7 +29,10 @@
 // expiry upstream. Every AliveInterval the service says in Postgres that it
 // is alive for its handlers: streamers lease nothing of a handler none of
 // whose consumers is alive, and an expired lease counts as an attempt only
-// when one was. Delivery is therefore at-least-once; [Event.IdempotencyKey]
+// when one was (or its consumer extended it). An attempt cut short by
+// [Service.Stop]'s deadline is left to lease expiry too, and so counts: a
+// job on its last attempt is dead-lettered by a forced stop. Delivery is
+// therefore at-least-once; [Event.IdempotencyKey]
 // lets handlers make their side effects idempotent.
 //
 // Can a handler run twice for one attempt? Yes: reading an attempt writes

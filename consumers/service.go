@@ -203,7 +203,11 @@ func (s *Service) Start(ctx context.Context) error {
 // and record their outcomes. They keep running under their own Timeout until
 // ctx is done; then their contexts are cancelled and Stop returns ctx's
 // error. An attempt cut short that way records nothing (unless its handler
-// still succeeds): its lease expires and the streamer's reaper retries it.
+// still succeeds): its lease expires and the streamer's reaper retries it,
+// but counts it as an attempt (lease_expired) when this consumer extended
+// its lease or another consumer of the handler was alive, as in a rolling
+// deploy; a job on its last attempt is then dead-lettered. Give ctx a
+// deadline past the handlers' usual run time.
 // Stop on a service that is not running returns nil.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()

@@ -595,6 +595,69 @@ func TestStopDeadlineAbandonsAttempts(t *testing.T) {
 	}
 }
 
+// An attempt cut short by Stop's deadline records no failure, but it is
+// spent: its consumer extended the lease (worker_id), so the reaper counts
+// the expired lease, and a job on its last attempt is dead-lettered by the
+// forced stop. (Giving the lease back uncounted would need attempt_count,
+// which consumer roles may not update: the Stop doc says so instead.)
+func TestForcedStopSpendsTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	cfg := b.config(consumers.Handler{Name: "h", MaxAttempts: 1, Func: func(ctx context.Context, _ *consumers.Event) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	cfg.LeaseExtend = 150 * time.Millisecond
+	svc, err := consumers.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobID := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h")
+	refs := b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %+v", refs)
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	testwait.Eventually(t, wait, "the running attempt's lease to be extended", func() (bool, string) {
+		var worker *string
+		if err := b.Admin.QueryRow(ctx, `SELECT worker_id FROM webhook_ingress.jobs WHERE id = $1`, jobID).Scan(&worker); err != nil {
+			t.Fatal(err)
+		}
+		return worker != nil, "worker_id " + deref(worker)
+	})
+
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := svc.Stop(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	err = consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := b.Job(t, jobID); j.Status != "dead_letter" || j.AttemptCount != 1 || deref(j.LastErrorClass) != "lease_expired" {
+		t.Fatalf("job after a forced stop on its last attempt: %+v (class %s), want dead_letter, lease_expired", j, deref(j.LastErrorClass))
+	}
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"lease_expired"}) {
+		t.Fatalf("attempts: %v, want the forced stop's lease_expired", got)
+	}
+}
+
 func TestLogsCarryMetadataOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
