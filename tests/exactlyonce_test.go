@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,7 +46,18 @@ streamer: {health_listen: "127.0.0.1:0", poll_interval: 200ms, lease_duration: 3
 `, nats.URL()))
 	env := cleanEnv("DATABASE_URL=" + dbURL)
 
-	first := startBin(t, txconsumerBin, cleanEnv(), "--database-url", dbURL, "--nats-url", nats.URL(), "--hold")
+	// Every held transaction keeps a connection, and the SDK keeps two of
+	// the pool for its own statements: a pool of events+2 at least, sized
+	// as a user sizes it, in the URL.
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(events+2))
+	u.RawQuery = q.Encode()
+	txURL := u.String()
+	first := startBin(t, txconsumerBin, cleanEnv(), "--database-url", txURL, "--nats-url", nats.URL(), "--hold")
 	first.waitOutput("txconsumer ready", 30*time.Second)
 	st := start(t, env, "streamer", "--config", cfg)
 	st.waitLog("streamer started", 30*time.Second)
@@ -67,7 +80,7 @@ streamer: {health_listen: "127.0.0.1:0", poll_interval: 200ms, lease_duration: 3
 	}
 	<-first.done
 
-	startBin(t, txconsumerBin, cleanEnv(), "--database-url", dbURL, "--nats-url", nats.URL()).waitOutput("txconsumer ready", 30*time.Second)
+	startBin(t, txconsumerBin, cleanEnv(), "--database-url", txURL, "--nats-url", nats.URL()).waitOutput("txconsumer ready", 30*time.Second)
 	testwait.Eventually(t, 60*time.Second, "every job completed after the kill", func() (bool, string) {
 		var done int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'ledger' AND status = 'completed'`).Scan(&done); err != nil {
