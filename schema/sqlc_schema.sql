@@ -222,7 +222,8 @@ CREATE TABLE webhook_ingress.order_lanes (
     handler text NOT NULL,
     order_key text NOT NULL,
     order_at timestamp with time zone NOT NULL,
-    dead boolean NOT NULL
+    dead boolean NOT NULL,
+    leased boolean NOT NULL
 );
 
 CREATE TABLE webhook_ingress.reconcile_runs (

@@ -222,3 +222,47 @@ func TestOrderKeyHoldsAcrossStreamers(t *testing.T) {
 		t.Fatalf("%d of 40 completed after 10 rounds of 4 keys", n)
 	}
 }
+
+// An event that occurred before its key's running job but arrived after it
+// was leased (a provider's late or retried delivery) waits until the running
+// job is done: a key's jobs never run two at a time. Through each claim: the
+// walk of every handler's due jobs, the claim by handler (another handler
+// held back), and ClaimLimitedJobs (the ordered handler limited).
+func TestOrderKeyLateEarlierEventWaitsForTheRunningJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		limited string // the handler given a handler_limits row, claimed apart
+	}{
+		{name: "walk"},
+		{name: "by handler", limited: "free"},
+		{name: "limited", limited: "ordered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.ordered(t, "block")
+			if tc.limited != "" {
+				b.limits(t, tc.limited, "max_in_flight = 10")
+			}
+			base := time.Now().Add(-time.Hour)
+			b.event(t, "a2", "sub_A", base, 2)
+			s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Minute})
+			if got := b.leaseRound(t, s); !slices.Equal(got, []string{"a2"}) {
+				t.Fatalf("first round leased %v, want a2", got)
+			}
+			b.event(t, "a1", "sub_A", base, 1) // occurred before a2, arrives while a2 runs
+			b.event(t, "b1", "sub_B", base, 1)
+			if got := b.leaseRound(t, s); !slices.Equal(got, []string{"b1"}) {
+				t.Fatalf("while a2 runs leased %v, want b1 only (a1 waits for a2)", got)
+			}
+			if got := b.leaseRound(t, s); len(got) != 0 {
+				t.Fatalf("while a2 runs leased %v, want nothing", got)
+			}
+			b.finish(t, "a2", "completed")
+			if got := b.leaseRound(t, s); !slices.Equal(got, []string{"a1"}) {
+				t.Fatalf("after a2 completed leased %v, want a1", got)
+			}
+		})
+	}
+}

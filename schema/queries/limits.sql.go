@@ -35,12 +35,19 @@ WITH lim AS (
     WHERE j.status IN ('pending', 'failed')
       AND j.next_attempt_at <= now()
       AND j.handler = $2::text
-      AND (j.order_key IS NULL OR NOT EXISTS ( -- an ordered handler's job waits for the earlier unfinished ones of its key (020_order_lanes)
+      -- An ordered handler's job waits for the earlier unfinished ones of
+      -- its key (020_order_lanes) and for a leased one of its key, earlier
+      -- or not (026_order_lanes_leased: an earlier event that arrived late).
+      AND (j.order_key IS NULL OR (NOT EXISTS (
           SELECT FROM webhook_ingress.order_lanes l
           WHERE l.handler = j.handler AND l.order_key = j.order_key
             AND (l.order_at, l.job_id) < (j.order_at, j.id)
             AND (NOT l.dead OR NOT EXISTS (
-                SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip'))))
+                SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip')))
+        AND NOT EXISTS (
+          SELECT FROM webhook_ingress.order_lanes l
+          WHERE l.handler = j.handler AND l.order_key = j.order_key AND l.leased
+            AND l.job_id <> j.id)))
     ORDER BY j.next_attempt_at, j.id
     LIMIT coalesce((SELECT n FROM quota), 0) -- no row: handler is no longer limited; ClaimJobs takes it after the next recount
     FOR UPDATE OF j SKIP LOCKED

@@ -365,4 +365,5 @@ type WebhookIngressOrderLane struct {
 	OrderKey        string
 	OrderAt         time.Time
 	Dead            bool
+	Leased          bool
 }
