@@ -15,11 +15,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
@@ -109,23 +111,33 @@ type Reporter struct {
 	running bool
 	loops   loop.Group
 
-	// gaps are ids the cursor passed without seeing them, with when: an
-	// attempt whose transaction committed after a later id's. Bounded by
-	// maxGaps; each is looked for until GapTTL.
-	gaps map[int64]time.Time
+	// gaps are runs of ids the cursor passed without seeing them, each with
+	// when: attempts whose transaction committed after a later id's (or
+	// never will). A run costs the same however long it is; each is looked
+	// for until GapTTL. nextGaps is what gaps become once the records read
+	// are acknowledged, more whether a gap had more records than a look took.
+	gaps, nextGaps []gap
+	more           bool
+	round          uint64
 	// lastRead is the highest id collect read, valid or not; skipped are
 	// the ids it read but could not report, which are no gaps.
 	lastRead int64
 	skipped  []int64
 }
 
-// maxGaps bounds the remembered gaps, and maxGapRun the length of one run of
-// missing ids worth remembering: ids held by transactions still open are few
-// (one per connection); a longer run is ids that will never commit.
-const (
-	maxGaps   = 10_000
-	maxGapRun = 1_000
-)
+// gap is the run of ids lo..hi, passed by the cursor at since.
+type gap struct {
+	lo, hi int64
+	since  time.Time
+	// probed is the round it was last looked for in: the least recently
+	// looked for go first, so one long run cannot take every round.
+	probed uint64
+}
+
+// maxGaps bounds the remembered runs of missing ids. A run that may never
+// commit (a rolled-back transaction's ids) is kept until GapTTL too: a run
+// of any length is one entry, and looking for it reads at most what it holds.
+const maxGaps = 10_000
 
 // New returns a reporter for cfg.
 func New(cfg Config) (*Reporter, error) {
@@ -137,7 +149,6 @@ func New(cfg Config) (*Reporter, error) {
 		cfg:     cfg,
 		base:    strings.TrimRight(cfg.URL, "/"),
 		started: make(chan struct{}),
-		gaps:    map[int64]time.Time{},
 	}, nil
 }
 
@@ -191,19 +202,14 @@ func (r *Reporter) run(ctx context.Context) {
 			if err := r.retry(ctx, "send report", func() error { return r.send(ctx, batch) }); err != nil {
 				return
 			}
-			for _, rec := range batch {
-				delete(r.gaps, rec.AttemptID)
-			}
 			log.Debug("report acknowledged", slog.Int("records", len(batch)), slog.Int64("cursor", next))
 		}
-		for _, id := range r.skipped {
-			delete(r.gaps, id)
-		}
+		r.gaps, r.nextGaps = r.nextGaps, nil
 		if next > cursor {
 			r.noteGaps(cursor, next, batch)
 			cursor = next
 		}
-		if len(batch) >= r.cfg.BatchSize {
+		if len(batch) >= r.cfg.BatchSize || r.more {
 			continue // more may be waiting
 		}
 		select {
@@ -237,30 +243,15 @@ func (r *Reporter) retry(ctx context.Context, what string, f func() error) error
 	}
 }
 
-// read returns the next records: the gaps that became visible, then up to a
-// batch of ids above cursor. next is the new cursor once they are sent.
+// read returns the next records: those of the gaps that became visible, then
+// up to a batch of ids above cursor. next is the new cursor once they are
+// sent; r.nextGaps the gaps then.
 func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next int64, err error) {
 	next = cursor
-	r.lastRead, r.skipped = 0, r.skipped[:0]
-	now := time.Now()
-	var gapIDs []int64
-	for id, seen := range r.gaps {
-		if now.Sub(seen) > r.cfg.GapTTL {
-			delete(r.gaps, id)
-			continue
-		}
-		if len(gapIDs) < max(r.cfg.BatchSize/2, 1) { // the rest wait for the next batch
-			gapIDs = append(gapIDs, id)
-		}
-	}
-	if len(gapIDs) > 0 {
-		rows, err := queries.New(r.cfg.Pool).ReporterAttemptsByID(ctx, gapIDs)
-		if err != nil {
-			return nil, cursor, fmt.Errorf("read gap attempts: %w", err)
-		}
-		for _, row := range rows {
-			batch = r.collect(queries.ReporterAttemptsAfterRow(row), batch)
-		}
+	r.lastRead, r.skipped, r.more = 0, r.skipped[:0], false
+	batch, err = r.readGaps(ctx, batch)
+	if err != nil {
+		return nil, cursor, err
 	}
 	rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{
 		AfterID: cursor, BatchSize: int64(max(r.cfg.BatchSize-len(batch), 1))})
@@ -277,6 +268,83 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 	// collect drops invalid rows; the cursor still moves past them.
 	next = max(next, r.lastRead)
 	return batch, next, nil
+}
+
+// readGaps looks for the attempts of the gaps, up to half a batch, and sets
+// r.nextGaps to what is left of them (expired ones dropped). Each gap is one
+// look, ReporterAttemptsAfter from its first id, limited to its length (and
+// the budget): what it reads past the gap's end is reported already or is
+// another gap's, and is left alone; so a gap costs one index probe per side
+// and at most its length in rows, however long it is.
+func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, error) {
+	r.round++
+	now := time.Now()
+	live := make([]gap, 0, len(r.gaps))
+	for _, g := range r.gaps {
+		if now.Sub(g.since) <= r.cfg.GapTTL {
+			live = append(live, g)
+		}
+	}
+	order := make([]int, len(live))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(live[a].probed, live[b].probed), cmp.Compare(live[a].lo, live[b].lo))
+	})
+	type look struct {
+		gap   int
+		limit int64
+		rows  []queries.ReporterAttemptsAfterRow
+	}
+	var looks []*look
+	pb := &pgx.Batch{}
+	budget := int64(max(r.cfg.BatchSize/2, 1)) // the rest wait for the next round
+	for _, i := range order {
+		if budget == 0 {
+			break
+		}
+		l := &look{gap: i, limit: min(budget, live[i].hi-live[i].lo+1)}
+		budget -= l.limit
+		looks = append(looks, l)
+		pb.Queue(queries.ReporterAttemptsAfter, live[i].lo-1, l.limit).Query(func(rows pgx.Rows) error {
+			var err error
+			l.rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[queries.ReporterAttemptsAfterRow])
+			return err
+		})
+	}
+	if len(looks) > 0 {
+		if err := r.cfg.Pool.SendBatch(ctx, pb).Close(); err != nil {
+			return nil, fmt.Errorf("read attempts of %d gaps: %w", len(looks), err)
+		}
+	}
+	looked := make([]bool, len(live))
+	next := make([]gap, 0, len(live))
+	dropped := 0
+	for _, l := range looks {
+		g := live[l.gap]
+		looked[l.gap] = true
+		var read []int64
+		for _, row := range l.rows {
+			if row.ID > g.hi {
+				break
+			}
+			batch = r.collect(row, batch)
+			read = append(read, row.ID)
+		}
+		if int64(len(read)) == l.limit && l.limit <= g.hi-g.lo {
+			r.more = true // the gap may hold more than this look took
+		}
+		next, dropped = addGaps(next, g.lo, g.hi, read, g.since, r.round, dropped)
+	}
+	for i, g := range live {
+		if !looked[i] {
+			next = append(next, g)
+		}
+	}
+	r.nextGaps = next
+	r.logDropped(dropped)
+	return batch, nil
 }
 
 // collect appends the row's record, skipping (and logging) a row that is not
@@ -325,27 +393,52 @@ func OpaqueJobID(key []byte, jobID int64) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// noteGaps remembers the ids in (from, to] that the batch did not carry.
+// noteGaps remembers the ids in (from, to) that the batch did not carry, as
+// runs.
 func (r *Reporter) noteGaps(from, to int64, batch []Record) {
-	seen := make(map[int64]bool, len(batch))
+	var seen []int64
 	for _, rec := range batch {
-		if rec.AttemptID > from && rec.AttemptID <= to {
-			seen[rec.AttemptID] = true
+		if rec.AttemptID > from && rec.AttemptID < to {
+			seen = append(seen, rec.AttemptID)
 		}
 	}
 	for _, id := range r.skipped {
-		if id > from && id <= to {
-			seen[id] = true
+		if id > from && id < to {
+			seen = append(seen, id)
 		}
 	}
-	if to-from-int64(len(seen)) > maxGapRun {
-		return // far more missing than open transactions can hold
-	}
-	now := time.Now()
-	for id := from + 1; id < to && len(r.gaps) < maxGaps; id++ {
-		if !seen[id] {
-			r.gaps[id] = now
+	slices.Sort(seen)
+	var dropped int
+	r.gaps, dropped = addGaps(r.gaps, from+1, to-1, slices.Compact(seen), time.Now(), r.round, 0)
+	r.logDropped(dropped)
+}
+
+// addGaps appends the runs of lo..hi that are not in read (ascending ids
+// within lo..hi) to gaps, up to maxGaps runs, and adds those that did not
+// fit to dropped.
+func addGaps(gaps []gap, lo, hi int64, read []int64, since time.Time, round uint64, dropped int) ([]gap, int) {
+	add := func(lo, hi int64) {
+		if lo > hi {
+			return
 		}
+		if len(gaps) >= maxGaps {
+			dropped++
+			return
+		}
+		gaps = append(gaps, gap{lo: lo, hi: hi, since: since, probed: round})
+	}
+	for _, id := range read {
+		add(lo, id-1)
+		lo = id + 1
+	}
+	add(lo, hi)
+	return gaps, dropped
+}
+
+func (r *Reporter) logDropped(runs int) {
+	if runs > 0 {
+		r.cfg.Logger.Warn("reporter: too many runs of missing attempt ids to remember; attempts in these that commit late are not reported",
+			slog.Int("runs", runs), slog.Int("max", maxGaps))
 	}
 }
 

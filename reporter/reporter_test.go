@@ -451,6 +451,44 @@ func TestLateCommittedAttemptIsReported(t *testing.T) {
 	}
 }
 
+// A transaction holding a long run of attempt ids (a reaper pass of 1,000
+// expired leases on each of two streamers, a replay of many dead letters)
+// that commits after a later id was reported: the cursor passed the whole
+// run, and every one of its attempts is still reported, once.
+func TestLateCommittedLongRunIsReported(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	ctx := context.Background()
+	slow, fast := d.job(t), d.job(t)
+	startReporter(t, d, cp, func(c *reporter.Config) { c.BatchSize = 500 })
+	tx, err := d.super.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class)
+		SELECT j.id, j.event_received_at, g, NULL, now(), 'lease_expired', 'lease_expired'
+		FROM webhook_ingress.jobs j, generate_series(1, 1100) g WHERE j.id = $1`, slow); err != nil {
+		t.Fatal(err)
+	}
+	d.complete(t, d.super, fast, 1)
+	cp.waitStored(t, 1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows := cp.waitStored(t, 1101)
+	var got []int64
+	for _, r := range rows {
+		got = append(got, r.attemptID)
+	}
+	if want := d.attemptIDs(t); !slices.Equal(got, want) {
+		t.Fatalf("control plane holds %d attempts, data plane has %d: not the same ids", len(got), len(want))
+	}
+	if sent := len(cp.sent(t)); sent != len(rows) {
+		t.Fatalf("%d records sent for %d attempts: some were sent twice", sent, len(rows))
+	}
+}
+
 // A replay moves a job's success from its row into job_attempts under the
 // same id: whether the reporter read it before the replay or after, it is
 // reported once, and the second success after the replay is reported too.
