@@ -355,6 +355,9 @@ CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
 CREATE FUNCTION webhook_ingress.order_key_of(spec text, payload jsonb, headers jsonb) RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.order_skips_dead(p_handler text) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.partition_name(t text, s timestamp with time zone) RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 

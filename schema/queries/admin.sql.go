@@ -610,8 +610,7 @@ const AdminListDeadLetters = `-- name: AdminListDeadLetters :many
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
        coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at,
        j.order_key,
-       CASE WHEN j.order_key IS NULL
-              OR NOT EXISTS (SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'block')
+       CASE WHEN j.order_key IS NULL OR webhook_ingress.order_skips_dead(j.handler)
             THEN 0
             ELSE (SELECT count(*) FROM webhook_ingress.order_lanes l
                   WHERE l.handler = j.handler AND l.order_key = j.order_key
@@ -662,7 +661,9 @@ type AdminListDeadLettersRow struct {
 // before_id before job id, page_size limit. An ordered handler's dead
 // letter (019_order_key) names its key and, under order_policy block, how
 // many later jobs of that key it holds back until it is replayed (its
-// unfinished jobs, 020_order_lanes).
+// unfinished jobs, 020_order_lanes). The policy is the one the claims
+// obey, from the handler's enabled subscriptions (order_skips_dead,
+// 027_order_policy_enabled).
 func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLettersParams) ([]AdminListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, AdminListDeadLetters,
 		arg.Handler,

@@ -36,14 +36,15 @@ WITH lim AS (
       AND j.next_attempt_at <= now()
       AND j.handler = $2::text
       -- An ordered handler's job waits for the earlier unfinished ones of
-      -- its key (020_order_lanes) and for a leased one of its key, earlier
-      -- or not (026_order_lanes_leased: an earlier event that arrived late).
+      -- its key (020_order_lanes; a dead one only under its handler's live
+      -- order policy block, as claim_jobs asks it: 027_order_policy_enabled)
+      -- and for a leased one of its key, earlier or not
+      -- (026_order_lanes_leased: an earlier event that arrived late).
       AND (j.order_key IS NULL OR (NOT EXISTS (
           SELECT FROM webhook_ingress.order_lanes l
           WHERE l.handler = j.handler AND l.order_key = j.order_key
             AND (l.order_at, l.job_id) < (j.order_at, j.id)
-            AND (NOT l.dead OR NOT EXISTS (
-                SELECT FROM webhook_ingress.subscriptions s WHERE s.handler = j.handler AND s.order_policy = 'skip')))
+            AND (NOT l.dead OR NOT webhook_ingress.order_skips_dead(j.handler)))
         AND NOT EXISTS (
           SELECT FROM webhook_ingress.order_lanes l
           WHERE l.handler = j.handler AND l.order_key = j.order_key AND l.leased
