@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/internal/notify"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -191,7 +193,7 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 			return plan, err
 		}
 		plan.Created = int(n)
-		filtered, err := missingFiltered(ctx, tx, req, false)
+		filtered, err := plannedFiltered(ctx, tx, req)
 		plan.Created += filtered
 		return plan, err
 	}
@@ -208,13 +210,52 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 			return plan, err
 		}
 		plan.Created = int(n)
-		filtered, err := missingFiltered(ctx, tx, req, false)
+		filtered, err := plannedFiltered(ctx, tx, req)
 		if err != nil {
 			return plan, err
 		}
 		plan.Created += filtered
 	}
 	return plan, nil
+}
+
+// plannedFiltered counts the jobs the handler's filtered subscriptions would
+// create. The run creates the unfiltered subscriptions' jobs first, so an
+// event one of those matches is left out here: the plan has counted it
+// already, and the run creates its job once.
+func plannedFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest) (int, error) {
+	q := queries.New(tx)
+	subs, err := q.AdminSubscriptions(ctx, req.Handler)
+	if err != nil {
+		return 0, err
+	}
+	filtered, err := q.AdminHandlerFilters(ctx, req.Handler)
+	if err != nil {
+		return 0, err
+	}
+	// A subscription is one per (handler, patterns): the enabled ones that
+	// are not filtered are the unfiltered ones.
+	type patterns struct{ provider, eventType string }
+	hasFilter := map[patterns]bool{}
+	for _, f := range filtered {
+		hasFilter[patterns{f.ProviderPattern, f.EventTypePattern}] = true
+	}
+	var unfiltered []struct{ provider, eventType *regexp.Regexp }
+	for _, s := range subs {
+		if s.Enabled && !hasFilter[patterns{s.ProviderPattern, s.EventTypePattern}] {
+			unfiltered = append(unfiltered, struct{ provider, eventType *regexp.Regexp }{
+				filter.Pattern(s.ProviderPattern), filter.Pattern(s.EventTypePattern)})
+		}
+	}
+	counted := func(provider, eventType string) bool {
+		for _, u := range unfiltered {
+			if u.provider.MatchString(provider) && u.eventType.MatchString(eventType) {
+				return true
+			}
+		}
+		return false
+	}
+	return missingFiltered(ctx, tx, req, false, counted)
 }
 
 // runReplay does it, batch by batch.
@@ -237,7 +278,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 		if err := createMissing(ctx, tx, req, true, &res); err != nil {
 			return res, err
 		}
-		filtered, err := missingFiltered(ctx, tx, req, true)
+		filtered, err := missingFiltered(ctx, tx, req, true, nil)
 		res.Created += filtered
 		return res, err
 	}
@@ -278,7 +319,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	if err := createMissing(ctx, tx, req, false, &res); err != nil {
 		return res, err
 	}
-	filtered, err := missingFiltered(ctx, tx, req, true)
+	filtered, err := missingFiltered(ctx, tx, req, true, nil)
 	res.Created += filtered
 	return res, err
 }

@@ -502,6 +502,43 @@ func TestReplayAppliesTheSubscriptionFilter(t *testing.T) {
 	wantErr(t, err, admin.ErrInvalid)
 }
 
+// An event that both an unfiltered and a filtered subscription of the handler
+// match gets one job from a replay, and its plan counts one: the dry run says
+// 1, and max_jobs 1 lets the replay run. The same for an unrouted catch-up.
+func TestReplayPlanCountsAJobOfTwoMatchingSubscriptionsOnce(t *testing.T) {
+	t.Parallel()
+	for _, unrouted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unrouted=%v", unrouted), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			b.insert(t, event{source: "stripe", id: "evt_1", eventType: "charge.succeeded", body: []byte(`{"amount":25000}`)})
+			if _, err := admin.EventTypes(ctx, b.op, 100); err != nil { // folds it as unrouted
+				t.Fatal(err)
+			}
+			b.subscribe(t, "late", "stripe", "invoice.*", 3)
+			b.exec(t, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts, filter)
+				VALUES ('late', 'stripe', 'charge.*', 5, 'payload.amount > 10000'), ('late', 'stripe', '*', 3, NULL)`)
+			req := admin.ReplayRequest{Handler: "late", Provider: "stripe", Since: time.Now().Add(-time.Hour), DryRun: true}
+			if unrouted {
+				req = admin.ReplayRequest{Handler: "late", Provider: "stripe", Unrouted: true, DryRun: true}
+			}
+			res, err := admin.Replay(ctx, b.op, req)
+			if err != nil || res != (admin.ReplayResult{DryRun: true, Created: 1}) {
+				t.Fatalf("dry run: %+v, %v; want 1 job to create", res, err)
+			}
+			req.DryRun, req.MaxJobs = false, 1
+			res, err = admin.Replay(ctx, b.op, req)
+			if err != nil || res != (admin.ReplayResult{Created: 1}) {
+				t.Fatalf("replay with max_jobs 1: %+v, %v; want 1 job created", res, err)
+			}
+			if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'late'`); n != 1 {
+				t.Fatalf("late has %d jobs, want 1", n)
+			}
+		})
+	}
+}
+
 // Run numbering at the edges: a job created by a replay opens its history
 // with a marker of attempt 0, which is its first run; a dead letter whose
 // earlier attempts are not in the history (the marker says it had 3) is

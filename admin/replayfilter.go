@@ -48,9 +48,11 @@ func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFi
 // missingFiltered finds the events req selects that have no job of its
 // handler (with req.Unrouted: no job at all) and pass one of the handler's
 // filtered subscriptions (evaluated here, as ingress does at arrival), and
-// with create makes their jobs.
+// with create makes their jobs. Events skip reports (by source and type) are
+// left out: a plan's, counted already as the unfiltered subscriptions' (nil:
+// none).
 // Returns how many.
-func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create bool) (int, error) {
+func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create bool, skip func(provider, eventType string) bool) (int, error) {
 	fs, err := handlerFilters(ctx, tx, req.Handler)
 	if err != nil || len(fs) == 0 {
 		return 0, err
@@ -73,13 +75,16 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			seen     int
 		)
 		for _, r := range rows {
+			seen++
+			after = r.ID
+			if skip != nil && skip(r.Provider, r.EventType) {
+				continue
+			}
 			var headers map[string][]string
 			if err := json.Unmarshal(r.Headers, &headers); err != nil {
 				return total, fmt.Errorf("headers of event %d: %w", r.ID, err)
 			}
 			id, at, provider, etype, body := r.ID, r.ReceivedAt, r.Provider, r.EventType, r.RawBody
-			seen++
-			after = id
 			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: r.OccurredAt}
 			var payload any
 			if json.Unmarshal(body, &payload) == nil {
