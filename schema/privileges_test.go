@@ -6,10 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 var (
@@ -33,7 +35,10 @@ var (
 // fold_event_types and the events_type_seen trigger write it and its
 // arrivals. audit_verifications (016) notes what each inlet audit verify
 // found: the operator records it, the streamer reads it for its metrics.
-// reconcile_runs (018) records each inlet reconcile run: the ingress
+// The ingress role inserts every column of an event but received_at, which
+// only the database's clock sets (028_ingress_received_at; see
+// TestIngressCannotChooseReceivedAt). reconcile_runs (018) records each inlet
+// reconcile run: the ingress
 // role, which reconcile stores events as, inserts a run when it starts and
 // fills in its counts when it ends, and reads event_keys' two key columns to
 // find what the log lacks. order_lanes (020) is kept by triggers on jobs
@@ -54,7 +59,7 @@ const wantMatrix = `
 // wantColumns are the column-level grants (the lower-case cells).
 const wantColumns = `
 webhook_ingress_writer SELECT events: provider, external_event_id
-webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, received_at, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
+webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
 webhook_ingress_writer SELECT event_keys: provider, external_event_id
 webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, event_type_pattern, enabled, filter
 webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run
@@ -206,4 +211,66 @@ func firstColumn(rel string) string {
 		return "outcome"
 	}
 	return "provider"
+}
+
+// TestIngressCannotChooseReceivedAt: the ingress role stores events through
+// InsertEvent and InsertEvents, received_at stamped by the database's clock,
+// and cannot set received_at itself, through events or straight into a
+// partition (an old one included): a leaked ingress credential cannot
+// backdate an event into a period the audit sealer has already sealed or
+// will seal as authentic. Before 028_ingress_received_at it could.
+func TestIngressCannotChooseReceivedAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var oldest string
+	if err := pool.QueryRow(ctx, `SELECT events_partition FROM webhook_ingress.partitions() ORDER BY period_start LIMIT 1`).Scan(&oldest); err != nil {
+		t.Fatal(err)
+	}
+	const backdated = `INSERT INTO %s (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, received_at)
+		VALUES ('stripe', 'stripe', 'evt_backdated', 'invoice.paid', '{}', '\x7b7d', true, %s)`
+	for what, sql := range map[string]string{
+		"a backdated event":                   fmt.Sprintf(backdated, "webhook_ingress.events", "now() - interval '1 day'"),
+		"received_at now()":                   fmt.Sprintf(backdated, "webhook_ingress.events", "now()"),
+		"into the default partition":          fmt.Sprintf(backdated, "webhook_ingress.events_default", "'2001-01-01'"),
+		"into the oldest partition " + oldest: fmt.Sprintf(backdated, "webhook_ingress."+pgx.Identifier{oldest}.Sanitize(), "now() - interval '1 day'"),
+	} {
+		err := asRole(t, pool, "webhook_ingress_writer", exec(sql))
+		if !isPermissionDenied(err) {
+			t.Errorf("webhook_ingress_writer inserting %s: %v, want permission denied (42501)", what, err)
+		}
+	}
+
+	// What ingress runs still works, and received_at is the insert's own time.
+	err := asRole(t, pool, "webhook_ingress_writer", func(tx pgx.Tx) error {
+		q := queries.New(tx)
+		n, err := q.InsertEvent(ctx, queries.InsertEventParams{Provider: "stripe", Scheme: "stripe", ExternalEventID: "evt_one",
+			EventType: "invoice.paid", Headers: []byte(`{}`), RawBody: []byte(`{}`), SignatureVerified: true, RequestUri: "/webhooks/stripe",
+			Column10: "", Column11: true})
+		if err != nil || n != 1 {
+			return fmt.Errorf("InsertEvent: %d rows, %w", n, err)
+		}
+		stored, err := q.InsertEvents(ctx, queries.InsertEventsParams{Column1: []string{"stripe"}, Column2: []string{"stripe"},
+			Column3: []string{"evt_two"}, Column4: []string{"invoice.paid"}, Column5: []string{`{}`}, Column6: [][]byte{[]byte(`{}`)},
+			Column7: []bool{true}, Column8: []int16{0}, Column9: []string{"/webhooks/stripe"}, Column10: []string{""},
+			Column11: []bool{true}, Column12: []time.Time{time.Now()}})
+		if err != nil || len(stored) != 1 {
+			return fmt.Errorf("InsertEvents: %v, %w", stored, err)
+		}
+		if _, err := tx.Exec(ctx, "RESET ROLE"); err != nil {
+			return err
+		}
+		var now int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events
+			WHERE external_event_id IN ('evt_one', 'evt_two') AND received_at = now()`).Scan(&now); err != nil {
+			return err
+		}
+		if now != 2 {
+			return fmt.Errorf("%d of the 2 events stored have received_at = the transaction's time", now)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("webhook_ingress_writer storing events as ingress does: %v", err)
+	}
 }

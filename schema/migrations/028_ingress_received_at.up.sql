@@ -1,0 +1,24 @@
+-- 028_ingress_received_at: the ingress role can no longer choose an event's
+-- received_at.
+--
+-- webhook_ingress_writer had INSERT on events.received_at (005_partitions),
+-- though no statement of Inlet's sets it as that role: InsertEvent and
+-- InsertEvents (ingress, and inlet backfill and inlet reconcile through
+-- ingress's store) leave it to its default, now(), the start of the
+-- insert's transaction by the database's clock. With
+-- the grant, a leaked ingress credential could store an event with any
+-- received_at, into an old partition, looking as if it had arrived then,
+-- and the audit sealer would record it as authentic
+-- (schema TestIngressCannotChooseReceivedAt).
+--
+-- Privileges of a partitioned table are checked on the table named: an
+-- insert through events checks events' column grants, and the ingress role
+-- has none on the partitions themselves (create_partitions grants nothing),
+-- so this revoke covers both ways in.
+--
+-- Upgrading: ingress, reconcile and backfill of the previous version never
+-- name received_at, so they go on working. A program of your own that
+-- inserts events as webhook_ingress_writer and sets received_at now gets
+-- permission denied (42501): leave it out, or insert as the owner.
+
+REVOKE INSERT (received_at) ON webhook_ingress.events FROM webhook_ingress_writer;
