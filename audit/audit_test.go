@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/mod/sumdb/tlog"
@@ -351,6 +352,170 @@ func TestSealStopsAtTheHorizon(t *testing.T) {
 		t.Fatalf("seal behind a young event: %v, want ErrNothingToSeal", err)
 	}
 	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.SealedThrough != 2 || rep.Unsealed != 2 {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+// inFlight starts a writer transaction that inserts event ext (drawing the
+// next id) and leaves it open; the test commits or rolls it back.
+func (b *bundle) inFlight(t *testing.T, ext string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", ext, "x",
+		map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// restart replaces the sealer with a new one of the same config: what it
+// knew of inserts in flight is lost, as in a crash between passes.
+func (b *bundle) restart(t *testing.T) {
+	t.Helper()
+	s, err := NewSealer(b.sealer.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sealer = s
+}
+
+// sealed is the checkpoints of one pass as "first..last skipped [ids]".
+func sealed(cps []Checkpoint) string {
+	out := ""
+	for _, cp := range cps {
+		out += fmt.Sprintf("%d..%d skipped %v; ", cp.FirstEventID, cp.LastEventID, cp.SkippedIDs)
+	}
+	return out
+}
+
+// An insert that stays in flight longer than Grace while a later id commits
+// (a group-commit batch past its timeout, a backfill, a wait on a key lock):
+// its id is not sealed as skipped, also by a sealer restarted meanwhile, and
+// is sealed as its event once it commits.
+func TestSealWaitsForASlowInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const grace = 200 * time.Millisecond
+	b := setup(t, Config{Grace: grace})
+	b.insert(t, ctx) // id 1
+	slow := b.inFlight(t, "evt_slow")
+	b.insert(t, ctx)  // id 3
+	time.Sleep(grace) // ids 1 and 3 past the grace: only the insert in flight holds id 2 back
+	if got := sealed(b.seal(t)); got != "1..1 skipped []; " {
+		t.Fatalf("seal with id 2 in flight: %s want 1..1", got)
+	}
+	b.restart(t)
+	if cps := b.seal(t); len(cps) != 0 {
+		t.Fatalf("seal after a restart with id 2 in flight: %s want nothing", sealed(cps))
+	}
+	if err := slow.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(b.seal(t)); got != "2..3 skipped []; " {
+		t.Fatalf("seal once id 2 committed: %s want 2..3 with nothing skipped", got)
+	}
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.SealedThrough != 3 || rep.Events != 3 || rep.Unsealed != 0 {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+// An insert that aborts leaves a gap that is sealed as skipped as soon as no
+// transaction that could hold it is running, even while later inserts are
+// in flight; a sealer restarted meanwhile waits for those too.
+func TestSealSkipsAnAbortedInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const grace = 200 * time.Millisecond
+	b := setup(t, Config{Grace: grace})
+	b.insert(t, ctx) // id 1
+	aborts := b.inFlight(t, "evt_aborts")
+	b.insert(t, ctx) // id 3
+	time.Sleep(grace)
+	if got := sealed(b.seal(t)); got != "1..1 skipped []; " {
+		t.Fatalf("seal with id 2 in flight: %s want 1..1", got)
+	}
+	later := b.inFlight(t, "evt_later") // id 4, began after the sealer saw the gap
+	if err := aborts.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(b.seal(t)); got != "2..3 skipped [2]; " {
+		t.Fatalf("seal once id 2 rolled back: %s want 2..3 skipping 2", got)
+	}
+
+	b.rolledBack(t)  // id 5
+	b.insert(t, ctx) // id 6
+	time.Sleep(grace)
+	b.restart(t)
+	if cps := b.seal(t); len(cps) != 0 {
+		t.Fatalf("seal after a restart with id 4 in flight: %s want nothing", sealed(cps))
+	}
+	if err := later.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(b.seal(t)); got != "4..6 skipped [5]; " {
+		t.Fatalf("seal once id 4 committed: %s want 4..6 skipping 5", got)
+	}
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.SealedThrough != 6 || rep.Events != 4 || rep.Unsealed != 0 {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+// An insert waiting in the events_dedupe trigger for another transaction's
+// claim on its key has drawn its id (and holds no transaction id yet): its id
+// is not sealed as skipped while it waits, nor after, until it ends.
+func TestSealWaitsForAnInsertWaitingOnItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const grace = 200 * time.Millisecond
+	b := setup(t, Config{Grace: grace})
+	first := b.inFlight(t, "evt_key") // id 1
+	waiter, err := b.writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inserted, done := make(chan error, 1), make(chan struct{})
+	t.Cleanup(func() { // the waiter's connection is the goroutine's until it returns
+		first.Rollback(context.Background())
+		<-done
+		waiter.Rollback(context.Background())
+	})
+	go func() {
+		defer close(done)
+		_, err := waiter.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_key", "x",
+			map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil) // id 2, waits for id 1's key
+		inserted <- err
+	}()
+	testwait.Eventually(t, 10*time.Second, "the second insert of evt_key waiting on a lock", func() (bool, string) {
+		var waiting []string
+		if err := b.owner.QueryRow(ctx, `SELECT coalesce(array_agg(wait_event || ', transaction id ' || coalesce(backend_xid::text, 'none')), '{}')
+			FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return len(waiting) == 1, fmt.Sprintf("waiting on a lock: %q", waiting)
+	})
+	if err := first.Rollback(ctx); err != nil { // id 1 aborts; id 2 claims the key
+		t.Fatal(err)
+	}
+	if err := <-inserted; err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, ctx) // id 3
+	time.Sleep(grace)
+	if cps := b.seal(t); len(cps) != 0 {
+		t.Fatalf("seal with id 2 in flight: %s want nothing", sealed(cps))
+	}
+	if err := waiter.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(b.seal(t)); got != "1..3 skipped [1]; " {
+		t.Fatalf("seal once id 2 committed: %s want 1..3 skipping 1", got)
+	}
+	if rep := b.verify(t, VerifyOptions{}); !rep.OK || rep.SealedThrough != 3 || rep.Events != 2 {
 		t.Fatalf("verify: %+v", rep)
 	}
 }

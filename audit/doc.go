@@ -53,14 +53,28 @@
 // own transaction and appends one row to audit_checkpoints, under a
 // transaction-scoped advisory lock so that two sealers do not race. The
 // difficulty is that an id can become visible after a higher one: identity
-// values are allocated at insert, before commit. So the sealer seals only up
-// to a horizon: it stops at the first event received less than Grace ago, and
-// a gap in the ids (ids with no visible event) is sealed as skipped only when
-// the event after it was received more than Grace ago; otherwise it waits for
-// the next pass. A gap older than Grace is an insert that rolled back; if that
-// id ever appears, it was inserted out of order. The rule assumes an inserting
-// transaction commits within Grace of its received_at (ingress transactions
-// take milliseconds; the default Grace is 5s).
+// values are allocated at insert, before commit, and an insert can stay in
+// flight for any time (a group-commit batch past its timeout whose statement
+// was not rolled back, a backfill, a wait on a key lock in events_dedupe).
+//
+// So a gap in the ids (ids with no visible event) is sealed as skipped only
+// once no transaction that could still insert one of them is running: a
+// visibility rule, not a clock. Each pass first reads, in one statement, the
+// highest visible id and the transactions that hold RowExclusiveLock on
+// events (pg_locks, read after the statement's snapshot). An insert takes
+// that lock before it draws its id and keeps it until it ends, and ids are
+// drawn in order, so every id up to that highest one was drawn by a
+// transaction that had ended by then or is in the list. Once a later pass
+// (or the same one, when the list is empty) finds none of them still holding
+// the lock, every gap up to that id that the events read after it still
+// shows is an insert that rolled back, and is sealed as skipped; if that id
+// ever appears, it was inserted out of order. A gap the sealer cannot judge
+// yet waits, with everything after it; a pass waits up to Grace for it and
+// then leaves it to the next. What the sealer has seen of writers lives in
+// memory: after a restart it judges gaps afresh, which only delays them.
+// Grace is otherwise a minimum age (events younger than it wait), and safety
+// no longer depends on it. A transaction holding an insert on events open
+// holds sealing back until it ends.
 //
 // # What it does not prove
 //

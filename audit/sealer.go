@@ -38,8 +38,11 @@ type Config struct {
 	// DB is the database, as webhook_sealer (or any role with its grants).
 	// Required.
 	DB DB
-	// Grace is how old an event (and the event after a gap in the ids) must be
-	// before it is sealed: inserts in flight commit within it. Defaults to 5s.
+	// Grace is how old an event must be before it is sealed, and how long a
+	// pass that reaches a gap in the ids waits for the inserts that were in
+	// flight when it saw the gap to end (a gap is sealed as skipped only once
+	// they have; otherwise it waits for a later pass). Safety does not depend
+	// on it. Defaults to 5s.
 	Grace time.Duration
 	// Interval is the time between passes of Start. Defaults to 1m.
 	Interval time.Duration
@@ -82,6 +85,8 @@ type Sealer struct {
 	mu      sync.Mutex
 	running bool
 	loops   loop.Group
+
+	gaps gapState
 
 	// beforeInsert, when set (tests), runs after the events are read and
 	// before the checkpoint is written, inside the seal transaction.
@@ -137,19 +142,32 @@ func (s *Sealer) loop(ctx context.Context) {
 // Seal runs one pass: checkpoints until everything past the horizon is
 // sealed. It returns the checkpoints written (none when there was nothing to
 // seal or another sealer was at work).
+//
+// A pass that stops at a gap it cannot judge yet waits, once and for at most
+// Grace, for the inserts in flight when it saw the gap to end, and goes on.
 func (s *Sealer) Seal(ctx context.Context) ([]Checkpoint, error) {
 	var out []Checkpoint
+	waited := false
 	for {
-		cp, err := s.SealOnce(ctx)
-		if errors.Is(err, ErrNothingToSeal) || errors.Is(err, ErrBusy) {
+		cp, gap, err := s.sealOnce(ctx)
+		if errors.Is(err, ErrBusy) {
 			return out, nil
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNothingToSeal) {
 			return out, err
 		}
-		out = append(out, cp)
-		if cp.LastEventID-cp.FirstEventID+1 < int64(s.cfg.MaxLeaves) {
+		if err == nil {
+			out = append(out, cp)
+			if cp.LastEventID-cp.FirstEventID+1 == int64(s.cfg.MaxLeaves) {
+				continue
+			}
+		}
+		if gap == 0 || waited {
 			return out, nil // caught up with the horizon
+		}
+		waited = true
+		if ok, err := s.awaitGap(ctx, gap); err != nil || !ok {
+			return out, err
 		}
 	}
 }
@@ -157,7 +175,15 @@ func (s *Sealer) Seal(ctx context.Context) ([]Checkpoint, error) {
 // SealOnce writes the next checkpoint, covering at most MaxLeaves ids, or
 // returns ErrNothingToSeal or ErrBusy.
 func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
+	cp, _, err := s.sealOnce(ctx)
+	return cp, err
+}
+
+// sealOnce is SealOnce, also returning the id of the gap it stopped at
+// because inserts that may hold it could still be running (0 when none).
+func (s *Sealer) sealOnce(ctx context.Context) (Checkpoint, int64, error) {
 	var cp Checkpoint
+	var gap int64
 	err := pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		ok, err := q.AuditTrySealLock(ctx, sealLockKey)
@@ -171,11 +197,18 @@ func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 			return fmt.Errorf("read database time: %w", err)
 		}
+		// Before the events are read: what the gaps among them may be sealed as
+		// skipped up to.
+		settled, err := s.probe(ctx, tx)
+		if err != nil {
+			return err
+		}
 		prev, err := lastCheckpoint(ctx, tx)
 		if err != nil {
 			return err
 		}
-		next, err := s.nextCheckpoint(ctx, tx, prev, now)
+		next, stoppedAt, err := s.nextCheckpoint(ctx, tx, prev, now, settled)
+		gap = stoppedAt
 		if err != nil {
 			return err
 		}
@@ -193,12 +226,12 @@ func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 		return nil
 	})
 	if err != nil {
-		return Checkpoint{}, err
+		return Checkpoint{}, gap, err
 	}
 	s.cfg.Logger.Info("audit checkpoint sealed", slog.Int64("seq", cp.Seq),
 		slog.Int64("first_event_id", cp.FirstEventID), slog.Int64("last_event_id", cp.LastEventID),
 		slog.Int("skipped", len(cp.SkippedIDs)), slog.String("hash", cp.HashHex()))
-	return cp, nil
+	return cp, gap, nil
 }
 
 // lastCheckpoint is the newest checkpoint, the zero Checkpoint when none.
@@ -231,13 +264,15 @@ func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
 }
 
 // nextCheckpoint builds the checkpoint after prev from the events past it,
-// up to the horizon (see the package doc).
-func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint, now time.Time) (Checkpoint, error) {
+// up to the horizon (see the package doc): ids with no visible event are
+// sealed as skipped only up to settled. It also returns the first id of a gap
+// it stopped at because that id is past settled (0 when none).
+func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint, now time.Time, settled int64) (Checkpoint, int64, error) {
 	cutoff := now.Add(-s.cfg.Grace)
 	first := prev.LastEventID + 1
 	rows, err := queries.New(tx).AuditEventsToSeal(ctx, queries.AuditEventsToSealParams{FirstID: first, BatchSize: int64(s.cfg.MaxLeaves)})
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("read events from id %d: %w", first, err)
+		return Checkpoint{}, 0, fmt.Errorf("read events from id %d: %w", first, err)
 	}
 	events := make([]Event, len(rows))
 	for i, r := range rows {
@@ -255,13 +290,18 @@ func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint,
 		n++
 	}
 	expect := first
+	var gap int64
 fill:
 	for _, e := range events {
 		if !e.ReceivedAt.Before(cutoff) {
-			break // too young; so is the gap before it, if any
+			break // too young; the gap before it, if any, waits with it
 		}
-		for ; expect < e.ID; expect++ { // a gap older than the grace: skipped ids
+		for ; expect < e.ID; expect++ { // a gap: ids of inserts that rolled back, or still running
 			if len(cp.leaves) == s.cfg.MaxLeaves {
+				break fill
+			}
+			if expect > settled {
+				gap = expect
 				break fill
 			}
 			cp.SkippedIDs = append(cp.SkippedIDs, expect)
@@ -274,7 +314,7 @@ fill:
 		expect = e.ID + 1
 	}
 	if len(cp.leaves) == 0 {
-		return Checkpoint{}, ErrNothingToSeal
+		return Checkpoint{}, gap, ErrNothingToSeal
 	}
 	cp.LastEventID = expect - 1
 	cp.TreeSize = n
@@ -283,5 +323,5 @@ fill:
 		cp.SkippedIDs = []int64{}
 	}
 	cp.Hash = checkpointHash(cp)
-	return cp, nil
+	return cp, gap, nil
 }

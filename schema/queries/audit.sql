@@ -26,6 +26,27 @@ WHERE id >= sqlc.arg(first_id)
 ORDER BY id
 LIMIT sqlc.arg(batch_size)::bigint;
 
+-- name: AuditSealProbe :one
+-- How the sealer judges a gap in the ids without a clock (package audit,
+-- "Sealing without serializing ingress"): the highest visible event id, in
+-- this statement's snapshot, and the transactions holding RowExclusiveLock on
+-- events or one of its partitions, read from the lock table as the statement
+-- runs, that is after the snapshot. An insert takes that lock before it draws
+-- its id and keeps it until it ends (ids are drawn in order), so an id at or
+-- below max_id that is not visible belongs to one of writers or to a
+-- transaction that had ended when writers was read. pg_locks, pg_database and
+-- pg_partition_tree are open to every role; the sealer's own AccessShareLock
+-- is not listed.
+SELECT coalesce((SELECT max(id) FROM webhook_ingress.events), 0)::bigint AS max_id,
+       array(SELECT DISTINCT l.virtualtransaction
+             FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'relation'
+               AND l.mode = 'RowExclusiveLock'
+               AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+               AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('webhook_ingress.events'::regclass))
+               AND l.pid IS DISTINCT FROM pg_backend_pid()
+             ORDER BY 1)::text[] AS writers;
+
 -- name: AuditInsertCheckpoint :exec
 INSERT INTO webhook_ingress.audit_checkpoints
     (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)

@@ -408,6 +408,40 @@ func (q *Queries) AuditRecordVerification(ctx context.Context, arg AuditRecordVe
 	return err
 }
 
+const AuditSealProbe = `-- name: AuditSealProbe :one
+SELECT coalesce((SELECT max(id) FROM webhook_ingress.events), 0)::bigint AS max_id,
+       array(SELECT DISTINCT l.virtualtransaction
+             FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'relation'
+               AND l.mode = 'RowExclusiveLock'
+               AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+               AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('webhook_ingress.events'::regclass))
+               AND l.pid IS DISTINCT FROM pg_backend_pid()
+             ORDER BY 1)::text[] AS writers
+`
+
+type AuditSealProbeRow struct {
+	MaxID   int64
+	Writers []string
+}
+
+// How the sealer judges a gap in the ids without a clock (package audit,
+// "Sealing without serializing ingress"): the highest visible event id, in
+// this statement's snapshot, and the transactions holding RowExclusiveLock on
+// events or one of its partitions, read from the lock table as the statement
+// runs, that is after the snapshot. An insert takes that lock before it draws
+// its id and keeps it until it ends (ids are drawn in order), so an id at or
+// below max_id that is not visible belongs to one of writers or to a
+// transaction that had ended when writers was read. pg_locks, pg_database and
+// pg_partition_tree are open to every role; the sealer's own AccessShareLock
+// is not listed.
+func (q *Queries) AuditSealProbe(ctx context.Context) (AuditSealProbeRow, error) {
+	row := q.db.QueryRow(ctx, AuditSealProbe)
+	var i AuditSealProbeRow
+	err := row.Scan(&i.MaxID, &i.Writers)
+	return i, err
+}
+
 const AuditSealedThrough = `-- name: AuditSealedThrough :one
 SELECT coalesce(max(seq), 0)::bigint AS seq, coalesce(max(last_event_id), 0)::bigint AS last_event_id
 FROM webhook_ingress.audit_checkpoints
