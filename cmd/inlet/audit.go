@@ -53,9 +53,10 @@ func withAuditDB(ctx context.Context, cfgPath, role string, f func(pool *pgxpool
 func runAuditSeal(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "audit seal", "", `
 Seal the events received since the last checkpoint, up to the horizon: events
-received more than --grace ago, stopping at a gap in the ids whose next event
-is younger (an insert may still be in flight). With --every, seal again at
-that interval until SIGTERM.`+auditHelp)
+received more than --grace ago, stopping at a gap in the ids while a
+transaction that could still insert the missing id is running (a gap is
+sealed as skipped only once none is). With --every, seal again at that
+interval until SIGTERM.`+auditHelp)
 	cfgPath := configFlag(fs)
 	role := fs.String("role", "webhook_sealer", "database role to assume")
 	grace := fs.Duration("grace", 5*time.Second, "seal only events older than this")
