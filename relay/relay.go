@@ -243,6 +243,17 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			log.Warn("webhook not relayed", slog.Int("ingress_status", out.status), slog.String("ingress_reason", out.reason),
 				slog.Duration("took", time.Since(start)))
 		}
+	case out.status == http.StatusBadRequest && permanentReason[out.reason]:
+		// The ingress refused the event's own data (an id or type over its
+		// limits, data the database refuses): the same request would be
+		// refused on every retry, so the provider gets the ingress's 400,
+		// not a 502 to retry for days.
+		w.Header().Set("Content-Type", out.contentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
+		w.WriteHeader(out.status)
+		_, _ = w.Write(out.body)
+		log.Warn("customer ingress refused the event's own data; answered as it did", slog.Int("ingress_status", out.status),
+			slog.String("ingress_reason", out.reason), slog.Duration("took", time.Since(start)))
 	default:
 		// The ingress refused a webhook the relay verified: the two disagree
 		// (secrets, limits, clocks), which an operator fixes; the provider
@@ -252,6 +263,16 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		log.Error("customer ingress refused a verified webhook", slog.Int("ingress_status", out.status),
 			slog.String("ingress_reason", out.reason), slog.Duration("took", time.Since(start)))
 	}
+}
+
+// permanentReason are the ingress's 400 reasons that name the event's own
+// data, which no change of secrets, limits or clocks between relay and
+// ingress would let through: passed on to the provider as 400.
+var permanentReason = map[string]bool{
+	"malformed_payload":   true,
+	"event_id_too_long":   true,
+	"event_type_too_long": true,
+	"event_unstorable":    true,
 }
 
 // requestURL reconstructs the URL the sender used, for schemes that sign it

@@ -565,3 +565,24 @@ func rejected(t *testing.T, reg *prometheus.Registry, source, reason string) flo
 	t.Fatalf("no inlet_ingress_rejected_total{source=%q,reason=%q}", source, reason)
 	return 0
 }
+
+// An event the ingress refuses for its own data (here an id over the
+// ingress's 1024-byte limit, which the relay does not check) would be
+// refused on every retry: the provider gets the ingress's 400, without
+// Retry-After, not a 502 to retry for days. Nothing is stored.
+func TestRelayPassesOnARefusalOfTheEventsOwnData(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	body := []byte(`{"id":"evt_` + strings.Repeat("x", 1100) + `","type":"invoice.paid"}`)
+	code, answer, hdr := do(t, stripeRequest(t, b.relayURL, body, time.Now()))
+	if code != http.StatusBadRequest || !strings.Contains(answer, "event_id_too_long") || hdr.Get("Retry-After") != "" {
+		t.Fatalf("relay answered %d %s (Retry-After %q), want the ingress's 400 event_id_too_long\nrelay log:\n%s",
+			code, answer, hdr.Get("Retry-After"), b.relayLogs.String())
+	}
+	if n := b.events(t); n != 0 {
+		t.Fatalf("%d events stored", n)
+	}
+	if !strings.Contains(b.relayLogs.String(), `"ingress_reason":"event_id_too_long"`) {
+		t.Fatalf("relay log does not name the ingress's reason:\n%s", b.relayLogs.String())
+	}
+}
