@@ -19,6 +19,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 const (
@@ -26,6 +27,9 @@ const (
 	maxErrorText = 2000
 	// recordTimeout bounds writing one outcome, retries included.
 	recordTimeout = 15 * time.Second
+	// giveBackTimeout bounds giving back the lease of an attempt cut short
+	// by Stop's deadline, and how long Stop then waits for such attempts.
+	giveBackTimeout = 5 * time.Second
 )
 
 // attempt runs one job reference end to end: fetch, run with lease extension,
@@ -100,13 +104,11 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 	}
 
 	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
-		// Not the handler's fault, so no failure is recorded (no error, no
-		// backoff). The attempt is spent all the same: the reaper counts an
-		// expired lease whose consumer extended it (worker_id) or while a
-		// consumer of the handler was alive, closing it as lease_expired, or
-		// dead-lettering the job on its last attempt. Giving the lease back
-		// uncounted needs attempt_count, which consumer roles may not update.
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; its lease will expire, and the reaper counts the attempt if a consumer was there", attrs...)
+		// Not the handler's fault: no failure is recorded, and the lease is
+		// given back so that the attempt does not count either. Left to
+		// expire, it would be counted by the reaper (this consumer extended
+		// it), and dead-letter a job on its last attempt.
+		s.giveBack(ref, l, attrs)
 		return
 	}
 
@@ -309,6 +311,26 @@ func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, 
 	var expires time.Time
 	err := s.cfg.Pool.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
 	return expires, err
+}
+
+// giveBack gives back the lease of an attempt cut short by Stop's deadline
+// (GiveBackAttempt): its job is pending again at once, the attempt not
+// counted. On a context of its own, the work context being cancelled. When
+// it fails, the lease expires and the reaper counts the attempt.
+func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
+	defer cancel()
+	given, err := queries.New(s.cfg.Pool).GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
+		JobID: ref.JobID, EventReceivedAt: l.partition, Attempt: int32(ref.Attempt), LeasedAt: l.leasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
+	switch {
+	case err != nil:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; giving its lease back failed, so the reaper will count the attempt when the lease expires",
+			append(attrs, slog.String("error", err.Error()))...)
+	case !given:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; its lease was not given back: it was no longer this attempt's", attrs...)
+	default:
+		s.logger.LogAttrs(ctx, slog.LevelInfo, "attempt cut short by shutdown; its lease was given back and the attempt does not count", attrs...)
+	}
 }
 
 // run calls the handler under its timeout, turning a panic into an error. It

@@ -30,10 +30,12 @@
 // is alive for its handlers: streamers lease nothing of a handler none of
 // whose consumers is alive, and an expired lease counts as an attempt only
 // when one was (or its consumer extended it). An attempt cut short by
-// [Service.Stop]'s deadline is left to lease expiry too, and so counts: a
-// job on its last attempt is dead-lettered by a forced stop. Delivery is
-// therefore at-least-once; [Event.IdempotencyKey]
-// lets handlers make their side effects idempotent.
+// [Service.Stop]'s deadline gives its lease back instead: its job is pending
+// again at once and the attempt does not count, so a forced stop (a deploy)
+// does not dead-letter a job on its last attempt. Only if giving it back
+// fails is it left to lease expiry, and counted. Delivery is therefore
+// at-least-once; [Event.IdempotencyKey] lets handlers make their side
+// effects idempotent.
 //
 // Can a handler run twice for one attempt? Yes: reading an attempt writes
 // nothing, so if the bus delivers one message (one reference, or the list of

@@ -64,7 +64,8 @@ func TestStopFinishesTheMessageItIsIn(t *testing.T) {
 }
 
 // Past Stop's deadline the references of a message not yet started are left
-// to lease expiry (recorded as nothing), as the attempt cut short is.
+// to lease expiry (recorded as nothing); the attempt cut short gives its
+// lease back.
 func TestStopDeadlineLeavesTheRestOfTheMessage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -85,15 +86,18 @@ func TestStopDeadlineLeavesTheRestOfTheMessage(t *testing.T) {
 		t.Fatalf("Stop past its deadline: %v", err)
 	}
 	b.waitLogged(t, "consumers stopped before these job references started", 1)
-	testwait.Consistently(t, 200*time.Millisecond, "the message's jobs stay leased, one run", func() (bool, string) {
-		leased := 0
+	testwait.Consistently(t, 200*time.Millisecond, "the jobs not started stay leased, the one run is given back", func() (bool, string) {
+		leased, givenBack := 0, 0
 		for _, id := range jobs {
-			if b.Job(t, id).Status == "leased" {
+			switch j := b.Job(t, id); {
+			case j.Status == "leased":
 				leased++
+			case j.Status == "pending" && j.AttemptCount == 0:
+				givenBack++
 			}
 		}
 		n := len(rec.Calls())
-		return leased == 3 && n == 1, fmt.Sprintf("%d of 3 leased, handler ran %d times", leased, n)
+		return leased == 2 && givenBack == 1 && n == 1, fmt.Sprintf("%d of 3 leased, %d given back, handler ran %d times", leased, givenBack, n)
 	})
 }
 

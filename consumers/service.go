@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
@@ -201,13 +202,14 @@ func (s *Service) Start(ctx context.Context) error {
 
 // Stop stops taking messages and waits for the attempts in flight to finish
 // and record their outcomes. They keep running under their own Timeout until
-// ctx is done; then their contexts are cancelled and Stop returns ctx's
-// error. An attempt cut short that way records nothing (unless its handler
-// still succeeds): its lease expires and the streamer's reaper retries it,
-// but counts it as an attempt (lease_expired) when this consumer extended
-// its lease or another consumer of the handler was alive, as in a rolling
-// deploy; a job on its last attempt is then dead-lettered. Give ctx a
-// deadline past the handlers' usual run time.
+// ctx is done; then their contexts are cancelled, Stop waits a few seconds
+// at most for them to return, and returns ctx's error. An attempt cut short
+// that way records nothing (unless its handler still succeeds) and gives its
+// lease back: its job is pending again at once and the attempt does not
+// count. Should giving it back fail (or its handler not return in time), the
+// lease expires and the streamer's reaper retries the job, counting the
+// attempt (lease_expired, or dead_letter on its last attempt) since this
+// consumer extended the lease or another consumer of the handler was alive.
 // Stop on a service that is not running returns nil.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
@@ -238,9 +240,16 @@ func (s *Service) Stop(ctx context.Context) error {
 		n := s.inFlight.Load()
 		s.workCancel(errShutdown)
 		s.readers.Wait() // they start nothing more once workCtx is done
+		// Time for the cancelled attempts to give their leases back before
+		// the program closes the pool; a handler that ignores its context
+		// is not waited for past that.
+		select {
+		case <-done:
+		case <-time.After(giveBackTimeout):
+		}
 		// Attempts still finishing record their outcomes one by one.
 		s.stopBackground()
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; their leases will expire",
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; they were cut short and give their leases back",
 			slog.Int64("attempts", n))
 		return fmt.Errorf("stop consumers: %d attempts still running: %w", n, ctx.Err())
 	}

@@ -584,23 +584,23 @@ func TestStopDeadlineAbandonsAttempts(t *testing.T) {
 	if herr := <-returned; !errors.Is(herr, context.Canceled) {
 		t.Fatalf("handler's context ended with %v, want canceled", herr)
 	}
-	// Not counted as a failure, now or a little later: the lease expires and
-	// the reaper retries it.
-	testwait.Consistently(t, 200*time.Millisecond, "the abandoned job stays leased without an error", func() (bool, string) {
+	// Not counted as a failure, now or a little later: its lease was given
+	// back, and the streamer leases the job again (attempt 1 again).
+	testwait.Consistently(t, 200*time.Millisecond, "the abandoned job without an error or a spent attempt", func() (bool, string) {
 		j := b.Job(t, jobID)
-		return j.Status == "leased" && j.LastErrorClass == nil, fmt.Sprintf("%+v", j)
+		return j.LastErrorClass == nil && j.AttemptCount <= 1, fmt.Sprintf("%+v", j)
 	})
 	if got := b.Outcomes(t, jobID); len(got) != 0 {
 		t.Errorf("abandoned attempt recorded: %v", got)
 	}
 }
 
-// An attempt cut short by Stop's deadline records no failure, but it is
-// spent: its consumer extended the lease (worker_id), so the reaper counts
-// the expired lease, and a job on its last attempt is dead-lettered by the
-// forced stop. (Giving the lease back uncounted would need attempt_count,
-// which consumer roles may not update: the Stop doc says so instead.)
-func TestForcedStopSpendsTheAttempt(t *testing.T) {
+// An attempt cut short by Stop's deadline records no failure and gives its
+// lease back: the job is pending again at once with the attempt not counted,
+// so a job on its last attempt is not dead-lettered by a forced stop (as in
+// a deploy), though its consumer extended the lease, which the reaper would
+// count. The next consumer runs it as attempt 1 again.
+func TestForcedStopGivesTheAttemptBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -640,9 +640,23 @@ func TestForcedStopSpendsTheAttempt(t *testing.T) {
 	if err := svc.Stop(sctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop past its deadline: %v", err)
 	}
-	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobID); err != nil {
+	// Stop waited for the cancelled attempt to give its lease back.
+	var worker, holder *string
+	if err := b.Admin.QueryRow(ctx, `SELECT worker_id, lease_holder_id FROM webhook_ingress.jobs WHERE id = $1`, jobID).Scan(&worker, &holder); err != nil {
 		t.Fatal(err)
 	}
+	if j := b.Job(t, jobID); j.Status != "pending" || j.AttemptCount != 0 || j.LeaseExpiresAt != nil || j.LastErrorClass != nil ||
+		worker != nil || holder != nil || j.NextAttemptAt.After(time.Now().Add(time.Second)) {
+		t.Fatalf("job after a forced stop: %+v (worker %s, holder %s), want pending at once, attempt 0, no lease, no error",
+			j, deref(worker), deref(holder))
+	}
+	if got := b.Outcomes(t, jobID); len(got) != 0 {
+		t.Fatalf("attempts after a forced stop: %v, want none", got)
+	}
+	b.waitLogged(t, "its lease was given back and the attempt does not count", 1)
+
+	// Nothing for the reaper to count, and the next consumer completes the
+	// job on its first (and only) attempt.
 	err = consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
 		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
 		return err
@@ -650,11 +664,19 @@ func TestForcedStopSpendsTheAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := b.Job(t, jobID); j.Status != "dead_letter" || j.AttemptCount != 1 || deref(j.LastErrorClass) != "lease_expired" {
-		t.Fatalf("job after a forced stop on its last attempt: %+v (class %s), want dead_letter, lease_expired", j, deref(j.LastErrorClass))
+	b.start(t, b.config(consumers.Handler{Name: "h", MaxAttempts: 1, Func: func(context.Context, *consumers.Event) error { return nil }}))
+	refs = b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 || refs[0].Attempt != 1 {
+		t.Fatalf("claimed after the forced stop: %+v, want the job's attempt 1", refs)
 	}
-	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"lease_expired"}) {
-		t.Fatalf("attempts: %v, want the forced stop's lease_expired", got)
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.WaitJobStatus(t, jobID, "completed", wait); j.AttemptCount != 1 {
+		t.Fatalf("completed on attempt %d, want 1", j.AttemptCount)
+	}
+	if got := b.Outcomes(t, jobID); !slices.Equal(got, []string{"completed"}) {
+		t.Fatalf("attempts: %v, want the one completed", got)
 	}
 }
 

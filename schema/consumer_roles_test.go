@@ -184,6 +184,7 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"extend its lease", queryRows(schema.Query("ExtendLease"), own.id, own.attempt, time.Minute, own.leasedAt, "c1"), 1},
 				{"complete its job", complete(own), 1},
 				{"fail its job", queryRows(schema.Query("FailJob"), own.id, own.attempt, "boom", "handler_error", time.Second, false, own.leasedAt, "c1"), 1},
+				{"give its attempt back", giveBack(own), 1},
 				{"append its history", execRows(schema.Query("InsertAttempt"), own.id, own.attempt, "c1", time.Now(), "failed", "handler_error", "boom"), 1},
 				{"register its subscription", execRows(schema.Query("UpsertSubscription"), mine, "shopify", "*", 5, nil, nil, "block"), 1},
 				{"disable its old subscriptions", execRows(schema.Query("DisableOtherSubscriptions"), mine, []string{"acme"}, []string{"*"}), 1},
@@ -214,6 +215,8 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"complete every job", execRows(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(),
 					lease_holder_id = NULL, lease_expires_at = NULL WHERE handler <> $1`, mine)},
 				{"fail their job", queryRows(schema.Query("FailJob"), other.id, other.attempt, "boom", "handler_error", time.Second, true, other.leasedAt, "c1")},
+				{"give their attempt back", giveBack(other)},
+				{"give their attempt of the shared event back", giveBack(otherShared)},
 				{"claim their job", execRows(`UPDATE webhook_ingress.jobs SET status = 'leased', lease_holder_id = 'x',
 					lease_expires_at = now() + interval '1 hour' WHERE id = $1`, otherShared.id)},
 				{"append to their history", execRows(schema.Query("InsertAttempt"), other.id, other.attempt, "c1", time.Now(), "failed", "x", "x")},
@@ -295,6 +298,19 @@ func fetch(j leasedJob) func(pgx.Tx) (int64, error) {
 func complete(j leasedJob) func(pgx.Tx) (int64, error) {
 	return queryRows(schema.Query("CompleteJobs"), []int64{j.id}, []int32{j.attempt}, []time.Time{j.eventReceivedAt},
 		[]time.Time{j.leasedAt}, "c1")
+}
+
+// giveBack is the consumer's GiveBackAttempt of j (a forced stop's); it
+// counts 1 when the attempt was given back.
+func giveBack(j leasedJob) func(pgx.Tx) (int64, error) {
+	return func(tx pgx.Tx) (int64, error) {
+		given, err := queries.New(tx).GiveBackAttempt(context.Background(), queries.GiveBackAttemptParams{
+			JobID: j.id, EventReceivedAt: j.eventReceivedAt, Attempt: j.attempt, LeasedAt: j.leasedAt})
+		if given {
+			return 1, err
+		}
+		return 0, err
+	}
 }
 
 func queryRows(sql string, args ...any) func(pgx.Tx) (int64, error) {

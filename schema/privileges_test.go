@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,47 @@ func TestPrivilegeMatrix(t *testing.T) {
 	}
 	if !strings.Contains(string(doc), strings.TrimSpace(wantMatrix)) {
 		t.Error("docs/database.md does not show the privilege matrix as it is")
+	}
+}
+
+// giveBackAttemptFunc is 029_give_back_attempt's function: it runs with the
+// owner's rights (it updates attempt_count, which consumer roles may not), so
+// only the consumer roles may call it.
+const giveBackAttemptFunc = "webhook_ingress.give_back_attempt(bigint, timestamptz, integer, timestamptz)"
+
+// Only the consumer roles may execute give_back_attempt: webhook_worker,
+// webhook_consumer, and the per-consumer roles (as its members, those inlet
+// roles create-consumer makes included); PUBLIC holds nothing, and every
+// other role's call is refused.
+func TestGiveBackAttemptExecutableByConsumerRolesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	perConsumer := newConsumerRole(t, pool, "h")
+	want := map[string]bool{"webhook_worker": true, "webhook_consumer": true, perConsumer: true}
+	for _, role := range append(slices.Clone(matrixRoles), perConsumer) {
+		var may bool
+		if err := pool.QueryRow(ctx, `SELECT has_function_privilege($1, $2, 'EXECUTE')`, role, giveBackAttemptFunc).Scan(&may); err != nil {
+			t.Fatal(err)
+		}
+		if may != want[role] {
+			t.Errorf("%s may execute give_back_attempt: %v, want %v", role, may, want[role])
+		}
+		err := asRole(t, pool, role, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT webhook_ingress.give_back_attempt(1, now(), 1, now())`)
+			return err
+		})
+		switch {
+		case want[role] && err != nil:
+			t.Errorf("%s calls give_back_attempt: %v", role, err)
+		case !want[role] && !isPermissionDenied(err):
+			t.Errorf("%s calls give_back_attempt: %v, want permission denied (42501)", role, err)
+		}
+	}
+	var public bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
+		WHERE p.oid = $1::regprocedure AND a.grantee = 0)`, giveBackAttemptFunc).Scan(&public); err != nil || public {
+		t.Errorf("PUBLIC holds a privilege on give_back_attempt: %v, %v", public, err)
 	}
 }
 

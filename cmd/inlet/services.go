@@ -117,14 +117,15 @@ each outcome on its job. Replicas of the same handlers share the work.
 Serves GET /healthz, /readyz and /metrics on consumer.health_listen (default
 127.0.0.1:8082: this machine only). SIGTERM stops
 taking jobs and waits up to --drain-timeout for running attempts; an attempt
-still running then is cut off and records nothing, but it counts as one of
-its job's attempts when its lease expires (a job on its last attempt goes to
-the dead letters), so set the timeout above the handlers' usual run time.
+still running then is cut off, records nothing and gives its lease back: its
+job is pending again at once and the attempt does not count (should giving it
+back fail, the expired lease counts as an attempt). Set the timeout above the
+handlers' usual run time, as a cut-off handler runs again from the start.
 
 Your own consumers: build a binary with the consumers package (see
 consumers/example).`)
 	cfgPath := configFlag(fs)
-	drain := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM waits for running attempts (one still running then counts as an attempt)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM waits for running attempts (one still running then is cut off and given back, not counted)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

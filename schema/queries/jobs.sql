@@ -217,6 +217,18 @@ SELECT j.id, j.event_received_at, $2, $3, $4, now(), $5, $6, $7
 FROM webhook_ingress.jobs j
 WHERE j.id = $1;
 
+-- name: GiveBackAttempt :one
+-- A consumer's forced stop (Stop's deadline passed) cut attempt $3 of job $1
+-- (in the partition of $2, leased at $4) short: give the lease back so the
+-- attempt does not count, as ReleaseJobs does for an unpublished reference.
+-- Pending again at once. Fenced on the lease token: false when the lease was
+-- meanwhile lost, reaped, finished or replayed. Runs in
+-- webhook_ingress.give_back_attempt (029_give_back_attempt) with the owner's
+-- rights, since consumer roles may not update attempt_count; it refuses a
+-- consumer role another role's handlers' jobs.
+SELECT webhook_ingress.give_back_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
+                                         sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS given_back;
+
 -- name: ConsumerAlive :execrows
 -- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
 -- not heard from for a day are removed.

@@ -422,6 +422,38 @@ func (q *Queries) FetchJobs(ctx context.Context, arg FetchJobsParams) ([]FetchJo
 	return items, nil
 }
 
+const GiveBackAttempt = `-- name: GiveBackAttempt :one
+SELECT webhook_ingress.give_back_attempt($1::bigint, $2::timestamptz,
+                                         $3::integer, $4::timestamptz)::boolean AS given_back
+`
+
+type GiveBackAttemptParams struct {
+	JobID           int64
+	EventReceivedAt time.Time
+	Attempt         int32
+	LeasedAt        time.Time
+}
+
+// A consumer's forced stop (Stop's deadline passed) cut attempt $3 of job $1
+// (in the partition of $2, leased at $4) short: give the lease back so the
+// attempt does not count, as ReleaseJobs does for an unpublished reference.
+// Pending again at once. Fenced on the lease token: false when the lease was
+// meanwhile lost, reaped, finished or replayed. Runs in
+// webhook_ingress.give_back_attempt (029_give_back_attempt) with the owner's
+// rights, since consumer roles may not update attempt_count; it refuses a
+// consumer role another role's handlers' jobs.
+func (q *Queries) GiveBackAttempt(ctx context.Context, arg GiveBackAttemptParams) (bool, error) {
+	row := q.db.QueryRow(ctx, GiveBackAttempt,
+		arg.JobID,
+		arg.EventReceivedAt,
+		arg.Attempt,
+		arg.LeasedAt,
+	)
+	var given_back bool
+	err := row.Scan(&given_back)
+	return given_back, err
+}
+
 const InsertAttempt = `-- name: InsertAttempt :execrows
 INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error)
 SELECT j.id, j.event_received_at, $2, $3, $4, now(), $5, $6, $7
