@@ -333,6 +333,47 @@ func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
 	}
 }
 
+// giveBackUnstarted gives back the leases of references that Stop's
+// deadline left unstarted (the rest of a message whose first references
+// ran), as giveBack does for an attempt cut short: left to expire, the
+// reaper would count each one whenever another consumer of the handler was
+// alive, though no handler ran. One deadline for them all, so a database
+// that does not answer holds Stop up once, not once per reference.
+func (s *Service) giveBackUnstarted(handler string, refs []bus.Ref) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
+	defer cancel()
+	q := queries.New(s.cfg.Pool)
+	given, notGiven := 0, 0
+	var lastErr error
+	for _, ref := range refs {
+		if ref.LeasedAt.IsZero() {
+			notGiven++ // a reference without its lease token (a streamer before 010) cannot be fenced
+			continue
+		}
+		ok, err := q.GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
+			JobID: ref.JobID, EventReceivedAt: ref.EventReceivedAt, Attempt: int32(ref.Attempt), LeasedAt: ref.LeasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
+		switch {
+		case err != nil:
+			notGiven++
+			lastErr = err
+		case ok:
+			given++
+		default:
+			notGiven++
+		}
+	}
+	attrs := []slog.Attr{slog.String("handler", handler), slog.Int("references", len(refs)), slog.Int64("job_id", refs[0].JobID),
+		slog.Int("given_back", given)}
+	if lastErr != nil {
+		attrs = append(attrs, slog.String("error", lastErr.Error()))
+	}
+	level := slog.LevelInfo
+	if notGiven > 0 {
+		level = slog.LevelWarn
+	}
+	s.logger.LogAttrs(ctx, level, "consumers stopped before these job references started; their leases were given back (those not given back expire, and the reaper counts them)", attrs...)
+}
+
 // run calls the handler under its timeout, turning a panic into an error. It
 // reports whether the attempt's own deadline passed.
 func (s *Service) run(ctx context.Context, h Handler, ev *Event) (err error, timedOut bool) {

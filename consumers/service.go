@@ -296,8 +296,8 @@ type healthReporter interface {
 // its own goroutine: Postgres, not the bus, remembers the job, and the slots
 // are the backpressure. The rest of a message's references wait here for
 // slots, also while the service stops gracefully (they were acknowledged on
-// the bus, so nothing else would run them before their leases expire); only
-// Stop's deadline (workCtx) leaves them to lease expiry.
+// the bus, so nothing else would run them before their leases expire); at
+// Stop's deadline (workCtx) their leases are given back (giveBackUnstarted).
 func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
 	for {
 		var msg *message.Message
@@ -353,8 +353,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				select {
 				case r.slots <- struct{}{}:
 				case <-s.workCtx.Done():
-					s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before these job references started; their leases will expire",
-						slog.String("handler", r.h.Name), slog.Int("references", len(mine)-i), slog.Int64("job_id", ref.JobID))
+					s.giveBackUnstarted(r.h.Name, mine[i:])
 					return
 				}
 			}
