@@ -320,8 +320,7 @@ func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, 
 func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
 	defer cancel()
-	given, err := queries.New(s.cfg.Pool).GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
-		JobID: ref.JobID, EventReceivedAt: l.partition, Attempt: int32(ref.Attempt), LeasedAt: l.leasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
+	given, err := s.giveBackLease(ctx, ref, l.partition, l.leasedAt)
 	switch {
 	case err != nil:
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "attempt cut short by shutdown; giving its lease back failed, so the reaper will count the attempt when the lease expires",
@@ -333,6 +332,14 @@ func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
 	}
 }
 
+// giveBackLease gives back ref's lease, taken at leasedAt, of the job in
+// partition (GiveBackAttempt, fenced on that token), and reports whether it
+// was still this attempt's.
+func (s *Service) giveBackLease(ctx context.Context, ref bus.Ref, partition, leasedAt time.Time) (bool, error) {
+	return queries.New(s.cfg.Pool).GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
+		JobID: ref.JobID, EventReceivedAt: partition, Attempt: int32(ref.Attempt), LeasedAt: leasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
+}
+
 // giveBackUnstarted gives back the leases of references that Stop's
 // deadline left unstarted (the rest of a message whose first references
 // ran), as giveBack does for an attempt cut short: left to expire, the
@@ -342,7 +349,6 @@ func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
 func (s *Service) giveBackUnstarted(handler string, refs []bus.Ref) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
 	defer cancel()
-	q := queries.New(s.cfg.Pool)
 	given, notGiven := 0, 0
 	var lastErr error
 	for _, ref := range refs {
@@ -350,8 +356,7 @@ func (s *Service) giveBackUnstarted(handler string, refs []bus.Ref) {
 			notGiven++ // a reference without its lease token (a streamer before 010) cannot be fenced
 			continue
 		}
-		ok, err := q.GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
-			JobID: ref.JobID, EventReceivedAt: ref.EventReceivedAt, Attempt: int32(ref.Attempt), LeasedAt: ref.LeasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
+		ok, err := s.giveBackLease(ctx, ref, ref.EventReceivedAt, ref.LeasedAt)
 		switch {
 		case err != nil:
 			notGiven++
