@@ -302,3 +302,91 @@ func ids[R any](rows []R, id func(R) int64) []int64 {
 	}
 	return out
 }
+
+// TestConcurrentClaimsNeverLeaseTwoJobsOfAKey: a claim that leases a key's
+// job while another claim's lease of the same key is not yet committed
+// cannot see that lease. Here streamer A's claim has leased a2 (its
+// statement took its snapshot before a1 arrived) and not committed; a1,
+// which occurred before a2, arrives; streamer B's claim sees a1 and no lease
+// of its key. Before 030 B leased a1 beside a2, and the key ran two jobs at
+// once. Now a claim takes a per-key lock of each keyed job it leases, and
+// B passes a1 over while A's claim holds it (as SKIP LOCKED passes over a
+// row); it leases a1 once a2 is done.
+func TestConcurrentClaimsNeverLeaseTwoJobsOfAKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := migratedTo(t, schema.Latest())
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO webhook_ingress.subscriptions (handler, order_key) VALUES ('o', 'data.object.id')`)
+	event := func(id, key string, minute int) {
+		t.Helper()
+		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
+		exec(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, occurred_at, signature_verified)
+			VALUES ('stripe', 'stripe', $1, 'customer.updated', convert_to($2, 'UTF8'), $2::jsonb, '2026-01-01'::timestamptz + make_interval(mins => $3), true)`,
+			id, body, minute)
+	}
+	claim := func(q queries.DBTX, holder string) []string {
+		t.Helper()
+		rows, err := queries.New(q).ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: holder, LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			var ext string
+			if err := conn.QueryRow(ctx, `SELECT external_event_id FROM webhook_ingress.events WHERE id = $1`, r.EventID).Scan(&ext); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ext)
+		}
+		slices.Sort(got)
+		return got
+	}
+	connect := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	streamerA, streamerB := connect(), connect()
+
+	event("a2", "k1", 2)
+	txA, err := streamerA.Begin(ctx) // A's claim, not yet committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = txA.Rollback(ctx) }()
+	if got := claim(txA, "A"); !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("A leased %v, want a2", got)
+	}
+	event("a1", "k1", 1) // occurred before a2, arrives while A's claim commits
+	event("b1", "k2", 1)
+	if got := claim(streamerB, "B"); !slices.Equal(got, []string{"b1"}) {
+		t.Fatalf("B, while A's lease of a2 is not committed, leased %v, want b1 only (a1's key is being leased by A)", got)
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var leased int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE order_key = 'k1' AND status = 'leased'`).Scan(&leased); err != nil {
+		t.Fatal(err)
+	}
+	if leased != 1 {
+		t.Fatalf("%d jobs of key k1 leased at once, want 1", leased)
+	}
+	if got := claim(streamerB, "B"); len(got) != 0 {
+		t.Fatalf("while a2 runs B leased %v, want nothing", got)
+	}
+	exec(`UPDATE webhook_ingress.jobs SET status = 'completed', lease_expires_at = NULL WHERE order_key = 'k1' AND status = 'leased'`)
+	if got := claim(streamerB, "B"); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("after a2 completed B leased %v, want a1", got)
+	}
+}

@@ -355,6 +355,9 @@ CREATE FUNCTION webhook_ingress.give_back_attempt(p_id bigint, p_received_at tim
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.order_key_lock(p_handler text, p_order_key text) RETURNS bigint
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.order_key_of(spec text, payload jsonb, headers jsonb) RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
