@@ -78,8 +78,9 @@ func TestOrderLanesFollowTheJobs(t *testing.T) {
 	}
 	// blocked says, per waiting job (pending or failed) of key k1 in order,
 	// whether the claim leaves it: through each of its paths (claim_jobs'
-	// walk, claim_jobs by handler with another handler held back, and
-	// ClaimLimitedJobs), each in a transaction rolled back.
+	// walk, claim_jobs by handler with another handler held back,
+	// ClaimLimitedJobs, and claim_handler_jobs), each in a transaction rolled
+	// back.
 	claims := map[string]func(q *queries.Queries) ([]int64, error){
 		"walk": func(q *queries.Queries) ([]int64, error) {
 			rows, err := q.ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: "test", LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
@@ -92,6 +93,10 @@ func TestOrderLanesFollowTheJobs(t *testing.T) {
 		"limited": func(q *queries.Queries) ([]int64, error) {
 			rows, err := q.ClaimLimitedJobs(ctx, queries.ClaimLimitedJobsParams{Handler: "o", LeaseHolder: "test", LeaseFor: time.Minute, BatchSize: 100})
 			return ids(rows, func(r queries.ClaimLimitedJobsRow) int64 { return r.ID }), err
+		},
+		"handler apart": func(q *queries.Queries) ([]int64, error) { // 031
+			rows, err := q.ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", LeaseHolder: "test", LeaseFor: time.Minute, BatchSize: 100})
+			return ids(rows, func(r queries.ClaimHandlerJobsRow) int64 { return r.ID }), err
 		},
 	}
 	blocked := func(step string, want string) {
@@ -314,6 +319,17 @@ func ids[R any](rows []R, id func(R) int64) []int64 {
 // row); it leases a1 once a2 is done.
 func TestConcurrentClaimsNeverLeaseTwoJobsOfAKey(t *testing.T) {
 	t.Parallel()
+	// Each claim either way: claim_jobs, or claim_handler_jobs (031, the
+	// streamer's claim of an ordered handler apart).
+	for _, tc := range []struct{ a, b string }{{"jobs", "jobs"}, {"handler", "jobs"}, {"jobs", "handler"}, {"handler", "handler"}} {
+		t.Run("A "+tc.a+", B "+tc.b, func(t *testing.T) {
+			t.Parallel()
+			concurrentClaimsOfAKey(t, tc.a, tc.b)
+		})
+	}
+}
+
+func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 	ctx := context.Background()
 	url, conn := migratedTo(t, schema.Latest())
 	exec := func(q string, args ...any) {
@@ -332,9 +348,25 @@ func TestConcurrentClaimsNeverLeaseTwoJobsOfAKey(t *testing.T) {
 	}
 	claim := func(q queries.DBTX, holder string) []string {
 		t.Helper()
-		rows, err := queries.New(q).ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: holder, LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
-		if err != nil {
-			t.Fatal(err)
+		by := byA
+		if holder == "B" {
+			by = byB
+		}
+		var rows []queries.ClaimJobsRow
+		if by == "handler" {
+			hrows, err := queries.New(q).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", LeaseHolder: holder, LeaseFor: time.Minute, BatchSize: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range hrows {
+				rows = append(rows, queries.ClaimJobsRow(r))
+			}
+		} else {
+			var err error
+			rows, err = queries.New(q).ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: holder, LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		var got []string
 		for _, r := range rows {

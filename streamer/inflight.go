@@ -37,6 +37,10 @@ type inFlight struct {
 	// circuit breaker (handler_limits): claimed apart, one ClaimLimitedJobs
 	// each, never by ClaimJobs.
 	limited []string
+	// ordered are the handlers with an order key (ListOrderedHandlers):
+	// claimed apart too, one ClaimHandlerJobs each, so a backlog their order
+	// holds back costs the other handlers' claims nothing.
+	ordered []string
 	counted time.Time
 }
 
@@ -45,18 +49,19 @@ func newInFlight(limit int, refresh time.Duration) *inFlight {
 }
 
 // atLimit returns the handlers ClaimJobs must lease nothing of: those with
-// limit jobs or more leased, those without a live consumer, and the limited
-// ones; and the limited handlers to claim apart (not at their limit, with a
-// live consumer). It counts again first when the count is older than its
-// refresh interval.
-func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full, limited []string, err error) {
+// limit jobs or more leased, those without a live consumer, and those
+// claimed apart; and the handlers to claim apart (not at their limit, with a
+// live consumer): the limited ones (ClaimLimitedJobs) and the other ordered
+// ones (ClaimHandlerJobs). It counts again first when the count is older
+// than its refresh interval.
+func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full, limited, ordered []string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	full = f.full()
 	age := time.Since(f.counted)
 	if age >= f.refresh || (len(full) > len(f.quiet) && age >= f.atLimitRefresh) {
 		if err := f.recount(ctx, pool); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		full = f.full()
 	}
@@ -65,7 +70,18 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full, limit
 			limited = append(limited, h)
 		}
 	}
-	return append(full, f.limited...), limited, nil
+	for _, h := range f.ordered {
+		if !slices.Contains(full, h) && !slices.Contains(f.limited, h) {
+			ordered = append(ordered, h)
+		}
+	}
+	apart := append(full, f.limited...)
+	for _, h := range f.ordered {
+		if !slices.Contains(apart, h) {
+			apart = append(apart, h)
+		}
+	}
+	return apart, limited, ordered, nil
 }
 
 func (f *inFlight) full() []string {
@@ -96,7 +112,11 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("list limited handlers: %w", err)
 	}
-	f.counts, f.quiet, f.limited, f.counted = counts, quiet, limited, time.Now()
+	ordered, err := queries.New(pool).ListOrderedHandlers(ctx)
+	if err != nil {
+		return fmt.Errorf("list ordered handlers: %w", err)
+	}
+	f.counts, f.quiet, f.limited, f.ordered, f.counted = counts, quiet, limited, ordered, time.Now()
 	return nil
 }
 

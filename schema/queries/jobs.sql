@@ -41,6 +41,26 @@ FROM webhook_ingress.claim_jobs(sqlc.arg(full_handlers)::text[], sqlc.arg(batch_
                                 sqlc.arg(lease_holder)::text, sqlc.arg(lease_for)::interval,
                                 sqlc.narg(claim_window)::interval);
 
+-- name: ClaimHandlerJobs :many
+-- Lease up to batch_size due jobs of one handler, as ClaimJobs leases (the
+-- same order rules and per-key locks), over every partition: the streamer
+-- claims each ordered handler apart from the others (ListOrderedHandlers),
+-- so that a backlog its order holds back, which each of its claims walks
+-- past, costs the other handlers' claims nothing
+-- (031_claim_handler_jobs). Returns what ClaimJobs returns.
+SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
+       event_type::text AS event_type, attempt_count::integer AS attempt_count, max_attempts::integer AS max_attempts,
+       lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
+       event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at
+FROM webhook_ingress.claim_handler_jobs(sqlc.arg(handler)::text, sqlc.arg(batch_size)::bigint,
+                                        sqlc.arg(lease_holder)::text, sqlc.arg(lease_for)::interval);
+
+-- name: ListOrderedHandlers :many
+-- The handlers with an order key on any subscription, enabled or not (a
+-- disabled subscription's jobs already created still run in order): the
+-- streamers claim them apart (ClaimHandlerJobs).
+SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NOT NULL ORDER BY handler;
+
 -- name: CountLeasedJobs :many
 -- Jobs leased now, per handler (by every streamer): the base of the
 -- streamers' in-memory in-flight counts (reads the partial index of leases);

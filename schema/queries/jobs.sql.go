@@ -10,6 +10,79 @@ import (
 	"time"
 )
 
+const ClaimHandlerJobs = `-- name: ClaimHandlerJobs :many
+SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
+       event_type::text AS event_type, attempt_count::integer AS attempt_count, max_attempts::integer AS max_attempts,
+       lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
+       event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at
+FROM webhook_ingress.claim_handler_jobs($1::text, $2::bigint,
+                                        $3::text, $4::interval)
+`
+
+type ClaimHandlerJobsParams struct {
+	Handler     string
+	BatchSize   int64
+	LeaseHolder string
+	LeaseFor    time.Duration
+}
+
+type ClaimHandlerJobsRow struct {
+	ID              int64
+	EventID         int64
+	Handler         string
+	Provider        string
+	EventType       string
+	AttemptCount    int32
+	MaxAttempts     int32
+	LeaseExpiresAt  time.Time
+	TraceParent     string
+	EventReceivedAt time.Time
+	AttemptedAt     time.Time
+}
+
+// Lease up to batch_size due jobs of one handler, as ClaimJobs leases (the
+// same order rules and per-key locks), over every partition: the streamer
+// claims each ordered handler apart from the others (ListOrderedHandlers),
+// so that a backlog its order holds back, which each of its claims walks
+// past, costs the other handlers' claims nothing
+// (031_claim_handler_jobs). Returns what ClaimJobs returns.
+func (q *Queries) ClaimHandlerJobs(ctx context.Context, arg ClaimHandlerJobsParams) ([]ClaimHandlerJobsRow, error) {
+	rows, err := q.db.Query(ctx, ClaimHandlerJobs,
+		arg.Handler,
+		arg.BatchSize,
+		arg.LeaseHolder,
+		arg.LeaseFor,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimHandlerJobsRow
+	for rows.Next() {
+		var i ClaimHandlerJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.Handler,
+			&i.Provider,
+			&i.EventType,
+			&i.AttemptCount,
+			&i.MaxAttempts,
+			&i.LeaseExpiresAt,
+			&i.TraceParent,
+			&i.EventReceivedAt,
+			&i.AttemptedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ClaimJobs = `-- name: ClaimJobs :many
 
 SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
@@ -486,6 +559,33 @@ func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) (i
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const ListOrderedHandlers = `-- name: ListOrderedHandlers :many
+SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NOT NULL ORDER BY handler
+`
+
+// The handlers with an order key on any subscription, enabled or not (a
+// disabled subscription's jobs already created still run in order): the
+// streamers claim them apart (ClaimHandlerJobs).
+func (q *Queries) ListOrderedHandlers(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, ListOrderedHandlers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var handler string
+		if err := rows.Scan(&handler); err != nil {
+			return nil, err
+		}
+		items = append(items, handler)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ReapExpiredLeases = `-- name: ReapExpiredLeases :many

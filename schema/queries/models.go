@@ -358,6 +358,20 @@ type WebhookIngressAuditVerification struct {
 	Head              string
 }
 
+type WebhookIngressClaimHandlerJobsResult struct {
+	ID              *int64
+	EventID         *int64
+	Handler         *string
+	Provider        *string
+	EventType       *string
+	AttemptCount    *int32
+	MaxAttempts     *int32
+	LeaseExpiresAt  *time.Time
+	TraceParent     *string
+	EventReceivedAt *time.Time
+	AttemptedAt     *time.Time
+}
+
 type WebhookIngressOrderLane struct {
 	JobID           int64
 	EventReceivedAt time.Time

@@ -1,0 +1,155 @@
+package streamer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/pgtest"
+)
+
+// apartBundle is a database with an ordered handler "ordered" (key
+// data.object.id) and an unordered one "free", and a streamer on it.
+func apartBundle(t *testing.T, cfg Config) (*pgxpool.Pool, *Streamer, bus.PubSub) {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	pool, err := database.Open(ctx, url, database.Options{Role: "webhook_streamer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, order_key) VALUES ('ordered', 'data.object.id'), ('free', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	ps := bus.NewGoChannel(slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { ps.Close() })
+	cfg.Pool, cfg.Publisher, cfg.Logger = pool, ps, slog.New(slog.DiscardHandler)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin, s, ps
+}
+
+// events stores n events, each of its own key.
+func events(t *testing.T, admin *pgxpool.Pool, n int) {
+	t.Helper()
+	if _, err := admin.Exec(context.Background(), `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, raw_body, payload, signature_verified)
+		SELECT 'stripe', 'stripe', 'evt_' || g || '_' || md5(random()::text), 'invoice.paid', convert_to(b, 'UTF8'), b::jsonb, true
+		FROM generate_series(1, $1) g, LATERAL (SELECT '{"data":{"object":{"id":"k' || g || '_' || md5(random()::text) || '"}}}' AS b) p`, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refs waits for n references on handler's topic.
+func refs(t *testing.T, ps bus.PubSub, handler string, n int, within time.Duration) {
+	t.Helper()
+	msgs, err := ps.Subscribe(context.Background(), bus.Topic(handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(within)
+	got := 0
+	for got < n {
+		select {
+		case m := <-msgs:
+			rs, err := bus.ParseRefs(m)
+			m.Ack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(rs)
+		case <-deadline:
+			t.Fatalf("%s: %d references within %s, want %d", handler, got, within, n)
+		}
+	}
+}
+
+// An ordered handler is claimed apart, in a loop of its own: while its claim
+// is slow (here held; in life, a backlog its order holds back, which each of
+// its claims walks past: 40,000 held jobs took a claim 181 ms), the other
+// handlers' jobs are leased and published all the same. Not parallel: it
+// sets apartClaimStarting.
+func TestSlowClaimOfAnOrderedHandlerDoesNotHoldUpTheOthers(t *testing.T) {
+	admin, s, ps := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	held := make(chan struct{}, 1)
+	apartClaimStarting = func(h string) {
+		if h == "ordered" {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}
+	t.Cleanup(func() { apartClaimStarting = func(string) {} })
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-held // the ordered handler's claim has started, and waits
+	events(t, admin, 50)
+	s.Wake() // as NOTIFY would
+	refs(t, ps, "free", 50, 30*time.Second)
+	releaseOnce.Do(func() { close(release) })
+	refs(t, ps, "ordered", 50, 30*time.Second)
+	s.Stop()
+}
+
+// A claim of a handler apart that came back short after more than
+// slowApartClaim spaces that handler's next claims out (nine times its
+// time), so a held-back backlog walked on every wake-up costs the database
+// at most a tenth of its time; one that came back full is claimed again at
+// once. Not parallel: it sets apartClaimStarting.
+func TestSlowShortClaimSpacesOutItsHandler(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 4})
+	calls := 0
+	apartClaimStarting = func(h string) {
+		if h == "ordered" {
+			calls++
+			time.Sleep(2 * slowApartClaim)
+		}
+	}
+	t.Cleanup(func() { apartClaimStarting = func(string) {} })
+	ctx := context.Background()
+	events(t, admin, 6)
+	next := map[string]time.Time{}
+	n, more, err := s.claimApart(ctx, next)
+	if err != nil || n != 4 || !more {
+		t.Fatalf("first claim: %d leased, more %v, %v; want 4 (a full batch), more", n, more, err)
+	}
+	if at, ok := next["ordered"]; ok {
+		t.Fatalf("a full batch spaced its handler out until %s", at)
+	}
+	before := time.Now()
+	n, more, err = s.claimApart(ctx, next)
+	if err != nil || n != 2 || more {
+		t.Fatalf("second claim: %d leased, more %v, %v; want 2, no more", n, more, err)
+	}
+	if at := next["ordered"]; at.Sub(before) < 9*2*slowApartClaim {
+		t.Fatalf("a slow short claim spaced its handler out until %s after it began, want at least %s", at.Sub(before), 9*2*slowApartClaim)
+	}
+	events(t, admin, 1)
+	if n, _, err := s.claimApart(ctx, next); err != nil || n != 0 || calls != 2 {
+		t.Fatalf("claim while spaced out: %d leased (%v), %d claims of the handler; want none, 2", n, err, calls)
+	}
+	if n, err := s.ClaimOnce(ctx); err != nil || n != 5 {
+		t.Fatalf("ClaimOnce (not spaced): %d leased, %v; want 5 (a batch of free's 7, and the new ordered job)", n, err)
+	}
+}
