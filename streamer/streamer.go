@@ -171,9 +171,9 @@ type Streamer struct {
 	wake        chan struct{}
 	// wakeA wakes the apart loop: the claims of limited and ordered
 	// handlers, apart from the others (claimApart).
-	wakeA chan struct{}
-	batchSizes  prometheus.Histogram
-	inFlight    *inFlight
+	wakeA      chan struct{}
+	batchSizes prometheus.Histogram
+	inFlight   *inFlight
 
 	claims, claimed, published, publishFailed atomic.Int64
 	fullClaims                                atomic.Int64
