@@ -37,6 +37,7 @@ var (
 	jobsConfigs        = flag.String("jobs-configs", "gochannel/1,gochannel/4,nats/1,nats/4", "jobs section: the Inlet configurations measured, bus/replicas, comma-separated")
 	jobsRefsPerMessage = flag.Int("jobs-refs-per-message", 0, "jobs section: the streamer's refs_per_message (0: its default; 1: one reference per bus message, as before several per message)")
 	jobsOrder          = flag.String("jobs-order", "", "jobs section: also measure ordered delivery per entity (order_key) over the in-process bus with one replica, for each comma-separated count of distinct keys (e.g. 10000,1; one key runs at most 500 jobs), against an unordered run just before")
+	jobsHeld           = flag.Int("jobs-held", 0, "jobs section: also measure an unordered handler's burn-down over the in-process bus with one replica while an ordered handler has this many jobs of one key held back behind a dead letter (which each of its claims walks past), against an unordered run just before")
 	jobsCold           = flag.Bool("jobs-cold", false, "jobs section: start the clock with the pools' connections not yet opened (before 2026-12-04 every run did), so each run also pays its backends' start-up and catalog loading, four replicas four times as much")
 	jobsRLS            = flag.Bool("jobs-rls", false, "jobs section: measure each Inlet configuration twice, its consumers as webhook_worker and as a per-consumer role (inlet roles create-consumer), which row-level security holds to its handler")
 )
@@ -95,6 +96,10 @@ type JobsRun struct {
 	// and VsUnordered its PerSecond / that of the unordered run before it.
 	OrderKeys   int     `json:"order_keys,omitempty"`
 	VsUnordered float64 `json:"vs_unordered,omitempty"`
+	// HeldJobs is, for a run of -jobs-held, how many jobs another (ordered)
+	// handler had held back meanwhile; VsUnordered is then its PerSecond /
+	// that of the run before it, without them.
+	HeldJobs int `json:"held_jobs,omitempty"`
 	// VsWorker is PerSecond / that of the same configuration as
 	// webhook_worker, for a run as a consumer role (-jobs-rls).
 	VsWorker float64 `json:"vs_worker,omitempty"`
@@ -175,6 +180,13 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 		}
 		runs = append(runs, ordered...)
 	}
+	if *jobsHeld > 0 {
+		held, err := heldJobs(ctx, b, n, *jobsHeld)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, held...)
+	}
 	last, err := riverJobs(ctx, b, n)
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)
@@ -204,6 +216,9 @@ func runJobs(ctx context.Context, b *bench) (any, error) {
 		keys, vsUnordered := "-", "-"
 		if r.OrderKeys > 0 {
 			keys, vsUnordered = strconv.Itoa(r.OrderKeys), fmt.Sprintf("%.2f×", r.VsUnordered)
+		}
+		if r.HeldJobs > 0 {
+			keys, vsUnordered = fmt.Sprintf("(%d held)", r.HeldJobs), fmt.Sprintf("%.2f×", r.VsUnordered)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f×\t%s\t%s\n", r.System, busName, replicas, role, keys, r.Jobs, r.LoadSeconds, r.Seconds, r.PerSecond, r.VsRiver, vsWorker, vsUnordered)
 	}
@@ -732,6 +747,57 @@ func orderedJobs(ctx context.Context, b *bench, n int) ([]JobsRun, error) {
 		runs = append(runs, base, r)
 	}
 	return runs, nil
+}
+
+// heldJobs measures, over the in-process bus with one replica, an unordered
+// run, then held jobs of another handler, ordered, all of one key behind its
+// dead-lettered head (order_policy block: they wait until an operator
+// replays it, and stay due, so each claim of that handler walks past them),
+// then the unordered run again. Before 031 every claim walked past them.
+// The held jobs are completed afterwards, so later runs do not see them.
+func heldJobs(ctx context.Context, b *bench, n, held int) ([]JobsRun, error) {
+	base, err := inletJobs(ctx, b, "gochannel", "", 1, n, false, 0)
+	if err != nil {
+		return nil, fmt.Errorf("inlet unordered before %d held: %w", held, err)
+	}
+	owner, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		return nil, err
+	}
+	defer owner.Close(ctx)
+	name := fmt.Sprintf("bench-held-%d", time.Now().UnixNano())
+	t0 := time.Now()
+	for _, q := range []string{
+		`UPDATE webhook_ingress.subscriptions SET enabled = false`,
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, order_key) VALUES ($1, 'stripe', 'held.*', 'data.object.customer')`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, signature_verified, secret_index)
+		 SELECT 'stripe', 'stripe', $1 || '-' || g, 'held.backlog', convert_to(b.body, 'UTF8'), b.body::jsonb, true, 0
+		 FROM generate_series(1, $2::int) g, LATERAL (SELECT '{"id":"evt_' || g || '","data":{"object":{"customer":"cus_held"}}}' AS body) b`,
+		`UPDATE webhook_ingress.jobs SET status = 'dead_letter', lease_expires_at = NULL
+		 WHERE id = (SELECT min(id) FROM webhook_ingress.jobs WHERE handler = $1)`,
+		`VACUUM (ANALYZE) webhook_ingress.jobs`,
+	} {
+		var args []any
+		switch {
+		case strings.Contains(q, "$2"):
+			args = []any{name, held}
+		case strings.Contains(q, "$1"):
+			args = []any{name}
+		}
+		if _, err := owner.Exec(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("hold %d jobs back: %w", held, err)
+		}
+	}
+	b.log.Info("held jobs loaded", slog.Int("jobs", held), slog.Duration("took", time.Since(t0)))
+	r, err := inletJobs(ctx, b, "gochannel", "", 1, n, false, 0)
+	if _, cerr := owner.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now() WHERE handler = $1 AND status <> 'completed'`, name); cerr != nil && err == nil {
+		err = fmt.Errorf("complete the held jobs: %w", cerr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inlet unordered beside %d held: %w", held, err)
+	}
+	r.HeldJobs, r.VsUnordered = held, r.PerSecond/base.PerSecond
+	return []JobsRun{base, r}, nil
 }
 
 // inletWarmQuery plans a read of jobs and events, which loads every
