@@ -214,6 +214,14 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"checkpoint root rewritten", []string{disableCps, `UPDATE webhook_ingress.audit_checkpoints SET root_hash = sha256('x') WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
 		{"checkpoint range widened", []string{disableCps, `UPDATE webhook_ingress.audit_checkpoints SET skipped_ids = '{}' WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
 		{"checkpoint removed", []string{disableCps, `DELETE FROM webhook_ingress.audit_checkpoints WHERE seq = 1`, enableCps}, BrokenChain, 0, 1},
+		// A v1 checkpoint's hash does not cover a range: nulling it must not
+		// pass as one sealed before 032.
+		{"checkpoint received range nulled", []string{disableCps,
+			`UPDATE webhook_ingress.audit_checkpoints SET min_received_at = NULL, max_received_at = NULL WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
+		{"checkpoint received range widened", []string{disableCps,
+			`UPDATE webhook_ingress.audit_checkpoints SET min_received_at = min_received_at - interval '1 year' WHERE seq = 1`, enableCps}, BrokenChain, 0, 1},
+		{"checkpoint received range half nulled", []string{disableCps, `ALTER TABLE webhook_ingress.audit_checkpoints DROP CONSTRAINT audit_checkpoints_received_range`,
+			`UPDATE webhook_ingress.audit_checkpoints SET max_received_at = NULL WHERE seq = 2`, enableCps}, BrokenChain, 0, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -660,5 +668,230 @@ func TestPrivileges(t *testing.T) {
 		case !c.allow && !isPermissionDenied(err):
 			t.Errorf("%s %q: want permission denied (42501), got %v", c.role, c.sql, err)
 		}
+	}
+}
+
+// forgePrune appends, as the owner, a retention_log row claiming that event
+// id was dropped with the period [start, end), as drop_partition would.
+func (b *bundle) forgePrune(t *testing.T, start, end time.Time, id int64) {
+	t.Helper()
+	if _, err := b.owner.Exec(context.Background(), `INSERT INTO webhook_ingress.retention_log
+		(period_start, period_end, events, jobs, attempts, event_ids, sealed_through)
+		VALUES ($1, $2, 1, 0, 0, ARRAY[int8range($3, $3, '[]')], (SELECT max(last_event_id) FROM webhook_ingress.audit_checkpoints))`,
+		start, end, id); err != nil {
+		t.Fatalf("forge retention_log row for event %d: %v", id, err)
+	}
+}
+
+// The owner deletes a sealed event from a partition that is still there
+// (triggers disabled) and appends a retention_log row naming its id: verify
+// reports it missing, the kept head or not, whatever period the row claims.
+func TestVerifyFindsAForgedPrune(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		period func(received, partStart, partEnd time.Time) (time.Time, time.Time)
+	}{
+		{"an old period with no events, apart from its checkpoint", func(received, _, _ time.Time) (time.Time, time.Time) {
+			start := received.AddDate(0, 0, -400).Truncate(24 * time.Hour)
+			return start, start.AddDate(0, 0, 7)
+		}},
+		{"its own live period, which still has events", func(_, partStart, partEnd time.Time) (time.Time, time.Time) {
+			return partStart, partEnd
+		}},
+		{"a sliver of its live period holding it alone", func(received, _, _ time.Time) (time.Time, time.Time) {
+			return received, received.Add(time.Microsecond)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, Config{MaxLeaves: 10})
+			for range 20 {
+				b.insert(t, ctx)
+			}
+			cps := b.seal(t)
+			if len(cps) != 2 {
+				t.Fatalf("sealed %d checkpoints, want 2", len(cps))
+			}
+			var received, partStart, partEnd time.Time
+			if err := b.owner.QueryRow(ctx, `SELECT e.received_at, p.period_start, p.period_end
+				FROM webhook_ingress.events e, webhook_ingress.partitions() p
+				WHERE e.id = 14 AND e.received_at >= p.period_start AND e.received_at < p.period_end`).Scan(&received, &partStart, &partEnd); err != nil {
+				t.Fatalf("event 14's partition: %v", err)
+			}
+			b.owns(t, disableEvents, `DELETE FROM webhook_ingress.events WHERE id = 14`, enableEvents)
+			start, end := c.period(received, partStart, partEnd)
+			b.forgePrune(t, start, end, 14)
+			rep := b.verify(t, VerifyOptions{Head: cps[1].HashHex()})
+			if rep.OK || rep.ProblemsFound != 1 || rep.Pruned != 0 || rep.ChainBroken {
+				t.Fatalf("verify after deleting event 14 and logging it pruned with [%s, %s): %+v, want event 14 missing",
+					start, end, rep)
+			}
+			p := rep.Problem
+			t.Logf("problem: %s", p.Reason)
+			if p.Kind != MissingEvent || p.EventID != 14 || p.Checkpoint != 2 {
+				t.Fatalf("problem %+v, want missing_event of event 14 in checkpoint 2", p)
+			}
+		})
+	}
+}
+
+// migratedTo031 is a new database at migration 031, the schema before the
+// checkpoints' received_at range, as Migrate leaves it (schema.MigrateTo is
+// for the schema module's own tests only): its URL and an owner connection.
+func migratedTo031(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewEmptyDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	ms, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA webhook_ingress;
+		CREATE TABLE webhook_ingress.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:31] {
+		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		}); err != nil {
+			t.Fatalf("migration %03d_%s: %v", m.Version, m.Name, err)
+		}
+	}
+	return url, conn
+}
+
+// sealV1 seals what a sealer of 031 would, as it would: checkpoints without
+// a received_at range, hashed in the v1 form, written with 031's columns.
+func (b *bundle) sealV1(t *testing.T) []Checkpoint {
+	t.Helper()
+	ctx := context.Background()
+	time.Sleep(5 * time.Millisecond) // past the test's 1ms grace
+	var out []Checkpoint
+	for {
+		var cp Checkpoint
+		err := pgx.BeginFunc(ctx, b.sealDB, func(tx pgx.Tx) error {
+			var now time.Time
+			if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+				return err
+			}
+			settled, err := b.sealer.probe(ctx, tx)
+			if err != nil {
+				return err
+			}
+			prev, err := lastCheckpoint(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if cp, _, err = b.sealer.nextCheckpoint(ctx, tx, prev, now, settled); err != nil {
+				return err
+			}
+			cp.MinReceivedAt, cp.MaxReceivedAt = nil, nil
+			cp.Hash = checkpointHash(cp)
+			_, err = tx.Exec(ctx, `INSERT INTO webhook_ingress.audit_checkpoints
+				(seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+				cp.Seq, cp.FirstEventID, cp.LastEventID, cp.TreeSize, cp.Root[:], cp.Prev[:], cp.SkippedIDs,
+				joinHashes(cp.leaves), joinHashes(cp.frontier), cp.CreatedAt, cp.Hash[:])
+			return err
+		})
+		if errors.Is(err, ErrNothingToSeal) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("seal as 031 did: %v", err)
+		}
+		out = append(out, cp)
+	}
+}
+
+// Checkpoints sealed at 031 (v1: no received_at range) still verify after
+// 032 and the checkpoints sealed after it (v2), and the kept head is still
+// in the chain. A prune of an id of a v1 checkpoint is checked only against
+// the emptiness of its period; one of a v2 checkpoint also against its range.
+func TestUpgradeTo032KeepsV1Checkpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := migratedTo031(t)
+	b := &bundle{url: url, owner: openAs(t, url, ""), writer: openAs(t, url, "webhook_ingress_writer"),
+		sealDB: openAs(t, url, "webhook_sealer"), audit: openAs(t, url, "webhook_auditor")}
+	s, err := NewSealer(Config{DB: b.sealDB, Grace: time.Millisecond, MaxLeaves: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sealer = s
+	for range 10 {
+		b.insert(t, ctx)
+	}
+	b.rolledBack(t) // id 11
+	for range 9 {
+		b.insert(t, ctx)
+	}
+	v1 := b.sealV1(t)
+	if len(v1) != 2 || v1[1].LastEventID != 20 {
+		t.Fatalf("sealed at 031: %s want 1..10 and 11..20", sealed(v1))
+	}
+
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatalf("migrate to 032: %v", err)
+	}
+	for range 10 {
+		b.insert(t, ctx)
+	}
+	v2 := b.seal(t)
+	if len(v2) != 1 || v2[0].FirstEventID != 21 || v2[0].MinReceivedAt == nil || v2[0].MaxReceivedAt.Before(*v2[0].MinReceivedAt) {
+		t.Fatalf("sealed at 032: %+v, want one checkpoint of ids 21..30 with a received_at range", v2)
+	}
+	var ranges string
+	if err := b.owner.QueryRow(ctx, `SELECT string_agg(seq || ':' || (min_received_at IS NOT NULL AND max_received_at IS NOT NULL), ' ' ORDER BY seq)
+		FROM webhook_ingress.audit_checkpoints`).Scan(&ranges); err != nil {
+		t.Fatal(err)
+	}
+	if ranges != "1:false 2:false 3:true" {
+		t.Fatalf("checkpoints with a received_at range: %s, want only 3", ranges)
+	}
+	rep := b.verify(t, VerifyOptions{Head: v1[1].HashHex()})
+	if !rep.OK || rep.Checkpoints != 3 || rep.SealedThrough != 30 || rep.Events != 29 || rep.Head != v2[0].HashHex() {
+		t.Fatalf("verify after the upgrade: %+v", rep)
+	}
+
+	// Forged prunes: events 5 (v1) and 25 (v2) claimed by an old period with
+	// no events, 6 (v1) by its own live period.
+	var partStart, partEnd time.Time
+	if err := b.owner.QueryRow(ctx, `SELECT p.period_start, p.period_end FROM webhook_ingress.events e, webhook_ingress.partitions() p
+		WHERE e.id = 6 AND e.received_at >= p.period_start AND e.received_at < p.period_end`).Scan(&partStart, &partEnd); err != nil {
+		t.Fatal(err)
+	}
+	b.owns(t, disableEvents, `DELETE FROM webhook_ingress.events WHERE id IN (5, 6, 25)`, enableEvents)
+	old := partStart.AddDate(0, 0, -400)
+	b.forgePrune(t, old, old.AddDate(0, 0, 7), 5)
+	b.forgePrune(t, partStart, partEnd, 6)
+	b.forgePrune(t, old, old.AddDate(0, 0, 7), 25)
+	rep = b.verify(t, VerifyOptions{Head: v2[0].HashHex()})
+	type found struct {
+		kind  ProblemKind
+		event int64
+		seq   int64
+	}
+	var got []found
+	for _, p := range rep.Problems {
+		t.Logf("problem: %s", p.Reason)
+		got = append(got, found{p.Kind, p.EventID, p.Checkpoint})
+	}
+	// 5 passes as pruned: a v1 checkpoint says nothing of when its events
+	// were received (the limit the package doc names).
+	if want := []found{{MissingEvent, 6, 1}, {MissingEvent, 25, 3}}; fmt.Sprint(got) != fmt.Sprint(want) || rep.Pruned != 1 || rep.ChainBroken {
+		t.Fatalf("problems %v, pruned %d: want %v, event 5 pruned", got, rep.Pruned, want)
 	}
 }

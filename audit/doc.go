@@ -47,6 +47,41 @@
 // changed; they are authenticated by the root) and the tree's right frontier
 // (what the next seal extends, checked against the root before use).
 //
+// Since migration 032 a checkpoint also records min_received_at and
+// max_received_at, the least and greatest received_at of the events it
+// seals, and its hash is then the v2 form:
+//
+//	"inlet-audit-checkpoint-v2\n"
+//	the v1 fields above, in order |
+//	int64 min_received_at | int64 max_received_at (Unix µs, UTC)
+//
+// Both are NULL (and the hash is v1) for a checkpoint sealed before 032 and
+// for one that covers skipped ids only. Nulling a v2 checkpoint's range
+// makes Verify recompute the v1 hash, which no longer matches: the chain is
+// broken there.
+//
+// # Retention
+//
+// inlet retention drops whole old period partitions of events and records
+// each drop in webhook_ingress.retention_log: the period and the runs of
+// ids it held. A sealed id with no event that such a row names is counted
+// as pruned rather than missing (its leaf is still checked against the
+// checkpoint's stored leaves), but only when the row is consistent with the
+// table and the seals:
+//
+//   - the row's period [period_start, period_end) overlaps no period
+//     partition of events still attached, and no event received in it is
+//     left (in the default partition): a period really dropped is no longer
+//     a partition and holds nothing. This stops a row that claims a live
+//     period, or a sliver of one around a deleted event, for any checkpoint;
+//   - when the id's checkpoint records a received_at range (v2), the period
+//     overlaps [min_received_at, max_received_at].
+//
+// Otherwise the id is reported as a missing event, the reason naming the
+// retention_log row. retention_log is append-only but not chained into the
+// checkpoints, so the owner can still add rows; these checks bound what a
+// forged row can hide (see below).
+//
 // # Sealing without serializing ingress
 //
 // The sealer takes no lock on events: it reads them with a plain SELECT in its
@@ -83,4 +118,24 @@
 // inlet audit verify prints (the latest checkpoint's hash) outside the
 // database, and pass it back with --head to prove the chain still contains
 // it.
+//
+// A forged retention_log row still hides a deleted sealed event, with
+// --head or not, in these cases:
+//
+//   - the event was sealed in the same checkpoint as events of a period
+//     that was really dropped: the row claims that period (a new row, or
+//     the id added to a copy), and the checkpoint's range cannot tell which
+//     of its events fell in it. A checkpoint covers at most MaxLeaves ids,
+//     sealed in one pass, so this is the few events around the end of a
+//     dropped period (and only when they were sealed together with its
+//     last ones), not the live log;
+//   - the event's checkpoint range reaches outside every period partition
+//     (events in the default partition): a period there, around the
+//     deleted event, holds no event and is no partition;
+//   - the event was sealed by a v1 checkpoint (before 032): no range is
+//     checked, and any period outside the partitions with no event passes
+//     (an old one, before the oldest partition).
+//
+// Compare the periods retention_log lists with what inlet retention logged
+// when it dropped them, kept outside the database, to close these.
 package audit

@@ -32,6 +32,9 @@ const (
 	eventLeafTag  = "inlet-audit-event-v1\n"
 	skipLeafTag   = "inlet-audit-skip-v1\n"
 	checkpointTag = "inlet-audit-checkpoint-v1\n"
+	// checkpointV2Tag is the form of a checkpoint that records the
+	// received_at range of its events (032_audit_checkpoint_received_range).
+	checkpointV2Tag = "inlet-audit-checkpoint-v2\n"
 )
 
 //nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
@@ -82,7 +85,13 @@ type Checkpoint struct {
 	Prev         tlog.Hash `json:"-"`
 	SkippedIDs   []int64   `json:"skipped_ids"`
 	CreatedAt    time.Time `json:"created_at"`
-	Hash         tlog.Hash `json:"-"`
+	// MinReceivedAt and MaxReceivedAt are the least and greatest received_at
+	// of the events the checkpoint seals: what a prune of its ids must
+	// overlap (see the package doc). Both nil for a checkpoint sealed before
+	// 032 (format v1) or covering only skipped ids.
+	MinReceivedAt *time.Time `json:"min_received_at,omitempty"`
+	MaxReceivedAt *time.Time `json:"max_received_at,omitempty"`
+	Hash          tlog.Hash  `json:"-"`
 
 	leaves   []tlog.Hash
 	frontier []tlog.Hash
@@ -95,12 +104,22 @@ func (c Checkpoint) RootHex() string { return fmt.Sprintf("%x", c.Root[:]) }
 // the database.
 func (c Checkpoint) HashHex() string { return fmt.Sprintf("%x", c.Hash[:]) }
 
-// checkpointHash is the checkpoint's own hash (see the package doc).
+// hasReceivedRange reports whether c records the received_at range of its
+// events (format v2).
+func (c Checkpoint) hasReceivedRange() bool { return c.MinReceivedAt != nil && c.MaxReceivedAt != nil }
+
+// checkpointHash is the checkpoint's own hash (see the package doc): v2 when
+// it records a received_at range, else v1, as every checkpoint sealed before
+// 032 was.
 //
 //nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
 func checkpointHash(c Checkpoint) tlog.Hash {
 	b := make([]byte, 0, 256+8*len(c.SkippedIDs))
-	b = append(b, checkpointTag...)
+	if c.hasReceivedRange() {
+		b = append(b, checkpointV2Tag...)
+	} else {
+		b = append(b, checkpointTag...)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Seq))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.FirstEventID))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.LastEventID))
@@ -111,6 +130,10 @@ func checkpointHash(c Checkpoint) tlog.Hash {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.SkippedIDs)))
 	for _, id := range c.SkippedIDs {
 		b = binary.BigEndian.AppendUint64(b, uint64(id))
+	}
+	if c.hasReceivedRange() {
+		b = binary.BigEndian.AppendUint64(b, uint64(c.MinReceivedAt.UTC().UnixMicro()))
+		b = binary.BigEndian.AppendUint64(b, uint64(c.MaxReceivedAt.UTC().UnixMicro()))
 	}
 	return sha256.Sum256(b)
 }

@@ -219,6 +219,7 @@ func (s *Sealer) sealOnce(ctx context.Context) (Checkpoint, int64, error) {
 			Seq: next.Seq, FirstEventID: next.FirstEventID, LastEventID: next.LastEventID, TreeSize: next.TreeSize,
 			RootHash: next.Root[:], PrevHash: next.Prev[:], SkippedIds: next.SkippedIDs,
 			LeafHashes: joinHashes(next.leaves), Frontier: joinHashes(next.frontier), CreatedAt: next.CreatedAt, Hash: next.Hash[:],
+			MinReceivedAt: next.MinReceivedAt, MaxReceivedAt: next.MaxReceivedAt,
 		}); err != nil {
 			return fmt.Errorf("insert checkpoint %d: %w", next.Seq, err)
 		}
@@ -312,6 +313,13 @@ fill:
 		}
 		add(eventLeaf(e))
 		expect = e.ID + 1
+		// The received_at range a prune of these ids must overlap (v2).
+		if cp.MinReceivedAt == nil || e.ReceivedAt.Before(*cp.MinReceivedAt) {
+			cp.MinReceivedAt = &e.ReceivedAt
+		}
+		if cp.MaxReceivedAt == nil || e.ReceivedAt.After(*cp.MaxReceivedAt) {
+			cp.MaxReceivedAt = &e.ReceivedAt
+		}
 	}
 	if len(cp.leaves) == 0 {
 		return Checkpoint{}, gap, ErrNothingToSeal

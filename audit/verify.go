@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
@@ -68,6 +69,12 @@ type Report struct {
 	// Pruned is how many sealed ids had no event because inlet retention
 	// dropped their partition (webhook_ingress.retention_log names them); their
 	// leaves are checked against the checkpoints' stored leaf hashes only.
+	// A retention_log row is believed only when its period is no longer a
+	// partition of events and holds no event, and, for an id of a checkpoint
+	// that records the received_at range of its events (format v2, sealed
+	// since 032), when its period overlaps that range; otherwise the id is a
+	// MissingEvent whose reason names the row. An id of a v1 checkpoint
+	// (sealed before 032, no range) gets the first checks only.
 	Pruned int64 `json:"pruned"`
 	// Head is the newest checkpoint's hash (hex), Root its tree root.
 	Head string `json:"head,omitempty"`
@@ -131,40 +138,84 @@ type verifier struct {
 	tx     pgx.Tx
 	events *eventCursor
 	stored []tlog.Hash // tlog's stored hashes of the tree so far
-	pruned []idRun     // ids retention dropped, in order
+	pruned *prunes     // ids retention_log says were dropped
 	rep    Report
 
 	maxProblems int
 }
 
-// idRun is a run of event ids [lo, hi) that retention dropped.
-type idRun struct{ lo, hi int64 }
-
-// wasPruned reports whether retention dropped event id.
-func (v *verifier) wasPruned(id int64) bool {
-	i, _ := slices.BinarySearchFunc(v.pruned, id, func(r idRun, id int64) int {
-		switch {
-		case r.hi <= id:
-			return -1
-		case r.lo > id:
-			return 1
-		}
-		return 0
-	})
-	return i < len(v.pruned) && v.pruned[i].lo <= id && id < v.pruned[i].hi
+// pruneClaim is a run of event ids [lo, hi) that a retention_log row says
+// retention dropped with its period [start, end).
+type pruneClaim struct {
+	lo, hi     int64
+	logID      int64
+	start, end time.Time
+	// periodIsPartition: the period overlaps a period partition still
+	// attached; periodHasEvents: an event received in it is still in the
+	// table. Either way the row did not drop that period.
+	periodIsPartition, periodHasEvents bool
 }
 
-func readPruned(ctx context.Context, tx pgx.Tx) ([]idRun, error) {
+// prunes answers which claims name an id. Verify asks for ids in increasing
+// order (checkpoint by checkpoint, each range in id order), so it sweeps the
+// claims (by lo) once; runs of different rows may overlap.
+type prunes struct {
+	claims []pruneClaim // by lo
+	next   int          // the first claim not yet taken into active
+	active []pruneClaim // the claims with lo <= the last id asked and hi above it
+}
+
+// at returns the claims whose run holds id, valid until the next call; id
+// must be at least the id of the previous call.
+func (p *prunes) at(id int64) []pruneClaim {
+	for ; p.next < len(p.claims) && p.claims[p.next].lo <= id; p.next++ {
+		p.active = append(p.active, p.claims[p.next])
+	}
+	p.active = slices.DeleteFunc(p.active, func(c pruneClaim) bool { return c.hi <= id })
+	return p.active
+}
+
+func readPruned(ctx context.Context, tx pgx.Tx) (*prunes, error) {
 	rows, err := queries.New(tx).AuditPrunedIDs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read retention_log: %w", err)
 	}
-	var out []idRun
-	for _, r := range rows {
-		out = append(out, idRun{lo: r.Lo, hi: r.Hi})
+	out := &prunes{claims: make([]pruneClaim, len(rows))}
+	for i, r := range rows {
+		out.claims[i] = pruneClaim{lo: r.Lo, hi: r.Hi, logID: r.LogID, start: r.PeriodStart, end: r.PeriodEnd,
+			periodIsPartition: r.PeriodIsPartition, periodHasEvents: r.PeriodHasEvents}
 	}
 	return out, nil
 }
+
+// prunedReason is why none of claims shows that retention dropped the
+// sealed event id of cp ("" when one does: the id was pruned). A claim
+// holds when its row's period is no longer a partition and holds no event
+// and, when cp records the received_at range of its events (v2), overlaps
+// that range; see the package doc. The reason given is the first claim's.
+func prunedReason(cp Checkpoint, id int64, claims []pruneClaim) string {
+	reason := ""
+	for _, c := range claims {
+		var why string
+		switch {
+		case c.periodIsPartition:
+			why = "but a partition of events still covers that period: it was not dropped"
+		case c.periodHasEvents:
+			why = "but events received in that period are still in the table: it was not dropped"
+		case cp.hasReceivedRange() && (c.start.After(*cp.MaxReceivedAt) || !cp.MinReceivedAt.Before(c.end)):
+			why = fmt.Sprintf("but checkpoint %d sealed only events received %s..%s", cp.Seq, stamp(*cp.MinReceivedAt), stamp(*cp.MaxReceivedAt))
+		default:
+			return ""
+		}
+		if reason == "" {
+			reason = fmt.Sprintf("event %d missing: sealed by checkpoint %d, no longer in the table; retention_log row %d claims it was dropped "+
+				"with the period [%s, %s), %s", id, cp.Seq, c.logID, stamp(c.start), stamp(c.end), why)
+		}
+	}
+	return reason
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func (v *verifier) ReadHashes(idx []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(idx))
@@ -266,6 +317,9 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 	if cp.Seq != prev.Seq+1 {
 		return v.problem(BrokenChain, prev.Seq+1, 0, "checkpoint chain broken: checkpoint %d is missing (next is %d)", prev.Seq+1, cp.Seq), nil
 	}
+	if (cp.MinReceivedAt == nil) != (cp.MaxReceivedAt == nil) {
+		return broken("altered (one end of its received_at range is NULL)")
+	}
 	if checkpointHash(cp) != cp.Hash {
 		return broken("altered (its hash no longer matches its fields)")
 	}
@@ -307,11 +361,16 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 			}
 			if !ok || e.ID > id {
 				if want != skipLeaf(id) {
-					if v.wasPruned(id) {
-						v.rep.Pruned++
+					claims := v.pruned.at(id)
+					if len(claims) == 0 {
+						v.add(v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq))
 						break
 					}
-					v.add(v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq))
+					if reason := prunedReason(cp, id, claims); reason != "" {
+						v.add(v.problem(MissingEvent, cp.Seq, id, "%s", reason))
+						break
+					}
+					v.rep.Pruned++
 				}
 				break
 			}
@@ -347,7 +406,7 @@ func readCheckpoints(ctx context.Context, tx pgx.Tx, after int64) ([]Checkpoint,
 	var out []Checkpoint
 	for _, r := range rows {
 		cp := Checkpoint{Seq: r.Seq, FirstEventID: r.FirstEventID, LastEventID: r.LastEventID, TreeSize: r.TreeSize,
-			SkippedIDs: r.SkippedIds, CreatedAt: r.CreatedAt}
+			SkippedIDs: r.SkippedIds, CreatedAt: r.CreatedAt, MinReceivedAt: r.MinReceivedAt, MaxReceivedAt: r.MaxReceivedAt}
 		// The table's constraints fix these sizes; a mismatch fails the hash check.
 		cp.Root, _ = toHash(r.RootHash)
 		cp.Prev, _ = toHash(r.PrevHash)

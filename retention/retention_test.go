@@ -386,3 +386,72 @@ func TestRetentionDropsTheLanesOfItsDeadLetters(t *testing.T) {
 		t.Fatalf("lanes after the drop: %s, want only evt_recent's", got)
 	}
 }
+
+// remove deletes event id, its jobs and attempts, as an owner who disabled
+// the append-only trigger would.
+func (b *bundle) remove(t *testing.T, id int64) {
+	t.Helper()
+	b.exec(t, `ALTER TABLE webhook_ingress.events DISABLE TRIGGER events_append_only_row`)
+	b.exec(t, `DELETE FROM webhook_ingress.job_attempts WHERE job_id IN (SELECT id FROM webhook_ingress.jobs WHERE event_id = $1)`, id)
+	b.exec(t, `DELETE FROM webhook_ingress.jobs WHERE event_id = $1`, id)
+	b.exec(t, `DELETE FROM webhook_ingress.events WHERE id = $1`, id)
+	b.exec(t, `ALTER TABLE webhook_ingress.events ENABLE ALWAYS TRIGGER events_append_only_row`)
+}
+
+// A real drop of a sealed period verifies, its events pruned. An owner who
+// then deletes an event sealed apart from that period's events and adds its
+// id to a retention_log row of the same period is found out: the period does
+// not overlap when the event's checkpoint says its events were received. An
+// event sealed in the same checkpoint as the dropped ones cannot be told
+// apart (the window the audit package doc names).
+func TestVerifyChecksPrunesAgainstTheSeals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old1 := b.event(t, "evt_old_1", 60*day)
+	old2 := b.event(t, "evt_old_2", 60*day)
+	beside := b.event(t, "evt_beside", 2*day) // sealed with old1 and old2
+	for _, id := range []int64{old1, old2, beside} {
+		b.finish(t, id, "completed")
+	}
+	b.seal(t)
+	apart := b.event(t, "evt_apart", 2*day) // sealed in a checkpoint of its own
+	b.finish(t, apart, "completed")
+	b.seal(t)
+
+	if p := verdicts(run(t, b.pool, retention.Options{MaxAge: 30 * day})); len(p) != 1 {
+		t.Fatalf("retention considered %v with events, want old1's and old2's partition alone", p)
+	}
+	var start, end time.Time
+	if err := b.pool.QueryRow(ctx, `SELECT period_start, period_end FROM webhook_ingress.retention_log WHERE events > 0`).Scan(&start, &end); err != nil {
+		t.Fatalf("the dropped period: %v", err)
+	}
+	vr, err := audit.Verify(ctx, b.pool, audit.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !vr.OK || vr.Pruned != 2 || vr.Checkpoints != 2 {
+		t.Fatalf("verify after the drop: %+v, want OK with 2 pruned", vr)
+	}
+
+	forge := func(id int64) {
+		t.Helper()
+		b.exec(t, `INSERT INTO webhook_ingress.retention_log (period_start, period_end, events, jobs, attempts, event_ids, sealed_through)
+			VALUES ($1, $2, 1, 1, 1, ARRAY[int8range($3, $3, '[]')], (SELECT max(last_event_id) FROM webhook_ingress.audit_checkpoints))`, start, end, id)
+	}
+	b.remove(t, apart)
+	forge(apart)
+	b.remove(t, beside)
+	forge(beside)
+	vr, err = audit.Verify(ctx, b.pool, audit.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vr.OK || vr.ProblemsFound != 1 || vr.Problem.Kind != audit.MissingEvent || vr.Problem.EventID != apart || vr.Problem.Checkpoint != 2 {
+		t.Fatalf("verify after forging the prune of event %d: %+v, want it missing", apart, vr)
+	}
+	t.Logf("problem: %s", vr.Problem.Reason)
+	if vr.Pruned != 3 {
+		t.Fatalf("verify: %d pruned, want 3: old1, old2 and, unseen, event %d sealed beside them", vr.Pruned, beside)
+	}
+}

@@ -14,7 +14,9 @@ CREATE TABLE webhook_ingress.audit_checkpoints (
     leaf_hashes bytea NOT NULL,
     frontier bytea NOT NULL,
     created_at timestamp with time zone NOT NULL,
-    hash bytea NOT NULL
+    hash bytea NOT NULL,
+    min_received_at timestamp with time zone,
+    max_received_at timestamp with time zone
 );
 
 CREATE TABLE webhook_ingress.audit_verifications (

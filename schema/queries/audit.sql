@@ -48,14 +48,17 @@ SELECT coalesce((SELECT max(id) FROM webhook_ingress.events), 0)::bigint AS max_
              ORDER BY 1)::text[] AS writers;
 
 -- name: AuditInsertCheckpoint :exec
+-- min_received_at and max_received_at (032) are NULL when the checkpoint
+-- seals no event, only skipped ids.
 INSERT INTO webhook_ingress.audit_checkpoints
-    (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+    (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash,
+     min_received_at, max_received_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 
 -- name: AuditCheckpoints :many
 -- Checkpoints after seq after_seq, batch_size at a time, in order.
 SELECT seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids,
-       leaf_hashes, frontier, created_at, hash
+       leaf_hashes, frontier, created_at, hash, min_received_at, max_received_at
 FROM webhook_ingress.audit_checkpoints
 WHERE seq > sqlc.arg(after_seq)
 ORDER BY seq
@@ -74,11 +77,32 @@ ORDER BY id
 LIMIT sqlc.arg(batch_size)::bigint;
 
 -- name: AuditPrunedIDs :many
--- Ids of events inlet retention dropped with their partitions, as runs
--- [lo, hi) in id order.
-SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
-FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
-ORDER BY 1;
+-- Ids of events inlet retention says it dropped with their partitions, as
+-- runs [lo, hi) in lo order, each with the retention_log row that names it
+-- (log_id, its period) and what contradicts the row in the table: a period
+-- really dropped is no longer a partition (period_is_partition: it overlaps
+-- a period partition still attached, which also stops a claim of a sliver
+-- of a live period around one deleted event) and holds no event
+-- (period_has_events, the default partition included). Verify checks each
+-- run against its checkpoints' received_at range too (package audit).
+-- partitions() reads the catalog once; one probe of idx_events_received_at
+-- per row with ids, its bounds pruning the partitions; rows of empty
+-- periods (no ids) are not probed.
+WITH parts AS MATERIALIZED (
+    SELECT p.period_start, p.period_end FROM webhook_ingress.partitions() p
+), claims AS MATERIALIZED (
+    SELECT l.id, l.period_start, l.period_end, l.event_ids,
+           EXISTS (SELECT FROM parts p
+                   WHERE p.period_start < l.period_end AND l.period_start < p.period_end) AS period_is_partition,
+           EXISTS (SELECT FROM webhook_ingress.events e
+                   WHERE e.received_at >= l.period_start AND e.received_at < l.period_end) AS period_has_events
+    FROM webhook_ingress.retention_log l
+    WHERE cardinality(l.event_ids) > 0
+)
+SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi, c.id AS log_id, c.period_start, c.period_end,
+       c.period_is_partition::boolean AS period_is_partition, c.period_has_events::boolean AS period_has_events
+FROM claims c, unnest(c.event_ids) r
+ORDER BY 1, 3;
 
 -- name: AuditRecordVerification :exec
 -- One verification's outcome (016_audit_verifications), as webhook_operator.

@@ -12,7 +12,7 @@ import (
 
 const AuditCheckpoints = `-- name: AuditCheckpoints :many
 SELECT seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids,
-       leaf_hashes, frontier, created_at, hash
+       leaf_hashes, frontier, created_at, hash, min_received_at, max_received_at
 FROM webhook_ingress.audit_checkpoints
 WHERE seq > $1
 ORDER BY seq
@@ -46,6 +46,8 @@ func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsPara
 			&i.Frontier,
 			&i.CreatedAt,
 			&i.Hash,
+			&i.MinReceivedAt,
+			&i.MaxReceivedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -189,24 +191,29 @@ func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVeri
 
 const AuditInsertCheckpoint = `-- name: AuditInsertCheckpoint :exec
 INSERT INTO webhook_ingress.audit_checkpoints
-    (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    (seq, first_event_id, last_event_id, tree_size, root_hash, prev_hash, skipped_ids, leaf_hashes, frontier, created_at, hash,
+     min_received_at, max_received_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 `
 
 type AuditInsertCheckpointParams struct {
-	Seq          int64
-	FirstEventID int64
-	LastEventID  int64
-	TreeSize     int64
-	RootHash     []byte
-	PrevHash     []byte
-	SkippedIds   []int64
-	LeafHashes   []byte
-	Frontier     []byte
-	CreatedAt    time.Time
-	Hash         []byte
+	Seq           int64
+	FirstEventID  int64
+	LastEventID   int64
+	TreeSize      int64
+	RootHash      []byte
+	PrevHash      []byte
+	SkippedIds    []int64
+	LeafHashes    []byte
+	Frontier      []byte
+	CreatedAt     time.Time
+	Hash          []byte
+	MinReceivedAt *time.Time
+	MaxReceivedAt *time.Time
 }
 
+// min_received_at and max_received_at (032) are NULL when the checkpoint
+// seals no event, only skipped ids.
 func (q *Queries) AuditInsertCheckpoint(ctx context.Context, arg AuditInsertCheckpointParams) error {
 	_, err := q.db.Exec(ctx, AuditInsertCheckpoint,
 		arg.Seq,
@@ -220,6 +227,8 @@ func (q *Queries) AuditInsertCheckpoint(ctx context.Context, arg AuditInsertChec
 		arg.Frontier,
 		arg.CreatedAt,
 		arg.Hash,
+		arg.MinReceivedAt,
+		arg.MaxReceivedAt,
 	)
 	return err
 }
@@ -287,18 +296,44 @@ func (q *Queries) AuditLastVerification(ctx context.Context) (WebhookIngressAudi
 }
 
 const AuditPrunedIDs = `-- name: AuditPrunedIDs :many
-SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi
-FROM webhook_ingress.retention_log l, unnest(l.event_ids) r
-ORDER BY 1
+WITH parts AS MATERIALIZED (
+    SELECT p.period_start, p.period_end FROM webhook_ingress.partitions() p
+), claims AS MATERIALIZED (
+    SELECT l.id, l.period_start, l.period_end, l.event_ids,
+           EXISTS (SELECT FROM parts p
+                   WHERE p.period_start < l.period_end AND l.period_start < p.period_end) AS period_is_partition,
+           EXISTS (SELECT FROM webhook_ingress.events e
+                   WHERE e.received_at >= l.period_start AND e.received_at < l.period_end) AS period_has_events
+    FROM webhook_ingress.retention_log l
+    WHERE cardinality(l.event_ids) > 0
+)
+SELECT lower(r)::bigint AS lo, upper(r)::bigint AS hi, c.id AS log_id, c.period_start, c.period_end,
+       c.period_is_partition::boolean AS period_is_partition, c.period_has_events::boolean AS period_has_events
+FROM claims c, unnest(c.event_ids) r
+ORDER BY 1, 3
 `
 
 type AuditPrunedIDsRow struct {
-	Lo int64
-	Hi int64
+	Lo                int64
+	Hi                int64
+	LogID             int64
+	PeriodStart       time.Time
+	PeriodEnd         time.Time
+	PeriodIsPartition bool
+	PeriodHasEvents   bool
 }
 
-// Ids of events inlet retention dropped with their partitions, as runs
-// [lo, hi) in id order.
+// Ids of events inlet retention says it dropped with their partitions, as
+// runs [lo, hi) in lo order, each with the retention_log row that names it
+// (log_id, its period) and what contradicts the row in the table: a period
+// really dropped is no longer a partition (period_is_partition: it overlaps
+// a period partition still attached, which also stops a claim of a sliver
+// of a live period around one deleted event) and holds no event
+// (period_has_events, the default partition included). Verify checks each
+// run against its checkpoints' received_at range too (package audit).
+// partitions() reads the catalog once; one probe of idx_events_received_at
+// per row with ids, its bounds pruning the partitions; rows of empty
+// periods (no ids) are not probed.
 func (q *Queries) AuditPrunedIDs(ctx context.Context) ([]AuditPrunedIDsRow, error) {
 	rows, err := q.db.Query(ctx, AuditPrunedIDs)
 	if err != nil {
@@ -308,7 +343,15 @@ func (q *Queries) AuditPrunedIDs(ctx context.Context) ([]AuditPrunedIDsRow, erro
 	var items []AuditPrunedIDsRow
 	for rows.Next() {
 		var i AuditPrunedIDsRow
-		if err := rows.Scan(&i.Lo, &i.Hi); err != nil {
+		if err := rows.Scan(
+			&i.Lo,
+			&i.Hi,
+			&i.LogID,
+			&i.PeriodStart,
+			&i.PeriodEnd,
+			&i.PeriodIsPartition,
+			&i.PeriodHasEvents,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

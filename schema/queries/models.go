@@ -25,17 +25,19 @@ type Attempt struct {
 }
 
 type AuditCheckpoint struct {
-	Seq          int64
-	FirstEventID int64
-	LastEventID  int64
-	TreeSize     int64
-	RootHash     []byte
-	PrevHash     []byte
-	SkippedIds   []int64
-	LeafHashes   []byte
-	Frontier     []byte
-	CreatedAt    time.Time
-	Hash         []byte
+	Seq           int64
+	FirstEventID  int64
+	LastEventID   int64
+	TreeSize      int64
+	RootHash      []byte
+	PrevHash      []byte
+	SkippedIds    []int64
+	LeafHashes    []byte
+	Frontier      []byte
+	CreatedAt     time.Time
+	Hash          []byte
+	MinReceivedAt *time.Time
+	MaxReceivedAt *time.Time
 }
 
 type ClaimJobsResult struct {
