@@ -112,13 +112,65 @@ func TestSlowClaimOfAnOrderedHandlerDoesNotHoldUpTheOthers(t *testing.T) {
 	s.Stop()
 }
 
-// A claim of a handler apart that came back short after more than
-// slowApartClaim spaces that handler's next claims out (nine times its
-// time), so a held-back backlog walked on every wake-up costs the database
-// at most a tenth of its time; one that came back full is claimed again at
-// once. Not parallel: it sets apartClaimStarting.
-func TestSlowShortClaimSpacesOutItsHandler(t *testing.T) {
+// A handler whose claims apart come back short after more than
+// slowApartClaim twice in a row (a backlog its order holds back, walked on
+// every claim) is spaced out: not claimed again before nine times its
+// claim's time, so walking it costs the database at most a tenth of its
+// time. Once is not enough (a cold plan, a busy machine), and a full claim
+// is claimed again at once. ClaimOnce is never spaced out. Not parallel: it
+// sets apartClaimStarting.
+func TestSlowShortClaimsSpaceOutTheirHandler(t *testing.T) {
 	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 4})
+	calls := 0
+	apartClaimStarting = func(h string) {
+		if h == "ordered" {
+			calls++
+			time.Sleep(2 * slowApartClaim) // on the claim's clock, as a walk past a held backlog
+		}
+	}
+	t.Cleanup(func() { apartClaimStarting = func(string) {} })
+	ctx := context.Background()
+	events(t, admin, 6)
+	pace := newApartPace()
+	n, more, err := s.claimApart(ctx, s.apart[1], pace)
+	if err != nil || n != 4 || !more {
+		t.Fatalf("first claim: %d leased, more %v, %v; want 4 (a full batch), more", n, more, err)
+	}
+	if at, ok := pace.next["ordered"]; ok {
+		t.Fatalf("a full batch spaced its handler out until %s", at)
+	}
+	n, more, err = s.claimApart(ctx, s.apart[1], pace)
+	if err != nil || n != 2 || more {
+		t.Fatalf("second claim: %d leased, more %v, %v; want 2, no more", n, more, err)
+	}
+	if at, ok := pace.next["ordered"]; ok {
+		t.Fatalf("one slow short claim spaced its handler out until %s", at)
+	}
+	before := time.Now()
+	if n, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil || n != 0 {
+		t.Fatalf("third claim: %d leased, %v; want none", n, err)
+	}
+	if at := pace.next["ordered"]; at.Sub(before) < 9*2*slowApartClaim {
+		t.Fatalf("a second slow short claim in a row spaced its handler out until %s after it began, want at least %s", at.Sub(before), 9*2*slowApartClaim)
+	}
+	events(t, admin, 1)
+	if n, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil || n != 0 || calls != 3 {
+		t.Fatalf("claim while spaced out: %d leased (%v), %d claims of the handler; want none, 3", n, err, calls)
+	}
+	if n, err := s.ClaimOnce(ctx); err != nil || n != 5 {
+		t.Fatalf("ClaimOnce (not spaced): %d leased, %v; want 5 (a batch of free's 7, and the new ordered job)", n, err)
+	}
+}
+
+// A limited ordered handler (claimed by ClaimLimitedJobs, in the ordered
+// loop) is spaced out as an ordered one is: its claims walk a held-back
+// backlog too. Not parallel: it sets apartClaimStarting.
+func TestSlowShortClaimsSpaceOutALimitedOrderedHandler(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour})
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('ordered', 1000)`); err != nil {
+		t.Fatal(err)
+	}
 	calls := 0
 	apartClaimStarting = func(h string) {
 		if h == "ordered" {
@@ -127,29 +179,46 @@ func TestSlowShortClaimSpacesOutItsHandler(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { apartClaimStarting = func(string) {} })
-	ctx := context.Background()
-	events(t, admin, 6)
-	next := map[string]time.Time{}
-	n, more, err := s.claimApart(ctx, next)
-	if err != nil || n != 4 || !more {
-		t.Fatalf("first claim: %d leased, more %v, %v; want 4 (a full batch), more", n, more, err)
+	pace := newApartPace()
+	for range 3 {
+		if _, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if at, ok := next["ordered"]; ok {
-		t.Fatalf("a full batch spaced its handler out until %s", at)
+	if _, ok := pace.next["ordered"]; !ok || calls != 2 {
+		t.Fatalf("after two slow short claims: spaced out %v, %d claims of three rounds; want spaced out after 2", ok, calls)
 	}
-	before := time.Now()
-	n, more, err = s.claimApart(ctx, next)
-	if err != nil || n != 2 || more {
-		t.Fatalf("second claim: %d leased, more %v, %v; want 2, no more", n, more, err)
+}
+
+// A limited handler that is not ordered is claimed in a loop of its own:
+// while an ordered handler's claim is slow (held here), its jobs are leased
+// all the same. Not parallel: it sets apartClaimStarting.
+func TestSlowOrderedClaimDoesNotHoldUpALimitedHandler(t *testing.T) {
+	admin, s, ps := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour})
+	if _, err := admin.Exec(context.Background(), `INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('free', 1000)`); err != nil {
+		t.Fatal(err)
 	}
-	if at := next["ordered"]; at.Sub(before) < 9*2*slowApartClaim {
-		t.Fatalf("a slow short claim spaced its handler out until %s after it began, want at least %s", at.Sub(before), 9*2*slowApartClaim)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	held := make(chan struct{}, 1)
+	apartClaimStarting = func(h string) {
+		if h == "ordered" {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
 	}
-	events(t, admin, 1)
-	if n, _, err := s.claimApart(ctx, next); err != nil || n != 0 || calls != 2 {
-		t.Fatalf("claim while spaced out: %d leased (%v), %d claims of the handler; want none, 2", n, err, calls)
+	t.Cleanup(func() { apartClaimStarting = func(string) {} })
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	if n, err := s.ClaimOnce(ctx); err != nil || n != 5 {
-		t.Fatalf("ClaimOnce (not spaced): %d leased, %v; want 5 (a batch of free's 7, and the new ordered job)", n, err)
-	}
+	<-held // the ordered handler's claim has started, and waits
+	events(t, admin, 50)
+	s.Wake() // as NOTIFY would
+	refs(t, ps, "free", 50, 30*time.Second)
+	releaseOnce.Do(func() { close(release) })
+	s.Stop()
 }

@@ -37,16 +37,21 @@
 //     count of leases in memory (CountLeasedJobs every LeasedRecount, plus its
 //     own leases since), so no claim re-counts every lease.
 //     Handlers with limits (ClaimLimitedJobs) and ordered handlers
-//     (ClaimHandlerJobs, migration 031) are claimed apart, one statement per
-//     handler, in a loop of their own beside the claim loop: ClaimJobs
-//     passes them over (idx_jobs_due_by_handler), so a backlog that an
-//     ordered handler's order holds back, which each of its claims walks
-//     past, costs the other handlers' claims nothing. A claim apart that
-//     came back short after more than 25 ms spaces its handler's next claims
-//     out by nine times its time. Every claim of a keyed job locks its key
-//     until it commits (pg_try_advisory_xact_lock, migration 030) and passes
-//     over a key another claim holds, so two streamers never lease two jobs
-//     of one key.
+//     (ClaimHandlerJobs, migration 031; ClaimLimitedJobs when limited too)
+//     are claimed apart, one statement per handler, in two loops of their
+//     own beside the claim loop, one for limited handlers and one for
+//     ordered ones (apart.go): ClaimJobs passes them over
+//     (idx_jobs_due_by_handler), so a backlog that an ordered handler's
+//     order holds back, which each of its claims walks past, costs the
+//     other handlers' claims nothing. Handlers of one loop wait for each
+//     other's claims; a handler whose claim comes back short after more than
+//     25 ms twice in a row is claimed again only after nine times that
+//     claim's time, and one whose claim fails after a backoff of its own.
+//     Every claim of a keyed job locks its key until it commits
+//     (pg_try_advisory_xact_lock, migration 030) and passes over a key
+//     another claim holds, so two streamers never lease two jobs of one
+//     key; a claim of an ordered handler leases at most 256 jobs, each
+//     holding a lock from the server's shared lock table until it commits.
 //     A claim's references to one handler travel in messages of up to
 //     RefsPerMessage (default 32), so the bus works per message, not per
 //     job, and one consumer replica gets a message's jobs together.

@@ -48,40 +48,55 @@ func newInFlight(limit int, refresh time.Duration) *inFlight {
 	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{}}
 }
 
+// apartHandlers are the handlers to claim apart (not at their limit, with a
+// live consumer), by the loop that claims them.
+type apartHandlers struct {
+	// limited are the limited handlers that are not ordered
+	// (ClaimLimitedJobs, in the limited loop).
+	limited []string
+	// ordered are the ordered handlers (in the ordered loop): by
+	// ClaimLimitedJobs those in limitedToo, else by ClaimHandlerJobs.
+	ordered    []string
+	limitedToo map[string]bool
+}
+
 // atLimit returns the handlers ClaimJobs must lease nothing of: those with
 // limit jobs or more leased, those without a live consumer, and those
-// claimed apart; and the handlers to claim apart (not at their limit, with a
-// live consumer): the limited ones (ClaimLimitedJobs) and the other ordered
-// ones (ClaimHandlerJobs). It counts again first when the count is older
-// than its refresh interval.
-func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full, limited, ordered []string, err error) {
+// claimed apart; and the handlers to claim apart. It counts again first
+// when the count is older than its refresh interval.
+func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []string, apart apartHandlers, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	full = f.full()
 	age := time.Since(f.counted)
 	if age >= f.refresh || (len(full) > len(f.quiet) && age >= f.atLimitRefresh) {
 		if err := f.recount(ctx, pool); err != nil {
-			return nil, nil, nil, err
+			return nil, apartHandlers{}, err
 		}
 		full = f.full()
 	}
+	apart.limitedToo = map[string]bool{}
 	for _, h := range f.limited {
+		switch {
+		case slices.Contains(full, h):
+		case slices.Contains(f.ordered, h):
+			apart.limitedToo[h] = true
+		default:
+			apart.limited = append(apart.limited, h)
+		}
+	}
+	for _, h := range f.ordered {
 		if !slices.Contains(full, h) {
-			limited = append(limited, h)
+			apart.ordered = append(apart.ordered, h)
 		}
 	}
+	all := append(full, f.limited...)
 	for _, h := range f.ordered {
-		if !slices.Contains(full, h) && !slices.Contains(f.limited, h) {
-			ordered = append(ordered, h)
+		if !slices.Contains(all, h) {
+			all = append(all, h)
 		}
 	}
-	apart := append(full, f.limited...)
-	for _, h := range f.ordered {
-		if !slices.Contains(apart, h) {
-			apart = append(apart, h)
-		}
-	}
-	return apart, limited, ordered, nil
+	return all, apart, nil
 }
 
 func (f *inFlight) full() []string {

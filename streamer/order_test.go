@@ -266,3 +266,63 @@ func TestOrderKeyLateEarlierEventWaitsForTheRunningJob(t *testing.T) {
 		})
 	}
 }
+
+// An ordered handler is claimed in a loop of its own, which follows up as
+// the claim loop does (FollowUp): a steady stream of its jobs, and a key's
+// next job, due when its head completes, are leased without waiting for a
+// NOTIFY or the poll.
+func TestOrderedHandlerFollowUps(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []string{"stream", "key chain"} {
+		t.Run(tc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if _, err := b.admin.Exec(context.Background(), `INSERT INTO webhook_ingress.subscriptions (handler, order_key, order_policy) VALUES ('ordered', 'data.object.id', 'block')`); err != nil {
+				t.Fatal(err)
+			}
+			c := b.collect(t, "ordered")
+			base := time.Now().Add(-time.Hour)
+			b.event(t, "a1", "sub_A", base, 1)
+			if tc == "key chain" {
+				b.event(t, "a2", "sub_A", base, 2)
+			}
+			const poll = 30 * time.Second
+			s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Minute, PollInterval: poll, FollowUpFor: 5 * time.Second})
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			c.wait(t, 1, 5*time.Second) // a1, on Start's wake-up
+			if tc == "key chain" {
+				b.finish(t, "a1", "completed") // its consumer is done: a2 is due
+			} else {
+				b.event(t, "b1", "sub_B", base, 1) // the stream goes on, no NOTIFY
+			}
+			c.wait(t, 1, poll/3) // before the poll: the follow-ups found it
+		})
+	}
+}
+
+// A limited handler is claimed in a loop of its own, apart from the ordered
+// handlers: while every claim of an ordered handler fails (here a database
+// without 031's claim_handler_jobs), it goes on at its rate (20/s), not at
+// the failing claim's backoff.
+func TestLimitedHandlerGoesOnWhileOrderedClaimsFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "lim")
+	b.ordered(t, "block")
+	b.limits(t, "lim", "rate_per_second = 20, burst = 1, tokens = 1, refilled_at = now()")
+	if _, err := b.admin.Exec(context.Background(), `DROP FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval)`); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collect(t, "lim")
+	b.insertEvents(t, 60)
+	s := b.newStreamer(t, streamer.Config{LeaseDuration: time.Minute, PollInterval: 200 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	// 20/s is 25 jobs in 1.25 s; at the failing claim's backoff (up to 5 s
+	// a round) it was 5 in 3 s.
+	c.wait(t, 25, 5*time.Second)
+}

@@ -169,9 +169,9 @@ type Streamer struct {
 	listener    *notify.Listener
 	replication *Replication
 	wake        chan struct{}
-	// wakeA wakes the apart loop: the claims of limited and ordered
-	// handlers, apart from the others (claimApart).
-	wakeA      chan struct{}
+	// apart are the loops that claim limited and ordered handlers apart
+	// from the others (apart.go).
+	apart      [2]*apartGroup
 	batchSizes prometheus.Histogram
 	inFlight   *inFlight
 
@@ -199,7 +199,7 @@ func New(cfg Config) (*Streamer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), wakeA: make(chan struct{}, 1), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
+	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
 		limitedLeasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
@@ -248,14 +248,8 @@ func (s *Streamer) Wake() {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	s.wakeApart()
-}
-
-// wakeApart asks the apart loop alone for a round now. It never blocks.
-func (s *Streamer) wakeApart() {
-	select {
-	case s.wakeA <- struct{}{}:
-	default:
+	for _, g := range s.apart {
+		g.wakeUp()
 	}
 }
 
@@ -287,7 +281,9 @@ func (s *Streamer) Start(ctx context.Context) error {
 	}
 	s.loops.Go(ctx, s.pollLoop)
 	s.loops.Go(ctx, s.claimLoop)
-	s.loops.Go(ctx, s.apartLoop)
+	for _, g := range s.apart {
+		s.loops.Go(ctx, func(ctx context.Context) { s.apartLoop(ctx, g) })
+	}
 	s.loops.Go(ctx, s.reapLoop)
 	s.cfg.Logger.Info("streamer started", slog.String("id", s.cfg.ID), slog.Bool("listen", s.listener != nil),
 		slog.Bool("replication", s.replication != nil),
@@ -378,88 +374,33 @@ func (s *Streamer) claimRound(ctx context.Context) (int, error) {
 	return s.claimMain(rctx)
 }
 
-// apartLoop claims the handlers claimed apart (claimApart) on every wake-up,
-// beside the claim loop, so that a slow claim of one of them (a backlog its
-// order holds back) never holds up the claims of the others. It claims
-// until no handler's claim comes back full, as the claim loop does.
-func (s *Streamer) apartLoop(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	next := map[string]time.Time{}
-	var timer *time.Timer // wakes the loop for the earliest handler spaced out
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wakeA:
-		}
-		for ctx.Err() == nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRoundTimeout)
-			_, more, err := s.claimApart(rctx, next)
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.cfg.Logger.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(backoff*2, 5*time.Second)
-				continue
-			}
-			backoff = 100 * time.Millisecond
-			if !more {
-				break
-			}
-		}
-		// A handler spaced out is claimed again when its time comes.
-		now := time.Now()
-		var first time.Time
-		for h, at := range next {
-			if !at.After(now) {
-				delete(next, h)
-			} else if first.IsZero() || at.Before(first) {
-				first = at
-			}
-		}
-		if !first.IsZero() {
-			if timer == nil {
-				timer = time.AfterFunc(first.Sub(now), s.wakeApart)
-			} else {
-				timer.Reset(first.Sub(now))
-			}
-		}
-	}
-}
-
 var tracer = tracing.Tracer("streamer")
 
 // ClaimOnce leases one batch of due jobs and publishes them; it returns how
 // many it leased. The lease commits before anything is published, so a crash
-// in between leaves leased jobs that the reaper returns. It runs both of the
-// claim loop's parts once: the claim of every handler not claimed apart,
-// then each handler claimed apart (limited and ordered ones).
+// in between leaves leased jobs that the reaper returns. It runs what each
+// of the claim loops runs, once: the claim of every handler not claimed
+// apart, then the limited handlers', then the ordered handlers' (apart.go).
 func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 	n, err := s.claimMain(ctx)
 	if err != nil {
 		return n, err
 	}
-	m, _, err := s.claimApart(ctx, nil)
-	return n + m, err
+	for _, g := range s.apart {
+		m, _, err := s.claimApart(ctx, g, nil)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // claimMain leases one batch of due jobs of the handlers not claimed apart
 // (nor at their in-flight limit, nor without a live consumer) and publishes
 // them.
 func (s *Streamer) claimMain(ctx context.Context) (int, error) {
-	full, _, _, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
+	full, _, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
@@ -521,92 +462,6 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 	return len(b.refs), nil
 }
 
-// apartClaimStarting is called before each ClaimHandlerJobs, with its
-// handler: a test holds it to make that claim slow.
-var apartClaimStarting = func(string) {}
-
-// slowApartClaim is how long a claim of a handler claimed apart may take
-// before that handler's claims are spaced out (see claimApart).
-const slowApartClaim = 25 * time.Millisecond
-
-// claimApart leases, for each handler claimed apart, one batch of its due
-// jobs, and publishes them: a limited handler's as its limits allow
-// (ClaimLimitedJobs), an ordered one's by ClaimHandlerJobs. It returns how
-// many it leased and whether a handler's claim came back full (more may be
-// due). With next (the apart loop's), a handler whose claim came back short
-// after more than slowApartClaim (a backlog its order holds back, which each
-// of its claims walks past) is not claimed again before nine times that
-// claim's time has passed: its claims take at most a tenth of the
-// database's time for it, and its keys that are not held back wait that
-// much longer. next holds each such handler's next claim time.
-func (s *Streamer) claimApart(ctx context.Context, next map[string]time.Time) (int, bool, error) {
-	_, limited, ordered, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
-	if err != nil {
-		return 0, false, fmt.Errorf("claim jobs: %w", err)
-	}
-	var b leaseBatch
-	more := false
-	// Limited handlers are paced by their own limits (and a wake-up while
-	// they lease).
-	limitedLeased := 0
-	for _, h := range limited {
-		s.claims.Add(1)
-		lrows, err := s.claimLimited(ctx, h)
-		if err != nil {
-			// Publish what is leased; the next round tries again.
-			s.cfg.Logger.Warn("claim of a limited handler failed", slog.String("handler", h), slog.String("error", err.Error()))
-			s.giveBackUnseen(ctx, h)
-			continue
-		}
-		s.limitedLeased(h, lrows)
-		for _, j := range lrows {
-			b.add(s, queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider, EventType: j.EventType,
-				AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt, TraceParent: j.TraceParent,
-				EventReceivedAt: j.EventReceivedAt, AttemptedAt: j.AttemptedAt})
-			if j.Probe {
-				s.cfg.Logger.Info("circuit half-open: probing with one job", slog.String("handler", h), slog.Int64("job_id", j.ID))
-			}
-		}
-		limitedLeased += len(lrows)
-	}
-	var claimErr error
-	for _, h := range ordered {
-		started := time.Now()
-		if next != nil && started.Before(next[h]) {
-			continue
-		}
-		s.claims.Add(1)
-		apartClaimStarting(h)
-		rows, err := queries.New(s.cfg.Pool).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{
-			Handler: h, BatchSize: int64(s.cfg.BatchSize), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})
-		if err != nil {
-			// Publish what is leased; the loop backs off and tries again.
-			claimErr = fmt.Errorf("claim jobs of ordered handler %q: %w", h, err)
-			continue
-		}
-		for _, j := range rows {
-			b.add(s, queries.ClaimJobsRow(j))
-		}
-		took := time.Since(started)
-		switch {
-		case len(rows) >= s.cfg.BatchSize:
-			more = true
-		case next != nil && took > slowApartClaim:
-			next[h] = time.Now().Add(9 * took)
-		}
-	}
-	if limitedLeased > 0 {
-		// Tokens refill continuously: look again soon rather than at the
-		// next poll, so a rate limit paces evenly.
-		time.AfterFunc(limitedWake, s.wakeApart)
-	}
-	n, err := s.publishBatch(ctx, &b)
-	if err == nil {
-		err = claimErr
-	}
-	return n, more, err
-}
-
 // claimLimited leases jobs of the limited handler h: LockHandlerLimits,
 // then ClaimLimitedJobs on a snapshot taken once the lock is held, so it
 // counts the leases the previous holder of the lock committed (see
@@ -615,7 +470,7 @@ func (s *Streamer) claimApart(ctx context.Context, next map[string]time.Time) (i
 // in one implicit transaction, committed at the Sync; under READ COMMITTED
 // each statement takes its own snapshot). The lock is held from the first
 // statement to that commit, with no round trip in between.
-func (s *Streamer) claimLimited(ctx context.Context, h string) ([]queries.ClaimLimitedJobsRow, error) {
+func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string) ([]queries.ClaimLimitedJobsRow, error) {
 	var b pgx.Batch
 	b.Queue(queries.LockHandlerLimits, h)
 	// ClaimLimitedJobs's parameters in the order sqlc numbered them
@@ -626,7 +481,7 @@ func (s *Streamer) claimLimited(ctx context.Context, h string) ([]queries.ClaimL
 		rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[queries.ClaimLimitedJobsRow])
 		return err
 	})
-	if err := s.cfg.Pool.SendBatch(ctx, &b).Close(); err != nil {
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, fmt.Errorf("claim jobs of limited handler %q: %w", h, err)
 	}
 	return rows, nil

@@ -72,6 +72,10 @@ WITH lim AS (
 ), quota AS (
     SELECT least(by_circuit, by_in_flight, coalesce(floor(tokens)::bigint, by_circuit), sqlc.arg(batch_size)::bigint) AS n
     FROM lim
+), skips AS (
+    -- Asked once, not per job walked past behind a dead letter (a function
+    -- call each: a backlog held behind one made every claim slow).
+    SELECT webhook_ingress.order_skips_dead(sqlc.arg(handler)::text) AS dead
 ), due AS (
     SELECT j.id, j.ctid, j.event_received_at
     FROM webhook_ingress.jobs j
@@ -87,7 +91,7 @@ WITH lim AS (
           SELECT FROM webhook_ingress.order_lanes l
           WHERE l.handler = j.handler AND l.order_key = j.order_key
             AND (l.order_at, l.job_id) < (j.order_at, j.id)
-            AND (NOT l.dead OR NOT webhook_ingress.order_skips_dead(j.handler)))
+            AND (NOT l.dead OR NOT (SELECT skips.dead FROM skips)))
         AND NOT EXISTS (
           SELECT FROM webhook_ingress.order_lanes l
           WHERE l.handler = j.handler AND l.order_key = j.order_key AND l.leased

@@ -1,0 +1,295 @@
+package streamer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/schema/queries"
+)
+
+// The handlers whose claims can be slow are claimed apart from the others,
+// one statement per handler, each group in a loop of its own beside the
+// claim loop, so that no other handler's claims wait for theirs:
+//
+//   - the limited group: handlers with limits (handler_limits) that are not
+//     ordered, by ClaimLimitedJobs (their row lock, their quota);
+//   - the ordered group: ordered handlers, by ClaimHandlerJobs, or by
+//     ClaimLimitedJobs when they have limits too. A backlog their order
+//     holds back is walked past by each of their claims.
+//
+// Handlers of one group wait for each other's claims; apartPace bounds how
+// often a slow one runs.
+
+// apartGroup is one of the two loops that claim handlers apart.
+type apartGroup struct {
+	name    string // for logs: "limited" or "ordered"
+	ordered bool
+	wake    chan struct{}
+}
+
+func newApartGroups() [2]*apartGroup {
+	return [2]*apartGroup{
+		{name: "limited", wake: make(chan struct{}, 1)},
+		{name: "ordered", ordered: true, wake: make(chan struct{}, 1)},
+	}
+}
+
+// wakeUp asks g's loop for a round now. It never blocks.
+func (g *apartGroup) wakeUp() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// apartClaimStarting is called as each claim of a handler apart starts,
+// with its handler, on the claim's clock: a test holds it to make that
+// claim slow.
+var apartClaimStarting = func(string) {}
+
+const (
+	// slowApartClaim is how long a claim apart's statement may take before
+	// it counts as slow (see apartPace).
+	slowApartClaim = 25 * time.Millisecond
+	// apartOrderedBatch caps the jobs one claim of an ordered handler
+	// leases: each keyed job takes an advisory lock until the claim commits
+	// (030), from the server's shared lock table (max_locks_per_transaction
+	// × max_connections slots, 6,400 by default).
+	apartOrderedBatch = 256
+)
+
+// apartPace is the apart loop's memory of each handler it claims: when it
+// may be claimed next, and why.
+//
+//   - A handler whose claim came back short after more than slowApartClaim,
+//     twice in a row (once can be a cold plan or a busy machine; a held-back
+//     backlog is slow every time), is claimed again only after nine times
+//     that claim's time: walking such a backlog takes at most a tenth of
+//     the database's time for it, and its keys not held back wait that much
+//     longer. A full claim, or a quick one, ends it.
+//   - A handler whose claim failed is claimed again after a backoff of its
+//     own (100 ms, doubling to 5 s), so one handler's failing claims (a
+//     database without 031, a statement timeout) hold up no other.
+type apartPace struct {
+	next   map[string]time.Time // not claimed before
+	slow   map[string]int       // consecutive slow short claims
+	failed map[string]int       // consecutive failed claims
+}
+
+func newApartPace() *apartPace {
+	return &apartPace{next: map[string]time.Time{}, slow: map[string]int{}, failed: map[string]int{}}
+}
+
+// due reports whether h may be claimed at now; a nil pace (ClaimOnce)
+// claims every handler.
+func (p *apartPace) due(h string, now time.Time) bool {
+	return p == nil || !now.Before(p.next[h])
+}
+
+// claimed records a claim of h that took took in the database and leased
+// a full batch or not.
+func (p *apartPace) claimed(h string, took time.Duration, full bool) {
+	if p == nil {
+		return
+	}
+	delete(p.failed, h)
+	if full || took <= slowApartClaim {
+		delete(p.slow, h)
+		return
+	}
+	p.slow[h]++
+	if p.slow[h] >= 2 {
+		p.next[h] = time.Now().Add(9 * took)
+	}
+}
+
+// claimFailed records a failed claim of h.
+func (p *apartPace) claimFailed(h string) {
+	if p == nil {
+		return
+	}
+	p.failed[h]++
+	p.next[h] = time.Now().Add(min(100*time.Millisecond<<min(p.failed[h]-1, 6), 5*time.Second))
+}
+
+// earliest is the soonest time a handler held back may be claimed again
+// (zero: none is), forgetting the times past.
+func (p *apartPace) earliest(now time.Time) time.Time {
+	var first time.Time
+	for h, at := range p.next {
+		if !at.After(now) {
+			delete(p.next, h)
+		} else if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// apartLoop claims the handlers of group g (claimApart) on every wake-up,
+// beside the claim loop. It claims until no handler's claim comes back
+// full, and looks again soon while jobs are arriving (FollowUp), as the
+// claim loop does.
+func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
+	backoff := 100 * time.Millisecond
+	pace := newApartPace()
+	var lastLeased time.Time
+	var timer *time.Timer // wakes the loop for the earliest handler held back
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.wake:
+		}
+		leased := 0
+		for ctx.Err() == nil {
+			// Each claim's own deadline, not Stop's (see claimRound).
+			n, more, err := s.claimApart(context.WithoutCancel(ctx), g, pace)
+			leased += n
+			if err != nil {
+				// The bus refused references (ErrPublish): a handler's
+				// failed claim is paced on its own, in claimApart.
+				if ctx.Err() != nil {
+					return
+				}
+				s.cfg.Logger.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(backoff*2, 5*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			if !more {
+				break
+			}
+		}
+		if leased > 0 {
+			lastLeased = time.Now()
+		}
+		if s.cfg.FollowUp > 0 && !lastLeased.IsZero() && (leased > 0 || time.Since(lastLeased) < s.cfg.FollowUpFor) {
+			time.AfterFunc(s.cfg.FollowUp, g.wakeUp)
+		}
+		now := time.Now()
+		if first := pace.earliest(now); !first.IsZero() {
+			if timer == nil {
+				timer = time.AfterFunc(first.Sub(now), g.wakeUp)
+			} else {
+				timer.Reset(first.Sub(now))
+			}
+		}
+	}
+}
+
+// claimApart leases, for each handler of group g that pace lets claim now
+// (nil: every one), one batch of its due jobs, and publishes them: a
+// limited handler's as its limits allow (ClaimLimitedJobs), an ordered
+// one's by ClaimHandlerJobs. It returns how many it leased and whether a
+// handler's claim came back full (more may be due). A handler's failed
+// claim is logged (and paced: one handler's failures hold up no other);
+// the error is ErrPublish when the bus refused references.
+func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPace) (int, bool, error) {
+	_, apart, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
+	if err != nil {
+		return 0, false, fmt.Errorf("claim jobs: %w", err)
+	}
+	handlers := apart.limited
+	if g.ordered {
+		handlers = apart.ordered
+	}
+	var b leaseBatch
+	more := false
+	limitedLeased := 0
+	for _, h := range handlers {
+		if !pace.due(h, time.Now()) {
+			continue
+		}
+		s.claims.Add(1)
+		var rows []queries.ClaimJobsRow
+		var took time.Duration
+		var err error
+		batch := s.cfg.BatchSize
+		if !g.ordered || apart.limitedToo[h] {
+			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
+				lrows, err := s.claimLimited(ctx, conn, h)
+				s.limitedLeased(h, lrows)
+				for _, j := range lrows {
+					rows = append(rows, queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider,
+						EventType: j.EventType, AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt,
+						TraceParent: j.TraceParent, EventReceivedAt: j.EventReceivedAt, AttemptedAt: j.AttemptedAt})
+					if j.Probe {
+						s.cfg.Logger.Info("circuit half-open: probing with one job", slog.String("handler", h), slog.Int64("job_id", j.ID))
+					}
+				}
+				return err
+			})
+			if err != nil {
+				s.giveBackUnseen(ctx, h)
+			}
+			// Limited handlers are paced by their own limits (and a
+			// wake-up while they lease).
+			limitedLeased += len(rows)
+		} else {
+			batch = min(batch, apartOrderedBatch)
+			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
+				hrows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{
+					Handler: h, BatchSize: int64(batch), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})
+				for _, j := range hrows {
+					rows = append(rows, queries.ClaimJobsRow(j))
+				}
+				return err
+			})
+			if err != nil {
+				err = fmt.Errorf("claim jobs of ordered handler %q: %w", h, err)
+			}
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("claim of a handler apart failed", slog.String("handler", h), slog.String("group", g.name),
+				slog.String("error", err.Error()))
+			pace.claimFailed(h)
+			continue
+		}
+		full := len(rows) >= batch
+		pace.claimed(h, took, full)
+		more = more || full
+		for _, j := range rows {
+			b.add(s, j)
+		}
+	}
+	if limitedLeased > 0 {
+		// Tokens refill continuously: look again soon rather than at the
+		// next poll, so a rate limit paces evenly.
+		time.AfterFunc(limitedWake, g.wakeUp)
+	}
+	n, err := s.publishBatch(ctx, &b)
+	return n, more, err
+}
+
+// timed runs the claim of handler h on a connection of the pool under its
+// own deadline (claimRoundTimeout) and returns how long it took, from when
+// it had the connection: the database's time, not the wait for a
+// connection.
+func (s *Streamer) timed(ctx context.Context, h string, claim func(context.Context, *pgxpool.Conn) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, claimRoundTimeout)
+	defer cancel()
+	conn, err := s.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	started := time.Now()
+	apartClaimStarting(h)
+	err = claim(ctx, conn)
+	return time.Since(started), err
+}
