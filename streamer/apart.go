@@ -131,56 +131,21 @@ func (p *apartPace) earliest(now time.Time) time.Time {
 }
 
 // apartLoop claims the handlers of group g (claimApart) on every wake-up,
-// beside the claim loop. It claims until no handler's claim comes back
-// full, and looks again soon while jobs are arriving (FollowUp), as the
-// claim loop does.
+// beside the claim loop, as the claim loop does (claimLoop), and wakes
+// itself when the first handler its pace holds back may be claimed again.
 func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
-	backoff := 100 * time.Millisecond
 	pace := newApartPace()
-	var lastLeased time.Time
-	var timer *time.Timer // wakes the loop for the earliest handler held back
+	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.wake:
-		}
-		leased := 0
-		for ctx.Err() == nil {
-			// Each claim's own deadline, not Stop's (see claimRound).
-			n, more, err := s.claimApart(context.WithoutCancel(ctx), g, pace)
-			leased += n
-			if err != nil {
-				// The bus refused references (ErrPublish): a handler's
-				// failed claim is paced on its own, in claimApart.
-				if ctx.Err() != nil {
-					return
-				}
-				s.cfg.Logger.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(backoff*2, 5*time.Second)
-				continue
-			}
-			backoff = 100 * time.Millisecond
-			if !more {
-				break
-			}
-		}
-		if leased > 0 {
-			lastLeased = time.Now()
-		}
-		if s.cfg.FollowUp > 0 && !lastLeased.IsZero() && (leased > 0 || time.Since(lastLeased) < s.cfg.FollowUpFor) {
-			time.AfterFunc(s.cfg.FollowUp, g.wakeUp)
-		}
+	round := func(ctx context.Context) (int, bool, error) {
+		// Each claim's own deadline, not Stop's (see claimRound).
+		return s.claimApart(context.WithoutCancel(ctx), g, pace)
+	}
+	s.claimLoop(ctx, g.wake, g.wakeUp, round, func() {
 		now := time.Now()
 		if first := pace.earliest(now); !first.IsZero() {
 			if timer == nil {
@@ -189,7 +154,7 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 				timer.Reset(first.Sub(now))
 			}
 		}
-	}
+	})
 }
 
 // claimApart leases, for each handler of group g that pace lets claim now

@@ -242,12 +242,9 @@ func (s *Streamer) Stats() Stats {
 	}
 }
 
-// Wake asks for a claim round now. It never blocks.
+// Wake asks every claim loop for a round now. It never blocks.
 func (s *Streamer) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.wakeMain()
 	for _, g := range s.apart {
 		g.wakeUp()
 	}
@@ -280,7 +277,7 @@ func (s *Streamer) Start(ctx context.Context) error {
 		s.loops.Go(ctx, s.replication.run)
 	}
 	s.loops.Go(ctx, s.pollLoop)
-	s.loops.Go(ctx, s.claimLoop)
+	s.loops.Go(ctx, func(ctx context.Context) { s.claimLoop(ctx, s.wake, s.wakeMain, s.mainRound, nil) })
 	for _, g := range s.apart {
 		s.loops.Go(ctx, func(ctx context.Context) { s.apartLoop(ctx, g) })
 	}
@@ -314,19 +311,26 @@ func (s *Streamer) pollLoop(ctx context.Context) {
 	}
 }
 
-func (s *Streamer) claimLoop(ctx context.Context) {
+// claimLoop runs round on every wake-up from wake, until round reports
+// that nothing more is due (a backlog drains at full speed), backing off
+// after an error. While jobs are arriving it calls wakeUp FollowUp later,
+// instead of waiting for the next NOTIFY (debounced to one per ~100ms) or
+// poll, until FollowUpFor has passed without a round leasing any. after
+// (when not nil) runs after each wake-up's rounds. The claim loop and the
+// loops that claim handlers apart (apart.go) are each one.
+func (s *Streamer) claimLoop(ctx context.Context, wake <-chan struct{}, wakeUp func(),
+	round func(context.Context) (leased int, more bool, err error), after func()) {
 	backoff := 100 * time.Millisecond
 	var lastLeased time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.wake:
+		case <-wake:
 		}
-		// Claim until a batch comes back short: a backlog drains at full speed.
 		leased := 0
 		for ctx.Err() == nil {
-			n, err := s.claimRound(ctx)
+			n, more, err := round(ctx)
 			leased += n
 			if err != nil {
 				if ctx.Err() != nil {
@@ -342,19 +346,34 @@ func (s *Streamer) claimLoop(ctx context.Context) {
 				continue
 			}
 			backoff = 100 * time.Millisecond
-			if n < s.cfg.BatchSize {
+			if !more {
 				break
 			}
 		}
-		// Jobs are arriving: look again soon instead of waiting for the next
-		// NOTIFY (debounced to one per ~100ms) or poll, until FollowUpFor
-		// has passed without finding any.
 		if leased > 0 {
 			lastLeased = time.Now()
 		}
 		if s.cfg.FollowUp > 0 && !lastLeased.IsZero() && (leased > 0 || time.Since(lastLeased) < s.cfg.FollowUpFor) {
-			time.AfterFunc(s.cfg.FollowUp, s.Wake)
+			time.AfterFunc(s.cfg.FollowUp, wakeUp)
 		}
+		if after != nil {
+			after()
+		}
+	}
+}
+
+// mainRound is the claim loop's round: one claimRound, and more is due
+// when it came back full.
+func (s *Streamer) mainRound(ctx context.Context) (int, bool, error) {
+	n, err := s.claimRound(ctx)
+	return n, n >= s.cfg.BatchSize, err
+}
+
+// wakeMain asks the claim loop alone for a round now. It never blocks.
+func (s *Streamer) wakeMain() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
