@@ -196,7 +196,17 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 	urlFile := filepath.Join(dataDir, "database_url")
 	previous, prevPort := previousURL(urlFile)
 	pgDir := filepath.Join(dataDir, "pg")
-	pc := pgcluster.Config{Dir: pgDir, PreferPort: prevPort, Install: true, Logger: log}
+	// Never the port of one of inlet dev's own listeners, which are free
+	// now and bound once the database is up.
+	var avoid []int
+	for _, l := range devListeners(*cfg) {
+		if _, p, err := net.SplitHostPort(l.addr); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && n > 0 {
+				avoid = append(avoid, n)
+			}
+		}
+	}
+	pc := pgcluster.Config{Dir: pgDir, PreferPort: prevPort, AvoidPorts: avoid, Install: true, Logger: log}
 	cluster, err := pgcluster.New(ctx, pc)
 	if errors.Is(err, pgcluster.ErrUnreachableDir) {
 		// As root in a home directory the postgres user cannot enter: keep

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ type Config struct {
 	// so that URLs given out then still work); when it is taken, Start picks
 	// another free port, and Port tells which.
 	PreferPort int
+	// AvoidPorts, with Port 0, are ports Start never picks: those the
+	// caller is about to listen on itself (free now, taken a moment later).
+	AvoidPorts []int
 	// Settings are extra `-c name=value` server settings.
 	Settings map[string]string
 	// Install allows installing PostgreSQL with apt-get when absent (root only).
@@ -215,10 +219,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 		switch {
 		case c.port != 0:
 			port = c.port // keep the port across restarts, so clients reconnect
-		case c.cfg.PreferPort > 0 && portFree(c.cfg.PreferPort):
-			port = c.cfg.PreferPort
 		default:
-			p, err := freePort()
+			p, err := pickPort(c.cfg.PreferPort, c.cfg.AvoidPorts, portFree, freeport.Pick)
 			if err != nil {
 				return err
 			}
@@ -421,10 +423,21 @@ func portFree(port int) bool {
 	return true
 }
 
-func freePort() (int, error) {
-	p, err := freeport.Pick()
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// pickPort is the port of a first Start: prefer when it is free and not
+// one of avoid, else a free port that pick draws and that is not one of
+// avoid.
+func pickPort(prefer int, avoid []int, free func(int) bool, pick func() (int, error)) (int, error) {
+	if prefer > 0 && !slices.Contains(avoid, prefer) && free(prefer) {
+		return prefer, nil
 	}
-	return p, nil
+	for range 100 {
+		p, err := pick()
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		if !slices.Contains(avoid, p) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("find a free port: every one found is among %v", avoid)
 }
