@@ -188,7 +188,6 @@ func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPac
 		if !g.ordered || apart.limitedToo[h] {
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
 				lrows, err := s.claimLimited(ctx, conn, h)
-				s.limitedLeased(h, lrows)
 				for _, j := range lrows {
 					rows = append(rows, queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider,
 						EventType: j.EventType, AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt,
@@ -199,9 +198,6 @@ func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPac
 				}
 				return err
 			})
-			if err != nil {
-				s.giveBackUnseen(ctx, h)
-			}
 			// Limited handlers are paced by their own limits (and a
 			// wake-up while they lease).
 			limitedLeased += len(rows)
@@ -222,9 +218,11 @@ func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPac
 		if err != nil {
 			s.cfg.Logger.Warn("claim of a handler apart failed", slog.String("handler", h), slog.String("group", g.name),
 				slog.String("error", err.Error()))
+			s.giveBackUnseen(ctx, h) // it may have committed
 			pace.claimFailed(h)
 			continue
 		}
+		s.apartLeased(h, rows)
 		full := len(rows) >= batch
 		pace.claimed(h, took, full)
 		more = more || full

@@ -12,6 +12,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // apartBundle is a database with an ordered handler "ordered" (key
@@ -196,5 +197,45 @@ func TestSlowShortClaimsSpaceOutALimitedOrderedHandler(t *testing.T) {
 	}
 	if _, ok := pace.next["ordered"]; !ok || calls != 2 {
 		t.Fatalf("after two slow short claims: spaced out %v, %d claims of three rounds; want spaced out after 2", ok, calls)
+	}
+}
+
+// A claim of an ordered handler that fails after it may have committed
+// gives back this streamer's leases of the handler newer than those it
+// published, as a limited handler's does: left to the reaper they would
+// hold their keys for a whole lease and spend an attempt though no handler
+// saw them. The leases it published stay.
+func TestFailedOrderedClaimGivesBackUnseenLeases(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 3})
+	ctx := context.Background()
+	events(t, admin, 9)
+	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 3 {
+		t.Fatalf("first claim leased %d (%v), want 3", n, err)
+	}
+	// What a claim whose answer never reached s1 committed: leases in its name.
+	unseen, err := queries.New(s.cfg.Pool).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{
+		Handler: "ordered", BatchSize: 3, LeaseHolder: "s1", LeaseFor: time.Minute})
+	if err != nil || len(unseen) != 3 {
+		t.Fatalf("claim as s1 leased %d (%v), want 3", len(unseen), err)
+	}
+	// The next claim fails.
+	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval) FROM webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 0 {
+		t.Fatalf("failing claim leased %d (%v), want 0", n, err)
+	}
+	var ids []int64
+	for _, j := range unseen {
+		ids = append(ids, j.ID)
+	}
+	var given, leased int
+	if err := admin.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM webhook_ingress.jobs WHERE id = ANY($1) AND status = 'pending' AND attempt_count = 0),
+		(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'ordered' AND status = 'leased')`, ids).Scan(&given, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if given != 3 || leased != 3 {
+		t.Fatalf("%d of the 3 unseen leases given back (pending, attempt not counted), %d leased; want 3 and the 3 published", given, leased)
 	}
 }

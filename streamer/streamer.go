@@ -187,10 +187,10 @@ type Streamer struct {
 	loops   loop.Group
 	started bool
 
-	// limitedLeasedAt is, per limited handler, the newest lease time this
+	// apartLeasedAt is, per handler claimed apart, the newest lease time this
 	// streamer got back from its claims (see giveBackUnseen).
-	limitedMu       sync.Mutex
-	limitedLeasedAt map[string]time.Time
+	apartMu       sync.Mutex
+	apartLeasedAt map[string]time.Time
 }
 
 // New validates cfg and returns a Streamer; Start runs it.
@@ -200,7 +200,7 @@ func New(cfg Config) (*Streamer, error) {
 		return nil, err
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
-		limitedLeasedAt: map[string]time.Time{}}
+		apartLeasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
@@ -506,21 +506,21 @@ func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h strin
 	return rows, nil
 }
 
-// limitedLeased records the newest lease of h in rows, which this streamer
+// apartLeased records the newest lease of h in rows, which this streamer
 // publishes (or gives back when publishing fails).
-func (s *Streamer) limitedLeased(h string, rows []queries.ClaimLimitedJobsRow) {
-	s.limitedMu.Lock()
-	defer s.limitedMu.Unlock()
+func (s *Streamer) apartLeased(h string, rows []queries.ClaimJobsRow) {
+	s.apartMu.Lock()
+	defer s.apartMu.Unlock()
 	for _, j := range rows {
-		if j.AttemptedAt.After(s.limitedLeasedAt[h]) {
-			s.limitedLeasedAt[h] = j.AttemptedAt
+		if j.AttemptedAt.After(s.apartLeasedAt[h]) {
+			s.apartLeasedAt[h] = j.AttemptedAt
 		}
 	}
 }
 
-// giveBackUnseen gives back what a failed ClaimLimitedJobs of h may have
-// leased. An error does not say the claim was rolled back: it commits at
-// the end of its batch, before the streamer reads its answer, so after a
+// giveBackUnseen gives back what a failed claim of h apart (ClaimLimitedJobs,
+// ClaimHandlerJobs) may have leased. An error does not say the claim was
+// rolled back: it commits before the streamer reads its answer, so after a
 // deadline or a lost connection (or a row the client could not decode) its
 // leases may be committed, and nobody would publish them. Left to the reaper they would wait a whole lease, and it
 // counts an attempt when a consumer of h was alive, so a job on its last
@@ -537,15 +537,15 @@ func (s *Streamer) limitedLeased(h string, rows []queries.ClaimLimitedJobsRow) {
 // outcome is fenced out by the next lease, as when publish gives leases
 // back. The claim is not run in a transaction committed after the rows are
 // read instead: that would cost three round trips more on every claim of a
-// limited handler, to cover an error that is rare. If giving back fails too
+// handler apart, to cover an error that is rare. If giving back fails too
 // (Postgres unreachable), the reaper returns the leases.
 func (s *Streamer) giveBackUnseen(ctx context.Context, h string) {
 	var after *time.Time
-	s.limitedMu.Lock()
-	if t, ok := s.limitedLeasedAt[h]; ok {
+	s.apartMu.Lock()
+	if t, ok := s.apartLeasedAt[h]; ok {
 		after = &t
 	}
-	s.limitedMu.Unlock()
+	s.apartMu.Unlock()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	n, err := queries.New(s.cfg.Pool).ReleaseUnseenLimitedJobs(rctx, queries.ReleaseUnseenLimitedJobsParams{

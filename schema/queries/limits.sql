@@ -138,7 +138,8 @@ SELECT leased.id, leased.event_id, leased.handler, leased.provider, leased.event
 FROM leased;
 
 -- name: ReleaseUnseenLimitedJobs :execrows
--- Give back what a ClaimLimitedJobs whose answer the streamer did not get
+-- Give back what a claim of a handler apart (ClaimLimitedJobs, or
+-- ClaimHandlerJobs for an ordered handler) whose answer the streamer did not get
 -- (an error after the statement may have committed: a deadline, a lost
 -- connection) may have leased: lease_holder's leases of handler taken after
 -- leased_after (the newest lease it got from its earlier claims of handler;

@@ -380,7 +380,8 @@ type ReleaseUnseenLimitedJobsParams struct {
 	LeasedAfter *time.Time
 }
 
-// Give back what a ClaimLimitedJobs whose answer the streamer did not get
+// Give back what a claim of a handler apart (ClaimLimitedJobs, or
+// ClaimHandlerJobs for an ordered handler) whose answer the streamer did not get
 // (an error after the statement may have committed: a deadline, a lost
 // connection) may have leased: lease_holder's leases of handler taken after
 // leased_after (the newest lease it got from its earlier claims of handler;
