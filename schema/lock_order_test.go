@@ -41,6 +41,10 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 			_, err := q.ReleaseUnseenLimitedJobs(ctx, queries.ReleaseUnseenLimitedJobsParams{LeaseHolder: "streamer-1", Handler: "h"})
 			return []int64{x, y}, err
 		}},
+		{"leases given back after a failed claim (ReleaseUnseenJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
+			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", ExceptHandlers: []string{}})
+			return []int64{x, y}, err
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -239,3 +239,46 @@ func TestFailedOrderedClaimGivesBackUnseenLeases(t *testing.T) {
 		t.Fatalf("%d of the 3 unseen leases given back (pending, attempt not counted), %d leased; want 3 and the 3 published", given, leased)
 	}
 }
+
+// A ClaimJobs that fails after it may have committed gives back this
+// streamer's leases newer than those it published, of the handlers it did
+// not pass over; the leases it published stay, and so do the leases the
+// loops apart took meanwhile of the handlers it passed over.
+func TestFailedClaimGivesBackUnseenLeases(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 3})
+	ctx := context.Background()
+	events(t, admin, 9)
+	if n, err := s.claimMain(ctx); err != nil || n != 3 {
+		t.Fatalf("first claim leased %d (%v), want free's 3", n, err)
+	}
+	// What a claim whose answer never reached s1 committed: leases in its name.
+	unseen, err := queries.New(s.cfg.Pool).ClaimJobs(ctx, queries.ClaimJobsParams{
+		FullHandlers: []string{"ordered"}, BatchSize: 3, LeaseHolder: "s1", LeaseFor: time.Minute})
+	if err != nil || len(unseen) != 3 {
+		t.Fatalf("claim as s1 leased %d (%v), want 3", len(unseen), err)
+	}
+	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 3 {
+		t.Fatalf("claim of the ordered handler leased %d (%v), want 3", n, err)
+	}
+	// The next ClaimJobs fails.
+	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_jobs(text[], bigint, text, interval, interval) FROM webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.claimMain(ctx); err == nil || n != 0 {
+		t.Fatalf("failing claim leased %d (%v), want 0 and its error", n, err)
+	}
+	var ids []int64
+	for _, j := range unseen {
+		ids = append(ids, j.ID)
+	}
+	var given, free, ordered int
+	if err := admin.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM webhook_ingress.jobs WHERE id = ANY($1) AND status = 'pending' AND attempt_count = 0),
+		(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'free' AND status = 'leased'),
+		(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'ordered' AND status = 'leased')`, ids).Scan(&given, &free, &ordered); err != nil {
+		t.Fatal(err)
+	}
+	if given != 3 || free != 3 || ordered != 3 {
+		t.Fatalf("%d of the 3 unseen leases given back, %d of free's and %d of ordered's leased; want 3, the 3 published and the 3 the loop apart took", given, free, ordered)
+	}
+}

@@ -191,6 +191,9 @@ type Streamer struct {
 	// streamer got back from its claims (see giveBackUnseen).
 	apartMu       sync.Mutex
 	apartLeasedAt map[string]time.Time
+	// mainLeasedAt is the newest lease time this streamer's ClaimJobs
+	// returned (see giveBackUnseenMain).
+	mainLeasedAt time.Time
 }
 
 // New validates cfg and returns a Streamer; Start runs it.
@@ -380,13 +383,14 @@ func (s *Streamer) wakeMain() {
 // claimRoundTimeout bounds one claim round that Stop waits for.
 const claimRoundTimeout = 10 * time.Second
 
-// claimRound runs one ClaimOnce to its end even if Stop comes meanwhile
+// claimRound runs one claimMain to its end even if Stop comes meanwhile
 // (within claimRoundTimeout). Cancelling the claim would not undo it: the
 // server may run a statement it has received after its client gave up and
 // commit the leases, which nobody would then publish; they would wait a
 // whole lease for the reaper (seen in TestReplicationResumesFromConfirmedPosition
 // under load: a stopped streamer's claim leased jobs inserted after Stop
-// returned).
+// returned). A claim that fails all the same (its deadline, a lost
+// connection) gives back what it may have leased (giveBackUnseenMain).
 func (s *Streamer) claimRound(ctx context.Context) (int, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRoundTimeout)
 	defer cancel()
@@ -433,6 +437,7 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 		if window == nil {
 			s.fullClaimDue.Store(true) // the next claim tries again
 		}
+		s.giveBackUnseenMain(ctx, full)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	if window == nil {
@@ -449,7 +454,39 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 	for _, j := range rows {
 		b.add(s, j)
 	}
+	s.apartMu.Lock()
+	for _, j := range rows {
+		if j.AttemptedAt.After(s.mainLeasedAt) {
+			s.mainLeasedAt = j.AttemptedAt
+		}
+	}
+	s.apartMu.Unlock()
 	return s.publishBatch(ctx, &b)
+}
+
+// giveBackUnseenMain gives back what a failed ClaimJobs may have leased, as
+// giveBackUnseen does for a claim apart: this streamer's leases taken after
+// the newest one its earlier ClaimJobs returned, that no consumer has
+// extended, of the handlers it did not pass over (full: the others are
+// leased by the loops apart, which would lose theirs).
+func (s *Streamer) giveBackUnseenMain(ctx context.Context, full []string) {
+	var after *time.Time
+	s.apartMu.Lock()
+	if t := s.mainLeasedAt; !t.IsZero() {
+		after = &t
+	}
+	s.apartMu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	n, err := queries.New(s.cfg.Pool).ReleaseUnseenJobs(rctx, queries.ReleaseUnseenJobsParams{
+		LeaseHolder: s.cfg.ID, ExceptHandlers: append([]string{}, full...), LeasedAfter: after})
+	if err != nil {
+		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("error", err.Error()))
+		return
+	}
+	if n > 0 {
+		s.cfg.Logger.Warn("gave back leases of a failed claim", slog.Int64("jobs", n))
+	}
 }
 
 // leaseBatch gathers the references of one round's leases.

@@ -61,6 +61,36 @@ FROM webhook_ingress.claim_handler_jobs(sqlc.arg(handler)::text, sqlc.arg(batch_
 -- streamers claim them apart (ClaimHandlerJobs).
 SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NOT NULL ORDER BY handler;
 
+-- name: ReleaseUnseenJobs :execrows
+-- Give back what a ClaimJobs whose answer the streamer did not get (an
+-- error after the statement may have committed: its deadline, a lost
+-- connection) may have leased: lease_holder's leases taken after
+-- leased_after (the newest lease its earlier ClaimJobs returned; NULL for
+-- none), of handlers not in except_handlers (those the claim passed over:
+-- the streamer's other loops lease those), that no consumer has extended.
+-- As ReleaseUnseenLimitedJobs, for the claim of every other handler.
+WITH target AS (
+    SELECT id FROM webhook_ingress.jobs
+    WHERE status = 'leased'
+      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
+      AND lease_holder_id = sqlc.arg(lease_holder)::text
+      AND handler <> ALL (sqlc.arg(except_handlers)::text[])
+      AND worker_id IS NULL
+      AND attempted_at > coalesce(sqlc.narg(leased_after)::timestamptz, '-infinity')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE webhook_ingress.jobs
+SET status           = 'pending',
+    attempt_count    = attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = now(),
+    updated_at       = now()
+WHERE id = ANY(ARRAY(SELECT id FROM target))
+  AND status = 'leased'
+  AND lease_holder_id = sqlc.arg(lease_holder)::text;
+
 -- name: CountLeasedJobs :many
 -- Jobs leased now, per handler (by every streamer): the base of the
 -- streamers' in-memory in-flight counts (reads the partial index of leases);

@@ -698,3 +698,48 @@ func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error 
 	_, err := q.db.Exec(ctx, ReleaseJobs, arg.LeaseHolder, arg.JobIds)
 	return err
 }
+
+const ReleaseUnseenJobs = `-- name: ReleaseUnseenJobs :execrows
+WITH target AS (
+    SELECT id FROM webhook_ingress.jobs
+    WHERE status = 'leased'
+      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
+      AND lease_holder_id = $1::text
+      AND handler <> ALL ($2::text[])
+      AND worker_id IS NULL
+      AND attempted_at > coalesce($3::timestamptz, '-infinity')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE webhook_ingress.jobs
+SET status           = 'pending',
+    attempt_count    = attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = now(),
+    updated_at       = now()
+WHERE id = ANY(ARRAY(SELECT id FROM target))
+  AND status = 'leased'
+  AND lease_holder_id = $1::text
+`
+
+type ReleaseUnseenJobsParams struct {
+	LeaseHolder    string
+	ExceptHandlers []string
+	LeasedAfter    *time.Time
+}
+
+// Give back what a ClaimJobs whose answer the streamer did not get (an
+// error after the statement may have committed: its deadline, a lost
+// connection) may have leased: lease_holder's leases taken after
+// leased_after (the newest lease its earlier ClaimJobs returned; NULL for
+// none), of handlers not in except_handlers (those the claim passed over:
+// the streamer's other loops lease those), that no consumer has extended.
+// As ReleaseUnseenLimitedJobs, for the claim of every other handler.
+func (q *Queries) ReleaseUnseenJobs(ctx context.Context, arg ReleaseUnseenJobsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ReleaseUnseenJobs, arg.LeaseHolder, arg.ExceptHandlers, arg.LeasedAfter)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
