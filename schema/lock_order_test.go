@@ -42,7 +42,8 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 			return []int64{x, y}, err
 		}},
 		{"leases given back after a failed claim (ReleaseUnseenJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
-			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", ExceptHandlers: []string{}})
+			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", Handlers: []string{"h"},
+				LeasedAfter: []time.Time{time.Unix(0, 0)}})
 			return []int64{x, y}, err
 		}},
 	} {

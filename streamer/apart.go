@@ -142,8 +142,9 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 		}
 	}()
 	round := func(ctx context.Context) (int, bool, error) {
-		// Each claim's own deadline, not Stop's (see claimRound).
-		return s.claimApart(context.WithoutCancel(ctx), g, pace)
+		// Each claim runs to its own deadline, not Stop's (see claimRound);
+		// once Stop has come no other claim starts.
+		return s.claimApart(context.WithoutCancel(ctx), ctx.Done(), g, pace)
 	}
 	s.claimLoop(ctx, g.wake, g.wakeUp, round, func() {
 		now := time.Now()
@@ -158,13 +159,13 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 }
 
 // claimApart leases, for each handler of group g that pace lets claim now
-// (nil: every one), one batch of its due jobs, and publishes them: a
+// (nil: every one), until stop is closed, one batch of its due jobs, and publishes them: a
 // limited handler's as its limits allow (ClaimLimitedJobs), an ordered
 // one's by ClaimHandlerJobs. It returns how many it leased and whether a
 // handler's claim came back full (more may be due). A handler's failed
 // claim is logged (and paced: one handler's failures hold up no other);
 // the error is ErrPublish when the bus refused references.
-func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPace) (int, bool, error) {
+func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apartGroup, pace *apartPace) (int, bool, error) {
 	_, apart, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
 	if err != nil {
 		return 0, false, fmt.Errorf("claim jobs: %w", err)
@@ -176,7 +177,18 @@ func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPac
 	var b leaseBatch
 	more := false
 	limitedLeased := 0
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
 	for _, h := range handlers {
+		if stopped() { // no other claim starts; what is leased is published
+			break
+		}
 		if !pace.due(h, time.Now()) {
 			continue
 		}
@@ -222,7 +234,7 @@ func (s *Streamer) claimApart(ctx context.Context, g *apartGroup, pace *apartPac
 			pace.claimFailed(h)
 			continue
 		}
-		s.apartLeased(h, rows)
+		s.seen(rows)
 		full := len(rows) >= batch
 		pace.claimed(h, took, full)
 		more = more || full

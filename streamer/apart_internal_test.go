@@ -142,14 +142,14 @@ func TestSlowShortClaimsSpaceOutTheirHandler(t *testing.T) {
 	ctx := context.Background()
 	events(t, admin, 6)
 	pace := newApartPace()
-	n, more, err := s.claimApart(ctx, s.apart[1], pace)
+	n, more, err := s.claimApart(ctx, nil, s.apart[1], pace)
 	if err != nil || n != 4 || !more {
 		t.Fatalf("first claim: %d leased, more %v, %v; want 4 (a full batch), more", n, more, err)
 	}
 	if at, ok := pace.next["ordered"]; ok {
 		t.Fatalf("a full batch spaced its handler out until %s", at)
 	}
-	n, more, err = s.claimApart(ctx, s.apart[1], pace)
+	n, more, err = s.claimApart(ctx, nil, s.apart[1], pace)
 	if err != nil || n != 2 || more {
 		t.Fatalf("second claim: %d leased, more %v, %v; want 2, no more", n, more, err)
 	}
@@ -157,14 +157,14 @@ func TestSlowShortClaimsSpaceOutTheirHandler(t *testing.T) {
 		t.Fatalf("one slow short claim spaced its handler out until %s", at)
 	}
 	before := time.Now()
-	if n, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil || n != 0 {
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], pace); err != nil || n != 0 {
 		t.Fatalf("third claim: %d leased, %v; want none", n, err)
 	}
 	if at := pace.next["ordered"]; at.Sub(before) < 9*2*slowApartClaim {
 		t.Fatalf("a second slow short claim in a row spaced its handler out until %s after it began, want at least %s", at.Sub(before), 9*2*slowApartClaim)
 	}
 	events(t, admin, 1)
-	if n, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil || n != 0 || calls != 3 {
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], pace); err != nil || n != 0 || calls != 3 {
 		t.Fatalf("claim while spaced out: %d leased (%v), %d claims of the handler; want none, 3", n, err, calls)
 	}
 	if n, err := s.ClaimOnce(ctx); err != nil || n != 5 {
@@ -191,7 +191,7 @@ func TestSlowShortClaimsSpaceOutALimitedOrderedHandler(t *testing.T) {
 	t.Cleanup(func() { apartClaimStarting = func(string) {} })
 	pace := newApartPace()
 	for range 3 {
-		if _, _, err := s.claimApart(ctx, s.apart[1], pace); err != nil {
+		if _, _, err := s.claimApart(ctx, nil, s.apart[1], pace); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -209,7 +209,7 @@ func TestFailedOrderedClaimGivesBackUnseenLeases(t *testing.T) {
 	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 3})
 	ctx := context.Background()
 	events(t, admin, 9)
-	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 3 {
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil || n != 3 {
 		t.Fatalf("first claim leased %d (%v), want 3", n, err)
 	}
 	// What a claim whose answer never reached s1 committed: leases in its name.
@@ -222,7 +222,7 @@ func TestFailedOrderedClaimGivesBackUnseenLeases(t *testing.T) {
 	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval) FROM webhook_streamer`); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 0 {
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil || n != 0 {
 		t.Fatalf("failing claim leased %d (%v), want 0", n, err)
 	}
 	var ids []int64
@@ -257,7 +257,7 @@ func TestFailedClaimGivesBackUnseenLeases(t *testing.T) {
 	if err != nil || len(unseen) != 3 {
 		t.Fatalf("claim as s1 leased %d (%v), want 3", len(unseen), err)
 	}
-	if n, _, err := s.claimApart(ctx, s.apart[1], nil); err != nil || n != 3 {
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil || n != 3 {
 		t.Fatalf("claim of the ordered handler leased %d (%v), want 3", n, err)
 	}
 	// The next ClaimJobs fails.
@@ -280,5 +280,152 @@ func TestFailedClaimGivesBackUnseenLeases(t *testing.T) {
 	}
 	if given != 3 || free != 3 || ordered != 3 {
 		t.Fatalf("%d of the 3 unseen leases given back, %d of free's and %d of ordered's leased; want 3, the 3 published and the 3 the loop apart took", given, free, ordered)
+	}
+}
+
+// leasedNow returns handler's jobs leased now and not yet extended, with
+// their lease times.
+func leasedNow(t *testing.T, s *Streamer, handler string) map[int64]time.Time {
+	t.Helper()
+	rows, err := s.cfg.Pool.Query(context.Background(), `SELECT id, attempted_at FROM webhook_ingress.jobs
+		WHERE handler = $1 AND status = 'leased' AND worker_id IS NULL`, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[int64]time.Time{}
+	for rows.Next() {
+		var id int64
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = at
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// recountNext makes s's next claim read the handler lists again.
+func recountNext(s *Streamer) {
+	s.inFlight.mu.Lock()
+	s.inFlight.counted = time.Time{}
+	s.inFlight.mu.Unlock()
+}
+
+// A handler that becomes ordered (a consumer adds order_key to its
+// subscription) while the claim loop has published leases of its keyed
+// jobs, which run in consumers (not yet extended: worker_id stays NULL until
+// the first extension). The ordered loop's first claim of it fails: its
+// give-back keeps the leases any loop of this process published (the mark is
+// per handler, from every claim). Before, the ordered loop had no mark for it
+// and gave them all back, and the next claim leased the same keys' jobs
+// again while the first ran: a key ran twice at once.
+func TestGiveBackKeepsLeasesPublishedBeforeAHandlerBecameOrdered(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 10, LeasedRecount: time.Hour})
+	ctx := context.Background()
+	if _, err := s.claimMain(ctx); err != nil { // lists: ordered = [ordered]
+		t.Fatal(err)
+	}
+	// A consumer now orders "free" by key; its new jobs are keyed.
+	if _, err := admin.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET order_key = 'data.object.id' WHERE handler = 'free'`); err != nil {
+		t.Fatal(err)
+	}
+	events(t, admin, 3)
+	// The claim loop, its lists a recount old, leases and publishes them.
+	if n, err := s.claimMain(ctx); err != nil || n != 3 {
+		t.Fatalf("claim leased %d (%v), want free's 3", n, err)
+	}
+	published := leasedNow(t, s, "free")
+	if len(published) != 3 {
+		t.Fatalf("free: %d leased, want 3", len(published))
+	}
+	recountNext(s) // the next recount sees free ordered
+	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval) FROM webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `GRANT EXECUTE ON FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval) TO webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	still := leasedNow(t, s, "free")
+	if _, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for id, at := range leasedNow(t, s, "free") {
+		if p, ok := published[id]; ok && !p.Equal(at) {
+			again++
+		}
+	}
+	if len(still) != 3 || again != 0 {
+		t.Fatalf("after the ordered loop's failed first claim of free: %d of its 3 published, running leases still held; %d of those jobs leased again under a new lease while the first runs; want 3 and 0",
+			len(still), again)
+	}
+}
+
+// A handler that stops being ordered (order_key removed) moves from the
+// ordered loop to the claim loop, whose ClaimJobs then fails: its give-back
+// keeps the ordered loop's published, running leases of that handler. Before,
+// it gave back what was newer than the claim loop's own newest lease, those
+// among them, and its keyed jobs (still claimed in key order) ran twice at
+// once.
+func TestGiveBackKeepsLeasesPublishedBeforeAHandlerLeftOrdered(t *testing.T) {
+	admin, s, _ := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 10, LeasedRecount: time.Hour})
+	ctx := context.Background()
+	events(t, admin, 3)
+	if n, err := s.claimMain(ctx); err != nil || n != 3 { // free's 3: mainLeasedAt
+		t.Fatalf("claim leased %d (%v), want free's 3", n, err)
+	}
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil || n != 3 {
+		t.Fatalf("ordered claim leased %d (%v), want 3", n, err)
+	}
+	published := leasedNow(t, s, "ordered")
+	if _, err := admin.Exec(ctx, `UPDATE webhook_ingress.subscriptions SET order_key = NULL WHERE handler = 'ordered'`); err != nil {
+		t.Fatal(err)
+	}
+	recountNext(s)
+	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_jobs(text[], bigint, text, interval, interval) FROM webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.claimMain(ctx); err == nil {
+		t.Fatal("claim: want its error")
+	}
+	still := leasedNow(t, s, "ordered")
+	if len(published) != 3 || len(still) != 3 {
+		t.Fatalf("after a failed ClaimJobs: %d of the ordered loop's %d published, running leases still held; want all", len(still), len(published))
+	}
+}
+
+// A streamer restarted under the same ID (Config.ID is public: a pod name)
+// whose first claim of an ordered handler fails gives nothing back: it has
+// seen no lease of the handler, and the leases its previous process
+// published run in consumers. Before, it gave them all back and the next
+// claim leased the same keys' jobs again while they ran.
+func TestGiveBackAfterARestartLeavesThePreviousProcessLeases(t *testing.T) {
+	admin, s, ps := apartBundle(t, Config{ID: "s1", LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 3})
+	ctx := context.Background()
+	events(t, admin, 3)
+	if n, _, err := s.claimApart(ctx, nil, s.apart[1], nil); err != nil || n != 3 {
+		t.Fatalf("ordered claim leased %d (%v), want 3", n, err)
+	}
+	// The process restarts under the same ID.
+	s2, err := New(Config{ID: "s1", Pool: s.cfg.Pool, Publisher: ps, Logger: slog.New(slog.DiscardHandler),
+		LeaseDuration: time.Minute, PollInterval: time.Hour, BatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION webhook_ingress.claim_handler_jobs(text, bigint, text, interval) FROM webhook_streamer`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s2.claimApart(ctx, nil, s2.apart[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	if still := leasedNow(t, s, "ordered"); len(still) != 3 {
+		t.Fatalf("after the restarted streamer's failed first ordered claim: %d of the 3 published, running leases still held; want 3", len(still))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,13 +188,11 @@ type Streamer struct {
 	loops   loop.Group
 	started bool
 
-	// apartLeasedAt is, per handler claimed apart, the newest lease time this
-	// streamer got back from its claims (see giveBackUnseen).
-	apartMu       sync.Mutex
-	apartLeasedAt map[string]time.Time
-	// mainLeasedAt is the newest lease time this streamer's ClaimJobs
-	// returned (see giveBackUnseenMain).
-	mainLeasedAt time.Time
+	// leasedAt is, per handler, the newest lease time this process got back
+	// from any of its claims, recorded before their references are
+	// published: the mark a give-back stays after (see giveBackUnseen).
+	leasedMu sync.Mutex
+	leasedAt map[string]time.Time
 }
 
 // New validates cfg and returns a Streamer; Start runs it.
@@ -203,7 +202,7 @@ func New(cfg Config) (*Streamer, error) {
 		return nil, err
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
-		apartLeasedAt: map[string]time.Time{}}
+		leasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
@@ -292,9 +291,11 @@ func (s *Streamer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loops and waits for a claim round in progress to finish and
-// publish what it leased (at most claimRoundTimeout). Jobs it leased stay
-// leased until consumers report or the lease expires; nothing is lost.
+// Stop ends the loops and waits for the claim each has under way to finish
+// and publish what it leased: at most claimRoundTimeout, and
+// giveBackTimeout more to give back what a claim that failed may have
+// leased (15 s in all). Jobs it leased stay leased until consumers report or
+// the lease expires; nothing is lost.
 func (s *Streamer) Stop() {
 	s.loops.Stop()
 }
@@ -410,7 +411,7 @@ func (s *Streamer) ClaimOnce(ctx context.Context) (int, error) {
 		return n, err
 	}
 	for _, g := range s.apart {
-		m, _, err := s.claimApart(ctx, g, nil)
+		m, _, err := s.claimApart(ctx, nil, g, nil)
 		n += m
 		if err != nil {
 			return n, err
@@ -450,36 +451,34 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 			s.fullClaimDue.Store(true)
 		}
 	}
+	s.seen(rows)
 	var b leaseBatch
 	for _, j := range rows {
 		b.add(s, j)
 	}
-	s.apartMu.Lock()
-	for _, j := range rows {
-		if j.AttemptedAt.After(s.mainLeasedAt) {
-			s.mainLeasedAt = j.AttemptedAt
-		}
-	}
-	s.apartMu.Unlock()
 	return s.publishBatch(ctx, &b)
 }
 
 // giveBackUnseenMain gives back what a failed ClaimJobs may have leased, as
-// giveBackUnseen does for a claim apart: this streamer's leases taken after
-// the newest one its earlier ClaimJobs returned, that no consumer has
-// extended, of the handlers it did not pass over (full: the others are
-// leased by the loops apart, which would lose theirs).
+// giveBackUnseen does for a claim apart, for each handler it did not pass
+// over (full: the loops apart lease those) that this process has a mark for.
 func (s *Streamer) giveBackUnseenMain(ctx context.Context, full []string) {
-	var after *time.Time
-	s.apartMu.Lock()
-	if t := s.mainLeasedAt; !t.IsZero() {
-		after = &t
+	var handlers []string
+	var after []time.Time
+	s.leasedMu.Lock()
+	for h, t := range s.leasedAt {
+		if !slices.Contains(full, h) {
+			handlers, after = append(handlers, h), append(after, t)
+		}
 	}
-	s.apartMu.Unlock()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	s.leasedMu.Unlock()
+	if len(handlers) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
 	n, err := queries.New(s.cfg.Pool).ReleaseUnseenJobs(rctx, queries.ReleaseUnseenJobsParams{
-		LeaseHolder: s.cfg.ID, ExceptHandlers: append([]string{}, full...), LeasedAfter: after})
+		LeaseHolder: s.cfg.ID, Handlers: handlers, LeasedAfter: after})
 	if err != nil {
 		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("error", err.Error()))
 		return
@@ -543,50 +542,58 @@ func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h strin
 	return rows, nil
 }
 
-// apartLeased records the newest lease of h in rows, which this streamer
+// seen records, per handler, the newest lease in rows, which this streamer
 // publishes (or gives back when publishing fails).
-func (s *Streamer) apartLeased(h string, rows []queries.ClaimJobsRow) {
-	s.apartMu.Lock()
-	defer s.apartMu.Unlock()
+func (s *Streamer) seen(rows []queries.ClaimJobsRow) {
+	s.leasedMu.Lock()
+	defer s.leasedMu.Unlock()
 	for _, j := range rows {
-		if j.AttemptedAt.After(s.apartLeasedAt[h]) {
-			s.apartLeasedAt[h] = j.AttemptedAt
+		if j.AttemptedAt.After(s.leasedAt[j.Handler]) {
+			s.leasedAt[j.Handler] = j.AttemptedAt
 		}
 	}
 }
+
+// giveBackTimeout bounds the give-back of a failed claim's leases (see
+// giveBackUnseen), which Stop may wait for after the claim's own deadline.
+const giveBackTimeout = 5 * time.Second
 
 // giveBackUnseen gives back what a failed claim of h apart (ClaimLimitedJobs,
 // ClaimHandlerJobs) may have leased. An error does not say the claim was
 // rolled back: it commits before the streamer reads its answer, so after a
 // deadline or a lost connection (or a row the client could not decode) its
-// leases may be committed, and nobody would publish them. Left to the reaper they would wait a whole lease, and it
-// counts an attempt when a consumer of h was alive, so a job on its last
-// attempt would be dead-lettered though no handler saw it.
+// leases may be committed, and nobody would publish them. Left to the reaper
+// they would wait a whole lease, and it counts an attempt when a consumer of
+// h was alive, so a job on its last attempt would be dead-lettered though no
+// handler saw it.
 //
 // The job ids are lost with the answer, so the leases are found by what the
-// claim wrote: this streamer's leases of h taken after the newest lease its
-// earlier claims of h returned (leases are timed by the server's clock,
-// later for each claim), that no consumer has extended. Those older ones
-// went out with a reference and are left alone. Giving back a lease whose
-// reference did go out (another ClaimOnce of this streamer running at the
-// same time, or a lease taken before this process's first claim of h under
-// the same ID) costs a second delivery, never a lost one: its consumer's
-// outcome is fenced out by the next lease, as when publish gives leases
-// back. The claim is not run in a transaction committed after the rows are
-// read instead: that would cost three round trips more on every claim of a
-// handler apart, to cover an error that is rare. If giving back fails too
-// (Postgres unreachable), the reaper returns the leases.
+// claim wrote: this streamer's leases of h taken after the newest lease of h
+// this process has seen from any of its claims (leasedAt, recorded before a
+// reference is published; leases are timed by the server's clock, later for
+// each claim), that no consumer has extended. Every lease this process
+// published is at or before that mark, so none is given back while its
+// handler runs; without a mark (no lease of h seen yet in this process: just
+// started, perhaps under the ID of one that published leases of h) nothing is
+// given back, and the reaper returns what the claim leased. A claim of h by
+// another loop of this streamer still in flight (the handler lists changing
+// between two loops' claims) may lose its leases to the give-back: its
+// references then find their leases gone and run nothing, and the jobs are
+// leased again. The claim is not run in a transaction committed after the
+// rows are read instead: that would cost three round trips more on every
+// claim, to cover an error that is rare. If giving back fails too (Postgres
+// unreachable), the reaper returns the leases.
 func (s *Streamer) giveBackUnseen(ctx context.Context, h string) {
-	var after *time.Time
-	s.apartMu.Lock()
-	if t, ok := s.apartLeasedAt[h]; ok {
-		after = &t
+	s.leasedMu.Lock()
+	after, ok := s.leasedAt[h]
+	s.leasedMu.Unlock()
+	if !ok {
+		return
 	}
-	s.apartMu.Unlock()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
 	n, err := queries.New(s.cfg.Pool).ReleaseUnseenLimitedJobs(rctx, queries.ReleaseUnseenLimitedJobsParams{
-		Handler: h, LeaseHolder: s.cfg.ID, LeasedAfter: after})
+		Handler: h, LeaseHolder: s.cfg.ID, LeasedAfter: &after})
 	if err != nil {
 		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("handler", h), slog.String("error", err.Error()))
 		return

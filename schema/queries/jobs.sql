@@ -64,21 +64,26 @@ SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NO
 -- name: ReleaseUnseenJobs :execrows
 -- Give back what a ClaimJobs whose answer the streamer did not get (an
 -- error after the statement may have committed: its deadline, a lost
--- connection) may have leased: lease_holder's leases taken after
--- leased_after (the newest lease its earlier ClaimJobs returned; NULL for
--- none), of handlers not in except_handlers (those the claim passed over:
--- the streamer's other loops lease those), that no consumer has extended.
--- As ReleaseUnseenLimitedJobs, for the claim of every other handler.
-WITH target AS (
-    SELECT id FROM webhook_ingress.jobs
-    WHERE status = 'leased'
-      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
-      AND lease_holder_id = sqlc.arg(lease_holder)::text
-      AND handler <> ALL (sqlc.arg(except_handlers)::text[])
-      AND worker_id IS NULL
-      AND attempted_at > coalesce(sqlc.narg(leased_after)::timestamptz, '-infinity')
-    ORDER BY id
-    FOR UPDATE
+-- connection) may have leased: lease_holder's leases of each of handlers
+-- taken after its leased_after (the newest lease of that handler this
+-- process has seen from any of its claims), that no consumer has extended.
+-- The streamer names only handlers the claim did not pass over and that it
+-- has a mark for: every lease it published is at or before the mark. As
+-- ReleaseUnseenLimitedJobs, for the claim of every other handler.
+WITH marks AS (
+    -- Two set-returning functions in one select list run in step: the
+    -- handlers and their marks, pair by pair.
+    SELECT unnest(sqlc.arg(handlers)::text[]) AS handler, unnest(sqlc.arg(leased_after)::timestamptz[]) AS after
+), target AS (
+    SELECT j.id FROM webhook_ingress.jobs j
+    JOIN marks m ON m.handler = j.handler
+    WHERE j.status = 'leased'
+      AND j.lease_expires_at IS NOT NULL -- idx_jobs_leased
+      AND j.lease_holder_id = sqlc.arg(lease_holder)::text
+      AND j.worker_id IS NULL
+      AND j.attempted_at > m.after
+    ORDER BY j.id
+    FOR UPDATE OF j
 )
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',

@@ -700,16 +700,20 @@ func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error 
 }
 
 const ReleaseUnseenJobs = `-- name: ReleaseUnseenJobs :execrows
-WITH target AS (
-    SELECT id FROM webhook_ingress.jobs
-    WHERE status = 'leased'
-      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
-      AND lease_holder_id = $1::text
-      AND handler <> ALL ($2::text[])
-      AND worker_id IS NULL
-      AND attempted_at > coalesce($3::timestamptz, '-infinity')
-    ORDER BY id
-    FOR UPDATE
+WITH marks AS (
+    -- Two set-returning functions in one select list run in step: the
+    -- handlers and their marks, pair by pair.
+    SELECT unnest($2::text[]) AS handler, unnest($3::timestamptz[]) AS after
+), target AS (
+    SELECT j.id FROM webhook_ingress.jobs j
+    JOIN marks m ON m.handler = j.handler
+    WHERE j.status = 'leased'
+      AND j.lease_expires_at IS NOT NULL -- idx_jobs_leased
+      AND j.lease_holder_id = $1::text
+      AND j.worker_id IS NULL
+      AND j.attempted_at > m.after
+    ORDER BY j.id
+    FOR UPDATE OF j
 )
 UPDATE webhook_ingress.jobs
 SET status           = 'pending',
@@ -724,20 +728,21 @@ WHERE id = ANY(ARRAY(SELECT id FROM target))
 `
 
 type ReleaseUnseenJobsParams struct {
-	LeaseHolder    string
-	ExceptHandlers []string
-	LeasedAfter    *time.Time
+	LeaseHolder string
+	Handlers    []string
+	LeasedAfter []time.Time
 }
 
 // Give back what a ClaimJobs whose answer the streamer did not get (an
 // error after the statement may have committed: its deadline, a lost
-// connection) may have leased: lease_holder's leases taken after
-// leased_after (the newest lease its earlier ClaimJobs returned; NULL for
-// none), of handlers not in except_handlers (those the claim passed over:
-// the streamer's other loops lease those), that no consumer has extended.
-// As ReleaseUnseenLimitedJobs, for the claim of every other handler.
+// connection) may have leased: lease_holder's leases of each of handlers
+// taken after its leased_after (the newest lease of that handler this
+// process has seen from any of its claims), that no consumer has extended.
+// The streamer names only handlers the claim did not pass over and that it
+// has a mark for: every lease it published is at or before the mark. As
+// ReleaseUnseenLimitedJobs, for the claim of every other handler.
 func (q *Queries) ReleaseUnseenJobs(ctx context.Context, arg ReleaseUnseenJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseUnseenJobs, arg.LeaseHolder, arg.ExceptHandlers, arg.LeasedAfter)
+	result, err := q.db.Exec(ctx, ReleaseUnseenJobs, arg.LeaseHolder, arg.Handlers, arg.LeasedAfter)
 	if err != nil {
 		return 0, err
 	}

@@ -142,8 +142,9 @@ FROM leased;
 -- ClaimHandlerJobs for an ordered handler) whose answer the streamer did not get
 -- (an error after the statement may have committed: a deadline, a lost
 -- connection) may have leased: lease_holder's leases of handler taken after
--- leased_after (the newest lease it got from its earlier claims of handler;
--- NULL for none), that no consumer has extended. Without this they would
+-- leased_after (the newest lease of handler this process has seen from any
+-- of its claims; the streamer gives nothing back without one), that no
+-- consumer has extended. Without this they would
 -- wait a whole lease for the reaper, which counts an attempt when a consumer
 -- of the handler was alive: a job on its last attempt would be dead-lettered
 -- though no handler saw it. As ReleaseJobs: pending at once, the attempt
