@@ -159,9 +159,9 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 }
 
 // claimApart leases, for each handler of group g that pace lets claim now
-// (nil: every one), until stop is closed, one batch of its due jobs, and publishes them: a
-// limited handler's as its limits allow (ClaimLimitedJobs), an ordered
-// one's by ClaimHandlerJobs. It returns how many it leased and whether a
+// (nil: every one), until stop is closed, one batch of its due jobs, and
+// publishes them: a limited handler's as its limits allow
+// (ClaimLimitedJobs), an ordered one's by ClaimHandlerJobs. It returns how many it leased and whether a
 // handler's claim came back full (more may be due). A handler's failed
 // claim is logged (and paced: one handler's failures hold up no other);
 // the error is ErrPublish when the bus refused references.
