@@ -37,10 +37,6 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 		{"leases given back after a failed publish (ReleaseJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
 			return []int64{x, y}, q.ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{x, y}, LeaseHolder: "streamer-1"})
 		}},
-		{"leases given back after a failed limited claim (ReleaseUnseenLimitedJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
-			_, err := q.ReleaseUnseenLimitedJobs(ctx, queries.ReleaseUnseenLimitedJobsParams{LeaseHolder: "streamer-1", Handler: "h"})
-			return []int64{x, y}, err
-		}},
 		{"leases given back after a failed claim (ReleaseUnseenJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
 			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", Handlers: []string{"h"},
 				LeasedAfter: []time.Time{time.Unix(0, 0)}})

@@ -230,7 +230,7 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		if err != nil {
 			s.cfg.Logger.Warn("claim of a handler apart failed", slog.String("handler", h), slog.String("group", g.name),
 				slog.String("error", err.Error()))
-			s.giveBackUnseen(ctx, h) // it may have committed
+			s.giveBackUnseen(ctx, func(c string) bool { return c == h }) // it may have committed
 			pace.claimFailed(h)
 			continue
 		}

@@ -391,7 +391,7 @@ const claimRoundTimeout = 10 * time.Second
 // whole lease for the reaper (seen in TestReplicationResumesFromConfirmedPosition
 // under load: a stopped streamer's claim leased jobs inserted after Stop
 // returned). A claim that fails all the same (its deadline, a lost
-// connection) gives back what it may have leased (giveBackUnseenMain).
+// connection) gives back what it may have leased (giveBackUnseen).
 func (s *Streamer) claimRound(ctx context.Context) (int, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRoundTimeout)
 	defer cancel()
@@ -438,7 +438,8 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 		if window == nil {
 			s.fullClaimDue.Store(true) // the next claim tries again
 		}
-		s.giveBackUnseenMain(ctx, full)
+		// The loops apart lease the handlers this claim passed over.
+		s.giveBackUnseen(ctx, func(h string) bool { return !slices.Contains(full, h) })
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	if window == nil {
@@ -457,35 +458,6 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 		b.add(s, j)
 	}
 	return s.publishBatch(ctx, &b)
-}
-
-// giveBackUnseenMain gives back what a failed ClaimJobs may have leased, as
-// giveBackUnseen does for a claim apart, for each handler it did not pass
-// over (full: the loops apart lease those) that this process has a mark for.
-func (s *Streamer) giveBackUnseenMain(ctx context.Context, full []string) {
-	var handlers []string
-	var after []time.Time
-	s.leasedMu.Lock()
-	for h, t := range s.leasedAt {
-		if !slices.Contains(full, h) {
-			handlers, after = append(handlers, h), append(after, t)
-		}
-	}
-	s.leasedMu.Unlock()
-	if len(handlers) == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
-	defer cancel()
-	n, err := queries.New(s.cfg.Pool).ReleaseUnseenJobs(rctx, queries.ReleaseUnseenJobsParams{
-		LeaseHolder: s.cfg.ID, Handlers: handlers, LeasedAfter: after})
-	if err != nil {
-		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("error", err.Error()))
-		return
-	}
-	if n > 0 {
-		s.cfg.Logger.Warn("gave back leases of a failed claim", slog.Int64("jobs", n))
-	}
 }
 
 // leaseBatch gathers the references of one round's leases.
@@ -558,48 +530,56 @@ func (s *Streamer) seen(rows []queries.ClaimJobsRow) {
 // giveBackUnseen), which Stop may wait for after the claim's own deadline.
 const giveBackTimeout = 5 * time.Second
 
-// giveBackUnseen gives back what a failed claim of h apart (ClaimLimitedJobs,
-// ClaimHandlerJobs) may have leased. An error does not say the claim was
+// giveBackUnseen gives back what a failed claim may have leased, of the
+// handlers covered says it claims. An error does not say the claim was
 // rolled back: it commits before the streamer reads its answer, so after a
 // deadline or a lost connection (or a row the client could not decode) its
 // leases may be committed, and nobody would publish them. Left to the reaper
 // they would wait a whole lease, and it counts an attempt when a consumer of
-// h was alive, so a job on its last attempt would be dead-lettered though no
-// handler saw it.
+// the handler was alive, so a job on its last attempt would be dead-lettered
+// though no handler saw it.
 //
 // The job ids are lost with the answer, so the leases are found by what the
-// claim wrote: this streamer's leases of h taken after the newest lease of h
-// this process has seen from any of its claims (leasedAt, recorded before a
-// reference is published; leases are timed by the server's clock, later for
-// each claim), that no consumer has extended. Every lease this process
-// published is at or before that mark, so none is given back while its
-// handler runs; without a mark (no lease of h seen yet in this process: just
-// started, perhaps under the ID of one that published leases of h) nothing is
-// given back, and the reaper returns what the claim leased. A claim of h by
-// another loop of this streamer still in flight (the handler lists changing
-// between two loops' claims) may lose its leases to the give-back: its
-// references then find their leases gone and run nothing, and the jobs are
-// leased again. The claim is not run in a transaction committed after the
-// rows are read instead: that would cost three round trips more on every
-// claim, to cover an error that is rare. If giving back fails too (Postgres
-// unreachable), the reaper returns the leases.
-func (s *Streamer) giveBackUnseen(ctx context.Context, h string) {
+// claim wrote (ReleaseUnseenJobs): this streamer's leases of each handler
+// taken after the newest lease of it this process has seen from any of its
+// claims (leasedAt, recorded before a reference is published; leases are
+// timed by the server's clock, later for each claim), that no consumer has
+// extended. Every lease this process published is at or before that mark,
+// so none is given back while its handler runs; a handler without a mark (no
+// lease of it seen yet in this process: just started, perhaps under the ID
+// of one that published leases of it) gets nothing given back, and the
+// reaper returns what the claim leased. A claim of a handler by another loop
+// of this streamer still in flight (the handler lists changing between two
+// loops' claims) may lose its leases to the give-back: its references then
+// find their leases gone and run nothing, and the jobs are leased again. The
+// claim is not run in a transaction committed after the rows are read
+// instead: that would cost three round trips more on every claim, to cover
+// an error that is rare. If giving back fails too (Postgres unreachable), the
+// reaper returns the leases.
+func (s *Streamer) giveBackUnseen(ctx context.Context, covered func(handler string) bool) {
+	var handlers []string
+	var after []time.Time
 	s.leasedMu.Lock()
-	after, ok := s.leasedAt[h]
+	for h, t := range s.leasedAt {
+		if covered(h) {
+			handlers, after = append(handlers, h), append(after, t)
+		}
+	}
 	s.leasedMu.Unlock()
-	if !ok {
+	if len(handlers) == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
-	n, err := queries.New(s.cfg.Pool).ReleaseUnseenLimitedJobs(rctx, queries.ReleaseUnseenLimitedJobsParams{
-		Handler: h, LeaseHolder: s.cfg.ID, LeasedAfter: &after})
+	n, err := queries.New(s.cfg.Pool).ReleaseUnseenJobs(rctx, queries.ReleaseUnseenJobsParams{
+		LeaseHolder: s.cfg.ID, Handlers: handlers, LeasedAfter: after})
 	if err != nil {
-		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.String("handler", h), slog.String("error", err.Error()))
+		s.cfg.Logger.Warn("give back leases of a failed claim failed; the reaper will", slog.Any("handlers", handlers),
+			slog.String("error", err.Error()))
 		return
 	}
 	if n > 0 {
-		s.cfg.Logger.Warn("gave back leases of a failed claim", slog.String("handler", h), slog.Int64("jobs", n))
+		s.cfg.Logger.Warn("gave back leases of a failed claim", slog.Any("handlers", handlers), slog.Int64("jobs", n))
 	}
 }
 

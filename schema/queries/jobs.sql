@@ -62,14 +62,17 @@ FROM webhook_ingress.claim_handler_jobs(sqlc.arg(handler)::text, sqlc.arg(batch_
 SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NOT NULL ORDER BY handler;
 
 -- name: ReleaseUnseenJobs :execrows
--- Give back what a ClaimJobs whose answer the streamer did not get (an
--- error after the statement may have committed: its deadline, a lost
--- connection) may have leased: lease_holder's leases of each of handlers
--- taken after its leased_after (the newest lease of that handler this
--- process has seen from any of its claims), that no consumer has extended.
--- The streamer names only handlers the claim did not pass over and that it
--- has a mark for: every lease it published is at or before the mark. As
--- ReleaseUnseenLimitedJobs, for the claim of every other handler.
+-- Give back what a claim whose answer the streamer did not get (an error
+-- after the statement may have committed: its deadline, a lost connection)
+-- may have leased: lease_holder's leases of each of handlers taken after
+-- its leased_after (the newest lease of that handler this process has seen
+-- from any of its claims), that no consumer has extended. The streamer names
+-- only the handlers the claim covered that it has a mark for: every lease it
+-- published is at or before the mark. Without this they would wait a whole
+-- lease for the reaper, which counts an attempt when a consumer of the
+-- handler was alive: a job on its last attempt would be dead-lettered though
+-- no handler saw it. As ReleaseJobs: pending at once, the attempt does not
+-- count, locked in id order.
 WITH marks AS (
     -- Two set-returning functions in one select list run in step: the
     -- handlers and their marks, pair by pair.

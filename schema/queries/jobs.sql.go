@@ -733,14 +733,17 @@ type ReleaseUnseenJobsParams struct {
 	LeasedAfter []time.Time
 }
 
-// Give back what a ClaimJobs whose answer the streamer did not get (an
-// error after the statement may have committed: its deadline, a lost
-// connection) may have leased: lease_holder's leases of each of handlers
-// taken after its leased_after (the newest lease of that handler this
-// process has seen from any of its claims), that no consumer has extended.
-// The streamer names only handlers the claim did not pass over and that it
-// has a mark for: every lease it published is at or before the mark. As
-// ReleaseUnseenLimitedJobs, for the claim of every other handler.
+// Give back what a claim whose answer the streamer did not get (an error
+// after the statement may have committed: its deadline, a lost connection)
+// may have leased: lease_holder's leases of each of handlers taken after
+// its leased_after (the newest lease of that handler this process has seen
+// from any of its claims), that no consumer has extended. The streamer names
+// only the handlers the claim covered that it has a mark for: every lease it
+// published is at or before the mark. Without this they would wait a whole
+// lease for the reaper, which counts an attempt when a consumer of the
+// handler was alive: a job on its last attempt would be dead-lettered though
+// no handler saw it. As ReleaseJobs: pending at once, the attempt does not
+// count, locked in id order.
 func (q *Queries) ReleaseUnseenJobs(ctx context.Context, arg ReleaseUnseenJobsParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ReleaseUnseenJobs, arg.LeaseHolder, arg.Handlers, arg.LeasedAfter)
 	if err != nil {

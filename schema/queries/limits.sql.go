@@ -350,55 +350,6 @@ func (q *Queries) LockHandlerLimits(ctx context.Context, handler string) error {
 	return err
 }
 
-const ReleaseUnseenLimitedJobs = `-- name: ReleaseUnseenLimitedJobs :execrows
-WITH target AS (
-    SELECT id FROM webhook_ingress.jobs
-    WHERE handler = $2::text
-      AND status = 'leased'
-      AND lease_expires_at IS NOT NULL -- idx_jobs_leased
-      AND lease_holder_id = $1::text
-      AND worker_id IS NULL
-      AND attempted_at > coalesce($3::timestamptz, '-infinity')
-    ORDER BY id
-    FOR UPDATE
-)
-UPDATE webhook_ingress.jobs
-SET status           = 'pending',
-    attempt_count    = attempt_count - 1,
-    lease_holder_id  = NULL,
-    lease_expires_at = NULL,
-    next_attempt_at  = now(),
-    updated_at       = now()
-WHERE id = ANY(ARRAY(SELECT id FROM target))
-  AND status = 'leased'
-  AND lease_holder_id = $1::text
-`
-
-type ReleaseUnseenLimitedJobsParams struct {
-	LeaseHolder string
-	Handler     string
-	LeasedAfter *time.Time
-}
-
-// Give back what a claim of a handler apart (ClaimLimitedJobs, or
-// ClaimHandlerJobs for an ordered handler) whose answer the streamer did not get
-// (an error after the statement may have committed: a deadline, a lost
-// connection) may have leased: lease_holder's leases of handler taken after
-// leased_after (the newest lease of handler this process has seen from any
-// of its claims; the streamer gives nothing back without one), that no
-// consumer has extended. Without this they would
-// wait a whole lease for the reaper, which counts an attempt when a consumer
-// of the handler was alive: a job on its last attempt would be dead-lettered
-// though no handler saw it. As ReleaseJobs: pending at once, the attempt
-// does not count, locked in id order.
-func (q *Queries) ReleaseUnseenLimitedJobs(ctx context.Context, arg ReleaseUnseenLimitedJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseUnseenLimitedJobs, arg.LeaseHolder, arg.Handler, arg.LeasedAfter)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const UpsertHandlerLimits = `-- name: UpsertHandlerLimits :execrows
 
 INSERT INTO webhook_ingress.handler_limits AS l
