@@ -39,7 +39,11 @@ import (
 // INLET_CHAOS=1, which `go tool task chaos` sets (run it before a release).
 // INLET_CHAOS_N and INLET_CHAOS_RATE set the webhooks per run and the
 // offered rate (0: as fast as eight senders go). Sending goes on until every
-// listed fault is over, so each one meets traffic whatever the count.
+// listed fault is over, so each one meets traffic whatever the count. In CI
+// the first run offers 100/s: unthrottled, its eight senders kept both cores
+// busy for the whole fault schedule (~80 s of CPU, 6,800 webhooks) and slowed
+// every test beside it; at 100/s each fault still meets traffic (~2,500
+// webhooks, 63 s of CPU).
 
 // service is a restartable inlet process.
 type service struct {
@@ -248,7 +252,7 @@ func TestChaosNothingAcknowledgedIsLost(t *testing.T) {
 	faults := firstRunFaults(cluster, nats)
 	runChaos(t, chaosRun{scenario: "processes, postgres, nats", dbURL: cluster.URL("postgres"),
 		checkURL: func() string { return cluster.URL("postgres") }, nats: nats, faults: faults, killServices: true,
-		total: envInt("INLET_CHAOS_N", chaosOr(10000, 1000)), rate: envInt("INLET_CHAOS_RATE", 0)})
+		total: envInt("INLET_CHAOS_N", chaosOr(10000, 1000)), rate: envInt("INLET_CHAOS_RATE", chaosOr(0, 100))})
 }
 
 // NATS killed and restarted every few seconds, with the stream on disk and

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,20 +31,32 @@ var (
 	binPath   string
 )
 
-// Binary builds (once) and returns the nats-server binary's path.
+// Binary builds (once) and returns the nats-server binary's path. It asks
+// `go tool -n nats-server` first (a tool of go.mod): the go command keeps that
+// build in its cache, so test binaries and runs after the first link nothing.
+// Outside the workspace it falls back to `go build` into a temporary
+// directory.
 func Binary() (string, error) {
 	buildOnce.Do(func() {
 		if p := os.Getenv("INLET_NATS_SERVER"); p != "" {
 			binPath = p
 			return
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "go", "tool", "-n", "nats-server").Output(); err == nil {
+			if p := strings.TrimSpace(string(out)); p != "" {
+				if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+					binPath = p
+					return
+				}
+			}
+		}
 		binDir, buildErr = os.MkdirTemp("", "inlet-nats-bin-")
 		if buildErr != nil {
 			return
 		}
 		binPath = filepath.Join(binDir, "nats-server")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, "github.com/nats-io/nats-server/v2").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build nats-server from its Go module: %v\n%s", err, out)
