@@ -5,4 +5,11 @@
 // publishes on the same value. It is a package of its own so that the
 // consumers package does not pull NATS into programs that use another
 // transport.
+//
+// A subscription keeps consuming across what NATS does to its durable: a
+// durable (or the stream) lost to a restart with memory storage or deleted by
+// an operator is recreated, and a durable that the library stopped consuming
+// although it exists (recreated by another replica first, or a pull the
+// server refused) is consumed again. Until then [NATS.Healthy] reports the
+// subscription; lease expiry republishes the references lost with a durable.
 package natsbus

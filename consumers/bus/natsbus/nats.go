@@ -271,15 +271,7 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	n.mu.Unlock()
 
 	name := DurableName(topic)
-	consumerConfig := jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "Inlet consumers of " + topic,
-		FilterSubject: topic,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       n.ackWait,
-		MaxAckPending: 1000,
-	}
+	consumerConfig := n.consumerConfig(topic)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	cons, err := n.js.CreateOrUpdateConsumer(cctx, StreamName, consumerConfig)
 	cancel()
@@ -346,6 +338,9 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		defer n.subs.Done()
 		tick := time.NewTicker(consumerCheckInterval)
 		defer tick.Stop()
+		// stopped is closed when the library ends cc by itself (the durable
+		// deleted, a 400 from the server): nil once seen, until a new cc.
+		stopped := cc.Closed()
 		for done := false; !done; {
 			select {
 			case <-ctx.Done():
@@ -353,17 +348,29 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 			case <-n.closing:
 				done = true
 			case <-check:
+			case <-stopped:
+				stopped = nil
 			case <-tick.C:
 			}
 			if done {
 				break
 			}
-			if restored := n.restoreConsumer(ctx, consumerConfig); restored != nil {
+			restored := n.restoreConsumer(ctx, consumerConfig)
+			if restored == nil && isClosed(cc) {
+				// The durable is there (another replica recreated it, or
+				// it was never lost) but this subscription no longer
+				// consumes it: consume it again.
+				restored = n.existingConsumer(ctx, name)
+			}
+			if restored != nil {
 				cc.Stop()
 				cc = n.resume(ctx, name, func() (jetstream.ConsumeContext, error) {
 					return restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
 				})
 				done = cc == nil
+				if cc != nil {
+					stopped = cc.Closed()
+				}
 			}
 		}
 		close(stop)
@@ -376,6 +383,19 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		sending.Unlock()
 	}()
 	return out, nil
+}
+
+// consumerConfig is the durable consumer of topic that Subscribe creates.
+func (n *NATS) consumerConfig(topic string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       DurableName(topic),
+		Description:   "Inlet consumers of " + topic,
+		FilterSubject: topic,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       n.ackWait,
+		MaxAckPending: 1000,
+	}
 }
 
 // consumerCheckInterval is how often a subscription checks that its stream
@@ -463,6 +483,7 @@ func (n *NATS) Healthy() error {
 // asked), else recreates the stream and the durable and returns the new
 // consumer.
 func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) jetstream.Consumer {
+	beforeConsumerCheck()
 	if !n.conn.IsConnected() {
 		return nil
 	}
@@ -484,6 +505,47 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 		return nil
 	}
 	return cons
+}
+
+// existingConsumer looks the durable name up for a subscription whose
+// consume context the library ended (nil when it cannot: NATS is away, or the
+// durable is gone, which restoreConsumer handles on the next check). Until
+// it is consumed again, Healthy reports the subscription stalled.
+func (n *NATS) existingConsumer(ctx context.Context, name string) jetstream.Consumer {
+	err := consumerCheckFault()
+	var cons jetstream.Consumer
+	if err == nil {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err = n.js.Consumer(lctx, StreamName, name)
+		cancel()
+	}
+	if err != nil {
+		err = fmt.Errorf("JetStream consumer %s stopped consuming and cannot be looked up: %w", name, err)
+		n.setStalled(name, err)
+		n.log.Warn("JetStream stopped consuming a durable; retrying", slog.String("consumer", name), slog.String("error", err.Error()))
+		return nil
+	}
+	n.log.Warn("JetStream stopped consuming a durable that exists (deleted and recreated by another replica, or refused a pull): consuming it again",
+		slog.String("consumer", name))
+	return cons
+}
+
+// beforeConsumerCheck runs as each check of a subscription's stream and
+// durable begins (a test's way to act before it looks).
+var beforeConsumerCheck = func() {}
+
+// consumerCheckFault runs before existingConsumer's lookup; an error it
+// returns fails the lookup (a test's way to keep NATS unreachable).
+var consumerCheckFault = func() error { return nil }
+
+// isClosed reports whether the library has ended cc.
+func isClosed(cc jetstream.ConsumeContext) bool {
+	select {
+	case <-cc.Closed():
+		return true
+	default:
+		return false
+	}
 }
 
 // Close ends every subscription and closes the connection.

@@ -120,3 +120,126 @@ func TestSubscriptionRetriesConsumeAfterRecreatingItsDurable(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 }
+
+// A durable deleted and recreated by someone else (another replica, an
+// operator) before this subscription looks: the library has ended its
+// consume context, the durable exists, and the subscription consumes it
+// again, reporting itself unhealthy while it cannot look the durable up.
+// (It used to look only for a missing durable: finding it there, it stayed
+// open, delivered nothing and said it was healthy.)
+func TestSubscriptionConsumesAgainADurableRecreatedByAnother(t *testing.T) {
+	srv := natstest.Start(t)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var gating atomic.Bool
+	beforeConsumerCheck = func() {
+		if gating.Load() {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+	}
+	var lookupFailing atomic.Bool
+	var lookupsFailed atomic.Int32
+	consumerCheckFault = func() error {
+		if lookupFailing.Load() {
+			lookupsFailed.Add(1)
+			return errors.New("injected lookup failure")
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		beforeConsumerCheck = func() {}
+		consumerCheckFault = func() error { return nil }
+	})
+	n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	topic := bus.Topic("h")
+	msgs, err := n.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int64, 10)
+	go func() {
+		for m := range msgs {
+			r, err := bus.ParseMessage(m)
+			m.Ack()
+			if err == nil {
+				got <- r.JobID
+			}
+		}
+	}()
+	publishRef := func(id int64) {
+		t.Helper()
+		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Publish(topic, msg); err != nil {
+			t.Fatalf("publish %d: %v", id, err)
+		}
+	}
+	receive := func(id int64) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case r := <-got:
+				if r == id {
+					return
+				}
+				if r > id {
+					t.Fatalf("received %d, want %d", r, id)
+				}
+			case <-deadline:
+				t.Fatalf("reference %d not delivered within 30s", id)
+			}
+		}
+	}
+	publishRef(1)
+	receive(1)
+
+	js, err := jetstream.New(n.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gating.Store(true)
+	lookupFailing.Store(true)
+	if err := js.DeleteConsumer(ctx, StreamName, DurableName(topic)); err != nil {
+		t.Fatal(err)
+	}
+	select { // the subscription's check has begun, and waits
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription did not check its durable after it was deleted")
+	}
+	// Another replica recreates the durable before this one looks.
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName, n.consumerConfig(topic)); err != nil {
+		t.Fatal(err)
+	}
+	gating.Store(false)
+	close(gate)
+
+	testwait.Eventually(t, 30*time.Second, "Healthy to report the subscription not consuming", func() (bool, string) {
+		err := n.Healthy()
+		return err != nil && strings.Contains(err.Error(), DurableName(topic)), fmt.Sprint(err)
+	})
+	publishRef(2)
+	lookupFailing.Store(false)
+	receive(2)
+	if lookupsFailed.Load() == 0 {
+		t.Fatal("the failing lookup was never tried")
+	}
+	testwait.Eventually(t, 30*time.Second, "Healthy again once consuming", func() (bool, string) {
+		err := n.Healthy()
+		return err == nil, fmt.Sprint(err)
+	})
+}
