@@ -317,11 +317,19 @@ func ids[R any](rows []R, id func(R) int64) []int64 {
 // once. Now a claim takes a per-key lock of each keyed job it leases, and
 // B passes a1 over while A's claim holds it (as SKIP LOCKED passes over a
 // row); it leases a1 once a2 is done.
+//
+// The same for a limited ordered handler's claim (ClaimLimitedJobs) beside
+// the others: claim_jobs leases a limited handler's jobs when the streamer's
+// list of limited handlers is a round old. Before 033 ClaimLimitedJobs took
+// no key lock, and leased a1 beside claim_jobs's uncommitted a2, or let
+// claim_jobs lease a1 beside its own. (Two limited claims take turns on the
+// handler's limits row: B would wait for A's commit.)
 func TestConcurrentClaimsNeverLeaseTwoJobsOfAKey(t *testing.T) {
 	t.Parallel()
-	// Each claim either way: claim_jobs, or claim_handler_jobs (031, the
-	// streamer's claim of an ordered handler apart).
-	for _, tc := range []struct{ a, b string }{{"jobs", "jobs"}, {"handler", "jobs"}, {"jobs", "handler"}, {"handler", "handler"}} {
+	// Each claim either way: claim_jobs, claim_handler_jobs (031, the
+	// streamer's claim of an ordered handler apart) or ClaimLimitedJobs.
+	for _, tc := range []struct{ a, b string }{{"jobs", "jobs"}, {"handler", "jobs"}, {"jobs", "handler"}, {"handler", "handler"},
+		{"jobs", "limited"}, {"limited", "jobs"}, {"handler", "limited"}, {"limited", "handler"}} {
 		t.Run("A "+tc.a+", B "+tc.b, func(t *testing.T) {
 			t.Parallel()
 			concurrentClaimsOfAKey(t, tc.a, tc.b)
@@ -339,6 +347,12 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 		}
 	}
 	exec(`INSERT INTO webhook_ingress.subscriptions (handler, order_key) VALUES ('o', 'data.object.id')`)
+	if byA == "limited" || byB == "limited" {
+		exec(`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('o', 100) ON CONFLICT (handler) DO UPDATE SET max_in_flight = 100`)
+	}
+	if byA == "limited" || byB == "limited" {
+		exec(`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('o', 100) ON CONFLICT (handler) DO UPDATE SET max_in_flight = 100`)
+	}
 	event := func(id, key string, minute int) {
 		t.Helper()
 		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
@@ -353,7 +367,32 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 			by = byB
 		}
 		var rows []queries.ClaimJobsRow
-		if by == "handler" {
+		if by == "limited" {
+			// LockHandlerLimits, then ClaimLimitedJobs, in one transaction
+			// (the streamer's batch): A's is q's, B's its own.
+			tx, ok := q.(pgx.Tx)
+			if !ok {
+				var err error
+				if tx, err = q.(*pgx.Conn).Begin(ctx); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := tx.Commit(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}()
+			}
+			if err := queries.New(tx).LockHandlerLimits(ctx, "o"); err != nil {
+				t.Fatal(err)
+			}
+			lrows, err := queries.New(tx).ClaimLimitedJobs(ctx, queries.ClaimLimitedJobsParams{Handler: "o", LeaseHolder: holder, LeaseFor: time.Minute, BatchSize: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range lrows {
+				rows = append(rows, queries.ClaimJobsRow{ID: r.ID, EventID: r.EventID})
+			}
+		} else if by == "handler" {
 			hrows, err := queries.New(q).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", LeaseHolder: holder, LeaseFor: time.Minute, BatchSize: 100})
 			if err != nil {
 				t.Fatal(err)

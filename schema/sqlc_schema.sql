@@ -322,6 +322,11 @@ CREATE FUNCTION webhook_ingress.claim_jobs(p_full_handlers text[], p_batch_size 
 CREATE FUNCTION webhook_ingress.claim_jobs(p_full_handlers text[], p_batch_size bigint, p_lease_holder text, p_lease_for interval, p_window interval) RETURNS SETOF webhook_ingress.claim_jobs_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE TABLE webhook_ingress.claim_limited_jobs_result (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer, max_attempts integer, lease_expires_at timestamp with time zone, trace_parent text, event_received_at timestamp with time zone, attempted_at timestamp with time zone, probe boolean);
+
+CREATE FUNCTION webhook_ingress.claim_limited_jobs(p_handler text, p_batch_size bigint, p_lease_holder text, p_lease_for interval) RETURNS SETOF webhook_ingress.claim_limited_jobs_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE TABLE webhook_ingress.complete_jobs_result (id bigint);
 
 CREATE FUNCTION webhook_ingress.complete_jobs(p_ids bigint[], p_attempts integer[], p_received_at timestamp with time zone[], p_leased_at timestamp with time zone[], p_worker_id text) RETURNS SETOF webhook_ingress.complete_jobs_result

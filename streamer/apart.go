@@ -56,8 +56,8 @@ const (
 	// it counts as slow (see apartPace).
 	slowApartClaim = 25 * time.Millisecond
 	// apartOrderedBatch caps the jobs one claim of an ordered handler
-	// leases: each keyed job takes an advisory lock until the claim commits
-	// (030), from the server's shared lock table (max_locks_per_transaction
+	// leases, limited or not: each keyed job takes an advisory lock until
+	// the claim commits (030, 033), from the server's shared lock table (max_locks_per_transaction
 	// × max_connections slots, 6,400 by default).
 	apartOrderedBatch = 256
 )
@@ -198,8 +198,11 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		var err error
 		batch := s.cfg.BatchSize
 		if !g.ordered || apart.limitedToo[h] {
+			if apart.limitedToo[h] {
+				batch = min(batch, apartOrderedBatch) // its keys are locked too (033)
+			}
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
-				lrows, err := s.claimLimited(ctx, conn, h)
+				lrows, err := s.claimLimited(ctx, conn, h, batch)
 				for _, j := range lrows {
 					rows = append(rows, queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider,
 						EventType: j.EventType, AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt,

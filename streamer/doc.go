@@ -48,7 +48,7 @@
 //     25 ms twice in a row is claimed again only after nine times that
 //     claim's time, and one whose claim fails after a backoff of its own.
 //     Every claim of a keyed job locks its key until it commits
-//     (pg_try_advisory_xact_lock, migration 030) and passes over a key
+//     (pg_try_advisory_xact_lock, migrations 030 and 033) and passes over a key
 //     another claim holds, so two streamers never lease two jobs of one
 //     key; a claim of an ordered handler leases at most 256 jobs, each
 //     holding a lock from the server's shared lock table until it commits.

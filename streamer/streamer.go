@@ -489,7 +489,7 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 	return len(b.refs), nil
 }
 
-// claimLimited leases jobs of the limited handler h: LockHandlerLimits,
+// claimLimited leases up to batch jobs of the limited handler h: LockHandlerLimits,
 // then ClaimLimitedJobs on a snapshot taken once the lock is held, so it
 // counts the leases the previous holder of the lock committed (see
 // ClaimLimitedJobs). The two go in one batch: one round trip, and one
@@ -497,13 +497,13 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // in one implicit transaction, committed at the Sync; under READ COMMITTED
 // each statement takes its own snapshot). The lock is held from the first
 // statement to that commit, with no round trip in between.
-func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string) ([]queries.ClaimLimitedJobsRow, error) {
+func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string, batch int) ([]queries.ClaimLimitedJobsRow, error) {
 	var b pgx.Batch
 	b.Queue(queries.LockHandlerLimits, h)
 	// ClaimLimitedJobs's parameters in the order sqlc numbered them
 	// (queries.Queries.ClaimLimitedJobs).
 	var rows []queries.ClaimLimitedJobsRow
-	b.Queue(queries.ClaimLimitedJobs, int64(s.cfg.BatchSize), h, s.cfg.ID, s.cfg.LeaseDuration).Query(func(r pgx.Rows) error {
+	b.Queue(queries.ClaimLimitedJobs, h, int64(batch), s.cfg.ID, s.cfg.LeaseDuration).Query(func(r pgx.Rows) error {
 		var err error
 		rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[queries.ClaimLimitedJobsRow])
 		return err

@@ -11,93 +11,18 @@ import (
 )
 
 const ClaimLimitedJobs = `-- name: ClaimLimitedJobs :many
-WITH lim AS (
-    SELECT l.handler, l.burst, l.breaker_probe_interval,
-           CASE WHEN l.rate_per_second IS NULL THEN NULL
-                ELSE least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8) END AS tokens,
-           l.circuit <> 'closed' AND l.next_probe_at <= now() AS probe,
-           CASE WHEN l.circuit <> 'closed' AND (l.next_probe_at IS NULL OR l.next_probe_at > now()) THEN 0
-                WHEN l.circuit <> 'closed' THEN 1
-                ELSE $1::bigint END AS by_circuit,
-           CASE WHEN l.max_in_flight IS NULL THEN $1::bigint
-                ELSE greatest(l.max_in_flight - (SELECT count(*) FROM webhook_ingress.jobs f
-                                                 WHERE f.handler = l.handler AND f.status = 'leased'
-                                                   AND f.lease_expires_at IS NOT NULL), 0) END AS by_in_flight
-    FROM webhook_ingress.handler_limits l
-    WHERE l.handler = $2::text
-    FOR UPDATE
-), quota AS (
-    SELECT least(by_circuit, by_in_flight, coalesce(floor(tokens)::bigint, by_circuit), $1::bigint) AS n
-    FROM lim
-), skips AS (
-    -- Asked once, not per job walked past behind a dead letter (a function
-    -- call each: a backlog held behind one made every claim slow).
-    SELECT webhook_ingress.order_skips_dead($2::text) AS dead
-), due AS (
-    SELECT j.id, j.ctid, j.event_received_at
-    FROM webhook_ingress.jobs j
-    WHERE j.status IN ('pending', 'failed')
-      AND j.next_attempt_at <= now()
-      AND j.handler = $2::text
-      -- An ordered handler's job waits for the earlier unfinished ones of
-      -- its key (020_order_lanes; a dead one only under its handler's live
-      -- order policy block, as claim_jobs asks it: 027_order_policy_enabled)
-      -- and for a leased one of its key, earlier or not
-      -- (026_order_lanes_leased: an earlier event that arrived late).
-      AND (j.order_key IS NULL OR (NOT EXISTS (
-          SELECT FROM webhook_ingress.order_lanes l
-          WHERE l.handler = j.handler AND l.order_key = j.order_key
-            AND (l.order_at, l.job_id) < (j.order_at, j.id)
-            AND (NOT l.dead OR NOT (SELECT skips.dead FROM skips)))
-        AND NOT EXISTS (
-          SELECT FROM webhook_ingress.order_lanes l
-          WHERE l.handler = j.handler AND l.order_key = j.order_key AND l.leased
-            AND l.job_id <> j.id)))
-    ORDER BY j.next_attempt_at, j.id
-    LIMIT coalesce((SELECT n FROM quota), 0) -- no row: handler is no longer limited; ClaimJobs takes it after the next recount
-    FOR UPDATE OF j SKIP LOCKED
-), leased AS (
-    UPDATE webhook_ingress.jobs j
-    SET status           = 'leased',
-        attempt_count    = j.attempt_count + 1,
-        lease_holder_id  = $3::text,
-        lease_expires_at = now() + $4::interval,
-        attempted_at     = now(),
-        worker_id        = NULL,
-        updated_at       = now()
-    -- The rows due locked, by tuple id in the partitions between their
-    -- least and greatest received_at; the ids tell a row from another
-    -- partition's at the same tuple id. Not a join to due: on a generic
-    -- plan (pgx prepares its statements) the planner guesses due's rows
-    -- (its LIMIT is a subquery) and, with statistics taken while the
-    -- partition was smaller, hash-joined a scan of the whole partition
-    -- (43,405 rows read to lease 100, as claim_jobs before 024).
-    WHERE j.ctid = ANY (ARRAY(SELECT due.ctid FROM due))
-      AND j.id = ANY (ARRAY(SELECT due.id FROM due))
-      AND j.event_received_at BETWEEN (SELECT min(due.event_received_at) FROM due) AND (SELECT max(due.event_received_at) FROM due)
-    RETURNING j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
-              j.lease_expires_at, j.trace_parent, j.event_received_at, j.attempted_at
-), spent AS (
-    UPDATE webhook_ingress.handler_limits l
-    SET tokens             = CASE WHEN lim.tokens IS NULL THEN l.tokens ELSE lim.tokens - (SELECT count(*) FROM leased) END,
-        refilled_at        = CASE WHEN lim.tokens IS NULL THEN l.refilled_at ELSE now() END,
-        circuit            = CASE WHEN lim.probe AND EXISTS (SELECT FROM leased) THEN 'half_open' ELSE l.circuit END,
-        circuit_changed_at = CASE WHEN lim.probe AND EXISTS (SELECT FROM leased) AND l.circuit <> 'half_open' THEN now() ELSE l.circuit_changed_at END,
-        next_probe_at      = CASE WHEN lim.probe AND EXISTS (SELECT FROM leased) THEN now() + lim.breaker_probe_interval ELSE l.next_probe_at END
-    FROM lim
-    WHERE l.handler = lim.handler
-    RETURNING l.circuit
-)
-SELECT leased.id, leased.event_id, leased.handler, leased.provider, leased.event_type, leased.attempt_count, leased.max_attempts,
-       leased.lease_expires_at::timestamptz AS lease_expires_at, coalesce(leased.trace_parent, '') AS trace_parent,
-       leased.event_received_at, leased.attempted_at::timestamptz AS attempted_at,
-       coalesce((SELECT lim.probe FROM lim), false)::boolean AS probe
-FROM leased
+SELECT id::bigint AS id, event_id::bigint AS event_id, handler::text AS handler, provider::text AS provider,
+       event_type::text AS event_type, attempt_count::integer AS attempt_count, max_attempts::integer AS max_attempts,
+       lease_expires_at::timestamptz AS lease_expires_at, trace_parent::text AS trace_parent,
+       event_received_at::timestamptz AS event_received_at, attempted_at::timestamptz AS attempted_at,
+       probe::boolean AS probe
+FROM webhook_ingress.claim_limited_jobs($1::text, $2::bigint,
+                                        $3::text, $4::interval)
 `
 
 type ClaimLimitedJobsParams struct {
-	BatchSize   int64
 	Handler     string
+	BatchSize   int64
 	LeaseHolder string
 	LeaseFor    time.Duration
 }
@@ -124,7 +49,9 @@ type ClaimLimitedJobsRow struct {
 // next_probe_at has passed (the circuit is then half_open until the probe's
 // outcome, or the next probe time). The handler's row is locked, so
 // streamers claiming side by side take turns and the limits hold across all
-// of them. Returns what ClaimJobs returns.
+// of them. An ordered handler's jobs are leased under claim_jobs's rules,
+// its per-key locks included (033_claim_limited_jobs_key_lock). Returns
+// what ClaimJobs returns, and whether the lease is the circuit's probe.
 //
 // Run it after LockHandlerLimits in the same transaction. Its own lock on
 // the row is not enough for max_in_flight: a statement that waited for the
@@ -132,13 +59,15 @@ type ClaimLimitedJobsRow struct {
 // on the snapshot it took before it waited, without the leases the holder
 // just committed, and so leased max_in_flight more (two streamers waking
 // together, max_in_flight 7: 14 leased). Under READ COMMITTED a statement
-// after the lock is granted counts on a snapshot taken after that. With no row (a consumer
-// registered the handler again without limits since the streamer listed
-// it) it leases nothing: LIMIT NULL would be no limit at all.
+// after the lock is granted counts on a snapshot taken after that. With no
+// row (a consumer registered the handler again without limits since the
+// streamer listed it) it leases nothing.
+//
+// The statements run in webhook_ingress.claim_limited_jobs (033).
 func (q *Queries) ClaimLimitedJobs(ctx context.Context, arg ClaimLimitedJobsParams) ([]ClaimLimitedJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimLimitedJobs,
-		arg.BatchSize,
 		arg.Handler,
+		arg.BatchSize,
 		arg.LeaseHolder,
 		arg.LeaseFor,
 	)

@@ -374,6 +374,21 @@ type WebhookIngressClaimHandlerJobsResult struct {
 	AttemptedAt     *time.Time
 }
 
+type WebhookIngressClaimLimitedJobsResult struct {
+	ID              *int64
+	EventID         *int64
+	Handler         *string
+	Provider        *string
+	EventType       *string
+	AttemptCount    *int32
+	MaxAttempts     *int32
+	LeaseExpiresAt  *time.Time
+	TraceParent     *string
+	EventReceivedAt *time.Time
+	AttemptedAt     *time.Time
+	Probe           *bool
+}
+
 type WebhookIngressOrderLane struct {
 	JobID           int64
 	EventReceivedAt time.Time
