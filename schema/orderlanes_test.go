@@ -367,7 +367,8 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 			by = byB
 		}
 		var rows []queries.ClaimJobsRow
-		if by == "limited" {
+		switch by {
+		case "limited":
 			// LockHandlerLimits, then ClaimLimitedJobs, in one transaction
 			// (the streamer's batch): A's is q's, B's its own.
 			tx, ok := q.(pgx.Tx)
@@ -392,7 +393,7 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 			for _, r := range lrows {
 				rows = append(rows, queries.ClaimJobsRow{ID: r.ID, EventID: r.EventID})
 			}
-		} else if by == "handler" {
+		case "handler":
 			hrows, err := queries.New(q).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", LeaseHolder: holder, LeaseFor: time.Minute, BatchSize: 100})
 			if err != nil {
 				t.Fatal(err)
@@ -400,7 +401,7 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 			for _, r := range hrows {
 				rows = append(rows, queries.ClaimJobsRow(r))
 			}
-		} else {
+		default:
 			var err error
 			rows, err = queries.New(q).ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: holder, LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
 			if err != nil {
