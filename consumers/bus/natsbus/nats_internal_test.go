@@ -34,58 +34,8 @@ func TestSubscriptionRetriesConsumeAfterRecreatingItsDurable(t *testing.T) {
 		return nil
 	}
 	t.Cleanup(func() { resumeFault = func() error { return nil } })
-	n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
-	topic := bus.Topic("h")
-	msgs, err := n.Subscribe(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan int64, 10)
-	go func() {
-		for m := range msgs {
-			r, err := bus.ParseMessage(m)
-			m.Ack()
-			if err == nil {
-				got <- r.JobID
-			}
-		}
-	}()
-	publishRef := func(id int64) {
-		t.Helper()
-		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Publish(topic, msg); err != nil {
-			t.Fatalf("publish %d: %v", id, err)
-		}
-	}
-	// receive waits for reference id; an earlier one may come again (its
-	// acknowledgement can be lost with the deleted durable).
-	receive := func(id int64) {
-		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for {
-			select {
-			case r := <-got:
-				if r == id {
-					return
-				}
-				if r > id {
-					t.Fatalf("received %d, want %d", r, id)
-				}
-			case <-deadline:
-				t.Fatalf("reference %d not delivered within 30s", id)
-			}
-		}
-	}
+	n, topic, publishRef, receive := subscribed(t, srv)
+	ctx := context.Background()
 	publishRef(1)
 	receive(1)
 	if err := n.Healthy(); err != nil {
@@ -154,56 +104,8 @@ func TestSubscriptionConsumesAgainADurableRecreatedByAnother(t *testing.T) {
 		beforeConsumerCheck = func() {}
 		consumerCheckFault = func() error { return nil }
 	})
-	n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
-	topic := bus.Topic("h")
-	msgs, err := n.Subscribe(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan int64, 10)
-	go func() {
-		for m := range msgs {
-			r, err := bus.ParseMessage(m)
-			m.Ack()
-			if err == nil {
-				got <- r.JobID
-			}
-		}
-	}()
-	publishRef := func(id int64) {
-		t.Helper()
-		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Publish(topic, msg); err != nil {
-			t.Fatalf("publish %d: %v", id, err)
-		}
-	}
-	receive := func(id int64) {
-		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for {
-			select {
-			case r := <-got:
-				if r == id {
-					return
-				}
-				if r > id {
-					t.Fatalf("received %d, want %d", r, id)
-				}
-			case <-deadline:
-				t.Fatalf("reference %d not delivered within 30s", id)
-			}
-		}
-	}
+	n, topic, publishRef, receive := subscribed(t, srv)
+	ctx := context.Background()
 	publishRef(1)
 	receive(1)
 
@@ -242,4 +144,63 @@ func TestSubscriptionConsumesAgainADurableRecreatedByAnother(t *testing.T) {
 		err := n.Healthy()
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// subscribed starts a transport on srv subscribed to handler h's topic,
+// acknowledging what it receives, with publishRef to publish a reference
+// and receive to wait for one (an earlier one may come again: its
+// acknowledgement can be lost with a deleted durable).
+func subscribed(t *testing.T, srv *natstest.Server) (n *NATS, topic string, publishRef, receive func(id int64)) {
+	t.Helper()
+	n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	topic = bus.Topic("h")
+	msgs, err := n.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int64, 10)
+	go func() {
+		for m := range msgs {
+			r, err := bus.ParseMessage(m)
+			m.Ack()
+			if err == nil {
+				got <- r.JobID
+			}
+		}
+	}()
+	publishRef = func(id int64) {
+		t.Helper()
+		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Publish(topic, msg); err != nil {
+			t.Fatalf("publish %d: %v", id, err)
+		}
+	}
+	receive = func(id int64) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case r := <-got:
+				if r == id {
+					return
+				}
+				if r > id {
+					t.Fatalf("received %d, want %d", r, id)
+				}
+			case <-deadline:
+				t.Fatalf("reference %d not delivered within 30s", id)
+			}
+		}
+	}
+	return n, topic, publishRef, receive
 }
