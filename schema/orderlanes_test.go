@@ -348,10 +348,7 @@ func concurrentClaimsOfAKey(t *testing.T, byA, byB string) {
 	}
 	exec(`INSERT INTO webhook_ingress.subscriptions (handler, order_key) VALUES ('o', 'data.object.id')`)
 	if byA == "limited" || byB == "limited" {
-		exec(`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('o', 100) ON CONFLICT (handler) DO UPDATE SET max_in_flight = 100`)
-	}
-	if byA == "limited" || byB == "limited" {
-		exec(`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('o', 100) ON CONFLICT (handler) DO UPDATE SET max_in_flight = 100`)
+		exec(`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('o', 100)`)
 	}
 	event := func(id, key string, minute int) {
 		t.Helper()

@@ -55,11 +55,12 @@ const (
 	// slowApartClaim is how long a claim apart's statement may take before
 	// it counts as slow (see apartPace).
 	slowApartClaim = 25 * time.Millisecond
-	// apartOrderedBatch caps the jobs one claim of an ordered handler
-	// leases, limited or not: each keyed job takes an advisory lock until
-	// the claim commits (030, 033), from the server's shared lock table (max_locks_per_transaction
-	// × max_connections slots, 6,400 by default).
-	apartOrderedBatch = 256
+	// apartBatch caps the jobs one claim apart leases (an ordered or a
+	// limited handler's): each keyed job takes an advisory lock until the
+	// claim commits (030, 033), from the server's shared lock table
+	// (max_locks_per_transaction × max_connections slots, 6,400 by
+	// default).
+	apartBatch = 256
 )
 
 // apartPace is the apart loop's memory of each handler it claims: when it
@@ -196,11 +197,11 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		var rows []queries.ClaimJobsRow
 		var took time.Duration
 		var err error
-		batch := s.cfg.BatchSize
+		// Capped for a limited handler too, ordered or not: the list that
+		// says which limited handlers are ordered is a round old, and
+		// claim_limited_jobs locks the key of each keyed job (033).
+		batch := min(s.cfg.BatchSize, apartBatch)
 		if !g.ordered || apart.limitedToo[h] {
-			if apart.limitedToo[h] {
-				batch = min(batch, apartOrderedBatch) // its keys are locked too (033)
-			}
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
 				lrows, err := s.claimLimited(ctx, conn, h, batch)
 				for _, j := range lrows {
@@ -217,7 +218,6 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 			// wake-up while they lease).
 			limitedLeased += len(rows)
 		} else {
-			batch = min(batch, apartOrderedBatch)
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
 				hrows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{
 					Handler: h, BatchSize: int64(batch), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})

@@ -50,7 +50,7 @@
 //     Every claim of a keyed job locks its key until it commits
 //     (pg_try_advisory_xact_lock, migrations 030 and 033) and passes over a key
 //     another claim holds, so two streamers never lease two jobs of one
-//     key; a claim of an ordered handler leases at most 256 jobs, each
+//     key; a claim of an ordered or limited handler leases at most 256 jobs, each
 //     holding a lock from the server's shared lock table until it commits.
 //     A claim's references to one handler travel in messages of up to
 //     RefsPerMessage (default 32), so the bus works per message, not per

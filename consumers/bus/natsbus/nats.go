@@ -336,6 +336,18 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	}
 	go func() {
 		defer n.subs.Done()
+		// lctx ends the checks' lookups when the transport closes, not
+		// only with ctx: Close waits for this goroutine, and a lookup on a
+		// connection that is down would wait out its own timeout.
+		lctx, lcancel := context.WithCancel(ctx)
+		defer lcancel()
+		go func() {
+			select {
+			case <-n.closing:
+				lcancel()
+			case <-lctx.Done():
+			}
+		}()
 		tick := time.NewTicker(consumerCheckInterval)
 		defer tick.Stop()
 		// stopped is closed when the library ends cc by itself (the durable
@@ -352,19 +364,19 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 				stopped = nil
 			case <-tick.C:
 			}
-			if done {
+			if done || lctx.Err() != nil { // or a check woke up as the transport closed
 				break
 			}
-			restored := n.restoreConsumer(ctx, consumerConfig)
+			restored := n.restoreConsumer(lctx, consumerConfig)
 			if restored == nil && isClosed(cc) {
 				// The durable is there (another replica recreated it, or
 				// it was never lost) but this subscription no longer
 				// consumes it: consume it again.
-				restored = n.existingConsumer(ctx, name)
+				restored = n.existingConsumer(lctx, name)
 			}
 			if restored != nil {
 				cc.Stop()
-				cc = n.resume(ctx, name, func() (jetstream.ConsumeContext, error) {
+				cc = n.resume(lctx, name, func() (jetstream.ConsumeContext, error) {
 					return restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
 				})
 				done = cc == nil
@@ -513,6 +525,9 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 // it is consumed again, Healthy reports the subscription stalled.
 func (n *NATS) existingConsumer(ctx context.Context, name string) jetstream.Consumer {
 	err := consumerCheckFault()
+	if err == nil && !n.conn.IsConnected() {
+		err = errors.New("NATS is not connected")
+	}
 	var cons jetstream.Consumer
 	if err == nil {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)

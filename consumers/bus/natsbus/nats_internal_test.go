@@ -146,6 +146,61 @@ func TestSubscriptionConsumesAgainADurableRecreatedByAnother(t *testing.T) {
 	})
 }
 
+// The library ends the consume context (the durable deleted: a 409), and
+// NATS goes away before the subscription looks. restoreConsumer sees the
+// connection down and asks nothing, but existingConsumer then asks NATS
+// anyway, on a reconnecting connection, for up to 10 s, watching neither
+// Close nor anything else: Close waited for it (10-30 s; a reviewer's
+// proof). Now a lookup needs a connection and ends when the transport
+// closes.
+func TestCloseDoesNotWaitForALookupWhileNATSIsAway(t *testing.T) {
+	srv := natstest.Start(t)
+	var gating atomic.Bool
+	entered := make(chan struct{}, 1)
+	n, topic, publishRef, receive := subscribed(t, srv)
+	beforeConsumerCheck = func() {
+		if !gating.CompareAndSwap(true, false) {
+			return
+		}
+		srv.Kill()
+		deadline := time.Now().Add(10 * time.Second)
+		for n.conn.IsConnected() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		entered <- struct{}{}
+	}
+	var lookups atomic.Int32
+	consumerCheckFault = func() error { lookups.Add(1); return nil }
+	t.Cleanup(func() {
+		beforeConsumerCheck = func() {}
+		consumerCheckFault = func() error { return nil }
+	})
+	publishRef(1)
+	receive(1)
+
+	js, err := jetstream.New(n.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gating.Store(true)
+	// Its reply may be lost: the check it sets off kills the server.
+	go js.DeleteConsumer(context.Background(), StreamName, DurableName(topic)) //nolint:errcheck
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription did not check its durable after it was deleted")
+	}
+	if n.conn.IsConnected() {
+		t.Fatal("still connected after the server was killed")
+	}
+	time.Sleep(200 * time.Millisecond) // into existingConsumer's lookup
+	start := time.Now()
+	n.Close()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %v: it waited for a subscription's lookup of its durable on a connection that is down (existingConsumer's lookups: %d)", took.Round(100*time.Millisecond), lookups.Load())
+	}
+}
+
 // subscribed starts a transport on srv subscribed to handler h's topic,
 // acknowledging what it receives, with publishRef to publish a reference
 // and receive to wait for one (an earlier one may come again: its
