@@ -12,4 +12,9 @@
 // although it exists (recreated by another replica first, or a pull the
 // server refused) is consumed again. Until then [NATS.Healthy] reports the
 // subscription; lease expiry republishes the references lost with a durable.
+//
+// A subscription that stops (its context done, or Close) nacks what it had
+// not handed out, and waits up to two seconds for its receiver's decision on
+// what it had: a reference whose attempt already started is acknowledged,
+// not handed to another replica to run again.
 package natsbus

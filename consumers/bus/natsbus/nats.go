@@ -315,7 +315,22 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		case <-msg.Nacked():
 			_ = jm.Nak()
 		case <-stop:
-			_ = jm.Nak()
+			// The receiver has the message and decides: the consumer
+			// service acknowledges it once an attempt has a slot, and nacks
+			// it if it stops first. Wait a moment for that decision rather
+			// than nack it here: a nack of a message whose attempt just
+			// started hands it to another replica as well, which runs the
+			// same attempt a second time.
+			wait := time.NewTimer(stopDecisionWait)
+			select {
+			case <-msg.Acked():
+				_ = jm.Ack()
+			case <-msg.Nacked():
+				_ = jm.Nak()
+			case <-wait.C:
+				_ = jm.Nak()
+			}
+			wait.Stop()
 		}
 	}
 	// Any consume error (a missed heartbeat, a deleted or unknown
@@ -409,6 +424,11 @@ func (n *NATS) consumerConfig(topic string) jetstream.ConsumerConfig {
 		MaxAckPending: 1000,
 	}
 }
+
+// stopDecisionWait is how long a subscription that stops waits for its
+// receiver to acknowledge or nack a message it handed out before it nacks
+// the message itself.
+const stopDecisionWait = 2 * time.Second
 
 // consumerCheckInterval is how often a subscription checks that its stream
 // and durable consumer still exist when nothing reported an error.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
@@ -198,6 +199,75 @@ func TestCloseDoesNotWaitForALookupWhileNATSIsAway(t *testing.T) {
 	n.Close()
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Close took %v: it waited for a subscription's lookup of its durable on a connection that is down (existingConsumer's lookups: %d)", took.Round(100*time.Millisecond), lookups.Load())
+	}
+}
+
+// A subscription that stops while its receiver holds a message waits for
+// the receiver's decision instead of nacking the message itself. The
+// consumer service acknowledges a message once an attempt has a slot; when
+// that raced Stop, the subscription nacked it, and NATS handed the reference
+// to another replica at once, which ran the same attempt a second time
+// (fenced, but run twice).
+func TestStopWaitsForTheReceiversAck(t *testing.T) {
+	srv := natstest.Start(t)
+	newTransport := func() *NATS {
+		n, err := New(context.Background(), Config{URL: srv.URL(), AckWait: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	topic := bus.Topic("h")
+	a, b := newTransport(), newTransport()
+	actx, acancel := context.WithCancel(context.Background())
+	t.Cleanup(acancel)
+	amsgs, err := a.Subscribe(actx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id int64) {
+		t.Helper()
+		msg, err := bus.NewMessage(bus.Ref{JobID: id, EventID: 1, Handler: "h", Provider: "p", Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Publish(topic, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(1)
+	var held *message.Message
+	select {
+	case held = <-amsgs:
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica A received nothing")
+	}
+	// Replica B joins; A stops while it holds reference 1, and acknowledges
+	// it just after (its attempt got a slot as Stop began).
+	bctx, bcancel := context.WithCancel(context.Background())
+	t.Cleanup(bcancel)
+	bmsgs, err := b.Subscribe(bctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acancel()
+	time.Sleep(50 * time.Millisecond) // the ack comes after Stop
+	held.Ack()
+
+	publish(2)
+	select {
+	case m := <-bmsgs:
+		r, err := bus.ParseMessage(m)
+		m.Ack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.JobID != 2 {
+			t.Fatalf("replica B received reference %d, want 2: A's stop handed on a reference A had acknowledged", r.JobID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica B received nothing")
 	}
 }
 
