@@ -109,6 +109,9 @@ silence:
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("disable-gpu", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Its shared memory files (org.chromium.Chromium.*, in TMPDIR with
+		// disable-dev-shm-usage) stayed behind when the test ended it.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 		chromedp.CombinedOutput(&browserLog),
 	)...)
