@@ -25,7 +25,8 @@ import (
 
 // inletBin, exampleBin and txconsumerBin are cmd/inlet, consumers/example
 // and testdata/txconsumer, built once for the run (in one go build, which
-// links them side by side).
+// links them side by side), with the race detector and without DWARF (the
+// tests read none; a panic's trace does not need it): less to link.
 var inletBin, exampleBin, txconsumerBin string
 
 func TestMain(m *testing.M) {
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	inletBin, exampleBin, txconsumerBin = filepath.Join(dir, "inlet"), filepath.Join(dir, "example"), filepath.Join(dir, "txconsumer")
-	build := exec.Command("go", "build", "-race", "-o", dir+string(filepath.Separator), "../cmd/inlet", "../consumers/example", "./testdata/txconsumer")
+	build := exec.Command("go", "build", "-race", "-ldflags=-w", "-o", dir+string(filepath.Separator), "../cmd/inlet", "../consumers/example", "./testdata/txconsumer")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build inlet and consumers/example:", err)

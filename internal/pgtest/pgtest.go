@@ -102,7 +102,12 @@ func setup() error {
 			Install: true,
 			// A throwaway cluster: durability across an OS crash is not needed, speed is.
 			// wal_level=logical: the replication wake source is tested too.
-			Settings: map[string]string{"fsync": "off", "full_page_writes": "off", "max_connections": "300",
+			// jit=off: a statement a test runs on stale statistics can cross
+			// jit_above_cost, and the backend then loads LLVM (relocating
+			// libLLVM, ~1 % of the whole suite's CPU, and as much again in
+			// its exit handlers); the protocol's functions set jit=off
+			// themselves, so nothing a test checks depends on it.
+			Settings: map[string]string{"fsync": "off", "full_page_writes": "off", "jit": "off", "max_connections": "300",
 				"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20"},
 		})
 		if err != nil {
