@@ -440,6 +440,8 @@ func TestChaosClockSkew(t *testing.T) {
 // before an earlier one of its entity (a repeat may come late, see
 // checkEntityOrder). Between the faults, the limited handler's target fails
 // until its circuit opens; the circuit closes again and every job completes.
+// Through all of it, "limited" is never leased faster than its token bucket
+// allows (checkRateLimit), services killed and Postgres crashed included.
 func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 	needChaos(t)
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
@@ -483,7 +485,58 @@ func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 			calls := target.calls["/ordered"]
 			target.mu.Unlock()
 			checkEntityOrder(t, calls)
+			checkRateLimit(t, conn, "limited", 200, 20)
 		}})
+}
+
+// checkRateLimit fails when handler's leases, at the times the claims
+// stamped them (attempted_at, the clock its token bucket runs on), ever
+// outran the bucket: in any span [a, b] between two leases, at most
+// burst + rate·(b − a) of them. Every lease the database remembers counts:
+// the job's last one and each earlier attempt's in job_attempts (a lease
+// given back untaken leaves no trace, so this can only undercount).
+func checkRateLimit(t *testing.T, conn *pgx.Conn, handler string, rate float64, burst int) {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `
+		SELECT at FROM (
+			SELECT j.id, j.attempt_count AS attempt, j.attempted_at AS at
+			FROM webhook_ingress.jobs j
+			WHERE j.handler = $1 AND j.attempted_at IS NOT NULL
+			UNION
+			SELECT a.job_id, a.attempt, a.started_at
+			FROM webhook_ingress.job_attempts a
+			JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+			WHERE j.handler = $1
+		) leases ORDER BY at`, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(at) < 2*burst {
+		t.Fatalf("%s: %d leases, too few to test its rate limit", handler, len(at))
+	}
+	// The busiest span: the most leases over what the bucket allows.
+	worst, worstI, worstJ := -1.0, 0, 0
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			allowed := float64(burst) + rate*at[j].Sub(at[i]).Seconds()
+			if excess := float64(j-i+1) - allowed; excess > worst {
+				worst, worstI, worstJ = excess, i, j
+			}
+		}
+	}
+	span := at[worstJ].Sub(at[worstI])
+	msg := fmt.Sprintf("%s: %d leases over %s; the busiest span held %d leases in %s, where rate %g/s and burst %d allow %.1f",
+		handler, len(at), at[len(at)-1].Sub(at[0]).Round(time.Millisecond), worstJ-worstI+1, span,
+		rate, burst, float64(burst)+rate*span.Seconds())
+	if worst > 1e-6 {
+		t.Error(msg)
+		return
+	}
+	t.Log(msg)
 }
 
 // An operator replays every job of the last 5 s to the handler every 2 s
