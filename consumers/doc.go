@@ -54,7 +54,8 @@
 // completion does. An error, a panic, a lost lease (a stale attempt, a
 // replay, a duplicate delivery that completed first) or a crash before the
 // commit rolls the writes back; each job's effects are committed once
-// however often its handler ran. See [TxHandlerFunc].
+// however often its handler ran. An operator's replay of a completed job is
+// a new run by request and commits its effects again. See [TxHandlerFunc].
 //
 // Error text returned by a handler is stored in Postgres only (jobs.last_error,
 // job_attempts.error); logs and everything else outside Postgres carry only
