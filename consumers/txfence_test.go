@@ -83,15 +83,7 @@ func TestTxSameAttemptNumberReLeasedWhileTxOpen(t *testing.T) {
 		yank func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref)
 	}{
 		{"reaped then replayed by an operator (AdminRequeueJobs)", func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref) {
-			if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, ref.JobID); err != nil {
-				t.Fatal(err)
-			}
-			if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-				_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			expireAndReap(ctx, t, b, ref.JobID)
 			if err := consumertest.AsRole(ctx, b.Admin, "webhook_operator", func(tx pgx.Tx) error {
 				ids, err := queries.New(tx).AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: []int64{ref.JobID}})
 				if err == nil && len(ids) != 1 {
@@ -135,15 +127,7 @@ func TestTxSameAttemptNumberReLeasedWhileTxOpen(t *testing.T) {
 					}
 					return g.wait(ctx)
 				}}))
-			b.InsertEvent(t, consumertest.EventParams{})
-			refs := b.ClaimOnce(t, time.Minute)
-			if len(refs) != 1 {
-				t.Fatalf("claimed %+v", refs)
-			}
-			stale := refs[0]
-			if err := b.Publish(stale); err != nil {
-				t.Fatal(err)
-			}
+			stale := publishOne(t, b)
 			if i := g.next(t); i != 0 {
 				t.Fatalf("call %d", i)
 			}
@@ -206,25 +190,9 @@ func TestTxRepeatableReadStaleAttempt(t *testing.T) {
 			}
 			return g.wait(ctx)
 		}}))
-	b.InsertEvent(t, consumertest.EventParams{})
-	refs := b.ClaimOnce(t, time.Minute)
-	if len(refs) != 1 {
-		t.Fatalf("claimed %+v", refs)
-	}
-	stale := refs[0]
-	if err := b.Publish(stale); err != nil {
-		t.Fatal(err)
-	}
+	stale := publishOne(t, b)
 	g.next(t)
-	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, stale.JobID); err != nil {
-		t.Fatal(err)
-	}
-	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	expireAndReap(ctx, t, b, stale.JobID)
 	again := b.ClaimOnce(t, time.Minute)
 	if len(again) != 1 {
 		t.Fatalf("re-claimed %+v", again)
@@ -588,5 +556,35 @@ func TestTxCompletionWindowFencesEveryOtherOutcome(t *testing.T) {
 				t.Fatalf("after the rollback: outcomes %v took the job; job %+v; effects %v", winners, j, rows)
 			}
 		})
+	}
+}
+
+// publishOne stores an event, claims its one job and publishes the
+// reference, as the streamer would; it returns the reference.
+func publishOne(t *testing.T, b *testBundle) bus.Ref {
+	t.Helper()
+	b.InsertEvent(t, consumertest.EventParams{})
+	refs := b.ClaimOnce(t, time.Minute)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %+v", refs)
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	return refs[0]
+}
+
+// expireAndReap ends job id's lease and runs the reaper, as a lease that
+// ran out would.
+func expireAndReap(ctx context.Context, t *testing.T, b *testBundle, id int64) {
+	t.Helper()
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
