@@ -66,8 +66,10 @@
 // [OpenPool] runs as webhook_worker, which may work every handler's jobs and
 // read every event: the single-team setup. When several teams run consumers,
 // each team gets a role of its own, so that one compromised consumer cannot
-// complete, fail or disable another team's handler or read its events. The
-// schema owner makes it:
+// complete, fail or disable another team's handler, or read the events that
+// reached only that team. It may still subscribe its own handlers to more
+// sources and types, and then reads the events that arrive after that
+// (docs/database.md, "What the roles can reach"). The schema owner makes it:
 //
 //	inlet roles create-consumer payments --handlers billing,refunds --member payments_login
 //

@@ -125,9 +125,11 @@
 //     which must reach Postgres directly (not through a transaction pooler).
 //     REPLICATION is powerful: where pg_hba.conf lets it, such a role can
 //     also stream the whole cluster physically, raw bodies included, and the
-//     stream carries whole jobs rows (last_error too) whatever its grants;
-//     it sits outside webhook_streamer's column-level least privilege. Give
-//     it only to the streamer's replication connection.
+//     stream carries whole jobs rows (last_error too) whatever its grants.
+//     Give it only to the streamer's replication connection. (The role
+//     webhook_streamer itself reads jobs whole as well, error texts
+//     included, because its claims address rows by tuple id: see
+//     docs/database.md, "What the roles can reach".)
 //   - The publication, created by the owner of webhook_ingress.jobs (the
 //     streamer does it when its role may; otherwise Start fails naming the
 //     statement: CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs

@@ -1,0 +1,141 @@
+//go:build knownleaks
+
+package schema_test
+
+// Three leaks a review proved (2026-12-06), each a test that FAILS on
+// today's schema: reachability, not what any service sends (the reporter
+// sends no error text and no order key; see docs/database.md, "What the
+// roles can reach"). They stay out of go tool task test until fixed; run
+// them with:
+//
+//	go test -tags knownleaks -count=1 -run TestKnownLeak ./schema/
+//
+// When one is fixed, move its test into leak_test.go.
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/pgtest"
+	"github.com/inlet-dev/inlet/schema"
+)
+
+// The reporter runs as webhook_streamer ("No body, header, error text or
+// secret is ever read", reporter/doc.go; "Error text stays in Postgres",
+// docs/design.md; streamer/doc.go calls the replication stream's last_error
+// "outside webhook_streamer's column-level least privilege"). The role itself
+// may read every handler's error text: jobs.last_error and job_attempts.error.
+func TestKnownLeakStreamerReadsErrorTexts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('team-b', 'github')`); err != nil {
+		t.Fatal(err)
+	}
+	leakInsertEvent(t, pool, "github", "evt_err")
+	if _, err := pool.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'failed', last_error = $1, last_error_class = 'handler_error'`, leakSecretError); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error_class, error)
+		SELECT id, event_received_at, 1, now(), 'failed', 'handler_error', $1 FROM webhook_ingress.jobs`, leakSecretError); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct{ what, sql string }{
+		{"jobs.last_error", `SELECT last_error FROM webhook_ingress.jobs`},
+		{"job_attempts.error", `SELECT error FROM webhook_ingress.job_attempts`},
+	} {
+		got, err := leakStrings(t, pool, "webhook_streamer", q.sql)
+		if err == nil && slices.Contains(got, leakSecretError) {
+			t.Errorf("webhook_streamer (the reporter's role) reads team-b's error text through %s: %q", q.what, got)
+		} else if err != nil && !isPermissionDenied(err) {
+			t.Errorf("%s: %v", q.what, err)
+		}
+	}
+}
+
+// An ordered handler's key is a value taken from the event's payload (a dot
+// path) or headers (header:Name), copied into jobs.order_key and
+// order_lanes.order_key by the owner's fan-out. webhook_streamer, which may
+// not read raw_body, payload or headers, reads the copies: a customer
+// identifier from the body, or any header value (Authorization here).
+func TestKnownLeakStreamerReadsValuesThroughOrderKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for _, s := range [][2]string{{"by-customer", "data.object.customer"}, {"by-auth", "header:Authorization"}} {
+		if _, err := pool.Exec(ctx, schema.Query("UpsertSubscription"), s[0], "stripe", "*", 5, nil, s[1], "block"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leakInsertEvent(t, pool, "stripe", "evt_ordered")
+
+	// Control: the columns themselves are refused.
+	for _, col := range []string{"raw_body", "payload", "headers"} {
+		if _, err := leakStrings(t, pool, "webhook_streamer", `SELECT `+col+`::text FROM webhook_ingress.events`); !isPermissionDenied(err) {
+			t.Fatalf("webhook_streamer reads events.%s directly: %v", col, err)
+		}
+	}
+	for _, q := range []struct{ what, sql string }{
+		{"jobs.order_key", `SELECT order_key FROM webhook_ingress.jobs ORDER BY handler`},
+		{"order_lanes.order_key", `SELECT order_key FROM webhook_ingress.order_lanes ORDER BY handler`},
+	} {
+		got, err := leakStrings(t, pool, "webhook_streamer", q.sql)
+		if err != nil && !isPermissionDenied(err) {
+			t.Errorf("%s: %v", q.what, err)
+			continue
+		}
+		if slices.Contains(got, leakSecretBody) {
+			t.Errorf("webhook_streamer reads a body value (events.payload) through %s: %q", q.what, got)
+		}
+		if slices.Contains(got, leakSecretHeader) {
+			t.Errorf("webhook_streamer reads a header value (events.headers) through %s: %q", q.what, got)
+		}
+	}
+}
+
+// A per-consumer role "registers ... only [its handlers'] subscriptions" and
+// "reads the body and headers only of events that have a job for one of
+// them" (docs/operations.md). But it chooses which events get its jobs:
+// registering its own handler for every source and type ('*') is allowed,
+// and from then on the owner's fan-out gives it a job, and so the body and
+// headers, of every event, another team's included.
+func TestKnownLeakConsumerWidensItsSubscriptionToReadOtherTeamsEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for _, s := range [][2]string{{"team-a", "stripe"}, {"team-b", "github"}} {
+		if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ($1, $2)`, s[0], s[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	teamA := newConsumerRole(t, pool, "team-a")
+	newConsumerRole(t, pool, "team-b")
+
+	// Before: team-a does not see team-b's github event.
+	leakInsertEvent(t, pool, "github", "evt_before")
+	if got, err := leakStrings(t, pool, teamA, `SELECT convert_from(raw_body, 'UTF8') FROM webhook_ingress.events WHERE provider = 'github'`); err != nil || len(got) != 0 {
+		t.Fatalf("before: team-a reads github bodies %q, %v; want none", got, err)
+	}
+
+	// team-a registers its own handler for everything (allowed: its handler).
+	if err := asRoleCommit(t, pool, teamA, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), "team-a", "*", "*", 5, nil, nil, "block")
+		return err
+	}); err != nil {
+		t.Fatalf("team-a registers team-a for '*': %v", err)
+	}
+	leakInsertEvent(t, pool, "github", "evt_after")
+	got, err := leakStrings(t, pool, teamA, `SELECT convert_from(raw_body, 'UTF8') || ' ' || headers::text FROM webhook_ingress.events WHERE provider = 'github'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range got {
+		if strings.Contains(g, leakSecretBody) || strings.Contains(g, leakSecretHeader) {
+			t.Errorf("consumer role %s (handler team-a) reads the body and headers of team-b's github event after subscribing its own handler to '*': %q", teamA, g)
+		}
+	}
+}
