@@ -17,9 +17,8 @@
 // per-deployment key), the attempt's id (the cursor), outcome and error class
 // from fixed lists, attempt number, duration and start and end times; the
 // source name and event type only when the operator opts in. No body, header,
-// error text or secret is ever read: its statements do not select them. (Its
-// role, webhook_streamer, could read error texts; docs/database.md, "What
-// the roles can reach".)
+// error text or secret is ever read, and its role, webhook_streamer, may not
+// read a body, a header or an error text (migrations 001 and 036).
 //
 // At start the reporter asks the control plane for the last attempt id it
 // holds (GET /api/v1/cursor) and continues after it; the control plane stores

@@ -101,7 +101,10 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
+	// The claims run as their owner (036) so that the streamer's role
+	// needs no table-wide SELECT for their tuple ids.
+	want := []string{"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
+		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker"}
 	if !slices.Equal(definers, want) {
 		t.Errorf("SECURITY DEFINER functions and who may call them: %q; want %q", definers, want)
@@ -190,5 +193,38 @@ func TestConsumerGroupRoleSeesNothing(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The reporter runs as webhook_streamer, the role of the one service that
+// sends anything out of this database: it must not be able to read a
+// handler's error text (jobs.last_error, job_attempts.error), which may
+// quote a body. Before 036 it could; now its claims run as their owner and
+// it holds SELECT on every other column only.
+func TestStreamerReadsNoErrorText(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('team-b', 'github')`); err != nil {
+		t.Fatal(err)
+	}
+	leakInsertEvent(t, pool, "github", "evt_err")
+	if _, err := pool.Exec(ctx, `UPDATE webhook_ingress.jobs SET status = 'failed', last_error = $1, last_error_class = 'handler_error'`, leakSecretError); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, started_at, outcome, error_class, error)
+		SELECT id, event_received_at, 1, now(), 'failed', 'handler_error', $1 FROM webhook_ingress.jobs`, leakSecretError); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct{ what, sql string }{
+		{"jobs.last_error", `SELECT last_error FROM webhook_ingress.jobs`},
+		{"job_attempts.error", `SELECT error FROM webhook_ingress.job_attempts`},
+	} {
+		got, err := leakStrings(t, pool, "webhook_streamer", q.sql)
+		if err == nil && slices.Contains(got, leakSecretError) {
+			t.Errorf("webhook_streamer (the reporter's role) reads team-b's error text through %s: %q", q.what, got)
+		} else if err != nil && !isPermissionDenied(err) {
+			t.Errorf("%s: %v", q.what, err)
+		}
 	}
 }

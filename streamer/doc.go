@@ -126,10 +126,9 @@
 //     REPLICATION is powerful: where pg_hba.conf lets it, such a role can
 //     also stream the whole cluster physically, raw bodies included, and the
 //     stream carries whole jobs rows (last_error too) whatever its grants.
-//     Give it only to the streamer's replication connection. (The role
-//     webhook_streamer itself reads jobs whole as well, error texts
-//     included, because its claims address rows by tuple id: see
-//     docs/database.md, "What the roles can reach".)
+//     It sits outside webhook_streamer's column-level least privilege
+//     (036: every column of jobs and job_attempts but the error texts).
+//     Give it only to the streamer's replication connection.
 //   - The publication, created by the owner of webhook_ingress.jobs (the
 //     streamer does it when its role may; otherwise Start fails naming the
 //     statement: CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs

@@ -154,41 +154,61 @@ WHERE id = ANY(ARRAY(SELECT id FROM target))
 -- that was the last attempt. When no consumer of the handler was alive (an
 -- outage), no handler ran: back to pending and the attempt does not count.
 -- At most batch_size per call.
+--
+-- The streamer may not read error texts (036_streamer_no_error_text): the
+-- reason is composed from the lease's columns, the attempts that ran and
+-- those that did not are updated apart (a job that did not run keeps its
+-- last error untouched), and the history row takes the reason composed.
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
            (j.worker_id IS NOT NULL OR EXISTS (
                SELECT 1 FROM webhook_ingress.consumers c
-               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at)) AS ran
+               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at)) AS ran,
+           'attempt ' || j.attempt_count || ' leased at ' || j.attempted_at || ' expired at ' || j.lease_expires_at
+               || ' without an outcome (its consumer died or hung, or the reference was lost)' AS reason
     FROM webhook_ingress.jobs j
     WHERE j.lease_expires_at < now()
       AND j.status = 'leased'
     ORDER BY j.lease_expires_at
     LIMIT sqlc.arg(batch_size)::bigint
     FOR UPDATE OF j SKIP LOCKED
-), reaped AS (
+), ran AS (
     UPDATE webhook_ingress.jobs j
-    SET status           = CASE WHEN e.ran AND j.attempt_count >= j.max_attempts THEN 'dead_letter' ELSE 'pending' END,
-        attempt_count    = CASE WHEN e.ran THEN j.attempt_count ELSE j.attempt_count - 1 END,
+    SET status           = CASE WHEN j.attempt_count >= j.max_attempts THEN 'dead_letter' ELSE 'pending' END,
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
         worker_id        = NULL,
         next_attempt_at  = now(),
-        last_error_class = CASE WHEN e.ran THEN 'lease_expired' ELSE j.last_error_class END,
-        last_error       = CASE WHEN e.ran THEN 'attempt ' || j.attempt_count || ' leased at ' || j.attempted_at
-                                    || ' expired at ' || j.lease_expires_at || ' without an outcome (its consumer died or hung, or the reference was lost)'
-                                ELSE j.last_error END,
+        last_error_class = 'lease_expired',
+        last_error       = e.reason,
         updated_at       = now()
     FROM expired e
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
-    RETURNING j.id, j.event_received_at, j.status, e.ran, e.worker_id, j.attempt_count AS attempt, j.attempted_at, j.last_error
+      AND e.ran
+    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason
+), idle AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'pending',
+        attempt_count    = j.attempt_count - 1,
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        worker_id        = NULL,
+        next_attempt_at  = now(),
+        updated_at       = now()
+    FROM expired e
+    WHERE j.id = e.id
+      AND j.event_received_at = e.event_received_at
+      AND NOT e.ran
+    RETURNING j.id, j.status
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
-    SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', last_error
-    FROM reaped
-    WHERE ran
+    SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
+    FROM ran
 )
-SELECT id, status FROM reaped;
+SELECT id, status FROM ran
+UNION ALL
+SELECT id, status FROM idle;
 
 -- name: FetchJobs :many
 -- The consumer's read of a batch of references, writing nothing: attempt
