@@ -228,3 +228,44 @@ func TestStreamerReadsNoErrorText(t *testing.T) {
 		}
 	}
 }
+
+// An ordered handler's key is a value taken from the event's payload (a dot
+// path) or headers (header:Name), copied into jobs.order_key and
+// order_lanes.order_key by the owner's fan-out. webhook_streamer, which may
+// not read raw_body, payload or headers, must not read the copies either (a
+// customer identifier from the body, or any header value: Authorization
+// here). Before 037 it could.
+func TestStreamerReadsNoOrderKeyValue(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for _, s := range [][2]string{{"by-customer", "data.object.customer"}, {"by-auth", "header:Authorization"}} {
+		if _, err := pool.Exec(ctx, schema.Query("UpsertSubscription"), s[0], "stripe", "*", 5, nil, s[1], "block"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leakInsertEvent(t, pool, "stripe", "evt_ordered")
+
+	// Control: the columns themselves are refused.
+	for _, col := range []string{"raw_body", "payload", "headers"} {
+		if _, err := leakStrings(t, pool, "webhook_streamer", `SELECT `+col+`::text FROM webhook_ingress.events`); !isPermissionDenied(err) {
+			t.Fatalf("webhook_streamer reads events.%s directly: %v", col, err)
+		}
+	}
+	for _, q := range []struct{ what, sql string }{
+		{"jobs.order_key", `SELECT order_key FROM webhook_ingress.jobs ORDER BY handler`},
+		{"order_lanes.order_key", `SELECT order_key FROM webhook_ingress.order_lanes ORDER BY handler`},
+	} {
+		got, err := leakStrings(t, pool, "webhook_streamer", q.sql)
+		if err != nil && !isPermissionDenied(err) {
+			t.Errorf("%s: %v", q.what, err)
+			continue
+		}
+		if slices.Contains(got, leakSecretBody) {
+			t.Errorf("webhook_streamer reads a body value (events.payload) through %s: %q", q.what, got)
+		}
+		if slices.Contains(got, leakSecretHeader) {
+			t.Errorf("webhook_streamer reads a header value (events.headers) through %s: %q", q.what, got)
+		}
+	}
+}

@@ -49,7 +49,7 @@ const wantMatrix = `
 | role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits | reconcile_runs | order_lanes |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 | webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- | Siu-- | ----- |
-| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | S---- |
+| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- |
 | webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- |
 | webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- |
 | webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- | S---- | S---- | S---- |
@@ -66,7 +66,7 @@ webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, even
 webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run
 webhook_ingress_writer UPDATE reconcile_runs: finished_at, listed, already_stored, missing, stored, duplicates, by_type, error
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
-webhook_streamer SELECT jobs: id, event_id, event_received_at, handler, provider, event_type, status, attempt_count, max_attempts, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error_class, created_at, updated_at, completed_at, trace_parent, completed_attempt_id, order_key, order_at
+webhook_streamer SELECT jobs: id, event_id, event_received_at, handler, provider, event_type, status, attempt_count, max_attempts, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error_class, created_at, updated_at, completed_at, trace_parent, completed_attempt_id, order_at
 webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error, last_error_class, updated_at
 webhook_streamer SELECT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, duration_ms
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error

@@ -127,7 +127,8 @@
 //     also stream the whole cluster physically, raw bodies included, and the
 //     stream carries whole jobs rows (last_error too) whatever its grants.
 //     It sits outside webhook_streamer's column-level least privilege
-//     (036: every column of jobs and job_attempts but the error texts).
+//     (036, 037: every column of jobs and job_attempts but the error texts
+//     and entity keys; not order_lanes).
 //     Give it only to the streamer's replication connection.
 //   - The publication, created by the owner of webhook_ingress.jobs (the
 //     streamer does it when its role may; otherwise Start fails naming the
