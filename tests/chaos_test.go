@@ -443,6 +443,8 @@ func TestChaosClockSkew(t *testing.T) {
 // Through all of it, "limited" is never leased faster than its token bucket
 // allows (checkRateLimit), services killed and Postgres crashed included.
 func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
+	// The limited handler's token bucket, configured and then checked.
+	const limitedRate, limitedBurst = 200, 20
 	needChaos(t)
 	cluster := chaosCluster(t, filepath.Join(pgtest.TempDir(t), "pg"), nil)
 	nats := natstest.Start(t)
@@ -462,7 +464,8 @@ func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 		target: target, targetURL: targetURL,
 		total: envInt("INLET_CHAOS_N", 5000), rate: envInt("INLET_CHAOS_RATE", 250),
 		handlers: []chaosHandler{
-			{"limited", []string{"rate_limit: 200", "burst: 20", "max_in_flight: 8", "breaker_failures: 20", "breaker_probe_interval: 1s"}},
+			{"limited", []string{fmt.Sprintf("rate_limit: %d", limitedRate), fmt.Sprintf("burst: %d", limitedBurst),
+				"max_in_flight: 8", "breaker_failures: 20", "breaker_probe_interval: 1s"}},
 			{"ordered", []string{"order_key: entity"}},
 		},
 		check: func(t *testing.T, conn *pgx.Conn, target *countingTarget) {
@@ -485,7 +488,7 @@ func TestChaosLimitedAndOrderedHandlers(t *testing.T) {
 			calls := target.calls["/ordered"]
 			target.mu.Unlock()
 			checkEntityOrder(t, calls)
-			checkRateLimit(t, conn, "limited", 200, 20)
+			checkRateLimit(t, conn, "limited", limitedRate, limitedBurst)
 		}})
 }
 
