@@ -244,12 +244,14 @@ func TestTxCommitWindowRacesBatchedCompletion(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			reviewCommitWindow(t, commitFails)
+			commitWindow(t, commitFails)
 		})
 	}
 }
 
-func reviewCommitWindow(t *testing.T, commitFails bool) {
+// commitWindow is one case of TestTxCommitWindowRacesBatchedCompletion: the
+// transactional commit lands, or fails.
+func commitWindow(t *testing.T, commitFails bool) {
 	ctx := context.Background()
 	b := setup(t)
 	effects(t, b)
@@ -439,6 +441,7 @@ CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON public.effects
 	}
 }
 
+// grepLines is the lines of s that contain sub.
 func grepLines(s, sub string) []string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
