@@ -254,7 +254,8 @@ func inletJobs(ctx context.Context, b *bench, kind, natsURL string, replicas, n 
 	role := schema.WorkerRole
 	if asConsumerRole {
 		role = fmt.Sprintf("webhook_consumer_bench_%d", time.Now().UnixNano())
-		if _, err := queries.New(owner).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: []string{name}}); err != nil {
+		if _, err := queries.New(owner).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: []string{name},
+			ScopeProviders: []string{"*"}, ScopeTypes: []string{"*"}}); err != nil {
 			return run, fmt.Errorf("create consumer role: %w", err)
 		}
 		defer func() {

@@ -67,22 +67,22 @@
 // read every event: the single-team setup. When several teams run consumers,
 // each team gets a role of its own, so that one compromised consumer cannot
 // complete, fail or disable another team's handler, or read the events that
-// reached only that team. It may still subscribe its own handlers to more
-// sources and types, and then reads the events that arrive after that
-// (docs/database.md, "What the roles can reach"). The schema owner makes it:
+// reached only that team. The schema owner makes it, with the events it may
+// subscribe to and read (its scopes):
 //
-//	inlet roles create-consumer payments --handlers billing,refunds --member payments_login
+//	inlet roles create-consumer payments --handlers billing,refunds --scope stripe --member payments_login
 //
 // and the team's service runs as it: [OpenPoolAs] with
 // "webhook_consumer_payments" (or consumer.db_role for inlet consumer).
 // PostgreSQL enforces the rest, with row-level security on jobs,
 // job_attempts, subscriptions, consumers and events: the role sees, extends,
 // completes and fails only billing's and refunds' jobs, registers and
-// disables only their subscriptions, says only they are alive, and reads
-// the body and headers only of events that have a job for one of them. The
-// SDK needs nothing else: a reference of another handler reads as not this
-// consumer's to take, and declaring a handler the role does not run makes
-// [Service.Start] fail naming it.
+// disables only their subscriptions, enables a subscription only inside its
+// scopes, says only they are alive, and reads the body and headers only of
+// events inside its scopes that have a job for one of them. The SDK needs
+// nothing else: a reference of another handler reads as not this
+// consumer's to take, and declaring a handler the role does not run, or a
+// pattern outside its scopes, makes [Service.Start] fail naming it.
 //
 // Ready-made handlers live in the subpackages log and httpforward; the
 // transports in bus (in-process) and bus/natsbus (NATS JetStream).

@@ -37,6 +37,10 @@ func (s *Service) Register(ctx context.Context) error {
 				}
 				if _, err := tx.Exec(ctx, schema.Query("UpsertSubscription"), h.Name, p.Provider, p.EventType, h.MaxAttempts, expr,
 					orderKey, cmp.Or(h.OrderPolicy, "block")); err != nil {
+					if isRowSecurityViolation(err) && strings.Contains(err.Error(), "consumer_in_scope") {
+						return fmt.Errorf("handler %q may not subscribe to (%q, %q): outside this database role's scopes (inlet roles list; widen with inlet roles create-consumer NAME --handlers … --scope %s:%s): %w",
+							h.Name, p.Provider, p.EventType, p.Provider, p.EventType, err)
+					}
 					if isRowSecurityViolation(err) {
 						return fmt.Errorf("handler %q is not one of this database role's handlers (inlet roles create-consumer NAME --handlers …,%s, or run as webhook_worker): %w",
 							h.Name, h.Name, err)
@@ -67,7 +71,9 @@ func (s *Service) Register(ctx context.Context) error {
 
 // isRowSecurityViolation reports whether err is PostgreSQL refusing a row
 // that its row-level security policies do not let the role write: a
-// consumer role (011_consumer_roles) registering a handler not its own.
+// consumer role (011_consumer_roles) registering a handler not its own, or
+// a pattern outside its scopes (038_consumer_role_scopes: the policy named
+// consumer_in_scope_…).
 func isRowSecurityViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")

@@ -22,9 +22,17 @@ var roleSeq atomic.Int64
 // would; the role is dropped when the test ends (roles are cluster-wide).
 func consumerRolePool(t *testing.T, b *testBundle, handlers ...string) *consumers.Config {
 	t.Helper()
+	return scopedRolePool(t, b, "*", handlers...)
+}
+
+// scopedRolePool is consumerRolePool for a role whose scope is the sources
+// sourcePattern matches (every type).
+func scopedRolePool(t *testing.T, b *testBundle, sourcePattern string, handlers ...string) *consumers.Config {
+	t.Helper()
 	ctx := context.Background()
 	role := fmt.Sprintf("webhook_consumer_c%d_%d", os.Getpid(), roleSeq.Add(1))
-	if _, err := queries.New(b.Admin).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers}); err != nil {
+	if _, err := queries.New(b.Admin).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers,
+		ScopeProviders: []string{sourcePattern}, ScopeTypes: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := consumers.OpenPoolAs(ctx, b.Admin.Config().ConnString(), role, "consumer-role-test")
@@ -120,4 +128,35 @@ func TestServiceAsConsumerRole(t *testing.T) {
 	if patterns != "billing stripe true, other-team stripe true" {
 		t.Errorf("subscriptions after the refused start: %s", patterns)
 	}
+}
+
+// A handler declaring events outside its role's scope (every source, under
+// a scope of stripe) fails at Start, naming the pattern and the scope, and
+// registers nothing: a team cannot subscribe itself to another team's
+// events (038_consumer_role_scopes).
+func TestServiceOutsideItsScopeFailsAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg := scopedRolePool(t, b, "stripe", "billing")
+	cfg.Handlers = []consumers.Handler{{Name: "billing", Provider: "*", Func: ok}}
+	svc, err := consumers.New(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = svc.Start(ctx)
+	if err == nil {
+		_ = svc.Stop(ctx)
+		t.Fatal("a service subscribing outside its role's scope started")
+	}
+	if !strings.Contains(err.Error(), `handler "billing" may not subscribe to ("*", "*"): outside this database role's scopes`) {
+		t.Errorf("start: %v, want the pattern and the scope named", err)
+	}
+	var n int
+	if err := b.Admin.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.subscriptions`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d subscriptions after the refused start (%v), want none", n, err)
+	}
+
+	cfg.Handlers = []consumers.Handler{{Name: "billing", Provider: "stripe", EventType: "invoice.*", Func: ok}}
+	b.start(t, *cfg)
 }

@@ -28,7 +28,8 @@ func newConsumerRole(t *testing.T, pool *pgxpool.Pool, handlers ...string) strin
 	t.Helper()
 	ctx := context.Background()
 	role := fmt.Sprintf("webhook_consumer_t%d_%d", os.Getpid(), roleSeq.Add(1))
-	if _, err := queries.New(pool).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers}); err != nil {
+	if _, err := queries.New(pool).CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: handlers,
+		ScopeProviders: []string{"*"}, ScopeTypes: []string{"*"}}); err != nil {
 		t.Fatalf("create consumer role %s: %v", role, err)
 	}
 	t.Cleanup(func() {
@@ -229,7 +230,8 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 				{"say their consumer is gone", execRows(schema.Query("ConsumerGone"), "c-"+theirs, []string{theirs})},
 				{"delete their liveness", execRows(`DELETE FROM webhook_ingress.consumers WHERE handler = $1`, theirs)},
 				{"take their handler", execRows(`INSERT INTO webhook_ingress.consumer_roles (role_name, handler) VALUES ($1, $2)`, me, theirs)},
-				{"take their handler through the function", queryRows(queries.CreateConsumerRole, me, []string{mine, theirs})},
+				{"take their handler through the function", queryRows(queries.CreateConsumerRole, me, []string{mine, theirs}, nil, nil)},
+				{"widen its own scope", execRows(`INSERT INTO webhook_ingress.consumer_role_scopes (role_name, provider_pattern, event_type_pattern) VALUES (current_user, $1, $2)`, "x*", "*")},
 				{"read a jobs partition", queryRows(`SELECT handler FROM webhook_ingress.jobs_default`)},
 				{"read an events partition", queryRows(`SELECT raw_body FROM webhook_ingress.events_default`)},
 				// SET ROLE is checked against the session's login role, not

@@ -3,9 +3,10 @@ package schema_test
 // What the roles that feed things outside this database (webhook_streamer,
 // which runs the metadata reporter and publishes bus references) and the
 // per-consumer roles (row-level security holds them to their handlers) can
-// read of bodies, header values and error texts. Three reachable leaks a
-// review proved are reproduced in leak_known_test.go (build tag knownleaks),
-// until they are fixed.
+// read of bodies, header values and error texts. The three reachable leaks
+// a review proved (2026-12-06) are fixed: the streamer's error texts (036)
+// and entity keys (037) here, a consumer role widening its own
+// subscription (038) in consumer_scopes_test.go.
 
 import (
 	"context"

@@ -36,6 +36,15 @@ CREATE TABLE webhook_ingress.audit_verifications (
     head text NOT NULL
 );
 
+CREATE TABLE webhook_ingress.consumer_role_scopes (
+    role_name text NOT NULL,
+    provider_pattern text NOT NULL,
+    event_type_pattern text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    provider_like text,
+    event_type_like text
+);
+
 CREATE TABLE webhook_ingress.consumer_roles (
     role_name text NOT NULL,
     handler text NOT NULL,
@@ -334,7 +343,7 @@ CREATE FUNCTION webhook_ingress.complete_jobs(p_ids bigint[], p_attempts integer
 
 CREATE TABLE webhook_ingress.create_consumer_role_result (role_name text, role_created boolean, handler text, change text);
 
-CREATE FUNCTION webhook_ingress.create_consumer_role(p_role text, p_handlers text[]) RETURNS SETOF webhook_ingress.create_consumer_role_result
+CREATE FUNCTION webhook_ingress.create_consumer_role(p_role text, p_handlers text[], p_scope_providers text[], p_scope_types text[]) RETURNS SETOF webhook_ingress.create_consumer_role_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE TABLE webhook_ingress.create_partitions_result (period_start timestamp with time zone, period_end timestamp with time zone);

@@ -411,7 +411,7 @@ func TestNoCommandPrintsASecret(t *testing.T) {
 	run(true, "audit", "seal", "--grace", "1ms")
 	run(true, "audit", "verify")
 	run(true, "retention", "--dry-run")
-	run(true, "roles", "create-consumer", "billing", "--handlers", "log")
+	run(true, "roles", "create-consumer", "billing", "--handlers", "log", "--scope", "*")
 	run(true, "roles", "list")
 
 	// Backfill from a Stripe API that knows the key.

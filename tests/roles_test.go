@@ -20,8 +20,8 @@ import (
 var roleRuns atomic.Int64
 
 // inlet roles, as the schema owner: create a team's consumer role with a
-// login member, change its handlers, list it, refuse a role that is not a
-// consumer role, and drop it; what PostgreSQL then lets the role do is
+// login member, change its handlers and scopes, list it, refuse a role that
+// is not a consumer role, and drop it; what PostgreSQL then lets the role do is
 // schema's TestConsumerRolesCannotTouchEachOthersRows.
 func TestRolesCreateListDrop(t *testing.T) {
 	t.Parallel()
@@ -68,7 +68,13 @@ func TestRolesCreateListDrop(t *testing.T) {
 		return hs
 	}
 
-	out, errOut, code := runInlet(t, env, "roles", "create-consumer", name, "--handlers", "billing,refunds", "--member", login)
+	// A new role needs a scope.
+	_, errOut, code := runInlet(t, env, "roles", "create-consumer", name, "--handlers", "billing,refunds")
+	if code != 1 || !strings.Contains(errOut, "has no scope") || !strings.Contains(errOut, "--scope") {
+		t.Fatalf("create-consumer without a scope: exit %d, stderr %q; want refused, naming --scope", code, errOut)
+	}
+	out, errOut, code := runInlet(t, env, "roles", "create-consumer", name, "--handlers", "billing,refunds", "--member", login,
+		"--scope", "stripe", "--scope", "paddle:transaction.*")
 	if code != 0 || !strings.Contains(out, "created consumer role "+role) || !strings.Contains(out, "granted to "+login) ||
 		!strings.Contains(out, "consumer.db_role: "+role) || errOut != "" {
 		t.Fatalf("create-consumer: exit %d\n%s\n%s", code, out, errOut)
@@ -81,13 +87,14 @@ func TestRolesCreateListDrop(t *testing.T) {
 		t.Fatalf("%s member of %s: %v; %s has webhook_consumer's privileges: %v (%v)", login, role, member, role, inherits, err)
 	}
 
-	// Again: the handlers become the new list; a member that can reach
-	// webhook_worker is warned about.
-	out, errOut, code = runInlet(t, env, "roles", "create-consumer", role, "--handlers", "billing,payouts", "--member", workerLogin)
+	// Again: the handlers become the new list, the scopes too; a member
+	// that can reach webhook_worker is warned about.
+	out, errOut, code = runInlet(t, env, "roles", "create-consumer", role, "--handlers", "billing,payouts", "--member", workerLogin,
+		"--scope", "stripe:*")
 	if code != 0 || !strings.Contains(out, "updated consumer role "+role) || !strings.Contains(errOut, workerLogin+" is also a member of webhook_worker") {
 		t.Fatalf("create-consumer again: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"billing", "kept", "payouts", "added", "refunds", "removed"} {
+	for _, want := range []string{"billing", "kept", "payouts", "added", "refunds", "removed", "SCOPE", "paddle:transaction.*", "stripe:*"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("create-consumer again does not say %q:\n%s", want, out)
 		}
@@ -101,21 +108,24 @@ func TestRolesCreateListDrop(t *testing.T) {
 		Items []struct {
 			Role     string   `json:"role"`
 			Handlers []string `json:"handlers"`
+			Scopes   []string `json:"scopes"`
 			Members  []string `json:"members"`
 		} `json:"items"`
 	}
 	err = json.Unmarshal([]byte(out), &page)
 	list := page.Items
 	if code != 0 || err != nil || len(list) != 1 || list[0].Role != role ||
-		!slices.Equal(list[0].Handlers, []string{"billing", "payouts"}) || !slices.Equal(list[0].Members, []string{login, workerLogin}) {
+		!slices.Equal(list[0].Handlers, []string{"billing", "payouts"}) || !slices.Equal(list[0].Scopes, []string{"stripe:*"}) ||
+		!slices.Equal(list[0].Members, []string{login, workerLogin}) {
 		t.Fatalf("list --json: exit %d\n%s\n%s", code, out, errOut)
 	}
-	if out, _, code = runInlet(t, env, "roles", "list"); code != 0 || !strings.Contains(out, role) || !strings.Contains(out, "billing,payouts") {
+	if out, _, code = runInlet(t, env, "roles", "list"); code != 0 || !strings.Contains(out, role) || !strings.Contains(out, "billing,payouts") ||
+		!strings.Contains(out, "stripe:*") {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
 
 	// A role that exists and is not a consumer role is not taken over.
-	_, errOut, code = runInlet(t, env, "roles", "create-consumer", taken, "--handlers", "billing")
+	_, errOut, code = runInlet(t, env, "roles", "create-consumer", taken, "--handlers", "billing", "--scope", "*")
 	if code != 1 || !strings.Contains(errOut, "is not a consumer role") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 		t.Fatalf("create-consumer over an existing role: exit %d, stderr %q", code, errOut)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -108,12 +110,24 @@ func runRolesCreateConsumer(ctx context.Context, env *environment, args []string
 	fs := newFlagSet(env, "roles create-consumer", " NAME", `
 Make the database role webhook_consumer_NAME (NOLOGIN, a member of
 webhook_consumer, which holds the consumers' grants) and record the handlers
-it runs in webhook_ingress.consumer_roles. Run again, it sets the role's
-handlers to the new list. Row-level security then holds it to those
-handlers: it reads, extends, completes and fails only their jobs, appends
-history only to them, registers and disables only their subscriptions, says
-only they are alive, and reads the body and headers only of events that have
-a job for one of them.
+it runs in webhook_ingress.consumer_roles, and the events it may take in
+webhook_ingress.consumer_role_scopes. Run again, it sets the role's handlers
+to the new list, and its scopes to the new ones when --scope is given (kept
+otherwise). Row-level security then holds it to those handlers: it reads,
+extends, completes and fails only their jobs, appends history only to them,
+registers and disables only their subscriptions, says only they are alive,
+and reads the body and headers only of events that have a job for one of
+them.
+
+--scope SOURCE[:TYPE] (globs, * any run of characters; TYPE defaults to *)
+says which events: the role may enable a subscription only inside one of its
+scopes (stripe with invoice.* under --scope stripe, not * or stri*), and
+reads the body only of events inside one, whatever subscriptions exist. So
+a team cannot subscribe its handler to another team's events to read them.
+A new role needs at least one; --scope '*' gives it every event (one team).
+Narrowing a scope leaves wider subscriptions enabled: their jobs outside it
+fail as event_missing (dead letters, replayable); the consumer's next start
+refuses to register them.
 
 The consumer must run as the role: consumer.db_role: webhook_consumer_NAME
 for inlet consumer, or consumers.OpenPoolAs in the SDK (SET ROLE after
@@ -121,9 +135,27 @@ logging in as a member), or log in as the role itself. --member grants it to
 a login role; that login role should not also be a member of webhook_worker,
 which runs every handler.
 
-  inlet roles create-consumer payments --handlers billing,refunds --member payments_login`+rolesHelp)
+  inlet roles create-consumer payments --handlers billing,refunds --scope stripe --scope 'paddle:transaction.*' --member payments_login`+rolesHelp)
 	cfgPath, dbURL := rolesFlags(fs)
 	handlers := fs.String("handlers", "", "comma-separated handler names the role runs (required)")
+	var scopeSources, scopeTypes []string
+	fs.Func("scope", "SOURCE[:TYPE]: events the role may subscribe to and read (globs; TYPE defaults to *); repeatable; replaces the role's scopes (required for a new role)", func(s string) error {
+		source, eventType, ok := strings.Cut(s, ":")
+		if !ok {
+			eventType = "*"
+		}
+		if source == "" {
+			return fmt.Errorf("%q has no source: a pattern such as stripe, stripe* or *", s)
+		}
+		if err := validScopePattern(source); err != nil {
+			return fmt.Errorf("source of %q: %v", s, err)
+		}
+		if err := validScopePattern(eventType); err != nil {
+			return fmt.Errorf("type of %q: %v", s, err)
+		}
+		scopeSources, scopeTypes = append(scopeSources, source), append(scopeTypes, eventType)
+		return nil
+	})
 	var members []string
 	fs.Func("member", "login role that may act as the consumer role (GRANT role TO member); repeatable", func(s string) error {
 		members = append(members, s)
@@ -159,15 +191,20 @@ which runs every handler.
 	}
 	return withOwner(ctx, *cfgPath, *dbURL, func(tx pgx.Tx) error {
 		q := queries.New(tx)
-		rows, err := q.CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: hs})
+		rows, err := q.CreateConsumerRole(ctx, queries.CreateConsumerRoleParams{Role: role, Handlers: hs,
+			ScopeProviders: scopeSources, ScopeTypes: scopeTypes})
 		if err != nil {
 			return fmt.Errorf("create consumer role %s: %w", role, err)
 		}
 		var created bool
-		var changes [][2]string
+		var changes, scopes [][2]string
 		for _, r := range rows {
 			created = r.RoleCreated
-			changes = append(changes, [2]string{r.Handler, r.Change})
+			if c, ok := strings.CutPrefix(r.Change, "scope_"); ok {
+				scopes = append(scopes, [2]string{r.Handler, c})
+			} else {
+				changes = append(changes, [2]string{r.Handler, r.Change})
+			}
 		}
 		var warnings []string
 		for _, m := range members {
@@ -192,6 +229,12 @@ which runs every handler.
 		for _, c := range changes {
 			fmt.Fprintf(tw, "%s\t%s\n", safe(c[0]), c[1])
 		}
+		if len(scopes) > 0 {
+			fmt.Fprintln(tw, "SCOPE\tCHANGE")
+		}
+		for _, c := range scopes {
+			fmt.Fprintf(tw, "%s\t%s\n", safe(c[0]), c[1])
+		}
 		tw.Flush()
 		for _, m := range members {
 			fmt.Fprintf(env.stdout, "granted to %s\n", m)
@@ -208,14 +251,16 @@ which runs every handler.
 type consumerRoleRow struct {
 	Role     string   `json:"role"`
 	Handlers []string `json:"handlers"`
+	Scopes   []string `json:"scopes"`
 	Members  []string `json:"members"`
 }
 
 func runRolesList(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "roles list", " [NAME]", `
 List every consumer role (member of webhook_consumer) with the handlers it
-runs and the roles that may act as it (its members, e.g. login roles), or
-only consumer NAME's.`+rolesHelp)
+runs, its scopes (SOURCE:TYPE, the events it may subscribe to and read) and
+the roles that may act as it (its members, e.g. login roles), or only
+consumer NAME's.`+rolesHelp)
 	cfgPath, dbURL := rolesFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -250,9 +295,10 @@ only consumer NAME's.`+rolesHelp)
 			return nil
 		}
 		tw := newTable(env.stdout)
-		fmt.Fprintln(tw, "ROLE\tHANDLERS\tMEMBERS")
+		fmt.Fprintln(tw, "ROLE\tHANDLERS\tSCOPES\tMEMBERS")
 		for _, r := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Role, safe(strings.Join(r.Handlers, ",")), cell(strings.Join(r.Members, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Role, safe(strings.Join(r.Handlers, ",")), cell(safe(strings.Join(r.Scopes, " "))),
+				cell(strings.Join(r.Members, ",")))
 		}
 		return tw.Flush()
 	})
@@ -261,7 +307,7 @@ only consumer NAME's.`+rolesHelp)
 func runRolesDropConsumer(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "roles drop-consumer", " NAME", `
 Remove consumer role webhook_consumer_NAME: its rows of
-webhook_ingress.consumer_roles, then the role (its memberships go with it).
+webhook_ingress.consumer_roles and consumer_role_scopes, then the role (its memberships go with it).
 Its handlers' subscriptions and jobs stay; run them under another role, or
 switch them off with inlet subscriptions disable.`+rolesHelp)
 	cfgPath, dbURL := rolesFlags(fs)
@@ -283,4 +329,21 @@ switch them off with inlet subscriptions disable.`+rolesHelp)
 		fmt.Fprintf(env.stdout, "dropped consumer role %s (handlers: %s)\n", role, cell(strings.Join(handlers, ",")))
 		return nil
 	})
+}
+
+// validScopePattern checks one glob of a --scope: printable UTF-8, at most
+// 200 bytes (a subscription pattern's limit).
+func validScopePattern(p string) error {
+	if len(p) > 200 {
+		return fmt.Errorf("pattern is %d bytes, longer than 200", len(p))
+	}
+	if !utf8.ValidString(p) {
+		return errors.New("pattern is not valid UTF-8")
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) {
+			return errors.New("pattern contains a control character")
+		}
+	}
+	return nil
 }

@@ -38,6 +38,25 @@ func TestRolesUsageErrors(t *testing.T) {
 	}
 }
 
+// A bad --scope is named before the database is needed.
+func TestRolesBadScope(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Chdir(t.TempDir())
+	for scope, want := range map[string]string{
+		"":                       "has no source",
+		":invoice.*":             "has no source",
+		"stripe:a\x01":           "control character",
+		strings.Repeat("s", 201): "longer than 200",
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), &environment{stdout: &out, stderr: &errOut},
+			[]string{"roles", "create-consumer", "payments", "--handlers", "billing", "--scope", scope})
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "-scope") || !strings.Contains(err.Error(), want) {
+			t.Errorf("--scope %q: error %v, want a usage error naming -scope and saying %q", scope, err, want)
+		}
+	}
+}
+
 func TestRolesHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"roles", "--help"}, {"roles", "create-consumer", "--help"}, {"roles", "list", "--help"}, {"roles", "drop-consumer", "--help"},

@@ -55,7 +55,7 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_cons
 -- row-level security holds to its handlers' jobs, subscriptions and event
 -- bodies (docs/operations.md, "A database role per consumer"), and take webhook_worker,
 -- which runs every handler, away from its login role:
---   inlet roles create-consumer payments --handlers billing,refunds --member payments_login
+--   inlet roles create-consumer payments --handlers billing,refunds --scope stripe --member payments_login
 -- then consumer.db_role: webhook_consumer_payments in that team's config.
 
 -- An auditor (reads everything in webhook_ingress, writes nothing):

@@ -389,6 +389,15 @@ type WebhookIngressClaimLimitedJobsResult struct {
 	Probe           *bool
 }
 
+type WebhookIngressConsumerRoleScope struct {
+	RoleName         string
+	ProviderPattern  string
+	EventTypePattern string
+	CreatedAt        time.Time
+	ProviderLike     *string
+	EventTypeLike    *string
+}
+
 type WebhookIngressOrderLane struct {
 	JobID           int64
 	EventReceivedAt time.Time

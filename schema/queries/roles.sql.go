@@ -12,12 +12,15 @@ import (
 const CreateConsumerRole = `-- name: CreateConsumerRole :many
 
 SELECT role_name::text AS role_name, role_created::boolean AS role_created, handler::text AS handler, change::text AS change
-FROM webhook_ingress.create_consumer_role($1::text, $2::text[])
+FROM webhook_ingress.create_consumer_role($1::text, $2::text[],
+                                          $3::text[], $4::text[])
 `
 
 type CreateConsumerRoleParams struct {
-	Role     string
-	Handlers []string
+	Role           string
+	Handlers       []string
+	ScopeProviders []string
+	ScopeTypes     []string
 }
 
 type CreateConsumerRoleRow struct {
@@ -31,9 +34,17 @@ type CreateConsumerRoleRow struct {
 // They run as the owner of webhook_ingress, which alone may execute the
 // functions and write consumer_roles.
 // Make `role` a consumer role running exactly `handlers` (created NOLOGIN
-// when missing); one row per handler: added, kept or removed.
+// when missing), inside the scopes (scope_providers[i], scope_types[i]),
+// which replace its old ones (both NULL: kept; 038_consumer_role_scopes);
+// one row per handler: added, kept or removed, and per scope ('source:type'
+// in handler): scope_added, scope_kept or scope_removed.
 func (q *Queries) CreateConsumerRole(ctx context.Context, arg CreateConsumerRoleParams) ([]CreateConsumerRoleRow, error) {
-	rows, err := q.db.Query(ctx, CreateConsumerRole, arg.Role, arg.Handlers)
+	rows, err := q.db.Query(ctx, CreateConsumerRole,
+		arg.Role,
+		arg.Handlers,
+		arg.ScopeProviders,
+		arg.ScopeTypes,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +97,10 @@ const ListConsumerRoles = `-- name: ListConsumerRoles :many
 SELECT a.rolname::text AS role,
        coalesce((SELECT array_agg(c.handler ORDER BY c.handler) FROM webhook_ingress.consumer_roles c
                  WHERE c.role_name = a.rolname), '{}')::text[] AS handlers,
+       coalesce((SELECT array_agg(c.provider_pattern || ':' || c.event_type_pattern
+                                  ORDER BY c.provider_pattern, c.event_type_pattern)
+                 FROM webhook_ingress.consumer_role_scopes c
+                 WHERE c.role_name = a.rolname), '{}')::text[] AS scopes,
        coalesce((SELECT array_agg(u.rolname::text ORDER BY u.rolname) FROM pg_catalog.pg_auth_members m
                  JOIN pg_catalog.pg_roles u ON u.oid = m.member
                  WHERE m.roleid = a.oid), '{}')::text[] AS members
@@ -99,11 +114,13 @@ ORDER BY a.rolname
 type ListConsumerRolesRow struct {
 	Role     string
 	Handlers []string
+	Scopes   []string
 	Members  []string
 }
 
-// Every consumer role (member of webhook_consumer): its handlers, and the
-// other roles that may act as it (members of it, e.g. login roles).
+// Every consumer role (member of webhook_consumer): its handlers, its
+// scopes ('source:type'), and the other roles that may act as it (members
+// of it, e.g. login roles).
 func (q *Queries) ListConsumerRoles(ctx context.Context, role string) ([]ListConsumerRolesRow, error) {
 	rows, err := q.db.Query(ctx, ListConsumerRoles, role)
 	if err != nil {
@@ -113,7 +130,12 @@ func (q *Queries) ListConsumerRoles(ctx context.Context, role string) ([]ListCon
 	var items []ListConsumerRolesRow
 	for rows.Next() {
 		var i ListConsumerRolesRow
-		if err := rows.Scan(&i.Role, &i.Handlers, &i.Members); err != nil {
+		if err := rows.Scan(
+			&i.Role,
+			&i.Handlers,
+			&i.Scopes,
+			&i.Members,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
