@@ -78,8 +78,9 @@
 // job_attempts, subscriptions, consumers and events: the role sees, extends,
 // completes and fails only billing's and refunds' jobs, registers and
 // disables only their subscriptions, enables a subscription only inside its
-// scopes, says only they are alive, and reads the body and headers only of
-// events inside its scopes that have a job for one of them. The SDK needs
+// scopes, sees only their jobs inside its scopes, says only they are alive,
+// and reads the body and headers only of events inside its scopes that have
+// a job for one of them. The SDK needs
 // nothing else: a reference of another handler reads as not this
 // consumer's to take, and declaring a handler the role does not run, or a
 // pattern outside its scopes, makes [Service.Start] fail naming it.

@@ -165,12 +165,17 @@ func TestConsumerScopeHoldsAWiderSubscription(t *testing.T) {
 	if err != nil || len(got) != 1 || !strings.HasPrefix(got[0], "stripe ") {
 		t.Errorf("team-a (scope stripe, subscribed to '*' by the owner) reads %q, %v; want the stripe event only", got, err)
 	}
-	// Its job of the github event finds no event (the consumer's fetch).
+	// Nor its job of the github event (whose order key or error text may
+	// copy the body), which exists.
 	got, err = leakStrings(t, pool, teamA, `SELECT j.provider || ' ' || coalesce(e.provider, 'missing')
 		FROM webhook_ingress.jobs j LEFT JOIN webhook_ingress.events e ON e.id = j.event_id AND e.received_at = j.event_received_at
 		ORDER BY 1`)
-	if err != nil || !slices.Equal(got, []string{"github missing", "stripe stripe"}) {
-		t.Errorf("team-a's jobs and their events: %q, %v; want [github missing, stripe stripe]", got, err)
+	if err != nil || !slices.Equal(got, []string{"stripe stripe"}) {
+		t.Errorf("team-a's jobs and their events: %q, %v; want [stripe stripe]", got, err)
+	}
+	var all int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'team-a'`).Scan(&all); err != nil || all != 2 {
+		t.Fatalf("team-a has %d jobs (%v), want 2", all, err)
 	}
 
 	off := func(enabled bool) error {

@@ -122,12 +122,13 @@ them.
 --scope SOURCE[:TYPE] (globs, * any run of characters; TYPE defaults to *)
 says which events: the role may enable a subscription only inside one of its
 scopes (stripe with invoice.* under --scope stripe, not * or stri*), and
-reads the body only of events inside one, whatever subscriptions exist. So
-a team cannot subscribe its handler to another team's events to read them.
-A new role needs at least one; --scope '*' gives it every event (one team).
-Narrowing a scope leaves wider subscriptions enabled: their jobs outside it
-fail as event_missing (dead letters, replayable); the consumer's next start
-refuses to register them.
+reads the body only of events inside one, and takes only its jobs inside
+one, whatever subscriptions exist. So a team cannot subscribe its handler to
+another team's events to read them. A new role needs at least one; --scope
+'*' gives it every event (one team). Narrowing a scope leaves wider
+subscriptions enabled (disable them with inlet subscriptions disable): their
+jobs outside it expire into the dead letters, and the consumer's next start
+refuses to register them until its configuration is narrowed too.
 
 The consumer must run as the role: consumer.db_role: webhook_consumer_NAME
 for inlet consumer, or consumers.OpenPoolAs in the SDK (SET ROLE after

@@ -19,13 +19,18 @@
 --   scopes covers both its patterns (a restrictive WITH CHECK on INSERT and
 --   UPDATE): 'stripe' with 'invoice.*' under a scope stripe:*, not '*'. It
 --   may still disable any of its handlers' subscriptions.
--- * It reads the body and headers only of events inside one of its scopes,
---   besides having a job of one of its handlers (a restrictive SELECT
---   policy on events): a subscription wider than the scope, enabled before
---   this migration or by the owner, or left enabled when the operator
---   narrows the scope, does not open the events outside it. Such an event's
---   job finds no event and fails permanently (event_missing, in the DLQ:
---   replayable once the scope covers it).
+-- * It sees, and so reads, extends, completes, fails and gives back, only
+--   the jobs of its handlers inside one of its scopes (a restrictive policy
+--   on jobs; job_attempts follow, their policy probing jobs), and reads the
+--   body and headers only of events inside one, besides having a job of one
+--   of its handlers (a restrictive SELECT policy on events). A subscription
+--   wider than the scope, enabled before this migration or by the owner, or
+--   left enabled when the operator narrows the scope, or a handler shared
+--   with a role of another scope, does not open the events outside it, nor
+--   their jobs, whose order_key and error texts may copy body and header
+--   values. Such a job is one the consumer cannot take: its leases expire
+--   until the reaper dead-letters it (lease_expired; replayable once a
+--   scope covers it, or run by a role whose scope does).
 --
 -- Coverage: a pattern P lies inside scope pattern S when P, read as plain
 -- text, matches S's LIKE pattern (its '*' the only wildcard). Each '*' of P
@@ -90,6 +95,17 @@ CREATE POLICY consumer_in_scope_update ON webhook_ingress.subscriptions AS RESTR
         WHERE c.role_name = current_user
           AND subscriptions.provider_pattern LIKE c.provider_like
           AND subscriptions.event_type_pattern LIKE c.event_type_like));
+
+-- Jobs: inside a scope, besides being of one of the role's handlers
+-- (consumer_own_handlers, 011). A job carries its event's source and type.
+-- job_attempts' policy finds the job under this one, so a role reads no
+-- error text of a job outside its scopes either.
+CREATE POLICY consumer_in_scope ON webhook_ingress.jobs AS RESTRICTIVE FOR ALL TO webhook_consumer
+    USING (EXISTS (
+        SELECT FROM webhook_ingress.consumer_role_scopes c
+        WHERE c.role_name = current_user
+          AND jobs.provider LIKE c.provider_like
+          AND jobs.event_type LIKE c.event_type_like));
 
 -- Events: inside a scope, besides having one of the role's jobs
 -- (consumer_own_events, 011).
@@ -157,6 +173,10 @@ BEGIN
     END IF;
     IF created THEN
         EXECUTE format('GRANT webhook_consumer TO %I', p_role);
+        -- Rows a role of this name left when it was dropped by hand (DROP
+        -- ROLE, not drop_consumer_role) are not the new role's.
+        DELETE FROM webhook_ingress.consumer_roles c WHERE c.role_name = p_role;
+        DELETE FROM webhook_ingress.consumer_role_scopes c WHERE c.role_name = p_role;
     END IF;
     IF p_scope_providers IS NULL AND NOT EXISTS (
         SELECT FROM webhook_ingress.consumer_role_scopes c WHERE c.role_name = p_role) THEN
@@ -224,5 +244,42 @@ BEGIN
     RETURN QUERY
     DELETE FROM webhook_ingress.consumer_roles c WHERE c.role_name = p_role RETURNING c.handler;
     EXECUTE format('DROP ROLE %I', p_role);
+END
+$$;
+
+-- give_back_attempt runs as the owner and applies the consumer policies
+-- itself (029): now the scope too, as the jobs policy above does.
+CREATE OR REPLACE FUNCTION webhook_ingress.give_back_attempt(p_id bigint, p_received_at timestamptz, p_attempt integer,
+                                                             p_leased_at timestamptz)
+    RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS
+$$
+DECLARE
+    caller       text := coalesce(nullif(current_setting('role'), 'none'), session_user);
+    unrestricted boolean;
+BEGIN
+    SELECT a.rolsuper OR a.rolbypassrls OR NOT pg_has_role(a.oid, 'webhook_consumer'::regrole, 'USAGE')
+    INTO unrestricted
+    FROM pg_catalog.pg_roles a WHERE a.rolname = caller;
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'pending',
+        attempt_count    = j.attempt_count - 1,
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        worker_id        = NULL,
+        next_attempt_at  = now(),
+        updated_at       = now()
+    WHERE j.id = p_id
+      AND j.event_received_at = p_received_at
+      AND j.status = 'leased'
+      AND j.attempt_count = p_attempt
+      AND j.attempted_at = p_leased_at
+      AND (coalesce(unrestricted, false)
+           OR (j.handler IN (SELECT r.handler FROM webhook_ingress.consumer_roles r WHERE r.role_name = caller)
+               AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes c
+                           WHERE c.role_name = caller
+                             AND j.provider LIKE c.provider_like
+                             AND j.event_type LIKE c.event_type_like)));
+    RETURN FOUND;
 END
 $$;
