@@ -440,12 +440,9 @@ type claimBench struct {
 	url          string
 }
 
-// The streamer's statements as it runs them (sqlc's text: the arguments go in
-// the order of the Params structs' fields).
-var (
-	claimSQL   = queries.ClaimJobs
-	releaseSQL = queries.ReleaseJobs
-)
+// The streamer's claim as it runs it (sqlc's text: the arguments go in the
+// order of the Params struct's fields).
+var claimSQL = queries.ClaimJobs
 
 // newClaimBench makes dueJobs jobs due (fresh events, fanned out by the
 // trigger) and warms up: the connection, the plan cache (a prepared
@@ -523,23 +520,28 @@ func (cb *claimBench) claim(ctx context.Context) ([]int64, time.Duration, error)
 	if err != nil {
 		return nil, 0, err
 	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+	release := queries.ReleaseJobsParams{LeaseHolder: cb.sc.ID}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
 		vals, err := r.Values()
 		if err != nil {
-			return 0, err
+			return struct{}{}, err
 		}
-		return vals[0].(int64), nil
+		// ClaimJobsRow's columns: id, …, attempt_count (5), …, attempted_at (10).
+		release.JobIds = append(release.JobIds, vals[0].(int64))
+		release.Attempts = append(release.Attempts, vals[5].(int32))
+		release.LeasedAt = append(release.LeasedAt, vals[10].(time.Time))
+		return struct{}{}, nil
 	})
 	took := time.Since(t0)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(ids) > 0 {
-		if _, err := cb.spool.Exec(ctx, releaseSQL, ids, cb.sc.ID); err != nil {
+	if len(release.JobIds) > 0 {
+		if err := queries.New(cb.spool).ReleaseJobs(ctx, release); err != nil {
 			return nil, 0, fmt.Errorf("release: %w", err)
 		}
 	}
-	return ids, took, nil
+	return release.JobIds, took, nil
 }
 
 // byID looks the i-th due job up by its id alone, as the worker, timed.

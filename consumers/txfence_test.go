@@ -96,7 +96,8 @@ func TestTxSameAttemptNumberReLeasedWhileTxOpen(t *testing.T) {
 		}},
 		{"given back by the streamer after a failed publish (ReleaseJobs)", func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref) {
 			if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-				return queries.New(tx).ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{ref.JobID}, LeaseHolder: "test-streamer"})
+				return queries.New(tx).ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{ref.JobID}, LeaseHolder: "test-streamer",
+					Attempts: []int32{int32(ref.Attempt)}, LeasedAt: []time.Time{ref.LeasedAt}})
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -35,7 +35,8 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 			return q.AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: []int64{x, y}})
 		}},
 		{"leases given back after a failed publish (ReleaseJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
-			return []int64{x, y}, q.ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{x, y}, LeaseHolder: "streamer-1"})
+			return []int64{x, y}, q.ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{x, y}, LeaseHolder: "streamer-1",
+				Attempts: []int32{1, 1}, LeasedAt: []time.Time{lockOrderLeasedAt, lockOrderLeasedAt}})
 		}},
 		{"leases given back after a failed claim (ReleaseUnseenJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
 			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", Handlers: []string{"h"},
@@ -49,6 +50,10 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 		})
 	}
 }
+
+// lockOrderLeasedAt is when checkLockOrder's leased jobs were leased: their
+// lease token, with attempt 1.
+var lockOrderLeasedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func checkLockOrder(t *testing.T, status string, run func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error)) {
 	ctx := context.Background()
@@ -75,7 +80,7 @@ func checkLockOrder(t *testing.T, status string, run func(ctx context.Context, q
 	case "completed":
 		execAll(t, admin, `UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now()`)
 	case "leased":
-		execAll(t, admin, `UPDATE webhook_ingress.jobs SET status = 'leased', attempt_count = 1, attempted_at = now(),
+		execAll(t, admin, `UPDATE webhook_ingress.jobs SET status = 'leased', attempt_count = 1, attempted_at = '2026-01-01 00:00:00+00',
 			lease_holder_id = 'streamer-1', lease_expires_at = now() + interval '1 hour'`)
 	}
 	var x, y int64

@@ -211,7 +211,7 @@ func TestOrderLanesFollowTheJobs(t *testing.T) {
 	}
 	check("e1 claimed", "e1:leased", "e2:dead", "e4", "e7:leased") // and k2's head
 	blocked("e1 runs", "e4=true")
-	if err := q.ReleaseJobs(ctx, queries.ReleaseJobsParams{LeaseHolder: "test", JobIds: claimed}); err != nil {
+	if err := q.ReleaseJobs(ctx, releaseParams(t, conn, "test", claimed)); err != nil {
 		t.Fatal(err)
 	}
 	check("e1 released", "e1", "e2:dead", "e4", "e7")

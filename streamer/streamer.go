@@ -638,7 +638,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 		}
 		byTopic[t] = append(byTopic[t], r)
 	}
-	var failed []int64
+	var failed queries.ReleaseJobsParams
 	for _, topic := range topics {
 		trefs := byTopic[topic]
 		msgs, err := s.messages(trefs)
@@ -655,22 +655,26 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 			s.cfg.Logger.Warn("publish failed; giving the leases back", slog.String("topic", topic),
 				slog.Int("jobs", len(trefs)), slog.String("error", err.Error()))
 			for _, r := range trefs {
-				failed = append(failed, r.JobID)
+				failed.JobIds = append(failed.JobIds, r.JobID)
+				failed.Attempts = append(failed.Attempts, int32(r.Attempt)) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the claim read
+				failed.LeasedAt = append(failed.LeasedAt, r.LeasedAt)
 			}
 			continue
 		}
 		s.published.Add(int64(len(trefs)))
 	}
-	if len(failed) == 0 {
+	n := len(failed.JobIds)
+	if n == 0 {
 		return 0
 	}
-	s.publishFailed.Add(int64(len(failed)))
+	s.publishFailed.Add(int64(n))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, queries.ReleaseJobsParams{JobIds: failed, LeaseHolder: s.cfg.ID}); err != nil {
-		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", len(failed)), slog.String("error", err.Error()))
+	failed.LeaseHolder = s.cfg.ID
+	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, failed); err != nil {
+		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", n), slog.String("error", err.Error()))
 	}
-	return len(failed)
+	return n
 }
 
 // messages encodes one topic's refs in claim order: one message per

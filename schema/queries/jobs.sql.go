@@ -681,41 +681,62 @@ func (q *Queries) ReapExpiredLeases(ctx context.Context, batchSize int64) ([]Rea
 }
 
 const ReleaseJobs = `-- name: ReleaseJobs :exec
-WITH target AS (
-    SELECT id FROM webhook_ingress.jobs
-    WHERE id = ANY($2::bigint[])
-      AND status = 'leased'
-      AND lease_holder_id = $1::text
-    ORDER BY id
-    FOR UPDATE
+WITH token AS (
+    SELECT u.id, u.attempt, u.leased_at
+    FROM ROWS FROM (unnest($2::bigint[]), unnest($3::integer[]),
+                    unnest($4::timestamptz[])) AS u(id, attempt, leased_at)
+), target AS (
+    SELECT j.id FROM webhook_ingress.jobs j
+    JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
+    WHERE j.id = ANY($2::bigint[])
+      AND j.status = 'leased'
+      AND j.lease_holder_id = $1::text
+    ORDER BY j.id
+    FOR UPDATE OF j
 )
-UPDATE webhook_ingress.jobs
+UPDATE webhook_ingress.jobs j
 SET status           = 'pending',
-    attempt_count    = attempt_count - 1,
+    attempt_count    = j.attempt_count - 1,
     lease_holder_id  = NULL,
     lease_expires_at = NULL,
     next_attempt_at  = now(),
     updated_at       = now()
-WHERE id = ANY(ARRAY(SELECT id FROM target))
-  AND status = 'leased'
-  AND lease_holder_id = $1::text
+FROM token t
+WHERE j.id = ANY(ARRAY(SELECT id FROM target))
+  AND t.id = j.id
+  AND t.attempt = j.attempt_count
+  AND t.leased_at = j.attempted_at
+  AND j.status = 'leased'
+  AND j.lease_holder_id = $1::text
 `
 
 type ReleaseJobsParams struct {
 	LeaseHolder string
 	JobIds      []int64
+	Attempts    []int32
+	LeasedAt    []time.Time
 }
 
 // Give back leases whose references could not be published: pending again at
 // once, and the attempt does not count. If a reference went out before the
 // publish failed, its consumer's outcome is fenced out by the next lease.
+// Each lease is named by its token, attempt attempts[i] of job job_ids[i]
+// leased at leased_at[i], as well as by its holder: a give-back that runs
+// late (after the lease expired and the same streamer leased the job
+// again) must not give back the newer attempt, whose reference is out
+// (TestReleaseJobsGivesBackOnlyItsOwnAttempt).
 //
 // The jobs are locked in id order first, as a consumer's batched completion
 // locks its jobs: in the order a scan of the partitions reaches them, this
 // could hold one job while waiting for a completion (of a reference that went
 // out) that waits for it (TestMultiJobStatementsLockInIDOrder).
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error {
-	_, err := q.db.Exec(ctx, ReleaseJobs, arg.LeaseHolder, arg.JobIds)
+	_, err := q.db.Exec(ctx, ReleaseJobs,
+		arg.LeaseHolder,
+		arg.JobIds,
+		arg.Attempts,
+		arg.LeasedAt,
+	)
 	return err
 }
 
