@@ -86,10 +86,7 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			}
 			id, at, provider, etype, body := r.ID, r.ReceivedAt, r.Provider, r.EventType, r.RawBody
 			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: r.OccurredAt}
-			var payload any
-			if json.Unmarshal(body, &payload) == nil {
-				ev.Payload = payload
-			}
+			ev.Payload = filter.ParsePayload(body) // as ingress does at arrival
 			var best int32
 			for _, f := range fs {
 				if !f.provider.MatchString(provider) || !f.etype.MatchString(etype) {

@@ -12,7 +12,7 @@
 //	event.occurred_at  timestamp, or null when the provider gives none
 //	payload            the body parsed as JSON (maps, lists, numbers as
 //	                   doubles, strings, booleans), or null when the body
-//	                   is not JSON
+//	                   is not JSON or is over MaxPayload bytes
 //
 // and must be a bool, for example
 //
@@ -25,6 +25,7 @@
 package filter
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -41,6 +42,26 @@ const MaxLength = 4096
 // costLimit bounds one evaluation (CEL's cost units: about one per node
 // visited and per element of a list or map comprehension).
 const costLimit = 100_000
+
+// MaxPayload bounds the body parsed for a filter: a larger body is
+// evaluated with payload null. Every writer that evaluates filters (ingress
+// at arrival, a replay's catch-up later) builds the payload with
+// ParsePayload, so one event passes or fails a filter the same way on each
+// path.
+const MaxPayload = 1 << 20
+
+// ParsePayload is an event's payload for a filter: body parsed as JSON, or
+// nil when it is not JSON or is over MaxPayload bytes.
+func ParsePayload(body []byte) any {
+	if len(body) > MaxPayload {
+		return nil
+	}
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return nil
+	}
+	return v
+}
 
 // Event is what an expression is evaluated against.
 type Event struct {

@@ -111,3 +111,26 @@ func TestPattern(t *testing.T) {
 		}
 	}
 }
+
+// ParsePayload parses a JSON body up to MaxPayload bytes, and gives nil for
+// a larger one or one that is not JSON: the payload every writer evaluates.
+func TestParsePayload(t *testing.T) {
+	pad := func(n int) []byte { // a JSON string n bytes long in all
+		return []byte(`"` + strings.Repeat("x", n-2) + `"`)
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+		want bool
+	}{
+		{"object", []byte(`{"a":1}`), true},
+		{"exactly MaxPayload", pad(filter.MaxPayload), true},
+		{"one byte over", pad(filter.MaxPayload + 1), false},
+		{"not JSON", []byte(`a=1&b=2`), false},
+		{"empty", nil, false},
+	} {
+		if got := filter.ParsePayload(c.body) != nil; got != c.want {
+			t.Errorf("%s (%d bytes): parsed %v, want %v", c.name, len(c.body), got, c.want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -23,10 +22,6 @@ import (
 // most this long after its commit (inlet replay --missing creates the jobs
 // of events stored before).
 const filterRefresh = time.Second
-
-// maxFilterPayload bounds the body parsed for a filter; a larger body is
-// evaluated with payload null.
-const maxFilterPayload = 1 << 20
 
 // filters is ingress's copy of the enabled subscriptions that carry a CEL
 // filter (the events_fan_out trigger makes the jobs of the others), compiled,
@@ -147,12 +142,7 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, error) {
 				at := e.OccurredAt
 				ev.OccurredAt = &at
 			}
-			if len(e.RawBody) <= maxFilterPayload {
-				var v any
-				if json.Unmarshal(e.RawBody, &v) == nil {
-					ev.Payload = v
-				}
-			}
+			ev.Payload = filter.ParsePayload(e.RawBody)
 		}
 		ok, err := s.f.Match(ev)
 		switch {
