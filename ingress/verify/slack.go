@@ -80,18 +80,21 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	if !jsonObject(req.Body) {
 		form, _ = url.ParseQuery(string(req.Body)) // what parses is enough to find an id
 	}
-	id, typ, err := v.ident.resolve("slack", req, form, func(needID bool) (string, string, error) {
-		return slackEvent(req.Body, form, needID)
-	})
-	if err != nil {
-		return Result{}, err
-	}
+	// The handshake before the identity: it is answered, not stored, and has
+	// no id where a source's event_id_json or event_id_header looks (which
+	// refused it with 400, so such a source could never be registered).
 	if form == nil && slackHandshake.match(req) {
 		hs, err := slackHandshake.answer(nil, req, Result{})
 		if err != nil {
 			return Result{}, err
 		}
 		return Result{SecretIndex: index, Handshake: hs}, nil
+	}
+	id, typ, err := v.ident.resolve("slack", req, form, func(needID bool) (string, string, error) {
+		return slackEvent(req.Body, form, needID)
+	})
+	if err != nil {
+		return Result{}, err
 	}
 	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }

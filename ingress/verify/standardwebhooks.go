@@ -58,6 +58,16 @@ type standardKey struct {
 }
 
 func newStandardWebhooks(cfg Config, ident *identity) (*standardVerifier, error) {
+	if ident.idHeader == webhookHeaders.id || ident.idHeader == svixHeaders.id {
+		// The scheme's own id, the one the signature covers, is that header
+		// of the family that carries the signature. Read by name, it could
+		// come from the other family, unsigned: a delivery replayed with its
+		// svix-* headers renamed webhook-* and any svix-id added verified
+		// and was stored again under that id, as often as it was replayed.
+		own := *ident
+		own.idHeader = ""
+		ident = &own
+	}
 	v := &standardVerifier{tolerance: cfg.Tolerance, ident: ident}
 	for i, s := range cfg.Secrets {
 		switch {

@@ -1,7 +1,8 @@
 // Package database opens Inlet's PostgreSQL connection pools: one per service,
 // each assuming that service's least-privilege role (SET ROLE) on every new
 // connection, so a service can do only what its role's grants allow even when
-// its login role could do more.
+// its login role could do more, and committing durably (synchronous_commit
+// at least on, whatever the database's default).
 package database
 
 import (
@@ -30,6 +31,11 @@ type Options struct {
 	AppName string
 }
 
+// durableCommit raises the session's synchronous_commit to on when it is
+// weaker (off, local, remote_write), in one round trip.
+const durableCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'on', false)
+WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')`
+
 // Open returns a pool for url. It does not wait for the server: a pool opened
 // while Postgres is down connects once it is back.
 func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) {
@@ -55,14 +61,22 @@ func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) 
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
 	cfg.HealthCheckPeriod = 5 * time.Second
-	if opts.Role != "" {
-		role := opts.Role
-		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+	role := opts.Role
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if role != "" {
 			if _, err := c.Exec(ctx, "SET ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
 				return fmt.Errorf("set role %s (is the login role a member of it? GRANT %s TO <login role>): %w", role, role, err)
 			}
-			return nil
 		}
+		// A 2xx, a lease and an outcome are promised only once committed
+		// durably: a database, role or URL that lowered synchronous_commit
+		// (a common throughput tuning) would let ingress acknowledge an
+		// event a crash then loses. Raised to on; remote_apply, stronger,
+		// is kept.
+		if _, err := c.Exec(ctx, durableCommit); err != nil {
+			return fmt.Errorf("raise synchronous_commit to on: %w", err)
+		}
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
