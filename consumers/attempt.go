@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -86,12 +87,28 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 		cancelExtending()
 		<-extendDone
 	}
+	// A handler that ends its goroutine with runtime.Goexit (t.FailNow, a
+	// library that calls it) returns neither a value nor a panic, and
+	// nothing below the call runs: without this the lease would be
+	// extended until the service stops and no outcome ever recorded. The
+	// deferred calls still run, so the attempt is recorded as failed here.
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		stopExtending()
+		handlerDone()
+		herr := WithClass(errors.New("the handler's goroutine exited without returning (runtime.Goexit)"), ClassPanic)
+		traceOutcome(span, s.finish(h, ref, l, herr, ClassPanic, attrs), ClassPanic)
+	}()
 	var herr error
 	var timedOut bool
 	if h.TxFunc != nil {
 		var outcome string
 		var recorded bool
 		timedOut, outcome, recorded, herr = s.runTx(ctx, h, ref, l, ev, stopExtending)
+		returned = true
 		handlerDone()
 		if recorded {
 			traceOutcome(span, s.report(h, l, outcome, nil, "", attrs), "")
@@ -99,6 +116,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 		}
 	} else {
 		herr, timedOut = s.run(ctx, h, ev)
+		returned = true
 		stopExtending()
 		handlerDone()
 	}
@@ -394,7 +412,24 @@ func call(ctx context.Context, f HandlerFunc, ev *Event) (err error) {
 			err = newPanicError(p)
 		}
 	}()
-	return f(ctx, ev)
+	return notTypedNil(f(ctx, ev))
+}
+
+// notTypedNil replaces an error that is a nil pointer (or map, slice, func,
+// channel) behind a non-nil interface, the "typed nil" a handler returns
+// from `var e *MyError; return e`: != nil, so a failure, but its Error
+// method may dereference it and would panic outside the handler's recover.
+func notTypedNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		if v.IsNil() {
+			return fmt.Errorf("the handler returned a nil %T as its error (a typed nil is not a nil error)", err)
+		}
+	}
+	return err
 }
 
 // panicError is a recovered panic; its text (value and stack) stays in Postgres.
@@ -532,7 +567,7 @@ func completedOutcome(completed bool) string {
 // errorText makes err's text storable: valid UTF-8 without NUL (Postgres text
 // accepts neither), at most maxErrorText bytes.
 func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s := strings.ToValidUTF8(safeErrorString(err), "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	if len(s) <= maxErrorText {
 		return s
@@ -542,4 +577,16 @@ func errorText(err error) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// safeErrorString is err.Error(), or a note that it panicked: a handler's
+// error type is the handler's code, and its Error method runs outside the
+// handler's recover.
+func safeErrorString(err error) (s string) {
+	defer func() {
+		if p := recover(); p != nil {
+			s = fmt.Sprintf("the error's text is unavailable: its Error method (%T) panicked: %v", err, p)
+		}
+	}()
+	return err.Error()
 }

@@ -33,3 +33,34 @@ func TestErrorTextIsStorable(t *testing.T) {
 		t.Errorf("NUL and invalid bytes not replaced: %q", got)
 	}
 }
+
+// panickyError's Error method panics even on a non-nil receiver.
+type panickyError struct{}
+
+func (panickyError) Error() string { panic("no text today") }
+
+// nilPtrError's Error method needs a non-nil receiver.
+type nilPtrError struct{ msg string }
+
+func (e *nilPtrError) Error() string { return e.msg }
+
+// A handler's error type is the handler's code: an Error method that panics
+// gives a stored note instead of a crash, and a typed nil becomes an error
+// saying so.
+func TestHandlerErrorsThatCannotSayWhatTheyAre(t *testing.T) {
+	t.Parallel()
+	if got := errorText(panickyError{}); !strings.Contains(got, "Error method") || !strings.Contains(got, "no text today") {
+		t.Errorf("errorText of a panicking Error method: %q", got)
+	}
+	var typed *nilPtrError
+	err := notTypedNil(typed)
+	if err == nil || !strings.Contains(errorText(err), "typed nil") || !strings.Contains(errorText(err), "nilPtrError") {
+		t.Errorf("notTypedNil(typed nil) = %v", err)
+	}
+	if err := notTypedNil(&nilPtrError{msg: "real"}); err == nil || err.Error() != "real" {
+		t.Errorf("notTypedNil(a real error) = %v", err)
+	}
+	if err := notTypedNil(nil); err != nil {
+		t.Errorf("notTypedNil(nil) = %v", err)
+	}
+}

@@ -112,5 +112,5 @@ func callTx(ctx context.Context, f TxHandlerFunc, tx pgx.Tx, ev *Event) (err err
 			err = newPanicError(p)
 		}
 	}()
-	return f(ctx, tx, ev)
+	return notTypedNil(f(ctx, tx, ev))
 }
