@@ -164,6 +164,13 @@ func retryable(err error) bool {
 func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
 	for try := 0; ; try++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// Partition bounds are UTC days, weeks and months, and timestamp
+			// arithmetic runs in the session's time zone (the server's
+			// default is the host's): a migration that makes partitions
+			// (005) must not depend on it.
+			if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'"); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
