@@ -284,6 +284,13 @@ func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Rep
 			break
 		}
 		v.rep.Events++
+		if e.ID <= v.rep.SealedThrough {
+			// A second row with a sealed id (the last one's: the loop above
+			// reports the others).
+			v.add(v.problem(OutOfOrderEvent, 0, e.ID, "event %d inserted out of order: a second row with sealed id %d (received_at %s)",
+				e.ID, e.ID, e.ReceivedAt.UTC().Format(time.RFC3339Nano)))
+			continue
+		}
 		v.rep.Unsealed++
 		if !e.bodyOK {
 			v.add(v.problem(AlteredEvent, 0, e.ID, "event %d altered: raw_body no longer hashes to body_sha256", e.ID))
@@ -377,8 +384,15 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 			v.events.pos++
 			v.rep.Events++
 			if e.ID < id {
-				// Only before the first checkpoint's range: an id no seal covers.
-				v.add(v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: below the first sealed id %d", e.ID, cp.FirstEventID))
+				if cp.Seq == 1 && e.ID < cp.FirstEventID {
+					// Before the first checkpoint's range: an id no seal covers.
+					v.add(v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: below the first sealed id %d", e.ID, cp.FirstEventID))
+				} else {
+					// A second row with an id already checked (the key is
+					// (id, received_at)): not the event sealed.
+					v.add(v.problem(OutOfOrderEvent, cp.Seq, e.ID, "event %d inserted out of order: a second row with sealed id %d (received_at %s)",
+						e.ID, e.ID, e.ReceivedAt.UTC().Format(time.RFC3339Nano)))
+				}
 				continue
 			}
 			switch {
@@ -423,13 +437,15 @@ type verifyEvent struct {
 	bodyOK bool
 }
 
-// eventCursor reads events in id order, a page at a time.
+// eventCursor reads events in primary key order (id, received_at), a page
+// at a time.
 type eventCursor struct {
-	tx    pgx.Tx
-	after int64
-	page  []verifyEvent
-	pos   int
-	done  bool
+	tx      pgx.Tx
+	after   int64
+	afterAt time.Time // with after, the key of the last row read (ids start at 1)
+	page    []verifyEvent
+	pos     int
+	done    bool
 }
 
 func (c *eventCursor) peek(ctx context.Context) (verifyEvent, bool, error) {
@@ -456,7 +472,8 @@ func (c *eventCursor) next(ctx context.Context) (verifyEvent, bool, error) {
 }
 
 func (c *eventCursor) fill(ctx context.Context) error {
-	rows, err := queries.New(c.tx).AuditEventsToVerify(ctx, queries.AuditEventsToVerifyParams{AfterID: c.after, BatchSize: verifyPage})
+	rows, err := queries.New(c.tx).AuditEventsToVerify(ctx, queries.AuditEventsToVerifyParams{AfterID: c.after, AfterReceivedAt: c.afterAt,
+		BatchSize: verifyPage})
 	if err != nil {
 		return fmt.Errorf("read events after id %d: %w", c.after, err)
 	}
@@ -471,7 +488,8 @@ func (c *eventCursor) fill(ctx context.Context) error {
 		c.done = true
 	}
 	if len(c.page) > 0 {
-		c.after = c.page[len(c.page)-1].ID
+		last := c.page[len(c.page)-1]
+		c.after, c.afterAt = last.ID, last.ReceivedAt
 	}
 	return nil
 }

@@ -129,14 +129,15 @@ SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
        coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact
 FROM webhook_ingress.events
-WHERE id > $1
-ORDER BY id
-LIMIT $2::bigint
+WHERE (id, received_at) > ($1::bigint, $2::timestamptz)
+ORDER BY id, received_at
+LIMIT $3::bigint
 `
 
 type AuditEventsToVerifyParams struct {
-	AfterID   int64
-	BatchSize int64
+	AfterID         int64
+	AfterReceivedAt time.Time
+	BatchSize       int64
 }
 
 type AuditEventsToVerifyRow struct {
@@ -154,10 +155,14 @@ type AuditEventsToVerifyRow struct {
 	BodyIntact        bool
 }
 
-// What verify recomputes, batch_size events after id after_id in id order:
-// the sealed columns, and whether raw_body still hashes to body_sha256.
+// What verify recomputes, batch_size events after (after_id,
+// after_received_at) in primary key order: the sealed columns, and whether
+// raw_body still hashes to body_sha256. Paged on the whole key, not the id
+// alone: a second row with an id already read (the key is (id,
+// received_at), so only the owner's INSERT … OVERRIDING SYSTEM VALUE makes
+// one) must be read too, to be reported.
 func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVerifyParams) ([]AuditEventsToVerifyRow, error) {
-	rows, err := q.db.Query(ctx, AuditEventsToVerify, arg.AfterID, arg.BatchSize)
+	rows, err := q.db.Query(ctx, AuditEventsToVerify, arg.AfterID, arg.AfterReceivedAt, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
