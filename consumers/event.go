@@ -51,5 +51,8 @@ func (e *Event) IdempotencyKey() string {
 
 // HandlerFunc handles one attempt. A nil error completes the job; an error
 // fails the attempt (see [Permanent] and [WithClass]). ctx ends at the
-// handler's Timeout or at a forced shutdown.
+// handler's Timeout or at a forced shutdown. A panic, and a return through
+// runtime.Goexit (t.FailNow in a handler under test), fail the attempt with
+// class panic; a typed nil (a nil *MyError returned as error) fails it as a
+// handler error that says so.
 type HandlerFunc func(ctx context.Context, e *Event) error
