@@ -18,6 +18,7 @@ import (
 
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/groupcommit"
+	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -119,11 +120,11 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
+		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), ErrUnstorable, err)
 	}
 	matches, err := g.single.filters.match(ctx, e)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), err)
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
 	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: matches}
 	p.event.Store(e)
@@ -137,9 +138,9 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		// (and its body with it), never written; one a batch took may
 		// still commit, and the retry is then a duplicate.
 		if p.event.Swap(nil) != nil {
-			return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), errNotWritten, err)
+			return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), errNotWritten, err)
 		}
-		return false, fmt.Errorf("insert %s event %s while its batch was written: %w", e.Provider, clipText(e.ExternalID), err)
+		return false, fmt.Errorf("insert %s event %s while its batch was written: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
 	return stored, err
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/httpserve"
+	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
 )
@@ -99,7 +100,7 @@ type Server struct {
 	inflight *budget
 	// rejectLog rate-limits the lines of rejected requests per source and
 	// reason: a sender repeating a bad request must not fill the log.
-	rejectLog *logLimiter
+	rejectLog *logvalue.Limiter
 
 	mu sync.Mutex
 	hs *httpserve.Server
@@ -130,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
 	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes),
-		rejectLog: newLogLimiter(rejectLogEvery)}
+		rejectLog: logvalue.NewLimiter(rejectLogEvery)}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
 		names = append(names, sc.Name)
@@ -319,7 +320,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, span trace.Span, 
 		writeJSON(w, http.StatusNotFound, answer{Status: "rejected", Reason: "unknown_source"})
 		// The name is the sender's: cut, and one line a second at most
 		// whatever names it sends.
-		s.logRejected(s.cfg.Logger, unknownSource, "unknown_source", append(logAttrs("source", name), slog.String("reason", "unknown_source"))...)
+		s.logRejected(s.cfg.Logger, unknownSource, "unknown_source", append(logvalue.Attrs("source", name), slog.String("reason", "unknown_source"))...)
 		return nil
 	}
 	s.metrics.received.WithLabelValues(name).Inc()
@@ -507,7 +508,7 @@ func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	} else {
 		writeJSON(wh.w, http.StatusOK, answer{Status: status})
 	}
-	wh.log.Debug("webhook accepted", append(logAttrs("event_type", res.EventType), slog.String("status", status),
+	wh.log.Debug("webhook accepted", append(logvalue.Attrs("event_type", res.EventType), slog.String("status", status),
 		slog.Int("secret_index", res.SecretIndex), slog.Duration("took", time.Since(wh.start)))...)
 }
 
@@ -519,7 +520,7 @@ const rejectLogEvery = time.Second
 // logRejected writes a "webhook rejected" line unless one for source and
 // reason was written less than rejectLogEvery ago.
 func (s *Server) logRejected(log *slog.Logger, source, reason string, attrs ...any) {
-	ok, suppressed := s.rejectLog.allow(source+"\x00"+reason, time.Now())
+	ok, suppressed := s.rejectLog.Allow(source+"\x00"+reason, time.Now())
 	if !ok {
 		return
 	}
@@ -539,7 +540,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 		// did): the same request would be refused again.
 		span.SetStatus(codes.Error, "event cannot be stored")
 		reject(http.StatusBadRequest, "event_unstorable")
-		log.Warn("webhook cannot be stored", append(logAttrs("event_type", eventType), errorAttr(err))...)
+		log.Warn("webhook cannot be stored", append(logvalue.Attrs("event_type", eventType), logvalue.ErrorAttr(err))...)
 		return
 	}
 	// Not acknowledged, so the provider retries.
@@ -553,7 +554,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 		s.metrics.outcomeUnknown.WithLabelValues(source).Inc()
 		span.SetStatus(codes.Error, "outcome unknown")
 		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "outcome_unknown"})
-		log.Error("webhook outcome unknown; the provider's retry will be deduplicated", append(logAttrs("event_type", eventType), errorAttr(err))...)
+		log.Error("webhook outcome unknown; the provider's retry will be deduplicated", append(logvalue.Attrs("event_type", eventType), logvalue.ErrorAttr(err))...)
 		return
 	}
 	// Known not committed: never sent, or refused by the server (which
@@ -564,8 +565,8 @@ func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.L
 	}
 	span.SetStatus(codes.Error, "not stored")
 	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: reason})
-	log.Error("webhook not stored", append(logAttrs("event_type", eventType),
-		slog.Bool("database_unavailable", database.IsUnavailable(err)), errorAttr(err))...)
+	log.Error("webhook not stored", append(logvalue.Attrs("event_type", eventType),
+		slog.Bool("database_unavailable", database.IsUnavailable(err)), logvalue.ErrorAttr(err))...)
 }
 
 // storedURI is a request URI as events.request_uri keeps it: as received,

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -93,19 +94,19 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	headers, err := json.Marshal(e.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), ErrUnstorable, err)
+		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), ErrUnstorable, err)
 	}
 	// Filters before the connection: reading the filtered subscriptions
 	// takes one of the pool's own.
 	matches, err := s.filters.match(ctx, e)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), err)
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, clipText(e.ExternalID), errNotWritten, err)
+		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), errNotWritten, err)
 	}
 	defer conn.Release()
 	insert := func(storeJSON bool) (pgconn.CommandTag, error) {
@@ -137,7 +138,7 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		tag, err = insert(false)
 	}
 	if err != nil {
-		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, clipText(e.ExternalID), unstorable(err))
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), unstorable(err))
 	}
 	stored := tag.RowsAffected() == 1
 	if stored && s.hinter != nil {

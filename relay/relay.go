@@ -18,6 +18,7 @@ import (
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/httpserve"
+	"github.com/inlet-dev/inlet/internal/logvalue"
 )
 
 // Config configures a Server.
@@ -48,6 +49,10 @@ type Server struct {
 
 	mu sync.Mutex
 	hs *httpserve.Server
+
+	// rejectLog rate-limits the lines of rejected requests per source and
+	// reason: a sender repeating one cannot fill the relay's log.
+	rejectLog *logvalue.Limiter
 }
 
 type source struct {
@@ -71,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to relay webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}}
+	s := &Server{cfg: cfg, sources: map[string]*source{}, rejectLog: logvalue.NewLimiter(rejectLogEvery)}
 	for i, sc := range cfg.Sources {
 		v, err := verify.New(sc.Config)
 		if err != nil {
@@ -154,6 +159,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
+// rejectLogEvery is how often a rejection of one source for one reason (of
+// any unknown source, for unknown_source) is logged at most; the lines held
+// back are counted in the next one (suppressed).
+const rejectLogEvery = time.Second
+
 // answer is the relay's own answer body: short, fixed texts, never the
 // request body.
 type answer struct {
@@ -166,10 +176,24 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("source")
 	src, ok := s.sources[name]
 	relayID := newRelayID()
-	log := s.cfg.Logger.With(slog.String("source", name), slog.String("relay_id", relayID))
+	// The source name is the sender's path: cut, as ingress cuts it (an
+	// unknown one may be anything, a token in a mistaken URL included).
+	log := s.cfg.Logger.With(append(logvalue.Attrs("source", name), slog.String("relay_id", relayID))...)
 	reject := func(code int, reason string) {
 		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
-		log.Info("webhook rejected", slog.Int("status", code), slog.String("reason", reason))
+		key := name
+		if !ok {
+			key = "" // every unknown source shares one key
+		}
+		allowed, suppressed := s.rejectLog.Allow(key+"\x00"+reason, time.Now())
+		if !allowed {
+			return
+		}
+		attrs := []any{slog.Int("status", code), slog.String("reason", reason)}
+		if suppressed > 0 {
+			attrs = append(attrs, slog.Int("suppressed", suppressed))
+		}
+		log.Info("webhook rejected", attrs...)
 	}
 	if !ok {
 		reject(http.StatusNotFound, "unknown_source")
@@ -217,7 +241,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 
 	// Reading may have taken most of ReadTimeout; forwarding gets its own.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.Timeout + 2*time.Second))
-	log = log.With(slog.String("event_type", res.EventType))
+	log = log.With(logvalue.Attrs("event_type", res.EventType)...)
 	// A provider that hangs up does not cut the forward off half-way: it
 	// finishes (within Timeout), and the provider's retry is a duplicate.
 	out := s.fwd.forward(context.WithoutCancel(r.Context()), name, r, body, relayID)

@@ -56,7 +56,9 @@ var ErrReplicationSetup = errors.New("streamer: replication wake source is not s
 func ConnectReplication(ctx context.Context, url string) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse replication connection URL: %w", err)
+		// pgx's message may quote the URL, password included (a key=value
+		// string with spaces around '=' is not masked).
+		return nil, errors.New("replication connection URL is not a valid PostgreSQL connection string")
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	if cfg.RuntimeParams["application_name"] == "" {

@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
@@ -355,9 +353,9 @@ func checkDevListeners(cfg inletyaml.Config, embedded bool) error {
 
 // migrateURL migrates the database and creates partitions ahead.
 func migrateURL(ctx context.Context, url string, r retention.Section, log *slog.Logger) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connectURL(ctx, url, "inlet-dev-migrate")
 	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	applied, err := schema.Migrate(ctx, conn)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
@@ -36,9 +34,9 @@ up where it stopped. Running it again is a no-op.
 	if url == "" {
 		return errNoDatabase(*cfgPath, true)
 	}
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connectURL(ctx, url, "inlet-migrate")
 	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	applied, err := schema.Migrate(ctx, conn)

@@ -83,21 +83,31 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 	return pgx.BeginFunc(ctx, conn, f)
 }
 
-// connectOwner connects to url (the schema owner's, from databaseURL) as
-// appName and checks the schema is migrated. The errors never quote the URL.
-func connectOwner(ctx context.Context, url, cfgPath, appName string) (*pgx.Conn, error) {
-	if url == "" {
-		return nil, errNoDatabase(cfgPath, true)
-	}
+// connectURL connects to url as appName. Its errors never quote the URL:
+// pgx's parse message may, password included (a key=value string with
+// spaces around '=' is not masked).
+func connectURL(ctx context.Context, url, appName string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
-		// pgx's message may quote the URL, password included.
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
 	cc.RuntimeParams["application_name"] = appName
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return conn, nil
+}
+
+// connectOwner connects to url (the schema owner's, from databaseURL) as
+// appName and checks the schema is migrated. The errors never quote the URL.
+func connectOwner(ctx context.Context, url, cfgPath, appName string) (*pgx.Conn, error) {
+	if url == "" {
+		return nil, errNoDatabase(cfgPath, true)
+	}
+	conn, err := connectURL(ctx, url, appName)
+	if err != nil {
+		return nil, err
 	}
 	if err := schema.Check(ctx, conn); err != nil {
 		conn.Close(context.Background())
