@@ -64,8 +64,11 @@ A handler subscribed after unrouted events arrived gets them with
 			if handlers == "" {
 				handlers = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Source, typ, routed, t.Events, t.UnroutedEvents,
-				t.FirstSeen.UTC().Format(time.RFC3339), t.LastSeen.UTC().Format(time.RFC3339), handlers)
+			// A type may come from an unsigned header or a body field: a
+			// tab, a newline or an escape sequence in it must not shift the
+			// columns, forge a row or reach the terminal.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", safe(t.Source), safe(typ), routed, t.Events, t.UnroutedEvents,
+				t.FirstSeen.UTC().Format(time.RFC3339), t.LastSeen.UTC().Format(time.RFC3339), safe(handlers))
 			if t.UnroutedEvents > 0 {
 				for _, h := range t.Handlers {
 					catchUp[h] = true
@@ -76,7 +79,7 @@ A handler subscribed after unrouted events arrived gets them with
 			return err
 		}
 		for _, h := range sortedKeys(catchUp) {
-			fmt.Fprintf(env.stdout, "handler %s now matches earlier unrouted events: inlet replay --handler %s --unrouted --dry-run\n", h, h)
+			fmt.Fprintf(env.stdout, "handler %s now matches earlier unrouted events: inlet replay --handler %s --unrouted --dry-run\n", safe(h), safe(h))
 		}
 		return nil
 	})

@@ -71,11 +71,20 @@ func occurredJSON(path ...string) OccurredAt {
 // occurredLayouts are the textual times providers send: RFC 3339 (Paddle,
 // Shopify, Standard Webhooks, GitLab's newer payloads) and GitLab's older
 // "2013-12-03 17:23:34 UTC".
+// The plausible window of an event's own time (parseOccurred).
+var (
+	occurredNotBefore = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	occurredAhead     = 24 * time.Hour
+)
+
 var occurredLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05 -0700", "2006-01-02T15:04:05.999999999"}
 
 // parseOccurred reads Unix seconds (an integer or decimal number) or one of
-// occurredLayouts. Anything else, or a time outside 1970–9999 (PostgreSQL
-// could store it, but it is no provider's clock), is the zero time.
+// occurredLayouts. Anything else, or a time before 2000 or more than a day
+// ahead of this clock, is the zero time (occurred_at NULL): no provider's
+// clock says 1970 (an unset "created": 0) or 9999, and an ordered
+// handler's lane sorts events by this time, so one such value would go
+// before, or after, every real one.
 func parseOccurred(s string) time.Time {
 	s = strings.TrimSpace(s)
 	if s == "" || len(s) > 64 {
@@ -108,7 +117,7 @@ func parseOccurred(s string) time.Time {
 			}
 		}
 	}
-	if t.Year() < 1970 || t.Year() > 9999 {
+	if t.Before(occurredNotBefore) || t.After(time.Now().Add(occurredAhead)) {
 		return time.Time{}
 	}
 	return t.Truncate(time.Microsecond) // PostgreSQL's precision
