@@ -35,7 +35,8 @@ ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 E
 -- name: AdminCountUnroutedJobs :one
 -- Events that created no job at all (of the types event_types counts as
 -- unrouted, from their first unrouted event on; '_other' stands for the
--- source's types past the cap) and that an enabled subscription of handler
+-- source's types past the cap, and for a type that got a named row later,
+-- when the cap was raised, its events from before that row's first_seen) and that an enabled subscription of handler
 -- handler matches, filtered by provider provider, event_type_like event type LIKE pattern, since since
 -- and until until on received_at: the jobs inlet replay --unrouted creates.
 WITH t AS (
@@ -51,7 +52,8 @@ WITH t AS (
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type = '_other'
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
-                      WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
+                      WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other'
+                        AND e.received_at >= n.first_seen)
 )
 SELECT count(*)
 FROM e
@@ -81,7 +83,8 @@ WITH t AS (
     FROM t JOIN webhook_ingress.events e ON e.provider = t.provider AND e.received_at >= t.first_unrouted_at
     WHERE t.event_type = '_other' AND e.id > sqlc.arg(after_id)
       AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
-                      WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other')
+                      WHERE n.provider = e.provider AND n.event_type = e.event_type AND n.event_type <> '_other'
+                        AND e.received_at >= n.first_seen)
 ), batch AS (
     SELECT e.id, e.received_at, e.provider, e.event_type, m.max_attempts, m.order_key,
            CASE WHEN m.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END AS order_at
