@@ -58,7 +58,7 @@ func TestUpgradeToOccurredAtAndPayload(t *testing.T) {
 			if _, err := writer.Exec(ctx, `INSERT INTO webhook_ingress.events
 				(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri)
 				VALUES ('stripe', 'stripe', $1, 'charge.succeeded', '{}', $2, true, 0, '/webhooks/stripe')`,
-				fmt.Sprintf("evt_live_%d", i), []byte(fmt.Sprintf(`{"id":"evt_live_%d","created":1800000000}`, i))); err != nil {
+				fmt.Sprintf("evt_live_%d", i), []byte(fmt.Sprintf(`{"id":"evt_live_%d","created":1700000000}`, i))); err != nil {
 				writeErr.Store(&err)
 				return
 			}

@@ -146,6 +146,10 @@ func (g *Group[T, R]) do(ctx context.Context, v T, expect bool) (R, error) {
 	}
 }
 
+// Queued is how many requests wait in the queue for a committer (not
+// those a committer has taken).
+func (g *Group[T, R]) Queued() int { return len(g.queue) }
+
 // Close stops the committers after the batches in flight; requests still
 // queued are answered with ErrClosed.
 func (g *Group[T, R]) Close() {
