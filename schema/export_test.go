@@ -8,3 +8,6 @@ var LoadQueries = loadQueries
 
 // Apply is apply: one migration, retried when it is a deadlock's victim.
 var Apply = apply
+
+// IndexBuildLockKey is the advisory lock BuildIndexes takes.
+const IndexBuildLockKey = indexBuildLockKey

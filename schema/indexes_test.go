@@ -2,11 +2,14 @@ package schema_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -49,7 +52,20 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 			results <- result{built, err}
 		}()
 	}
+	// The test holds the build lock while the migrators start, so each of
+	// them finds it taken and says it waits (when the first was free to
+	// build at once, a fast machine built before the others looked, and
+	// none waited), then lets them go.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, schema.IndexBuildLockKey); err != nil {
+		t.Fatal(err)
+	}
 	close(gate)
+	testwait.Eventually(t, 30*time.Second, "every migrator waiting for the build lock", func() (bool, string) {
+		return waited.Load() == migrators, fmt.Sprintf("%d of %d waiting", waited.Load(), migrators)
+	})
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, schema.IndexBuildLockKey); err != nil {
+		t.Fatal(err)
+	}
 	built := 0
 	for range migrators {
 		r := <-results
@@ -61,10 +77,10 @@ func TestBuildIndexesConcurrently(t *testing.T) {
 	if built != 1 {
 		t.Errorf("%d builds reported in all, want the one pending index built once", built)
 	}
-	// All listed it pending before the first had built it: the others waited,
-	// and said so.
-	if n := waited.Load(); n < 1 {
-		t.Errorf("%d migrators said they waited, want at least one", n)
+	// All listed it pending before the first had built it, waited, and
+	// said so.
+	if n := waited.Load(); n != migrators {
+		t.Errorf("%d migrators said they waited, want %d", n, migrators)
 	}
 	var valid bool
 	if err := conn.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_ingress.idx_events_payload'::regclass`).Scan(&valid); err != nil || !valid {
