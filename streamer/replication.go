@@ -79,10 +79,14 @@ const (
 	// which can be a moment before its rows are visible to other sessions
 	// (seen in this package's tests, under -race: a claim right on the
 	// wake-up missed the row a few times in a thousand), and longer with a
-	// synchronous standby, which the commit waits for in between. Two trailing wake-ups after the
-	// last relevant commit catch what a too-early claim missed.
+	// synchronous standby, which the commit waits for in between. Trailing
+	// wake-ups after the last relevant commit catch what a too-early claim
+	// missed; the last, a second on, for a committing backend the machine
+	// did not run for longer (seen once in a full test run on a saturated
+	// 2-core machine, with polling off: the job waited for the poll).
 	recheckSoon  = 10 * time.Millisecond
 	recheckLater = 100 * time.Millisecond
+	recheckLast  = time.Second
 	// How long Start waits for the first stream to open.
 	setupTimeout = 15 * time.Second
 )
@@ -344,11 +348,13 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 		r.nudge()
 	}
 
-	soon, later := time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge)
+	soon, later, last := time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge)
 	soon.Stop()
 	later.Stop()
+	last.Stop()
 	defer soon.Stop()
 	defer later.Stop()
+	defer last.Stop()
 
 	d := decoder{statusColumn: map[uint32]int{}}
 	var reported pglogrepl.LSN
@@ -397,6 +403,7 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 				r.wake()
 				soon.Reset(recheckSoon)
 				later.Reset(recheckLater)
+				last.Reset(recheckLast)
 			}
 			if replyNow {
 				if err := report(); err != nil {
