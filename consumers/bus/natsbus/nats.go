@@ -32,9 +32,11 @@ type Config struct {
 	// "inlet".
 	Name string
 	// AckWait is how long JetStream waits for a consumer to acknowledge a
-	// reference before redelivering it. Consumers acknowledge on receipt
-	// (Postgres holds the lease), so this only covers a consumer that dies
-	// between receiving and acknowledging. Defaults to 30s.
+	// reference before redelivering it. Consumers acknowledge once a
+	// handler slot takes the reference (Postgres holds the lease), so this
+	// covers a consumer that dies before that, and a reference that waits
+	// longer for a slot: redelivered, it may run its attempt twice, and the
+	// second outcome is fenced (docs/pipeline.md). Defaults to 30s.
 	AckWait time.Duration
 	// MaxAge bounds how long an unconsumed reference stays in the stream
 	// (the lease expiry republishes it anyway). Defaults to 24h.
