@@ -22,3 +22,19 @@ func TestPickIsBindableAndOutsideTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// Two servers picking one after the other, before either binds, get
+// different ports.
+func TestPickNeverGivesAPortTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 500; i++ {
+		p, err := Pick()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d picked twice", p)
+		}
+		seen[p] = true
+	}
+}
