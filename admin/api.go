@@ -96,7 +96,7 @@ func (c APIConfig) validate() error {
 //
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
 // with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
-// (replay refused), 429 (too many wrong tokens from the client's address,
+// (replay refused), 413 (a request body over 64 KiB), 429 (too many wrong tokens from the client's address,
 // with Retry-After), 503 (database unavailable) or 500.
 type API struct {
 	cfg     APIConfig
@@ -374,14 +374,33 @@ func (a *API) replay(w http.ResponseWriter, r *http.Request) {
 // maxRequestBody bounds the JSON bodies the API reads.
 const maxRequestBody = 64 << 10
 
+// decode reads r's body as one JSON object into v (an empty body leaves v
+// as it is). A body over maxRequestBody is 413; one that is not exactly one
+// object (unknown fields, trailing data after it) is 400 and nothing runs.
 func (a *API) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		a.fail(w, invalid("request body: %v", err))
-		return false
+	err := dec.Decode(v)
+	if err == nil {
+		if _, after := dec.Token(); !errors.Is(after, io.EOF) {
+			err = errors.New("data after the JSON object")
+			if after != nil {
+				err = after
+			}
+		}
+	} else if errors.Is(err, io.EOF) {
+		err = nil
 	}
-	return true
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: over %d bytes", tooLarge.Limit))
+	default:
+		a.fail(w, invalid("request body: %v", err))
+	}
+	return false
 }
 
 func (a *API) pathID(w http.ResponseWriter, r *http.Request, name string) (int64, bool) {

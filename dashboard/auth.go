@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -190,7 +191,9 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 				d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
 				return
 			}
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+			if !d.readForm(w, r) {
+				return
+			}
 			if !d.sessions.checkCSRF(s, r.PostFormValue("csrf")) {
 				d.fail(w, r, nil, http.StatusForbidden, "Refused: the form's CSRF token is missing or stale. Reload the page and try again.")
 				return
@@ -198,6 +201,25 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 		}
 		next(w, r, s)
 	})
+}
+
+// readForm parses r's form, at most maxFormBody bytes, before any field is
+// read: a field read from a cut body would be empty, so an oversized login
+// would count as a wrong token and an oversized form as a missing CSRF
+// token. It answers 413 (too large) or 400 and returns false when it cannot.
+func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	err := r.ParseForm()
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		d.fail(w, r, nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("Refused: the form is over %d bytes.", maxFormBody))
+	} else {
+		d.fail(w, r, nil, http.StatusBadRequest, "Refused: the form could not be read.")
+	}
+	return false
 }
 
 // limit takes an attempt at the token for r's client (AuthLimiter). When it
@@ -236,7 +258,9 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	if !d.readForm(w, r) {
+		return
+	}
 	next := localPath(r.PostFormValue("next"))
 	end, ok := d.limit(w, r, &loginPage{Next: next})
 	if !ok {
