@@ -65,6 +65,14 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 		span.SetAttributes(attribute.String("inlet.outcome", "skipped"))
 		return
 	case err != nil:
+		if errors.Is(context.Cause(ctx), errShutdown) {
+			// Stop's deadline cut the read short: the handler never ran,
+			// so the attempt must not count (a job on its last attempt
+			// would be dead-lettered by the reaper). Fenced on the lease
+			// token, as for a reference that never started.
+			s.giveBackUnstarted(ref.Handler, []bus.Ref{ref})
+			return
+		}
 		if ctx.Err() == nil {
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "take job failed; the lease will expire",
 				append(attrs, slog.String("error", err.Error()))...)

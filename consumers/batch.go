@@ -71,6 +71,9 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 // the ids completed; an id missing lost its lease.
 func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]bool, error) {
 	done, err := s.completeJobsOn(ctx, s.cfg.Pool, cs)
+	if err == nil {
+		s.completed.Add(int64(len(done)))
+	}
 	if err == nil && len(s.breakers) > 0 {
 		// Committed: the handlers' circuits close. (A handler's own
 		// transaction closes its circuit once it has committed.)
@@ -90,7 +93,8 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// completeJobsOn is completeJobs on q.
+// completeJobsOn is completeJobs on q. It counts the statement, not the
+// completions: in a handler's transaction they count once it commits.
 func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion) (map[int64]bool, error) {
 	// In id order, so batches locking overlapping rows wait in one order.
 	slices.SortFunc(cs, func(a, b completion) int { return cmp.Compare(a.ref.JobID, b.ref.JobID) })
@@ -120,7 +124,6 @@ func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion
 	if err != nil {
 		return nil, fmt.Errorf("complete %d jobs (ids %d..%d): %w", n, ids[0], ids[n-1], err)
 	}
-	s.completed.Add(int64(len(done)))
 	return done, nil
 }
 

@@ -101,6 +101,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		// job's outcome.
 		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction)
 	}
+	s.completed.Add(1)
 	s.succeeded(rctx, []string{ref.Handler})
 	return timedOut, "completed", true, nil
 }
