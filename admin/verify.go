@@ -64,9 +64,10 @@ const maxFailures = 1000
 //
 // Limits: the URL a sender signed is not stored whole, only its path and
 // query (request_uri). It is rebuilt as the source's public_url (plus the
-// stored query) when set, else as "http://localhost" + request_uri. Only
-// twilio signs the URL, so only a twilio source without public_url whose
-// webhooks did not arrive at http://localhost cannot be re-verified: its
+// stored query) when set, else as "http://localhost" + request_uri. Only a
+// source whose signature covers the URL (twilio, hubspot, square, an hmac
+// template with {url}: verify.SignsURL) and has no public_url, whose
+// webhooks did not arrive at http://localhost, cannot be re-verified: its
 // events report signature_mismatch with a detail saying why. A source whose
 // secrets were rotated out since verifies with the secrets configured now;
 // keep a retired secret listed to re-verify older events.
@@ -164,8 +165,8 @@ func (v *reverifier) check(e *storedEvent) (VerifyFailure, bool) {
 	res, err := verify.Reverify(cfg, http.Header(e.headers), e.body, requestURL(cfg, e.requestURI))
 	if err != nil {
 		detail := err.Error()
-		if canonicalScheme(cfg.Type) == "twilio" && cfg.PublicURL == "" {
-			detail += " (twilio signs the URL it called and only its path and query are stored: set public_url to re-verify)"
+		if verify.SignsURL(cfg) && cfg.PublicURL == "" {
+			detail += fmt.Sprintf(" (%s signs the URL it called and only its path and query are stored: set public_url to re-verify)", cfg.Type)
 		}
 		return fail(verify.Reason(err), detail)
 	}

@@ -226,6 +226,23 @@ func newPreset(p *preset, cfg Config, ident *identity) (Verifier, error) {
 // deliveryIDPrefix starts the ids of perDelivery presets' events.
 const deliveryIDPrefix = "delivery:"
 
+// SignsURL reports whether cfg's signature covers the URL the provider
+// called: twilio, the presets that sign it (hubspot, square), and an hmac
+// source whose signed_payload has {url}. Such an event re-verifies only from
+// the URL it arrived at (Config.PublicURL).
+func SignsURL(cfg Config) bool {
+	if p := presets[cfg.Type]; p != nil {
+		return p.signsURL
+	}
+	switch cfg.Type {
+	case typeTwilio:
+		return true
+	case typeHMAC:
+		return strings.Contains(cfg.HMAC.SignedPayload, placeholderURL)
+	}
+	return false
+}
+
 // PerDeliveryID reports whether a source configured as cfg gives each
 // delivery an id of its own (a random one: see the providers' table), so a
 // stored event re-verifies with another id than the stored one.

@@ -165,6 +165,11 @@ var timedProviders = []*preset{
 		// deduplicate by eventId.
 		typeJSON:     "0.subscriptionType",
 		occurredJSON: "0.occurredAt",
+		// Nothing separates the URL from the body in the signed string, so
+		// bytes move between a query's end and the body's start without
+		// changing it; a batch is always a JSON array, and no text moved
+		// either way leaves one (hubspotEvent).
+		event: hubspotEvent,
 		sample: func(id string, now time.Time) (http.Header, []byte) {
 			return nil, fmt.Appendf(nil, `[{"eventId":1745263710,"subscriptionId":2150032,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":%q,"changeFlag":"UPDATED","changeSource":"CRM","sourceId":"userId:1234567"}]`,
 				now.UnixMilli(), id)
@@ -289,6 +294,20 @@ func twitchEvent(req *Request, res Result, customType bool) (Result, error) {
 		return Result{}, fmt.Errorf("twitch: %w: subscription.type is not text", ErrMalformedPayload)
 	}
 	res.EventType = "revocation." + typ
+	return res, nil
+}
+
+// hubspotEvent refuses a HubSpot body that is not a JSON array. HubSpot
+// always sends one (a batch of events), and its signed string joins URL and
+// body with nothing between: a captured delivery re-split between the
+// query's end and the body's start (?portalId=6251 and 5[…] for
+// ?portalId=62515 and […]) verifies, and its body hash would be a new event
+// id. A proper suffix of a JSON array is not one, nor is text before one
+// (a request target holds no whitespace).
+func hubspotEvent(req *Request, res Result, _ bool) (Result, error) {
+	if !jsonArray(req.Body) || !json.Valid(req.Body) {
+		return Result{}, fmt.Errorf("hubspot: %w: the body is not a JSON array of events", ErrMalformedPayload)
+	}
 	return res, nil
 }
 

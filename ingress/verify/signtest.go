@@ -24,9 +24,9 @@ import (
 // Config.EventIDJSON). Where the id travels in a header (GitHub's
 // X-GitHub-Delivery, Config.EventIDHeader, ...) that header is set to id. A
 // body that is given is sent as is, so its own id, if any, is the one
-// verified. requestURL is the URL the request will be posted to; only twilio
-// signs it (through Config.PublicURL when set, like the verifier), and it
-// may be empty otherwise. The returned headers include Content-Type.
+// verified. requestURL is the URL the request will be posted to; only the
+// sources SignsURL names sign it (through Config.PublicURL when set, like
+// the verifier), and it may be empty otherwise. The returned headers include Content-Type.
 func SignTest(cfg Config, id string, body []byte, requestURL string, now time.Time) (http.Header, []byte, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, nil, err

@@ -104,8 +104,11 @@ func TestSignTest(t *testing.T) {
 			// webhookTimestamp (testNow in ms), Graph's clientState items.
 			given := testBody(t, cfg, "evt_given", []byte(`{"id":"evt_given","event_id":"evt_given","type":"x","webhookTimestamp":1700000000000}`))
 			u := twilioPublicURL
-			if typ == "twilio" {
+			switch typ {
+			case "twilio":
 				given = []byte("MessageSid=SM1&MessageStatus=sent")
+			case "hubspot": // a batch
+				given = []byte(`[{"eventId":1,"subscriptionType":"x"}]`)
 			}
 			h, body, err = signTestAny(t, cfg, "evt_given", given, u, testNow)
 			if err != nil {

@@ -27,9 +27,9 @@ type Request struct {
 	// only ever handshakes (see [Handshake]).
 	Method string
 	// URL is the full URL of the request as received,
-	// scheme://host/path?query. Only twilio signs it (and uses
-	// Config.PublicURL in place of its scheme, host and path when set);
-	// other schemes ignore it and it may be empty.
+	// scheme://host/path?query. Only the sources SignsURL names sign it
+	// (and use Config.PublicURL in place of its scheme, host and path when
+	// set); the others ignore it and it may be empty.
 	URL string
 	// Now is the time timestamps are checked against. Defaults to time.Now().
 	Now time.Time
@@ -430,9 +430,9 @@ func Types() []string {
 // and raw body, as `inlet events verify` does: the signature, body hash and
 // event id are checked exactly as at ingestion, but the timestamp window is
 // not (Request.IgnoreTolerance), since a stored event is old by nature. url
-// is the request URL as received; only twilio needs it (with
-// Config.PublicURL set it supplies just the query string, so "" works for
-// form webhooks). The Result has the same event id and type as at
+// is the request URL as received; only the sources SignsURL names need it
+// (with Config.PublicURL set it supplies just the query string, so "" works
+// for twilio's form webhooks). The Result has the same event id and type as at
 // ingestion, so it can be compared with the stored row.
 func Reverify(cfg Config, header http.Header, body []byte, url string) (Result, error) {
 	v, err := New(cfg)

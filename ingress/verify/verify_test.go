@@ -459,6 +459,15 @@ func TestIdentityOverrides(t *testing.T) {
 			for _, tt := range tests {
 				cfg := base
 				tt.adjust(&cfg)
+				body := body
+				if typ == "hubspot" { // HubSpot sends a batch: the event is its first element
+					body = append(append([]byte("["), body...), ']')
+					for _, p := range []*string{&cfg.EventIDJSON, &cfg.EventTypeJSON} {
+						if *p != "" {
+							*p = "0." + *p
+						}
+					}
+				}
 				b := testBody(t, cfg, "evt_1", body)
 				if tt.body != nil {
 					if bodyTokenType(typ) {
