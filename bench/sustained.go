@@ -23,7 +23,9 @@ import (
 var (
 	sustainedSystems = flag.String("sustained-systems", "river,inlet,inlet-dev,inlet-services",
 		"the configurations of the sustained section, comma-separated (river, inlet, inlet-dev, inlet-services)")
-	sustainedPoints = flag.Int("sustained-points", 4, "offered rates the sustained section tries per configuration after its saturation probe (the overload point comes on top)")
+	sustainedPoints   = flag.Int("sustained-points", 4, "offered rates the sustained section tries per configuration after its saturation probe (the overload point comes on top)")
+	sustainedHandlers = flag.String("sustained-handlers", "1,3", "sustained section: the handler counts River and in-process Inlet are measured with, comma-separated")
+	sustainedRates    = flag.String("sustained-rates", "", "sustained section: offer exactly these rates (webhooks/s, comma-separated) to each configuration instead of searching, to look at one load closely (with -cpuprofile); no probe, no overload point, no ratios")
 )
 
 // The sustained section's method. A rate holds when, over the run's
@@ -171,6 +173,16 @@ func runSustained(ctx context.Context, b *bench) (any, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	handlers, err := parseCounts("-sustained-handlers", *sustainedHandlers)
+	if err != nil {
+		return nil, err
+	}
+	var rates []int
+	if *sustainedRates != "" {
+		if rates, err = parseCounts("-sustained-rates", *sustainedRates); err != nil {
+			return nil, err
+		}
+	}
 	s := &sustainedRun{b: b, dir: dir, peak: map[int]float64{}}
 	if err := s.createTemplate(ctx); err != nil {
 		return nil, err
@@ -183,7 +195,11 @@ func runSustained(ctx context.Context, b *bench) (any, error) {
 		b.duration, sustainedConns, holdAccepted*100, holdErrors*100, sustainedSample, holdSlope*100, *sustainedPoints, (holdClose-1)*100)
 
 	var results []Sustained
-	for _, cfg := range s.configurations(systems) {
+	for _, cfg := range s.configurations(systems, handlers) {
+		if rates != nil {
+			results = append(results, s.fixed(ctx, cfg, rates))
+			continue
+		}
 		if _, ok := s.peak[cfg.handlers]; !ok {
 			if s.peak[cfg.handlers], err = s.ingestPeak(ctx, cfg.handlers); err != nil {
 				return nil, fmt.Errorf("ingest-only peak with %d handlers: %w", cfg.handlers, err)
@@ -216,11 +232,11 @@ func parseSystems(list string) ([]string, error) {
 	return out, nil
 }
 
-// configurations lists what to measure: River and Inlet side by side with 1
-// and with 3 handlers, then the shipped defaults with their one handler.
-func (s *sustainedRun) configurations(systems []string) []configuration {
+// configurations lists what to measure: River and Inlet side by side with
+// each count of handlers (1 and 3 unless -sustained-handlers says), then the shipped defaults with their one handler.
+func (s *sustainedRun) configurations(systems []string, handlers []int) []configuration {
 	var out []configuration
-	for _, h := range []int{1, 3} {
+	for _, h := range handlers {
 		for _, system := range systems {
 			switch system {
 			case "river":
@@ -362,6 +378,36 @@ func (s *sustainedRun) ingestPeak(ctx context.Context, handlers int) (float64, e
 func (s *sustainedRun) prefix(kind string) string {
 	s.seq++
 	return fmt.Sprintf("evt_sus_%s_%d_%d_", kind, time.Now().UnixNano(), s.seq)
+}
+
+// fixed offers each of rates to cfg in turn (-sustained-rates): the points
+// are printed and recorded, nothing is searched or compared.
+func (s *sustainedRun) fixed(ctx context.Context, cfg configuration, rates []int) Sustained {
+	r := Sustained{System: cfg.system, Handlers: cfg.handlers, Settings: cfg.settings}
+	fmt.Printf("\n%s: %s\n", cfg, settingsLine(cfg.settings))
+	for _, rate := range rates {
+		p, err := s.runPoint(ctx, cfg, "rate", rate, s.b.duration)
+		if err != nil {
+			r.Error = fmt.Sprintf("%s at %d/s: %v", cfg, rate, err)
+			fmt.Fprintln(os.Stderr, "bench: sustained:", r.Error)
+			return r
+		}
+		r.Points = append(r.Points, p)
+	}
+	return r
+}
+
+// parseCounts reads a comma-separated list of positive counts for flag name.
+func parseCounts(name, list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive count", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // measure finds cfg's sustained rate: a saturation probe says what it
