@@ -165,7 +165,9 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 // (ClaimLimitedJobs), an ordered one's by ClaimHandlerJobs. It returns how many it leased and whether a
 // handler's claim came back full (more may be due). A handler's failed
 // claim is logged (and paced: one handler's failures hold up no other);
-// the error is ErrPublish when the bus refused references.
+// the error is ErrPublish when the bus refused every reference (a handler
+// whose references it refused is held out of the claims a while:
+// publishHolds).
 func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apartGroup, pace *apartPace) (int, bool, error) {
 	_, apart, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
 	if err != nil {
@@ -190,7 +192,7 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		if stopped() { // no other claim starts; what is leased is published
 			break
 		}
-		if !pace.due(h, time.Now()) {
+		if now := time.Now(); !pace.due(h, now) || s.holds.isHeld(h, now) {
 			continue
 		}
 		s.claims.Add(1)

@@ -175,6 +175,9 @@ type Streamer struct {
 	apart      [2]*apartGroup
 	batchSizes prometheus.Histogram
 	inFlight   *inFlight
+	// holds keeps handlers whose references the bus refused out of the
+	// claims for a while (hold.go).
+	holds *publishHolds
 
 	claims, claimed, published, publishFailed atomic.Int64
 	fullClaims                                atomic.Int64
@@ -202,7 +205,7 @@ func New(cfg Config) (*Streamer, error) {
 		return nil, err
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
-		leasedAt: map[string]time.Time{}}
+		holds: newPublishHolds(), leasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
@@ -428,6 +431,7 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
+	full = append(full, s.holds.held(time.Now())...)
 	s.claims.Add(1)
 	started := time.Now()
 	window := s.claimWindow(started)
@@ -474,16 +478,18 @@ func (b *leaseBatch) add(s *Streamer, j queries.ClaimJobsRow) {
 }
 
 // publishBatch publishes b and returns how many jobs it leased; ErrPublish
-// when some references could not be published (their leases given back).
+// when none of its references could be published (their leases given
+// back). The handlers whose topics refused are held out of the next claims
+// (publishHolds), so a round that published the other handlers' references
+// is no failure: the loop does not back off for them.
 func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error) {
 	s.batchSizes.Observe(float64(len(b.refs)))
 	if len(b.refs) == 0 {
 		return 0, nil
 	}
 	s.claimed.Add(int64(len(b.refs)))
-	if failed := s.publish(ctx, b.refs, b.traces); failed > 0 {
-		// The bus is away: say so, so the loop backs off instead of leasing
-		// and giving back the same jobs in a tight loop.
+	if failed := s.publish(ctx, b.refs, b.traces); failed == len(b.refs) {
+		// The bus is away: say so, so the loop backs off too.
 		return len(b.refs), fmt.Errorf("publish %d of %d references: %w", failed, len(b.refs), ErrPublish)
 	}
 	return len(b.refs), nil
@@ -652,6 +658,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 			span.End()
 		}
 		if err != nil {
+			s.holds.refused(trefs[0].Handler, time.Now())
 			s.cfg.Logger.Warn("publish failed; giving the leases back", slog.String("topic", topic),
 				slog.Int("jobs", len(trefs)), slog.String("error", err.Error()))
 			for _, r := range trefs {
@@ -661,6 +668,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 			}
 			continue
 		}
+		s.holds.published(trefs[0].Handler)
 		s.published.Add(int64(len(trefs)))
 	}
 	n := len(failed.JobIds)
