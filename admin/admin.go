@@ -162,6 +162,18 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, invalid("time %q: want RFC 3339 (2026-03-03T09:00:00Z), a date (2026-03-03) or a duration back from now (24h, 7d)", s)
 }
 
+// RelativeTime reports whether s, as ParseTime reads it, counts back from
+// now (24h, 7d) rather than naming a time.
+func RelativeTime(s string) bool {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return true
+		}
+	}
+	d, err := time.ParseDuration(s)
+	return err == nil && d >= 0
+}
+
 func checkRange(since, until time.Time) error {
 	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
 		return invalid("since (%s) must be before until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))

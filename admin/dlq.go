@@ -68,7 +68,7 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetter
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := queries.New(tx).AdminListDeadLetters(ctx, queries.AdminListDeadLettersParams{
 			Handler: f.Handler, Provider: f.Provider, ErrorClass: f.ErrorClass, Since: nullTime(f.Since), Until: nullTime(f.Until),
-			BeforeID: f.Before, PageSize: int64(limit)})
+			BeforeID: f.Before, PageSize: int64(limit) + 1}) // one more: is there a next page?
 		if err != nil {
 			return err
 		}
@@ -83,8 +83,9 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetter
 	if err != nil {
 		return DeadLetterPage{}, fmt.Errorf("list dead letters: %w", err)
 	}
-	if len(page.DeadLetters) == limit {
-		page.NextBefore = page.DeadLetters[len(page.DeadLetters)-1].JobID
+	if len(page.DeadLetters) > limit {
+		page.DeadLetters = page.DeadLetters[:limit]
+		page.NextBefore = page.DeadLetters[limit-1].JobID
 	}
 	return page, nil
 }

@@ -87,7 +87,7 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
 		arg := queries.AdminListEventsParams{
 			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
-			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit),
+			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit) + 1, // one more: is there a next page?
 			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: f.Where,
 		}
 		var rows []queries.AdminListEventsRow
@@ -123,8 +123,9 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	if err != nil {
 		return EventPage{}, fmt.Errorf("list events: %w", err)
 	}
-	if len(page.Events) == limit {
-		page.NextBefore = page.Events[len(page.Events)-1].ID
+	if len(page.Events) > limit {
+		page.Events = page.Events[:limit]
+		page.NextBefore = page.Events[limit-1].ID
 	}
 	return page, nil
 }

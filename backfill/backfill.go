@@ -107,6 +107,14 @@ type Lister interface {
 	auth(r *http.Request)
 }
 
+// pinner is a Lister whose query holds a time resolved from the clock (a
+// relative --since): the first run keeps it in the state file, and a run
+// resumed from that file asks for the same.
+type pinner interface {
+	pinned() string
+	pin(saved string) error
+}
+
 // page is one page of a provider's history.
 type page struct {
 	Events []item
@@ -152,6 +160,10 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 		return Stats{}, err
 	}
 	st := &state{Source: cfg.Source, Key: l.key()}
+	pl, pins := l.(pinner)
+	if pins {
+		st.Pinned = pl.pinned()
+	}
 	if !cfg.Restart {
 		saved, err := loadState(cfg.StatePath)
 		if err != nil {
@@ -161,6 +173,11 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 			if saved.Source != cfg.Source || saved.Key != st.Key {
 				return Stats{}, fmt.Errorf("%w: %s holds a cursor for source %q, %s; this run is source %q, %s (run with --restart to start over)",
 					ErrStateMismatch, cfg.StatePath, saved.Source, saved.Key, cfg.Source, st.Key)
+			}
+			if pins && saved.Pinned != "" {
+				if err := pl.pin(saved.Pinned); err != nil {
+					return Stats{}, fmt.Errorf("%w: %s: %v (run with --restart to start over)", ErrStateMismatch, cfg.StatePath, err)
+				}
 			}
 			st = saved
 		}

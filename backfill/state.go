@@ -17,10 +17,13 @@ var ErrStateMismatch = errors.New("state file is for a different backfill")
 
 // state is the resume point of an unfinished backfill, as kept in the file.
 type state struct {
-	Source    string    `json:"source"`
-	Key       string    `json:"key"`    // the provider's query (Lister.Key)
-	Cursor    string    `json:"cursor"` // where the next page starts
-	Pages     int       `json:"pages"`  // pages finished so far, for the progress line
+	Source string `json:"source"`
+	Key    string `json:"key"`    // the provider's query (Lister.Key)
+	Cursor string `json:"cursor"` // where the next page starts
+	// Pinned is what the query resolved from the clock (a relative
+	// --since), so a resumed run asks for the same (pinner).
+	Pinned    string    `json:"pinned,omitempty"`
+	Pages     int       `json:"pages"` // pages finished so far, for the progress line
 	UpdatedAt time.Time `json:"updated_at"`
 }
 

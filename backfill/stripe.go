@@ -22,6 +22,11 @@ type StripeConfig struct {
 	// Since keeps events created at or after it (created[gte]). Stripe keeps
 	// the events of the last 30 days. Zero: all of them.
 	Since time.Time
+	// SinceAsGiven is Since as the operator wrote it when it counts back
+	// from the clock (7d, 24h): the query is known by it, so running the
+	// same command again resumes, and the resumed run asks for the Since the
+	// first run resolved (kept in the state file), not one moved on.
+	SinceAsGiven string
 	// Until keeps events created at or before it (created[lte]). Zero: up to
 	// the newest.
 	Until time.Time
@@ -57,7 +62,10 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 
 func (s *Stripe) key() string {
 	k := "stripe " + s.cfg.BaseURL
-	if !s.cfg.Since.IsZero() {
+	switch {
+	case s.cfg.SinceAsGiven != "":
+		k += " since=" + s.cfg.SinceAsGiven
+	case !s.cfg.Since.IsZero():
 		k += " since=" + strconv.FormatInt(s.cfg.Since.Unix(), 10)
 	}
 	if !s.cfg.Until.IsZero() {
@@ -67,6 +75,25 @@ func (s *Stripe) key() string {
 		k += " types=" + strings.Join(s.cfg.Types, ",")
 	}
 	return k
+}
+
+// pinned is the Since a relative --since resolved to, kept in the state
+// file; "" when the query has no time from the clock.
+func (s *Stripe) pinned() string {
+	if s.cfg.SinceAsGiven == "" {
+		return ""
+	}
+	return strconv.FormatInt(s.cfg.Since.Unix(), 10)
+}
+
+// pin takes back the Since a run resumed from resolved.
+func (s *Stripe) pin(v string) error {
+	sec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("pinned since %q is not a unix time", v)
+	}
+	s.cfg.Since = time.Unix(sec, 0)
+	return nil
 }
 
 func (s *Stripe) auth(r *http.Request) {

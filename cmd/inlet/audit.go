@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/inlet-dev/inlet/audit"
 	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 const auditHelp = `
@@ -35,14 +37,15 @@ one's hash); verify recomputes them from the events table.`, map[string]subcomma
 	}, args)
 }
 
-// withAuditDB loads the config and opens a small pool as role.
-func withAuditDB(ctx context.Context, cfgPath, role string, f func(pool *pgxpool.Pool, cfg inletyaml.Config) error) error {
+// withAuditDB loads the config and opens a small pool as the role role
+// names for it.
+func withAuditDB(ctx context.Context, cfgPath string, role func(inletyaml.Config) string, f func(pool *pgxpool.Pool, cfg inletyaml.Config) error) error {
 	cfg, _, err := operatorConfig(cfgPath)
 	if err != nil {
 		return err
 	}
 	pool, err := database.Open(ctx, cmp.Or(cfg.Admin.DatabaseURL, cfg.DatabaseURL),
-		database.Options{Role: role, AppName: "inlet-audit", MaxConns: 2})
+		database.Options{Role: role(cfg), AppName: "inlet-audit", MaxConns: 2})
 	if err != nil {
 		return err
 	}
@@ -58,8 +61,8 @@ transaction that could still insert the missing id is running (a gap is
 sealed as skipped only once none is). With --every, seal again at that
 interval until SIGTERM.`+auditHelp)
 	cfgPath := configFlag(fs)
-	role := fs.String("role", "webhook_sealer", "database role to assume")
-	grace := fs.Duration("grace", 5*time.Second, "seal only events older than this")
+	role := fs.String("role", "", "database role to assume (default: audit.db_role, else webhook_sealer)")
+	grace := fs.Duration("grace", 0, "seal only events older than this (default: audit.grace, else 5s)")
 	every := fs.Duration("every", 0, "seal at this interval until SIGTERM (0: one pass)")
 	maxLeaves := fs.Int("max-leaves", 10000, "ids per checkpoint at most")
 	asJSON := fs.Bool("json", false, "print the checkpoints written as JSON")
@@ -69,12 +72,21 @@ interval until SIGTERM.`+auditHelp)
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet audit seal takes flags only, got %q", errUsage, fs.Args())
 	}
-	if *grace <= 0 || *every < 0 || *maxLeaves < 1 {
+	graceGiven := false
+	fs.Visit(func(f *flag.Flag) { graceGiven = graceGiven || f.Name == "grace" })
+	if (graceGiven && *grace <= 0) || *every < 0 || *maxLeaves < 1 {
 		return fmt.Errorf("%w: --grace must be positive, --every not negative, --max-leaves at least 1", errUsage)
 	}
-	return withAuditDB(ctx, *cfgPath, *role, func(pool *pgxpool.Pool, cfg inletyaml.Config) error {
+	sealerRole := func(cfg inletyaml.Config) string {
+		if *role != "" || cfg.Audit.DBRole == nil {
+			return cmp.Or(*role, schema.SealerRole)
+		}
+		return *cfg.Audit.DBRole
+	}
+	return withAuditDB(ctx, *cfgPath, sealerRole, func(pool *pgxpool.Pool, cfg inletyaml.Config) error {
 		log := stderrLogger(cfg, "text")
-		s, err := audit.NewSealer(audit.Config{DB: pool, Grace: *grace, Interval: cmp.Or(*every, time.Minute),
+		g := cmp.Or(*grace, cfg.Audit.Grace)
+		s, err := audit.NewSealer(audit.Config{DB: pool, Grace: g, Interval: cmp.Or(*every, time.Minute),
 			MaxLeaves: *maxLeaves, Logger: log})
 		if err != nil {
 			return err
@@ -83,7 +95,7 @@ interval until SIGTERM.`+auditHelp)
 			if err := s.Start(ctx); err != nil {
 				return err
 			}
-			log.Info("audit sealer running", slog.Duration("every", *every), slog.Duration("grace", *grace))
+			log.Info("audit sealer running", slog.Duration("every", *every), slog.Duration("grace", g))
 			<-ctx.Done()
 			s.Stop()
 			return nil
@@ -148,15 +160,13 @@ its verify is not recorded).`+auditHelp)
 	if *maxProblems < 1 {
 		return fmt.Errorf("%w: --max-problems must be at least 1", errUsage)
 	}
-	cfg, _, err := operatorConfig(*cfgPath)
-	if err != nil {
-		return err
+	verifierRole := func(cfg inletyaml.Config) string {
+		if *role == "" && cfg.Admin.DBRole != nil {
+			return *cfg.Admin.DBRole
+		}
+		return *role
 	}
-	r := *role
-	if r == "" && cfg.Admin.DBRole != nil {
-		r = *cfg.Admin.DBRole
-	}
-	return withAuditDB(ctx, *cfgPath, r, func(pool *pgxpool.Pool, _ inletyaml.Config) error {
+	return withAuditDB(ctx, *cfgPath, verifierRole, func(pool *pgxpool.Pool, _ inletyaml.Config) error {
 		rep, err := audit.Verify(ctx, pool, audit.VerifyOptions{Head: *head, MaxProblems: *maxProblems})
 		if err != nil {
 			return err

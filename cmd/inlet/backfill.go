@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/backfill"
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/sources"
@@ -71,13 +72,20 @@ that inlet dev started from this directory (.inlet/database_url).`)
 	kind := fs.Arg(0)
 
 	var since time.Time
-	if kind == "stripe" {
+	var sinceAsGiven string
+	switch {
+	case kind == "stripe":
 		var err error
 		if since, err = timeFlag("since", *sinceFlag); err != nil {
 			return err
 		}
+		if admin.RelativeTime(*sinceFlag) {
+			sinceAsGiven = *sinceFlag
+		}
+	case *sinceFlag != "":
+		return fmt.Errorf("%w: --since: stripe only (GitHub's deliveries are read newest first, all of them the API keeps)", errUsage)
 	}
-	lister, err := api.lister("backfill", kind, since, time.Time{})
+	lister, err := api.listerSince("backfill", kind, since, sinceAsGiven, time.Time{})
 	if err != nil {
 		return err
 	}

@@ -35,11 +35,18 @@ func providerAPIFlags(fs *flag.FlagSet) *providerAPI {
 // [since, until] (zero: unbounded); a missing credential or bad setting is a
 // usage error.
 func (p *providerAPI) lister(command, kind string, since, until time.Time) (backfill.Lister, error) {
+	return p.listerSince(command, kind, since, "", until)
+}
+
+// listerSince is lister with the --since text when it counts back from the
+// clock (7d): a backfill's state file then knows the query by it, so the
+// same command resumes (backfill.StripeConfig.SinceAsGiven).
+func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAsGiven string, until time.Time) (backfill.Lister, error) {
 	var lister backfill.Lister
 	var err error
 	switch kind {
 	case "stripe":
-		c := backfill.StripeConfig{APIKey: orEnv(*p.apiKey, "STRIPE_API_KEY"), BaseURL: *p.baseURL, Since: since, Until: until}
+		c := backfill.StripeConfig{APIKey: orEnv(*p.apiKey, "STRIPE_API_KEY"), BaseURL: *p.baseURL, Since: since, SinceAsGiven: sinceAsGiven, Until: until}
 		if c.APIKey == "" {
 			return nil, fmt.Errorf("%w: inlet %s stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage, command)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/inlet-dev/inlet/inletyaml"
@@ -29,8 +30,24 @@ status 0 even when a period is kept: the report says why.`)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
 	maxAge := fs.String("max-age", "", "drop periods that ended longer ago than this: 90d, 13w, 2160h (default: retention.max_age; unset keeps everything)")
 	interval := fs.String("interval", "", "length of new partitions: day, week or month (default: retention.partition_interval, else week)")
-	ahead := fs.Int("ahead", -1, "periods past the current one to partition (default: retention.ahead, else 4)")
-	lockTimeout := fs.Duration("lock-timeout", 0, "longest wait for a partition's locks (default: retention.lock_timeout, else 5s)")
+	var ahead *int
+	fs.Func("ahead", "`count` of periods past the current one to partition, 0 or more (default: retention.ahead, else 4)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a count of periods (0 or more)", v)
+		}
+		ahead = &n
+		return nil
+	})
+	var lockTimeout *time.Duration
+	fs.Func("lock-timeout", "longest wait for a partition's locks, a positive `duration` (default: retention.lock_timeout, else 5s)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration", v)
+		}
+		lockTimeout = &d
+		return nil
+	})
 	dryRun := fs.Bool("dry-run", false, "report what would be created and dropped; change nothing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -52,10 +69,10 @@ status 0 even when a period is kept: the report says why.`)
 	if *interval != "" {
 		opts.Interval = *interval
 	}
-	if *ahead >= 0 {
+	if ahead != nil {
 		opts.Ahead = *ahead
 	}
-	if *lockTimeout > 0 {
+	if lockTimeout != nil {
 		opts.LockTimeout = *lockTimeout
 	}
 	opts.DryRun = *dryRun

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -83,7 +84,8 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 	return pgx.BeginFunc(ctx, conn, f)
 }
 
-// connectURL connects to url as appName. Its errors never quote the URL:
+// connectURL connects to url as appName, giving up after 5 s unless the URL
+// sets connect_timeout. Its errors never quote the URL:
 // pgx's parse message may, password included (a key=value string with
 // spaces around '=' is not masked).
 func connectURL(ctx context.Context, url, appName string) (*pgx.Conn, error) {
@@ -92,6 +94,11 @@ func connectURL(ctx context.Context, url, appName string) (*pgx.Conn, error) {
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
 	cc.RuntimeParams["application_name"] = appName
+	if cc.ConnectTimeout == 0 {
+		// As database.Open: a server that takes the connection but never
+		// answers fails the command instead of hanging it.
+		cc.ConnectTimeout = 5 * time.Second
+	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)

@@ -54,5 +54,12 @@ func (s Section) Validate() error {
 	if s.Storage != "file" && s.Storage != "memory" {
 		return fmt.Errorf("bus.storage: %q is not file or memory", s.Storage)
 	}
+	if s.AckWait < 0 {
+		return fmt.Errorf("bus.ack_wait: %s is negative (0 or unset: 30s)", s.AckWait)
+	}
+	if s.Replicas < 1 || s.Replicas > 5 {
+		// JetStream keeps 1 to 5 copies of a stream.
+		return fmt.Errorf("bus.replicas: %d is not between 1 and 5 (0 or unset: 1)", s.Replicas)
+	}
 	return nil
 }
