@@ -26,7 +26,9 @@ ORDER BY id;
 -- The next batch_size events after id after_id that match the replay's filter (provider source,
 -- event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
 -- patterns of one of handler handler's enabled filtered subscriptions, and have
--- no job of handler (with unrouted, no job at all: an unrouted event): catch-up
+-- no job of handler (with unrouted, no job at all, and of the types and times
+-- event_types counts as unrouted, exactly as AdminCountUnroutedJobs reads
+-- them, so a filter only narrows what --unrouted catches up): catch-up
 -- evaluates the filters on them.
 SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.raw_body, e.occurred_at
 FROM webhook_ingress.events e
@@ -36,8 +38,16 @@ WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
   AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
   AND e.id > sqlc.arg(after_id)
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
-  AND (NOT sqlc.arg(unrouted)::boolean OR NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
-                                      WHERE j.event_id = e.id AND j.event_received_at = e.received_at))
+  AND (NOT sqlc.arg(unrouted)::boolean OR (
+        NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+                    WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+        AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
+                    WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
+                      AND ((t.event_type <> '_other' AND t.event_type = e.event_type)
+                           OR (t.event_type = '_other'
+                               AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
+                                               WHERE n.provider = e.provider AND n.event_type = e.event_type
+                                                 AND n.event_type <> '_other' AND e.received_at >= n.first_seen))))))
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
               WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NOT NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
