@@ -2,12 +2,14 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,10 +19,10 @@ import (
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
-// filterRefresh is how stale ingress's copy of the filtered subscriptions
-// may get: a filter registered or changed applies to events stored from at
-// most this long after its commit (inlet replay --missing creates the jobs
-// of events stored before).
+// filterRefresh is how often ingress reads its copy of the filtered
+// subscriptions again. A change in between still applies to the next event:
+// FanOutFiltered refuses a transaction whose copy is out of date (its
+// version, 040), and the store reads the copy again (filters.changed).
 const filterRefresh = time.Second
 
 // filters is ingress's copy of the enabled subscriptions that carry a CEL
@@ -30,8 +32,12 @@ type filters struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	loaded   time.Time
+	mu     sync.Mutex
+	loaded time.Time
+	// version is filtered routing's version (040) when subs was read; stale
+	// asks the next call to read again, sooner than filterRefresh.
+	version  int64
+	stale    bool
 	subs     []filteredSub
 	compiled map[string]*filter.Filter // by expression, across refreshes
 	broken   map[string]bool           // expressions already logged as not compiling
@@ -71,25 +77,32 @@ const filterLoadTimeout = 5 * time.Second
 // The read runs on its own context (ctx's values, not its cancellation,
 // with filterLoadTimeout): the request that happens to trigger it giving up
 // must not decide the routing of the others.
-func (f *filters) current(ctx context.Context) ([]filteredSub, error) {
+func (f *filters) current(ctx context.Context) ([]filteredSub, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.loaded.IsZero() && time.Since(f.loaded) < filterRefresh {
-		return f.subs, nil
+	if !f.loaded.IsZero() && !f.stale && time.Since(f.loaded) < filterRefresh {
+		return f.subs, f.version, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), filterLoadTimeout)
 	defer cancel()
-	rows, err := queries.New(f.pool).IngressFilteredSubscriptions(ctx)
+	// The version first: a change committed between the two reads leaves
+	// a copy newer than its version, which only costs a read more.
+	q := queries.New(f.pool)
+	version, err := q.IngressFilterVersion(ctx)
+	var rows []queries.IngressFilteredSubscriptionsRow
+	if err == nil {
+		rows, err = q.IngressFilteredSubscriptions(ctx)
+	}
 	if err != nil {
 		if f.loaded.IsZero() {
-			return nil, fmt.Errorf("read filtered subscriptions: %w: %w", errNotWritten, err)
+			return nil, 0, fmt.Errorf("read filtered subscriptions: %w: %w", errNotWritten, err)
 		}
 		// Reloaded at most once per filterRefresh, also when reading fails.
 		f.loaded = time.Now()
 		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
-		return f.subs, nil
+		return f.subs, f.version, nil
 	}
-	f.loaded = time.Now()
+	f.loaded, f.version, f.stale = time.Now(), version, false
 	var subs []filteredSub
 	for _, r := range rows {
 		id, handler, provider, etype := r.ID, r.Handler, r.ProviderPattern, r.EventTypePattern
@@ -115,16 +128,25 @@ func (f *filters) current(ctx context.Context) ([]filteredSub, error) {
 		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
 	}
 	f.subs = subs
-	return subs, nil
+	return subs, version, nil
 }
 
-// match returns the filtered subscriptions e passes. The body is parsed
-// once, and only when some subscription's patterns match e. An error (see
-// current) means e must not be stored yet.
-func (f *filters) match(ctx context.Context, e *Event) ([]int64, error) {
-	subs, err := f.current(ctx)
+// changed marks the copy stale: a store found filtered routing changed
+// since it was read (errFiltersChanged).
+func (f *filters) changed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stale = true
+}
+
+// match returns the filtered subscriptions e passes, and the version of
+// filtered routing they were read at (FanOutFiltered checks it). The body is
+// parsed once, and only when some subscription's patterns match e. An error
+// (see current) means e must not be stored yet.
+func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
+	subs, version, err := f.current(ctx)
 	if err != nil || len(subs) == 0 {
-		return nil, err
+		return nil, version, err
 	}
 	var (
 		ev     filter.Event
@@ -155,13 +177,26 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, error) {
 			f.evaluations.WithLabelValues(s.handler, "miss").Inc()
 		}
 	}
-	return ids, nil
+	return ids, version, nil
 }
 
 var fanOutFilteredSQL = schema.Query("FanOutFiltered")
 
+// filtersChangedCode is the SQLSTATE FanOutFiltered fails with when
+// filtered routing changed since the version it was given (040).
+const filtersChangedCode = "IN001"
+
+// filtersChanged reports whether err is FanOutFiltered's: nothing of the
+// transaction was stored, and the events are to be matched again on a
+// fresh copy of the filtered subscriptions and stored again.
+func filtersChanged(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == filtersChangedCode
+}
+
 // fanOutArgs flattens (event key, subscription) pairs for FanOutFiltered.
 func fanOutArgs(events []*Event, matches [][]int64) (providers, extIDs []string, subs []int64) {
+	providers, extIDs, subs = []string{}, []string{}, []int64{}
 	for i, e := range events {
 		for _, id := range matches[i] {
 			providers, extIDs, subs = append(providers, e.Provider), append(extIDs, e.ExternalID), append(subs, id)

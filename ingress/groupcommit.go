@@ -92,8 +92,10 @@ type pending struct {
 	event   atomic.Pointer[Event]
 	headers string
 	size    int64
-	// matches are the filtered subscriptions the event passed.
+	// matches are the filtered subscriptions the event passed, read at
+	// filtered routing's version version.
 	matches []int64
+	version int64
 }
 
 // useLogger sends the store's own log lines to l (see PGStore.useLogger).
@@ -122,11 +124,11 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), ErrUnstorable, err)
 	}
-	matches, err := g.single.filters.match(ctx, e)
+	matches, version, err := g.single.filters.match(ctx, e)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
-	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: matches}
+	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: matches, version: version}
 	p.event.Store(e)
 	stored, err := g.group.Do(ctx, p)
 	switch {
@@ -161,6 +163,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		e       *Event
 		headers string
 		matches []int64
+		version int64
 		// dup: an earlier item of this batch has the same key. It is not
 		// written: it is that item's duplicate, and its filter matches
 		// were evaluated on its own body, not the one stored.
@@ -179,7 +182,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			r.Answer(false, context.Canceled)
 			continue
 		}
-		live = append(live, item{r: r, e: e, headers: r.Value.headers, matches: r.Value.matches})
+		live = append(live, item{r: r, e: e, headers: r.Value.headers, matches: r.Value.matches, version: r.Value.version})
 	}
 	if len(live) == 0 {
 		return
@@ -205,8 +208,12 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	bodies, verified, secret := make([][]byte, n), make([]bool, n), make([]*int16, n)
 	storeJSON, occurred := make([]bool, n), make([]pgtype.Timestamptz, n)
 	events, matches := make([]*Event, n), make([][]int64, n)
+	// The oldest version any event was matched at: FanOutFiltered refuses
+	// the batch when any of them is out of date.
+	version := live[0].version
 	i := 0
 	for _, it := range live {
+		version = min(version, it.version)
 		if it.dup {
 			continue
 		}
@@ -220,22 +227,15 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
 	// Events that passed a subscription's filter get those jobs in the
-	// same implicit transaction (one round trip: a pipelined batch).
+	// same implicit transaction (one round trip: a pipelined batch), after
+	// the insert's trigger made the others; FanOutFiltered refuses the
+	// batch if filtered routing changed since version.
 	fp, fx, fs := fanOutArgs(events, matches)
-	var (
-		rows pgx.Rows
-		br   pgx.BatchResults
-		err  error
-	)
-	if len(fs) == 0 {
-		rows, err = g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
-	} else {
-		b := &pgx.Batch{}
-		b.Queue(insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
-		b.Queue(fanOutFilteredSQL, fp, fx, fs)
-		br = g.pool.SendBatch(ctx, b)
-		rows, err = br.Query()
-	}
+	b := &pgx.Batch{}
+	b.Queue(insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
+	b.Queue(fanOutFilteredSQL, fp, fx, fs, version)
+	br := g.pool.SendBatch(ctx, b)
+	rows, err := br.Query()
 	stored := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {
@@ -250,13 +250,17 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			err = rows.Err()
 		}
 	}
-	if br != nil {
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	changed := filtersChanged(err)
+	if changed {
+		// Nothing of the batch was stored: each event is matched again
+		// on a fresh copy and stored alone, below.
+		g.single.filters.changed()
 	}
 	switch {
 	case err == nil:
@@ -269,7 +273,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		if anyStored && g.hinter != nil {
 			g.hinter.Hint()
 		}
-	case database.IsUnavailable(err) || ctx.Err() != nil || !isStatementError(err):
+	case !changed && (database.IsUnavailable(err) || ctx.Err() != nil || !isStatementError(err)):
 		// Down, too slow, or cut off mid-statement: every caller gets the
 		// error, which says whether the batch may have committed.
 		err = fmt.Errorf("insert %d events: %w", n, err)
@@ -277,8 +281,8 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			it.r.Answer(false, err)
 		}
 	default:
-		// One event's data failed the statement: store each alone, so only
-		// that one fails. A later item of a key is stored alone too: after
+		// One event's data failed the statement (or filtered routing
+		// changed): store each alone, so only that one fails. A later item of a key is stored alone too: after
 		// its first was, it is a duplicate (FanOutFiltered then finds no row
 		// of its own transaction and makes no job); after its first failed
 		// on its own data, it gets its own outcome.

@@ -80,6 +80,11 @@ func (s *PGStore) useLogger(l *slog.Logger) {
 	s.filters.logger = l.With(slog.String("component", "ingress"))
 }
 
+// maxFilterTries bounds how often one store reads the filtered
+// subscriptions again because they changed meanwhile (filtersChanged): each
+// change is a commit of a subscription's filter, rare by nature.
+const maxFilterTries = 5
+
 // InsertEvent and FanOutFiltered stay SQL text (schema.Query), not sqlc
 // methods: they are queued together in one pgx.Batch, one implicit
 // transaction in one round trip, and sqlc's batch methods send one statement
@@ -98,7 +103,7 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	// Filters before the connection: reading the filtered subscriptions
 	// takes one of the pool's own.
-	matches, err := s.filters.match(ctx, e)
+	matches, version, err := s.filters.match(ctx, e)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
@@ -109,18 +114,17 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), errNotWritten, err)
 	}
 	defer conn.Release()
+	// The insert, then the jobs of the filters it passed, in one implicit
+	// transaction (a pipelined batch). FanOutFiltered runs after the
+	// insert's trigger and refuses when filtered routing changed since
+	// version: then the event is matched again and stored again.
 	insert := func(storeJSON bool) (pgconn.CommandTag, error) {
 		args := []any{e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
 			storeJSON, occurredAt(e)}
-		if len(matches) == 0 {
-			return conn.Exec(ctx, insertEventSQL, args...)
-		}
-		// The jobs of the filters it passed, in the same implicit
-		// transaction (a pipelined batch).
 		fp, fx, fs := fanOutArgs([]*Event{e}, [][]int64{matches})
 		b := &pgx.Batch{}
 		b.Queue(insertEventSQL, args...)
-		b.Queue(fanOutFilteredSQL, fp, fx, fs)
+		b.Queue(fanOutFilteredSQL, fp, fx, fs, version)
 		br := conn.SendBatch(ctx, b)
 		tag, err := br.Exec()
 		if err == nil {
@@ -131,11 +135,21 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		}
 		return tag, err
 	}
-	tag, err := insert(e.StoreJSON)
-	if err != nil && e.StoreJSON && isStatementError(err) {
-		// The copy is never worth a webhook: should PostgreSQL refuse a
-		// body JSONCopyable let through, store it with payload NULL.
-		tag, err = insert(false)
+	var tag pgconn.CommandTag
+	for try := 1; ; try++ {
+		tag, err = insert(e.StoreJSON)
+		if err != nil && e.StoreJSON && isStatementError(err) && !filtersChanged(err) {
+			// The copy is never worth a webhook: should PostgreSQL refuse a
+			// body JSONCopyable let through, store it with payload NULL.
+			tag, err = insert(false)
+		}
+		if !filtersChanged(err) || try == maxFilterTries {
+			break
+		}
+		s.filters.changed()
+		if matches, version, err = s.filters.match(ctx, e); err != nil {
+			return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
+		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), unstorable(err))

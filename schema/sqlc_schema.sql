@@ -129,6 +129,11 @@ CREATE TABLE webhook_ingress.events_default (
     payload jsonb
 );
 
+CREATE TABLE webhook_ingress.filter_version (
+    one boolean NOT NULL,
+    version bigint NOT NULL
+);
+
 CREATE TABLE webhook_ingress.handler_limits (
     handler text NOT NULL,
     rate_per_second double precision,
@@ -360,6 +365,9 @@ CREATE FUNCTION webhook_ingress.drop_partition(p_start timestamp with time zone)
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[]) RETURNS bigint
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[], p_version bigint) RETURNS bigint
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE TABLE webhook_ingress.fetch_jobs_result (job_id bigint, attempted_at timestamp with time zone, lease_expires_at timestamp with time zone, max_attempts integer, started_at timestamp with time zone, event_id bigint, provider text, scheme text, external_event_id text, event_type text, received_at timestamp with time zone, headers jsonb, raw_body bytea, occurred_at timestamp with time zone);

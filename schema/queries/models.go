@@ -398,6 +398,11 @@ type WebhookIngressConsumerRoleScope struct {
 	EventTypeLike    *string
 }
 
+type WebhookIngressFilterVersion struct {
+	One     bool
+	Version int64
+}
+
 type WebhookIngressOrderLane struct {
 	JobID           int64
 	EventReceivedAt time.Time
