@@ -52,6 +52,9 @@ sending it (for any source whose request does not carry the secret itself).
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: inlet send takes one SOURCE, got %d arguments", errUsage, fs.NArg())
 	}
+	if *body != "" && *bodyFile != "" {
+		return fmt.Errorf("%w: --body and --body-file: give one", errUsage)
+	}
 	if *handshake && (*body != "" || *bodyFile != "" || *eventID != "") {
 		return fmt.Errorf("%w: --handshake sends the provider's own check: --body, --body-file and --id do not apply", errUsage)
 	}
@@ -124,7 +127,7 @@ sending it (for any source whose request does not carry the secret itself).
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header = hdr
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sendClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("send to %s: %w", redactURL(url), err)
 	}
@@ -165,7 +168,7 @@ func sendHandshake(ctx context.Context, env *environment, name string, src verif
 		return fmt.Errorf("build the %s request: %w", probe.Kind, err)
 	}
 	req.Header = probe.Header
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sendClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("send the %s handshake to %s: %w", probe.Kind, redactURL(url), err)
 	}
@@ -198,3 +201,8 @@ func readPrivateKey(v string) (string, error) {
 	}
 	return key, nil
 }
+
+// sendClient posts inlet send's requests: an ingress that takes the
+// connection and never answers fails the command within a minute (ingress
+// answers within its store_timeout and write_timeout, seconds).
+var sendClient = &http.Client{Timeout: time.Minute}

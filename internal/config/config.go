@@ -293,6 +293,7 @@ var (
 func expandValue(n *yaml.Node, lookup func(string) (string, bool)) error {
 	if strings.Contains(n.Value, "${") {
 		var missing string
+		var missingEmpty bool // set, but to ""
 		var fileErr error
 		// Split around file references so their content is never expanded.
 		var parts []string
@@ -327,21 +328,26 @@ func expandValue(n *yaml.Node, lookup func(string) (string, bool)) error {
 			}
 			parts[i] = envRef.ReplaceAllStringFunc(part, func(ref string) string {
 				m := envRef.FindStringSubmatch(ref)
-				if v, ok := lookup(m[1]); ok && v != "" {
+				v, ok := lookup(m[1])
+				if ok && v != "" {
 					return v
 				}
 				if strings.Contains(ref, ":-") {
 					return m[2]
 				}
 				if missing == "" {
-					missing = m[1]
+					missing, missingEmpty = m[1], ok
 				}
 				return ""
 			})
 		}
 		n.Value = strings.Join(parts, "")
 		if missing != "" {
-			return fmt.Errorf("environment variable %s is not set (write ${%s:-default} for a default)", missing, missing)
+			state := "is not set"
+			if missingEmpty {
+				state = "is set but empty"
+			}
+			return fmt.Errorf("environment variable %s %s (write ${%s:-default} for a default)", missing, state, missing)
 		}
 		n.Tag = "" // let the decoder resolve the expanded text's type afresh
 		if n.Value == "" {

@@ -49,8 +49,10 @@ func TestParseHandsSectionsOver(t *testing.T) {
 		{"name: bad\n", "name: bad"},
 		{"nmae: x\n", "line 1: nmae: unknown key; did you mean `name`?"},
 		{"sources: [\"${UNSET}\"]\n", "line 1: sources[0]: environment variable UNSET is not set"},
+		// Set to "": said so, not "not set".
+		{"sources: [\"${EMPTY}\"]\n", "line 1: sources[0]: environment variable EMPTY is set but empty"},
 	} {
-		if _, err := Parse[testFile]([]byte(c.doc), env(nil), AllSections); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Parse[testFile]([]byte(c.doc), env(map[string]string{"EMPTY": ""}), AllSections); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
 		}
 	}
