@@ -96,7 +96,7 @@ func (b *bundle) insert(t testing.TB, ctx context.Context) {
 	t.Helper()
 	n := extID.Add(1)
 	_, err := b.writer.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", fmt.Sprintf("evt_%d", n), "invoice.paid",
-		map[string][]string{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=00", n)}}, []byte(fmt.Sprintf(`{"id":"evt_%d"}`, n)), true, 0, "/webhooks/stripe", "", false, nil)
+		map[string][]string{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=00", n)}}, []byte(fmt.Sprintf(`{"id":"evt_%d"}`, n)), true, 0, "/webhooks/stripe", "", false, nil, 0)
 	if err != nil {
 		t.Errorf("insert event: %v", err)
 	}
@@ -110,7 +110,7 @@ func (b *bundle) rolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_rolled_back", "x", "{}", []byte("{}"), true, 0, "", "", false, nil); err != nil {
+	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_rolled_back", "x", "{}", []byte("{}"), true, 0, "", "", false, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -375,7 +375,7 @@ func (b *bundle) inFlight(t *testing.T, ext string) pgx.Tx {
 	}
 	t.Cleanup(func() { tx.Rollback(context.Background()) })
 	if _, err := tx.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", ext, "x",
-		map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil); err != nil {
+		map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	return tx
@@ -495,7 +495,7 @@ func TestSealWaitsForAnInsertWaitingOnItsKey(t *testing.T) {
 	go func() {
 		defer close(done)
 		_, err := waiter.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_key", "x",
-			map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil) // id 2, waits for id 1's key
+			map[string][]string{}, []byte(`{}`), true, 0, "", "", false, nil, 0) // id 2, waits for id 1's key
 		inserted <- err
 	}()
 	testwait.Eventually(t, 10*time.Second, "the second insert of evt_key waiting on a lock", func() (bool, string) {

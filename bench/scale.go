@@ -1015,7 +1015,7 @@ func insertRunEvents(ctx context.Context, pool *pgxpool.Pool, sql, prefix string
 		bodies[i], verified[i], secret[i] = body, true, &zero
 	}
 	rows, err := pool.Query(ctx, sql, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace,
-		make([]bool, len(provider)), make([]*time.Time, len(provider)))
+		make([]bool, len(provider)), make([]*time.Time, len(provider)), 0)
 	if err != nil {
 		return 0, err
 	}

@@ -41,7 +41,7 @@ func TestReadRefsFindsOnlyTheCurrentReferenceOfAJob(t *testing.T) {
 	}
 	for _, id := range []string{"evt_read_1", "evt_read_2"} {
 		if _, err := admin.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", id, "invoice.paid", []byte(`{}`),
-			[]byte(`{"id":"`+id+`"}`), true, int16(0), "/webhooks/stripe", "", false, nil); err != nil {
+			[]byte(`{"id":"`+id+`"}`), true, int16(0), "/webhooks/stripe", "", false, nil, 0); err != nil {
 			t.Fatalf("insert %s: %v", id, err)
 		}
 	}

@@ -21,7 +21,7 @@ import (
 
 // filterRefresh is how often ingress reads its copy of the filtered
 // subscriptions again. A change in between still applies to the next event:
-// FanOutFiltered refuses a transaction whose copy is out of date (its
+// the insert's trigger refuses a transaction whose copy is out of date (its
 // version, 040), and the store reads the copy again (filters.changed).
 const filterRefresh = time.Second
 
@@ -140,7 +140,7 @@ func (f *filters) changed() {
 }
 
 // match returns the filtered subscriptions e passes, and the version of
-// filtered routing they were read at (FanOutFiltered checks it). The body is
+// filtered routing they were read at (the insert's trigger checks it). The body is
 // parsed once, and only when some subscription's patterns match e. An error
 // (see current) means e must not be stored yet.
 func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
@@ -182,11 +182,12 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 
 var fanOutFilteredSQL = schema.Query("FanOutFiltered")
 
-// filtersChangedCode is the SQLSTATE FanOutFiltered fails with when
-// filtered routing changed since the version it was given (040).
+// filtersChangedCode is the SQLSTATE an insert fails with when filtered
+// routing changed since the version it says its events were matched at
+// (the events_fan_out trigger, 040).
 const filtersChangedCode = "IN001"
 
-// filtersChanged reports whether err is FanOutFiltered's: nothing of the
+// filtersChanged reports whether err is that failure: nothing of the
 // transaction was stored, and the events are to be matched again on a
 // fresh copy of the filtered subscriptions and stored again.
 func filtersChanged(err error) bool {
@@ -196,7 +197,6 @@ func filtersChanged(err error) bool {
 
 // fanOutArgs flattens (event key, subscription) pairs for FanOutFiltered.
 func fanOutArgs(events []*Event, matches [][]int64) (providers, extIDs []string, subs []int64) {
-	providers, extIDs, subs = []string{}, []string{}, []int64{}
 	for i, e := range events {
 		for _, id := range matches[i] {
 			providers, extIDs, subs = append(providers, e.Provider), append(extIDs, e.ExternalID), append(subs, id)

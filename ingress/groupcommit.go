@@ -227,15 +227,24 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
 	// Events that passed a subscription's filter get those jobs in the
-	// same implicit transaction (one round trip: a pipelined batch), after
-	// the insert's trigger made the others; FanOutFiltered refuses the
-	// batch if filtered routing changed since version.
+	// same implicit transaction (one round trip: a pipelined batch). The
+	// insert's trigger refuses the batch if filtered routing changed since
+	// version (filtersChanged).
 	fp, fx, fs := fanOutArgs(events, matches)
-	b := &pgx.Batch{}
-	b.Queue(insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred)
-	b.Queue(fanOutFilteredSQL, fp, fx, fs, version)
-	br := g.pool.SendBatch(ctx, b)
-	rows, err := br.Query()
+	var (
+		rows pgx.Rows
+		br   pgx.BatchResults
+		err  error
+	)
+	if len(fs) == 0 {
+		rows, err = g.pool.Query(ctx, insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred, version)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(insertEventsSQL, provider, scheme, extID, evType, headers, bodies, verified, secret, uri, trace, storeJSON, occurred, version)
+		b.Queue(fanOutFilteredSQL, fp, fx, fs)
+		br = g.pool.SendBatch(ctx, b)
+		rows, err = br.Query()
+	}
 	stored := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {
@@ -250,11 +259,13 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			err = rows.Err()
 		}
 	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	if br != nil {
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 	}
 	changed := filtersChanged(err)
 	if changed {

@@ -114,17 +114,21 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 		return false, fmt.Errorf("insert %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), errNotWritten, err)
 	}
 	defer conn.Release()
-	// The insert, then the jobs of the filters it passed, in one implicit
-	// transaction (a pipelined batch). FanOutFiltered runs after the
-	// insert's trigger and refuses when filtered routing changed since
-	// version: then the event is matched again and stored again.
+	// The insert says which version of filtered routing the event was
+	// matched at: its trigger refuses it when that moved (filtersChanged),
+	// and the event is matched again and stored again.
 	insert := func(storeJSON bool) (pgconn.CommandTag, error) {
 		args := []any{e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
-			storeJSON, occurredAt(e)}
+			storeJSON, occurredAt(e), version}
+		if len(matches) == 0 {
+			return conn.Exec(ctx, insertEventSQL, args...)
+		}
+		// The jobs of the filters it passed, in the same implicit
+		// transaction (a pipelined batch).
 		fp, fx, fs := fanOutArgs([]*Event{e}, [][]int64{matches})
 		b := &pgx.Batch{}
 		b.Queue(insertEventSQL, args...)
-		b.Queue(fanOutFilteredSQL, fp, fx, fs, version)
+		b.Queue(fanOutFilteredSQL, fp, fx, fs)
 		br := conn.SendBatch(ctx, b)
 		tag, err := br.Exec()
 		if err == nil {

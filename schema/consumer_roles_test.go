@@ -106,7 +106,7 @@ func TestConsumerRolesCannotTouchEachOthersRows(t *testing.T) {
 	events := map[string]int64{}
 	for _, p := range []string{"stripe", "github", "acme"} {
 		if _, err := pool.Exec(ctx, schema.Query("InsertEvent"), p, p, "evt_"+p, "thing.happened", `{"X-Secret-Header":["`+p+`"]}`,
-			[]byte(`{"body":"`+p+`"}`), true, int16(0), "/webhooks/"+p, "", false, nil); err != nil {
+			[]byte(`{"body":"`+p+`"}`), true, int16(0), "/webhooks/"+p, "", false, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 		var id int64

@@ -25,7 +25,7 @@ func TestGiveBackAttemptIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", "evt_1", "thing.happened", `{}`,
-		[]byte(`{}`), true, int16(0), "/webhooks/stripe", "", false, nil); err != nil {
+		[]byte(`{}`), true, int16(0), "/webhooks/stripe", "", false, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	jobs := claimAll(t, pool)

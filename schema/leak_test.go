@@ -34,7 +34,7 @@ func leakInsertEvent(t *testing.T, pool *pgxpool.Pool, provider, externalID stri
 	body := `{"id":"` + externalID + `","data":{"object":{"customer":"` + leakSecretBody + `"}}}`
 	headers := `{"Authorization":["` + leakSecretHeader + `"]}`
 	if _, err := pool.Exec(ctx, schema.Query("InsertEvent"), provider, provider, externalID, "thing.happened", headers,
-		[]byte(body), true, int16(0), "/webhooks/"+provider, "", true, nil); err != nil {
+		[]byte(body), true, int16(0), "/webhooks/"+provider, "", true, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	var id int64
@@ -104,10 +104,8 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 	}
 	// The claims run as their owner (036) so that the streamer's role
 	// needs no table-wide SELECT for their tuple ids.
-	// fan_out_filtered twice: with and without the version of filtered
-	// routing it checks (040; the older one for an ingress of before it).
 	want := []string{"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
-		"fan_out_filtered webhook_ingress_writer", "fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
+		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker"}
 	if !slices.Equal(definers, want) {
 		t.Errorf("SECURITY DEFINER functions and who may call them: %q; want %q", definers, want)

@@ -367,12 +367,12 @@ CREATE FUNCTION webhook_ingress.drop_partition(p_start timestamp with time zone)
 CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[]) RETURNS bigint
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[], p_version bigint) RETURNS bigint
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
 CREATE TABLE webhook_ingress.fetch_jobs_result (job_id bigint, attempted_at timestamp with time zone, lease_expires_at timestamp with time zone, max_attempts integer, started_at timestamp with time zone, event_id bigint, provider text, scheme text, external_event_id text, event_type text, received_at timestamp with time zone, headers jsonb, raw_body bytea, occurred_at timestamp with time zone);
 
 CREATE FUNCTION webhook_ingress.fetch_jobs(p_ids bigint[], p_attempts integer[], p_handlers text[], p_event_ids bigint[], p_received_at timestamp with time zone[], p_leased_at timestamp with time zone[]) RETURNS SETOF webhook_ingress.fetch_jobs_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE FUNCTION webhook_ingress.filter_version_holds() RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bigint

@@ -63,7 +63,7 @@ streamer: {health_listen: "127.0.0.1:0", poll_interval: 200ms, lease_duration: 3
 	st.waitLog("streamer started", 30*time.Second)
 	for i := range events {
 		if _, err := admin.Exec(ctx, schema.Query("InsertEvent"), "stripe", "stripe", fmt.Sprintf("evt_once_%d", i), "invoice.paid",
-			[]byte(`{}`), []byte(`{"id":"evt"}`), true, int16(0), "/webhooks/stripe", "", false, nil); err != nil {
+			[]byte(`{}`), []byte(`{"id":"evt"}`), true, int16(0), "/webhooks/stripe", "", false, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

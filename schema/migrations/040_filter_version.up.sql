@@ -10,17 +10,18 @@
 -- Now every change that moves a subscription into, out of or within
 -- filtered routing (one with a filter inserted or deleted; its filter,
 -- enabled or patterns changed) bumps webhook_ingress.filter_version in the
--- same transaction, and ingress stores each batch with
--- fan_out_filtered(..., version): the version its copy was read at. That
--- statement runs after the insert (and its trigger) in the same
--- transaction, on a newer snapshot; when the version moved since the copy
--- was read, it fails with SQLSTATE IN001, the transaction rolls back, and
--- ingress reads the subscriptions again and stores the events again. When it
--- has not moved, the trigger saw the subscriptions the copy holds.
+-- same transaction. Ingress's insert statement says which version its copy
+-- was read at (set_config('inlet.filter_version', ..., true)), and the
+-- trigger checks it in the very statement that reads the subscriptions (a
+-- one-time filter: the same snapshot): when the version moved, the insert
+-- fails with SQLSTATE IN001, nothing is stored, and ingress reads the
+-- subscriptions again, matches the events again and stores them again.
+-- When it has not moved, the trigger routes by the subscriptions the copy
+-- holds. No statement is added to the insert.
 --
 -- A consumer re-registering its unchanged subscriptions bumps nothing. An
--- ingress of an earlier version keeps calling the three-argument function,
--- which is unchanged (and keeps its one-second window).
+-- insert that says no version (backfill through an older binary, a row
+-- written by hand, an ingress of before 040) is not checked.
 
 CREATE TABLE webhook_ingress.filter_version (
     one     boolean PRIMARY KEY DEFAULT true CHECK (one),
@@ -59,24 +60,51 @@ CREATE TRIGGER subscriptions_filter_version_update
                                 OR OLD.event_type_pattern IS DISTINCT FROM NEW.event_type_pattern)))
     EXECUTE FUNCTION webhook_ingress.bump_filter_version();
 
-CREATE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[], p_version bigint)
-    RETURNS bigint
+-- filter_version_holds is true when the inserting statement said no
+-- version, or the one it said is current; otherwise it fails the statement
+-- with IN001. STABLE: it reads filter_version with its caller's snapshot,
+-- the one the fan-out reads the subscriptions with.
+CREATE FUNCTION webhook_ingress.filter_version_holds()
+    RETURNS boolean
+    LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS
+$$
+DECLARE
+    claimed text := current_setting('inlet.filter_version', true);
+    current_version bigint;
+BEGIN
+    IF claimed IS NULL OR claimed = '' THEN
+        RETURN true;
+    END IF;
+    SELECT version INTO current_version FROM webhook_ingress.filter_version;
+    IF current_version IS DISTINCT FROM claimed::bigint THEN
+        RAISE EXCEPTION 'filtered subscriptions changed since they were read (version % now, % read)', current_version, claimed
+            USING ERRCODE = 'IN001';
+    END IF;
+    RETURN true;
+END
+$$;
+REVOKE ALL ON FUNCTION webhook_ingress.filter_version_holds() FROM PUBLIC;
+
+-- The fan-out of 019, checking the version first (a qual without columns:
+-- evaluated once, before any row, even when no subscription matches).
+CREATE OR REPLACE FUNCTION webhook_ingress.events_fan_out() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET plan_cache_mode = force_generic_plan AS
 $$
-DECLARE
-    current_version bigint;
 BEGIN
-    SELECT version INTO current_version FROM webhook_ingress.filter_version;
-    IF current_version IS DISTINCT FROM p_version THEN
-        RAISE EXCEPTION 'filtered subscriptions changed since they were read (version % now, % read)', current_version, p_version
-            USING ERRCODE = 'IN001';
-    END IF;
-    IF coalesce(cardinality(p_subscriptions), 0) = 0 THEN
-        RETURN 0;
-    END IF;
-    RETURN webhook_ingress.fan_out_filtered(p_providers, p_external_ids, p_subscriptions);
+    INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, trace_parent, order_key, order_at)
+    SELECT e.id, e.received_at, s.handler, e.provider, e.event_type, max(s.max_attempts), e.trace_parent,
+           max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)),
+           max(CASE WHEN s.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END)
+    FROM new_events e
+    JOIN webhook_ingress.subscriptions s
+      ON s.enabled
+     AND s.filter IS NULL
+     AND e.provider LIKE s.provider_like
+     AND e.event_type LIKE s.event_type_like
+    WHERE webhook_ingress.filter_version_holds()
+    GROUP BY e.id, e.received_at, s.handler, e.provider, e.event_type, e.trace_parent
+    ON CONFLICT (event_id, handler, event_received_at) DO NOTHING;
+    RETURN NULL;
 END
 $$;
-REVOKE ALL ON FUNCTION webhook_ingress.fan_out_filtered(text[], text[], bigint[], bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION webhook_ingress.fan_out_filtered(text[], text[], bigint[], bigint) TO webhook_ingress_writer;

@@ -9,20 +9,24 @@
 -- ingress role may read only the dedupe key. $11 true stores the parsed body
 -- as payload, parsed here from $6 so the body crosses the wire once (ingress
 -- sets it only for a body ingress.JSONCopyable accepts); $12 occurred_at or
--- NULL.
+-- NULL. $13 is the version of filtered routing ingress matched the event
+-- at (IngressFilterVersion; 0: none, not checked): the events_fan_out
+-- trigger fails the insert with SQLSTATE IN001 when it moved (040).
 INSERT INTO webhook_ingress.events
     (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
      payload, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
-        CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12);
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
+       CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12
+FROM (SELECT set_config('inlet.filter_version', coalesce(nullif($13::bigint, 0)::text, ''), true)) AS v;
 
 -- name: InsertEvents :many
 -- Several verified webhooks in one statement (group commit: one transaction,
 -- one WAL flush). Arrays, one element per event, in the order of InsertEvent's
 -- parameters ($5 headers as JSON text; $8 NULL for an unverified event; $10
--- '' for no trace; $11 store the parsed body as payload; $12 occurred_at). A
--- duplicate inserts nothing, as in InsertEvent; RETURNING names the keys
--- stored (the ingress role may read only those columns).
+-- '' for no trace; $11 store the parsed body as payload; $12 occurred_at;
+-- $13 the version of filtered routing, as in InsertEvent). A duplicate
+-- inserts nothing, as in InsertEvent; RETURNING names the keys stored (the
+-- ingress role may read only those columns).
 INSERT INTO webhook_ingress.events
     (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
      payload, occurred_at)
@@ -43,4 +47,5 @@ FROM ROWS FROM (unnest($1::text[]),
                 unnest($12::timestamptz[]))
     AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
          store_json, occurred_at)
+CROSS JOIN (SELECT set_config('inlet.filter_version', coalesce(nullif($13::bigint, 0)::text, ''), true)) AS v
 RETURNING provider, external_event_id;

@@ -15,8 +15,9 @@ const InsertEvent = `-- name: InsertEvent :execrows
 INSERT INTO webhook_ingress.events
     (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
      payload, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
-        CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''),
+       CASE WHEN $11::boolean THEN convert_from($6, 'UTF8')::jsonb END, $12
+FROM (SELECT set_config('inlet.filter_version', coalesce(nullif($13::bigint, 0)::text, ''), true)) AS v
 `
 
 type InsertEventParams struct {
@@ -32,6 +33,7 @@ type InsertEventParams struct {
 	Column10          interface{}
 	Column11          bool
 	OccurredAt        *time.Time
+	Column13          int64
 }
 
 // Queries on webhook_ingress.events. The log is append-only: there is no
@@ -43,7 +45,9 @@ type InsertEventParams struct {
 // ingress role may read only the dedupe key. $11 true stores the parsed body
 // as payload, parsed here from $6 so the body crosses the wire once (ingress
 // sets it only for a body ingress.JSONCopyable accepts); $12 occurred_at or
-// NULL.
+// NULL. $13 is the version of filtered routing ingress matched the event
+// at (IngressFilterVersion; 0: none, not checked): the events_fan_out
+// trigger fails the insert with SQLSTATE IN001 when it moved (040).
 func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error) {
 	result, err := q.db.Exec(ctx, InsertEvent,
 		arg.Provider,
@@ -58,6 +62,7 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 		arg.Column10,
 		arg.Column11,
 		arg.OccurredAt,
+		arg.Column13,
 	)
 	if err != nil {
 		return 0, err
@@ -86,6 +91,7 @@ FROM ROWS FROM (unnest($1::text[]),
                 unnest($12::timestamptz[]))
     AS u(provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified, secret_index, request_uri, trace_parent,
          store_json, occurred_at)
+CROSS JOIN (SELECT set_config('inlet.filter_version', coalesce(nullif($13::bigint, 0)::text, ''), true)) AS v
 RETURNING provider, external_event_id
 `
 
@@ -102,6 +108,7 @@ type InsertEventsParams struct {
 	Column10 []string
 	Column11 []bool
 	Column12 []time.Time
+	Column13 int64
 }
 
 type InsertEventsRow struct {
@@ -112,9 +119,10 @@ type InsertEventsRow struct {
 // Several verified webhooks in one statement (group commit: one transaction,
 // one WAL flush). Arrays, one element per event, in the order of InsertEvent's
 // parameters ($5 headers as JSON text; $8 NULL for an unverified event; $10
-// ” for no trace; $11 store the parsed body as payload; $12 occurred_at). A
-// duplicate inserts nothing, as in InsertEvent; RETURNING names the keys
-// stored (the ingress role may read only those columns).
+// ” for no trace; $11 store the parsed body as payload; $12 occurred_at;
+// $13 the version of filtered routing, as in InsertEvent). A duplicate
+// inserts nothing, as in InsertEvent; RETURNING names the keys stored (the
+// ingress role may read only those columns).
 func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) ([]InsertEventsRow, error) {
 	rows, err := q.db.Query(ctx, InsertEvents,
 		arg.Column1,
@@ -129,6 +137,7 @@ func (q *Queries) InsertEvents(ctx context.Context, arg InsertEventsParams) ([]I
 		arg.Column10,
 		arg.Column11,
 		arg.Column12,
+		arg.Column13,
 	)
 	if err != nil {
 		return nil, err

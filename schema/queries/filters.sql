@@ -11,16 +11,15 @@ ORDER BY id;
 -- name: IngressFilterVersion :one
 -- The version of filtered routing (040): read before the filtered
 -- subscriptions, so the copy is at least as new as the version it claims.
+-- InsertEvent(s) pass it to the events_fan_out trigger, which fails the
+-- insert with SQLSTATE IN001 when it moved.
 SELECT version FROM webhook_ingress.filter_version;
 
 -- name: FanOutFiltered :one
 -- Jobs for the (event key, subscription) pairs whose filter passed, for
 -- events stored in this transaction ($1 providers, $2 external event ids,
--- $3 subscription ids: parallel arrays, empty for none). Fails with SQLSTATE
--- IN001 when filtered routing changed since version $4 was read (040): the
--- transaction then stores nothing, and ingress reads the subscriptions
--- again. Returns the jobs created.
-SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[], $4::bigint);
+-- $3 subscription ids: parallel arrays). Returns the jobs created.
+SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[]);
 
 -- name: AdminHandlerFilters :many
 -- Handler handler's enabled subscriptions that carry a filter, for catch-up to

@@ -192,29 +192,20 @@ func (q *Queries) AdminMissingFilteredCandidates(ctx context.Context, arg AdminM
 }
 
 const FanOutFiltered = `-- name: FanOutFiltered :one
-SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[], $4::bigint)
+SELECT webhook_ingress.fan_out_filtered($1::text[], $2::text[], $3::bigint[])
 `
 
 type FanOutFilteredParams struct {
 	Column1 []string
 	Column2 []string
 	Column3 []int64
-	Column4 int64
 }
 
 // Jobs for the (event key, subscription) pairs whose filter passed, for
 // events stored in this transaction ($1 providers, $2 external event ids,
-// $3 subscription ids: parallel arrays, empty for none). Fails with SQLSTATE
-// IN001 when filtered routing changed since version $4 was read (040): the
-// transaction then stores nothing, and ingress reads the subscriptions
-// again. Returns the jobs created.
+// $3 subscription ids: parallel arrays). Returns the jobs created.
 func (q *Queries) FanOutFiltered(ctx context.Context, arg FanOutFilteredParams) (int64, error) {
-	row := q.db.QueryRow(ctx, FanOutFiltered,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-	)
+	row := q.db.QueryRow(ctx, FanOutFiltered, arg.Column1, arg.Column2, arg.Column3)
 	var fan_out_filtered int64
 	err := row.Scan(&fan_out_filtered)
 	return fan_out_filtered, err
@@ -226,6 +217,8 @@ SELECT version FROM webhook_ingress.filter_version
 
 // The version of filtered routing (040): read before the filtered
 // subscriptions, so the copy is at least as new as the version it claims.
+// InsertEvent(s) pass it to the events_fan_out trigger, which fails the
+// insert with SQLSTATE IN001 when it moved.
 func (q *Queries) IngressFilterVersion(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, IngressFilterVersion)
 	var version int64

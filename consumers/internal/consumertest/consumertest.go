@@ -89,7 +89,7 @@ func (b *Bundle) InsertEvent(t testing.TB, p EventParams) int64 {
 	}
 	ctx := context.Background()
 	if _, err := b.Admin.Exec(ctx, schema.Query("InsertEvent"),
-		p.Provider, p.Provider, p.ExternalID, p.EventType, headers, p.Body, true, int16(0), "/webhooks/"+p.Provider, "", false, occurredAt(p.OccurredAt)); err != nil {
+		p.Provider, p.Provider, p.ExternalID, p.EventType, headers, p.Body, true, int16(0), "/webhooks/"+p.Provider, "", false, occurredAt(p.OccurredAt), 0); err != nil {
 		t.Fatalf("insert event %s: %v", p.ExternalID, err)
 	}
 	var id int64
