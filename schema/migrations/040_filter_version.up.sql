@@ -17,7 +17,9 @@
 -- fails with SQLSTATE IN001, nothing is stored, and ingress reads the
 -- subscriptions again, matches the events again and stores them again.
 -- When it has not moved, the trigger routes by the subscriptions the copy
--- holds. No statement is added to the insert.
+-- holds. fan_out_filtered, the statement after the insert that makes the
+-- jobs of the filters ingress evaluated, checks it the same way. No
+-- statement is added to the insert.
 --
 -- A consumer re-registering its unchanged subscriptions bumps nothing. An
 -- insert that says no version (backfill through an older binary, a row
@@ -107,4 +109,36 @@ BEGIN
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING;
     RETURN NULL;
 END
+$$;
+
+-- fan_out_filtered of 019 checks the version too, in the statement that
+-- reads the subscriptions: it runs after the insert, on a newer snapshot, and
+-- a change committed between the two (a filter removed: the trigger skipped
+-- the subscription as filtered, and this statement would drop the pair as
+-- no longer filtered) would otherwise leave the event with no job of that
+-- handler. The setting is still the insert's: one implicit transaction.
+CREATE OR REPLACE FUNCTION webhook_ingress.fan_out_filtered(p_providers text[], p_external_ids text[], p_subscriptions bigint[])
+    RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan AS
+$$
+    WITH created AS (
+        INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, trace_parent, order_key, order_at)
+        SELECT e.id, e.received_at, s.handler, e.provider, e.event_type, max(s.max_attempts), e.trace_parent,
+               max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)),
+               max(CASE WHEN s.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END)
+        FROM unnest(p_providers, p_external_ids, p_subscriptions) AS u(provider, external_event_id, subscription_id)
+        JOIN webhook_ingress.event_keys k
+          ON k.provider = u.provider AND k.external_event_id = u.external_event_id
+         AND k.xmin = pg_current_xact_id()::xid
+        JOIN webhook_ingress.events e ON e.id = k.event_id AND e.received_at = k.received_at
+        JOIN webhook_ingress.subscriptions s
+          ON s.id = u.subscription_id AND s.enabled AND s.filter IS NOT NULL
+         AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
+        WHERE webhook_ingress.filter_version_holds()
+        GROUP BY e.id, e.received_at, s.handler, e.provider, e.event_type, e.trace_parent
+        ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) FROM created
 $$;
