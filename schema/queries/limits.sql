@@ -4,7 +4,10 @@
 
 -- name: UpsertHandlerLimits :execrows
 -- A consumer registers handler's limits (NULL: none of that kind). A new
--- row starts with a full bucket. Writes nothing when unchanged.
+-- row starts with a full bucket. Writes nothing when unchanged. A breaker
+-- removed takes its circuit with it: closed, no failures, no probe (an open
+-- circuit kept without a breaker would stay shut forever: nothing counts
+-- outcomes of a handler without one).
 INSERT INTO webhook_ingress.handler_limits AS l
     (handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at)
 VALUES (sqlc.arg(handler)::text, sqlc.narg(rate_per_second)::float8, sqlc.narg(burst)::int4, sqlc.narg(max_in_flight)::int4,
@@ -17,6 +20,10 @@ SET rate_per_second        = excluded.rate_per_second,
     breaker_failures       = excluded.breaker_failures,
     breaker_probe_interval = excluded.breaker_probe_interval,
     tokens                 = least(l.tokens, coalesce(excluded.burst, 0)),
+    consecutive_failures   = CASE WHEN excluded.breaker_failures IS NULL THEN 0 ELSE l.consecutive_failures END,
+    circuit                = CASE WHEN excluded.breaker_failures IS NULL THEN 'closed' ELSE l.circuit END,
+    circuit_changed_at     = CASE WHEN excluded.breaker_failures IS NULL AND l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
+    next_probe_at          = CASE WHEN excluded.breaker_failures IS NULL THEN NULL ELSE l.next_probe_at END,
     updated_at             = now()
 WHERE (l.rate_per_second, l.burst, l.max_in_flight, l.breaker_failures, l.breaker_probe_interval)
       IS DISTINCT FROM
