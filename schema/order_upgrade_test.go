@@ -10,17 +10,14 @@ import (
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
-// 034_order_key_bounded says "A value of at most 512 bytes is unchanged, so
-// the jobs created before and after this migration agree on their keys", and
-// docs/pipeline.md (Limits) that before 034 an event whose key was over 512
-// bytes "was refused with 400 event_unstorable". Only a key over the
-// btree entry limit (~2.7 kB) was refused: a key of 513..~2,600 bytes was
-// stored as is before 034, and after it the same entity's new jobs get
-// 'sha256:<hex>'. The entity's jobs leased before the upgrade and those
-// created after are then in two lanes: while its job from before the upgrade
-// runs, the claim leases its later job beside it (two jobs of one entity at
-// once), and a dead letter from before no longer holds the later ones.
-func TestReviewUpgradeTo034SplitsALongKeysLane(t *testing.T) {
+// Before 034 a key of 513..~2,600 bytes was stored whole (only one over the
+// lanes' btree entry limit, ~2.7 kB, was refused); after it the same
+// entity's new jobs get 'sha256:<hex>'. 042 gives the unfinished jobs from
+// before the upgrade, and their lane rows, that key too: one entity, one
+// lane, so its later job waits while the earlier one runs. (Found by a
+// review: the lanes split, and the claim leased the later job beside the
+// earlier one.)
+func TestUpgradeAcross034KeepsALongKeysLane(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, conn := migratedTo(t, 33)
