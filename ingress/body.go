@@ -36,6 +36,11 @@ const (
 	readBroken
 )
 
+// answerTime is how long an answer decided after the body was read may take
+// to write (the store's answer gets the store timeout on top: see
+// handleWebhook).
+const answerTime = 2 * time.Second
+
 // readBody reads r's body, at most limit bytes, within the body budget: room
 // for the head is reserved first and the head read within headTimeout; then
 // the rest, its room growing a step at a time as it arrives (see budget):
@@ -55,6 +60,12 @@ func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		want = limit
 	}
 	rc := http.NewResponseController(w)
+	// The write deadline was set when the headers were read (write_timeout);
+	// a body that took its read_timeout, or waits for room, can outlast it,
+	// and its answer (408, 413, 503, a handshake's, or the store's, which
+	// pushes it further) would be lost with the connection. Whatever comes
+	// after the read gets answerTime to be written.
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(answerTime)) }()
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
 	head, _, err := s.inflight.acquireHead(wctx, want)

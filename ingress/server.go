@@ -165,6 +165,11 @@ func New(cfg Config) (*Server, error) {
 	// GET only for the providers that check the endpoint with a GET
 	// handshake (Meta, X, Dropbox, Okta); anything else is 405.
 	mux.HandleFunc("GET /webhooks/{source}", s.handleWebhook)
+	// Every other answer under /webhooks/ is the documented JSON too, not
+	// net/http's plain text: another method on a source (405), any other
+	// path (404 unknown_source).
+	mux.HandleFunc("/webhooks/{source}", s.handleOtherMethod)
+	mux.HandleFunc("/webhooks/", s.handleOtherPath)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -326,6 +331,29 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, span trace.Span, 
 	s.metrics.received.WithLabelValues(name).Inc()
 	span.SetAttributes(attribute.String("inlet.source", name), attribute.String("inlet.scheme", src.scheme))
 	return &webhook{s: s, w: w, r: r, span: span, src: src, log: s.cfg.Logger.With(slog.String("source", name)), start: start}
+}
+
+// handleOtherMethod answers a method other than POST and GET on
+// /webhooks/{source}: 405 method_not_allowed for a known source (404 for
+// an unknown one), as handleWebhook answers a GET the source does not take.
+func (s *Server) handleOtherMethod(w http.ResponseWriter, r *http.Request) {
+	span := trace.SpanFromContext(r.Context())
+	wh := s.route(w, r, span, time.Now())
+	if wh == nil {
+		return
+	}
+	allow := http.MethodPost
+	if verify.AnswersGET(wh.src.verifier) {
+		allow += ", " + http.MethodGet
+	}
+	w.Header().Set("Allow", allow)
+	wh.reject(http.StatusMethodNotAllowed, "method_not_allowed")
+}
+
+// handleOtherPath answers a path under /webhooks/ that names no source
+// (/webhooks/, /webhooks/stripe/extra): 404 unknown_source.
+func (s *Server) handleOtherPath(w http.ResponseWriter, r *http.Request) {
+	s.route(w, r, trace.SpanFromContext(r.Context()), time.Now()) // no {source}: unknown
 }
 
 // methodAllowed answers 405 to a GET for a source whose provider sends no
