@@ -97,8 +97,9 @@ func (f *filters) current(ctx context.Context) ([]filteredSub, int64, error) {
 		if f.loaded.IsZero() {
 			return nil, 0, fmt.Errorf("read filtered subscriptions: %w: %w", errNotWritten, err)
 		}
-		// Reloaded at most once per filterRefresh, also when reading fails.
-		f.loaded = time.Now()
+		// Reloaded at most once per filterRefresh, also when reading fails
+		// (stale or not: a frozen database costs one wait a second).
+		f.loaded, f.stale = time.Now(), false
 		f.logger.Warn("read filtered subscriptions failed; using the last copy", slog.String("error", err.Error()))
 		return f.subs, f.version, nil
 	}
