@@ -67,3 +67,54 @@ func TestUpgradeAcross034KeepsALongKeysLane(t *testing.T) {
 			first[0], got, keys)
 	}
 }
+
+// A job completed before the upgrade keeps its key for a replay, which puts
+// it back in a lane: 042 rehashes completed jobs' long keys too, so the
+// replayed job takes its place again in its entity's one lane and runs
+// before the later job. (Found by a review: 042 first rehashed only
+// unfinished jobs, and the replayed job ran beside its entity's later one.)
+func TestReplayAcross034KeepsALongKeysLane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := migratedTo(t, 33)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, order_key) VALUES ('o', 'stripe', 'data.object.id')`)
+	key := "cus_" + strings.Repeat("y", 600) // stored whole before 034
+	event := func(id string, minute int) {
+		t.Helper()
+		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
+		exec(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, occurred_at, signature_verified)
+			VALUES ('stripe', 'stripe', $1, 'customer.updated', convert_to($2, 'UTF8'), $2::jsonb, '2026-01-01'::timestamptz + make_interval(mins => $3), true)`,
+			id, body, minute)
+	}
+	claim := func() []int64 {
+		t.Helper()
+		rows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", BatchSize: 100, LeaseHolder: "s", LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(rows, func(r queries.ClaimHandlerJobsRow) int64 { return r.ID })
+	}
+
+	event("e1", 1)
+	first := claim()
+	if len(first) != 1 {
+		t.Fatalf("claim under 033 leased %v, want e1's job", first)
+	}
+	exec(`UPDATE webhook_ingress.jobs SET status = 'completed', completed_at = now(), lease_expires_at = NULL WHERE id = $1`, first[0])
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	event("e2", 2) // the same entity, a later event
+	if _, err := queries.New(conn).AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: first}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(); len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("after replaying job %d, the entity's earliest, the claim leased %v; want only it", first[0], got)
+	}
+}

@@ -8,16 +8,14 @@
 -- job from before ran, the claim leased its later job beside it, and a
 -- dead letter from before no longer held the later ones back.
 --
--- The unfinished jobs (pending, leased, failed, dead_letter: the ones the
--- lanes hold) and their lane rows get the key 034's order_key_of gives. A
--- completed job's key is read by nothing; it stays. The scan is one pass
--- over jobs; it updates only those rows (few or none), taking no lock
--- beyond theirs.
+-- Every such job (a completed one too: a replay puts it back in its lane
+-- under the key it holds) and the lane rows get the key 034's order_key_of
+-- gives. The scan is one pass over jobs; it updates only those rows (few or
+-- none), taking no lock beyond theirs.
 
 UPDATE webhook_ingress.jobs
 SET order_key = 'sha256:' || encode(sha256(textsend(order_key)), 'hex')
-WHERE order_key IS NOT NULL AND octet_length(order_key) > 512
-  AND status IN ('pending', 'leased', 'failed', 'dead_letter');
+WHERE order_key IS NOT NULL AND octet_length(order_key) > 512;
 
 UPDATE webhook_ingress.order_lanes
 SET order_key = 'sha256:' || encode(sha256(textsend(order_key)), 'hex')

@@ -1,0 +1,15 @@
+-- 043_order_lanes_keep_private: no role but the owner may use the lanes'
+-- trigger function.
+--
+-- order_lanes_keep() (020, 026) runs as the schema owner (SECURITY DEFINER)
+-- to keep order_lanes beside jobs, and PUBLIC could execute it: a trigger
+-- function cannot be called from SQL, but any role may attach one it can
+-- execute to a temporary table of its own (TEMP is PUBLIC's by default).
+-- Each row inserted there then ran as the owner and wrote order_lanes: a
+-- consumer role with no privilege on it could delete any handler's lane
+-- rows (two jobs of one entity then ran at once) or add dead ones (a key
+-- blocked for good).
+--
+-- A trigger's function is not checked for EXECUTE when the trigger fires,
+-- only when it is created, so the jobs triggers keep working.
+REVOKE EXECUTE ON FUNCTION webhook_ingress.order_lanes_keep() FROM PUBLIC;
