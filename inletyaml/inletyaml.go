@@ -120,6 +120,21 @@ func (c Config) Validate() error {
 		c.Bus, c.Tracing, c.Silence, c.Reconcile, c.Retention, c.Admin, c.Relay, c.Reporter, c.ControlPlane} {
 		errs = append(errs, s.Validate())
 	}
+	if c.Reconcile.Enabled {
+		// The scheduled reconcile stores under a source's name what the
+		// provider's API lists by the provider's id: a source keyed by an
+		// id of its own would get every event again, each round.
+		for i, rs := range c.Reconcile.Sources {
+			for _, s := range c.Sources {
+				if s.Name != rs.Source {
+					continue
+				}
+				if err := backfill.CheckSourceIDs(s); err != nil {
+					errs = append(errs, fmt.Errorf("reconcile.sources[%d]: %w", i, err))
+				}
+			}
+		}
+	}
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
 		errs = append(errs, fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration))
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -157,25 +156,10 @@ func backfillSource(cfg inletyaml.Config, kind, name, from string) (sources.Sour
 	return sources.Source{}, fmt.Errorf("%w: no source of type %s in %s (add one, or pass --source)", errUsage, kind, from)
 }
 
-// providerIDs is where each backfill provider's webhooks carry the id its
-// API lists events under: a source may name it (event_id_json,
-// event_id_header) and still be backfilled.
-var providerIDs = map[string]struct{ json, header string }{
-	"stripe": {json: "id"},
-	"github": {header: "X-Github-Delivery"},
-}
-
-// ownIDs refuses a source whose events ingress keys by an id of the
-// source's own choosing: backfill and reconcile store what the provider's
-// API lists under the provider's id, so every event that had arrived by
-// webhook would be stored again, and its handlers run twice.
+// ownIDs is backfill.CheckSourceIDs as a usage error.
 func ownIDs(s sources.Source) error {
-	own := providerIDs[s.Type]
-	switch {
-	case s.EventIDJSON != "" && s.EventIDJSON != own.json:
-		return fmt.Errorf("%w: source %q keys its events by the body's %s (event_id_json), not by %s's event id, which its API lists events under: backfill and reconcile would store every event again", errUsage, s.Name, s.EventIDJSON, s.Type)
-	case s.EventIDHeader != "" && http.CanonicalHeaderKey(s.EventIDHeader) != own.header:
-		return fmt.Errorf("%w: source %q keys its events by the %s header (event_id_header), not by %s's event id, which its API lists events under: backfill and reconcile would store every event again", errUsage, s.Name, s.EventIDHeader, s.Type)
+	if err := backfill.CheckSourceIDs(s); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return nil
 }
