@@ -391,6 +391,8 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		part.Verdict, part.Reason = Kept, pgErr.Message
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
 		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s; try again later", o.LockTimeout)
+	case errors.As(err, &pgErr) && pgErr.Code == "40P01": // deadlock_detected: another transaction's locks crossed ours
+		part.Verdict, part.Reason = Kept, "busy: a transaction holding its tables was in the way; try again later"
 	default:
 		return Partition{}, fmt.Errorf("retention: %s partition %s: %w", step, p.name, err)
 	}
