@@ -125,7 +125,7 @@ func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 	if opts.MaxProblems < 0 {
 		return Report{}, fmt.Errorf("audit: MaxProblems %d must not be negative", opts.MaxProblems)
 	}
-	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}, pruned: pruned,
+	v := &verifier{tx: tx, events: &eventCursor{tx: tx, after: math.MinInt64}, pruned: pruned, stored: map[int64]tlog.Hash{},
 		maxProblems: cmp.Or(opts.MaxProblems, DefaultMaxProblems)}
 	rep, err := v.run(ctx, opts.Head != "", head)
 	if err != nil {
@@ -137,8 +137,13 @@ func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 type verifier struct {
 	tx     pgx.Tx
 	events *eventCursor
-	stored []tlog.Hash // tlog's stored hashes of the tree so far
-	pruned *prunes     // ids retention_log says were dropped
+	// stored holds tlog's stored hashes that reading on can need: those of
+	// the tree's frontier (one perfect subtree per set bit of its size),
+	// and those added by the checkpoint being checked; pruned after each
+	// checkpoint (keepFrontier), so memory stays one checkpoint's leaves
+	// and log n hashes, not the whole history.
+	stored map[int64]tlog.Hash
+	pruned *prunes // ids retention_log says were dropped
 	rep    Report
 
 	maxProblems int
@@ -220,12 +225,32 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func (v *verifier) ReadHashes(idx []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(idx))
 	for i, x := range idx {
-		if x < 0 || x >= int64(len(v.stored)) {
-			return nil, fmt.Errorf("stored hash %d not yet computed", x)
+		h, ok := v.stored[x]
+		if !ok {
+			return nil, fmt.Errorf("stored hash %d not computed or no longer kept", x)
 		}
-		out[i] = v.stored[x]
+		out[i] = h
 	}
 	return out, nil
+}
+
+// keepFrontier drops the stored hashes a tree of size n no longer needs:
+// appending a record reads only its frontier's, and so does its root.
+func (v *verifier) keepFrontier(n int64) {
+	keep := map[int64]bool{}
+	var start int64
+	for level := 62; level >= 0; level-- {
+		if n&(1<<level) == 0 {
+			continue
+		}
+		keep[tlog.StoredHashIndex(level, start>>level)] = true
+		start += 1 << level
+	}
+	for x := range v.stored {
+		if !keep[x] {
+			delete(v.stored, x)
+		}
+	}
 }
 
 func (v *verifier) problem(k ProblemKind, seq, id int64, format string, args ...any) *Problem {
@@ -344,16 +369,21 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 		}
 	}
 	for i, h := range cp.leaves {
-		hs, err := tlog.StoredHashesForRecordHash(prev.TreeSize+int64(i), h, v)
+		n := prev.TreeSize + int64(i)
+		hs, err := tlog.StoredHashesForRecordHash(n, h, v)
 		if err != nil {
 			return nil, fmt.Errorf("extend tree at checkpoint %d: %w", cp.Seq, err)
 		}
-		v.stored = append(v.stored, hs...)
+		at := tlog.StoredHashCount(n)
+		for j, x := range hs {
+			v.stored[at+int64(j)] = x
+		}
 	}
 	root, err := tlog.TreeHash(cp.TreeSize, v)
 	if err != nil {
 		return nil, fmt.Errorf("tree hash at checkpoint %d: %w", cp.Seq, err)
 	}
+	v.keepFrontier(cp.TreeSize)
 	if root != cp.Root {
 		return broken("its leaves no longer hash to its root")
 	}
