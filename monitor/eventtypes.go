@@ -119,10 +119,25 @@ func (w *EventTypes) Describe(ch chan<- *prometheus.Desc) { ch <- w.unrouted; ch
 func (w *EventTypes) Collect(ch chan<- prometheus.Metric) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Rows that share a label (a real type named "_none" and the empty
+	// type, both from an unsigned header a sender chooses) are one series:
+	// two with one label set would fail the whole scrape.
+	type key struct{ source, typ string }
+	type counts struct{ unrouted, seen float64 }
+	series := map[key]counts{}
+	var order []key
 	for _, r := range w.rows {
-		typ := metricType(r.Type)
-		ch <- prometheus.MustNewConstMetric(w.unrouted, prometheus.CounterValue, float64(r.UnroutedEvents), r.Source, typ)
-		ch <- prometheus.MustNewConstMetric(w.seen, prometheus.CounterValue, float64(r.Events), r.Source, typ)
+		k := key{r.Source, metricType(r.Type)}
+		c, ok := series[k]
+		if !ok {
+			order = append(order, k)
+		}
+		series[k] = counts{c.unrouted + float64(r.UnroutedEvents), c.seen + float64(r.Events)}
+	}
+	for _, k := range order {
+		c := series[k]
+		ch <- prometheus.MustNewConstMetric(w.unrouted, prometheus.CounterValue, c.unrouted, k.source, k.typ)
+		ch <- prometheus.MustNewConstMetric(w.seen, prometheus.CounterValue, c.seen, k.source, k.typ)
 	}
 }
 

@@ -64,28 +64,37 @@ func (l *Leader) Leading(ctx context.Context) (bool, error) {
 		}
 		l.closeLocked() // the lock went with the connection
 	}
-	if l.conn == nil || l.conn.IsClosed() {
-		conn, err := pgx.ConnectConfig(ctx, l.cfg)
-		if err != nil {
-			return false, fmt.Errorf("leader election: connect to %s: %w", l.cfg.Host, err)
+	// A follower's connection may have been dropped since its last try (a
+	// database restart): its failure is the connection's, so the lock is
+	// tried once more on a fresh one before the election counts as failed
+	// (callers then report from every replica).
+	fresh := false
+	for {
+		if l.conn == nil || l.conn.IsClosed() {
+			conn, err := pgx.ConnectConfig(ctx, l.cfg)
+			if err != nil {
+				return false, fmt.Errorf("leader election: connect to %s: %w", l.cfg.Host, err)
+			}
+			l.conn, fresh = conn, true
 		}
-		l.conn = conn
-	}
-	// Tried only while not holding it: a session lock taken twice is held
-	// twice.
-	var leading bool
-	var err error
-	if l.key == "" {
-		leading, err = queries.New(l.conn).TryReporterLock(ctx)
-	} else {
-		leading, err = queries.New(l.conn).TryNamedLock(ctx, l.key)
-	}
-	if err != nil {
+		// Tried only while not holding it: a session lock taken twice is
+		// held twice.
+		var leading bool
+		var err error
+		if l.key == "" {
+			leading, err = queries.New(l.conn).TryReporterLock(ctx)
+		} else {
+			leading, err = queries.New(l.conn).TryNamedLock(ctx, l.key)
+		}
+		if err == nil {
+			l.leading = leading
+			return l.leading, nil
+		}
 		l.closeLocked()
-		return false, fmt.Errorf("leader election: try the reporter lock: %w", err)
+		if fresh || ctx.Err() != nil {
+			return false, fmt.Errorf("leader election: try the reporter lock: %w", err)
+		}
 	}
-	l.leading = leading
-	return l.leading, nil
 }
 
 // Close gives up the lead, if held, and the connection.

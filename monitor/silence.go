@@ -82,9 +82,8 @@ type SourceStatus struct {
 type SilenceDetector struct {
 	cfg SilenceConfig
 
-	mu     sync.Mutex
-	silent map[string]bool
-	last   []SourceStatus
+	mu   sync.Mutex
+	last []SourceStatus
 
 	lastSeen  *prometheus.GaugeVec
 	silentG   *prometheus.GaugeVec
@@ -126,7 +125,7 @@ func NewSilenceDetector(cfg SilenceConfig) (*SilenceDetector, error) {
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "source", Name: name, Help: help}, []string{"source"})
 	}
-	h := &SilenceDetector{cfg: cfg, silent: map[string]bool{},
+	h := &SilenceDetector{cfg: cfg,
 		lastSeen:  gauge("last_event_timestamp_seconds", "Unix time of the source's newest event."),
 		silentG:   gauge("silent", "1 while the source is silent: no event for longer than its threshold."),
 		threshold: gauge("silence_threshold_seconds", "The silence after which the source counts as silent (Factor × its median gap, or its max_silence); 0 when not yet judged."),
@@ -182,21 +181,19 @@ func (h *SilenceDetector) Evaluate(ctx context.Context) ([]SourceStatus, error) 
 	return out, nil
 }
 
-// Check is Evaluate, then reports each change since the last Check (log
-// line, gauges, alert POST).
+// Check is Evaluate, then updates the gauges and, on the replica that
+// reports (the leader, or every replica when the election fails), reports
+// each source whose judgement differs from what was last reported
+// (webhook_ingress.source_alerts: log line, alert POST). A report moves
+// that row only once the alert was taken (or no alert URL is set), so a
+// refused alert is sent again at the next check, by whichever replica
+// leads then, and a restart neither repeats nor loses one.
 func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	out, err := h.Evaluate(ctx)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
-	var changed []SourceStatus
-	for _, st := range out {
-		if st.Silent != h.silent[st.Source] {
-			changed = append(changed, st)
-		}
-		h.silent[st.Source] = st.Silent
-	}
 	h.last = out
 	h.mu.Unlock()
 	for _, st := range out {
@@ -220,11 +217,27 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 		if err != nil {
 			h.cfg.Logger.Warn("silence reporter election failed; reporting changes from this replica", slog.String("error", err.Error()))
 		} else if !leading {
-			changed = nil // the leader reports them
+			return out, nil // the leader reports
 		}
 	}
-	for _, st := range changed {
-		h.report(ctx, st)
+	rows, err := queries.New(h.cfg.DB).MonitorReportedSilence(ctx)
+	if err != nil {
+		return out, fmt.Errorf("silence: read what was reported: %w", err)
+	}
+	reported := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		reported[r.Source] = r.Silent
+	}
+	for _, st := range out {
+		if st.Silent == reported[st.Source] {
+			continue
+		}
+		if !h.report(ctx, st) {
+			continue // sent again at the next check
+		}
+		if err := queries.New(h.cfg.DB).MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{Source: st.Source, Silent: st.Silent}); err != nil {
+			return out, fmt.Errorf("silence: record the report of %s: %w", st.Source, err)
+		}
 	}
 	return out, nil
 }
@@ -272,7 +285,9 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 	return st
 }
 
-func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) {
+// report logs st's change and POSTs its alert; it reports whether the
+// alert was taken (true without an alert URL).
+func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) bool {
 	status := "resumed"
 	if st.Silent {
 		status = "silent"
@@ -285,12 +300,12 @@ func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) {
 		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "source resumed", attrs...)
 	}
 	if h.cfg.AlertURL == "" {
-		return
+		return true
 	}
-	_ = postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
+	return postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
 		"source": st.Source, "status": status, "last_seen": st.LastSeen,
 		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
-	}, slog.String("source", st.Source))
+	}, slog.String("source", st.Source)) == nil
 }
 
 // postAlert POSTs payload as JSON to alertURL; a failure is logged (with

@@ -385,6 +385,13 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
+		if part.Verdict == Dropped {
+			// The period's dedupe keys, after the drop and outside its
+			// locks (044): an old key arriving meanwhile waits on a row.
+			if _, kerr := queries.New(db).RetentionDeleteKeys(ctx, queries.RetentionDeleteKeysParams{PeriodStart: p.Start, PeriodEnd: p.End}); kerr != nil {
+				part.Reason = fmt.Sprintf("dropped; its dedupe keys stay (deleting them failed: %v), so a redelivery of one of its events is answered duplicate", kerr)
+			}
+		}
 	case isUndefinedTable(err):
 		return Partition{}, errGone
 	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: changed since the check

@@ -279,6 +279,12 @@ CREATE TABLE webhook_ingress.schema_migrations (
     applied_at timestamp with time zone NOT NULL
 );
 
+CREATE TABLE webhook_ingress.source_alerts (
+    source text NOT NULL,
+    silent boolean NOT NULL,
+    reported_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE webhook_ingress.subscriptions (
     id bigint NOT NULL,
     handler text NOT NULL,

@@ -8,7 +8,8 @@
 --    job again (nothing counts outcomes of a handler without a breaker, so
 --    nothing closed it). UpsertHandlerLimits now closes the circuit of a
 --    breaker it removes; the claim treats a row without a breaker as closed
---    whatever its circuit says; and rows stuck that way are closed here.
+--    whatever its circuit says; and rows stuck that way are closed here
+--    (or, when the breaker came back since, given a probe due now).
 -- 2. A half-open circuit leased a new probe every breaker_probe_interval
 --    whether or not the last one still ran (the default interval, 30 s, is
 --    half the default lease): a slow downstream, the reason circuits open,
@@ -22,6 +23,12 @@
 UPDATE webhook_ingress.handler_limits
 SET circuit = 'closed', consecutive_failures = 0, next_probe_at = NULL, circuit_changed_at = now(), updated_at = now()
 WHERE breaker_failures IS NULL AND (circuit <> 'closed' OR consecutive_failures <> 0 OR next_probe_at IS NOT NULL);
+-- The same fault left rows that got their breaker back afterwards (the
+-- upsert kept the circuit): a breaker, a circuit not closed, and no next
+-- probe. Their probe is due now.
+UPDATE webhook_ingress.handler_limits
+SET next_probe_at = now(), updated_at = now()
+WHERE breaker_failures IS NOT NULL AND circuit <> 'closed' AND next_probe_at IS NULL;
 
 CREATE OR REPLACE FUNCTION webhook_ingress.claim_limited_jobs(p_handler text, p_batch_size bigint, p_lease_holder text, p_lease_for interval)
     RETURNS TABLE (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer,
@@ -57,12 +64,13 @@ BEGIN
     -- granted: it counts the leases the lock's previous holder committed.
     SELECT CASE WHEN l.rate_per_second IS NULL THEN NULL
                 ELSE least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8) END,
-           l.breaker_failures IS NOT NULL AND l.circuit <> 'closed' AND l.next_probe_at <= now()
+           l.breaker_failures IS NOT NULL AND l.circuit <> 'closed' AND coalesce(l.next_probe_at <= now(), true)
                AND NOT (l.circuit = 'half_open' AND v_leased > 0),
            l.breaker_probe_interval,
            least(
                CASE WHEN l.breaker_failures IS NULL OR l.circuit = 'closed' THEN p_batch_size
-                    WHEN l.next_probe_at IS NULL OR l.next_probe_at > now() THEN 0
+                    -- no next probe (only a fault leaves none): one is due
+                    WHEN l.next_probe_at > now() THEN 0
                     -- half open: one probe at a time (041).
                     WHEN l.circuit = 'half_open' AND v_leased > 0 THEN 0
                     ELSE 1 END,

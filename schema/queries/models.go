@@ -412,3 +412,9 @@ type WebhookIngressOrderLane struct {
 	Dead            bool
 	Leased          bool
 }
+
+type WebhookIngressSourceAlert struct {
+	Source     string
+	Silent     bool
+	ReportedAt time.Time
+}

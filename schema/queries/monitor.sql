@@ -48,3 +48,15 @@ SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS 
 -- replica of several runs the job the key names (inlet:reconcile: the
 -- scheduled reconcile). Released when its connection ends.
 SELECT pg_try_advisory_lock(hashtextextended(sqlc.arg(key)::text, 0)) AS leading;
+
+-- name: MonitorReportedSilence :many
+-- The silence last reported per source (045); a source without a row was
+-- not reported silent.
+SELECT source, silent FROM webhook_ingress.source_alerts;
+
+-- name: MonitorRecordSilence :exec
+-- Source source's silence (silent) was reported: the next check compares
+-- with it.
+INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at)
+VALUES (sqlc.arg(source)::text, sqlc.arg(silent)::boolean, now())
+ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at;

@@ -116,6 +116,55 @@ func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 	return items, nil
 }
 
+const MonitorRecordSilence = `-- name: MonitorRecordSilence :exec
+INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at)
+VALUES ($1::text, $2::boolean, now())
+ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at
+`
+
+type MonitorRecordSilenceParams struct {
+	Source string
+	Silent bool
+}
+
+// Source source's silence (silent) was reported: the next check compares
+// with it.
+func (q *Queries) MonitorRecordSilence(ctx context.Context, arg MonitorRecordSilenceParams) error {
+	_, err := q.db.Exec(ctx, MonitorRecordSilence, arg.Source, arg.Silent)
+	return err
+}
+
+const MonitorReportedSilence = `-- name: MonitorReportedSilence :many
+SELECT source, silent FROM webhook_ingress.source_alerts
+`
+
+type MonitorReportedSilenceRow struct {
+	Source string
+	Silent bool
+}
+
+// The silence last reported per source (045); a source without a row was
+// not reported silent.
+func (q *Queries) MonitorReportedSilence(ctx context.Context) ([]MonitorReportedSilenceRow, error) {
+	rows, err := q.db.Query(ctx, MonitorReportedSilence)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MonitorReportedSilenceRow
+	for rows.Next() {
+		var i MonitorReportedSilenceRow
+		if err := rows.Scan(&i.Source, &i.Silent); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const MonitorSources = `-- name: MonitorSources :many
 WITH RECURSIVE p AS (
     (SELECT provider FROM webhook_ingress.events ORDER BY provider LIMIT 1)

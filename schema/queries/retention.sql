@@ -54,3 +54,11 @@ SELECT count(*) AS events,
        coalesce(min(received_at), 'epoch')::timestamptz AS oldest,
        coalesce(max(received_at), 'epoch')::timestamptz AS newest
 FROM webhook_ingress.events_default;
+
+-- name: RetentionDeleteKeys :execrows
+-- The dedupe keys of the events of a dropped period [period_start,
+-- period_end): inlet retention runs it after drop_partition committed,
+-- outside its locks (044). A key a failed delete leaves stays: a
+-- redelivery of that dropped event is then answered duplicate.
+DELETE FROM webhook_ingress.event_keys
+WHERE received_at >= sqlc.arg(period_start)::timestamptz AND received_at < sqlc.arg(period_end)::timestamptz;

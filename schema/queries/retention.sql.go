@@ -69,6 +69,28 @@ func (q *Queries) RetentionDefaultPartition(ctx context.Context) (RetentionDefau
 	return i, err
 }
 
+const RetentionDeleteKeys = `-- name: RetentionDeleteKeys :execrows
+DELETE FROM webhook_ingress.event_keys
+WHERE received_at >= $1::timestamptz AND received_at < $2::timestamptz
+`
+
+type RetentionDeleteKeysParams struct {
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+}
+
+// The dedupe keys of the events of a dropped period [period_start,
+// period_end): inlet retention runs it after drop_partition committed,
+// outside its locks (044). A key a failed delete leaves stays: a
+// redelivery of that dropped event is then answered duplicate.
+func (q *Queries) RetentionDeleteKeys(ctx context.Context, arg RetentionDeleteKeysParams) (int64, error) {
+	result, err := q.db.Exec(ctx, RetentionDeleteKeys, arg.PeriodStart, arg.PeriodEnd)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const RetentionDropPartition = `-- name: RetentionDropPartition :one
 SELECT events, jobs, attempts, sealed_through
 FROM webhook_ingress.drop_partition($1::timestamptz)
