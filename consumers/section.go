@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -132,8 +133,9 @@ func (s Section) Validate() error {
 		switch h.Type {
 		case "log":
 		case "http-forward":
-			if !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://") {
-				return fmt.Errorf("%s.url: %q must be an http:// or https:// URL", field, h.URL)
+			// The URL may hold credentials: the message names its scheme only.
+			if u, err := url.Parse(h.URL); err != nil || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) || u.Host == "" {
+				return fmt.Errorf("%s.url: must be an http:// or https:// URL with a host (not quoted here: it may hold credentials)", field)
 			}
 			if len(h.Secret) < 16 {
 				return fmt.Errorf("%s.secret: at least 16 bytes required to sign forwarded requests", field)

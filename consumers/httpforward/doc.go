@@ -1,6 +1,8 @@
 // Package httpforward is a ready consumer that forwards each event to an
 // internal HTTP service: a POST of the exact raw body, with the provider's
-// original headers (hop-by-hop and transport headers removed) and Inlet's own:
+// original headers (hop-by-hop and transport headers removed, and the
+// sender's trace context replaced by the attempt's W3C traceparent) and
+// Inlet's own:
 //
 //	Inlet-Job-Id, Inlet-Event-Id, Inlet-Provider, Inlet-Event-Type,
 //	Inlet-Attempt, Idempotency-Key (= Event.IdempotencyKey())

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/inlet-dev/inlet/consumers"
 )
 
@@ -109,6 +111,9 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 		return fmt.Errorf("forward job %d: build request: %w", e.JobID, unwrapURL(err))
 	}
 	req.Header = forwardHeaders(e.Headers)
+	// The attempt's own trace context, never the sender's (forwardHeaders
+	// drops it): Inlet's trace goes on into the service.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set(HeaderJobID, strconv.FormatInt(e.JobID, 10))
 	req.Header.Set(HeaderEventID, strconv.FormatInt(e.EventID, 10))
 	req.Header.Set(HeaderProvider, e.Provider)
@@ -128,6 +133,14 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 		return consumers.WithClass(fmt.Errorf("forward job %d: %w", e.JobID, err), class)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode < 200 {
+		// 101 Switching Protocols hands back the raw connection as the
+		// body, which the request's timeout no longer closes: never read.
+		return fmt.Errorf("forward job %d: answered %s", e.JobID, resp.Status)
+	}
+	// Reading the answer ends with the attempt's timeout too.
+	stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
+	defer stop()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 		return nil
@@ -156,11 +169,14 @@ func unwrapURL(err error) error {
 }
 
 // hopByHop are the headers that describe one connection (RFC 9110 §7.6.1),
-// plus those the outgoing request sets itself.
+// plus those the outgoing request sets itself (the trace context included).
 var hopByHop = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Host": true, "Content-Length": true, "Accept-Encoding": true,
+	// The sender's trace context is not trusted (ingress starts a trace of
+	// its own): the forwarded request carries the attempt's instead.
+	"Traceparent": true, "Tracestate": true, "Baggage": true,
 }
 
 // forwardHeaders copies the provider's headers minus hop-by-hop ones, those

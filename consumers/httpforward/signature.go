@@ -67,8 +67,12 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	if value == "" {
 		return ErrNoSignature
 	}
-	jobID, err := strconv.ParseInt(header.Get(HeaderJobID), 10, 64)
-	if err != nil {
+	// The job id as signed: canonical decimal only, so a captured request
+	// resent as 042 or +42 (the same number, another text a receiver may
+	// dedupe on) does not verify.
+	jobText := header.Get(HeaderJobID)
+	jobID, err := strconv.ParseInt(jobText, 10, 64)
+	if err != nil || strconv.FormatInt(jobID, 10) != jobText {
 		return ErrMalformedSignature
 	}
 	ts, sigs, err := parseSignature(value)
