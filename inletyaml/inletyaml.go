@@ -138,6 +138,12 @@ func (c Config) Validate() error {
 	if c.Consumer.LeaseExtend > c.Streamer.LeaseDuration*10 {
 		errs = append(errs, fmt.Errorf("consumer.lease_extend: %s is far longer than streamer.lease_duration %s", c.Consumer.LeaseExtend, c.Streamer.LeaseDuration))
 	}
+	if c.Admin.Listen != "" && !Loopback(c.Admin.Listen) && PublicAdminToken(c) {
+		// The admin API serves raw bodies and replays: never beyond this
+		// machine with a token everyone knows.
+		errs = append(errs, fmt.Errorf("admin.token: Inlet's public development token, while admin.listen %q is beyond this machine: "+
+			"set admin.token (INLET_ADMIN_TOKEN in inlet dev, at least 16 bytes) or listen on loopback", c.Admin.Listen))
+	}
 	if c.Admin.Listen != "" && sameListener(c.Admin.Listen, c.Ingress.Listen) {
 		errs = append(errs, fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen))
 	}
@@ -230,6 +236,27 @@ func PublicSecretSources(c Config) []string {
 		}
 	}
 	return names
+}
+
+// Loopback reports whether addr (host:port) listens on this machine only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// PublicAdminToken reports whether c's admin token is the embedded
+// development default (dev.yaml's, whatever the environment says): it is
+// published with Inlet, so anyone who reaches the admin API can use it.
+func PublicAdminToken(c Config) bool {
+	dev, err := Parse(devYAML, func(string) (string, bool) { return "", false })
+	return err == nil && c.Admin.Token != "" && c.Admin.Token == dev.Admin.Token
 }
 
 // Dev is the embedded configuration of `inlet dev` when no file is given: three

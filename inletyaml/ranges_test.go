@@ -52,3 +52,34 @@ func TestReconcileOfASourceWithItsOwnIDIsAProblem(t *testing.T) {
 		}
 	}
 }
+
+// The admin API serves raw bodies and replays: with Inlet's public
+// development token it may listen on loopback only. (Found by a review:
+// inlet dev with INLET_ADMIN_LISTEN=0.0.0.0:PORT served it with that token,
+// without a word.)
+func TestPublicAdminTokenOnlyOnLoopback(t *testing.T) {
+	t.Parallel()
+	const public = "inlet-dev-admin-token"
+	for _, c := range []struct {
+		listen, token string
+		problem       bool
+	}{
+		{"0.0.0.0:8084", public, true},
+		{"192.0.2.1:8084", public, true},
+		{":8084", public, true},
+		{"127.0.0.1:8084", public, false},
+		{"localhost:8084", public, false},
+		{"[::1]:8084", public, false},
+		{"0.0.0.0:8084", "a-token-of-our-own-0123", false},
+	} {
+		doc := fmt.Sprintf("admin: {listen: %q, token: %q}\n", c.listen, c.token)
+		got := problems(t, doc, env(nil), config.AllSections)
+		hit := false
+		for _, p := range got {
+			hit = hit || strings.Contains(p, "admin.token")
+		}
+		if hit != c.problem {
+			t.Errorf("admin.listen %s with token %q: problems %q; want an admin.token problem: %v", c.listen, c.token, got, c.problem)
+		}
+	}
+}

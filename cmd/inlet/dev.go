@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -211,9 +212,12 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 		// the cluster in a machine-wide place named after this directory.
 		abs, _ := filepath.Abs(pgDir)
 		sum := sha256.Sum256([]byte(abs))
-		pc.Dir = filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]), "pg")
+		fallback := filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]))
+		pc.Dir = filepath.Join(fallback, "pg")
 		log.Warn("the postgres user cannot reach the data directory; using another", slog.String("wanted", abs), slog.String("using", pc.Dir))
-		cluster, err = pgcluster.New(ctx, pc)
+		if err = ownPrivateDir(fallback); err == nil {
+			cluster, err = pgcluster.New(ctx, pc)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("local PostgreSQL: %w", err)
@@ -458,4 +462,25 @@ func firstOfType(cfg inletyaml.Config, typ string) (sources.Source, bool) {
 		}
 	}
 	return sources.Source{}, false
+}
+
+// ownPrivateDir makes dir, in a world-writable place, or checks that the
+// one there is this user's own directory that no one else may write: its
+// name is predictable, and another account could have made it with a link
+// inside that this user would follow, and hand its target to the postgres
+// user.
+func ownPrivateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // G301: the postgres user must enter it; pgcluster keeps its own 0700
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is not a directory of this user's that only it may write (a link, or another account's): remove it, "+
+			"or run inlet dev in a directory the postgres user can enter", dir)
+	}
+	return nil
 }

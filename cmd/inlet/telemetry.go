@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -77,17 +76,7 @@ func noteLoopback(log *slog.Logger, field, addr string) {
 
 // loopback reports whether the listen address addr binds a loopback
 // interface only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func loopback(addr string) bool { return inletyaml.Loopback(addr) }
 
 func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Handler(reg) }
 
