@@ -150,7 +150,20 @@ func decodeBatch(r io.Reader) (reporter.Batch, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return b, fmt.Errorf("body: %w", err)
+		// The decoder's text may quote what the sender wrote (an unknown
+		// field's name): this reason is logged, so it names places only.
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			return b, fmt.Errorf("body: malformed JSON at byte %d", syn.Offset)
+		case errors.As(err, &typ):
+			return b, fmt.Errorf("body: %s: a JSON %s where the batch has none, at byte %d", typ.Field, typ.Value, typ.Offset)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return b, errors.New("body: an unknown field (a field a batch does not have; its name is not quoted here)")
+		default:
+			return b, errors.New("body: not a JSON batch")
+		}
 	}
 	if dec.More() {
 		return b, errors.New("body: more than one JSON value")

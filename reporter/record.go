@@ -91,13 +91,15 @@ func (r Record) Validate() error {
 	case !jobPattern.MatchString(r.Job):
 		return bad("job", "must be 64 lower-case hex digits or a decimal id")
 	case !slices.Contains(outcomes, r.Outcome):
-		return bad("outcome", fmt.Sprintf("%q is not one of %v", r.Outcome, outcomes))
+		// The value is not quoted: it may be anything a row held, and this
+		// error is logged and sent (never a record's free text).
+		return bad("outcome", fmt.Sprintf("must be one of %v", outcomes))
 	case r.Attempt < 0 || r.Attempt > 1_000_000:
 		return bad("attempt", "must be 0..1000000")
 	case r.DurationMS < 0 || r.DurationMS > 366*24*3600*1000:
 		return bad("duration_ms", "must be 0 or more and under a year")
 	case r.ErrorClass != "" && !slices.Contains(consumers.Classes(), r.ErrorClass):
-		return bad("error_class", fmt.Sprintf("%q is not one of %v", r.ErrorClass, consumers.Classes()))
+		return bad("error_class", fmt.Sprintf("must be one of %v", consumers.Classes()))
 	case r.StartedAt.IsZero() || r.FinishedAt.IsZero():
 		return bad("started_at, finished_at", "required")
 	case r.FinishedAt.Before(r.StartedAt):

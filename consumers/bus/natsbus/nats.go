@@ -41,7 +41,11 @@ type Config struct {
 	// MaxAge bounds how long an unconsumed reference stays in the stream
 	// (the lease expiry republishes it anyway). Defaults to 24h.
 	MaxAge time.Duration
-	// Replicas of the stream in a NATS cluster. Defaults to 1.
+	// Replicas of the stream in a NATS cluster. Defaults to 1. With
+	// Replicas and Storage both unset, an existing stream is used as it is
+	// (made by the streamer, whose settings it keeps) and only a missing one
+	// is made, with the defaults; set either, and the stream is made or
+	// updated to them (inlet's services pass bus: from their config file).
 	Replicas int
 	// Storage of the stream: "file" (the default: references survive a
 	// NATS restart) or "memory" (a restart loses the references in flight;
@@ -60,6 +64,7 @@ type NATS struct {
 	conn    *nats.Conn
 	js      jetstream.JetStream
 	cfg     Config
+	adopt   bool // the stream's settings are not this process's (ensureStream)
 	ackWait time.Duration
 	pub     *wmnats.Publisher
 	log     *slog.Logger
@@ -98,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = 24 * time.Hour
 	}
+	adopt := cfg.Replicas <= 0 && cfg.Storage == ""
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
 	}
@@ -132,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(cfg.URL), err)
 	}
-	if err := ensureStream(ctx, conn, cfg); err != nil {
+	if err := ensureStream(ctx, conn, cfg, adopt); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -158,10 +164,10 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 		conn.Close()
 		return nil, fmt.Errorf("JetStream: %w", err)
 	}
-	return &NATS{conn: conn, js: js2, cfg: cfg, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
+	return &NATS{conn: conn, js: js2, cfg: cfg, adopt: adopt, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
 }
 
-func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config) error {
+func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config, adopt bool) error {
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream: %w", err)
@@ -172,6 +178,15 @@ func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if adopt {
+		// No settings of its own: an existing stream is someone's (the
+		// streamer's) and stays as it is.
+		if _, err := js.Stream(ctx, StreamName); err == nil {
+			return nil
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("look up JetStream stream %s at %s (is JetStream enabled, nats-server -js?): %w", StreamName, redactURL(cfg.URL), err)
+		}
+	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "Inlet job references (ids only); Postgres is the source of truth",
@@ -243,7 +258,7 @@ func (n *NATS) streamMissing(err error) {
 	n.streamChecked = time.Now()
 	n.mu.Unlock()
 	n.log.Warn("JetStream has no stream for the references: recreating it", slog.String("stream", StreamName), slog.String("storage", n.cfg.Storage))
-	if err := ensureStream(context.Background(), n.conn, n.cfg); err != nil {
+	if err := ensureStream(context.Background(), n.conn, n.cfg, n.adopt); err != nil {
 		n.log.Warn("recreate JetStream stream failed; the next publish tries again", slog.String("error", err.Error()))
 	}
 }
@@ -529,7 +544,7 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 	}
 	n.log.Warn("JetStream lost the stream or this handler's durable consumer (a NATS restart with memory storage, or a delete): recreating; lease expiry republishes the references lost",
 		slog.String("stream", StreamName), slog.String("consumer", cfg.Durable), slog.String("storage", n.cfg.Storage))
-	if err := ensureStream(ctx, n.conn, n.cfg); err != nil {
+	if err := ensureStream(ctx, n.conn, n.cfg, n.adopt); err != nil {
 		n.log.Warn("recreate JetStream stream failed; retrying", slog.String("error", err.Error()))
 		return nil
 	}
