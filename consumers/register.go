@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -22,8 +23,17 @@ import (
 // the new set. Registering an unchanged set writes nothing. Rows of handlers
 // this service does not declare are left alone: another service may run them.
 func (s *Service) Register(ctx context.Context) error {
+	// Handlers by name, each one's patterns by (provider, type): two
+	// registrations of a handler (replicas starting together, two services
+	// sharing it) lock its rows in one order, never crosswise.
+	handlers := slices.Clone(s.cfg.Handlers)
+	slices.SortFunc(handlers, func(a, b Handler) int { return strings.Compare(a.Name, b.Name) })
 	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		for _, h := range s.cfg.Handlers {
+		for _, h := range handlers {
+			h.Patterns = slices.Clone(h.Patterns)
+			slices.SortFunc(h.Patterns, func(a, b Pattern) int {
+				return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.EventType, b.EventType))
+			})
 			providers := make([]string, len(h.Patterns))
 			types := make([]string, len(h.Patterns))
 			for i, p := range h.Patterns {

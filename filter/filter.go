@@ -28,11 +28,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 )
 
@@ -109,11 +112,40 @@ func Compile(expr string) (*Filter, error) {
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, fmt.Errorf("filter %q: is a %s, want a bool", expr, t)
 	}
+	if err := literalRegexes(ast); err != nil {
+		return nil, fmt.Errorf("filter %q: %w", expr, err)
+	}
 	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
 	return &Filter{expr: expr, prg: prg}, nil
+}
+
+// literalRegexes refuses a matches() whose pattern is not a literal: CEL
+// charges a regex's cost after it has run, and a pattern from the payload
+// (the sender's) against a large text of it could run for a minute before
+// the cost limit said no. A literal pattern is checked when the filter
+// compiles, by whoever wrote it.
+func literalRegexes(a *cel.Ast) error {
+	var bad error
+	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if bad != nil || e.Kind() != celast.CallKind {
+			return
+		}
+		call := e.AsCall()
+		if call.FunctionName() != "matches" {
+			return
+		}
+		args := call.Args()
+		if len(args) == 0 {
+			return
+		}
+		if re := args[len(args)-1]; re.Kind() != celast.LiteralKind {
+			bad = errors.New("matches() takes a literal pattern only (a pattern from the event could run without bound)")
+		}
+	}))
+	return bad
 }
 
 // String is the expression.
@@ -123,13 +155,23 @@ func (f *Filter) String() string { return f.expr }
 // missing field, a non-bool result, the cost limit) is a miss, returned
 // with the error so the caller can count it.
 func (f *Filter) Match(ev Event) (bool, error) {
+	// Names that differ only in case are one header: their values are
+	// joined in the order of the names, so every evaluation sees the same.
+	names := slices.Sorted(maps.Keys(ev.Headers))
 	headers := make(map[string]string, len(ev.Headers))
-	for k, v := range ev.Headers {
-		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	for _, k := range names {
+		lk := strings.ToLower(k)
+		v := strings.Join(ev.Headers[k], ", ")
+		if prev, ok := headers[lk]; ok {
+			v = prev + ", " + v
+		}
+		headers[lk] = v
 	}
 	var occurred any
 	if ev.OccurredAt != nil {
-		occurred = *ev.OccurredAt
+		// In UTC: ingress has the sender's offset, catch-up the server's
+		// zone; one instant must read alike on both.
+		occurred = ev.OccurredAt.UTC()
 	}
 	out, _, err := f.prg.Eval(map[string]any{
 		"event": map[string]any{
