@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -20,30 +22,8 @@ import (
 func TestUpgradeAcross034KeepsALongKeysLane(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, conn := migratedTo(t, 33)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, order_key) VALUES ('o', 'stripe', 'data.object.id')`)
-	key := "cus_" + strings.Repeat("x", 600) // 604 bytes: storable before 034
-	event := func(id string, minute int) {
-		t.Helper()
-		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
-		exec(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, occurred_at, signature_verified)
-			VALUES ('stripe', 'stripe', $1, 'customer.updated', convert_to($2, 'UTF8'), $2::jsonb, '2026-01-01'::timestamptz + make_interval(mins => $3), true)`,
-			id, body, minute)
-	}
-	claim := func() []int64 {
-		t.Helper()
-		rows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", BatchSize: 100, LeaseHolder: "s", LeaseFor: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids(rows, func(r queries.ClaimHandlerJobsRow) int64 { return r.ID })
-	}
+	l := newLongKeyLane(t)
+	conn, event, claim := l.conn, l.event, l.claim
 
 	event("e1", 1)
 	first := claim()
@@ -76,30 +56,8 @@ func TestUpgradeAcross034KeepsALongKeysLane(t *testing.T) {
 func TestReplayAcross034KeepsALongKeysLane(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, conn := migratedTo(t, 33)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, order_key) VALUES ('o', 'stripe', 'data.object.id')`)
-	key := "cus_" + strings.Repeat("y", 600) // stored whole before 034
-	event := func(id string, minute int) {
-		t.Helper()
-		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
-		exec(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, occurred_at, signature_verified)
-			VALUES ('stripe', 'stripe', $1, 'customer.updated', convert_to($2, 'UTF8'), $2::jsonb, '2026-01-01'::timestamptz + make_interval(mins => $3), true)`,
-			id, body, minute)
-	}
-	claim := func() []int64 {
-		t.Helper()
-		rows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", BatchSize: 100, LeaseHolder: "s", LeaseFor: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids(rows, func(r queries.ClaimHandlerJobsRow) int64 { return r.ID })
-	}
+	l := newLongKeyLane(t)
+	conn, exec, event, claim := l.conn, l.exec, l.event, l.claim
 
 	event("e1", 1)
 	first := claim()
@@ -117,4 +75,45 @@ func TestReplayAcross034KeepsALongKeysLane(t *testing.T) {
 	if got := claim(); len(got) != 1 || got[0] != first[0] {
 		t.Fatalf("after replaying job %d, the entity's earliest, the claim leased %v; want only it", first[0], got)
 	}
+}
+
+// longKeyLane is a database at 033 with an ordered handler "o" keyed by
+// data.object.id, and events of one entity whose key is 604 bytes (stored
+// whole before 034).
+type longKeyLane struct {
+	conn  *pgx.Conn
+	exec  func(q string, args ...any)
+	event func(id string, minute int)
+	claim func() []int64
+}
+
+func newLongKeyLane(t *testing.T) longKeyLane {
+	t.Helper()
+	ctx := context.Background()
+	_, conn := migratedTo(t, 33)
+	l := longKeyLane{conn: conn}
+	l.exec = func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	l.exec(`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, order_key) VALUES ('o', 'stripe', 'data.object.id')`)
+	key := "cus_" + strings.Repeat("x", 600)
+	l.event = func(id string, minute int) {
+		t.Helper()
+		body := `{"id":"` + id + `","data":{"object":{"id":"` + key + `"}}}`
+		l.exec(`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, payload, occurred_at, signature_verified)
+			VALUES ('stripe', 'stripe', $1, 'customer.updated', convert_to($2, 'UTF8'), $2::jsonb, '2026-01-01'::timestamptz + make_interval(mins => $3), true)`,
+			id, body, minute)
+	}
+	l.claim = func() []int64 {
+		t.Helper()
+		rows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: "o", BatchSize: 100, LeaseHolder: "s", LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(rows, func(r queries.ClaimHandlerJobsRow) int64 { return r.ID })
+	}
+	return l
 }
