@@ -97,13 +97,25 @@ func migrateTo(ctx context.Context, conn *pgx.Conn, last int) ([]Migration, erro
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrateLockKey)
 	}()
 
+	// Created only when missing, and checked first: CREATE SCHEMA IF NOT
+	// EXISTS needs CREATE on the database even when the schema exists, which
+	// an owner whose schema a DBA made (or whose CREATE was taken back after
+	// the first run) does not have.
 	if _, err := conn.Exec(ctx, `
-CREATE SCHEMA IF NOT EXISTS webhook_ingress;
-CREATE TABLE IF NOT EXISTS webhook_ingress.schema_migrations (
-    version    integer     PRIMARY KEY,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);`); err != nil {
+DO $$
+BEGIN
+    IF to_regnamespace('webhook_ingress') IS NULL THEN
+        CREATE SCHEMA webhook_ingress;
+    END IF;
+    IF to_regclass('webhook_ingress.schema_migrations') IS NULL THEN
+        CREATE TABLE webhook_ingress.schema_migrations (
+            version    integer     PRIMARY KEY,
+            name       text        NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        );
+    END IF;
+END
+$$;`); err != nil {
 		return nil, fmt.Errorf("create schema_migrations: %w", err)
 	}
 

@@ -4,7 +4,15 @@
 -- Runs inside one transaction under the migrator's advisory lock. Roles are
 -- cluster-wide objects, so they are created only when missing.
 
-CREATE SCHEMA IF NOT EXISTS webhook_ingress;
+-- Created only when missing (the migrator has made it already): CREATE SCHEMA
+-- IF NOT EXISTS would need CREATE on the database even when it exists.
+DO $$
+BEGIN
+    IF to_regnamespace('webhook_ingress') IS NULL THEN
+        CREATE SCHEMA webhook_ingress;
+    END IF;
+END
+$$;
 
 DO $$
 DECLARE
