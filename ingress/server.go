@@ -386,10 +386,12 @@ func (wh *webhook) reject(code int, reason string) {
 
 // withinLimits checks the headers and the announced body length before any
 // of the body is read. They are stored with the event: over a limit, every
-// retry would be refused too.
+// retry would be refused too. The relay's own Inlet-Relay-* headers are not
+// stored and not counted, so a relayed webhook is held to the limits the
+// provider's request is held to when sent directly.
 func (wh *webhook) withinLimits() bool {
 	var lim *limitError
-	if err := checkHeaders(wh.r.Header); errors.As(err, &lim) {
+	if err := checkHeaders(verify.StripRelay(wh.r.Header)); errors.As(err, &lim) {
 		wh.w.Header().Set("Connection", "close") // the body is left unread
 		wh.reject(lim.status, lim.reason)
 		return false

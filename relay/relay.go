@@ -267,11 +267,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			log.Warn("webhook not relayed", slog.Int("ingress_status", out.status), slog.String("ingress_reason", out.reason),
 				slog.Duration("took", time.Since(start)))
 		}
-	case out.status == http.StatusBadRequest && permanentReason[out.reason]:
+	case permanentReason[out.reason] == out.status:
 		// The ingress refused the event's own data (an id or type over its
-		// limits, data the database refuses): the same request would be
-		// refused on every retry, so the provider gets the ingress's 400,
-		// not a 502 to retry for days.
+		// limits, data the database refuses, headers over the fixed limits
+		// every ingress has): the same request would be refused on every
+		// retry, so the provider gets the ingress's 400 or 431, not a 502 to
+		// retry for days.
 		w.Header().Set("Content-Type", out.contentType)
 		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
 		w.WriteHeader(out.status)
@@ -289,14 +290,19 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// permanentReason are the ingress's 400 reasons that name the event's own
-// data, which no change of secrets, limits or clocks between relay and
-// ingress would let through: passed on to the provider as 400.
-var permanentReason = map[string]bool{
-	"malformed_payload":   true,
-	"event_id_too_long":   true,
-	"event_type_too_long": true,
-	"event_unstorable":    true,
+// permanentReason are the ingress's refusals, by reason and with the status
+// that goes with it, that name the event's own data, which no change of
+// secrets, limits or clocks between relay and ingress would let through:
+// passed on to the provider as the ingress answered them. The header limits
+// are constants of every ingress (ingress.MaxHeaderCount, MaxHeaderBytes),
+// counted without the relay's own headers.
+var permanentReason = map[string]int{
+	"malformed_payload":   http.StatusBadRequest,
+	"event_id_too_long":   http.StatusBadRequest,
+	"event_type_too_long": http.StatusBadRequest,
+	"event_unstorable":    http.StatusBadRequest,
+	"too_many_headers":    http.StatusRequestHeaderFieldsTooLarge,
+	"headers_too_large":   http.StatusRequestHeaderFieldsTooLarge,
 }
 
 // requestURL reconstructs the URL the sender used, for schemes that sign it
