@@ -98,3 +98,21 @@ func isStatementError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && !sessionEnded(pgErr)
 }
+
+// batchWide reports a statement error that no one event of a group-commit
+// batch caused, so storing each event alone would fail the same way, one
+// wait after another: a lock or statement timeout or a lock not available
+// (class 55, 57), a read-only or otherwise unusable transaction (25), a
+// privilege or a schema object missing (42: the same statement for every
+// event), a system error (58). The batch's callers all get the error.
+func batchWide(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "25", "42", "55", "57", "58":
+		return true
+	}
+	return false
+}

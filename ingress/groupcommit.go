@@ -284,9 +284,12 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		if anyStored && g.hinter != nil {
 			g.hinter.Hint()
 		}
-	case !changed && (database.IsUnavailable(err) || ctx.Err() != nil || !isStatementError(err)):
-		// Down, too slow, or cut off mid-statement: every caller gets the
-		// error, which says whether the batch may have committed.
+	case !changed && (database.IsUnavailable(err) || ctx.Err() != nil || !isStatementError(err) || batchWide(err)):
+		// Down, too slow, cut off mid-statement, or refused for a cause no
+		// one event has (a lock timeout, a privilege, a read-only server):
+		// every caller gets the error, which says whether the batch may
+		// have committed. Storing each alone would wait and fail again,
+		// once per event, on the batch's one committer.
 		err = fmt.Errorf("insert %d events: %w", n, err)
 		for _, it := range live {
 			it.r.Answer(false, err)
