@@ -213,6 +213,8 @@ type lease struct {
 	leasedAt time.Time
 	// expires is when the lease runs out unless extended.
 	expires time.Time
+	// maxAttempts is the job's max_attempts, as read with the event.
+	maxAttempts int
 	// partition is the job's event_received_at, its partition key.
 	partition time.Time
 }
@@ -309,7 +311,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 			ev.OccurredAt = *occurred
 		}
 		ref := byID[id]
-		l.partition, l.read = ref.EventReceivedAt, read
+		l.partition, l.read, l.maxAttempts = ref.EventReceivedAt, read, int(maxAttempts)
 		t := taken{found: true, l: l}
 		if eventID != nil {
 			ev.JobID, ev.Handler, ev.Attempt, ev.MaxAttempts, ev.EventID = ref.JobID, ref.Handler, ref.Attempt, int(maxAttempts), *eventID
@@ -479,6 +481,20 @@ func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, attrs [
 	}
 }
 
+// backoff calls the handler's Backoff, which is the program's code: a panic
+// in it (an index past the end of a table of delays) falls back to
+// DefaultBackoff instead of ending the process and every attempt in it.
+func (s *Service) backoff(h Handler, attempt int) (d time.Duration) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.logger.LogAttrs(context.Background(), slog.LevelError, "handler's Backoff panicked; DefaultBackoff used",
+				slog.String("handler", h.Name), slog.Int("attempt", attempt))
+			d = DefaultBackoff(attempt)
+		}
+	}()
+	return max(h.Backoff(attempt), 0)
+}
+
 // record writes the attempt's outcome on its job and its history row, in one
 // transaction; the history row is written only when the job update matched,
 // i.e. this attempt still held the lease. It returns the outcome recorded, ""
@@ -493,7 +509,10 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 		return s.complete(ctx, ref, l)
 	}
 	text := errorText(herr)
-	retryIn := max(h.Backoff(ref.Attempt), 0)
+	var retryIn time.Duration
+	if !IsPermanent(herr) && (l.maxAttempts == 0 || ref.Attempt < l.maxAttempts) {
+		retryIn = s.backoff(h, ref.Attempt) // only when a retry follows
+	}
 	var outcome string
 	err := retryWhileUnavailable(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {

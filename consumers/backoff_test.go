@@ -15,7 +15,8 @@ func TestDefaultBackoff(t *testing.T) {
 	}{
 		{-3, 30 * time.Second}, {0, 30 * time.Second}, {1, 30 * time.Second}, {2, time.Minute},
 		{3, 2 * time.Minute}, {10, 30 * time.Second << 9}, {12, 30 * time.Second << 11},
-		{13, 24 * time.Hour}, {64, 24 * time.Hour}, {1 << 30, 24 * time.Hour},
+		// At the cap: 20h ±20%, so the jitter is kept below 24h.
+		{13, 20 * time.Hour}, {64, 20 * time.Hour}, {1 << 30, 20 * time.Hour},
 	}
 	for _, c := range cases {
 		lo := time.Duration(float64(c.base) * 0.8)

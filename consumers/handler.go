@@ -52,7 +52,9 @@ type Handler struct {
 	// It applies to jobs created after registration. Defaults to 25.
 	MaxAttempts int
 	// Backoff returns the delay before the retry that follows failed attempt
-	// n (1-based). Defaults to DefaultBackoff.
+	// n (1-based). Defaults to DefaultBackoff. It is called only when a
+	// retry follows (not after the job's last attempt or a Permanent
+	// error); should it panic, DefaultBackoff's delay is used.
 	Backoff func(attempt int) time.Duration
 	// Timeout bounds one attempt; the handler's context ends then. Defaults
 	// to 60s.
