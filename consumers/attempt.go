@@ -336,8 +336,16 @@ var extendLeaseSQL = schema.Query("ExtendLease")
 // this consumer as its holder; it fails with pgx.ErrNoRows when the lease
 // was lost.
 func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, error) {
+	return s.extendOn(ctx, s.cfg.Pool, ref, l)
+}
+
+// extendOn is extend on q: the pool, or a transactional handler's
+// transaction (which then holds the job's row lock).
+func (s *Service) extendOn(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, ref bus.Ref, l lease) (time.Time, error) {
 	var expires time.Time
-	err := s.cfg.Pool.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
+	err := q.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
 	return expires, err
 }
 

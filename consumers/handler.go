@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"math"
 	"net/textproto"
 	"slices"
@@ -105,6 +106,13 @@ type Handler struct {
 	// the job (exactly-once effects in this PostgreSQL; see
 	// [TxHandlerFunc]). Exactly one of Func and TxFunc is required.
 	TxFunc TxHandlerFunc
+	// TxOptions begins TxFunc's transaction: its isolation level
+	// (REPEATABLE READ, SERIALIZABLE) and deferrable mode. The service runs
+	// the transaction's first statement (the job's row lock), so the
+	// handler cannot SET TRANSACTION ISOLATION LEVEL itself; a role's or
+	// database's default_transaction_isolation applies as usual. It must be
+	// read-write: the job is completed in it.
+	TxOptions pgx.TxOptions
 }
 
 const (
@@ -175,6 +183,10 @@ func (h Handler) validate(checkFilter func(string) error) error {
 		return errors.New("func: required (or tx_func)")
 	case h.Func != nil && h.TxFunc != nil:
 		return errors.New("func and tx_func: set one, not both")
+	case h.TxOptions != (pgx.TxOptions{}) && h.TxFunc == nil:
+		return errors.New("tx_options: set only with tx_func")
+	case h.TxOptions.AccessMode == pgx.ReadOnly:
+		return errors.New("tx_options: access mode read only: the job is completed in the handler's transaction, which must be read-write")
 	}
 	if h.MaxAttempts < 1 {
 		return fmt.Errorf("max_attempts: %d must be at least 1", h.MaxAttempts)

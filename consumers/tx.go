@@ -17,12 +17,22 @@ import (
 // PostgreSQL. When it returns nil, the service completes the job in that same
 // transaction, fenced on the attempt's lease token, and commits: the
 // handler's writes and the job's completion commit together or not at all.
-// When it returns an error or panics, when the lease was lost meanwhile (the
-// attempt expired and was leased again, was replayed, or a duplicate
-// delivery of it completed first), or when the process dies before the
+// When it returns an error or panics, or when the process dies before the
 // commit, the transaction is rolled back and its writes are gone; a later
 // attempt runs the handler again. So each event's effects are written
 // exactly once, however often the handler runs.
+//
+// The transaction holds the attempt's lease by the job's row lock: its
+// first statement, before the handler runs, extends the lease (fenced on
+// the lease token), which locks the row, and nothing else writes the row
+// until the transaction ends (the reaper and the streamer's give-back skip
+// it; a replay or a duplicate delivery waits for it). When the lease was
+// lost before that statement (the attempt expired and was leased again, was
+// replayed, or a duplicate delivery of it completed first), the handler is
+// not run. As no other session changes the job row under the transaction's
+// snapshot, any isolation level works: set it in [Handler.TxOptions], not
+// with SET TRANSACTION in the handler (it would come after the first
+// statement and fail).
 //
 // Each open transaction holds one of the pool's connections. The service
 // keeps two of them for its own statements (reading events, extending
@@ -34,7 +44,8 @@ import (
 //
 // tx runs as the consumer's database role (webhook_worker, or the team's
 // consumer role): grant it what the handler writes. The handler must not
-// commit or roll back tx itself, and must not use it after returning.
+// use tx after returning; its Commit and Rollback return an error (the
+// service ends the transaction).
 type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 
 // ClassTransaction is the class of an attempt whose handler succeeded but
@@ -43,9 +54,10 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 const ClassTransaction ErrorClass = "transaction"
 
 // runTx runs h.TxFunc in a transaction and, when it returns nil, completes
-// the job in that transaction and commits. stopExtending is called once the
-// handler has returned, before the completion takes the job's row lock (an
-// extension waiting on it would read the completed row as a lost lease). It
+// the job in that transaction and commits. stopExtending is called before
+// the transaction's first statement takes the job's row lock: from then on
+// the lock holds the lease, and an extension from another session would
+// wait on it (and change the row under the transaction's snapshot). It
 // returns whether the attempt's own deadline passed; when the success was
 // written (or fenced out), the outcome recorded with recorded true; and the
 // handler's error (or the transaction's, classed [ClassTransaction]) to be
@@ -63,7 +75,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	}
 	actx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
-	tx, err := s.cfg.Pool.Begin(actx)
+	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
 		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
@@ -75,10 +87,30 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		defer rcancel()
 		_ = tx.Rollback(rctx) // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
 	}()
-	herr = callTx(actx, h.TxFunc, tx, ev)
-	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+
+	// The transaction holds the lease by the job's row lock from its first
+	// statement to its end: the lease is extended (fenced) in it, which
+	// locks the row, and nothing else writes the row meanwhile. The reaper
+	// skips locked rows, and a replay or a duplicate delivery waits for the
+	// lock and then finds the lease gone. Extending from another session
+	// instead would change the row under the transaction's snapshot, and a
+	// REPEATABLE READ or SERIALIZABLE transaction could then never complete
+	// the job (40001) once it ran past one extension.
 	stopExtending()
+	if _, err := s.extendOn(actx, tx, ref, l); errors.Is(err, pgx.ErrNoRows) {
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
+			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
+		return false, "", true, nil
+	} else if err != nil {
+		return false, "", false, WithClass(fmt.Errorf("hold the lease of job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction)
+	}
+	if _, err := tx.Exec(actx, "SAVEPOINT inlet_attempt"); err != nil {
+		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
+	}
+	herr = callTx(actx, h.TxFunc, handlerTx{tx}, ev)
+	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if herr != nil {
+		s.keepLease(ctx, tx, ref, l)
 		return timedOut, "", false, herr
 	}
 
@@ -105,6 +137,34 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	s.succeeded(rctx, []string{ref.Handler})
 	return timedOut, "completed", true, nil
 }
+
+// keepLease, after the handler failed, throws its writes away and commits
+// the lease pushed out from now, so the failure is recorded (on the pool,
+// after this) before the lease can expire: the handler may have run past
+// the lease the transaction began with. Best effort: when it fails, the
+// lease may expire first and the reaper then counts the attempt.
+func (s *Service) keepLease(ctx context.Context, tx pgx.Tx, ref bus.Ref, l lease) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if _, err := tx.Exec(kctx, "ROLLBACK TO SAVEPOINT inlet_attempt"); err != nil {
+		return
+	}
+	if _, err := s.extendOn(kctx, tx, ref, l); err != nil {
+		return
+	}
+	_ = tx.Commit(kctx)
+}
+
+// handlerTx is the transaction as the handler sees it: it may not end it.
+// Committing would commit the handler's writes without the job's
+// completion (run again by the next attempt), and the lease's row lock
+// with them.
+type handlerTx struct{ pgx.Tx }
+
+var errHandlerEndsTx = errors.New("a transactional handler must not commit or roll back its transaction: return nil to commit, an error to roll back")
+
+func (handlerTx) Commit(context.Context) error   { return errHandlerEndsTx }
+func (handlerTx) Rollback(context.Context) error { return errHandlerEndsTx }
 
 // callTx calls f, turning a panic into an error.
 func callTx(ctx context.Context, f TxHandlerFunc, tx pgx.Tx, ev *Event) (err error) {
