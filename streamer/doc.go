@@ -143,7 +143,10 @@
 //     an abandoned slot (a replica retired or renamed) retains WAL until the
 //     disk is full. Drop it: SELECT pg_drop_replication_slot('inlet_streamer');
 //     watch pg_replication_slots (active, confirmed_flush_lsn), and consider
-//     max_slot_wal_keep_size as a cap.
+//     max_slot_wal_keep_size as a cap. A slot that cap invalidated (a
+//     streamer down longer than it allows; wal_status 'lost') is dropped and
+//     created afresh by the next start or reconnect, with a warning:
+//     polling covered the gap.
 //   - Decoding on the primary: each replica's walsender decodes all WAL and
 //     ships every published change of jobs (claims and outcomes included,
 //     with publish 'update'), so the cost grows with replicas × job churn.

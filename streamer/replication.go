@@ -221,6 +221,9 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 	if err := ensurePublication(ctx, conn); err != nil {
 		return nil, err
 	}
+	if err := r.dropIfLost(ctx, conn); err != nil {
+		return nil, err
+	}
 	if err := r.ensureSlot(ctx, conn); err != nil {
 		return nil, err
 	}
@@ -232,6 +235,29 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 		return nil, explain(fmt.Errorf("start replication from slot %q: %w", r.slot, err))
 	}
 	return conn, nil
+}
+
+// dropIfLost drops the slot when max_slot_wal_keep_size invalidated it (a
+// streamer down longer than the cap allows; pg_replication_slots.wal_status
+// 'lost'): it can never stream again, and it is only a wake source, so
+// ensureSlot then makes it afresh. Polling covered the gap, and the claim
+// after reconnecting finds what was committed meanwhile. A replication
+// connection takes simple queries only; slot names are [a-z0-9_] (New).
+func (r *Replication) dropIfLost(ctx context.Context, conn *pgconn.PgConn) error {
+	results, err := conn.Exec(ctx, "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = '"+
+		strings.ReplaceAll(r.slot, "'", "''")+"'").ReadAll()
+	if err != nil {
+		return explain(fmt.Errorf("look up replication slot %q: %w", r.slot, err))
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || string(results[0].Rows[0][0]) != "lost" {
+		return nil
+	}
+	r.logger.Warn("replication slot was invalidated (wal_status lost: max_slot_wal_keep_size passed while no streamer read it): dropped and created afresh; polling covered the gap",
+		slog.String("slot", r.slot))
+	if err := pglogrepl.DropReplicationSlot(ctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+		return explain(fmt.Errorf("drop invalidated replication slot %q: %w", r.slot, err))
+	}
+	return nil
 }
 
 // ensurePublication checks the publication, creating it when it is missing.
