@@ -73,7 +73,8 @@
 //	type              id                                        type
 //	stripe            body id (required)                        body type
 //	github            X-GitHub-Delivery (required)              X-GitHub-Event
-//	gitlab            X-Gitlab-Event-UUID, else synthetic       X-Gitlab-Event
+//	gitlab            Idempotency-Key, else X-Gitlab-Event-UUID
+//	                  with the body's digest, else synthetic  X-Gitlab-Event
 //	shopify           X-Shopify-Event-Id, else                  X-Shopify-Topic
 //	                  X-Shopify-Webhook-Id (one required)
 //	slack             body event_id (Events API), else          event.type of an event_callback,

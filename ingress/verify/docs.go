@@ -57,9 +57,9 @@ var schemeDocs = map[string]PresetDoc{
 	},
 	typeGitLab: {
 		Provider: "GitLab",
-		Headers:  "X-Gitlab-Token, X-Gitlab-Event-UUID, X-Gitlab-Event",
+		Headers:  "X-Gitlab-Token, Idempotency-Key, X-Gitlab-Event-UUID, X-Gitlab-Event",
 		Signed:   "none: the token is compared in constant time, and stored only as its SHA-256",
-		ID:       "X-Gitlab-Event-UUID, else synthetic",
+		ID:       "Idempotency-Key (GitLab 17.4+), else X-Gitlab-Event-UUID/body digest (the UUID alone is shared by the hooks of one request), else synthetic",
 		Type:     "X-Gitlab-Event",
 		Occurred: "body object_attributes.updated_at, where present",
 		Source:   "type: gitlab\nsecrets: [\"${GITLAB_WEBHOOK_TOKEN}\"]        # the webhook's secret token",

@@ -13,7 +13,9 @@ import (
 const (
 	gitlabTokenHeader = "X-Gitlab-Token" //nolint:gosec // G101: a header name, not a credential
 	gitlabUUIDHeader  = "X-Gitlab-Event-Uuid"
-	gitlabEventHeader = "X-Gitlab-Event"
+	// gitlabIdempotencyHeader is the same across the retries of one delivery.
+	gitlabIdempotencyHeader = "Idempotency-Key"
+	gitlabEventHeader       = "X-Gitlab-Event"
 )
 
 // gitlabVerifier implements GitLab's scheme, which signs nothing: the
@@ -60,13 +62,26 @@ func (v *gitlabVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("gitlab: %w: %s matches no configured secret", ErrSignatureMismatch, gitlabTokenHeader)
 	}
 	id, typ, err := v.ident.resolve("gitlab", req, nil, func(needID bool) (string, string, error) {
-		// X-Gitlab-Event-UUID is the same across GitLab's retries. GitLab
-		// releases before it existed get the synthetic body hash.
-		id := req.Header.Get(gitlabUUIDHeader)
+		// Idempotency-Key (GitLab 17.4 on) is the same across the retries of
+		// one delivery and differs between deliveries. X-Gitlab-Event-UUID
+		// is not an event's id: GitLab gives every hook fired within one
+		// request the same one, and passes a webhook's on to the hooks its
+		// receiver's own API calls fire (recursion detection), so a push and
+		// the pipeline it triggers can share it. Without Idempotency-Key it
+		// is taken with the body's digest: a retry repeats both. Releases
+		// with neither get the synthetic body hash.
+		id, header := req.Header.Get(gitlabIdempotencyHeader), gitlabIdempotencyHeader
+		if id == "" {
+			id, header = req.Header.Get(gitlabUUIDHeader), gitlabUUIDHeader
+			if id != "" {
+				sum := sha256.Sum256(req.Body)
+				id += "/" + hex.EncodeToString(sum[:8])
+			}
+		}
 		if id == "" {
 			id = syntheticID(req.Body)
 		} else if needID {
-			if err := checkEventID("gitlab", gitlabUUIDHeader+" header", id); err != nil {
+			if err := checkEventID("gitlab", header+" header", id); err != nil {
 				return "", "", err
 			}
 		}
@@ -93,13 +108,16 @@ func (v *gitlabVerifier) RedactForStorage(h http.Header) http.Header {
 	return out
 }
 
-// SignGitLab returns the headers GitLab would send with the secret token
-// token. Empty eventUUID or event ("Push Hook") leave that header out.
-func SignGitLab(token, eventUUID, event string) http.Header {
-	h := make(http.Header, 3)
+// SignGitLab returns the headers GitLab (17.4 on) would send with the secret
+// token token: id as Idempotency-Key (the event's id) and as
+// X-Gitlab-Event-UUID. Empty id or event ("Push Hook") leave those headers
+// out.
+func SignGitLab(token, id, event string) http.Header {
+	h := make(http.Header, 4)
 	h.Set(gitlabTokenHeader, token)
-	if eventUUID != "" {
-		h.Set(gitlabUUIDHeader, eventUUID)
+	if id != "" {
+		h.Set(gitlabIdempotencyHeader, id)
+		h.Set(gitlabUUIDHeader, id)
 	}
 	if event != "" {
 		h.Set(gitlabEventHeader, event)

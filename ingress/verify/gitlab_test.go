@@ -18,7 +18,7 @@ var gitlabBody = []byte(`{"object_kind":"push","ref":"refs/heads/main","checkout
 
 func gitlabHeaders(token, uuid, event string) http.Header {
 	h := http.Header{}
-	for k, v := range map[string]string{"X-Gitlab-Token": token, "X-Gitlab-Event-UUID": uuid, "X-Gitlab-Event": event} {
+	for k, v := range map[string]string{"X-Gitlab-Token": token, "Idempotency-Key": uuid, "X-Gitlab-Event-UUID": uuid, "X-Gitlab-Event": event} {
 		if v != "" {
 			h.Set(k, v)
 		}
@@ -36,6 +36,16 @@ func TestGitLabVerify(t *testing.T) {
 		{name: "our signer", header: SignGitLab(gitlabToken, gitlabUUID, "Push Hook"), wantRes: ok},
 		{name: "body is not signed", header: gitlabHeaders(gitlabToken, gitlabUUID, "Push Hook"), body: []byte("anything"), wantRes: ok},
 		{name: "no uuid: synthetic", header: gitlabHeaders(gitlabToken, "", "Push Hook"), wantRes: Result{EventID: syntheticID(gitlabBody), EventType: "Push Hook"}},
+		{name: "idempotency key, not the shared uuid", header: func() http.Header {
+			h := gitlabHeaders(gitlabToken, gitlabUUID, "Push Hook")
+			h.Set("X-Gitlab-Event-UUID", "shared-by-the-hooks-of-one-request")
+			return h
+		}(), wantRes: ok},
+		{name: "before 17.4: uuid with the body's digest", header: func() http.Header {
+			h := gitlabHeaders(gitlabToken, gitlabUUID, "Push Hook")
+			h.Del("Idempotency-Key")
+			return h
+		}(), wantRes: Result{EventID: gitlabUUID + "/" + syntheticID(gitlabBody)[len("sha256:"):len("sha256:")+16], EventType: "Push Hook"}},
 		{name: "no timestamp window", header: gitlabHeaders(gitlabToken, gitlabUUID, "Push Hook"), now: testNow.Add(1e5 * time.Hour), wantRes: ok},
 		{name: "rotation new token", secrets: []string{gitlabOldToken, gitlabToken}, header: gitlabHeaders(gitlabToken, gitlabUUID, "Push Hook"), wantRes: Result{EventID: gitlabUUID, EventType: "Push Hook", SecretIndex: 1}},
 		{name: "rotation old token", secrets: []string{gitlabOldToken, gitlabToken}, header: gitlabHeaders(gitlabOldToken, gitlabUUID, "Push Hook"), wantRes: ok},
@@ -64,7 +74,7 @@ func FuzzGitLab(f *testing.F) {
 			if token != secrets[res.SecretIndex] {
 				t.Fatalf("accepted token %q", token)
 			}
-			if uuid != "" && res.EventID != uuid || uuid == "" && res.EventID != syntheticID(body) {
+			if uuid != "" && res.EventID != uuid+"/"+syntheticID(body)[len("sha256:"):len("sha256:")+16] || uuid == "" && res.EventID != syntheticID(body) {
 				t.Fatalf("EventID %q for uuid %q", res.EventID, uuid)
 			}
 		} else {

@@ -77,7 +77,10 @@ var (
 	occurredAhead     = 24 * time.Hour
 )
 
-var occurredLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05 -0700", "2006-01-02T15:04:05.999999999"}
+// GitLab's zone is the literal UTC (or GMT): layout "MST" would take any
+// abbreviation and, for one this process's zone does not define (PST on a
+// UTC server), read the time as UTC, hours off (review helper-77).
+var occurredLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05 UTC", "2006-01-02 15:04:05 GMT", "2006-01-02 15:04:05 -0700", "2006-01-02T15:04:05.999999999"}
 
 // parseOccurred reads Unix seconds (an integer or decimal number) or one of
 // occurredLayouts. Anything else, or a time before 2000 or more than a day
