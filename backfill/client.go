@@ -86,7 +86,10 @@ func (c *client) try(ctx context.Context, url string) (body []byte, header http.
 	err = fmt.Errorf("GET %s: %w: %s", req.URL.Path, ErrStatus, resp.Status)
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests,
-		resp.StatusCode == http.StatusForbidden && resp.Header.Get("X-RateLimit-Remaining") == "0":
+		// GitHub's primary rate limit (no requests left), and its
+		// secondary one (too many at once), a 403 with Retry-After while
+		// requests are left.
+		resp.StatusCode == http.StatusForbidden && (resp.Header.Get("X-RateLimit-Remaining") == "0" || resp.Header.Get("Retry-After") != ""):
 		return nil, nil, c.rateLimitWait(resp.Header, time.Now()), true, err
 	case resp.StatusCode >= 500:
 		return nil, nil, 0, false, err

@@ -35,8 +35,12 @@ type ScheduleConfig struct {
 }
 
 // Schedule runs Reconcile for each source of cfg.Section every Interval over
-// the last Window, while this replica leads, until ctx is done. The first
-// round is at once. A source's failure is logged and recorded in its
+// the last Window up to Settle ago, while this replica leads, until ctx is
+// done. The first round is at once. A round that starts late (the last one
+// ran longer than Interval: rate-limit waits, many pages) or follows a
+// failed one reaches back to where the source's last completed round ended,
+// so no stretch of time goes uncompared (at most 30 days back, what the
+// providers keep). A source's failure is logged and recorded in its
 // reconcile_runs row; the others still run. Events keep the stored scheme's
 // default occurred_at and payload copy (the streamer does not read
 // sources:).
@@ -49,8 +53,9 @@ func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	}
 	t := time.NewTicker(cfg.Section.Interval)
 	defer t.Stop()
+	done := map[string]time.Time{} // source → the end of its last completed round's window
 	for {
-		scheduledRound(ctx, cfg)
+		scheduledRound(ctx, cfg, done)
 		select {
 		case <-ctx.Done():
 			return
@@ -59,7 +64,7 @@ func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	}
 }
 
-func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
+func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]time.Time) {
 	leading, err := cfg.Leader.Leading(ctx)
 	if err != nil {
 		cfg.Logger.Warn("reconcile: leader election failed; skipping this round", slog.String("error", err.Error()))
@@ -68,11 +73,17 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 	if !leading {
 		return
 	}
-	until := cfg.Now()
-	since := until.Add(-cfg.Section.Window)
+	until := cfg.Now().Add(-cfg.Section.Settle)
 	for _, src := range cfg.Section.Sources {
 		if ctx.Err() != nil {
 			return
+		}
+		since := until.Add(-cfg.Section.Window)
+		if last, ok := done[src.Source]; ok && last.Before(since) {
+			since = last
+			if oldest := until.Add(-StripeRetention); since.Before(oldest) {
+				since = oldest
+			}
 		}
 		log := cfg.Logger.With(slog.String("source", src.Source))
 		l, err := src.Lister(since, until)
@@ -86,6 +97,9 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics}, l)
 		attrs := []any{slog.Int64("run", rep.RunID), slog.Int64("listed", rep.Total.Listed), slog.Int64("already_stored", rep.Total.AlreadyStored),
 			slog.Int64("missing", rep.Total.Missing), slog.Int64("stored", rep.Total.Stored), slog.Int64("duplicates", rep.Total.Duplicates)}
+		if err == nil {
+			done[src.Source] = until
+		}
 		switch {
 		case err != nil && !errors.Is(err, context.Canceled):
 			log.Error("reconcile failed", append(attrs, slog.String("error", err.Error()))...)

@@ -20,6 +20,12 @@ type Section struct {
 	// Interval (or events between two windows would never be compared),
 	// at most 30 days (what Stripe keeps; GitHub keeps about 3 days).
 	Window time.Duration `yaml:"window"`
+	// Settle leaves the newest events out of each run: a run compares up to
+	// Settle ago, so a webhook still on its way (or in its provider's first
+	// retries) arrives signed before the run would store the API's unsigned
+	// copy in its place. Defaults to 1h or a quarter of Window, whichever
+	// is less; less than Window.
+	Settle time.Duration `yaml:"settle"`
 	// DBRole is the role events are stored as. Defaults to
 	// webhook_ingress_writer, ingress's.
 	DBRole string `yaml:"db_role"`
@@ -54,6 +60,7 @@ type ReconcileSource struct {
 func (s Section) WithDefaults() Section {
 	s.Interval = cmp.Or(s.Interval, time.Hour)
 	s.Window = cmp.Or(s.Window, 24*time.Hour)
+	s.Settle = cmp.Or(s.Settle, min(time.Hour, s.Window/4))
 	s.DBRole = cmp.Or(s.DBRole, schema.IngressRole)
 	return s
 }
@@ -69,6 +76,8 @@ func (s Section) Validate() error {
 		return fmt.Errorf("reconcile.window: %s must be at least reconcile.interval (%s), or events between two windows are never compared", s.Window, s.Interval)
 	case s.Window > StripeRetention:
 		return fmt.Errorf("reconcile.window: %s is more than 30 days (720h), longer than the providers keep their events", s.Window)
+	case s.Settle < 0 || s.Settle >= s.Window:
+		return fmt.Errorf("reconcile.settle: %s must be at least 0 and less than reconcile.window (%s)", s.Settle, s.Window)
 	case s.Enabled && len(s.Sources) == 0:
 		return fmt.Errorf("reconcile.sources: enabled with no source to reconcile")
 	}

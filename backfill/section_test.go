@@ -70,7 +70,7 @@ func TestScheduleRunsOnOneReplica(t *testing.T) {
 	b.deliver(t, "stripe", "stripe", events, stripeEventJSON)
 	srv := httptest.NewServer(&listStripe{events: events, pageSize: 2})
 	defer srv.Close()
-	section := backfill.Section{Enabled: true, Sources: []backfill.ReconcileSource{
+	section := backfill.Section{Enabled: true, Settle: time.Second, Sources: []backfill.ReconcileSource{
 		{Source: "stripe", Type: "stripe", APIKey: "sk_test_reconcile", BaseURL: srv.URL}}}.WithDefaults()
 	if err := section.Validate(); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,11 @@ import (
 // skip events. Run with Restart, or remove the file.
 var ErrStateMismatch = errors.New("state file is for a different backfill")
 
+// ErrStateUnreadable marks a state file that cannot be read or parsed (half
+// written by another program, edited by hand): running again fails the same
+// way. Run with Restart, or remove the file.
+var ErrStateUnreadable = errors.New("state file unreadable")
+
 // state is the resume point of an unfinished backfill, as kept in the file.
 type state struct {
 	Source string `json:"source"`
@@ -34,11 +39,11 @@ func loadState(path string) (*state, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read backfill state %s: %w", path, err)
+		return nil, fmt.Errorf("read backfill state %s: %w: %w", path, ErrStateUnreadable, err)
 	}
 	var s state
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("read backfill state %s: %w (remove it, or run with --restart)", path, err)
+		return nil, fmt.Errorf("read backfill state %s: %w: %w (remove it, or run with --restart)", path, ErrStateUnreadable, err)
 	}
 	return &s, nil
 }

@@ -44,8 +44,9 @@ subscribed handler. Backfilled events have signature_verified = false, the
 body exactly as the API returned it, and a header Inlet-Backfill naming the
 API; credentials are never stored or printed.
 
-Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0) are waited out
-as Retry-After or X-RateLimit-Reset asks; 5xx and network errors are retried
+Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0 or with
+Retry-After, its secondary limit) are waited out as Retry-After or
+X-RateLimit-Reset asks; 5xx and network errors are retried
 with exponential backoff.
 
 Resumable: after every page the cursor is written to --state (default
@@ -124,7 +125,7 @@ that inlet dev started from this directory (.inlet/database_url).`)
 		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)
 		// Name the cursor file only if there is one: none is written before
 		// the first page is stored.
-		if _, serr := os.Stat(*statePath); serr == nil && !errors.Is(err, backfill.ErrStateMismatch) {
+		if _, serr := os.Stat(*statePath); serr == nil && !errors.Is(err, backfill.ErrStateMismatch) && !errors.Is(err, backfill.ErrStateUnreadable) {
 			return fmt.Errorf("%w; run the same command again to resume from the cursor in %s", err, *statePath)
 		}
 		if errors.Is(err, context.Canceled) {

@@ -41,7 +41,7 @@ of one event, such as GitHub redeliveries). --json prints
 {"items": [per type], "total": {...}, "run_id": …}.
 
 Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
-0) are waited out; 5xx and network errors are retried with backoff. Writes
+0 or with Retry-After) are waited out; 5xx and network errors are retried with backoff. Writes
 run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	cfgPath := configFlag(fs)
 	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, or 24h, 7d ago)")
