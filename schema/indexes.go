@@ -62,6 +62,20 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // others wait for it and then find nothing pending; waiting (nil: nothing) is
 // called once when one starts to wait.
 func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), waiting func()) ([]IndexBuild, error) {
+	// A build takes as long as its partition is large: a statement_timeout
+	// of the role or the database (set for the services) would cancel it on
+	// every run, leaving an INVALID index dropped and built again each time.
+	// Off for the builds; the session's own setting is put back after.
+	var timeout string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&timeout); err != nil {
+		return nil, fmt.Errorf("read statement_timeout: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SET statement_timeout = 0`); err != nil {
+		return nil, fmt.Errorf("turn statement_timeout off for the index builds: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_catalog.set_config('statement_timeout', $1, false)`, timeout)
+	}()
 	pending, err := PendingIndexes(ctx, conn)
 	if err != nil || len(pending) == 0 {
 		return nil, err

@@ -134,3 +134,32 @@ func TestDueByHandlerIndexOnALargeQueue(t *testing.T) {
 		t.Fatalf("claim holding a handler back after the index is built: %d leased, want the other 11,900", n)
 	}
 }
+
+// A statement_timeout meant for the services (set on the owner role or the
+// database; here on the session) does not cancel a partition index build,
+// which would otherwise fail on every run and never finish (noticed by
+// review helper-75); the session's setting is kept.
+func TestBuildIndexesIgnoresAStatementTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := migratedTo(t, 11)
+	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+		SELECT 'stripe', 'stripe', 'evt_' || n, 'charge.succeeded', convert_to(format('{"id":"evt_%s"}', n), 'UTF8'), true
+		FROM generate_series(1, 12000) n`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.MigrateTo(ctx, conn, 12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SET statement_timeout = '1ms'`); err != nil {
+		t.Fatal(err)
+	}
+	built, err := schema.BuildIndexes(ctx, conn, nil, nil)
+	if err != nil || len(built) != 1 {
+		t.Fatalf("built %+v (%v) under a 1 ms statement_timeout, want the pending index", built, err)
+	}
+	var timeout string
+	if err := conn.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "1ms" {
+		t.Fatalf("statement_timeout after the builds = %q (%v), want the session's 1ms back", timeout, err)
+	}
+}
