@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,7 +180,20 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler is the HTTP handler (for tests and for embedding).
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+// serve serves s.mux, except for a path under /webhooks/ that is not in its
+// clean form (/webhooks//stripe, /webhooks/./stripe): ServeMux would answer
+// it with a bare redirect, which providers count as a failed delivery and
+// which says nothing, so it gets the documented 404 unknown_source, counted
+// and logged.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; strings.HasPrefix(p, "/webhooks/") && path.Clean(p) != p {
+		s.handleOtherPath(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Start listens on cfg.Listen and serves in the background.
 func (s *Server) Start(ctx context.Context) error {
@@ -191,7 +205,7 @@ func (s *Server) Start(ctx context.Context) error {
 	hs, err := httpserve.Start(ctx, httpserve.Config{
 		Name:              "ingress",
 		Addr:              s.cfg.Listen,
-		Handler:           s.mux,
+		Handler:           http.HandlerFunc(s.serve),
 		ReadHeaderTimeout: min(5*time.Second, s.cfg.ReadTimeout),
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
