@@ -142,6 +142,14 @@ func (g *Group[T, R]) do(ctx context.Context, v T, expect bool) (R, error) {
 			return zero, ErrClosed
 		}
 	case <-ctx.Done():
+		// The answer may have come at the same moment: select picks at
+		// random, and a committed request must not be answered with its
+		// caller's timeout (ingress would say "outcome unknown").
+		select {
+		case a := <-r.done:
+			return a.v, a.err
+		default:
+		}
 		return zero, ctx.Err()
 	}
 }
