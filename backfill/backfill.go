@@ -187,9 +187,13 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 	c := &client{http: cfg.HTTPClient, auth: l.auth, maxRetries: cfg.MaxRetries,
 		backoff: cfg.Backoff, maxBackoff: cfg.MaxBackoff, maxWait: cfg.MaxRateLimitWait, onWait: p.wait}
 	defer p.finish()
+	seen := map[string]bool{st.Cursor: true}
 	for {
 		pg, err := l.page(ctx, c, st.Cursor)
 		if err != nil {
+			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
+		}
+		if err := checkCursor(seen, pg.Next); err != nil {
 			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
 		}
 		for _, it := range pg.Events {
@@ -333,4 +337,22 @@ func occurredAt(f verify.OccurredAt, it item) time.Time {
 		return time.Time{}
 	}
 	return f(http.Header(it.Headers), it.Body)
+}
+
+// ErrCursorRepeated marks a provider API that answered a page with a next
+// cursor it had given before (the same page again, or a cycle): following
+// it would never end, so the run stops.
+var ErrCursorRepeated = errors.New("the provider's API gave a page cursor it had given before; stopped rather than list the same pages forever")
+
+// checkCursor records next in seen and fails when it was there already (""
+// ends the list and is never checked).
+func checkCursor(seen map[string]bool, next string) error {
+	if next == "" {
+		return nil
+	}
+	if seen[next] {
+		return fmt.Errorf("%w (cursor %q)", ErrCursorRepeated, next)
+	}
+	seen[next] = true
+	return nil
 }

@@ -188,9 +188,13 @@ func reconcile(ctx context.Context, cfg ReconcileConfig, l Lister, c *client, q 
 	}
 	listed := map[string]bool{}
 	cursor := ""
+	seen := map[string]bool{cursor: true}
 	for {
 		pg, err := l.list(ctx, c, cursor)
 		if err != nil {
+			return fmt.Errorf("reconcile %s: page %d: %w", cfg.Source, rep.Pages+1, err)
+		}
+		if err := checkCursor(seen, pg.Next); err != nil {
 			return fmt.Errorf("reconcile %s: page %d: %w", cfg.Source, rep.Pages+1, err)
 		}
 		rep.Pages++
