@@ -65,6 +65,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"negative inflight", "ingress:\n  max_inflight_bytes: -1\n", "ingress.max_inflight_bytes"},
 		{"negative batch bytes", "ingress:\n  group_commit: {max_batch_bytes: -1}\n", "ingress.group_commit.max_batch_bytes"},
 		{"wake", "streamer:\n  wake: smoke\n", "streamer.wake"},
+		{"slot name", "streamer:\n  wake: replication\n  slot_name: Inlet-1\n", "streamer.slot_name"},
 		{"batch", "streamer:\n  batch_size: 0\n  lease_duration: 10ms\n", "streamer.lease_duration"},
 		{"handler type", "consumer:\n  handlers:\n    - {name: a, type: carrier-pigeon}\n", "consumer.handlers[0].type"},
 		{"handler name", "consumer:\n  handlers:\n    - {name: a, type: log}\n    - {name: a, type: log}\n", "consumer.handlers[1].name"},

@@ -95,6 +95,9 @@ func (s Section) Validate() error {
 	if s.ReapInterval <= 0 {
 		return fmt.Errorf("streamer.reap_interval: %s must be positive", s.ReapInterval)
 	}
+	if !slotNameRE.MatchString(s.SlotName) {
+		return fmt.Errorf("streamer.slot_name: %q must be 1 to 63 of a-z, 0-9 and _ (a replication slot's name)", s.SlotName)
+	}
 	return nil
 }
 
