@@ -336,16 +336,13 @@ var extendLeaseSQL = schema.Query("ExtendLease")
 // this consumer as its holder; it fails with pgx.ErrNoRows when the lease
 // was lost.
 func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, error) {
-	return s.extendOn(ctx, s.cfg.Pool, ref, l)
+	return s.extendFor(ctx, ref, l, s.cfg.LeaseExtend)
 }
 
-// extendOn is extend on q: the pool, or a transactional handler's
-// transaction (which then holds the job's row lock).
-func (s *Service) extendOn(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, ref bus.Ref, l lease) (time.Time, error) {
+// extendFor is extend to now()+d.
+func (s *Service) extendFor(ctx context.Context, ref bus.Ref, l lease, d time.Duration) (time.Time, error) {
 	var expires time.Time
-	err := q.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
+	err := s.cfg.Pool.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, d, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
 	return expires, err
 }
 

@@ -51,12 +51,10 @@
 // A handler whose effects live in the same PostgreSQL sets [Handler.TxFunc]
 // instead of Func: it runs in a transaction that also completes its job,
 // fenced on the lease token, so its writes commit exactly when its job's
-// completion does. The transaction holds the lease by the job's row lock
-// from its first statement (see [TxHandlerFunc]), so any isolation level
-// works ([Handler.TxOptions]). An error, a panic or a crash before the
-// commit rolls the writes back, and a lease lost before the transaction
-// began (a stale attempt, a replay, a duplicate delivery that completed
-// first) means the handler does not run; each job's effects are committed
+// completion does. Any isolation level works ([Handler.TxOptions]; see
+// [TxHandlerFunc]). An error, a panic, a lost lease (a stale attempt, a
+// replay, a duplicate delivery that completed first) or a crash before the
+// commit rolls the writes back; each job's effects are committed
 // once however often its handler ran. An operator's replay of a completed job is
 // a new run by request and commits its effects again. See [TxHandlerFunc].
 //

@@ -107,11 +107,9 @@ type Handler struct {
 	// [TxHandlerFunc]). Exactly one of Func and TxFunc is required.
 	TxFunc TxHandlerFunc
 	// TxOptions begins TxFunc's transaction: its isolation level
-	// (REPEATABLE READ, SERIALIZABLE) and deferrable mode. The service runs
-	// the transaction's first statement (the job's row lock), so the
-	// handler cannot SET TRANSACTION ISOLATION LEVEL itself; a role's or
-	// database's default_transaction_isolation applies as usual. It must be
-	// read-write: the job is completed in it.
+	// (REPEATABLE READ, SERIALIZABLE) and deferrable mode, as a SET
+	// TRANSACTION first in the handler would. It must be read-write: the
+	// job is completed in it.
 	TxOptions pgx.TxOptions
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
 )
@@ -17,22 +18,24 @@ import (
 // PostgreSQL. When it returns nil, the service completes the job in that same
 // transaction, fenced on the attempt's lease token, and commits: the
 // handler's writes and the job's completion commit together or not at all.
-// When it returns an error or panics, or when the process dies before the
+// When it returns an error or panics, when the lease was lost meanwhile (the
+// attempt expired and was leased again, was replayed, or a duplicate
+// delivery of it completed first), or when the process dies before the
 // commit, the transaction is rolled back and its writes are gone; a later
 // attempt runs the handler again. So each event's effects are written
 // exactly once, however often the handler runs.
 //
-// The transaction holds the attempt's lease by the job's row lock: its
-// first statement, before the handler runs, extends the lease (fenced on
-// the lease token), which locks the row, and nothing else writes the row
-// until the transaction ends (the reaper and the streamer's give-back skip
-// it; a replay or a duplicate delivery waits for it). When the lease was
-// lost before that statement (the attempt expired and was leased again, was
-// replayed, or a duplicate delivery of it completed first), the handler is
-// not run. As no other session changes the job row under the transaction's
-// snapshot, any isolation level works: set it in [Handler.TxOptions], not
-// with SET TRANSACTION in the handler (it would come after the first
-// statement and fail).
+// Before the transaction begins, the lease is pushed out once, far enough
+// for the handler's Timeout and the completion, and it is not extended
+// while the transaction is open: nothing of the service writes the job row
+// under the transaction's snapshot, so any isolation level works (set it in
+// [Handler.TxOptions], or with SET TRANSACTION as the handler's first
+// statement). A consumer that dies or is cut off meanwhile holds nothing:
+// the lease runs out after that Timeout and the reaper takes the job back.
+// A transaction PostgreSQL aborts as a serialization failure or a deadlock's
+// victim (40001, 40P01; two SERIALIZABLE attempts abort each other through
+// the job rows they complete) runs again at once within the same attempt,
+// up to three times, before it counts as a failed attempt.
 //
 // Each open transaction holds one of the pool's connections. The service
 // keeps two of them for its own statements (reading events, extending
@@ -53,11 +56,21 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 // writes were rolled back.
 const ClassTransaction ErrorClass = "transaction"
 
+// txTries is how many times an attempt's transaction runs when PostgreSQL
+// aborts it as a serialization failure or a deadlock's victim (40001,
+// 40P01): the handler runs again at once, in a new transaction, within the
+// same attempt. Two SERIALIZABLE attempts of different jobs abort each other
+// that way through the job rows they complete (review helper-79).
+const txTries = 3
+
 // runTx runs h.TxFunc in a transaction and, when it returns nil, completes
 // the job in that transaction and commits. stopExtending is called before
-// the transaction's first statement takes the job's row lock: from then on
-// the lock holds the lease, and an extension from another session would
-// wait on it (and change the row under the transaction's snapshot). It
+// the transaction begins: the lease is then pushed out once, on the pool,
+// far enough for the handler's Timeout and the completion, and nothing
+// writes the job row while the transaction is open (an extension from
+// another session would change it under the transaction's snapshot, and a
+// REPEATABLE READ or SERIALIZABLE transaction could then never complete the
+// job: 40001 on every attempt once it ran past one extension tick). It
 // returns whether the attempt's own deadline passed; when the success was
 // written (or fenced out), the outcome recorded with recorded true; and the
 // handler's error (or the transaction's, classed [ClassTransaction]) to be
@@ -73,11 +86,43 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
 	}
+	stopExtending()
+	for try := 1; ; try++ {
+		timedOut, outcome, recorded, herr = s.runTxOnce(ctx, h, ref, l, ev)
+		if herr == nil || try == txTries || !retryableTx(herr) || ctx.Err() != nil {
+			return timedOut, outcome, recorded, herr
+		}
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction aborted by a serialization failure or a deadlock; running it again",
+			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt), slog.Int("try", try))
+	}
+}
+
+// retryableTx reports a transaction PostgreSQL aborted to resolve a
+// conflict (serialization failure, deadlock), which a new transaction may
+// not meet again.
+func retryableTx(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// runTxOnce is one try of runTx: the lease pushed out, the transaction, the
+// handler, the completion and the commit.
+func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event) (timedOut bool, outcome string, recorded bool, herr error) {
+	// The lease covers the whole transaction: the handler's Timeout, then
+	// the completion and the commit (recordTimeout), from now. A consumer
+	// that dies or is cut off meanwhile holds no lock: the lease runs out
+	// and the reaper takes the job back, as for any handler.
+	if _, err := s.extendFor(ctx, ref, l, h.Timeout+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
+		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
+			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
+		return false, "", true, nil
+	} else if err != nil {
+		return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction)
+	}
 	actx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
-		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
 	}
 	// Whatever is not committed below is rolled back, on a context of its
@@ -87,30 +132,9 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		defer rcancel()
 		_ = tx.Rollback(rctx) // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
 	}()
-
-	// The transaction holds the lease by the job's row lock from its first
-	// statement to its end: the lease is extended (fenced) in it, which
-	// locks the row, and nothing else writes the row meanwhile. The reaper
-	// skips locked rows, and a replay or a duplicate delivery waits for the
-	// lock and then finds the lease gone. Extending from another session
-	// instead would change the row under the transaction's snapshot, and a
-	// REPEATABLE READ or SERIALIZABLE transaction could then never complete
-	// the job (40001) once it ran past one extension.
-	stopExtending()
-	if _, err := s.extendOn(actx, tx, ref, l); errors.Is(err, pgx.ErrNoRows) {
-		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
-			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return false, "", true, nil
-	} else if err != nil {
-		return false, "", false, WithClass(fmt.Errorf("hold the lease of job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction)
-	}
-	if _, err := tx.Exec(actx, "SAVEPOINT inlet_attempt"); err != nil {
-		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
-	}
 	herr = callTx(actx, h.TxFunc, handlerTx{tx}, ev)
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if herr != nil {
-		s.keepLease(ctx, tx, ref, l)
 		return timedOut, "", false, herr
 	}
 
@@ -138,27 +162,9 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	return timedOut, "completed", true, nil
 }
 
-// keepLease, after the handler failed, throws its writes away and commits
-// the lease pushed out from now, so the failure is recorded (on the pool,
-// after this) before the lease can expire: the handler may have run past
-// the lease the transaction began with. Best effort: when it fails, the
-// lease may expire first and the reaper then counts the attempt.
-func (s *Service) keepLease(ctx context.Context, tx pgx.Tx, ref bus.Ref, l lease) {
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	if _, err := tx.Exec(kctx, "ROLLBACK TO SAVEPOINT inlet_attempt"); err != nil {
-		return
-	}
-	if _, err := s.extendOn(kctx, tx, ref, l); err != nil {
-		return
-	}
-	_ = tx.Commit(kctx)
-}
-
 // handlerTx is the transaction as the handler sees it: it may not end it.
 // Committing would commit the handler's writes without the job's
-// completion (run again by the next attempt), and the lease's row lock
-// with them.
+// completion (run again by the next attempt).
 type handlerTx struct{ pgx.Tx }
 
 var errHandlerEndsTx = errors.New("a transactional handler must not commit or roll back its transaction: return nil to commit, an error to roll back")

@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +60,34 @@ func TestTxIsolationOutlivesLeaseExtension(t *testing.T) {
 					level, j.Status, j.AttemptCount, deref(j.LastErrorClass), deref(j.LastError), rows, outcomes)
 			}
 		})
+	}
+}
+
+// A transactional handler may not end its own transaction: its Commit and
+// Rollback fail (committing would commit its writes without the job's
+// completion, and a retry would write them again).
+func TestTxHandlerCannotEndItsTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	effects(t, b)
+	errs := make(chan error, 2)
+	b.start(t, b.config(consumers.Handler{Name: "ledger", MaxAttempts: 5, Backoff: noBackoff,
+		TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
+			if err := write(ctx, tx, e); err != nil {
+				return err
+			}
+			errs <- tx.Commit(ctx)
+			errs <- tx.Rollback(ctx)
+			return nil
+		}}))
+	ref := publishOne(t, b)
+	b.WaitJobStatus(t, ref.JobID, "completed", wait)
+	for _, what := range []string{"Commit", "Rollback"} {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "must not commit or roll back") {
+			t.Fatalf("the handler's %s: %v, want refused", what, err)
+		}
+	}
+	if got := effectRows(t, b, ref.JobID); len(got) != 1 {
+		t.Fatalf("effects committed %d times, want once", len(got))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // effects makes the table a transactional handler writes to, one row per
@@ -90,36 +91,27 @@ func TestTxHandlerWritesCommitWithTheCompletion(t *testing.T) {
 	}
 }
 
-// The same attempt delivered to two replicas: the first to begin its
-// transaction holds the job's row lock until it commits; the other waits
-// for the lock, then finds the lease gone and does not run the handler.
-// One run, one row.
+// Two consumer processes run one doubly delivered attempt at once: both
+// handlers write, one completion commits with its writes, the other is fenced
+// and rolled back. One row.
 func TestTxHandlerDuplicateDeliveryWritesOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	effects(t, b)
 	var calls atomic.Int32
+	both := make(chan struct{})
 	h := consumers.Handler{Name: "ledger", TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
-		calls.Add(1)
 		if err := write(ctx, tx, e); err != nil {
 			return err
 		}
-		// Return once the other delivery waits for the job's row lock.
-		for {
-			var waiting int
-			if err := b.Admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%UPDATE webhook_ingress.jobs%'`).Scan(&waiting); err != nil {
-				return err
-			}
-			if waiting > 0 {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
+		if calls.Add(1) == 2 {
+			close(both)
 		}
+		select { // both have written before either completes
+		case <-both:
+		case <-time.After(wait):
+		}
+		return nil
 	}}
 	other := bus.NewGoChannel(slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { other.Close() })
@@ -144,14 +136,74 @@ func TestTxHandlerDuplicateDeliveryWritesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.WaitJobStatus(t, jobID, "completed", wait)
-	consumertest.WaitFor(t, wait, "the second delivery to be fenced out", func() bool {
-		return strings.Contains(b.logs.String(), "handler not run: the job's lease was lost before its transaction began")
+	consumertest.WaitFor(t, wait, "the second run to be fenced out", func() bool {
+		return strings.Contains(b.logs.String(), "handler's transaction rolled back: the job's lease was lost")
 	})
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
 	}
 	if got := effectRows(t, b, jobID); len(got) != 1 {
-		t.Fatalf("%d effect rows for one job delivered twice, want 1", len(got))
+		t.Fatalf("%d effect rows for one job run twice, want 1", len(got))
+	}
+}
+
+// An attempt whose lease expired and was leased again while its handler ran
+// (a stale lease) has its writes rolled back; the next attempt's commit.
+func TestTxHandlerStaleLeaseIsRolledBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	effects(t, b)
+	ctx := context.Background()
+	started := make(chan int, 2)
+	release := make(chan struct{})
+	b.start(t, b.config(consumers.Handler{Name: "ledger", TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
+		if err := write(ctx, tx, e); err != nil {
+			return err
+		}
+		started <- e.Attempt
+		if e.Attempt == 1 {
+			<-release
+		}
+		return nil
+	}}))
+	b.InsertEvent(t, consumertest.EventParams{})
+	refs := b.ClaimOnce(t, 10*time.Second)
+	if len(refs) != 1 {
+		t.Fatalf("claimed %+v", refs)
+	}
+	if err := b.Publish(refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-started; a != 1 {
+		t.Fatalf("started attempt %d", a)
+	}
+	jobID := refs[0].JobID
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+		_, err := queries.New(tx).ReapExpiredLeases(ctx, 10)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again := b.ClaimOnce(t, 10*time.Second)
+	if len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("re-claimed %+v", again)
+	}
+	close(release) // attempt 1 returns nil on a lease it no longer holds
+	consumertest.WaitFor(t, wait, "attempt 1's rollback", func() bool {
+		return strings.Contains(b.logs.String(), "handler's transaction rolled back: the job's lease was lost")
+	})
+	if got := effectRows(t, b, jobID); len(got) != 0 {
+		t.Fatalf("a stale attempt's writes were committed: attempts %v", got)
+	}
+	if err := b.Publish(again[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJobStatus(t, jobID, "completed", wait)
+	if got := effectRows(t, b, jobID); !slices.Equal(got, []int{2}) {
+		t.Fatalf("effects: attempts %v, want [2]", got)
 	}
 }
 

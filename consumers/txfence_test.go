@@ -10,7 +10,6 @@ package consumers_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -70,45 +69,50 @@ func (g *gatedCalls) next(t *testing.T) int {
 	}
 }
 
-// A transactional attempt has written its effects and waits, its
-// transaction open, while each way the protocol has of taking a lease back
-// is tried: none can take it. The streamer's give-back (ReleaseJobs) skips
-// the row its transaction holds; an operator's replay after the reaper
-// (AdminRequeueJobs) and a duplicate delivery's give-back (GiveBackAttempt)
-// wait for the row lock, and when the attempt commits find the job
-// completed. Before the row lock, each of them took the lease and the job
-// was leased again under the same attempt number, and only the lease time
-// fenced the first attempt's completion out.
-func TestTxLeaseCannotBeTakenWhileTxOpen(t *testing.T) {
+// A transactional attempt (attempt 1, leased at t1) has written its effects
+// and waits, its transaction open, while its lease is taken from it by each
+// of the ways the protocol has, and the job is leased again under the SAME
+// attempt number (1, leased at t2): only the lease time tells the two
+// attempts apart. A second attempt (the new lease) runs and waits too. The
+// stale attempt is let go first and must be fenced out (rolled back); the
+// new one commits. Exactly one row of effects.
+func TestTxSameAttemptNumberReLeasedWhileTxOpen(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
-		yank func(ctx context.Context, b *testBundle, ref bus.Ref) error
+		yank func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref)
 	}{
-		{"replayed by an operator (AdminRequeueJobs)", func(ctx context.Context, b *testBundle, ref bus.Ref) error {
-			return consumertest.AsRole(ctx, b.Admin, "webhook_operator", func(tx pgx.Tx) error {
+		{"reaped then replayed by an operator (AdminRequeueJobs)", func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref) {
+			expireAndReap(ctx, t, b, ref.JobID)
+			if err := consumertest.AsRole(ctx, b.Admin, "webhook_operator", func(tx pgx.Tx) error {
 				ids, err := queries.New(tx).AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: []int64{ref.JobID}})
-				if err == nil && len(ids) != 0 {
-					return fmt.Errorf("replay re-queued %v", ids)
+				if err == nil && len(ids) != 1 {
+					t.Errorf("replay re-queued %v", ids)
 				}
 				return err
-			})
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}},
-		{"given back by the streamer after a failed publish (ReleaseJobs)", func(ctx context.Context, b *testBundle, ref bus.Ref) error {
-			return consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+		{"given back by the streamer after a failed publish (ReleaseJobs)", func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref) {
+			if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
 				return queries.New(tx).ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{ref.JobID}, LeaseHolder: "test-streamer",
 					Attempts: []int32{int32(ref.Attempt)}, LeasedAt: []time.Time{ref.LeasedAt}})
-			})
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}},
-		{"given back by a duplicate delivery's forced stop (GiveBackAttempt)", func(ctx context.Context, b *testBundle, ref bus.Ref) error {
-			return consumertest.AsRole(ctx, b.Admin, "webhook_worker", func(tx pgx.Tx) error {
+		{"given back by a duplicate delivery's forced stop (GiveBackAttempt)", func(ctx context.Context, t *testing.T, b *testBundle, ref bus.Ref) {
+			if err := consumertest.AsRole(ctx, b.Admin, "webhook_worker", func(tx pgx.Tx) error {
 				given, err := queries.New(tx).GiveBackAttempt(ctx, queries.GiveBackAttemptParams{
 					JobID: ref.JobID, EventReceivedAt: ref.EventReceivedAt, Attempt: int32(ref.Attempt), LeasedAt: ref.LeasedAt})
-				if err == nil && given {
-					return errors.New("lease given back")
+				if err == nil && !given {
+					t.Errorf("lease not given back")
 				}
 				return err
-			})
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,7 +120,7 @@ func TestTxLeaseCannotBeTakenWhileTxOpen(t *testing.T) {
 			ctx := context.Background()
 			b := setup(t)
 			effects(t, b)
-			g := newGatedCalls(1)
+			g := newGatedCalls(2)
 			b.start(t, b.config(consumers.Handler{Name: "ledger", Concurrency: 4, MaxAttempts: 5, Backoff: noBackoff,
 				TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
 					if err := write(ctx, tx, e); err != nil {
@@ -124,162 +128,102 @@ func TestTxLeaseCannotBeTakenWhileTxOpen(t *testing.T) {
 					}
 					return g.wait(ctx)
 				}}))
-			ref := publishOne(t, b)
-			g.next(t)
-			released := false
-			release := func() {
-				if !released {
-					released = true
-					close(g.gates[0])
-				}
+			stale := publishOne(t, b)
+			if i := g.next(t); i != 0 {
+				t.Fatalf("call %d", i)
 			}
-			t.Cleanup(release)
-			yanked := make(chan error, 1)
-			go func() { yanked <- c.yank(ctx, b, ref) }()
-			// It returns at once (the row skipped, or not one it takes), or
-			// waits for the transaction's row lock.
-			var yankErr error
-			done := false
-			consumertest.WaitFor(t, wait, "the yank to return or to wait for the job's row lock", func() bool {
-				select {
-				case yankErr = <-yanked:
-					done = true
-					return true
-				default:
-				}
-				var n int
-				if err := b.Admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n > 0
-			})
-			if done && yankErr != nil {
-				t.Fatalf("while the transaction is open: %v", yankErr)
+			c.yank(ctx, t, b, stale)
+			again := b.ClaimOnce(t, time.Minute)
+			if len(again) != 1 {
+				t.Fatalf("re-claimed %+v", again)
 			}
-			if again := b.ClaimOnce(t, time.Minute); len(again) != 0 {
-				t.Fatalf("the job was leased again while its transactional attempt ran: %+v", again)
+			fresh := again[0]
+			if fresh.Attempt != stale.Attempt || fresh.LeasedAt.Equal(stale.LeasedAt) {
+				t.Fatalf("want the same attempt number under a new lease time: stale %d@%v, fresh %d@%v",
+					stale.Attempt, stale.LeasedAt, fresh.Attempt, fresh.LeasedAt)
 			}
-			release()
-			b.WaitJobStatus(t, ref.JobID, "completed", wait)
-			if !done {
-				if err := <-yanked; err != nil {
-					t.Fatalf("after the transaction committed: %v", err)
-				}
+			if err := b.Publish(fresh); err != nil {
+				t.Fatal(err)
 			}
-			if j := b.Job(t, ref.JobID); j.Status != "completed" || j.AttemptCount != 1 {
-				t.Fatalf("job %+v, want completed on attempt 1", j)
+			if i := g.next(t); i != 1 {
+				t.Fatalf("call %d", i)
 			}
-			if got := effectRows(t, b, ref.JobID); len(got) != 1 {
+			// Both attempts have written, in two open transactions. The stale
+			// one finishes first.
+			close(g.gates[0])
+			b.waitLogged(t, "handler's transaction rolled back: the job's lease was lost", 1)
+			if got := effectRows(t, b, stale.JobID); len(got) != 0 {
+				t.Fatalf("the stale attempt's effects were committed: %v", got)
+			}
+			if j := b.Job(t, stale.JobID); j.Status != "leased" {
+				t.Fatalf("the stale attempt changed the new lease: job %+v", j)
+			}
+			close(g.gates[1])
+			b.WaitJobStatus(t, stale.JobID, "completed", wait)
+			if got := effectRows(t, b, stale.JobID); len(got) != 1 {
 				t.Fatalf("effects committed %d times (attempts %v), want once", len(got), got)
 			}
 		})
 	}
 }
 
-// A transactional handler that runs its transaction REPEATABLE READ
-// (Handler.TxOptions) holds its lease by the job's row lock for the whole
-// transaction: the lease runs out on the committed row while the handler
-// runs, and the reaper, a claim and a replay all leave the job alone; then
-// the handler returns nil and its completion (on the transaction's snapshot,
-// which nothing else changed) commits with its effects, on attempt 1. Before
-// the row lock, the lease was reaped and leased again meanwhile, and only a
-// serialization failure of the completion fenced the stale attempt out.
-func TestTxRepeatableReadHoldsTheLeaseByItsRowLock(t *testing.T) {
+// A transactional handler that runs its transaction REPEATABLE READ (its
+// first statement says so, or the role's default_transaction_isolation):
+// its completion reads the job on the transaction's snapshot, taken when the
+// lease was still its own. The lease is reaped and re-leased, and the new
+// attempt commits, while the stale one's transaction is open; then the stale
+// one returns nil. Its completion must fail (a serialization failure), not
+// complete the job on the old snapshot, and its failure must not be
+// recorded over the new attempt's success.
+func TestTxRepeatableReadStaleAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
 	effects(t, b)
 	g := newGatedCalls(1)
-	// Extensions every 200 ms before the transaction begins: the lease
-	// committed then runs out soon after.
-	b.start(t, b.configLease(600*time.Millisecond, consumers.Handler{Name: "ledger", Concurrency: 4, MaxAttempts: 5, Backoff: noBackoff,
-		TxOptions: pgx.TxOptions{IsoLevel: pgx.RepeatableRead},
+	b.start(t, b.config(consumers.Handler{Name: "ledger", Concurrency: 4, MaxAttempts: 5, Backoff: noBackoff,
 		TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
-			var level string
-			if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+			if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
 				return err
-			}
-			if level != "repeatable read" {
-				return fmt.Errorf("transaction isolation %q, want repeatable read", level)
 			}
 			if err := write(ctx, tx, e); err != nil {
 				return err
 			}
 			return g.wait(ctx)
 		}}))
-	b.InsertEvent(t, consumertest.EventParams{})
-	refs := b.ClaimOnce(t, 300*time.Millisecond)
-	if len(refs) != 1 {
-		t.Fatalf("claimed %+v", refs)
+	stale := publishOne(t, b)
+	g.next(t)
+	expireAndReap(ctx, t, b, stale.JobID)
+	again := b.ClaimOnce(t, time.Minute)
+	if len(again) != 1 {
+		t.Fatalf("re-claimed %+v", again)
 	}
-	if err := b.Publish(refs[0]); err != nil {
+	if err := b.Publish(again[0]); err != nil {
 		t.Fatal(err)
 	}
-	ref := refs[0]
 	g.next(t)
-	// The lease as committed runs out while the handler runs.
-	consumertest.WaitFor(t, wait, "the committed lease to run out", func() bool {
-		var expired bool
-		if err := b.Admin.QueryRow(ctx, `SELECT lease_expires_at < now() FROM webhook_ingress.jobs WHERE id = $1`, ref.JobID).Scan(&expired); err != nil {
-			t.Fatal(err)
-		}
-		return expired
-	})
-	short, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := consumertest.AsRole(short, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		reaped, err := queries.New(tx).ReapExpiredLeases(short, 10)
-		if err == nil && len(reaped) != 0 {
-			t.Errorf("the reaper took the lease of a job whose transactional handler runs: %+v", reaped)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("reap while the handler runs: %v", err)
-	}
-	if again := b.ClaimOnce(t, time.Minute); len(again) != 0 {
-		t.Fatalf("a claim leased the job while its transactional handler ran: %+v", again)
-	}
+	b.WaitJobStatus(t, stale.JobID, "completed", wait)
 	close(g.gates[0])
-	b.WaitJobStatus(t, ref.JobID, "completed", wait)
-	j := b.Job(t, ref.JobID)
-	if j.AttemptCount != 1 || j.LastError != nil {
-		t.Fatalf("job %+v (last_error %s), want completed on attempt 1", j, deref(j.LastError))
+	// The stale attempt's outcome: fenced out, one way or the other.
+	b.waitLogged(t, "attempt outcome not recorded: the job's lease was lost", 1) // logged once its outcome is (not) recorded
+	// Fenced by the serialization failure of its completion, which is run
+	// again at once (a 40001) and then finds the lease gone before its
+	// transaction begins.
+	if lines := grepLines(b.logs.String(), "lease was lost"); len(lines) != 2 ||
+		!strings.Contains(lines[0], "handler not run: the job's lease was lost before its transaction began") {
+		t.Fatalf("the stale attempt's outcome: %v", lines)
 	}
-	if got := effectRows(t, b, ref.JobID); len(got) != 1 {
+	j := b.Job(t, stale.JobID)
+	if j.Status != "completed" || j.LastError != nil {
+		t.Fatalf("the stale attempt's outcome overwrote the new one: job %+v (last_error %s)", j, deref(j.LastError))
+	}
+	if got := effectRows(t, b, stale.JobID); len(got) != 1 {
 		t.Fatalf("effects committed %d times (attempts %v), want once", len(got), got)
 	}
-	if o := b.Outcomes(t, ref.JobID); len(o) != 0 && !slices.Equal(o, []string{"completed"}) {
-		t.Fatalf("outcomes %v, want the one success", o)
-	}
-}
-
-// A transactional handler may not end its own transaction: its Commit and
-// Rollback fail (committing would commit its writes without the job's
-// completion, and a retry would write them again).
-func TestTxHandlerCannotEndItsTransaction(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	effects(t, b)
-	errs := make(chan error, 2)
-	b.start(t, b.config(consumers.Handler{Name: "ledger", MaxAttempts: 5, Backoff: noBackoff,
-		TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
-			if err := write(ctx, tx, e); err != nil {
-				return err
-			}
-			errs <- tx.Commit(ctx)
-			errs <- tx.Rollback(ctx)
-			return nil
-		}}))
-	ref := publishOne(t, b)
-	b.WaitJobStatus(t, ref.JobID, "completed", wait)
-	for _, what := range []string{"Commit", "Rollback"} {
-		if err := <-errs; err == nil || !strings.Contains(err.Error(), "must not commit or roll back") {
-			t.Fatalf("the handler's %s: %v, want refused", what, err)
+	for _, o := range b.Outcomes(t, stale.JobID) {
+		if o == "failed" || o == "dead_letter" {
+			t.Fatalf("a failure was recorded for the stale attempt: outcomes %v", b.Outcomes(t, stale.JobID))
 		}
-	}
-	if got := effectRows(t, b, ref.JobID); len(got) != 1 {
-		t.Fatalf("effects committed %d times, want once", len(got))
 	}
 }
 
@@ -410,16 +354,14 @@ CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON public.effects
 		t.Fatal(err)
 	}
 	<-xStarted
-	// The lease runs out (on the row as committed) before Y completes: Y
-	// holds it by the row lock its transaction takes first, and pushes it
-	// out there, uncommitted.
-	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, ref.JobID); err != nil {
-		t.Fatal(err)
-	}
 	if err := b.Publish(ref); err != nil {
 		t.Fatal(err)
 	}
 	<-yStarted
+	// The lease runs out (on the row as committed) before Y completes.
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, ref.JobID); err != nil {
+		t.Fatal(err)
+	}
 	close(yGate)
 	waitFor := func(what, cond string) {
 		t.Helper()
@@ -651,11 +593,4 @@ func expireAndReap(ctx context.Context, t *testing.T, b *testBundle, id int64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// configLease is b.config(h) with Config.LeaseExtend extend.
-func (b *testBundle) configLease(extend time.Duration, h consumers.Handler) consumers.Config {
-	c := b.config(h)
-	c.LeaseExtend = extend
-	return c
 }

@@ -34,10 +34,10 @@ func TestMultiJobStatementsLockInIDOrder(t *testing.T) {
 		{"replay (AdminRequeueJobs)", "completed", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
 			return q.AdminRequeueJobs(ctx, queries.AdminRequeueJobsParams{JobIds: []int64{x, y}})
 		}},
-		// ReleaseJobs (leases given back after a failed publish) skips the
-		// jobs another transaction holds, so it waits for none: a
-		// transactional handler holds its job's row for as long as it runs
-		// (consumers' TestTxLeaseCannotBeTakenWhileTxOpen).
+		{"leases given back after a failed publish (ReleaseJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
+			return []int64{x, y}, q.ReleaseJobs(ctx, queries.ReleaseJobsParams{JobIds: []int64{x, y}, LeaseHolder: "streamer-1",
+				Attempts: []int32{1, 1}, LeasedAt: []time.Time{lockOrderLeasedAt, lockOrderLeasedAt}})
+		}},
 		{"leases given back after a failed claim (ReleaseUnseenJobs)", "leased", func(ctx context.Context, q *queries.Queries, x, y int64) ([]int64, error) {
 			_, err := q.ReleaseUnseenJobs(ctx, queries.ReleaseUnseenJobsParams{LeaseHolder: "streamer-1", Handlers: []string{"h"},
 				LeasedAfter: []time.Time{time.Unix(0, 0)}})

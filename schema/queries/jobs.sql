@@ -129,11 +129,7 @@ HAVING max(alive_until) < now();
 -- The jobs are locked in id order first, as a consumer's batched completion
 -- locks its jobs: in the order a scan of the partitions reaches them, this
 -- could hold one job while waiting for a completion (of a reference that went
--- out) that waits for it (TestMultiJobStatementsLockInIDOrder). A job whose
--- row is locked is skipped: its reference went out and a consumer holds it
--- (a transactional handler's transaction holds the row for as long as the
--- handler runs), so the attempt is that consumer's, and the streamer does
--- not wait for it.
+-- out) that waits for it (TestMultiJobStatementsLockInIDOrder).
 WITH token AS (
     SELECT u.id, u.attempt, u.leased_at
     FROM ROWS FROM (unnest(sqlc.arg(job_ids)::bigint[]), unnest(sqlc.arg(attempts)::integer[]),
@@ -145,7 +141,7 @@ WITH token AS (
       AND j.status = 'leased'
       AND j.lease_holder_id = sqlc.arg(lease_holder)::text
     ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
+    FOR UPDATE OF j
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'pending',
@@ -250,13 +246,11 @@ FROM webhook_ingress.fetch_jobs($1::bigint[], $2::integer[], $3::text[], $4::big
 
 -- name: ExtendLease :one
 -- Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
--- $3 from now (a long handler's lease extension, or a reference that waited in the
+-- now() + $3 (a long handler's lease extension, or a reference that waited in the
 -- bus), and is recorded as the attempt's consumer. No row: the lease was
--- lost. clock_timestamp(), not now(): a transactional handler's transaction
--- runs it as its first and (after a failure) last statement, and now() is
--- its start.
+-- lost.
 UPDATE webhook_ingress.jobs
-SET lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $3::interval),
+SET lease_expires_at = greatest(lease_expires_at, now() + $3::interval),
     worker_id        = $5,
     updated_at       = now()
 WHERE id = $1

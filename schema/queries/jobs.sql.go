@@ -340,7 +340,7 @@ func (q *Queries) CountLeasedJobs(ctx context.Context) ([]CountLeasedJobsRow, er
 
 const ExtendLease = `-- name: ExtendLease :one
 UPDATE webhook_ingress.jobs
-SET lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $3::interval),
+SET lease_expires_at = greatest(lease_expires_at, now() + $3::interval),
     worker_id        = $5,
     updated_at       = now()
 WHERE id = $1
@@ -359,11 +359,9 @@ type ExtendLeaseParams struct {
 }
 
 // Consumer $5 pushes the lease of attempt $2 of job $1, leased at $4, out to
-// $3 from now (a long handler's lease extension, or a reference that waited in the
+// now() + $3 (a long handler's lease extension, or a reference that waited in the
 // bus), and is recorded as the attempt's consumer. No row: the lease was
-// lost. clock_timestamp(), not now(): a transactional handler's transaction
-// runs it as its first and (after a failure) last statement, and now() is
-// its start.
+// lost.
 func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (*time.Time, error) {
 	row := q.db.QueryRow(ctx, ExtendLease,
 		arg.ID,
@@ -694,7 +692,7 @@ WITH token AS (
       AND j.status = 'leased'
       AND j.lease_holder_id = $1::text
     ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
+    FOR UPDATE OF j
 )
 UPDATE webhook_ingress.jobs j
 SET status           = 'pending',
@@ -731,11 +729,7 @@ type ReleaseJobsParams struct {
 // The jobs are locked in id order first, as a consumer's batched completion
 // locks its jobs: in the order a scan of the partitions reaches them, this
 // could hold one job while waiting for a completion (of a reference that went
-// out) that waits for it (TestMultiJobStatementsLockInIDOrder). A job whose
-// row is locked is skipped: its reference went out and a consumer holds it
-// (a transactional handler's transaction holds the row for as long as the
-// handler runs), so the attempt is that consumer's, and the streamer does
-// not wait for it.
+// out) that waits for it (TestMultiJobStatementsLockInIDOrder).
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) error {
 	_, err := q.db.Exec(ctx, ReleaseJobs,
 		arg.LeaseHolder,
