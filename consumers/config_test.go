@@ -1,10 +1,12 @@
 package consumers_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
@@ -34,6 +36,13 @@ func TestConfigValidate(t *testing.T) {
 		{"no func", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x"}}}, "handlers[0].func: required"},
 		{"negative attempts", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, MaxAttempts: -1}}},
 			"handlers[0].max_attempts"},
+		{"attempts past int4", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, MaxAttempts: 1 << 40}}},
+			"handlers[0].max_attempts: 1099511627776 must be at most 2147483647"},
+		{"tx options without tx_func", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok,
+			TxOptions: pgx.TxOptions{IsoLevel: pgx.Serializable}}}}, "handlers[0].tx_options: set only with tx_func"},
+		{"read-only tx", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x",
+			TxFunc: func(context.Context, pgx.Tx, *consumers.Event) error { return nil }, TxOptions: pgx.TxOptions{AccessMode: pgx.ReadOnly}}}},
+			"handlers[0].tx_options: access mode read only"},
 		{"negative timeout", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Timeout: -time.Second}}},
 			"handlers[0].timeout"},
 		{"negative concurrency", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Concurrency: -2}}},

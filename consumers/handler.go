@@ -189,6 +189,9 @@ func (h Handler) validate(checkFilter func(string) error) error {
 	if h.MaxAttempts < 1 {
 		return fmt.Errorf("max_attempts: %d must be at least 1", h.MaxAttempts)
 	}
+	if h.MaxAttempts > math.MaxInt32 {
+		return fmt.Errorf("max_attempts: %d must be at most %d (the database's integer)", h.MaxAttempts, math.MaxInt32)
+	}
 	if h.Timeout <= 0 {
 		return fmt.Errorf("timeout: %s must be positive", h.Timeout)
 	}
