@@ -165,6 +165,7 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 // RelativeTime reports whether s, as ParseTime reads it, counts back from
 // now (24h, 7d) rather than naming a time.
 func RelativeTime(s string) bool {
+	s = strings.TrimSpace(s) // as ParseTime reads it
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
 			return true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +73,9 @@ func (s *Stripe) key() string {
 		k += " until=" + strconv.FormatInt(s.cfg.Until.Unix(), 10)
 	}
 	if len(s.cfg.Types) > 0 {
-		k += " types=" + strings.Join(s.cfg.Types, ",")
+		// In a fixed order: --types a,b and b,a are the same backfill.
+		types := slices.Sorted(slices.Values(s.cfg.Types))
+		k += " types=" + strings.Join(slices.Compact(types), ",")
 	}
 	return k
 }
