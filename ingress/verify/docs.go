@@ -95,7 +95,7 @@ var schemeDocs = map[string]PresetDoc{
 		Signed:   "raw body, HMAC-SHA256 base64",
 		ID:       "X-Shopify-Event-Id, else X-Shopify-Webhook-Id",
 		Type:     "X-Shopify-Topic",
-		Occurred: "X-Shopify-Triggered-At",
+		Occurred: "X-Shopify-Triggered-At (not signed)",
 		Source:   "type: shopify\nsecrets: [\"${SHOPIFY_CLIENT_SECRET}\"]",
 		Docs:     "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
 	},
