@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,9 +34,14 @@ import (
 // statement). A consumer that dies or is cut off meanwhile holds nothing:
 // the lease runs out after that Timeout and the reaper takes the job back.
 // A transaction PostgreSQL aborts as a serialization failure or a deadlock's
-// victim (40001, 40P01; two SERIALIZABLE attempts abort each other through
-// the job rows they complete) runs again at once within the same attempt,
-// up to three times, before it counts as a failed attempt.
+// victim (40001, 40P01; SERIALIZABLE attempts of different jobs abort each
+// other through the job rows they complete, and of those that conflict one
+// commits each round) runs again after a short random pause, within the
+// same attempt and its Timeout (one deadline for all its runs), before it
+// counts as a failed attempt; a Permanent error, or a 40001 the handler met
+// on another connection, does not. SERIALIZABLE transactional attempts so
+// take turns on the job table: prefer REPEATABLE READ unless the handler
+// needs SERIALIZABLE.
 //
 // Each open transaction holds one of the pool's connections. The service
 // keeps two of them for its own statements (reading events, extending
@@ -56,13 +62,6 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 // writes were rolled back.
 const ClassTransaction ErrorClass = "transaction"
 
-// txTries is how many times an attempt's transaction runs when PostgreSQL
-// aborts it as a serialization failure or a deadlock's victim (40001,
-// 40P01): the handler runs again at once, in a new transaction, within the
-// same attempt. Two SERIALIZABLE attempts of different jobs abort each other
-// that way through the job rows they complete (review helper-79).
-const txTries = 3
-
 // runTx runs h.TxFunc in a transaction and, when it returns nil, completes
 // the job in that transaction and commits. stopExtending is called before
 // the transaction begins: the lease is then pushed out once, on the pool,
@@ -70,11 +69,22 @@ const txTries = 3
 // writes the job row while the transaction is open (an extension from
 // another session would change it under the transaction's snapshot, and a
 // REPEATABLE READ or SERIALIZABLE transaction could then never complete the
-// job: 40001 on every attempt once it ran past one extension tick). It
-// returns whether the attempt's own deadline passed; when the success was
-// written (or fenced out), the outcome recorded with recorded true; and the
-// handler's error (or the transaction's, classed [ClassTransaction]) to be
-// recorded as a failed attempt.
+// job: 40001 on every attempt once it ran past one extension tick).
+//
+// A transaction PostgreSQL aborted to resolve a conflict (a serialization
+// failure or a deadlock's victim, 40001 or 40P01, raised in it: by the
+// handler's statements, the completion or the commit) runs again after a
+// short random pause, in a new transaction, within the same attempt and its
+// Timeout: SERIALIZABLE attempts of different jobs abort each other through
+// the job rows they complete, and of those that conflict one commits each
+// round (reviews helper-79, helper-82). An error marked Permanent, or a
+// 40001 the handler met elsewhere (its transaction not aborted), is not
+// run again.
+//
+// It returns whether the attempt's own deadline passed; when the success
+// was written (or fenced out), the outcome recorded with recorded true; and
+// the handler's error (or the transaction's, classed [ClassTransaction]) to
+// be recorded as a failed attempt.
 func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error) {
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
@@ -87,43 +97,54 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
 	}
 	stopExtending()
+	deadline := time.Now().Add(h.Timeout) // the attempt's, whatever runs again
 	for try := 1; ; try++ {
-		timedOut, outcome, recorded, herr = s.runTxOnce(ctx, h, ref, l, ev)
-		if herr == nil || try == txTries || !retryableTx(herr) || ctx.Err() != nil {
+		var rerun bool
+		timedOut, outcome, recorded, herr, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline)
+		if !rerun || IsPermanent(herr) || ctx.Err() != nil {
+			return timedOut, outcome, recorded, herr
+		}
+		pause := time.Duration(1+rand.IntN(20*min(try, 10))) * time.Millisecond //nolint:gosec // G404: jitter
+		if time.Until(deadline) <= pause {
 			return timedOut, outcome, recorded, herr
 		}
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction aborted by a serialization failure or a deadlock; running it again",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt), slog.Int("try", try))
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return timedOut, outcome, recorded, herr
+		}
 	}
 }
 
-// retryableTx reports a transaction PostgreSQL aborted to resolve a
-// conflict (serialization failure, deadlock), which a new transaction may
-// not meet again.
-func retryableTx(err error) bool {
+// conflict reports an error PostgreSQL raised to resolve a conflict
+// (serialization failure, deadlock), which a new transaction may not meet.
+func conflict(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// runTxOnce is one try of runTx: the lease pushed out, the transaction, the
-// handler, the completion and the commit.
-func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event) (timedOut bool, outcome string, recorded bool, herr error) {
-	// The lease covers the whole transaction: the handler's Timeout, then
+// runTxOnce is one run of runTx: the lease pushed out, the transaction, the
+// handler, the completion and the commit, the handler's context ending at
+// deadline. rerun says the transaction was aborted by a conflict.
+func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, deadline time.Time) (timedOut bool, outcome string, recorded bool, herr error, rerun bool) {
+	// The lease covers the whole transaction: the handler's time left, then
 	// the completion and the commit (recordTimeout), from now. A consumer
 	// that dies or is cut off meanwhile holds no lock: the lease runs out
 	// and the reaper takes the job back, as for any handler.
-	if _, err := s.extendFor(ctx, ref, l, h.Timeout+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
+	if _, err := s.extendFor(ctx, ref, l, time.Until(deadline)+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return false, "", true, nil
+		return false, "", true, nil, false
 	} else if err != nil {
-		return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction)
+		return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction), false
 	}
-	actx, cancel := context.WithTimeout(ctx, h.Timeout)
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
-		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)
+		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction), false
 	}
 	// Whatever is not committed below is rolled back, on a context of its
 	// own: the handler's may have ended.
@@ -135,7 +156,11 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	herr = callTx(actx, h.TxFunc, handlerTx{tx}, ev)
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if herr != nil {
-		return timedOut, "", false, herr
+		// Run again only when this transaction is the one aborted ('E':
+		// failed, waiting for its rollback), not for a 40001 the handler
+		// met on another connection.
+		aborted := tx.Conn().PgConn().TxStatus() == 'E'
+		return timedOut, "", false, herr, aborted && conflict(herr)
 	}
 
 	// The completion and the commit get their own deadline, as record does.
@@ -143,23 +168,24 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	defer rcancel()
 	done, err := s.completeJobsOn(rctx, tx, []completion{{ref: ref, l: l}})
 	if err != nil {
-		return timedOut, "", false, WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction)
+		return timedOut, "", false, WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction), conflict(err)
 	}
 	if !done[ref.JobID] {
 		// Lost lease: the rollback throws the handler's writes away.
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction rolled back: the job's lease was lost",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return timedOut, "", true, nil
+		return timedOut, "", true, nil, false
 	}
 	if err := tx.Commit(rctx); err != nil {
 		// Not committed, or not known to be: recorded as a failure, which
 		// is fenced like any outcome, so a commit that did land stays the
-		// job's outcome.
-		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction)
+		// job's outcome. A conflict at the commit is PostgreSQL's refusal:
+		// nothing committed, so it runs again.
+		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), conflict(err)
 	}
 	s.completed.Add(1)
 	s.succeeded(rctx, []string{ref.Handler})
-	return timedOut, "completed", true, nil
+	return timedOut, "completed", true, nil, false
 }
 
 // handlerTx is the transaction as the handler sees it: it may not end it.
