@@ -107,9 +107,10 @@ type Handler struct {
 	// [TxHandlerFunc]). Exactly one of Func and TxFunc is required.
 	TxFunc TxHandlerFunc
 	// TxOptions begins TxFunc's transaction: its isolation level
-	// (REPEATABLE READ, SERIALIZABLE) and deferrable mode, as a SET
-	// TRANSACTION first in the handler would. It must be read-write: the
-	// job is completed in it.
+	// (REPEATABLE READ, SERIALIZABLE) and deferrable mode. Set the level
+	// here, not with SET TRANSACTION in the handler: above READ COMMITTED
+	// the lease is handled differently (see [TxHandlerFunc]). It must be
+	// read-write: the job is completed in it.
 	TxOptions pgx.TxOptions
 }
 

@@ -52,6 +52,9 @@ type Service struct {
 	// txSlots caps the transactional handlers' open transactions (see
 	// txReserve); nil when no handler has a TxFunc.
 	txSlots chan struct{}
+	// txDefaultAboveRC: the pool's transactions run REPEATABLE READ or
+	// SERIALIZABLE by default (read at Start when a handler has a TxFunc).
+	txDefaultAboveRC bool
 }
 
 // Stats are counters since Start, for metrics, tests and benchmarks.
@@ -158,6 +161,15 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if err := s.Register(ctx); err != nil {
 		return fmt.Errorf("start consumers: %w", err)
+	}
+	if s.anyTx() {
+		// The role's or database's default isolation, which transactional
+		// handlers without TxOptions run at (runTx).
+		var level string
+		if err := s.cfg.Pool.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&level); err != nil {
+			return fmt.Errorf("start consumers: read default_transaction_isolation: %w", err)
+		}
+		s.txDefaultAboveRC = level == "repeatable read" || level == "serializable"
 	}
 
 	base := context.WithoutCancel(ctx)
@@ -401,4 +413,14 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 		}()
 		s.attempt(r.h, ref, traceParent, more, free)
 	})
+}
+
+// anyTx reports whether a handler is transactional.
+func (s *Service) anyTx() bool {
+	for _, r := range s.runners {
+		if r.h.TxFunc != nil {
+			return true
+		}
+	}
+	return false
 }

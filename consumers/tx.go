@@ -26,13 +26,15 @@ import (
 // attempt runs the handler again. So each event's effects are written
 // exactly once, however often the handler runs.
 //
-// Before the transaction begins, the lease is pushed out once, far enough
-// for the handler's Timeout and the completion, and it is not extended
-// while the transaction is open: nothing of the service writes the job row
-// under the transaction's snapshot, so any isolation level works (set it in
-// [Handler.TxOptions], or with SET TRANSACTION as the handler's first
-// statement). A consumer that dies or is cut off meanwhile holds nothing:
-// the lease runs out after that Timeout and the reaper takes the job back.
+// Any isolation level works: set it in [Handler.TxOptions] (or as the
+// role's or database's default_transaction_isolation), not with SET
+// TRANSACTION in the handler, which the service does not see. Above READ
+// COMMITTED the lease is pushed out once before the transaction begins, far
+// enough for the handler's Timeout and the completion, and not extended
+// while the transaction is open, so nothing of the service writes the job
+// row under its snapshot; a consumer that dies or is cut off meanwhile holds
+// nothing, and the lease runs out after that Timeout. At READ COMMITTED the
+// lease is extended while the handler runs, as for any handler.
 // A transaction PostgreSQL aborts as a serialization failure or a deadlock's
 // victim (40001, 40P01; SERIALIZABLE attempts of different jobs abort each
 // other through the job rows they complete, and of those that conflict one
@@ -63,13 +65,16 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 const ClassTransaction ErrorClass = "transaction"
 
 // runTx runs h.TxFunc in a transaction and, when it returns nil, completes
-// the job in that transaction and commits. stopExtending is called before
-// the transaction begins: the lease is then pushed out once, on the pool,
-// far enough for the handler's Timeout and the completion, and nothing
-// writes the job row while the transaction is open (an extension from
-// another session would change it under the transaction's snapshot, and a
-// REPEATABLE READ or SERIALIZABLE transaction could then never complete the
-// job: 40001 on every attempt once it ran past one extension tick).
+// the job in that transaction and commits. For a transaction above READ
+// COMMITTED (Handler.TxOptions, or the role's or database's default),
+// stopExtending is called before it begins: the lease is then pushed out
+// once, on the pool, far enough for the handler's Timeout and the
+// completion, and nothing writes the job row while the transaction is open
+// (an extension from another session would change it under the
+// transaction's snapshot, and the completion then failed with 40001 on
+// every attempt once the handler ran past one extension tick). At READ
+// COMMITTED the lease is extended while the handler runs, and stopExtending
+// is called before the completion.
 //
 // A transaction PostgreSQL aborted to resolve a conflict (a serialization
 // failure or a deadlock's victim, 40001 or 40P01, raised in it: by the
@@ -96,11 +101,20 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
 	}
-	stopExtending()
+	// Above READ COMMITTED the lease is pushed out once before the
+	// transaction and not extended while it is open: an extension from
+	// another session would change the job row under its snapshot. At READ
+	// COMMITTED it is extended as for any handler, so a dead consumer's
+	// job comes back within lease_extend, not its Timeout.
+	snapshot := s.txDefaultAboveRC || h.TxOptions.IsoLevel == pgx.RepeatableRead || h.TxOptions.IsoLevel == pgx.Serializable
+	if snapshot {
+		stopExtending()
+	}
 	deadline := time.Now().Add(h.Timeout) // the attempt's, whatever runs again
 	for try := 1; ; try++ {
 		var rerun bool
-		timedOut, outcome, recorded, herr, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline)
+		// A run again begins with the extender stopped (by the last run).
+		timedOut, outcome, recorded, herr, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline, snapshot || try > 1, stopExtending)
 		if !rerun || IsPermanent(herr) || ctx.Err() != nil {
 			return timedOut, outcome, recorded, herr
 		}
@@ -128,22 +142,25 @@ func conflict(err error) bool {
 // runTxOnce is one run of runTx: the lease pushed out, the transaction, the
 // handler, the completion and the commit, the handler's context ending at
 // deadline. rerun says the transaction was aborted by a conflict.
-func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, deadline time.Time) (timedOut bool, outcome string, recorded bool, herr error, rerun bool) {
-	// The lease covers the whole transaction: the handler's time left, then
-	// the completion and the commit (recordTimeout), from now. A consumer
-	// that dies or is cut off meanwhile holds no lock: the lease runs out
-	// and the reaper takes the job back, as for any handler.
-	if _, err := s.extendFor(ctx, ref, l, time.Until(deadline)+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
-		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
-			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return false, "", true, nil, false
-	} else if err != nil {
-		return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction), false
+func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, deadline time.Time, upfront bool, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error, rerun bool) {
+	// upfront: the lease covers the whole transaction, the handler's time
+	// left, then the completion and the commit (recordTimeout), from now. A
+	// consumer that dies or is cut off meanwhile holds no lock: the lease
+	// runs out and the reaper takes the job back, as for any handler.
+	if upfront {
+		if _, err := s.extendFor(ctx, ref, l, time.Until(deadline)+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
+			s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
+				slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
+			return false, "", true, nil, false
+		} else if err != nil {
+			return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction), false
+		}
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
+		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction), false
 	}
 	// Whatever is not committed below is rolled back, on a context of its
@@ -155,6 +172,9 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	}()
 	herr = callTx(actx, h.TxFunc, handlerTx{tx}, ev)
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	// Before the completion takes the job's row lock: an extension waiting
+	// on it would read the completed row as a lost lease.
+	stopExtending()
 	if herr != nil {
 		// Run again only when this transaction is the one aborted ('E':
 		// failed, waiting for its rollback), not for a 40001 the handler
