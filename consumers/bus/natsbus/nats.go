@@ -419,7 +419,17 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 		}
 		close(stop)
 		if cc != nil {
-			cc.Stop()
+			// Drain, not Stop: the messages pulled into the client's
+			// buffer (up to 64, each of up to refs_per_message
+			// references) still reach deliver, which nacks them now that
+			// stop is closed, so another replica gets them at once; Stop
+			// dropped them, and they waited out AckWait (review helper-85).
+			cc.Drain()
+			select {
+			case <-cc.Closed():
+			case <-time.After(drainWait):
+				cc.Stop()
+			}
 		}
 		sending.Lock()
 		closed = true
@@ -428,6 +438,10 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	}()
 	return out, nil
 }
+
+// drainWait bounds how long a stopping subscription waits for its buffered
+// messages to be nacked.
+const drainWait = 5 * time.Second
 
 // consumerConfig is the durable consumer of topic that Subscribe creates.
 func (n *NATS) consumerConfig(topic string) jetstream.ConsumerConfig {
