@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -362,9 +363,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				}
 				msg.Ack()
 			default:
-				select {
-				case r.slots <- struct{}{}:
-				case <-s.workCtx.Done():
+				if !s.waitForSlot(r, mine[i:]) {
 					s.giveBackUnstarted(r.h.Name, mine[i:])
 					return
 				}
@@ -381,6 +380,58 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			}
 			s.start(ctx, r, ref, msg, held)
 		}
+	}
+}
+
+// waitForSlot takes one of r's slots for waiting[0], and reports false when
+// Stop's deadline (workCtx) came first. The references waiting (acknowledged
+// on the bus, not started) have their leases extended while they wait,
+// before each would run out: a slow handler's backlog held here otherwise
+// expired, the reaper counted attempts that never ran (a consumer of the
+// handler was alive), and jobs were dead-lettered without their handler
+// ever being called (review helper-85).
+func (s *Service) waitForSlot(r *runner, waiting []bus.Ref) bool {
+	expires := time.Now().Add(s.cfg.LeaseExtend)
+	for _, ref := range waiting {
+		if !ref.LeaseExpiresAt.IsZero() && ref.LeaseExpiresAt.Before(expires) {
+			expires = ref.LeaseExpiresAt
+		}
+	}
+	for {
+		t := time.NewTimer(max(time.Until(expires)/2, 50*time.Millisecond))
+		select {
+		case r.slots <- struct{}{}:
+			t.Stop()
+			return true
+		case <-s.workCtx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+			s.extendWaiting(r.h.Name, waiting)
+			expires = time.Now().Add(s.cfg.LeaseExtend)
+		}
+	}
+}
+
+// extendWaiting extends the leases of references waiting for a slot, in one
+// round trip. A lease already lost is left so: its reference is skipped when
+// its turn comes.
+func (s *Service) extendWaiting(handler string, waiting []bus.Ref) {
+	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.LeaseExtend/3)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, ref := range waiting {
+		if ref.LeasedAt.IsZero() {
+			continue // a reference from before lease tokens: its take reads the token
+		}
+		b.Queue(extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, ref.LeasedAt, s.cfg.WorkerID)
+	}
+	if b.Len() == 0 {
+		return
+	}
+	if err := s.cfg.Pool.SendBatch(ctx, b).Close(); err != nil && ctx.Err() == nil {
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "extend the leases of references waiting for a slot failed; they may expire",
+			slog.String("handler", handler), slog.Int("references", len(waiting)), slog.String("error", err.Error()))
 	}
 }
 
