@@ -213,13 +213,21 @@ func (w *EventTypes) Check(ctx context.Context) error {
 			return nil
 		}
 	}
+	post := true
 	for _, r := range fresh {
-		w.report(ctx, r)
+		// Once the sink refused or did not answer, the rest are logged but
+		// not posted: they wait for the next check, so one check never
+		// takes longer than one alert's timeout (one after another, a
+		// hanging sink held the fold and the metric for minutes: review
+		// helper-83).
+		post = w.report(ctx, r, post) && post
 	}
 	return nil
 }
 
-func (w *EventTypes) report(ctx context.Context, r EventTypeRow) {
+// report logs a new type once and, when post, alerts it and records that;
+// false when it was not alerted (the sink failed, or post was false).
+func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool {
 	key := [2]string{r.Source, r.Type}
 	routed, reason := "unknown", ""
 	switch {
@@ -246,20 +254,24 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow) {
 		}
 		w.cfg.Logger.LogAttrs(ctx, level, "new event type", append(attrs, slog.String("reason", reason))...)
 	}
+	if !post {
+		return false
+	}
 	if w.cfg.AlertURL != "" {
 		err := postAlert(ctx, w.cfg.HTTPClient, w.cfg.AlertURL, w.cfg.Logger, "new event type", map[string]any{
 			"source": r.Source, "status": "new_event_type", "event_type": r.Type, "routed": routed,
 			"first_seen": r.FirstSeen, "reason": reason,
 		}, attrs...)
 		if err != nil {
-			return // alerted_at stays NULL: retried next Check
+			return false // alerted_at stays NULL: retried next Check
 		}
 	}
 	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{Provider: r.Source, EventType: r.Type}); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "new event type: could not record the alert", append(attrs, slog.String("error", err.Error()))...)
-		return
+		return true
 	}
 	w.mu.Lock()
 	delete(w.logged, key)
 	w.mu.Unlock()
+	return true
 }
