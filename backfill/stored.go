@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -63,8 +64,23 @@ func FillStored(ctx context.Context, conn *pgx.Conn, cfg StoredConfig) (StoredSt
 		Scan(&st.LastID, &st.UntilID)
 	if err == pgx.ErrNoRows || cfg.Restart || (err == nil && st.LastID >= st.UntilID) {
 		st.LastID = 0
-		if err := conn.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM webhook_ingress.events`).Scan(&st.UntilID); err != nil {
+		// The newest id, and the transactions inserting events at that
+		// moment (the audit sealer's probe): one of them may hold a
+		// smaller id it has not committed (a group-commit batch of an
+		// ingress still running the version before 012). The walk starts
+		// once they have ended, or it passes over their rows for good
+		// (review helper-84).
+		var writers []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT max(id) FROM webhook_ingress.events), 0)::bigint,
+			array(SELECT DISTINCT l.virtualtransaction FROM pg_catalog.pg_locks l
+			      WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'
+			        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+			        AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('webhook_ingress.events'::regclass))
+			        AND l.pid IS DISTINCT FROM pg_backend_pid())::text[]`).Scan(&st.UntilID, &writers); err != nil {
 			return st, fmt.Errorf("read newest event id: %w", err)
+		}
+		if err := awaitWriters(ctx, conn, writers); err != nil {
+			return st, err
 		}
 	} else if err != nil {
 		return st, fmt.Errorf("read backfill progress: %w", err)
@@ -156,4 +172,25 @@ func FillStored(ctx context.Context, conn *pgx.Conn, cfg StoredConfig) (StoredSt
 		}
 	}
 	return st, nil
+}
+
+// awaitWriters waits until none of the transactions writers (virtual
+// transaction ids) is still running.
+func awaitWriters(ctx context.Context, conn *pgx.Conn, writers []string) error {
+	for len(writers) > 0 {
+		var running int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($1::text[])`,
+			writers).Scan(&running); err != nil {
+			return fmt.Errorf("wait for inserts in flight: %w", err)
+		}
+		if running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for inserts in flight: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
