@@ -1,11 +1,9 @@
 package consumers_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -52,30 +50,8 @@ func TestBackoffIsNotCalledAfterTheLastAttemptAndCannotCrashTheConsumer(t *testi
 		return
 	}
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBackoffIsNotCalledAfterTheLastAttemptAndCannotCrashTheConsumer$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "INLET_REVIEW_BACKOFF_CHILD=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		err = <-done
-	}
-	if err != nil {
-		s := out.String()
-		if i := bytes.Index(out.Bytes(), []byte("panic: ")); i >= 0 {
-			s = s[i:min(len(s), i+2500)]
-		} else if len(s) > 4000 {
-			s = s[len(s)-4000:]
-		}
-		t.Fatalf("the consumer process failed (%v) when a job's last attempt failed under a Backoff defined for its retries only:\n%s", err, s)
+	if why, err := runChild(t, "TestBackoffIsNotCalledAfterTheLastAttemptAndCannotCrashTheConsumer", "INLET_REVIEW_BACKOFF_CHILD"); err != nil {
+		t.Fatalf("the consumer process failed (%v) when a job's last attempt failed under a Backoff defined for its retries only:\n%s", err, why)
 	}
 }
 
