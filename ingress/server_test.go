@@ -1,16 +1,13 @@
 package ingress_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -464,34 +461,8 @@ func useGroupStore(t *testing.T, dbURL string) func(*ingress.Config) {
 // the answer.
 func rawPost(t *testing.T, base, target string, header http.Header, body []byte) (int, string) {
 	t.Helper()
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var req bytes.Buffer
-	fmt.Fprintf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nConnection: close\r\n", target, u.Host, len(body))
-	for k, vs := range header {
-		for _, v := range vs {
-			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
-		}
-	}
-	req.WriteString("\r\n")
-	req.Write(body)
-	if _, err := conn.Write(req.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(answer)
+	resp, answer := rawRequest(t, base, http.MethodPost, target, header, body)
+	return resp.StatusCode, answer
 }
 
 // A query string with a byte that is not UTF-8 (sent raw: Go keeps it)
