@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +153,7 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= maxDays {
 			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
 		}
 	}
@@ -162,12 +163,17 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, invalid("time %q: want RFC 3339 (2026-03-03T09:00:00Z), a date (2026-03-03) or a duration back from now (24h, 7d)", s)
 }
 
+// maxDays is the most days a bound may count back: a Duration holds about
+// 292 years, and more wrapped into the future (106752d read as 2319, and a
+// replay "until" it re-queued everything).
+const maxDays = int(math.MaxInt64 / int64(24*time.Hour))
+
 // RelativeTime reports whether s, as ParseTime reads it, counts back from
 // now (24h, 7d) rather than naming a time.
 func RelativeTime(s string) bool {
 	s = strings.TrimSpace(s) // as ParseTime reads it
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= maxDays {
 			return true
 		}
 	}

@@ -158,7 +158,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
 // from our own origin and carry the session's CSRF token.
 func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if auth := r.Header.Get("Authorization"); auth != "" {
+		// A bearer token is an attempt; another scheme (Basic, from a proxy
+		// in front) is not, and the session cookie decides.
+		if auth := r.Header.Get("Authorization"); admin.BearerPresented(r) {
 			end, ok := d.limit(w, r, nil)
 			if !ok {
 				return
