@@ -9,6 +9,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
@@ -102,7 +103,7 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]tim
 		}
 		switch {
 		case err != nil && !errors.Is(err, context.Canceled):
-			log.Error("reconcile failed", append(attrs, slog.String("error", err.Error()))...)
+			log.Error("reconcile failed", append(attrs, logvalue.ErrorAttr(err))...)
 		case err == nil && rep.Total.Missing > 0:
 			log.Warn("reconcile stored events the provider listed but never delivered", attrs...)
 		case err == nil:
