@@ -275,7 +275,8 @@ func (q *Queries) ConsumerAlive(ctx context.Context, arg ConsumerAliveParams) (i
 }
 
 const ConsumerGone = `-- name: ConsumerGone :execrows
-DELETE FROM webhook_ingress.consumers
+UPDATE webhook_ingress.consumers
+SET seen_at = '-infinity', alive_until = now() - interval '1 microsecond'
 WHERE worker_id = $1
   AND handler = ANY ($2::text[])
 `
@@ -285,7 +286,14 @@ type ConsumerGoneParams struct {
 	Column2  []string
 }
 
-// Consumer $1 stopped: it is no longer alive for handlers $2.
+// Consumer $1 stopped: it is no longer alive for handlers $2. The row stays,
+// ended (alive_until just past, seen_at -infinity), so a handler whose
+// consumers all stopped is quiet at once and nothing of it is leased (a
+// deleted row left the handler with no consumer known, which is leased as
+// usual: review helper-87); and the reaper judges leases of that time as it
+// did with no row, not run by it (its unstarted leases were given back,
+// its running attempts finished). ConsumerAlive's cleanup removes it a day
+// later, or the consumer's next start takes it over.
 func (q *Queries) ConsumerGone(ctx context.Context, arg ConsumerGoneParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ConsumerGone, arg.WorkerID, arg.Column2)
 	if err != nil {
