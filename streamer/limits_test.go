@@ -207,7 +207,9 @@ func TestFailedLimitedClaimGivesBackUnseenLeases(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT FROM webhook_ingress.handler_limits WHERE handler = 'h' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// Shorter than the claim's own wait for the row (limitsLockTimeout,
+	// 200 ms: past it the claim leases nothing and fails nothing).
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	if n, err := s.ClaimOnce(cctx); err != nil || n != 0 {
 		t.Fatalf("claim behind the held row leased %d (%v), want 0", n, err)

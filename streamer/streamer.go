@@ -503,8 +503,16 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // in one implicit transaction, committed at the Sync; under READ COMMITTED
 // each statement takes its own snapshot). The lock is held from the first
 // statement to that commit, with no round trip in between.
+//
+// The wait for the lock is bounded (limitsLockTimeout): a row held longer
+// (another streamer's claim of the same handler, or a consumer cut off in
+// the middle of recording a failure, whose transaction holds it until the
+// server notices) means nothing is claimed of h this round, without an
+// error, so the loop goes on to the other limited handlers (each waited up
+// to the claim's 10 s deadline behind h: review helper-87).
 func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string, batch int) ([]queries.ClaimLimitedJobsRow, error) {
 	var b pgx.Batch
+	b.Queue(`SELECT pg_catalog.set_config('lock_timeout', $1, true)`, limitsLockTimeout)
 	b.Queue(queries.LockHandlerLimits, h)
 	// ClaimLimitedJobs's parameters in the order sqlc numbered them
 	// (queries.Queries.ClaimLimitedJobs).
@@ -515,10 +523,18 @@ func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h strin
 		return err
 	})
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: nothing ran
+			return nil, nil
+		}
 		return nil, fmt.Errorf("claim jobs of limited handler %q: %w", h, err)
 	}
 	return rows, nil
 }
+
+// limitsLockTimeout bounds a limited claim's wait for its handler's
+// handler_limits row (claimLimited).
+const limitsLockTimeout = "200ms"
 
 // seen records, per handler, the newest lease in rows, which this streamer
 // publishes (or gives back when publishing fails).
