@@ -43,7 +43,7 @@ func uncoverNow(t *testing.T, b *bundle) {
 // Expected: the run succeeds; the period holding the in-flight row is
 // skipped (it stays in the default partition, as documented) and the later
 // periods are created.
-func TestEnsurePartitionsFailsOnAnInFlightInsertIntoTheDefaultPartition(t *testing.T) {
+func TestEnsurePartitionsWaitsForAnInFlightDefaultRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -111,7 +111,7 @@ func TestEnsurePartitionsFailsOnAnInFlightInsertIntoTheDefaultPartition(t *testi
 // past now that hold no row of the default partition are created (only a
 // period that holds such rows is skipped), so new events land in period
 // partitions again.
-func TestAFutureDatedDefaultRowStopsAllPartitionCreation(t *testing.T) {
+func TestAFutureDatedDefaultRowHoldsBackOnlyItsPeriod(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)

@@ -8,7 +8,7 @@ import (
 	"github.com/inlet-dev/inlet/streamer"
 )
 
-// TestLockedLimitsRowStallsTheOtherLimitedHandlers (review helper-87).
+// TestLockedLimitsRowDoesNotStallTheOtherLimitedHandlers (review helper-87).
 //
 // Defect: a limited handler's claim (claimLimited: LockHandlerLimits, then
 // claim_limited_jobs) waits for its handler_limits row lock without bound
@@ -31,7 +31,7 @@ import (
 // per-handler isolation, guarantee 3): handler beta's jobs are leased
 // within a poll interval or so while handler alpha's limits row is locked
 // by someone else.
-func TestLockedLimitsRowStallsTheOtherLimitedHandlers(t *testing.T) {
+func TestLockedLimitsRowDoesNotStallTheOtherLimitedHandlers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "alpha", "beta")
 	ctx := context.Background()

@@ -46,7 +46,7 @@ import (
 // no job dead-lettered, no attempt counted for a reference that never ran.
 // Actual: jobs end in dead_letter with lease_expired, and the handler was
 // never called for them.
-func TestSlowHandlerBacklogDeadLettersJobsThatNeverRan(t *testing.T) {
+func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 	p := newPipeline(t)
 	srv := natstest.Start(t)
 	quiet := slog.New(slog.DiscardHandler)
