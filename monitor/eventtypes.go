@@ -77,6 +77,10 @@ type EventTypeRow struct {
 	Routed *bool
 	// New: not yet logged and alerted.
 	New bool
+	// Changed: logged and alerted before, and Routed has moved since (a
+	// type that stopped being routed is alerted; one routed again is
+	// logged).
+	Changed bool
 }
 
 // NewEventTypes checks cfg and returns the watcher.
@@ -187,7 +191,7 @@ func (w *EventTypes) Check(ctx context.Context) error {
 	out := make([]EventTypeRow, len(rows))
 	for i, r := range rows {
 		out[i] = EventTypeRow{Source: r.Provider, Type: r.EventType, FirstSeen: r.FirstSeen, Events: r.Events,
-			UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, New: r.IsNew}
+			UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, New: r.IsNew, Changed: r.IsChanged}
 	}
 	w.mu.Lock()
 	w.rows = out
@@ -195,7 +199,7 @@ func (w *EventTypes) Check(ctx context.Context) error {
 
 	var fresh []EventTypeRow
 	for _, r := range out {
-		if r.New {
+		if r.New || r.Changed {
 			fresh = append(fresh, r)
 		}
 	}
@@ -243,6 +247,15 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 	}
 	attrs := []slog.Attr{slog.String("source", r.Source), slog.String("event_type", r.Type), slog.String("routed", routed),
 		slog.Time("first_seen", r.FirstSeen)}
+	// A type reported before whose routing moved (049): it stopped being
+	// routed (alerted), or is routed again (logged only).
+	msg, status, alert := "new event type", "new_event_type", true
+	if !r.New {
+		msg, status, alert = "event type no longer routed", "event_type_unrouted", routed == "no"
+		if routed == "yes" {
+			msg = "event type routed again"
+		}
+	}
 	w.mu.Lock()
 	first := !w.logged[key]
 	w.logged[key] = true
@@ -252,22 +265,23 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 		if routed != "yes" {
 			level = slog.LevelWarn
 		}
-		w.cfg.Logger.LogAttrs(ctx, level, "new event type", append(attrs, slog.String("reason", reason))...)
+		w.cfg.Logger.LogAttrs(ctx, level, msg, append(attrs, slog.String("reason", reason))...)
 	}
 	if !post {
 		return false
 	}
-	if w.cfg.AlertURL != "" {
-		err := postAlert(ctx, w.cfg.HTTPClient, w.cfg.AlertURL, w.cfg.Logger, "new event type", map[string]any{
-			"source": r.Source, "status": "new_event_type", "event_type": r.Type, "routed": routed,
+	if w.cfg.AlertURL != "" && alert {
+		err := postAlert(ctx, w.cfg.HTTPClient, w.cfg.AlertURL, w.cfg.Logger, msg, map[string]any{
+			"source": r.Source, "status": status, "event_type": r.Type, "routed": routed,
 			"first_seen": r.FirstSeen, "reason": reason,
 		}, attrs...)
 		if err != nil {
-			return false // alerted_at stays NULL: retried next Check
+			return false // not recorded: retried next Check
 		}
 	}
-	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{Provider: r.Source, EventType: r.Type}); err != nil {
-		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "new event type: could not record the alert", append(attrs, slog.String("error", err.Error()))...)
+	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{
+		Provider: r.Source, EventType: r.Type, Routed: r.Routed}); err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
 		return true
 	}
 	w.mu.Lock()

@@ -90,7 +90,8 @@ CREATE TABLE webhook_ingress.event_types (
     first_unrouted_at timestamp with time zone,
     last_unrouted_at timestamp with time zone,
     routed boolean,
-    alerted_at timestamp with time zone
+    alerted_at timestamp with time zone,
+    alerted_routed boolean
 );
 
 CREATE TABLE webhook_ingress.events (

@@ -10,14 +10,17 @@ SELECT webhook_ingress.fold_event_types(sqlc.arg(max_types_per_source)::integer)
 -- name: MonitorEventTypes :many
 -- Every type row, for the streamer's metric and new-type alerts (as
 -- webhook_streamer). Bounded: at most the cap + 1 rows per source.
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new
+-- is_changed: reported before, and routed has moved since (049).
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new,
+       (alerted_at IS NOT NULL AND routed IS NOT NULL AND routed IS DISTINCT FROM alerted_routed)::boolean AS is_changed
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type;
 
 -- name: MonitorEventTypeAlerted :exec
--- The new-type log line and alert of (provider, event_type) went out.
-UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text AND alerted_at IS NULL;
+-- The log line and alert of (provider, event_type), new or changed, went
+-- out, saying routed was routed.
+UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = sqlc.narg(routed)::boolean
+WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text;
 
 -- name: AdminEventTypes :many
 -- Every type seen, unrouted first (the latest event created no job), then

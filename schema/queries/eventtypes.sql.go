@@ -216,23 +216,26 @@ func (q *Queries) FoldEventTypes(ctx context.Context, maxTypesPerSource int32) (
 }
 
 const MonitorEventTypeAlerted = `-- name: MonitorEventTypeAlerted :exec
-UPDATE webhook_ingress.event_types SET alerted_at = now()
-WHERE provider = $1::text AND event_type = $2::text AND alerted_at IS NULL
+UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = $1::boolean
+WHERE provider = $2::text AND event_type = $3::text
 `
 
 type MonitorEventTypeAlertedParams struct {
+	Routed    *bool
 	Provider  string
 	EventType string
 }
 
-// The new-type log line and alert of (provider, event_type) went out.
+// The log line and alert of (provider, event_type), new or changed, went
+// out, saying routed was routed.
 func (q *Queries) MonitorEventTypeAlerted(ctx context.Context, arg MonitorEventTypeAlertedParams) error {
-	_, err := q.db.Exec(ctx, MonitorEventTypeAlerted, arg.Provider, arg.EventType)
+	_, err := q.db.Exec(ctx, MonitorEventTypeAlerted, arg.Routed, arg.Provider, arg.EventType)
 	return err
 }
 
 const MonitorEventTypes = `-- name: MonitorEventTypes :many
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new,
+       (alerted_at IS NOT NULL AND routed IS NOT NULL AND routed IS DISTINCT FROM alerted_routed)::boolean AS is_changed
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type
 `
@@ -245,10 +248,12 @@ type MonitorEventTypesRow struct {
 	UnroutedEvents int64
 	Routed         *bool
 	IsNew          bool
+	IsChanged      bool
 }
 
 // Every type row, for the streamer's metric and new-type alerts (as
 // webhook_streamer). Bounded: at most the cap + 1 rows per source.
+// is_changed: reported before, and routed has moved since (049).
 func (q *Queries) MonitorEventTypes(ctx context.Context) ([]MonitorEventTypesRow, error) {
 	rows, err := q.db.Query(ctx, MonitorEventTypes)
 	if err != nil {
@@ -266,6 +271,7 @@ func (q *Queries) MonitorEventTypes(ctx context.Context) ([]MonitorEventTypesRow
 			&i.UnroutedEvents,
 			&i.Routed,
 			&i.IsNew,
+			&i.IsChanged,
 		); err != nil {
 			return nil, err
 		}

@@ -131,6 +131,7 @@ type EventType struct {
 	LastUnroutedAt  *time.Time
 	Routed          *bool
 	AlertedAt       *time.Time
+	AlertedRouted   *bool
 }
 
 type EventTypeArrival struct {
