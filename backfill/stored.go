@@ -174,9 +174,15 @@ func FillStored(ctx context.Context, conn *pgx.Conn, cfg StoredConfig) (StoredSt
 	return st, nil
 }
 
+// awaitWritersFor bounds awaitWriters: a transaction that inserted into
+// events and stays open (a session idle in transaction) would hold the
+// backfill forever.
+const awaitWritersFor = 2 * time.Minute
+
 // awaitWriters waits until none of the transactions writers (virtual
-// transaction ids) is still running.
+// transaction ids) is still running, for at most awaitWritersFor.
 func awaitWriters(ctx context.Context, conn *pgx.Conn, writers []string) error {
+	deadline := time.Now().Add(awaitWritersFor)
 	for len(writers) > 0 {
 		var running int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($1::text[])`,
@@ -185,6 +191,9 @@ func awaitWriters(ctx context.Context, conn *pgx.Conn, writers []string) error {
 		}
 		if running == 0 {
 			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d transactions inserting into events when the backfill began are still open after %s (see pg_stat_activity; a session idle in transaction?): run again once they have ended", running, awaitWritersFor)
 		}
 		select {
 		case <-ctx.Done():
