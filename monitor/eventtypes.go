@@ -77,8 +77,11 @@ type EventTypeRow struct {
 	Routed *bool
 	// New: not yet logged and alerted.
 	New bool
-	// Changed: logged and alerted before, and Routed has moved since (a
-	// type that stopped being routed is alerted; one routed again is
+	// Subscribed: an enabled subscription's patterns match the type
+	// (filters aside).
+	Subscribed bool
+	// Changed: logged and alerted before, and Subscribed has moved since
+	// (a type that stopped being routed is alerted; one routed again is
 	// logged).
 	Changed bool
 }
@@ -191,7 +194,7 @@ func (w *EventTypes) Check(ctx context.Context) error {
 	out := make([]EventTypeRow, len(rows))
 	for i, r := range rows {
 		out[i] = EventTypeRow{Source: r.Provider, Type: r.EventType, FirstSeen: r.FirstSeen, Events: r.Events,
-			UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, New: r.IsNew, Changed: r.IsChanged}
+			UnroutedEvents: r.UnroutedEvents, Routed: r.Routed, New: r.IsNew, Subscribed: r.Subscribed, Changed: r.IsChanged}
 	}
 	w.mu.Lock()
 	w.rows = out
@@ -251,10 +254,12 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 	// routed (alerted), or is routed again (logged only).
 	msg, status, alert := "new event type", "new_event_type", true
 	if !r.New {
-		msg, status, alert = "event type no longer routed", "event_type_unrouted", routed == "no"
-		if routed == "yes" {
-			msg = "event type routed again"
+		msg, status, alert = "event type no longer routed", "event_type_unrouted", !r.Subscribed
+		routed, reason = "no", "no enabled subscription matches it any more: its events create no job (inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
+		if r.Subscribed {
+			msg, routed, reason = "event type routed again", "yes", "a subscription matches it again"
 		}
+		attrs[2] = slog.String("routed", routed)
 	}
 	w.mu.Lock()
 	first := !w.logged[key]
@@ -280,7 +285,7 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 		}
 	}
 	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{
-		Provider: r.Source, EventType: r.Type, Routed: r.Routed}); err != nil {
+		Provider: r.Source, EventType: r.Type, Routed: &r.Subscribed}); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
 		return true
 	}

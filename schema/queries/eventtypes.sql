@@ -10,15 +10,18 @@ SELECT webhook_ingress.fold_event_types(sqlc.arg(max_types_per_source)::integer)
 -- name: MonitorEventTypes :many
 -- Every type row, for the streamer's metric and new-type alerts (as
 -- webhook_streamer). Bounded: at most the cap + 1 rows per source.
--- is_changed: reported before, and routed has moved since (049).
+-- subscribed: an enabled subscription matches the type (049, filters
+-- aside); is_changed: reported before, and subscribed has moved since.
 SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new,
-       (alerted_at IS NOT NULL AND routed IS NOT NULL AND routed IS DISTINCT FROM alerted_routed)::boolean AS is_changed
+       (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
+       (alerted_at IS NOT NULL AND event_type <> '_other'
+        AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type;
 
 -- name: MonitorEventTypeAlerted :exec
 -- The log line and alert of (provider, event_type), new or changed, went
--- out, saying routed was routed.
+-- out, when a subscription matched it or not (routed).
 UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = sqlc.narg(routed)::boolean
 WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text;
 

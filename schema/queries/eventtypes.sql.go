@@ -227,7 +227,7 @@ type MonitorEventTypeAlertedParams struct {
 }
 
 // The log line and alert of (provider, event_type), new or changed, went
-// out, saying routed was routed.
+// out, when a subscription matched it or not (routed).
 func (q *Queries) MonitorEventTypeAlerted(ctx context.Context, arg MonitorEventTypeAlertedParams) error {
 	_, err := q.db.Exec(ctx, MonitorEventTypeAlerted, arg.Routed, arg.Provider, arg.EventType)
 	return err
@@ -235,7 +235,9 @@ func (q *Queries) MonitorEventTypeAlerted(ctx context.Context, arg MonitorEventT
 
 const MonitorEventTypes = `-- name: MonitorEventTypes :many
 SELECT provider, event_type, first_seen, events, unrouted_events, routed, (alerted_at IS NULL)::boolean AS is_new,
-       (alerted_at IS NOT NULL AND routed IS NOT NULL AND routed IS DISTINCT FROM alerted_routed)::boolean AS is_changed
+       (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
+       (alerted_at IS NOT NULL AND event_type <> '_other'
+        AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed
 FROM webhook_ingress.event_types
 ORDER BY provider, event_type
 `
@@ -248,12 +250,14 @@ type MonitorEventTypesRow struct {
 	UnroutedEvents int64
 	Routed         *bool
 	IsNew          bool
+	Subscribed     bool
 	IsChanged      bool
 }
 
 // Every type row, for the streamer's metric and new-type alerts (as
 // webhook_streamer). Bounded: at most the cap + 1 rows per source.
-// is_changed: reported before, and routed has moved since (049).
+// subscribed: an enabled subscription matches the type (049, filters
+// aside); is_changed: reported before, and subscribed has moved since.
 func (q *Queries) MonitorEventTypes(ctx context.Context) ([]MonitorEventTypesRow, error) {
 	rows, err := q.db.Query(ctx, MonitorEventTypes)
 	if err != nil {
@@ -271,6 +275,7 @@ func (q *Queries) MonitorEventTypes(ctx context.Context) ([]MonitorEventTypesRow
 			&i.UnroutedEvents,
 			&i.Routed,
 			&i.IsNew,
+			&i.Subscribed,
 			&i.IsChanged,
 		); err != nil {
 			return nil, err
