@@ -109,7 +109,7 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker",
 		// 046: whether a pattern lies in a role's scopes (a boolean, no row).
-		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker"}
+		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker", "type_subscribed webhook_streamer"}
 	if !slices.Equal(definers, want) {
 		t.Errorf("SECURITY DEFINER functions and who may call them: %q; want %q", definers, want)
 	}
