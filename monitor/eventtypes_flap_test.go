@@ -2,10 +2,7 @@ package monitor_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -51,18 +48,7 @@ func TestFilteredTypeDoesNotFlapUnroutedAlerts(t *testing.T) {
 				WHERE provider = 'stripe' AND external_event_id = $1`, id)
 		}
 	}
-	var mu sync.Mutex
-	var unrouted int
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var a map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&a)
-		mu.Lock()
-		if a["status"] == "event_type_unrouted" {
-			unrouted++
-		}
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newAlertHook(t)
 	var logs strings.Builder
 	var logMu sync.Mutex
 	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
@@ -94,9 +80,12 @@ func TestFilteredTypeDoesNotFlapUnroutedAlerts(t *testing.T) {
 	if jobs != 5 {
 		t.Fatalf("precondition: billing has %d jobs, want 5 (the big charges)", jobs)
 	}
-	mu.Lock()
-	n := unrouted
-	mu.Unlock()
+	n := 0
+	for _, a := range hook.take() {
+		if a["status"] == "event_type_unrouted" {
+			n++
+		}
+	}
 	logMu.Lock()
 	again := strings.Count(logs.String(), "event type routed again")
 	logMu.Unlock()

@@ -2,9 +2,6 @@ package monitor_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -26,16 +23,7 @@ func TestTypeThatStopsBeingRoutedIsAlerted(t *testing.T) {
 		exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
 			VALUES ('stripe', 'hmac', $1, $2, '{}', true)`, id, typ)
 	}
-	var mu sync.Mutex
-	var alerts []map[string]any
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var a map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&a)
-		mu.Lock()
-		alerts = append(alerts, a)
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newAlertHook(t)
 	var logs strings.Builder
 	var logMu sync.Mutex
 	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
@@ -50,12 +38,9 @@ func TestTypeThatStopsBeingRoutedIsAlerted(t *testing.T) {
 	if err := w.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(alerts) != 1 || alerts[0]["routed"] != "yes" {
+	if alerts := hook.take(); len(alerts) != 1 || alerts[0]["routed"] != "yes" {
 		t.Fatalf("first alert: %v, want one with routed yes", alerts)
 	}
-	alerts = nil
-	mu.Unlock()
 	logMu.Lock()
 	logs.Reset()
 	logMu.Unlock()
@@ -78,9 +63,7 @@ func TestTypeThatStopsBeingRoutedIsAlerted(t *testing.T) {
 	if row == nil || row.Routed == nil || *row.Routed || row.UnroutedEvents != 2 {
 		t.Fatalf("precondition: charge.succeeded row %+v, want routed=false with 2 unrouted events", row)
 	}
-	mu.Lock()
-	n := len(alerts)
-	mu.Unlock()
+	n := len(hook.take())
 	logMu.Lock()
 	logged := strings.Contains(logs.String(), "charge.succeeded")
 	logMu.Unlock()

@@ -4,10 +4,7 @@ package monitor_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -54,16 +51,7 @@ func TestKnownLimitSenderTypeOtherPreemptsTheOverflowAlert(t *testing.T) {
 		exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
 			VALUES ('github', 'github', $1, $2, '{}', true)`, id, typ)
 	}
-	var mu sync.Mutex
-	var alerts []map[string]any
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var a map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&a)
-		mu.Lock()
-		alerts = append(alerts, a)
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newAlertHook(t)
 	var logs strings.Builder
 	var logMu sync.Mutex
 	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
@@ -77,9 +65,7 @@ func TestKnownLimitSenderTypeOtherPreemptsTheOverflowAlert(t *testing.T) {
 	if err := w.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	alerts = nil
-	mu.Unlock()
+	hook.take()
 	// Later, github really sends more types than the cap (3): push, issues,
 	// pull_request get the named slots, release and deployment overflow.
 	for i, typ := range []string{"push", "issues", "pull_request", "release", "deployment"} {
@@ -88,8 +74,7 @@ func TestKnownLimitSenderTypeOtherPreemptsTheOverflowAlert(t *testing.T) {
 	if err := w.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	alerts := hook.take()
 	overflow := false
 	for _, a := range alerts {
 		overflow = overflow || strings.Contains(fmt.Sprint(a["reason"]), "more than 3 distinct event types")
