@@ -350,7 +350,8 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			msg.Ack()
 			continue
 		}
-		held := false // the reference at hand already has its slot
+		held := false          // the reference at hand already has its slot
+		var extended time.Time // when the waiting references' leases run out, once extended here
 		for i, ref := range mine {
 			switch {
 			case held:
@@ -363,7 +364,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				}
 				msg.Ack()
 			default:
-				if !s.waitForSlot(r, mine[i:]) {
+				if !s.waitForSlot(r, mine[i:], &extended) {
 					s.giveBackUnstarted(r.h.Name, mine[i:])
 					return
 				}
@@ -390,11 +391,19 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 // expired, the reaper counted attempts that never ran (a consumer of the
 // handler was alive), and jobs were dead-lettered without their handler
 // ever being called (review helper-85).
-func (s *Service) waitForSlot(r *runner, waiting []bus.Ref) bool {
-	expires := time.Now().Add(s.cfg.LeaseExtend)
-	for _, ref := range waiting {
-		if !ref.LeaseExpiresAt.IsZero() && ref.LeaseExpiresAt.Before(expires) {
-			expires = ref.LeaseExpiresAt
+//
+// extended is when their leases run out as this message's waits last
+// extended them (zero before the first): the next reference's wait starts
+// from it rather than from the leases the references carry, so one
+// extension serves every wait of the message until it is due again.
+func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time) bool {
+	expires := *extended
+	if expires.IsZero() {
+		expires = time.Now().Add(s.cfg.LeaseExtend)
+		for _, ref := range waiting {
+			if !ref.LeaseExpiresAt.IsZero() && ref.LeaseExpiresAt.Before(expires) {
+				expires = ref.LeaseExpiresAt
+			}
 		}
 	}
 	for {
@@ -409,6 +418,7 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref) bool {
 		case <-t.C:
 			s.extendWaiting(r.h.Name, waiting)
 			expires = time.Now().Add(s.cfg.LeaseExtend)
+			*extended = expires
 		}
 	}
 }
