@@ -11,6 +11,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Derive says how one source's derived columns are made from stored bytes:
@@ -65,21 +66,17 @@ func FillStored(ctx context.Context, conn *pgx.Conn, cfg StoredConfig) (StoredSt
 	if err == pgx.ErrNoRows || cfg.Restart || (err == nil && st.LastID >= st.UntilID) {
 		st.LastID = 0
 		// The newest id, and the transactions inserting events at that
-		// moment (the audit sealer's probe): one of them may hold a
+		// moment (the audit sealer's probe, AuditSealProbe): one of them may hold a
 		// smaller id it has not committed (a group-commit batch of an
 		// ingress still running the version before 012). The walk starts
 		// once they have ended, or it passes over their rows for good
 		// (review helper-84).
-		var writers []string
-		if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT max(id) FROM webhook_ingress.events), 0)::bigint,
-			array(SELECT DISTINCT l.virtualtransaction FROM pg_catalog.pg_locks l
-			      WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock'
-			        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-			        AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('webhook_ingress.events'::regclass))
-			        AND l.pid IS DISTINCT FROM pg_backend_pid())::text[]`).Scan(&st.UntilID, &writers); err != nil {
+		probe, err := queries.New(conn).AuditSealProbe(ctx)
+		if err != nil {
 			return st, fmt.Errorf("read newest event id: %w", err)
 		}
-		if err := awaitWriters(ctx, conn, writers); err != nil {
+		st.UntilID = probe.MaxID
+		if err := awaitWriters(ctx, conn, probe.Writers); err != nil {
 			return st, err
 		}
 	} else if err != nil {
