@@ -196,7 +196,7 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if a.isDashboard(r) {
 			next.ServeHTTP(w, r)
-		} else if !bearerPresented(r) {
+		} else if !BearerPresented(r) {
 			// No token guesses nothing: not an attempt (a browser's
 			// favicon request or a probe behind the same proxy would
 			// otherwise lock the operator out).
@@ -504,13 +504,11 @@ func respond(a *API, w http.ResponseWriter, r *http.Request, f func(ctx context.
 	writeJSON(w, http.StatusOK, v)
 }
 
-// bearerPresented reports whether r presents a bearer token (an
+// BearerPresented reports whether r presents a bearer token (an
 // Authorization header of scheme Bearer, any case): only that is an attempt
-// at the admin token, counted by the AuthLimiter.
-func bearerPresented(r *http.Request) bool {
+// at the admin token, counted by the AuthLimiter (here and in the
+// dashboard).
+func BearerPresented(r *http.Request) bool {
 	scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	return strings.EqualFold(scheme, "Bearer")
 }
-
-// BearerPresented is bearerPresented, for the dashboard.
-func BearerPresented(r *http.Request) bool { return bearerPresented(r) }
