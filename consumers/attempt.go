@@ -40,7 +40,7 @@ const (
 // handlerDone is called once the handler has returned (or was never called):
 // the handler's concurrency slot is free while the outcome waits for its
 // batch to be written.
-func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool, handlerDone func()) {
+func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messageRead, idx int, handlerDone func()) {
 	ctx, span := s.tracer.Start(withTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
@@ -56,7 +56,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, more bool,
 		slog.Int("attempt", ref.Attempt),
 	}
 
-	ev, l, err := s.take(ctx, ref, more)
+	ev, l, err := s.take(ctx, ref, rd, idx)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Stale (a newer attempt exists), already taken by another consumer
@@ -220,27 +220,24 @@ type lease struct {
 }
 
 // take reads this attempt's event, writing nothing: batched with the other
-// attempts starting now when batching is on, else in a statement of its own.
+// references of its message starting with it when batching is on (rd), else
+// in a statement of its own.
 // It returns a nil event when the job's event no longer exists, and an error
 // wrapping pgx.ErrNoRows when the reference's lease is not current (stale,
 // finished or misrouted). A lease that would run out before its first
 // extension (the reference waited in the bus) is extended first.
-func (s *Service) take(ctx context.Context, ref bus.Ref, more bool) (*Event, lease, error) {
+func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx int) (*Event, lease, error) {
 	var t taken
 	var err error
-	if s.takes != nil {
-		if more {
-			t, err = s.takes.DoExpecting(ctx, ref)
-		} else {
-			t, err = s.takes.Do(ctx, ref)
-		}
+	if s.takes != nil && rd != nil {
+		t, err = rd.get(ctx, idx)
 		if err != nil {
 			// Nothing was written: read this attempt alone.
 			s.logger.LogAttrs(ctx, slog.LevelDebug, "batched read failed; reading the attempt alone",
 				slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
 		}
 	}
-	if s.takes == nil || err != nil {
+	if s.takes == nil || rd == nil || err != nil {
 		var got map[int64]taken
 		got, err = s.fetch(ctx, []bus.Ref{ref})
 		t = got[ref.JobID]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -127,39 +128,69 @@ func (s *Service) completeJobsOn(ctx context.Context, q querier, cs []completion
 	return done, nil
 }
 
-// takes reads attempts in batches: one FetchJobs statement for every attempt
-// that started while the last batch was being read. A batch holds only
-// attempts that have a concurrency slot, so it holds no more bodies than
-// reading them one by one would.
-type takes = groupcommit.Group[bus.Ref, taken]
+// takes reads attempts in batches. A request is the references of one bus
+// message that start together (each holding a concurrency slot, so a batch
+// holds no more bodies than reading them one by one would), and one
+// FetchJobs statement reads every request queued while the last read ran.
+// Nothing waits for company: a message's references arrive as one request,
+// so a lone message is read at once.
+type takes = groupcommit.Group[[]bus.Ref, readAnswer]
 
-func (s *Service) newTakes() *takes {
-	return groupcommit.New(groupcommit.Config{MaxBatch: s.cfg.TakeBatch, Committers: 1}, nil, s.takeBatch)
+// readAnswer is one request's share of a batched read: got[i] and errs[i]
+// answer its i-th reference.
+type readAnswer struct {
+	got  []taken
+	errs []error
 }
 
-// takeBatch answers each attempt with what was read (not found: its lease is
-// not current), or every attempt with the statement's error.
-func (s *Service) takeBatch(batch []*groupcommit.Request[bus.Ref, taken]) {
+func (s *Service) newTakes() *takes {
+	return groupcommit.New(groupcommit.Config{MaxBatch: s.cfg.TakeBatch, MaxBytes: int64(s.cfg.TakeBatch), MaxWait: -1, Committers: 2},
+		func(refs []bus.Ref) int64 { return int64(len(refs)) }, s.takeBatch)
+}
+
+// takeBatch answers each request with what was read for its references
+// (not found: the lease is not current), or with the statement's error.
+func (s *Service) takeBatch(batch []*groupcommit.Request[[]bus.Ref, readAnswer]) {
 	live := batch[:0]
+	var refs []bus.Ref
 	for _, r := range batch {
 		if err := r.Ctx.Err(); err != nil {
-			r.Answer(taken{}, err)
+			r.Answer(readAnswer{}, err)
 			continue
 		}
 		live = append(live, r)
+		refs = append(refs, r.Value...)
 	}
 	if len(live) == 0 {
 		return
 	}
-	refs := make([]bus.Ref, len(live))
-	for i, r := range live {
-		refs[i] = r.Value
-	}
 	// The readers' contexts all end with the service's work context.
 	got, errs := s.readRefs(s.workCtx, refs)
-	for i, r := range live {
-		r.Answer(got[i], errs[i])
+	for _, r := range live {
+		n := len(r.Value)
+		r.Answer(readAnswer{got: got[:n:n], errs: errs[:n:n]}, nil)
+		got, errs = got[n:], errs[n:]
 	}
+}
+
+// messageRead is the read the attempts of one message's references that
+// start together share: the first of them to need it reads them all (one
+// request to takes), the others wait for its answer.
+type messageRead struct {
+	s    *Service
+	refs []bus.Ref
+	once sync.Once
+	ans  readAnswer
+	err  error
+}
+
+// get returns the read of m.refs[i].
+func (m *messageRead) get(ctx context.Context, i int) (taken, error) {
+	m.once.Do(func() { m.ans, m.err = m.s.takes.Do(ctx, m.refs) })
+	if m.err != nil {
+		return taken{}, m.err
+	}
+	return m.ans.got[i], m.ans.errs[i]
 }
 
 // readRefs reads refs' attempts: got[i] is refs[i]'s, or errs[i] why it

@@ -78,3 +78,55 @@ func TestTakesAndOutcomesShareStatements(t *testing.T) {
 		})
 	}
 }
+
+// TestAMessagesReferencesAreReadTogether: the references of one bus message
+// (one claim of ten jobs) that find a free slot start together and are read
+// with one statement, which waits for nothing else; with fewer slots than
+// references, each group that starts together shares a statement.
+func TestAMessagesReferencesAreReadTogether(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		concurrency int
+		atMost      int
+	}{
+		{"a slot for each", 10, 1},
+		{"fewer slots", 3, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 10
+			b := setup(t)
+			release := make(chan struct{})
+			var calls atomic.Int32
+			cfg := b.config(consumers.Handler{Name: "h", Concurrency: tc.concurrency, Func: func(ctx context.Context, _ *consumers.Event) error {
+				calls.Add(1)
+				select {
+				case <-release:
+				case <-time.After(wait):
+				}
+				return nil
+			}})
+			svc := b.start(t, cfg)
+			var jobs []int64
+			for range n {
+				jobs = append(jobs, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
+			}
+			b.StartStreamer(t, consumertest.StreamerOptions{})
+			deadline := time.Now().Add(wait)
+			for calls.Load() < int32(tc.concurrency) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got := svc.Stats().ReadStatements; got != 1 {
+				t.Fatalf("the %d references that started together were read by %d statements, want 1", tc.concurrency, got)
+			}
+			close(release)
+			for _, id := range jobs {
+				b.WaitJobStatus(t, id, "completed", wait)
+			}
+			if got := svc.Stats().ReadStatements; got < 1 || got > int64(tc.atMost) {
+				t.Fatalf("%d references read by %d statements, want 1..%d", n, got, tc.atMost)
+			}
+		})
+	}
+}

@@ -48,9 +48,11 @@ type Config struct {
 	// share the next one (a lone one is written at once). Defaults to 128; a
 	// negative value records each attempt in its own transaction.
 	CompleteBatch int
-	// TakeBatch is the most attempts taken (leases claimed for this consumer
-	// and events fetched) by one statement, the same way. Defaults to 64; a
-	// negative value takes each attempt with its own statement.
+	// TakeBatch is the most attempts one read statement takes: the
+	// references of a bus message that start together are read together, at
+	// once, with those of the messages that queued while the last read ran
+	// (two reads run at a time). Defaults to 64; a negative value reads each
+	// attempt with its own statement.
 	TakeBatch int
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger

@@ -350,12 +350,9 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			msg.Ack()
 			continue
 		}
-		held := false          // the reference at hand already has its slot
 		var extended time.Time // when the waiting references' leases run out, once extended here
-		for i, ref := range mine {
-			switch {
-			case held:
-			case i == 0:
+		for i := 0; i < len(mine); {
+			if i == 0 {
 				select {
 				case r.slots <- struct{}{}:
 				case <-ctx.Done():
@@ -363,23 +360,27 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					return
 				}
 				msg.Ack()
-			default:
-				if !s.waitForSlot(r, mine[i:], &extended) {
-					s.giveBackUnstarted(r.h.Name, mine[i:])
-					return
-				}
+			} else if !s.waitForSlot(r, mine[i:], &extended) {
+				s.giveBackUnstarted(r.h.Name, mine[i:])
+				return
 			}
-			// The next reference's slot, if one is free now: then its read
-			// starts right after this one's, and this one's waits for it.
-			held = false
-			if i+1 < len(mine) {
+			// The next references whose slots are free now start together
+			// with this one and share its read.
+			j := i + 1
+		slots:
+			for j < len(mine) {
 				select {
 				case r.slots <- struct{}{}:
-					held = true
+					j++
 				default:
+					break slots
 				}
 			}
-			s.start(ctx, r, ref, msg, held)
+			rd := &messageRead{s: s, refs: mine[i:j:j]}
+			for k, ref := range mine[i:j] {
+				s.start(ctx, r, ref, msg, rd, k)
+			}
+			i = j
 		}
 	}
 }
@@ -446,12 +447,11 @@ func (s *Service) extendWaiting(handler string, waiting []bus.Ref) {
 }
 
 // start runs the attempt of ref, which holds one of r's slots, on its own
-// goroutine, unless this attempt already runs in this process. more: the
-// next reference of its message has a slot and starts right after, so its
-// read waits briefly for that one's (one FetchJobs for a message instead of
-// one for its first reference and one for the rest; a handler at its
-// concurrency limit does not wait for company that cannot come).
-func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message, more bool) {
+// goroutine, unless this attempt already runs in this process. ref is
+// rd.refs[idx]: the references of its message that start with it share one
+// read (one FetchJobs for them all, read as soon as the first of them asks,
+// without waiting for company that may not come).
+func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *message.Message, rd *messageRead, idx int) {
 	traceParent := sampledTraceParent(ref.TraceParent)
 	if ref.TraceParent == "" {
 		traceParent = messageTraceParent(msg)
@@ -472,7 +472,7 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 			s.inFlight.Add(-1)
 			free()
 		}()
-		s.attempt(r.h, ref, traceParent, more, free)
+		s.attempt(r.h, ref, traceParent, rd, idx, free)
 	})
 }
 

@@ -4,8 +4,7 @@
 // one commit function, and answer every caller with its own result.
 //
 // A lone request never waits: it is committed at once, so group commit costs
-// an idle system nothing and a busy one fewer commits (unless its caller
-// says more are on their way: DoExpecting).
+// an idle system nothing and a busy one fewer commits.
 package groupcommit
 
 import (
@@ -57,10 +56,7 @@ type Request[T, R any] struct {
 	Ctx   context.Context
 	Value T
 	size  int64
-	// expect: the caller knows more requests are on their way (DoExpecting),
-	// so even alone it waits up to MaxWait for them.
-	expect bool
-	done   chan answer[R]
+	done  chan answer[R]
 }
 
 type answer[R any] struct {
@@ -99,20 +95,8 @@ func New[T, R any](cfg Config, size func(T) int64, commit func([]*Request[T, R])
 // returns ctx.Err(); the batch may still commit v (the caller must treat it
 // as unknown).
 func (g *Group[T, R]) Do(ctx context.Context, v T) (R, error) {
-	return g.do(ctx, v, false)
-}
-
-// DoExpecting is Do for a caller that knows more requests are about to
-// follow (the other items of one message, say): where a lone request is
-// committed at once, this one waits up to MaxWait for them, so they share
-// its batch instead of trailing it in the next.
-func (g *Group[T, R]) DoExpecting(ctx context.Context, v T) (R, error) {
-	return g.do(ctx, v, true)
-}
-
-func (g *Group[T, R]) do(ctx context.Context, v T, expect bool) (R, error) {
 	var zero R
-	r := &Request[T, R]{Ctx: ctx, Value: v, expect: expect, done: make(chan answer[R], 1)}
+	r := &Request[T, R]{Ctx: ctx, Value: v, done: make(chan answer[R], 1)}
 	if g.size != nil {
 		r.size = g.size(v)
 	}
@@ -225,9 +209,8 @@ func (g *Group[T, R]) fill(batch []*Request[T, R]) ([]*Request[T, R], *Request[T
 		default:
 		}
 		// Alone (nothing else was waiting): commit at once, so a lone request
-		// pays no wait, unless it said more are coming. Company: wait a
-		// little for more of it.
-		if timeout == nil || (len(batch) == 1 && !batch[0].expect) {
+		// pays no wait. Company: wait a little for more of it.
+		if timeout == nil || len(batch) == 1 {
 			return batch, nil
 		}
 		select {

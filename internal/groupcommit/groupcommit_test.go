@@ -124,31 +124,6 @@ func TestALoneRequestDoesNotWaitForCompany(t *testing.T) {
 	}
 }
 
-// A request that says more are coming waits for them even alone, and they
-// share its batch; the wait ends when the batch is full, not at MaxWait.
-func TestARequestExpectingCompanyWaitsForIt(t *testing.T) {
-	rec := &recorder{}
-	g := groupcommit.New(groupcommit.Config{MaxBatch: 2, MaxWait: time.Hour, Committers: 1}, rec.size, rec.commit)
-	defer g.Close()
-	first := make(chan error, 1)
-	go func() {
-		_, err := g.DoExpecting(context.Background(), 1)
-		first <- err
-	}()
-	rec.waitFor(t, 0, 1) // the first is at the queue, alone
-	if _, err := g.Do(context.Background(), 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.batches) != 1 || len(rec.batches[0]) != 2 {
-		t.Fatalf("batches %v, want the two together", rec.batches)
-	}
-}
-
 func TestMaxBytesClosesABatchAndAnOversizedRequestGoesAlone(t *testing.T) {
 	rec := &recorder{hold: make(chan struct{})}
 	g := groupcommit.New(groupcommit.Config{MaxBatch: 100, MaxBytes: 100, Committers: 1, MaxWait: -1}, rec.size, rec.commit)
