@@ -184,13 +184,16 @@ type messageRead struct {
 	err  error
 }
 
-// get returns the read of m.refs[i].
+// get returns the read of m.refs[i], once: m lets go of it, so an event
+// is not kept in memory by the attempts of its group still running.
 func (m *messageRead) get(ctx context.Context, i int) (taken, error) {
 	m.once.Do(func() { m.ans, m.err = m.s.takes.Do(ctx, m.refs) })
 	if m.err != nil {
 		return taken{}, m.err
 	}
-	return m.ans.got[i], m.ans.errs[i]
+	t, err := m.ans.got[i], m.ans.errs[i]
+	m.ans.got[i] = taken{}
+	return t, err
 }
 
 // readRefs reads refs' attempts: got[i] is refs[i]'s, or errs[i] why it

@@ -365,10 +365,10 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				return
 			}
 			// The next references whose slots are free now start together
-			// with this one and share its read.
+			// with this one and share its read, up to TakeBatch of them.
 			j := i + 1
 		slots:
-			for j < len(mine) {
+			for j < len(mine) && (s.cfg.TakeBatch <= 0 || j-i < s.cfg.TakeBatch) {
 				select {
 				case r.slots <- struct{}{}:
 					j++

@@ -79,7 +79,7 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 	complete := func(b *testBundle, r bus.Ref) bool {
 		t.Helper()
 		ids, err := queries.New(b.admin).CompleteJobs(ctx, queries.CompleteJobsParams{Column1: []int64{r.JobID},
-			Column2: []int32{int32(r.Attempt)}, Column3: []time.Time{r.EventReceivedAt}, Column4: []time.Time{r.LeasedAt}, Column5: "consumer-test"}) //nolint:gosec // G115: one attempt
+			Column2: []int32{int32(r.Attempt)}, Column3: []time.Time{r.EventReceivedAt}, Column4: []time.Time{r.LeasedAt}, Column5: "consumer-test"})
 		if err != nil {
 			t.Fatal(err)
 		}
