@@ -283,7 +283,7 @@ func handlerNames(n int) []string {
 
 func inletSettings(o inletOptions) map[string]string {
 	return map[string]string{
-		"ingress":   "in process, group commit (GroupConfig defaults), NOTIFY hinter (100ms debounce)",
+		"ingress":   "in process, group commit (GroupConfig defaults), NOTIFY hinter (2ms debounce)",
 		"streamer":  "streamer.Config defaults, LISTEN wake, PollInterval 1s",
 		"consumers": fmt.Sprintf("one consumers.Service over bus.NewGoChannel, %d handler(s), Concurrency %d each", len(o.handlers), o.concurrency),
 		"pools":     fmt.Sprintf("%d connections each: ingress, streamer, worker", o.conns),

@@ -87,11 +87,12 @@ type Config struct {
 	// FollowUp: after a claim round that leased jobs, claim again this much
 	// later, and keep doing so until FollowUpFor has passed since the last
 	// round that leased any, so a steady stream is picked up between
-	// wake-ups (a NOTIFY is debounced to one per ~100ms). Defaults to 10ms;
+	// wake-ups (a writer's NOTIFYs are debounced to one per 2ms; a hand-written
+	// INSERT sends none). Defaults to 10ms;
 	// negative turns it off.
 	FollowUp time.Duration
 	// FollowUpFor is how long follow-ups go on finding nothing before they
-	// stop. Defaults to 100ms, the NOTIFY debounce.
+	// stop. Defaults to 100ms.
 	FollowUpFor time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -321,7 +322,7 @@ func (s *Streamer) pollLoop(ctx context.Context) {
 // claimLoop runs round on every wake-up from wake, until round reports
 // that nothing more is due (a backlog drains at full speed), backing off
 // after an error. While jobs are arriving it calls wakeUp FollowUp later,
-// instead of waiting for the next NOTIFY (debounced to one per ~100ms) or
+// instead of waiting for the next NOTIFY (debounced to one per 2ms) or
 // poll, until FollowUpFor has passed without a round leasing any. after
 // (when not nil) runs after each wake-up's rounds. The claim loop and the
 // loops that claim handlers apart (apart.go) are each one.

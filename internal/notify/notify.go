@@ -19,6 +19,12 @@ import (
 // Channel is the NOTIFY channel streamers LISTEN on.
 const Channel = "webhook_ingress_jobs"
 
+// DefaultInterval is a Hinter's default debounce: a steady stream of commits
+// wakes the streamers within 2 ms (100 ms left a stream to the streamers'
+// follow-up claims, 10 ms apart: e2e p99 at 1,000 webhooks/s 10.8 against
+// 6.6 ms), at no more than 500 NOTIFYs a second, each outside the commits.
+const DefaultInterval = 2 * time.Millisecond
+
 // Hinter sends debounced NOTIFYs: the first Hint after a quiet spell is sent
 // at once, later ones within Interval are folded into one sent when it ends.
 type Hinter struct {
@@ -33,10 +39,10 @@ type Hinter struct {
 }
 
 // NewHinter returns a started Hinter; Stop it when done. interval defaults to
-// 100ms.
+// 2ms (DefaultInterval).
 func NewHinter(pool *pgxpool.Pool, interval time.Duration, logger *slog.Logger) *Hinter {
 	if interval <= 0 {
-		interval = 100 * time.Millisecond
+		interval = DefaultInterval
 	}
 	if logger == nil {
 		logger = slog.Default()
