@@ -52,13 +52,15 @@ func TestEveryExportedMetricIsDocumented(t *testing.T) {
 	if out, errOut, code := runInlet(t, env, "send", "stripe", "--url", "http://"+addr); code != 0 {
 		t.Fatalf("inlet send stripe: exit %d\n%s%s", code, out, errOut)
 	}
-	// The job done, and the silence detector's first check (10 s in inlet dev)
-	// past, so every series inlet dev exports is on the page.
+	// The job done, the silence detector's first check (10 s in inlet dev)
+	// and the event-type fold past, so every series inlet dev exports is on
+	// the page (the job may be done before the fold ran).
 	var page string
-	testwait.Eventually(t, 60*time.Second, "/metrics with the job completed and the source gauges", func() (bool, string) {
+	testwait.Eventually(t, 60*time.Second, "/metrics with the job completed, the source gauges and the event types", func() (bool, string) {
 		page = httpGet(t, "http://"+metricsAddr+"/metrics")
 		return strings.Contains(page, `inlet_consumer_attempts_total{handler="log",outcome="completed"} 1`) &&
-			strings.Contains(page, `inlet_source_silent{source="stripe"}`), page
+			strings.Contains(page, `inlet_source_silent{source="stripe"}`) &&
+			strings.Contains(page, `inlet_events_types_seen_total{`), page
 	})
 
 	// exported: metric family → its label names (histogram suffixes folded).
