@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -243,6 +245,8 @@ func (a *API) context(r *http.Request) (context.Context, context.CancelFunc) {
 func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 	var f EventFilter
 	p := params{q: r.URL.Query(), now: a.cfg.Now()}
+	p.only("source", "provider", "type", "event_type", "external_id", "external_event_id", "since", "until",
+		"occurred_after", "occurred_before", "where", "before", "limit")
 	f.Provider = p.str("source", "provider")
 	f.EventType = p.str("type", "event_type")
 	f.ExternalEventID = p.str("external_id", "external_event_id")
@@ -310,6 +314,7 @@ func (a *API) verifyEvents(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	p := params{q: r.URL.Query(), now: a.cfg.Now()}
+	p.only("handler", "source", "provider", "error_class", "since", "until", "before", "limit")
 	f := DeadLetterFilter{
 		Handler:    p.str("handler"),
 		Provider:   p.str("source", "provider"),
@@ -457,6 +462,22 @@ type params struct {
 	q   url.Values
 	now time.Time
 	err error
+}
+
+// only refuses a query parameter not among known (a misspelt filter, say
+// `sorce`, would otherwise list everything as if it were not there), and
+// one given twice (only one value would count).
+func (p *params) only(known ...string) {
+	for _, k := range slices.Sorted(maps.Keys(p.q)) {
+		switch {
+		case p.err != nil:
+			return
+		case !slices.Contains(known, k):
+			p.err = invalid("unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
+		case len(p.q[k]) > 1:
+			p.err = invalid("query parameter %q given %d times; give it once", k, len(p.q[k]))
+		}
+	}
 }
 
 // str is the first of names that is set.

@@ -194,6 +194,9 @@ func TestAdminAPIErrors(t *testing.T) {
 		{"GET", "/api/events?before=x", "", 400},
 		{"GET", "/api/dlq/999999", "", 404},
 		{"GET", "/api/dlq?until=soon", "", 400},
+		{"GET", "/api/events?sorce=stripe", "", 400},                // a misspelt filter is not ignored
+		{"GET", "/api/events?source=stripe&source=github", "", 400}, // nor is a repeated one
+		{"GET", "/api/dlq?handlr=billing", "", 400},
 		{"POST", "/api/replay", `{}`, 400},
 		{"POST", "/api/replay", `{"handler":"billing"}`, 400},
 		{"POST", "/api/replay", `{"job_id":1,"surprise":true}`, 400},
