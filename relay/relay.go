@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +97,11 @@ func New(cfg Config) (*Server, error) {
 	// (Meta, X, Dropbox, Okta): answered here, as ingress would, since it
 	// stores nothing and the relay holds the same secrets.
 	mux.HandleFunc("GET /webhooks/{source}", s.handleWebhook)
+	// Every other answer under /webhooks/ is JSON too, as ingress's, not
+	// net/http's plain text: another method on a source (405, 404 for an
+	// unknown one), any other path (404 unknown_source: no {source}).
+	mux.HandleFunc("/webhooks/{source}", s.handleWebhook)
+	mux.HandleFunc("/webhooks/", s.handleWebhook)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -103,7 +110,20 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler is the HTTP handler (for tests and for embedding).
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+// serve serves s.mux, except for a path under /webhooks/ that is not in its
+// clean form (/webhooks//stripe): ServeMux would answer it with a bare
+// redirect, which providers count as a failed delivery; it is 404
+// unknown_source, as at ingress.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; strings.HasPrefix(p, "/webhooks/") && path.Clean(p) != p {
+		r.SetPathValue("source", "")
+		s.handleWebhook(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // readTimeout bounds reading one request from a provider.
 const readTimeout = 10 * time.Second
@@ -118,7 +138,7 @@ func (s *Server) Start(ctx context.Context) error {
 	hs, err := httpserve.Start(ctx, httpserve.Config{
 		Name:              "relay",
 		Addr:              s.cfg.Listen,
-		Handler:           s.mux,
+		Handler:           http.HandlerFunc(s.serve),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       readTimeout,
 		// Reading, then forwarding within Timeout, then answering.
@@ -199,8 +219,15 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusNotFound, "unknown_source")
 		return
 	}
-	if r.Method != http.MethodPost && !verify.AnswersGET(src.verifier) {
-		w.Header().Set("Allow", http.MethodPost)
+	// POST; GET (and HEAD, which the GET route takes) only for a source
+	// with a GET handshake.
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	if r.Method != http.MethodPost && !(get && verify.AnswersGET(src.verifier)) {
+		allow := http.MethodPost
+		if verify.AnswersGET(src.verifier) {
+			allow += ", " + http.MethodGet
+		}
+		w.Header().Set("Allow", allow)
 		reject(http.StatusMethodNotAllowed, "method_not_allowed")
 		return
 	}

@@ -405,6 +405,13 @@ func TestRelayRejectsWithoutForwarding(t *testing.T) {
 	big := stripeRequest(t, b.relayURL, bytes.Repeat([]byte("a"), 8<<10), now)
 	unknown, _ := http.NewRequest(http.MethodPost, b.relayURL+"/webhooks/nope", strings.NewReader("{}"))
 	noID := stripeRequest(t, b.relayURL, []byte(`{"type":"x"}`), now)
+	// Other methods and paths get the relay's JSON answers, as at ingress
+	// (they were net/http's plain text and a bare 307).
+	put, _ := http.NewRequest(http.MethodPut, b.relayURL+"/webhooks/stripe", strings.NewReader("{}"))
+	get, _ := http.NewRequest(http.MethodGet, b.relayURL+"/webhooks/stripe", nil)
+	deeper, _ := http.NewRequest(http.MethodPost, b.relayURL+"/webhooks/stripe/extra", strings.NewReader("{}"))
+	bare, _ := http.NewRequest(http.MethodPost, b.relayURL+"/webhooks/", strings.NewReader("{}"))
+	unclean, _ := http.NewRequest(http.MethodPost, b.relayURL+"/webhooks//stripe", strings.NewReader("{}"))
 	for _, c := range []struct {
 		req    *http.Request
 		code   int
@@ -415,10 +422,15 @@ func TestRelayRejectsWithoutForwarding(t *testing.T) {
 		{big, 413, "body_too_large"},
 		{unknown, 404, "unknown_source"},
 		{noID, 400, "malformed_payload"},
+		{put, 405, "method_not_allowed"},
+		{get, 405, "method_not_allowed"},
+		{deeper, 404, "unknown_source"},
+		{bare, 404, "unknown_source"},
+		{unclean, 404, "unknown_source"},
 	} {
 		code, answer, _ := do(t, c.req)
 		if code != c.code || !strings.Contains(answer, `"reason":"`+c.reason+`"`) {
-			t.Errorf("%s: %d %s, want %d %s", c.req.URL.Path, code, answer, c.code, c.reason)
+			t.Errorf("%s %s: %d %s, want %d %s", c.req.Method, c.req.URL.Path, code, answer, c.code, c.reason)
 		}
 	}
 	if n := b.forwarded.Load(); n != 0 {
