@@ -83,8 +83,17 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	if err != nil {
 		return EventPage{}, err
 	}
+	if !f.OccurredAfter.IsZero() && !f.OccurredBefore.IsZero() && !f.OccurredAfter.Before(f.OccurredBefore) {
+		return EventPage{}, invalid("occurred_after (%s) must be before occurred_before (%s)",
+			f.OccurredAfter.Format(time.RFC3339), f.OccurredBefore.Format(time.RFC3339))
+	}
 	page := EventPage{Events: []EventSummary{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
+		if f.Where != "" {
+			if err := checkPredicate(ctx, tx, f.Where); err != nil {
+				return err
+			}
+		}
 		arg := queries.AdminListEventsParams{
 			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
 			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit) + 1, // one more: is there a next page?
@@ -272,6 +281,25 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 			j.Attempts = append(j.Attempts, Attempt{ID: r.ID, Run: runs[r.JobID], Attempt: int(r.Attempt), WorkerID: r.WorkerID, StartedAt: r.StartedAt,
 				FinishedAt: r.FinishedAt, Outcome: r.Outcome, ErrorClass: r.ErrorClass, Error: r.Error, DurationMS: r.DurationMs})
 		}
+	}
+	return nil
+}
+
+// checkPredicate refuses a --where path that is not a predicate: @@ answers
+// NULL for one (`$.type`, `$.data.object ? (@.customer == "x")`), so it
+// would match nothing without a word. A predicate answers true or false
+// over an empty document; any other path answers nothing there, which
+// jsonb_path_match refuses.
+func checkPredicate(ctx context.Context, tx pgx.Tx, path string) error {
+	var ok *bool
+	err := tx.QueryRow(ctx, `SELECT pg_catalog.jsonb_path_match('{}'::jsonb, $1::jsonpath)`, path).Scan(&ok)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22038" { // singleton_sql_json_item_required
+		return invalid("where: %q is not a predicate (it selects values; @@ would match nothing): compare it, "+
+			`as '$.data.object.customer == "cus_123"', or test it with exists(…), as 'exists($.data.object ? (@.customer == "cus_123"))'`, path)
+	}
+	if err != nil {
+		return badPath(err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/controlplane"
+	"github.com/inlet-dev/inlet/filter"
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/internal/config"
@@ -119,6 +120,16 @@ func (c Config) Validate() error {
 	for _, s := range []interface{ Validate() error }{c.Ingress, sourcesSection(c.Sources), c.Streamer, c.Audit, c.Consumer,
 		c.Bus, c.Tracing, c.Silence, c.Reconcile, c.Retention, c.Admin, c.Relay, c.Reporter, c.ControlPlane} {
 		errs = append(errs, s.Validate())
+	}
+	// A handler's filter compiles here too, not only when its consumer
+	// starts: `inlet config check` answers for the file as the services do.
+	for i, h := range c.Consumer.Handlers {
+		if h.Filter == "" {
+			continue
+		}
+		if err := filter.Check(h.Filter); err != nil {
+			errs = append(errs, fmt.Errorf("consumer.handlers[%d].filter: %w", i, err))
+		}
 	}
 	if c.Reconcile.Enabled {
 		// The scheduled reconcile stores under a source's name what the

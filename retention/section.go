@@ -86,6 +86,10 @@ func (s Section) Options() (Options, error) {
 	return o, nil
 }
 
+// maxAge is the longest age ParseAge takes: 106,751 days, the most whole
+// days a time.Duration holds.
+const maxAge = time.Duration(106751) * 24 * time.Hour
+
 // ParseAge reads an age: a whole number of days (90d) or weeks (13w), or a Go
 // duration (2160h).
 func ParseAge(s string) (time.Duration, error) {
@@ -95,6 +99,11 @@ func ParseAge(s string) (time.Duration, error) {
 			v, err := strconv.Atoi(n)
 			if err != nil || v < 0 {
 				return 0, fmt.Errorf("age %q: want a whole number before %q (90d, 13w) or a duration (2160h)", s, suffix)
+			}
+			// time.Duration holds about 292 years: more would wrap around
+			// (213505d became a day, and retention dropped recent history).
+			if int64(v) > int64(maxAge/unit) {
+				return 0, fmt.Errorf("age %q: at most %dd (about 290 years); leave max_age unset to keep everything", s, int64(maxAge/(24*time.Hour)))
 			}
 			return time.Duration(v) * unit, nil
 		}

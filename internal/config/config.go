@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -118,9 +120,21 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 	var zero T
 	ps := &Problems{}
 	var root yaml.Node
-	if err := yaml.Unmarshal(b, &root); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		line, msg := splitLine(err.Error())
 		ps.add(line, "", msg)
+		return zero, ps
+	}
+	// One document only: a second (after `---`) would be dropped without a
+	// word, its sources and settings with it.
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		line := more.Line
+		if err != nil {
+			line, _ = splitLine(err.Error())
+		}
+		ps.add(line, "", "a second YAML document (after ---): put everything in one document")
 		return zero, ps
 	}
 	if len(root.Content) == 0 { // an empty file: every default
