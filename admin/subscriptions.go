@@ -19,6 +19,9 @@ type Subscription struct {
 	Enabled          bool      `json:"enabled"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	OpenJobs         int64     `json:"open_jobs"` // pending, leased or failed jobs of the handler
+	// Filter is the subscription's content filter (a CEL expression an
+	// event must also pass); empty when it has none.
+	Filter string `json:"filter,omitempty"`
 	// Limits are the handler's rate limit, in-flight limit and circuit
 	// breaker (webhook_ingress.handler_limits); nil when it has none.
 	Limits *Limits `json:"limits,omitempty"`
@@ -81,6 +84,9 @@ func ListSubscriptions(ctx context.Context, db DB, handler string) ([]Subscripti
 	for i, r := range rows {
 		subs[i] = Subscription{Handler: r.Handler, ProviderPattern: r.ProviderPattern, EventTypePattern: r.EventTypePattern,
 			MaxAttempts: int(r.MaxAttempts), Enabled: r.Enabled, UpdatedAt: r.UpdatedAt, OpenJobs: r.OpenJobs, Limits: limits[r.Handler]}
+		if r.Filter != nil {
+			subs[i].Filter = *r.Filter
+		}
 	}
 	return subs, nil
 }

@@ -11,8 +11,9 @@
 //	                   names, repeated values joined with ", "
 //	event.occurred_at  timestamp, or null when the provider gives none
 //	payload            the body parsed as JSON (maps, lists, numbers as
-//	                   doubles, strings, booleans), or null when the body
-//	                   is not JSON or is over MaxPayload bytes
+//	                   doubles, ±Inf beyond a double's range, strings,
+//	                   booleans), or null when the body is not JSON or is
+//	                   over MaxPayload bytes
 //
 // and must be a bool, for example
 //
@@ -25,12 +26,15 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,14 +58,40 @@ const costLimit = 100_000
 const MaxPayload = 1 << 20
 
 // ParsePayload is an event's payload for a filter: body parsed as JSON, or
-// nil when it is not JSON or is over MaxPayload bytes.
+// nil when it is not JSON or is over MaxPayload bytes. Numbers are doubles;
+// one beyond a double's range is ±Inf (encoding/json refused the whole body
+// for it, and every field of a valid JSON body was then null).
 func ParsePayload(body []byte) any {
 	if len(body) > MaxPayload {
 		return nil
 	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
 	var v any
-	if json.Unmarshal(body, &v) != nil {
+	if d.Decode(&v) != nil {
 		return nil
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) { // more after the value: not one JSON document
+		return nil
+	}
+	return doubles(v)
+}
+
+// doubles replaces each json.Number in v with its float64 (±Inf beyond a
+// double's range), in place.
+func doubles(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		f, _ := strconv.ParseFloat(string(x), 64) // out of range: ±Inf, as wanted
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = doubles(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = doubles(e)
+		}
 	}
 	return v
 }

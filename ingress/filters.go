@@ -40,7 +40,6 @@ type filters struct {
 	stale    bool
 	subs     []filteredSub
 	compiled map[string]*filter.Filter // by expression, across refreshes
-	broken   map[string]bool           // expressions already logged as not compiling
 
 	evaluations *prometheus.CounterVec
 }
@@ -54,7 +53,7 @@ type filteredSub struct {
 
 func newFilters(pool *pgxpool.Pool) *filters {
 	return &filters{pool: pool, logger: slog.Default().With(slog.String("component", "ingress")),
-		compiled: map[string]*filter.Filter{}, broken: map[string]bool{},
+		compiled: map[string]*filter.Filter{},
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "filter_evaluations_total",
 			Help: "Subscription filters evaluated at ingress, by handler and result (match, miss, error: a miss whose expression failed on the event).",
@@ -115,16 +114,17 @@ func (f *filters) current(ctx context.Context) ([]filteredSub, int64, error) {
 		if !ok {
 			if prg, err = filter.Compile(expr); err != nil {
 				// Consumers compile their filters before registering them,
-				// so this is a row written by hand: its handler gets no
-				// jobs from it, which the metric and this line say.
-				if !f.broken[expr] {
-					f.broken[expr] = true
-					f.logger.Error("subscription filter does not compile; its handler gets no jobs through it",
-						slog.Int64("subscription", id), slog.String("handler", handler), slog.String("error", err.Error()))
-				}
-				continue
+				// so this is a row written by hand, or by a consumer whose
+				// filter module knows more than this ingress's: its handler
+				// gets no jobs from it. It stays in the copy without a
+				// program, so each event its patterns match counts as an
+				// error (match); this line says it once per expression
+				// (compiled remembers it).
+				f.logger.Error("subscription filter does not compile; its handler gets no jobs through it",
+					slog.Int64("subscription", id), slog.String("handler", handler), slog.String("error", err.Error()))
+				prg = nil
 			}
-			f.compiled[expr] = prg
+			f.compiled[expr] = prg // nil: does not compile
 		}
 		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
 	}
@@ -166,6 +166,10 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 				ev.OccurredAt = &at
 			}
 			ev.Payload = filter.ParsePayload(e.RawBody)
+		}
+		if s.f == nil { // its filter does not compile (current)
+			f.evaluations.WithLabelValues(s.handler, "error").Inc()
+			continue
 		}
 		ok, err := s.f.Match(ev)
 		switch {

@@ -14,7 +14,7 @@ import (
 )
 
 var subscriptionVerbs = map[string]subcommand{
-	"list":    {"list subscriptions: handler, patterns, max attempts, enabled, open jobs, limits and circuit breaker", runSubscriptionsList},
+	"list":    {"list subscriptions: handler, patterns, max attempts, enabled, open jobs, limits, circuit breaker and content filter", runSubscriptionsList},
 	"disable": {"switch a handler's subscriptions off: new events get no jobs for it", runSubscriptionsSet(false)},
 	"enable":  {"switch a handler's subscriptions on again", runSubscriptionsSet(true)},
 }
@@ -52,11 +52,15 @@ each handler.`+operatorHelp)
 			return nil
 		}
 		tw := newTable(env.stdout)
-		fmt.Fprintln(tw, "HANDLER\tPROVIDER\tEVENT TYPE\tMAX ATTEMPTS\tENABLED\tOPEN JOBS\tLIMITS\tCIRCUIT")
+		fmt.Fprintln(tw, "HANDLER\tPROVIDER\tEVENT TYPE\tMAX ATTEMPTS\tENABLED\tOPEN JOBS\tLIMITS\tCIRCUIT\tFILTER")
 		for _, s := range subs {
 			limits, circuit := limitsText(s.Limits)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", safe(s.Handler), safe(s.ProviderPattern), safe(s.EventTypePattern),
-				s.MaxAttempts, strconv.FormatBool(s.Enabled), s.OpenJobs, limits, circuit)
+			filter := "-"
+			if s.Filter != "" {
+				filter = safe(s.Filter)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", safe(s.Handler), safe(s.ProviderPattern), safe(s.EventTypePattern),
+				s.MaxAttempts, strconv.FormatBool(s.Enabled), s.OpenJobs, limits, circuit, filter)
 		}
 		return tw.Flush()
 	})

@@ -329,12 +329,14 @@ SELECT id FROM requeued ORDER BY id;
 SELECT pg_notify(sqlc.arg(channel), '');
 
 -- name: AdminSubscriptions :many
--- Every subscription of handler handler ('' all), with the jobs it has now.
+-- Every subscription of handler handler ('' all), with its content filter
+-- (NULL: none) and the jobs it has now.
 SELECT s.handler, s.provider_pattern, s.event_type_pattern, s.max_attempts, s.enabled, s.updated_at,
-       (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs
+       (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs,
+       s.filter
 FROM webhook_ingress.subscriptions s
 WHERE (sqlc.arg(handler)::text = '' OR s.handler = sqlc.arg(handler))
-ORDER BY s.handler, s.provider_pattern, s.event_type_pattern;
+ORDER BY s.handler, s.provider_pattern, s.event_type_pattern, s.filter NULLS FIRST;
 
 -- name: AdminSetSubscriptionsEnabled :execrows
 -- Switch handler handler's subscriptions on or off (enabled): all of them, or the one

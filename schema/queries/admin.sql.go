@@ -1097,10 +1097,11 @@ func (q *Queries) AdminSubscriptionExists(ctx context.Context, arg AdminSubscrip
 
 const AdminSubscriptions = `-- name: AdminSubscriptions :many
 SELECT s.handler, s.provider_pattern, s.event_type_pattern, s.max_attempts, s.enabled, s.updated_at,
-       (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs
+       (SELECT count(*) FROM webhook_ingress.jobs j WHERE j.handler = s.handler AND j.status IN ('pending', 'leased', 'failed')) AS open_jobs,
+       s.filter
 FROM webhook_ingress.subscriptions s
 WHERE ($1::text = '' OR s.handler = $1)
-ORDER BY s.handler, s.provider_pattern, s.event_type_pattern
+ORDER BY s.handler, s.provider_pattern, s.event_type_pattern, s.filter NULLS FIRST
 `
 
 type AdminSubscriptionsRow struct {
@@ -1111,9 +1112,11 @@ type AdminSubscriptionsRow struct {
 	Enabled          bool
 	UpdatedAt        time.Time
 	OpenJobs         int64
+	Filter           *string
 }
 
-// Every subscription of handler handler (” all), with the jobs it has now.
+// Every subscription of handler handler (” all), with its content filter
+// (NULL: none) and the jobs it has now.
 func (q *Queries) AdminSubscriptions(ctx context.Context, handler string) ([]AdminSubscriptionsRow, error) {
 	rows, err := q.db.Query(ctx, AdminSubscriptions, handler)
 	if err != nil {
@@ -1131,6 +1134,7 @@ func (q *Queries) AdminSubscriptions(ctx context.Context, handler string) ([]Adm
 			&i.Enabled,
 			&i.UpdatedAt,
 			&i.OpenJobs,
+			&i.Filter,
 		); err != nil {
 			return nil, err
 		}
