@@ -480,14 +480,23 @@ func (p *params) only(known ...string) {
 	}
 }
 
-// str is the first of names that is set.
+// str is the value of the one of names (a filter's names: source and
+// provider) that is set; two of them set is an error, as one name given
+// twice is (only).
 func (p *params) str(names ...string) string {
+	v, set := "", ""
 	for _, n := range names {
-		if v := p.q.Get(n); v != "" {
-			return v
+		if _, ok := p.q[n]; !ok {
+			continue
+		}
+		if set != "" && p.err == nil {
+			p.err = invalid("query parameters %q and %q are one filter; give one of them", set, n)
+		}
+		if set == "" {
+			v, set = p.q.Get(n), n
 		}
 	}
-	return ""
+	return v
 }
 
 func (p *params) int64(name string) int64 {

@@ -89,26 +89,28 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	}
 	page := EventPage{Events: []EventSummary{}}
 	err = readTx(ctx, db, func(tx pgx.Tx) error {
-		if f.Where != "" {
-			if err := checkPredicate(ctx, tx, f.Where); err != nil {
+		where := f.Where
+		if where != "" {
+			var err error
+			if where, err = wherePath(ctx, tx, where); err != nil {
 				return err
 			}
 		}
 		arg := queries.AdminListEventsParams{
 			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
 			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit) + 1, // one more: is there a next page?
-			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: f.Where,
+			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: where,
 		}
 		var rows []queries.AdminListEventsRow
 		var err error
 		if f.Where != "" {
-			var where []queries.AdminListEventsWhereRow
-			where, err = queries.New(tx).AdminListEventsWhere(ctx, queries.AdminListEventsWhereParams{
+			var wrows []queries.AdminListEventsWhereRow
+			wrows, err = queries.New(tx).AdminListEventsWhere(ctx, queries.AdminListEventsWhereParams{
 				Provider: arg.Provider, EventTypeLike: arg.EventTypeLike, Since: arg.Since, Until: arg.Until,
 				ExternalEventID: arg.ExternalEventID, BeforeID: arg.BeforeID, PageSize: arg.PageSize,
 				OccurredAfter: arg.OccurredAfter, OccurredBefore: arg.OccurredBefore, WherePath: arg.WherePath,
 			})
-			for _, r := range where {
+			for _, r := range wrows {
 				rows = append(rows, queries.AdminListEventsRow(r))
 			}
 		} else {
@@ -285,23 +287,30 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 	return nil
 }
 
-// checkPredicate refuses a --where path that is not a predicate: @@ answers
-// NULL for one (`$.type`, `$.data.object ? (@.customer == "x")`), so it
-// would match nothing without a word. A predicate answers true or false
-// over an empty document; any other path answers nothing there, which
-// jsonb_path_match refuses.
-func checkPredicate(ctx context.Context, tx pgx.Tx, path string) error {
-	var ok *bool
-	err := tx.QueryRow(ctx, `SELECT pg_catalog.jsonb_path_match('{}'::jsonb, $1::jsonpath)`, path).Scan(&ok)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22038" { // singleton_sql_json_item_required
-		return invalid("where: %q is not a predicate (it selects values; @@ would match nothing): compare it, "+
-			`as '$.data.object.customer == "cus_123"', or test it with exists(…), as 'exists($.data.object ? (@.customer == "cus_123"))'`, path)
-	}
+// wherePath is the JSON path ListEvents evaluates with @@ for path. A
+// predicate ('$.a == 1', 'exists(…)') is path itself. A path that selects
+// values instead ('$.livemode', '$.data.object ? (@.customer == "x")') made
+// @@ answer NULL, not a match, for any value but a boolean: it matches an
+// event when it selects something other than false or null (a boolean it
+// selects is the answer; anything else, as @? would). PostgreSQL tells the
+// two apart: over an empty document a predicate always gives one item, true,
+// false or null; a path that selects values gives none, or a value.
+func wherePath(ctx context.Context, tx pgx.Tx, path string) (string, error) {
+	var first []byte
+	err := tx.QueryRow(ctx, `SELECT pg_catalog.jsonb_path_query_first('{}'::jsonb, $1::jsonpath, '{}'::jsonb, true)::text`, path).Scan(&first)
 	if err != nil {
-		return badPath(err)
+		return "", badPath(err)
 	}
-	return nil
+	if f := string(first); f == "true" || f == "false" || f == "null" {
+		return path, nil
+	}
+	mode, rest := "", strings.TrimSpace(path)
+	for _, m := range []string{"strict", "lax"} {
+		if w, r, ok := strings.Cut(rest, " "); ok && strings.EqualFold(w, m) {
+			mode, rest = m+" ", r
+		}
+	}
+	return mode + `exists((` + rest + `) ? (@ == true || (@.type() != "boolean" && @.type() != "null")))`, nil
 }
 
 // badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error

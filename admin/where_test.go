@@ -57,6 +57,13 @@ func TestListEventsWhereAndOccurred(t *testing.T) {
 		{"where customer", admin.EventFilter{Where: `$.data.object.customer == "cus_123"`}, []string{"evt_a"}},
 		{"where amount", admin.EventFilter{Where: `$.data.object.amount > 10000`}, []string{"evt_b"}},
 		{"where nothing", admin.EventFilter{Where: `$.data.object.customer == "cus_999"`}, nil},
+		// A path that selects values matches when it selects something
+		// other than false or null (found by reviews helper-92 and -94:
+		// @@ answered such paths with no match at all).
+		{"where filter path", admin.EventFilter{Where: `$.data.object ? (@.customer == "cus_123")`}, []string{"evt_a"}},
+		{"where strict filter path", admin.EventFilter{Where: `strict $.data.object ? (@.amount > 10000)`}, []string{"evt_b"}},
+		{"where value path", admin.EventFilter{Where: `$.data.object.amount`}, []string{"evt_b", "evt_a"}},
+		{"where missing path", admin.EventFilter{Where: `$.data.object.refunded`}, nil},
 		{"occurred after", admin.EventFilter{OccurredAfter: occ.Add(time.Minute)}, []string{"evt_b"}},
 		{"occurred before", admin.EventFilter{OccurredBefore: occ.Add(time.Minute)}, []string{"evt_a"}},
 	}

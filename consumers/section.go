@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"strings"
@@ -147,6 +148,17 @@ func (s Section) Validate() error {
 		}
 		if h.MaxAttempts < 1 || h.Concurrency < 1 || h.Timeout <= 0 {
 			return fmt.Errorf("%s: max_attempts, concurrency and timeout must be positive", field)
+		}
+		// What New checks at start, named as YAML keys here, so that
+		// `inlet config check` refuses what the consumer would.
+		if h.MaxAttempts > math.MaxInt32 {
+			return fmt.Errorf("%s.max_attempts: %d must be at most %d (the database's integer)", field, h.MaxAttempts, math.MaxInt32)
+		}
+		if err := validPattern(h.Provider); err != nil {
+			return fmt.Errorf("%s.provider: %w", field, err)
+		}
+		if err := validPattern(h.EventType); err != nil {
+			return fmt.Errorf("%s.event_type: %w", field, err)
 		}
 		// The limits' own checks, named as YAML keys.
 		if err := h.Handler(func(context.Context, *Event) error { return nil }).WithDefaults().validateLimits(); err != nil {

@@ -45,9 +45,10 @@ the list's "next").
 --where takes a PostgreSQL JSON path predicate over the parsed body
 (events.payload, kept for sources with store_json), passed to PostgreSQL as
 a parameter and evaluated with @@; a path PostgreSQL rejects is a usage
-error with its message, and so is a path that is not a predicate ('$.type',
-'$.a ? (@.b == 1)': test one with exists(…)). Events without a payload
-never match.
+error with its message. A path that selects values instead of answering
+true or false ('$.livemode', '$.data.object ? (@.customer == "cus_123")')
+matches an event when it selects something other than false or null.
+Events without a payload never match.
 
   inlet events list --source stripe --type 'invoice.*' --since 24h
   inlet events list --since 2026-03-03 --until 2026-03-04 --json

@@ -136,7 +136,7 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	if resp.StatusCode < 200 {
 		// 101 Switching Protocols hands back the raw connection as the
 		// body, which the request's timeout no longer closes: never read.
-		return fmt.Errorf("forward job %d: answered %s", e.JobID, resp.Status)
+		return fmt.Errorf("forward job %d: answered %s", e.JobID, status(resp))
 	}
 	// Reading the answer ends with the attempt's timeout too.
 	stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
@@ -147,7 +147,7 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerText))
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-	err = fmt.Errorf("forward job %d: answered %s: %q", e.JobID, resp.Status, answer)
+	err = fmt.Errorf("forward job %d: answered %s: %q", e.JobID, status(resp), answer)
 	switch {
 	case resp.StatusCode >= 500:
 		return consumers.WithClass(err, consumers.ClassHTTP5xx)
@@ -156,6 +156,13 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	default: // 1xx, 3xx: a redirect is not followed
 		return err
 	}
+}
+
+// status is the answer's status code and its standard text, not the
+// service's reason phrase, which could be of any length (the error text
+// holds at most maxAnswerText bytes of the answer).
+func status(resp *http.Response) string {
+	return strings.TrimSpace(fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode)))
 }
 
 // unwrapURL drops *url.Error's "Post \"<url>\":" prefix: the URL may carry
@@ -174,6 +181,9 @@ var hopByHop = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Host": true, "Content-Length": true, "Accept-Encoding": true,
+	// The provider's 100-continue was for ingress: sent on, it makes the
+	// transport hold the body back until the service answers (up to 1 s).
+	"Expect": true,
 	// The sender's trace context is not trusted (ingress starts a trace of
 	// its own): the forwarded request carries the attempt's instead.
 	"Traceparent": true, "Tracestate": true, "Baggage": true,
@@ -194,7 +204,10 @@ func forwardHeaders(in http.Header) http.Header {
 	out := make(http.Header, len(in))
 	for k, vs := range in {
 		ck := textproto.CanonicalMIMEHeaderKey(k)
-		if hopByHop[ck] || drop[ck] || strings.HasPrefix(ck, "Inlet-") || ck == HeaderIdempotencyKey {
+		// CGI, WSGI, Rack and PHP read '_' as '-' (HTTP_IDEMPOTENCY_KEY):
+		// Idempotency_key is Inlet's header there too.
+		own := textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(ck, "_", "-"))
+		if hopByHop[ck] || drop[ck] || strings.HasPrefix(own, "Inlet-") || own == HeaderIdempotencyKey {
 			continue
 		}
 		out[ck] = append(out[ck], vs...)

@@ -105,6 +105,22 @@ func Load[T File[T]](path string, service Service) (T, error) {
 	return c, err
 }
 
+// emptyDocument reports whether a decoded document holds nothing: no node,
+// or one plain null scalar (what `---` followed by nothing decodes to).
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind != yaml.DocumentNode {
+		return false
+	}
+	switch len(n.Content) {
+	case 0:
+		return true
+	case 1:
+		c := n.Content[0]
+		return c.Kind == yaml.ScalarNode && c.ShortTag() == "!!null" && c.Value == "" && c.Anchor == "" && c.Style == 0
+	}
+	return false
+}
+
 // Parse checks the whole of b as every service does, then returns the
 // sections service reads. It expands ${VAR}, ${VAR:-default} and
 // ${file:PATH} in every value (lookup resolves a VAR), finds every key T
@@ -127,9 +143,17 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 		return zero, ps
 	}
 	// One document only: a second (after `---`) would be dropped without a
-	// word, its sources and settings with it.
-	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+	// word, its sources and settings with it. An empty one (a trailing
+	// `---`, or one holding only comments) drops nothing.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil && emptyDocument(&more) {
+			continue
+		}
 		line := more.Line
 		if err != nil {
 			line, _ = splitLine(err.Error())
