@@ -2,17 +2,14 @@ package streamer_test
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
-	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/pgcluster"
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema"
@@ -54,21 +51,6 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 	}
 	_ = conn.Close(ctx)
 
-	open := func() *testBundle {
-		admin, err := pgxpool.New(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(admin.Close)
-		pool, err := database.Open(ctx, url, database.Options{Role: "webhook_streamer"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		ps := bus.NewGoChannel(slog.New(slog.DiscardHandler))
-		t.Cleanup(func() { ps.Close() })
-		return &testBundle{url: url, admin: admin, pool: pool, pubsub: ps}
-	}
 	job := func(b *testBundle) (status string, attempts int32) {
 		t.Helper()
 		if err := b.admin.QueryRow(ctx, `SELECT status::text, attempt_count FROM webhook_ingress.jobs`).Scan(&status, &attempts); err != nil {
@@ -86,10 +68,7 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 		return len(ids) == 1
 	}
 
-	b := open()
-	if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('billing')`); err != nil {
-		t.Fatal(err)
-	}
+	b := setupOn(t, url, "billing")
 	b.insertEvents(t, 1)
 	var walWriter int
 	if err := b.admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'`).Scan(&walWriter); err != nil {
@@ -114,7 +93,7 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b = open()
+	b = setupOn(t, url) // new pools: the old ones' connections died with the server
 	if st, n := job(b); st != "pending" || n != 0 {
 		t.Fatalf("after the crash: job %s, attempt %d; want pending, attempt 0 (the claim undone)", st, n)
 	}

@@ -41,8 +41,13 @@ type testBundle struct {
 
 func setup(t *testing.T, handlers ...string) *testBundle {
 	t.Helper()
+	return setupOn(t, pgtest.NewDatabase(t), handlers...)
+}
+
+// setupOn is setup on the migrated database at url.
+func setupOn(t *testing.T, url string, handlers ...string) *testBundle {
+	t.Helper()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
