@@ -4,10 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
 // Regression test for a defect found by review helper-92 (fixed; the
@@ -31,29 +27,12 @@ import (
 func TestRetentionRefusesAMaxAgeTooLongToHold(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
-		`SELECT webhook_ingress.drop_partition(period_start) FROM webhook_ingress.partitions()`,
-		`SELECT webhook_ingress.create_partitions('week', 2, now() - interval '70 days')`,
-		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
+	conn, env := sealedOldLog(t,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at) VALUES
 			('stripe', 'stripe', 'evt_old_1', '{}', true, now() - interval '60 days'),
 			('stripe', 'stripe', 'evt_old_2', '{}', true, now() - interval '20 days')`,
 		`UPDATE webhook_ingress.jobs SET status = 'completed'`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	env := cleanEnv("DATABASE_URL=" + dbURL)
-	if out, errOut, code := runInlet(t, env, "audit", "seal"); code != 0 {
-		t.Fatalf("audit seal: exit %d %s %s", code, out, errOut)
-	}
+	)
 
 	// ~585,000 years: nothing in a two-month-old log is that old.
 	out, errOut, code := runInlet(t, env, "retention", "--max-age", "213505d")

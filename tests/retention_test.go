@@ -12,6 +12,36 @@ import (
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
+// sealedOldLog starts a database whose log begins ten weeks back (the
+// migration partitioned from today) with a subscription of handler h, runs
+// stmts on it (events, jobs, roles) and seals it; it returns the
+// connection (closed at the end of the test) and the environment for
+// runInlet.
+func sealedOldLog(t *testing.T, stmts ...string) (*pgx.Conn, []string) {
+	t.Helper()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, q := range append([]string{
+		`SELECT webhook_ingress.drop_partition(period_start) FROM webhook_ingress.partitions()`,
+		`SELECT webhook_ingress.create_partitions('week', 2, now() - interval '70 days')`,
+		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
+	}, stmts...) {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	env := cleanEnv("DATABASE_URL=" + dbURL)
+	if out, errOut, code := runInlet(t, env, "audit", "seal"); code != 0 {
+		t.Fatalf("audit seal: exit %d %s %s", code, out, errOut)
+	}
+	return conn, env
+}
+
 // inlet retention end to end: a dry run changes nothing; a run drops the old
 // period whose jobs are finished and events sealed, keeps the one with an open
 // job, and audit verify still passes; bad flags exit 2; a role that is not
@@ -19,17 +49,7 @@ import (
 func TestRetentionEndToEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, q := range []string{
-		// The log starts ten weeks back (the migration partitioned from today).
-		`SELECT webhook_ingress.drop_partition(period_start) FROM webhook_ingress.partitions()`,
-		`SELECT webhook_ingress.create_partitions('week', 2, now() - interval '70 days')`,
-		`INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('h')`,
+	conn, env := sealedOldLog(t,
 		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at) VALUES
 			('stripe', 'stripe', 'evt_old_1', '{}', true, now() - interval '60 days'),
 			('stripe', 'stripe', 'evt_old_2', '{}', true, now() - interval '60 days'),
@@ -41,15 +61,7 @@ func TestRetentionEndToEnd(t *testing.T) {
 				CREATE ROLE retention_test_operator LOGIN PASSWORD 'op-pass' IN ROLE webhook_operator;
 			END IF;
 		END $$`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	env := cleanEnv("DATABASE_URL=" + dbURL)
-	if out, errOut, code := runInlet(t, env, "audit", "seal"); code != 0 {
-		t.Fatalf("audit seal: exit %d %s %s", code, out, errOut)
-	}
+	)
 
 	out, errOut, code := runInlet(t, env, "retention", "--max-age", "30d", "--dry-run")
 	if code != 0 || !strings.Contains(out, "would_drop") || !strings.Contains(out, "1 jobs not finished") {
@@ -94,7 +106,7 @@ func TestRetentionEndToEnd(t *testing.T) {
 	if _, errOut, code := runInlet(t, env, "retention", "--interval", "fortnight"); code != 2 || !strings.Contains(errOut, "fortnight") {
 		t.Fatalf("bad --interval: exit %d, stderr %q", code, errOut)
 	}
-	u, err := url.Parse(dbURL)
+	u, err := url.Parse(conn.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
 	}
