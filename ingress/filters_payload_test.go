@@ -3,43 +3,14 @@ package ingress_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/internal/database"
-	"github.com/inlet-dev/inlet/internal/pgtest"
-	"github.com/inlet-dev/inlet/schema"
 )
 
-// filterStores starts a database with subs (SQL VALUES for
-// subscriptions (handler, provider_pattern, event_type_pattern, filter)) and
-// returns the admin pool and an ingress PGStore and GroupStore on it.
-func filterStores(t *testing.T, subs string) (*pgxpool.Pool, *ingress.PGStore, *ingress.GroupStore) {
-	t.Helper()
-	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter) VALUES `+subs); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	group := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{MaxWait: 2 * time.Millisecond})
-	t.Cleanup(group.Close)
-	return admin, ingress.NewPGStore(pool, nil), group
-}
-
-func reviewJobCount(t *testing.T, admin *pgxpool.Pool, handler, externalID string) int {
+func filteredJobCount(t *testing.T, admin *pgxpool.Pool, handler, externalID string) int {
 	t.Helper()
 	var n int
 	if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
@@ -89,7 +60,7 @@ func TestFilterSeesTheBodyOfValidJSONWithAHugeNumber(t *testing.T) {
 		if kind == nil || *kind != "gold" {
 			t.Fatalf("%s: stored payload->>'kind' = %v, want gold (the JSON copy parses the body)", c.name, kind)
 		}
-		if n := reviewJobCount(t, admin, "gold", e.ExternalID); n != 1 {
+		if n := filteredJobCount(t, admin, "gold", e.ExternalID); n != 1 {
 			t.Errorf("%s path: the stored payload says kind=gold, but handler gold (filter payload.kind == \"gold\") has %d jobs for it, want 1: "+
 				"the filter saw payload = null for a valid JSON body", c.name, n)
 		}

@@ -27,13 +27,11 @@ func charge(id string, amount int) *ingress.Event {
 	return e
 }
 
-// A subscription's CEL filter routes as written, in the group commit path
-// and the single-insert path alike: the events it rejects get no job row of
-// its handler (an unfiltered handler still gets every event); an event the
-// expression cannot be evaluated on (not JSON) is a miss counted as an
-// error; a duplicate makes no second job; the counts are in the metric.
-func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
-	t.Parallel()
+// filterStores starts a database with subs (SQL VALUES for
+// subscriptions (handler, provider_pattern, event_type_pattern, filter)) and
+// returns the admin pool and an ingress PGStore and GroupStore on it.
+func filterStores(t *testing.T, subs string) (*pgxpool.Pool, *ingress.PGStore, *ingress.GroupStore) {
+	t.Helper()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	admin, err := pgxpool.New(ctx, url)
@@ -41,11 +39,7 @@ func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter) VALUES
-		('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000 && event.type == "charge.succeeded"'),
-		('headers', '*', '*', 'event.headers["stripe-signature"].startsWith("t=1")'),
-		('recent', '*', '*', 'event.occurred_at != null && event.occurred_at > timestamp("2026-01-01T00:00:00Z")'),
-		('all', '*', '*', NULL)`); err != nil {
+	if _, err := admin.Exec(ctx, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, filter) VALUES `+subs); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := database.Open(ctx, url, database.Options{Role: schema.IngressRole, MaxConns: 8})
@@ -55,7 +49,22 @@ func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
 	t.Cleanup(pool.Close)
 	group := ingress.NewGroupStore(pool, nil, ingress.GroupConfig{MaxWait: 2 * time.Millisecond})
 	t.Cleanup(group.Close)
-	single := ingress.NewPGStore(pool, nil)
+	return admin, ingress.NewPGStore(pool, nil), group
+}
+
+// A subscription's CEL filter routes as written, in the group commit path
+// and the single-insert path alike: the events it rejects get no job row of
+// its handler (an unfiltered handler still gets every event); an event the
+// expression cannot be evaluated on (not JSON) is a miss counted as an
+// error; a duplicate makes no second job; the counts are in the metric.
+func TestSubscriptionFilterRoutesBeforeJobsAreWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, single, group := filterStores(t, `
+		('big', 'stripe', 'charge.*', 'payload.data.object.amount > 10000 && event.type == "charge.succeeded"'),
+		('headers', '*', '*', 'event.headers["stripe-signature"].startsWith("t=1")'),
+		('recent', '*', '*', 'event.occurred_at != null && event.occurred_at > timestamp("2026-01-01T00:00:00Z")'),
+		('all', '*', '*', NULL)`)
 
 	notJSON := charge("evt_form", 0)
 	notJSON.RawBody = []byte("amount=25000")
