@@ -134,6 +134,13 @@ type gap struct {
 	probed uint64
 }
 
+// restartLookback is how many ids below the control plane's cursor a
+// starting reporter looks for again, for GapTTL, as gaps: an attempt whose
+// transaction committed after later ids were reported, and whose report the
+// last process did not get acknowledged, is among them unless more than
+// this many ids were finished after it.
+const restartLookback = 1000
+
 // maxGaps bounds the remembered runs of missing ids. A run that may never
 // commit (a rolled-back transaction's ids) is kept until GapTTL too: a run
 // of any length is one entry, and looking for it reads at most what it holds.
@@ -169,7 +176,8 @@ func (r *Reporter) Start(ctx context.Context) error {
 func (r *Reporter) Started() <-chan struct{} { return r.started }
 
 // Stop ends the reporter and waits for it. Records not yet acknowledged are
-// sent again by the next start (the cursor comes from the control plane).
+// sent again by the next start (the cursor comes from the control plane;
+// the start looks again at the restartLookback ids below it).
 func (r *Reporter) Stop() {
 	r.loops.Stop()
 }
@@ -184,6 +192,13 @@ func (r *Reporter) run(ctx context.Context) {
 	})
 	if err != nil {
 		return // ctx ended
+	}
+	// The gaps the last process was looking for are gone with it: the ids
+	// just below the cursor are looked for again (those the control plane
+	// holds already are stored once), so an attempt that committed after
+	// later ids, and after the last report acknowledged, is not lost.
+	if cursor > 1 {
+		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, time.Now(), r.round, 0)
 	}
 	log.Info("reporter started", slog.Int64("cursor", cursor),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))

@@ -386,8 +386,10 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 	cp.down.Store(false)
 	cp.waitStored(t, 9)
 
-	// A restarted reporter resumes at the control plane's cursor: nothing
-	// already held is sent again.
+	// A restarted reporter resumes at the control plane's cursor, looking
+	// again at the ids just below it (an attempt that committed late may be
+	// among them: review helper-97), which the control plane holds already
+	// and stores once.
 	rep.Stop()
 	before := len(cp.sent(t))
 	for range 2 {
@@ -395,8 +397,8 @@ func TestNothingLostOrDuplicatedWhileTheControlPlaneIsDown(t *testing.T) {
 	}
 	startReporter(t, d, cp, nil)
 	rows := cp.waitStored(t, 11)
-	if again := len(cp.sent(t)) - before; again != 2 {
-		t.Errorf("the restarted reporter sent %d records, want the 2 new ones", again)
+	if again := len(cp.sent(t)) - before; again < 2 {
+		t.Errorf("the restarted reporter sent %d records, want the 2 new ones and those below the cursor it looked at again", again)
 	}
 	var got []int64
 	for _, r := range rows {

@@ -382,6 +382,9 @@ CREATE FUNCTION webhook_ingress.fetch_jobs(p_ids bigint[], p_attempts integer[],
 CREATE FUNCTION webhook_ingress.filter_version_holds() RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.finite_or_zero(t timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bigint
     LANGUAGE sql AS $$ SELECT NULL $$;
 

@@ -15,7 +15,10 @@
 -- A success's started_at is when its lease was taken (attempted_at, the
 -- database's clock) and its finished_at completed_at; updated_at stands in
 -- only for a row completed by hand without them, so a NULL never stops the
--- reporter.
+-- reporter. Nor does a time that is not finite (a row a consumer outside the
+-- SDK completed with 'infinity'): finite_or_zero (050) reads it as the zero
+-- time, which the reporter skips as an invalid record, with the ids after it
+-- still reported; read as is, it failed every read from that cursor on.
 
 -- name: ReporterAttemptsAfter :many
 -- Up to batch_size finished attempts with an id above the cursor after_id,
@@ -25,7 +28,7 @@
 -- idx_jobs_completed_attempt).
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
     (SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
-            a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
+            webhook_ingress.finite_or_zero(a.started_at) AS started_at, webhook_ingress.finite_or_zero(a.finished_at) AS finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
      FROM webhook_ingress.job_attempts a
      JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
      WHERE a.id > sqlc.arg(after_id)
@@ -33,8 +36,10 @@ SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, durat
      LIMIT sqlc.arg(batch_size)::bigint)
     UNION ALL
     (SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
-            coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
-            coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
+            webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at, j.updated_at)),
+            webhook_ingress.finite_or_zero(coalesce(j.completed_at, j.updated_at)),
+            coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(j.completed_at)
+                                       - webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at))) * 1000, 0)::float8,
             j.provider, j.event_type
      FROM webhook_ingress.jobs j
      WHERE j.completed_attempt_id > sqlc.arg(after_id)
@@ -50,14 +55,16 @@ LIMIT sqlc.arg(batch_size)::bigint;
 -- completion of the job row), looked for in both places.
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
     SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
-           a.started_at, a.finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
+           webhook_ingress.finite_or_zero(a.started_at) AS started_at, webhook_ingress.finite_or_zero(a.finished_at) AS finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
     WHERE a.id = ANY(sqlc.arg(ids)::bigint[])
     UNION ALL
     SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
-           coalesce(j.attempted_at, j.completed_at, j.updated_at), coalesce(j.completed_at, j.updated_at),
-           coalesce(extract(epoch FROM j.completed_at - coalesce(j.attempted_at, j.completed_at)) * 1000, 0)::float8,
+           webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at, j.updated_at)),
+           webhook_ingress.finite_or_zero(coalesce(j.completed_at, j.updated_at)),
+           coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(j.completed_at)
+                                      - webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at))) * 1000, 0)::float8,
            j.provider, j.event_type
     FROM webhook_ingress.jobs j
     WHERE j.completed_attempt_id = ANY(sqlc.arg(ids)::bigint[])
