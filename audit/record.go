@@ -118,7 +118,9 @@ func StateOf(v Verification, ok bool, id, sealedThrough int64) (EventState, *Pro
 	switch {
 	case id > sealedThrough:
 		return StateUnsealed, nil
-	case !ok || id > v.Report.SealedThrough || v.Report.ProblemsTruncated:
+	// A broken chain vouches for nothing it covers: the checkpoints that
+	// seal an event may be a rewrite (review helper-96).
+	case !ok || id > v.Report.SealedThrough || v.Report.ProblemsTruncated || v.Report.ChainBroken:
 		return StateUnverified, nil
 	}
 	return StateIntact, nil

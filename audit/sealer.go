@@ -24,6 +24,9 @@ type DB interface {
 
 // Sentinel errors of SealOnce.
 var (
+	// ErrTampered means the log holds what no writer of Inlet writes (a
+	// second row with one id): the sealer stops rather than seal it.
+	ErrTampered = errors.New("audit: the event log was tampered with")
 	// ErrNothingToSeal means no event is past the horizon yet.
 	ErrNothingToSeal = errors.New("audit: nothing to seal yet")
 	// ErrBusy means another sealer holds the seal lock.
@@ -296,6 +299,13 @@ fill:
 	for _, e := range events {
 		if !e.ReceivedAt.Before(cutoff) {
 			break // too young; the gap before it, if any, waits with it
+		}
+		if e.ID < expect {
+			// Ids are unique unless someone with the owner's rights wrote
+			// a second row with one: sealing it would add a second leaf
+			// for the id. `inlet audit verify` names it.
+			return Checkpoint{}, 0, fmt.Errorf("%w: a second row with id %d (received_at %s): run inlet audit verify",
+				ErrTampered, e.ID, e.ReceivedAt.UTC().Format(time.RFC3339Nano))
 		}
 		for ; expect < e.ID; expect++ { // a gap: ids of inserts that rolled back, or still running
 			if len(cp.leaves) == s.cfg.MaxLeaves {

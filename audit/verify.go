@@ -299,7 +299,8 @@ func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Rep
 		}
 	}
 	// Past the last checkpoint: events not sealed yet. Only their bodies can
-	// be checked.
+	// be checked, and that each id is there once (the rows come in id order).
+	var lastUnsealed int64
 	for {
 		e, ok, err := v.events.next(ctx)
 		if err != nil {
@@ -316,9 +317,19 @@ func (v *verifier) run(ctx context.Context, checkHead bool, head tlog.Hash) (Rep
 				e.ID, e.ID, e.ReceivedAt.UTC().Format(time.RFC3339Nano)))
 			continue
 		}
+		if e.ID == lastUnsealed {
+			// A second row with an unsealed id: sealing would take both, as
+			// two leaves (review helper-96).
+			v.add(v.problem(OutOfOrderEvent, 0, e.ID, "event %d inserted out of order: a second row with id %d (received_at %s)",
+				e.ID, e.ID, e.ReceivedAt.UTC().Format(time.RFC3339Nano)))
+			continue
+		}
+		lastUnsealed = e.ID
 		v.rep.Unsealed++
 		if !e.bodyOK {
 			v.add(v.problem(AlteredEvent, 0, e.ID, "event %d altered: raw_body no longer hashes to body_sha256", e.ID))
+		} else if !e.payloadOK {
+			v.add(v.problem(AlteredEvent, 0, e.ID, "event %d altered: payload is not raw_body parsed", e.ID))
 		}
 	}
 	if checkHead && !headFound {
@@ -432,6 +443,8 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq))
 			case !e.bodyOK:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id))
+			case !e.payloadOK:
+				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: payload is not raw_body parsed", id))
 			}
 			break
 		}
@@ -465,6 +478,8 @@ func readCheckpoints(ctx context.Context, tx pgx.Tx, after int64) ([]Checkpoint,
 type verifyEvent struct {
 	Event
 	bodyOK bool
+	// payloadOK: payload is NULL or raw_body parsed (051).
+	payloadOK bool
 }
 
 // eventCursor reads events in primary key order (id, received_at), a page
@@ -512,7 +527,7 @@ func (c *eventCursor) fill(ctx context.Context) error {
 		c.page = append(c.page, verifyEvent{Event: Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID,
 			EventType: r.EventType, ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
 			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex)},
-			bodyOK: r.BodyIntact})
+			bodyOK: r.BodyIntact, payloadOK: r.PayloadIntact})
 	}
 	if len(c.page) < verifyPage {
 		c.done = true

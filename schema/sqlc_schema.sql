@@ -397,6 +397,9 @@ CREATE FUNCTION webhook_ingress.in_registrant_scope(p_role text, p_provider_patt
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.jsonb_of(body bytea) RETURNS jsonb
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.order_key_lock(p_handler text, p_order_key text) RETURNS bigint
     LANGUAGE sql AS $$ SELECT NULL $$;
 

@@ -67,14 +67,16 @@ LIMIT sqlc.arg(batch_size)::bigint;
 -- name: AuditEventsToVerify :many
 -- What verify recomputes, batch_size events after (after_id,
 -- after_received_at) in primary key order: the sealed columns, and whether
--- raw_body still hashes to body_sha256. Paged on the whole key, not the id
+-- raw_body still hashes to body_sha256 and payload, when kept, is still
+-- raw_body parsed (051). Paged on the whole key, not the id
 -- alone: a second row with an id already read (the key is (id,
 -- received_at), so only the owner's INSERT … OVERRIDING SYSTEM VALUE makes
 -- one) must be read too, to be reported.
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
-       coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact
+       coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact,
+       (payload IS NULL OR coalesce(payload = webhook_ingress.jsonb_of(raw_body), false))::boolean AS payload_intact
 FROM webhook_ingress.events
 WHERE (id, received_at) > (sqlc.arg(after_id)::bigint, sqlc.arg(after_received_at)::timestamptz)
 ORDER BY id, received_at
