@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/schema/queries"
@@ -222,13 +221,10 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 			limitedLeased += len(rows)
 		} else {
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
-				var hrows []queries.ClaimHandlerJobsRow
-				var b pgx.Batch
-				b.Queue(asyncCommit)
-				// ClaimHandlerJobs's parameters in the order sqlc numbered
-				// them (queries.Queries.ClaimHandlerJobs).
-				queueRows(&b, &hrows, queries.ClaimHandlerJobs, h, int64(batch), s.cfg.ID, s.cfg.LeaseDuration)
-				err := conn.SendBatch(ctx, &b).Close()
+				// Synchronous, unlike the main claim (asyncCommit): a
+				// running attempt of an ordered handler holds its key.
+				hrows, err := queries.New(conn).ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{
+					Handler: h, BatchSize: int64(batch), LeaseHolder: s.cfg.ID, LeaseFor: s.cfg.LeaseDuration})
 				for _, j := range hrows {
 					rows = append(rows, queries.ClaimJobsRow(j))
 				}

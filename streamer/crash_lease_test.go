@@ -30,27 +30,7 @@ import (
 func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(pgtest.TempDir(t), "pg"), Install: true,
-		// Nothing but the claim's own commit may write its WAL: no
-		// autovacuum, no background writer flushing WAL ahead of a page.
-		Settings: map[string]string{"autovacuum": "off", "bgwriter_lru_maxpages": "0", "wal_writer_delay": "10s"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
-	url := cluster.URL("postgres")
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := schema.Migrate(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.Close(ctx)
-
+	url, crash := crashableDatabase(t)
 	job := func(b *testBundle) (status string, attempts int32) {
 		t.Helper()
 		if err := b.admin.QueryRow(ctx, `SELECT status::text, attempt_count FROM webhook_ingress.jobs`).Scan(&status, &attempts); err != nil {
@@ -70,13 +50,7 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 
 	b := setupOn(t, url, "billing")
 	b.insertEvents(t, 1)
-	var walWriter int
-	if err := b.admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'`).Scan(&walWriter); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(walWriter, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	crash.holdWAL(t, b)
 	c := b.collect(t, "billing")
 	s := b.newStreamer(t, streamer.Config{})
 	if n, err := s.ClaimOnce(ctx); err != nil || n != 1 {
@@ -86,13 +60,7 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 	if st, n := job(b); st != "leased" || n != 1 {
 		t.Fatalf("after the claim: job %s, attempt %d; want leased, attempt 1", st, n)
 	}
-	if err := cluster.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-
+	crash.now(t)
 	b = setupOn(t, url) // new pools: the old ones' connections died with the server
 	if st, n := job(b); st != "pending" || n != 0 {
 		t.Fatalf("after the crash: job %s, attempt %d; want pending, attempt 0 (the claim undone)", st, n)
@@ -118,5 +86,61 @@ func TestCrashLosesOnlyAsyncLeases(t *testing.T) {
 	}
 	if st, n := job(b); st != "completed" || n != 1 {
 		t.Fatalf("at the end: job %s, attempt %d; want completed, attempt 1", st, n)
+	}
+}
+
+// crashable is a cluster of a test's own that can crash losing the WAL of
+// asynchronous commits.
+type crashable struct{ cluster *pgcluster.Cluster }
+
+// crashableDatabase starts a migrated cluster of the test's own where
+// nothing but a commit's own flush writes WAL (no autovacuum, no background
+// writer, the WAL writer asleep for 10 s), and returns its URL.
+func crashableDatabase(t *testing.T) (string, *crashable) {
+	t.Helper()
+	ctx := context.Background()
+	cluster, err := pgcluster.New(ctx, pgcluster.Config{Dir: filepath.Join(pgtest.TempDir(t), "pg"), Install: true,
+		Settings: map[string]string{"autovacuum": "off", "bgwriter_lru_maxpages": "0", "wal_writer_delay": "10s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	url := cluster.URL("postgres")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	return url, &crashable{cluster: cluster}
+}
+
+// holdWAL stops the WAL writer (SIGSTOP): from then on an asynchronous
+// commit's WAL stays in shared memory until a synchronous commit flushes it.
+func (c *crashable) holdWAL(t *testing.T, b *testBundle) {
+	t.Helper()
+	var walWriter int
+	if err := b.admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'`).Scan(&walWriter); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(walWriter, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// now kills every server process, as when the machine fails (what shared
+// memory held is lost), and starts the server again (crash recovery).
+func (c *crashable) now(t *testing.T) {
+	t.Helper()
+	if err := c.cluster.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cluster.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

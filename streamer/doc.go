@@ -52,12 +52,15 @@
 //     another claim holds, so two streamers never lease two jobs of one
 //     key; a claim of an ordered or limited handler leases at most 256 jobs, each
 //     holding a lock from the server's shared lock table until it commits.
-//     Every claim commits asynchronously (synchronous_commit off for its
-//     transaction alone): a lease is the one write that a crash of the
+//     The main claim commits asynchronously (synchronous_commit off for its
+//     transaction alone): its lease is the one write that a crash of the
 //     database server may undo (the last moments before the WAL writer's
 //     flush), which leaves its jobs due again with the attempt uncounted and
 //     the published reference fenced out; every outcome and extension
-//     commits synchronously, flushing the claim it was fenced on first.
+//     commits synchronously, flushing the claim it was fenced on first. The
+//     claims of ordered and limited handlers, and a main claim that leased a
+//     keyed job, are synchronous: a running attempt holds a key or a slot of
+//     a limit, which a crash must not undo under it.
 //     A claim's references to one handler travel in messages of up to
 //     RefsPerMessage (default 32), so the bus works per message, not per
 //     job, and one consumer replica gets a message's jobs together.

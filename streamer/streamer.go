@@ -442,6 +442,7 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 	// ClaimJobs's parameters in the order sqlc numbered them
 	// (queries.Queries.ClaimJobs).
 	queueRows(&cb, &rows, queries.ClaimJobs, full, int64(s.cfg.BatchSize), s.cfg.ID, s.cfg.LeaseDuration, window)
+	cb.Queue(syncIfKeyed)
 	err = s.cfg.Pool.SendBatch(ctx, &cb).Close()
 	if err != nil {
 		if window == nil {
@@ -469,25 +470,39 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 	return s.publishBatch(ctx, &b)
 }
 
-// asyncCommit goes first in every claim's pipeline: PostgreSQL runs the
+// asyncCommit goes first in the main claim's pipeline: PostgreSQL runs the
 // statements of a pipeline up to its Sync in one implicit transaction, and
 // this setting (local to it) lets the claim commit without waiting for its
 // WAL to reach the disk, which took most of a claim's round trip (about
 // 0.7 of 1.5 ms at 1,000 webhooks/s on the bench machine).
 //
-// A lease is the one thing Inlet writes that may be lost: if PostgreSQL
-// crashes (or fails over) within the moments before the WAL writer flushes
-// it (at most 3 × wal_writer_delay, 600 ms by default), the claim is undone
-// and its jobs are due again with their attempt not counted, as if the
-// streamer had crashed before claiming. Nothing that depends on the lease
-// can outlive it: every outcome, extension and transactional handler's
-// commit is synchronous and flushes the WAL up to itself, which holds the
-// claim it was fenced on; and a consumer still running the lost attempt
-// holds a token (attempt number and claim time) that the next claim of the
-// job does not give again, so its outcome is fenced out and the job runs
-// again, once more (at-least-once, as after any lost lease).
-// TestCrashLosesOnlyAsyncLeases proves it with a crash.
+// A lease of the main claim is the one thing Inlet writes that may be lost:
+// if PostgreSQL crashes (or fails over) within the moments before the WAL
+// writer flushes it (at most 3 × wal_writer_delay, 600 ms by default), the
+// claim is undone and its jobs are due again with their attempt not
+// counted, as if the streamer had crashed before claiming. Every outcome,
+// extension and transactional handler's commit is synchronous and flushes
+// the WAL up to itself, which holds the claim it was fenced on; a consumer
+// still running the lost attempt holds a token (attempt number and claim
+// time) that the next claim of the job does not give again, so its outcome
+// is fenced out and the job runs again, once more (at-least-once, as after
+// any lost lease). TestCrashLosesOnlyAsyncLeases proves it with a crash.
+//
+// What a running attempt holds beyond its own job must not be undone under
+// it: the claims of ordered handlers (a key: the next job of the key would
+// run beside it, review helper-99) and of limited handlers (a slot of the
+// limits) commit synchronously, in their loops apart (apart.go), and so
+// does a main claim that leased a keyed job (syncIfKeyed).
 const asyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
+
+// syncIfKeyed ends the main claim's pipeline: when the claim leased a keyed
+// job (its lane row in order_lanes written by this transaction, as
+// pg_stat_xact_user_tables counts), the commit is synchronous after all. The
+// main claim passes over the ordered handlers the streamer knows of, but a
+// handler ordered since its last look (LeasedRecount) is claimed here.
+const syncIfKeyed = `SELECT pg_catalog.set_config('synchronous_commit', 'on', true)
+FROM pg_catalog.pg_stat_xact_user_tables
+WHERE relid = 'webhook_ingress.order_lanes'::regclass AND n_tup_ins + n_tup_upd > 0`
 
 // queueRows queues the query sql on b and collects its rows into rows by
 // position (T's fields in the order of the query's columns, as sqlc makes
@@ -547,8 +562,10 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // error, so the loop goes on to the other limited handlers (each waited up
 // to the claim's 10 s deadline behind h: review helper-87).
 func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string, batch int) ([]queries.ClaimLimitedJobsRow, error) {
+	// Synchronous, unlike the main claim (asyncCommit): a running attempt
+	// of a limited handler holds a slot of its limits (and a key, when the
+	// handler is ordered too).
 	var b pgx.Batch
-	b.Queue(asyncCommit)
 	b.Queue(`SELECT pg_catalog.set_config('lock_timeout', $1, true)`, limitsLockTimeout)
 	b.Queue(queries.LockHandlerLimits, h)
 	// ClaimLimitedJobs's parameters in the order sqlc numbered them
