@@ -302,7 +302,13 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	// The write deadline started when the headers were read; a slow upload
 	// must not eat the time the answer needs after the commit.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.StoreTimeout + 2*time.Second))
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	// Only store_timeout bounds the write of a verified event, not the
+	// sender's side of the connection: net/http cancels the request's
+	// context when it sees the sender half-close (golang/go#18527), which
+	// failed every such delivery as database_unavailable (review
+	// helper-98). A sender that left gets its event stored all the same, and
+	// its retry is a duplicate.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	event, ok := wh.event(ctx, header, body, res)
 	if !ok {
@@ -370,13 +376,20 @@ func (s *Server) handleOtherPath(w http.ResponseWriter, r *http.Request) {
 	s.route(w, r, trace.SpanFromContext(r.Context()), time.Now()) // no {source}: unknown
 }
 
-// methodAllowed answers 405 to a GET for a source whose provider sends no
-// GET handshake.
+// methodAllowed answers 405 to any method but POST, and GET for a source
+// whose provider checks the endpoint with a GET handshake.
 func (wh *webhook) methodAllowed() bool {
-	if wh.r.Method == http.MethodPost || verify.AnswersGET(wh.src.verifier) {
+	get := verify.AnswersGET(wh.src.verifier)
+	// The GET route takes HEAD too, which no handshake is (review helper-98:
+	// it was answered 401 signature_missing).
+	if wh.r.Method == http.MethodPost || (wh.r.Method == http.MethodGet && get) {
 		return true
 	}
-	wh.w.Header().Set("Allow", http.MethodPost)
+	allow := http.MethodPost
+	if get {
+		allow += ", " + http.MethodGet
+	}
+	wh.w.Header().Set("Allow", allow)
 	wh.reject(http.StatusMethodNotAllowed, "method_not_allowed")
 	return false
 }

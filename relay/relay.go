@@ -219,10 +219,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusNotFound, "unknown_source")
 		return
 	}
-	// POST; GET (and HEAD, which the GET route takes) only for a source
-	// with a GET handshake.
-	get := r.Method == http.MethodGet || r.Method == http.MethodHead
-	if r.Method != http.MethodPost && !(get && verify.AnswersGET(src.verifier)) {
+	// POST; GET only for a source with a GET handshake (the GET route takes
+	// HEAD too, which no handshake is: 405, as at ingress).
+	if r.Method != http.MethodPost && (r.Method != http.MethodGet || !verify.AnswersGET(src.verifier)) {
 		allow := http.MethodPost
 		if verify.AnswersGET(src.verifier) {
 			allow += ", " + http.MethodGet
