@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/monitor"
 )
 
@@ -104,8 +106,19 @@ func TestSilenceChangesAreReportedByOneReplica(t *testing.T) {
 		t.Fatalf("\"source silent\" lines: a %d, b %d; want 1 and 0", strings.Count(aLog, "source silent"), strings.Count(bLog, "source silent"))
 	}
 
-	// The leader's connection dies; the lock goes with it.
+	// The leader's connection dies; the lock goes with it, once the server
+	// has ended the session (pg_terminate_backend only signals it: checked
+	// at once, b found the lock still held now and then, in a fresh-clone
+	// CI).
 	exec(t, super, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	testwait.Eventually(t, 10*time.Second, "the leader's session ended and its lock released", func() (bool, string) {
+		var n int
+		if err := super.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n == 0, fmt.Sprintf("%d advisory locks held", n)
+	})
 	exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
 		VALUES ('github', 'github', 'delivery-1', '{}', true, $1)`, now.Add(-time.Minute))
 	// b checks first now, finds the lock free and reports the resume; a,
