@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -304,21 +305,25 @@ func wherePath(ctx context.Context, tx pgx.Tx, path string) (string, error) {
 	if f := string(first); f == "true" || f == "false" || f == "null" {
 		return path, nil
 	}
-	mode, rest := "", strings.TrimSpace(path)
-	for _, m := range []string{"strict", "lax"} {
-		if w, r, ok := strings.Cut(rest, " "); ok && strings.EqualFold(w, m) {
-			mode, rest = m+" ", r
-		}
+	mode, rest := "", path
+	if m := pathMode.FindStringSubmatch(path); m != nil {
+		mode, rest = strings.ToLower(m[1])+" ", m[2]
 	}
 	return mode + `exists((` + rest + `) ? (@ == true || (@.type() != "boolean" && @.type() != "null")))`, nil
 }
+
+// pathMode splits a JSON path's leading mode (lax or strict, in any case,
+// ended by whitespace or by what cannot continue a word, as PostgreSQL's
+// lexer ends it) from the rest.
+var pathMode = regexp.MustCompile(`(?is)^\s*(lax|strict)\b\s*(.*)$`)
 
 // badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error
 // in the jsonpath input, or a path its evaluation rejects) into ErrInvalid
 // with PostgreSQL's own message.
 func badPath(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "22P02" || strings.HasPrefix(pgErr.Code, "22")) {
+	// 42704: a variable ($x) the list cannot pass.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "42704" || strings.HasPrefix(pgErr.Code, "22")) {
 		return invalid("where: PostgreSQL rejects the JSON path: %s", pgErr.Message)
 	}
 	return err

@@ -105,6 +105,10 @@ type Server struct {
 
 	mu sync.Mutex
 	hs *httpserve.Server
+	// cut ends with Stop's deadline: the writes still running then are cut
+	// off (their requests' contexts do not end them: handleWebhook).
+	cut     context.Context
+	cutDone context.CancelFunc
 }
 
 // New builds the server and a verifier per source. Errors name the bad source
@@ -133,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes),
 		rejectLog: logvalue.NewLimiter(rejectLogEvery)}
+	s.cut, s.cutDone = context.WithCancel(context.Background())
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
 		names = append(names, sc.Name)
@@ -241,6 +246,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	err := hs.Stop(ctx)
+	// After a graceful stop nothing runs; after the deadline the requests
+	// still running are cut off, their writes too (review helper-100).
+	s.cutDone()
 	// Every request has its answer: a store with committers of its own
 	// (GroupStore) can stop now.
 	if c, ok := s.cfg.Store.(interface{ Close() }); ok {
@@ -308,8 +316,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	// failed every such delivery as database_unavailable (review
 	// helper-98). A sender that left gets its event stored all the same, and
 	// its retry is a duplicate.
+	// Stop's deadline still cuts it off (cut).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
+	defer context.AfterFunc(s.cut, cancel)()
 	event, ok := wh.event(ctx, header, body, res)
 	if !ok {
 		return
