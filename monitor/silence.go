@@ -276,9 +276,12 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 	}
 	if since := now.Sub(st.LastSeen); since > st.Threshold {
 		st.Silent = true
-		if hasFixed && st.Threshold == fixed {
+		switch {
+		case hasFixed && st.Threshold == fixed:
 			st.Reason = fmt.Sprintf("no event for %s (max_silence %s)", since.Round(time.Second), fixed)
-		} else {
+		case st.Threshold == h.cfg.MinSilence && h.cfg.MinSilence > time.Duration(h.cfg.Factor*float64(st.Median)):
+			st.Reason = fmt.Sprintf("no event for %s (min_silence %s; the median gap is %s)", since.Round(time.Second), h.cfg.MinSilence, st.Median.Round(time.Second))
+		default:
 			st.Reason = fmt.Sprintf("no event for %s (%g× the median gap %s)", since.Round(time.Second), h.cfg.Factor, st.Median.Round(time.Second))
 		}
 	}

@@ -192,7 +192,7 @@ WITH expired AS (
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
         worker_id        = NULL,
-        next_attempt_at  = now(),
+        next_attempt_at  = least(j.next_attempt_at, now()),
         last_error_class = 'lease_expired',
         last_error       = e.reason,
         updated_at       = now()
@@ -208,7 +208,7 @@ WITH expired AS (
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
         worker_id        = NULL,
-        next_attempt_at  = now(),
+        next_attempt_at  = least(j.next_attempt_at, now()),
         updated_at       = now()
     FROM expired e
     WHERE j.id = e.id

@@ -14,11 +14,14 @@ UNION ALL
 SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE enabled;
 
 -- name: MonitorLag :many
--- Per handler, how long its oldest due job (pending, or failed with its
--- backoff over) has waited, in seconds.
+-- Per handler, how long its oldest undelivered due job (pending, failed with
+-- its backoff over, or leased: running, or leased again and again while no
+-- consumer takes it) has waited since it became due, in seconds. A reaped
+-- lease keeps its job's due time (ReapExpiredLeases), so a consumer outage
+-- does not reset it (review helper-101).
 SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
 FROM webhook_ingress.jobs
-WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+WHERE status IN ('pending', 'failed', 'leased') AND next_attempt_at <= now()
 GROUP BY handler;
 
 -- name: MonitorSources :many
@@ -33,8 +36,13 @@ WITH RECURSIVE p AS (
 SELECT provider FROM p WHERE provider IS NOT NULL;
 
 -- name: MonitorArrivals :many
--- The latest max_rows arrival times of source provider, newest first.
-SELECT received_at FROM webhook_ingress.events WHERE provider = sqlc.arg(provider)::text ORDER BY received_at DESC LIMIT sqlc.arg(max_rows)::bigint;
+-- The latest max_rows arrival times of source provider's webhooks, newest
+-- first: signed deliveries only, not the events inlet backfill and
+-- reconcile store from the provider's API (signature_verified false), which
+-- say nothing of whether the provider still sends (review helper-101).
+SELECT received_at FROM webhook_ingress.events
+WHERE provider = sqlc.arg(provider)::text AND signature_verified
+ORDER BY received_at DESC LIMIT sqlc.arg(max_rows)::bigint;
 
 -- name: TryReporterLock :one
 -- Take the monitor reporter's session lock if no other replica holds it (the

@@ -11,7 +11,9 @@ import (
 )
 
 const MonitorArrivals = `-- name: MonitorArrivals :many
-SELECT received_at FROM webhook_ingress.events WHERE provider = $1::text ORDER BY received_at DESC LIMIT $2::bigint
+SELECT received_at FROM webhook_ingress.events
+WHERE provider = $1::text AND signature_verified
+ORDER BY received_at DESC LIMIT $2::bigint
 `
 
 type MonitorArrivalsParams struct {
@@ -19,7 +21,10 @@ type MonitorArrivalsParams struct {
 	MaxRows  int64
 }
 
-// The latest max_rows arrival times of source provider, newest first.
+// The latest max_rows arrival times of source provider's webhooks, newest
+// first: signed deliveries only, not the events inlet backfill and
+// reconcile store from the provider's API (signature_verified false), which
+// say nothing of whether the provider still sends (review helper-101).
 func (q *Queries) MonitorArrivals(ctx context.Context, arg MonitorArrivalsParams) ([]time.Time, error) {
 	rows, err := q.db.Query(ctx, MonitorArrivals, arg.Provider, arg.MaxRows)
 	if err != nil {
@@ -85,7 +90,7 @@ func (q *Queries) MonitorJobs(ctx context.Context) ([]MonitorJobsRow, error) {
 const MonitorLag = `-- name: MonitorLag :many
 SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
 FROM webhook_ingress.jobs
-WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+WHERE status IN ('pending', 'failed', 'leased') AND next_attempt_at <= now()
 GROUP BY handler
 `
 
@@ -94,8 +99,11 @@ type MonitorLagRow struct {
 	LagSeconds float64
 }
 
-// Per handler, how long its oldest due job (pending, or failed with its
-// backoff over) has waited, in seconds.
+// Per handler, how long its oldest undelivered due job (pending, failed with
+// its backoff over, or leased: running, or leased again and again while no
+// consumer takes it) has waited since it became due, in seconds. A reaped
+// lease keeps its job's due time (ReapExpiredLeases), so a consumer outage
+// does not reset it (review helper-101).
 func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 	rows, err := q.db.Query(ctx, MonitorLag)
 	if err != nil {
