@@ -297,16 +297,20 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 // two apart: over an empty document a predicate always gives one item, true,
 // false or null; a path that selects values gives none, or a value.
 func wherePath(ctx context.Context, tx pgx.Tx, path string) (string, error) {
+	// The path as PostgreSQL prints it: comments gone, the mode (strict
+	// only; lax is the default) first.
 	var first []byte
-	err := tx.QueryRow(ctx, `SELECT pg_catalog.jsonb_path_query_first('{}'::jsonb, $1::jsonpath, '{}'::jsonb, true)::text`, path).Scan(&first)
+	var norm string
+	err := tx.QueryRow(ctx, `SELECT pg_catalog.jsonb_path_query_first('{}'::jsonb, $1::jsonpath, '{}'::jsonb, true)::text, $1::jsonpath::text`,
+		path).Scan(&first, &norm)
 	if err != nil {
 		return "", badPath(err)
 	}
 	if f := string(first); f == "true" || f == "false" || f == "null" {
 		return path, nil
 	}
-	mode, rest := "", path
-	if m := pathMode.FindStringSubmatch(path); m != nil {
+	mode, rest := "", norm
+	if m := pathMode.FindStringSubmatch(norm); m != nil {
 		mode, rest = strings.ToLower(m[1])+" ", m[2]
 	}
 	return mode + `exists((` + rest + `) ? (@ == true || (@.type() != "boolean" && @.type() != "null")))`, nil

@@ -106,7 +106,8 @@ func lastSeen(ctx context.Context, tx pgx.Tx, sources []string) ([]SourceActivit
 type handlerStats struct {
 	Handler                             string
 	Pending, Leased, Failed, DeadLetter int64
-	// Lag is how long its oldest due pending or failed job has been due;
+	// Lag is how long its oldest undelivered due job (pending, failed or
+	// leased, as inlet_handler_lag_seconds) has been due;
 	// HasLag is false when none is due.
 	Lag    time.Duration
 	HasLag bool

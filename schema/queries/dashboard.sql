@@ -65,7 +65,7 @@ WITH jobs AS (
            count(*) FILTER (WHERE status = 'leased')      AS leased,
            count(*) FILTER (WHERE status = 'failed')      AS failed,
            count(*) FILTER (WHERE status = 'dead_letter') AS dead_letter,
-           min(next_attempt_at) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= sqlc.arg(now)::timestamptz) AS oldest_due
+           min(next_attempt_at) FILTER (WHERE status IN ('pending', 'failed', 'leased') AND next_attempt_at <= sqlc.arg(now)::timestamptz) AS oldest_due
     FROM webhook_ingress.jobs
     WHERE status IN ('pending', 'leased', 'failed', 'dead_letter')
     GROUP BY handler

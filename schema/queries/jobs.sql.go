@@ -707,7 +707,7 @@ SET status           = 'pending',
     attempt_count    = j.attempt_count - 1,
     lease_holder_id  = NULL,
     lease_expires_at = NULL,
-    next_attempt_at  = now(),
+    next_attempt_at  = least(j.next_attempt_at, now()), -- its due time kept (MonitorLag)
     updated_at       = now()
 FROM token t
 WHERE j.id = ANY(ARRAY(SELECT id FROM target))
@@ -769,7 +769,7 @@ SET status           = 'pending',
     attempt_count    = attempt_count - 1,
     lease_holder_id  = NULL,
     lease_expires_at = NULL,
-    next_attempt_at  = now(),
+    next_attempt_at  = least(next_attempt_at, now()), -- its due time kept (MonitorLag)
     updated_at       = now()
 WHERE id = ANY(ARRAY(SELECT id FROM target))
   AND status = 'leased'

@@ -16,12 +16,19 @@ SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE e
 -- name: MonitorLag :many
 -- Per handler, how long its oldest undelivered due job (pending, failed with
 -- its backoff over, or leased: running, or leased again and again while no
--- consumer takes it) has waited since it became due, in seconds. A reaped
--- lease keeps its job's due time (ReapExpiredLeases), so a consumer outage
--- does not reset it (review helper-101).
-SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
-FROM webhook_ingress.jobs
-WHERE status IN ('pending', 'failed', 'leased') AND next_attempt_at <= now()
+-- consumer takes it) has waited since it became due, in seconds (reviews
+-- helper-101 and -102). Two arms, each through its partial index (idx_jobs_claimable,
+-- idx_jobs_leased), never the finished jobs. A lease given back or reaped
+-- keeps its job's due time (ReleaseJobs, ReleaseUnseenJobs,
+-- ReapExpiredLeases), so a bus or consumer outage does not reset it.
+SELECT handler, extract(epoch FROM now() - min(due))::float8 AS lag_seconds
+FROM (
+    SELECT handler, next_attempt_at AS due FROM webhook_ingress.jobs
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    UNION ALL
+    SELECT handler, next_attempt_at FROM webhook_ingress.jobs
+    WHERE lease_expires_at IS NOT NULL AND status = 'leased' AND next_attempt_at <= now()
+) open
 GROUP BY handler;
 
 -- name: MonitorSources :many

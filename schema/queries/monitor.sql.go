@@ -88,9 +88,14 @@ func (q *Queries) MonitorJobs(ctx context.Context) ([]MonitorJobsRow, error) {
 }
 
 const MonitorLag = `-- name: MonitorLag :many
-SELECT handler, extract(epoch FROM now() - min(next_attempt_at))::float8 AS lag_seconds
-FROM webhook_ingress.jobs
-WHERE status IN ('pending', 'failed', 'leased') AND next_attempt_at <= now()
+SELECT handler, extract(epoch FROM now() - min(due))::float8 AS lag_seconds
+FROM (
+    SELECT handler, next_attempt_at AS due FROM webhook_ingress.jobs
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    UNION ALL
+    SELECT handler, next_attempt_at FROM webhook_ingress.jobs
+    WHERE lease_expires_at IS NOT NULL AND status = 'leased' AND next_attempt_at <= now()
+) open
 GROUP BY handler
 `
 
@@ -101,9 +106,11 @@ type MonitorLagRow struct {
 
 // Per handler, how long its oldest undelivered due job (pending, failed with
 // its backoff over, or leased: running, or leased again and again while no
-// consumer takes it) has waited since it became due, in seconds. A reaped
-// lease keeps its job's due time (ReapExpiredLeases), so a consumer outage
-// does not reset it (review helper-101).
+// consumer takes it) has waited since it became due, in seconds (reviews
+// helper-101 and -102). Two arms, each through its partial index (idx_jobs_claimable,
+// idx_jobs_leased), never the finished jobs. A lease given back or reaped
+// keeps its job's due time (ReleaseJobs, ReleaseUnseenJobs,
+// ReapExpiredLeases), so a bus or consumer outage does not reset it.
 func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 	rows, err := q.db.Query(ctx, MonitorLag)
 	if err != nil {
