@@ -353,14 +353,16 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 		var extended time.Time // when the waiting references' leases run out, once extended here
 		for i := 0; i < len(mine); {
 			if i == 0 {
-				select {
-				case r.slots <- struct{}{}:
-				case <-ctx.Done():
+				// The first reference waits like the others, its message's
+				// leases extended meanwhile (review helper-103: a message
+				// waiting behind a slow handler had them run out, and the
+				// reaper dead-lettered jobs that never ran).
+				if !s.waitForSlot(r, mine, &extended, ctx.Done()) {
 					msg.Nack() // nothing of it started: the bus gives it to another replica
 					return
 				}
 				msg.Ack()
-			} else if !s.waitForSlot(r, mine[i:], &extended) {
+			} else if !s.waitForSlot(r, mine[i:], &extended, s.workCtx.Done()) {
 				s.giveBackUnstarted(r.h.Name, mine[i:])
 				return
 			}
@@ -386,8 +388,9 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 }
 
 // waitForSlot takes one of r's slots for waiting[0], and reports false when
-// Stop's deadline (workCtx) came first. The references waiting (acknowledged
-// on the bus, not started) have their leases extended while they wait,
+// done came first (the subscription ending, for a message's first reference,
+// not yet acknowledged; Stop's deadline, workCtx, for the others). The
+// references waiting (not started) have their leases extended while they wait,
 // before each would run out: a slow handler's backlog held here otherwise
 // expired, the reaper counted attempts that never ran (a consumer of the
 // handler was alive), and jobs were dead-lettered without their handler
@@ -397,7 +400,7 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 // extended them (zero before the first): the next reference's wait starts
 // from it rather than from the leases the references carry, so one
 // extension serves every wait of the message until it is due again.
-func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time) bool {
+func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time, done <-chan struct{}) bool {
 	expires := *extended
 	if expires.IsZero() {
 		expires = time.Now().Add(s.cfg.LeaseExtend)
@@ -413,7 +416,7 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time)
 		case r.slots <- struct{}{}:
 			t.Stop()
 			return true
-		case <-s.workCtx.Done():
+		case <-done:
 			t.Stop()
 			return false
 		case <-t.C:
