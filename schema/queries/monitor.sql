@@ -20,7 +20,8 @@ SELECT DISTINCT handler, 'pending', 0 FROM webhook_ingress.subscriptions WHERE e
 -- helper-101 and -102). Two arms, each through its partial index (idx_jobs_claimable,
 -- idx_jobs_leased), never the finished jobs. A lease given back or reaped
 -- keeps its job's due time (ReleaseJobs, ReleaseUnseenJobs,
--- ReapExpiredLeases), so a bus or consumer outage does not reset it.
+-- ReapExpiredLeases, give_back_attempt), so a bus or consumer outage, or a
+-- consumer's restart, does not reset it.
 SELECT handler, extract(epoch FROM now() - min(due))::float8 AS lag_seconds
 FROM (
     SELECT handler, next_attempt_at AS due FROM webhook_ingress.jobs

@@ -110,7 +110,8 @@ type MonitorLagRow struct {
 // helper-101 and -102). Two arms, each through its partial index (idx_jobs_claimable,
 // idx_jobs_leased), never the finished jobs. A lease given back or reaped
 // keeps its job's due time (ReleaseJobs, ReleaseUnseenJobs,
-// ReapExpiredLeases), so a bus or consumer outage does not reset it.
+// ReapExpiredLeases, give_back_attempt), so a bus or consumer outage, or a
+// consumer's restart, does not reset it.
 func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 	rows, err := q.db.Query(ctx, MonitorLag)
 	if err != nil {
