@@ -47,7 +47,8 @@ the list's "next").
 a parameter and evaluated with @@; a path PostgreSQL rejects is a usage
 error with its message. A path that selects values instead of answering
 true or false ('$.livemode', '$.data.object ? (@.customer == "cus_123")')
-matches an event when it selects something other than false or null.
+matches an event when it selects something other than false or null (an
+array by its elements).
 Events without a payload never match.
 
   inlet events list --source stripe --type 'invoice.*' --since 24h
