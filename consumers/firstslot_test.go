@@ -53,7 +53,52 @@ import (
 // every reference the process holds but has not started.
 func TestFirstReferenceWaitKeepsTheLeases(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	w := newSlotWait(t)
+	w.publish(t, w.ids[0])
+	w.firstStarted(t)
+	w.publish(t, w.ids[1], w.ids[2]) // [C, D]: its first reference waits for A's slot
+
+	reaped := w.reapPastLease(t, w.ids[1])
+	afterReap := map[int64]consumertest.Job{}
+	for _, id := range w.ids[1:] {
+		afterReap[id] = w.b.Job(t, id)
+	}
+	close(w.release)
+	w.b.WaitJobStatus(t, w.ids[0], "completed", wait)
+
+	for _, id := range w.ids[1:] {
+		j := afterReap[id]
+		if j.Status != "leased" {
+			t.Errorf("job %d (a reference held by the consumer's reader, waiting for the slot at index 0 of its message): "+
+				"after its lease ran out the reaper found it expired and made it %s (class %s, attempts %d) "+
+				"although the consumer was alive and holding it; its handler was called %d times. "+
+				"Want: its lease extended while it waits, as for references at index >= 1 (reaped: %+v)",
+				id, j.Status, deref(j.LastErrorClass), j.AttemptCount, w.callsOf(id), reaped)
+			continue
+		}
+		w.b.WaitJobStatus(t, id, "completed", wait)
+	}
+}
+
+// slotWait is the scenario of the tests of references waiting for a slot:
+// a consumer of handler h with one slot, over real NATS (ack wait 750 ms,
+// half the lease as the defaults are), whose handler holds the first of
+// three jobs until release; the three are claimed under a 1.5 s lease and
+// published as each test groups them.
+type slotWait struct {
+	b           *testBundle
+	streamerBus *natsbus.NATS
+	ids         []int64
+	byID        map[int64]bus.Ref
+	started     chan int64
+	release     chan struct{}
+	mu          sync.Mutex
+	calls       map[int64]int
+}
+
+func newSlotWait(t *testing.T) *slotWait {
+	t.Helper()
+	w := &slotWait{b: setup(t), started: make(chan int64, 16), release: make(chan struct{}), calls: map[int64]int{}}
 	srv := natstest.Start(t)
 	newBus := func(name string) *natsbus.NATS {
 		n, err := natsbus.New(context.Background(), natsbus.Config{URL: srv.URL(), Name: name,
@@ -64,23 +109,19 @@ func TestFirstReferenceWaitKeepsTheLeases(t *testing.T) {
 		t.Cleanup(func() { n.Close() })
 		return n
 	}
-	consumerBus, streamerBus := newBus("consumer"), newBus("streamer")
-
-	release := make(chan struct{})
-	started := make(chan int64, 16)
-	var mu sync.Mutex
-	calls := map[int64]int{}
+	consumerBus := newBus("consumer")
+	w.streamerBus = newBus("streamer")
 	var slowJob int64
-	cfg := b.config(consumers.Handler{Name: "h", Concurrency: 1, MaxAttempts: 1,
+	cfg := w.b.config(consumers.Handler{Name: "h", Concurrency: 1, MaxAttempts: 1,
 		Func: func(ctx context.Context, e *consumers.Event) error {
-			mu.Lock()
-			calls[e.JobID]++
+			w.mu.Lock()
+			w.calls[e.JobID]++
 			slow := e.JobID == slowJob
-			mu.Unlock()
-			started <- e.JobID
+			w.mu.Unlock()
+			w.started <- e.JobID
 			if slow {
 				select {
-				case <-release:
+				case <-w.release:
 				case <-time.After(wait):
 				}
 			}
@@ -89,76 +130,75 @@ func TestFirstReferenceWaitKeepsTheLeases(t *testing.T) {
 	cfg.Subscriber = consumerBus
 	cfg.LeaseExtend = time.Second
 	cfg.AliveInterval = 100 * time.Millisecond
-	b.start(t, cfg)
+	w.b.start(t, cfg)
 
-	var ids []int64
 	for range 3 {
-		ids = append(ids, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
+		w.ids = append(w.ids, w.b.JobID(t, w.b.InsertEvent(t, consumertest.EventParams{}), "h"))
 	}
-	mu.Lock()
-	slowJob = ids[0]
-	mu.Unlock()
-	const lease = 1500 * time.Millisecond
-	refs := b.ClaimOnce(t, lease)
-	byID := map[int64]bus.Ref{}
-	for _, r := range refs {
-		byID[r.JobID] = r
+	w.mu.Lock()
+	slowJob = w.ids[0]
+	w.mu.Unlock()
+	w.byID = map[int64]bus.Ref{}
+	for _, r := range w.b.ClaimOnce(t, 1500*time.Millisecond) {
+		w.byID[r.JobID] = r
 	}
-	if len(byID) != 3 {
-		t.Fatalf("claimed %+v", refs)
+	if len(w.byID) != 3 {
+		t.Fatalf("claimed %+v", w.byID)
 	}
-	publish := func(rs ...bus.Ref) {
-		msg, err := bus.NewBatchMessage(rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := streamerBus.Publish(bus.Topic("h"), msg); err != nil {
-			t.Fatal(err)
-		}
+	return w
+}
+
+// publish sends the references of jobs ids in one message.
+func (w *slotWait) publish(t *testing.T, ids ...int64) {
+	t.Helper()
+	var rs []bus.Ref
+	for _, id := range ids {
+		rs = append(rs, w.byID[id])
 	}
-	publish(byID[ids[0]])
+	msg, err := bus.NewBatchMessage(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.streamerBus.Publish(bus.Topic("h"), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// firstStarted waits for the slow first job's attempt to start.
+func (w *slotWait) firstStarted(t *testing.T) {
+	t.Helper()
 	select {
-	case id := <-started:
-		if id != ids[0] {
-			t.Fatalf("job %d started first, want %d", id, ids[0])
+	case id := <-w.started:
+		if id != w.ids[0] {
+			t.Fatalf("job %d started first, want %d", id, w.ids[0])
 		}
 	case <-time.After(wait):
 		t.Fatal("the first message's attempt never started")
 	}
-	publish(byID[ids[1]], byID[ids[2]]) // [C, D]: its first reference waits for A's slot
+}
 
-	// Past the claim's lease (the waiting references' leases, unless extended).
-	time.Sleep(time.Until(byID[ids[1]].LeaseExpiresAt) + 700*time.Millisecond)
+// reapPastLease waits until job id's claimed lease has run out (unless
+// extended) and runs the streamer's reaper once.
+func (w *slotWait) reapPastLease(t *testing.T, id int64) []queries.ReapExpiredLeasesRow {
+	t.Helper()
+	time.Sleep(time.Until(w.byID[id].LeaseExpiresAt) + 700*time.Millisecond)
 	ctx := context.Background()
 	var reaped []queries.ReapExpiredLeasesRow
-	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
+	if err := consumertest.AsRole(ctx, w.b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
 		var err error
 		reaped, err = queries.New(tx).ReapExpiredLeases(ctx, 100)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	afterReap := map[int64]consumertest.Job{}
-	for _, id := range ids[1:] {
-		afterReap[id] = b.Job(t, id)
-	}
-	close(release)
-	b.WaitJobStatus(t, ids[0], "completed", wait)
+	return reaped
+}
 
-	for _, id := range ids[1:] {
-		j := afterReap[id]
-		if j.Status != "leased" {
-			time.Sleep(500 * time.Millisecond) // room for a (wrong) run to show in calls
-			mu.Lock()
-			n := calls[id]
-			mu.Unlock()
-			t.Errorf("job %d (a reference held by the consumer's reader, waiting for the slot at index 0 of its message): "+
-				"after its lease ran out the reaper found it expired and made it %s (class %s, attempts %d) "+
-				"although the consumer was alive and holding it; its handler was called %d times. "+
-				"Want: its lease extended while it waits, as for references at index >= 1 (reaped: %+v)",
-				id, j.Status, deref(j.LastErrorClass), j.AttemptCount, n, reaped)
-			continue
-		}
-		b.WaitJobStatus(t, id, "completed", wait)
-	}
+// callsOf is how often the handler ran for job id, after a moment for a
+// (wrong) run to show.
+func (w *slotWait) callsOf(id int64) int {
+	time.Sleep(500 * time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls[id]
 }

@@ -2,22 +2,7 @@
 
 package consumers_test
 
-import (
-	"context"
-	"log/slog"
-	"sync"
-	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inlet-dev/inlet/consumers"
-	"github.com/inlet-dev/inlet/consumers/bus"
-	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
-	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
-	"github.com/inlet-dev/inlet/internal/natstest"
-	"github.com/inlet-dev/inlet/schema/queries"
-)
+import "testing"
 
 // Known limit (kept failing on purpose, under the knownlimits tag; found by
 // review helper-103),
@@ -52,103 +37,24 @@ import (
 // within a lease.
 func TestKnownLimitReferencesBehindAWaitingMessageKeepTheirLeases(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	srv := natstest.Start(t)
-	newBus := func(name string) *natsbus.NATS {
-		n, err := natsbus.New(context.Background(), natsbus.Config{URL: srv.URL(), Name: name,
-			AckWait: 750 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		return n
-	}
-	consumerBus, streamerBus := newBus("consumer"), newBus("streamer")
+	w := newSlotWait(t)
+	w.publish(t, w.ids[0], w.ids[1]) // [A, B]: B waits for A's slot at index 1
+	w.firstStarted(t)
+	w.publish(t, w.ids[2]) // [C]: delivered to this process, behind B
 
-	release := make(chan struct{})
-	started := make(chan int64, 16)
-	var mu sync.Mutex
-	calls := map[int64]int{}
-	var slowJob int64
-	cfg := b.config(consumers.Handler{Name: "h", Concurrency: 1, MaxAttempts: 1,
-		Func: func(ctx context.Context, e *consumers.Event) error {
-			mu.Lock()
-			calls[e.JobID]++
-			slow := e.JobID == slowJob
-			mu.Unlock()
-			started <- e.JobID
-			if slow {
-				select {
-				case <-release:
-				case <-time.After(wait):
-				}
-			}
-			return nil
-		}})
-	cfg.Subscriber = consumerBus
-	cfg.LeaseExtend = time.Second
-	cfg.AliveInterval = 100 * time.Millisecond
-	b.start(t, cfg)
-
-	var ids []int64
-	for range 3 {
-		ids = append(ids, b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "h"))
-	}
-	mu.Lock()
-	slowJob = ids[0]
-	mu.Unlock()
-	refs := b.ClaimOnce(t, 1500*time.Millisecond)
-	byID := map[int64]bus.Ref{}
-	for _, r := range refs {
-		byID[r.JobID] = r
-	}
-	if len(byID) != 3 {
-		t.Fatalf("claimed %+v", refs)
-	}
-	publish := func(rs ...bus.Ref) {
-		msg, err := bus.NewBatchMessage(rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := streamerBus.Publish(bus.Topic("h"), msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish(byID[ids[0]], byID[ids[1]]) // [A, B]: B waits for A's slot at index 1
-	select {
-	case id := <-started:
-		if id != ids[0] {
-			t.Fatalf("job %d started first, want %d", id, ids[0])
-		}
-	case <-time.After(wait):
-		t.Fatal("the first message's attempt never started")
-	}
-	publish(byID[ids[2]]) // [C]: delivered to this process, behind B
-
-	time.Sleep(time.Until(byID[ids[2]].LeaseExpiresAt) + 700*time.Millisecond)
-	ctx := context.Background()
-	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
-		_, err := queries.New(tx).ReapExpiredLeases(ctx, 100)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	bAfter, cAfter := b.Job(t, ids[1]), b.Job(t, ids[2])
-	close(release)
-	b.WaitJobStatus(t, ids[0], "completed", wait)
+	w.reapPastLease(t, w.ids[2])
+	bAfter, cAfter := w.b.Job(t, w.ids[1]), w.b.Job(t, w.ids[2])
+	close(w.release)
+	w.b.WaitJobStatus(t, w.ids[0], "completed", wait)
 	if bAfter.Status != "leased" {
 		t.Fatalf("control: B (index 1 of message 1, waiting in waitForSlot) was reaped too: %+v", bAfter)
 	}
-	b.WaitJobStatus(t, ids[1], "completed", wait)
+	w.b.WaitJobStatus(t, w.ids[1], "completed", wait)
 	if cAfter.Status != "leased" {
-		time.Sleep(500 * time.Millisecond)
-		mu.Lock()
-		n := calls[ids[2]]
-		mu.Unlock()
 		t.Fatalf("job %d (message 2, delivered to this live consumer behind message 1's waiting reference): "+
 			"the reaper made it %s (class %s, attempts %d) while B, waiting beside it, kept its extended lease; "+
 			"its handler was called %d times. Want: its lease kept while this process holds it, then completed",
-			ids[2], cAfter.Status, deref(cAfter.LastErrorClass), cAfter.AttemptCount, n)
+			w.ids[2], cAfter.Status, deref(cAfter.LastErrorClass), cAfter.AttemptCount, w.callsOf(w.ids[2]))
 	}
-	b.WaitJobStatus(t, ids[2], "completed", wait)
+	w.b.WaitJobStatus(t, w.ids[2], "completed", wait)
 }
