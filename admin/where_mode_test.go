@@ -10,7 +10,7 @@ import (
 	"github.com/inlet-dev/inlet/admin"
 )
 
-// TestWhereModeFollowedByOtherWhitespace
+// TestWhereModeFollowedByOtherWhitespaceOrAfterAComment
 //
 // Regression test (review helper-100; fixed: the text describes the behaviour
 // before the fix). a --where / ?where= path that selects values and starts with its
@@ -29,7 +29,7 @@ import (
 // of exists(…) only when it is followed by a space
 // (strings.Cut(rest, " ")); any other separator leaves the mode inside
 // `exists((strict\n$…) ? …)`, which is a syntax error.
-func TestWhereModeFollowedByOtherWhitespace(t *testing.T) {
+func TestWhereModeFollowedByOtherWhitespaceOrAfterAComment(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t)
 	ctx := context.Background()
@@ -53,6 +53,10 @@ func TestWhereModeFollowedByOtherWhitespace(t *testing.T) {
 		{"strict\t$.o ? (@.x == 1)", []string{"evt_b"}},
 		{"lax\n  $.n[*] ? (@ > 2)", []string{"evt_a"}},
 		{"strict($.n[*] ? (@ > 2))", []string{"evt_a"}},
+		// After a leading comment (review helper-102): the mode is read from
+		// PostgreSQL's own print of the path.
+		{"/* paying customers */ strict $.o ? (@.x == 1)", []string{"evt_b"}},
+		{"/* big */\nlax $.n[*] ? (@ > 2)", []string{"evt_a"}},
 	} {
 		// What PostgreSQL answers for the path as given: it accepts it.
 		var direct []string
