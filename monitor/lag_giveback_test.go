@@ -7,30 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/inlet-dev/inlet/monitor"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
-
-func reviewLag(t *testing.T, reg *prometheus.Registry, handler string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "inlet_handler_lag_seconds" {
-			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == handler {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no inlet_handler_lag_seconds{handler=%q}", handler)
-	return 0
-}
 
 // TestLagSurvivesABusOutage
 //
@@ -52,17 +31,7 @@ func reviewLag(t *testing.T, reg *prometheus.Registry, handler string) float64 {
 func TestLagSurvivesABusOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super, streamer := pools(t)
-	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('billing')`)
-	exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
-		VALUES ('stripe', 'stripe', 'evt_1', '{}', true, now() - interval '2 hours')`)
-	exec(t, super, `UPDATE webhook_ingress.jobs SET created_at = now() - interval '2 hours', next_attempt_at = now() - interval '2 hours' WHERE handler = 'billing'`)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(monitor.NewQueue(streamer, nil))
-	if l := reviewLag(t, reg, "billing"); l < 7190 {
-		t.Fatalf("precondition: lag of a job due for 2h = %vs, want about 7200s", l)
-	}
+	super, streamer, reg := jobDueTwoHours(t)
 
 	// The streamer claims it (the real statement, as webhook_streamer)...
 	q := queries.New(streamer)
@@ -84,7 +53,7 @@ func TestLagSurvivesABusOutage(t *testing.T) {
 		t.Fatalf("precondition: status %q, %v; want pending (given back)", status, err)
 	}
 
-	if l := reviewLag(t, reg, "billing"); l < 7190 {
+	if l := handlerLag(t, reg, "billing"); l < 7190 {
 		t.Errorf("inlet_handler_lag_seconds{handler=billing} = %.1fs after a publish the bus refused; the job is still undelivered "+
 			"2h after it became due, want ≥ 7200s (ReleaseJobs' next_attempt_at = now() reset it)", l)
 	}
@@ -159,11 +128,7 @@ func TestLagScrapeReadsOnlyOpenJobs(t *testing.T) {
 func TestDashboardLagMatchesTheMetricDuringAConsumerOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super, streamer := pools(t)
-	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('billing')`)
-	exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
-		VALUES ('stripe', 'stripe', 'evt_1', '{}', true, now() - interval '2 hours')`)
-	exec(t, super, `UPDATE webhook_ingress.jobs SET created_at = now() - interval '2 hours', next_attempt_at = now() - interval '2 hours' WHERE handler = 'billing'`)
+	super, streamer, reg := jobDueTwoHours(t)
 	// The streamer leases it (no consumer of billing is alive; it will be
 	// reaped and leased again, keeping its due time).
 	rows, err := queries.New(streamer).ClaimJobs(ctx, queries.ClaimJobsParams{FullHandlers: []string{}, BatchSize: 10, LeaseHolder: "streamer-1", LeaseFor: time.Minute})
@@ -171,9 +136,7 @@ func TestDashboardLagMatchesTheMetricDuringAConsumerOutage(t *testing.T) {
 		t.Fatalf("precondition: claimed %d, %v; want 1", len(rows), err)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(monitor.NewQueue(streamer, nil))
-	metric := reviewLag(t, reg, "billing")
+	metric := handlerLag(t, reg, "billing")
 	if metric < 7190 {
 		t.Fatalf("precondition: inlet_handler_lag_seconds = %vs, want about 7200s", metric)
 	}

@@ -18,6 +18,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/monitor"
@@ -35,36 +36,7 @@ import (
 func TestHandlerLagOutlivesTheReaperDuringAConsumerOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super, streamer := pools(t)
-	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('billing')`)
-	exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
-		VALUES ('stripe', 'stripe', 'evt_1', '{}', true, now() - interval '2 hours')`)
-	// The job has been due since its event arrived, 2 hours ago.
-	exec(t, super, `UPDATE webhook_ingress.jobs SET created_at = now() - interval '2 hours', next_attempt_at = now() - interval '2 hours' WHERE handler = 'billing'`)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(monitor.NewQueue(streamer, nil))
-	lag := func() float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "inlet_handler_lag_seconds" {
-				for _, m := range mf.GetMetric() {
-					if m.GetLabel()[0].GetValue() == "billing" {
-						return m.GetGauge().GetValue()
-					}
-				}
-			}
-		}
-		t.Fatal("no inlet_handler_lag_seconds{handler=billing}")
-		return 0
-	}
-	if l := lag(); l < 7190 {
-		t.Fatalf("precondition: lag of a job due for 2h = %vs, want about 7200s", l)
-	}
+	super, streamer, reg := jobDueTwoHours(t)
 
 	// The streamer leases it (as its claim does) and publishes it; no
 	// consumer of billing is alive, the lease runs out.
@@ -84,8 +56,46 @@ func TestHandlerLagOutlivesTheReaperDuringAConsumerOutage(t *testing.T) {
 		t.Fatalf("precondition: delivered %v, %v", delivered, err)
 	}
 
-	if l := lag(); l < 7190 {
+	if l := handlerLag(t, reg, "billing"); l < 7190 {
 		t.Errorf("inlet_handler_lag_seconds{handler=billing} = %.1fs after one expired lease; the job is still undelivered "+
 			"2h after its event arrived, want ≥ 7200s (the reaper's next_attempt_at = now() reset it)", l)
 	}
+}
+
+// jobDueTwoHours starts a database with one job of handler billing, due
+// since its event arrived two hours ago, and the queue gauges on it (whose
+// lag it checks first): the lag tests' start.
+func jobDueTwoHours(t *testing.T) (super, streamer *pgxpool.Pool, reg *prometheus.Registry) {
+	t.Helper()
+	super, streamer = pools(t)
+	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler) VALUES ('billing')`)
+	exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified, received_at)
+		VALUES ('stripe', 'stripe', 'evt_1', '{}', true, now() - interval '2 hours')`)
+	exec(t, super, `UPDATE webhook_ingress.jobs SET created_at = now() - interval '2 hours', next_attempt_at = now() - interval '2 hours' WHERE handler = 'billing'`)
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(monitor.NewQueue(streamer, nil))
+	if l := handlerLag(t, reg, "billing"); l < 7190 {
+		t.Fatalf("precondition: lag of a job due for 2h = %vs, want about 7200s", l)
+	}
+	return super, streamer, reg
+}
+
+// handlerLag is inlet_handler_lag_seconds{handler} as reg exports it.
+func handlerLag(t *testing.T, reg *prometheus.Registry, handler string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "inlet_handler_lag_seconds" {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == handler {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no inlet_handler_lag_seconds{handler=%q}", handler)
+	return 0
 }
