@@ -513,7 +513,9 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	text := errorText(herr)
 	var retryIn time.Duration
 	if !IsPermanent(herr) && (l.maxAttempts == 0 || ref.Attempt < l.maxAttempts) {
-		retryIn = s.backoff(h, ref.Attempt) // only when a retry follows
+		// Only when a retry follows; never sooner than the handler's error
+		// asked (RetryAfter).
+		retryIn = max(s.backoff(h, ref.Attempt), RetryAfterOf(herr))
 	}
 	var outcome string
 	err := retryWhileUnavailable(ctx, func() error {

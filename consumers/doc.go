@@ -17,8 +17,9 @@
 //   - success: the job is completed; the job row keeps the attempt number,
 //     the consumer (worker_id) and the time (completed_at), and successes
 //     finishing together share one statement;
-//   - an error: the job is failed and retried after the handler's Backoff, or
-//     dead-lettered once MaxAttempts are spent or the error is [Permanent];
+//   - an error: the job is failed and retried after the handler's Backoff
+//     (or later, when the error asks with [RetryAfter]), or dead-lettered
+//     once MaxAttempts are spent or the error is [Permanent];
 //     every failed attempt leaves a row in webhook_ingress.job_attempts with
 //     its [ErrorClass], error text, consumer and times (the view
 //     webhook_ingress.attempts shows failures and successes together).

@@ -11,7 +11,8 @@
 // The internal service then trusts one shared secret instead of every
 // provider's scheme; Go services check requests with [Verify]. Any non-2xx
 // answer fails the attempt and is retried by the handler's backoff (class
-// http_4xx or http_5xx); unreachable services fail with class network,
+// http_4xx or http_5xx), or after the answer's Retry-After when that is
+// later (delay-seconds or an HTTP-date; at most 24h); unreachable services fail with class network,
 // slow ones with timeout. Redirects are not followed. Only the status and
 // at most 200 bytes of the answer go into the error text, which stays in
 // Postgres; the URL never does, as it may carry credentials.

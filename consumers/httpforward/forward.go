@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -148,6 +149,9 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerText))
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	err = fmt.Errorf("forward job %d: answered %s: %q", e.JobID, status(resp), answer)
+	// The service's own word on when to come back (429, 503) holds the
+	// retry back at least that long.
+	err = consumers.RetryAfter(err, retryAfter(resp.Header.Get("Retry-After"), f.now()))
 	switch {
 	case resp.StatusCode >= 500:
 		return consumers.WithClass(err, consumers.ClassHTTP5xx)
@@ -156,6 +160,30 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	default: // 1xx, 3xx: a redirect is not followed
 		return err
 	}
+}
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP-date
+// (RFC 9110, 10.2.3), as a delay from now; 0 when absent, malformed or
+// past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	// consumers.RetryAfterOf caps the delay at 24h; a larger count of
+	// seconds must not overflow on its way there.
+	const most = uint64(math.MaxInt64 / int64(time.Second))
+	secs, err := strconv.ParseUint(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		secs, err = most, nil
+	}
+	if err == nil {
+		return time.Duration(min(secs, most)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
 }
 
 // status is the answer's status code and its standard text, not the
