@@ -36,7 +36,28 @@ func NewLeader(cfg *pgx.ConnConfig) *Leader {
 		c.RuntimeParams = map[string]string{}
 	}
 	c.RuntimeParams["application_name"] = ElectionAppName
+	// The lock lives as long as the server's end of the connection. A
+	// leader cut off by the network (its host gone, a partition) sends no
+	// FIN, and without keepalives the server keeps that session, and the
+	// lock, for the operating system's keepalive time (2 h on Linux): no
+	// replica could lead, and no alert be sent, meanwhile. With these the
+	// server drops it within about 30 s (ignored over a Unix socket, where
+	// a dead peer is seen at once). Settings given in the URL win.
+	for name, v := range electionKeepalives {
+		if _, set := c.RuntimeParams[name]; !set {
+			c.RuntimeParams[name] = v
+		}
+	}
 	return &Leader{cfg: c}
+}
+
+// electionKeepalives are the server's TCP keepalive settings on a Leader's
+// connection: a first probe after 15 s idle, then every 5 s, the session
+// dropped after 3 unanswered.
+var electionKeepalives = map[string]string{
+	"tcp_keepalives_idle":     "15",
+	"tcp_keepalives_interval": "5",
+	"tcp_keepalives_count":    "3",
 }
 
 // NewNamedLeader elects over its own lock, named key, so the replica that
