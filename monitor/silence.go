@@ -41,6 +41,12 @@ type SilenceConfig struct {
 	// whatever its history. Sources named here are watched even before their
 	// first event.
 	MaxSilence map[string]time.Duration
+	// Sources, when not nil, are the sources watched (the configuration's,
+	// and those of MaxSilence): a source removed from the configuration is
+	// no longer judged, though its events stay in the database, and one
+	// last reported silent is reported "removed" once. Nil: every source
+	// with an event is judged.
+	Sources []string
 	// AlertURL, when set, receives a JSON POST on each change (silent,
 	// resumed): source, status, last_seen, threshold_seconds, reason.
 	AlertURL string
@@ -75,6 +81,8 @@ type SourceStatus struct {
 	Silent    bool          `json:"silent"`
 	// Reason says why it is silent.
 	Reason string `json:"reason,omitempty"`
+
+	removed bool // reported silent, and no longer watched
 }
 
 // SilenceDetector is the silent-source detector: Check judges every source now;
@@ -228,10 +236,21 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	for _, r := range rows {
 		reported[r.Source] = r.Silent
 	}
+	changed := make([]SourceStatus, 0, len(out))
 	for _, st := range out {
-		if st.Silent == reported[st.Source] {
-			continue
+		if st.Silent != reported[st.Source] {
+			changed = append(changed, st)
 		}
+		delete(reported, st.Source)
+	}
+	// Reported silent, and no longer watched: removed from the
+	// configuration (an alert left open would never resolve).
+	for _, r := range rows {
+		if reported[r.Source] {
+			changed = append(changed, SourceStatus{Source: r.Source, removed: true})
+		}
+	}
+	for _, st := range changed {
 		if !h.report(ctx, st) {
 			continue // sent again at the next check
 		}
@@ -292,14 +311,20 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 // alert was taken (true without an alert URL).
 func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) bool {
 	status := "resumed"
-	if st.Silent {
+	switch {
+	case st.Silent:
 		status = "silent"
+	case st.removed:
+		status, st.Reason = "removed", "no longer a configured source: not watched"
 	}
 	attrs := []slog.Attr{slog.String("source", st.Source), slog.String("status", status),
 		slog.Time("last_seen", st.LastSeen), slog.Duration("threshold", st.Threshold)}
-	if st.Silent {
+	switch {
+	case st.Silent:
 		h.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "source silent", append(attrs, slog.String("reason", st.Reason))...)
-	} else {
+	case st.removed:
+		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "source removed from the configuration; no longer watched for silence", attrs[:2]...)
+	default:
 		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "source resumed", attrs...)
 	}
 	if h.cfg.AlertURL == "" {
@@ -347,9 +372,12 @@ func alertError(err error) string {
 }
 
 func (h *SilenceDetector) sources(ctx context.Context) ([]string, error) {
-	seen, err := queries.New(h.cfg.DB).MonitorSources(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("silence: list sources: %w", err)
+	seen := h.cfg.Sources
+	if seen == nil {
+		var err error
+		if seen, err = queries.New(h.cfg.DB).MonitorSources(ctx); err != nil {
+			return nil, fmt.Errorf("silence: list sources: %w", err)
+		}
 	}
 	set := map[string]bool{}
 	for name := range h.cfg.MaxSilence {

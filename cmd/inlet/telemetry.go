@@ -33,6 +33,7 @@ func startMonitors(ctx context.Context, cfg inletyaml.Config, pool *pgxpool.Pool
 		var err error
 		c := hc.SilenceConfig()
 		c.DB, c.Metrics, c.Leader, c.Logger = pool, reg, leader, log.With(slog.String("component", "silence"))
+		c.Sources = sourceNames(cfg)
 		h, err = monitor.NewSilenceDetector(c)
 		if err != nil {
 			return nil, nil, err
@@ -85,15 +86,13 @@ func metricsHandler(reg *prometheus.Registry) http.Handler { return metrics.Hand
 // silence section's thresholds, evaluated on each page load (no alerts:
 // those are the streamer's).
 func newDashboard(cfg inletyaml.Config, pool *pgxpool.Pool, limiter *admin.AuthLimiter, log *slog.Logger) (http.Handler, error) {
-	names := make([]string, 0, len(cfg.Sources))
-	for _, s := range cfg.Sources {
-		names = append(names, s.Name)
-	}
+	names := sourceNames(cfg)
 	dc := dashboard.Config{DB: pool, Token: cfg.Admin.Token, Sources: names, AuthLimiter: limiter, Logger: log.With(slog.String("component", "dashboard")),
 		MaxTypesPerSource: cfg.Silence.MaxTypesPerSource}
 	if !cfg.Silence.Disabled {
 		hc := cfg.Silence.SilenceConfig()
 		hc.DB, hc.Logger, hc.AlertURL = pool, log, "" // no alerts: those are the streamer's
+		hc.Sources = names
 		h, err := monitor.NewSilenceDetector(hc)
 		if err != nil {
 			return nil, err
@@ -101,6 +100,16 @@ func newDashboard(cfg inletyaml.Config, pool *pgxpool.Pool, limiter *admin.AuthL
 		dc.Silence = dashboardSilence{h}
 	}
 	return dashboard.New(dc)
+}
+
+// sourceNames are the names of cfg's sources (never nil: none configured
+// is none watched).
+func sourceNames(cfg inletyaml.Config) []string {
+	names := make([]string, 0, len(cfg.Sources))
+	for _, s := range cfg.Sources {
+		names = append(names, s.Name)
+	}
+	return names
 }
 
 // dashboardSilence shows a detector's judgement on the dashboard.
