@@ -197,7 +197,8 @@ bus: {kind: nats, url: "nats://127.0.0.1:4222"}
 		t.Fatalf("whole file without its secrets: %v", err)
 	}
 	st, err := ParseFor(doc, none, config.StreamerService)
-	if err != nil || len(st.Sources) != 0 || len(st.Consumer.Handlers) != 0 || st.Bus.Kind != "nats" {
+	if err != nil || len(st.Sources) != 1 || st.Sources[0].Name != "stripe" || st.Sources[0].Secrets != nil ||
+		len(st.Consumer.Handlers) != 0 || st.Bus.Kind != "nats" {
 		t.Fatalf("streamer: %+v, %v", st, err)
 	}
 	if _, err := ParseFor(doc, none, config.ConsumerService); err == nil || !strings.Contains(err.Error(), "FORWARD_SECRET") {

@@ -102,9 +102,13 @@ func newDashboard(cfg inletyaml.Config, pool *pgxpool.Pool, limiter *admin.AuthL
 	return dashboard.New(dc)
 }
 
-// sourceNames are the names of cfg's sources (never nil: none configured
-// is none watched).
+// sourceNames are the names of cfg's sources (inlet streamer reads their
+// names alone); nil for a file without sources (a service's own file), so
+// that the silence detector judges every source with an event.
 func sourceNames(cfg inletyaml.Config) []string {
+	if len(cfg.Sources) == 0 {
+		return nil
+	}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, s := range cfg.Sources {
 		names = append(names, s.Name)

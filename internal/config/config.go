@@ -254,19 +254,51 @@ var warnRenamed = func(old, key string, line int) {
 		slog.String("old", old), slog.String("new", key), slog.Int("line", line))
 }
 
+// namesKept are the list sections whose items' names a service that does not
+// read them still gets, each item cut to its name: the streamer's silence
+// detector watches the configured sources, without their secrets.
+var namesKept = map[Service][]string{StreamerService: {"sources"}}
+
 // dropSections removes the top-level keys of a document service does not
-// read.
+// read (of a namesKept section, all but its items' names).
 func dropSections(m *yaml.Node, service Service) {
 	if m.Kind != yaml.MappingNode {
 		return
 	}
 	kept := m.Content[:0]
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		if service.Reads(m.Content[i].Value) {
-			kept = append(kept, m.Content[i], m.Content[i+1])
+		k, v := m.Content[i], m.Content[i+1]
+		switch {
+		case service.Reads(k.Value):
+			kept = append(kept, k, v)
+		case slices.Contains(namesKept[service], k.Value) && v.Kind == yaml.SequenceNode:
+			names := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: v.Line, Column: v.Column}
+			for _, item := range v.Content {
+				names.Content = append(names.Content, nameOf(item))
+			}
+			kept = append(kept, k, names)
 		}
 	}
 	m.Content = kept
+}
+
+// nameOf is a new mapping holding item's "name" key alone (an alias is
+// followed; item is not changed, as an alias elsewhere may name it); an
+// empty one for an item that is not a mapping.
+func nameOf(item *yaml.Node) *yaml.Node {
+	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: item.Line, Column: item.Column}
+	if item.Kind == yaml.AliasNode && item.Alias != nil {
+		item = item.Alias
+	}
+	if item.Kind != yaml.MappingNode {
+		return out
+	}
+	for j := 0; j+1 < len(item.Content); j += 2 {
+		if item.Content[j].Value == "name" {
+			out.Content = append(out.Content, item.Content[j], item.Content[j+1])
+		}
+	}
+	return out
 }
 
 // unsetRef is a value naming a variable (or secret file) this process does
