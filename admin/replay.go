@@ -107,14 +107,15 @@ func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error)
 		if err != nil {
 			return err
 		}
+		// A dry run answers as the run would: refused over the limit.
+		if plan.Touched() > maxJobs {
+			return conflict("it would touch %d jobs (%d re-queued, %d created), more than the limit of %d: "+
+				"narrow the filter or raise the limit (--max-jobs, max_jobs)", plan.Touched(), plan.Requeued, plan.Created, maxJobs)
+		}
 		if req.DryRun {
 			res = plan
 			res.DryRun = true
 			return nil
-		}
-		if plan.Touched() > maxJobs {
-			return conflict("it would touch %d jobs (%d re-queued, %d created), more than the limit of %d: "+
-				"narrow the filter or raise the limit (--max-jobs, max_jobs)", plan.Touched(), plan.Requeued, plan.Created, maxJobs)
 		}
 		if res, err = runReplay(ctx, tx, req); err != nil {
 			return err

@@ -29,7 +29,7 @@ the whole history). --unrouted is the catch-up of a handler subscribed after
 events nobody routed arrived: it creates the handler's jobs for the events
 that created no job at all and that its subscriptions match (the filters
 narrow it), and re-queues nothing. --dry-run prints how many jobs would be re-queued and
-created, and changes nothing.
+created, and changes nothing; over --max-jobs it is refused as the run would be.
 
 A replayed job is pending and due now, its lease and last error cleared, and
 its attempt count back at 0 so the handler gets all its attempts again; its
