@@ -62,19 +62,23 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // others wait for it and then find nothing pending; waiting (nil: nothing) is
 // called once when one starts to wait.
 func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), waiting func()) ([]IndexBuild, error) {
-	// A build takes as long as its partition is large: a statement_timeout
-	// of the role or the database (set for the services) would cancel it on
-	// every run, leaving an INVALID index dropped and built again each time.
-	// Off for the builds; the session's own setting is put back after.
-	var timeout string
-	if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&timeout); err != nil {
-		return nil, fmt.Errorf("read statement_timeout: %w", err)
+	// A build takes as long as its partition is large, and CONCURRENTLY
+	// waits (as lock waits) for every transaction older than it: a
+	// statement_timeout or lock_timeout of the role or the database (set for
+	// the services) would cancel it on every run behind a long one, leaving
+	// an INVALID index dropped and built again each time. Both off for the
+	// builds (a CONCURRENTLY build blocks no writer while it waits); the
+	// session's own settings are put back after.
+	var timeout, lockTimeout string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('lock_timeout')`).Scan(&timeout, &lockTimeout); err != nil {
+		return nil, fmt.Errorf("read statement_timeout and lock_timeout: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SET statement_timeout = 0`); err != nil {
-		return nil, fmt.Errorf("turn statement_timeout off for the index builds: %w", err)
+	if _, err := conn.Exec(ctx, `SET statement_timeout = 0; SET lock_timeout = 0`); err != nil {
+		return nil, fmt.Errorf("turn statement_timeout and lock_timeout off for the index builds: %w", err)
 	}
 	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_catalog.set_config('statement_timeout', $1, false)`, timeout)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_catalog.set_config('statement_timeout', $1, false), pg_catalog.set_config('lock_timeout', $2, false)`,
+			timeout, lockTimeout)
 	}()
 	pending, err := PendingIndexes(ctx, conn)
 	if err != nil || len(pending) == 0 {

@@ -167,6 +167,10 @@ func retryable(err error) bool {
 	return false
 }
 
+// migrationLockTimeout bounds each migration's wait for a lock (lock_timeout),
+// as 012 first did for itself.
+const migrationLockTimeout = "10s"
+
 // apply runs m and records it in one transaction. Applied while webhooks
 // arrive, a migration's DDL can deadlock with an insert (they lock the same
 // tables in different orders), and PostgreSQL may pick the migration as the
@@ -183,6 +187,14 @@ func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'"); err != nil {
 				return err
 			}
+			// A migration's DDL queues for its table's lock behind any long
+			// reader (pg_dump, an auditor's report), and every insert of
+			// ingest queues behind it: the wait is bounded, unless the
+			// session sets its own (a migration may set its own too).
+			if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout', $1, true)
+				WHERE pg_catalog.current_setting('lock_timeout') IN ('0', '0ms')`, migrationLockTimeout); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
@@ -190,6 +202,11 @@ func apply(ctx context.Context, conn *pgx.Conn, m Migration) error {
 			return err
 		})
 		if err == nil || try == deadlockRetries || !retryable(err) {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return fmt.Errorf("%w: it waited its lock_timeout for a lock on a table it changes, held by a long transaction "+
+					"(ingest was not held up longer); nothing changed: run inlet migrate again once that transaction ends", err)
+			}
 			return err
 		}
 		select {
