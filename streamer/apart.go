@@ -180,6 +180,7 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 	var b leaseBatch
 	more := false
 	limitedLeased := 0
+	heldWake := time.Duration(-1) // the soonest a limited handler's held-back jobs can be leased
 	stopped := func() bool {
 		select {
 		case <-stop:
@@ -205,7 +206,10 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		batch := min(s.cfg.BatchSize, apartBatch)
 		if !g.ordered || apart.limitedToo[h] {
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
-				lrows, err := s.claimLimited(ctx, conn, h, batch)
+				lrows, wake, err := s.claimLimited(ctx, conn, h, batch)
+				if wake >= 0 && (heldWake < 0 || wake < heldWake) {
+					heldWake = wake
+				}
 				for _, j := range lrows {
 					rows = append(rows, queries.ClaimJobsRow{ID: j.ID, EventID: j.EventID, Handler: j.Handler, Provider: j.Provider,
 						EventType: j.EventType, AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, LeaseExpiresAt: j.LeaseExpiresAt,
@@ -249,7 +253,17 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 			b.add(s, j)
 		}
 	}
-	if limitedLeased > 0 {
+	switch {
+	case heldWake >= 0:
+		// Due jobs its limits held back: look again when the next can be
+		// leased (its next token, its next probe), or soon when its
+		// in-flight limit is full (a slot frees when a job ends, which
+		// nothing signals), not at the next poll.
+		if heldWake == 0 {
+			heldWake = limitedWake
+		}
+		time.AfterFunc(max(heldWake, 5*time.Millisecond), g.wakeUp)
+	case limitedLeased > 0:
 		// Tokens refill continuously: look again soon rather than at the
 		// next poll, so a rate limit paces evenly.
 		time.AfterFunc(limitedWake, g.wakeUp)

@@ -561,7 +561,10 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // server notices) means nothing is claimed of h this round, without an
 // error, so the loop goes on to the other limited handlers (each waited up
 // to the claim's 10 s deadline behind h: review helper-87).
-func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string, batch int) ([]queries.ClaimLimitedJobsRow, error) {
+//
+// wake is how soon a claim of h could lease more of its due jobs that its
+// limits held back (LimitedWakeIn), negative when none is held back.
+func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h string, batch int) (rows []queries.ClaimLimitedJobsRow, wake time.Duration, err error) {
 	// Synchronous, unlike the main claim (asyncCommit): a running attempt
 	// of a limited handler holds a slot of its limits (and a key, when the
 	// handler is ordered too).
@@ -570,17 +573,32 @@ func (s *Streamer) claimLimited(ctx context.Context, conn *pgxpool.Conn, h strin
 	b.Queue(queries.LockHandlerLimits, h)
 	// ClaimLimitedJobs's parameters in the order sqlc numbered them
 	// (queries.Queries.ClaimLimitedJobs).
-	var rows []queries.ClaimLimitedJobsRow
 	queueRows(&b, &rows, queries.ClaimLimitedJobs, h, int64(batch), s.cfg.ID, s.cfg.LeaseDuration)
+	var wakeIn *float64
+	b.Queue(queries.LimitedWakeIn, h).QueryRow(func(r pgx.Row) error {
+		err := r.Scan(&wakeIn)
+		if errors.Is(err, pgx.ErrNoRows) { // no limits row: see ClaimLimitedJobs
+			return nil
+		}
+		return err
+	})
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: nothing ran
-			return nil, nil
+			// Another streamer holds h's row: it claims h meanwhile.
+			return nil, -1, nil
 		}
-		return nil, fmt.Errorf("claim jobs of limited handler %q: %w", h, err)
+		return nil, -1, fmt.Errorf("claim jobs of limited handler %q: %w", h, err)
 	}
-	return rows, nil
+	if wakeIn == nil {
+		return rows, -1, nil
+	}
+	return rows, time.Duration(min(*wakeIn, maxLimitedWake.Seconds()) * float64(time.Second)), nil
 }
+
+// maxLimitedWake bounds how far ahead a limited handler's own wake-up is set
+// (a slow rate's next token; a probe an hour away): the poll looks sooner.
+const maxLimitedWake = time.Minute
 
 // limitsLockTimeout bounds a limited claim's wait for its handler's
 // handler_limits row (claimLimited).

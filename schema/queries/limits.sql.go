@@ -243,6 +243,36 @@ func (q *Queries) HandlersSucceeded(ctx context.Context, handlers []string) ([]H
 	return items, nil
 }
 
+const LimitedWakeIn = `-- name: LimitedWakeIn :one
+SELECT (CASE
+    WHEN NOT EXISTS (SELECT FROM webhook_ingress.jobs j
+                     WHERE j.handler = l.handler AND j.status IN ('pending', 'failed') AND j.next_attempt_at <= now())
+        THEN NULL
+    WHEN l.breaker_failures IS NOT NULL AND l.circuit <> 'closed'
+        THEN CASE WHEN l.next_probe_at > now() THEN extract(epoch FROM l.next_probe_at - now()) END
+    WHEN l.rate_per_second > 0
+         AND least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8) < 1
+        THEN (1 - least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8)) / l.rate_per_second
+    ELSE 0
+    END)::float8 AS wake_in
+FROM webhook_ingress.handler_limits l
+WHERE l.handler = $1::text
+`
+
+// After ClaimLimitedJobs, in the same transaction: how soon handler's next
+// claim could lease more of its jobs, in seconds, when some are due and its
+// limits held them back. NULL when none is due, or its circuit waits for a
+// probe's outcome (the poll and the hints then wake it); the time to its
+// next token when its bucket is empty; the time to its next probe when its
+// circuit is open; 0 otherwise (its in-flight limit is full: a slot frees
+// when a job ends, which nothing signals, so it is looked at again soon).
+func (q *Queries) LimitedWakeIn(ctx context.Context, handler string) (float64, error) {
+	row := q.db.QueryRow(ctx, LimitedWakeIn, handler)
+	var wake_in float64
+	err := row.Scan(&wake_in)
+	return wake_in, err
+}
+
 const ListLimitedHandlers = `-- name: ListLimitedHandlers :many
 SELECT handler FROM webhook_ingress.handler_limits ORDER BY handler
 `
