@@ -61,6 +61,9 @@ type DeadLetterPage struct {
 // ListDeadLetters returns a page of the dead letters matching f.
 func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetterPage, error) {
 	limit, err := checkPage(f.Limit, f.Before, "job", f.Since, f.Until)
+	if err == nil {
+		err = checkText("handler", f.Handler, "source", f.Provider, "error_class", f.ErrorClass)
+	}
 	if err != nil {
 		return DeadLetterPage{}, err
 	}

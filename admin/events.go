@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -81,6 +82,9 @@ type EventPage struct {
 // ListEvents returns a page of the events matching f, newest first.
 func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	limit, err := checkPage(f.Limit, f.Before, "event", f.Since, f.Until)
+	if err == nil {
+		err = checkText("source", f.Provider, "type", f.EventType, "external_id", f.ExternalEventID, "where", f.Where)
+	}
 	if err != nil {
 		return EventPage{}, err
 	}
@@ -117,8 +121,11 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 		} else {
 			rows, err = queries.New(tx).AdminListEvents(ctx, arg)
 		}
-		if err != nil {
+		if err != nil && f.Where != "" {
 			return badPath(err)
+		}
+		if err != nil {
+			return err
 		}
 		for _, r := range rows {
 			e := EventSummary{EventMeta: EventMeta{ID: r.ID, Provider: r.Provider, Scheme: r.Scheme, ExternalEventID: r.ExternalEventID,
@@ -324,6 +331,18 @@ var pathMode = regexp.MustCompile(`(?is)^\s*(lax|strict)\b\s*(.*)$`)
 // badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error
 // in the jsonpath input, or a path its evaluation rejects) into ErrInvalid
 // with PostgreSQL's own message.
+// checkText refuses a text parameter (name, value pairs) that PostgreSQL
+// cannot store: a NUL byte or bytes that are not UTF-8 (a query string's
+// %00 or %ff). Asked of the database, it was a 500 quoting its error.
+func checkText(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if v := pairs[i+1]; !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return invalid("%s: not text PostgreSQL can store (a NUL byte or invalid UTF-8)", pairs[i])
+		}
+	}
+	return nil
+}
+
 func badPath(err error) error {
 	var pgErr *pgconn.PgError
 	// 42704: a variable ($x) the list cannot pass.

@@ -67,6 +67,9 @@ func (r ReplayResult) Touched() int { return r.Requeued + r.Created }
 // Validate reports whether r is one of the three shapes (ErrInvalid if not),
 // without a database. Replay calls it first.
 func (r ReplayRequest) Validate() error {
+	if err := checkText("handler", r.Handler, "source", r.Provider, "event_type", r.EventType); err != nil {
+		return err
+	}
 	filter := r.Provider != "" || r.EventType != "" || !r.Since.IsZero() || !r.Until.IsZero()
 	switch {
 	case r.JobID < 0:

@@ -72,6 +72,9 @@ const maxFailures = 1000
 // secrets were rotated out since verifies with the secrets configured now;
 // keep a retired secret listed to re-verify older events.
 func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (VerifyReport, error) {
+	if err := checkText("source", req.Provider); err != nil {
+		return VerifyReport{}, err
+	}
 	switch {
 	case req.ID < 0:
 		return VerifyReport{}, invalid("event id %d: must be positive", req.ID)
