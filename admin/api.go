@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -54,6 +55,13 @@ type APIConfig struct {
 	// cookie for browsers, or the same bearer token); every other path keeps
 	// the bearer token. Defaults to nil: no dashboard.
 	Dashboard http.Handler
+	// LoopbackHostsOnly answers only requests whose Host names this machine
+	// (localhost, 127.0.0.1, [::1], any port); any other gets 421 before
+	// authentication. Set it when the token is public (inlet dev's): the
+	// listener is on loopback then, and a web page the developer opens can
+	// still reach it by DNS rebinding (its own name resolved to 127.0.0.1),
+	// with that token. Defaults to false.
+	LoopbackHostsOnly bool
 }
 
 func (c APIConfig) withDefaults() APIConfig {
@@ -196,7 +204,10 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		// Every answer, errors and the mux's plain-text 404/405 included, is
 		// what its Content-Type says: a browser must not sniff one into HTML.
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if a.isDashboard(r) {
+		if a.cfg.LoopbackHostsOnly && !loopbackHost(r.Host) {
+			writeError(w, http.StatusMisdirectedRequest, "this listener answers requests for localhost only (its token is public): "+
+				"open it as http://localhost:<port> or http://127.0.0.1:<port>")
+		} else if a.isDashboard(r) {
 			next.ServeHTTP(w, r)
 		} else if !BearerPresented(r) {
 			// No token guesses nothing: not an attempt (a browser's
@@ -218,6 +229,20 @@ func (a *API) authenticate(next http.Handler) http.Handler {
 		a.cfg.Logger.Info("admin request", slog.String("method", r.Method), slog.String("route", r.Pattern),
 			slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
 	})
+}
+
+// loopbackHost reports whether a request's Host names this machine:
+// localhost or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // tokenOK reports whether r carries the bearer token. It compares digests:
