@@ -182,6 +182,15 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		aborted := tx.Conn().PgConn().TxStatus() == 'E'
 		return timedOut, "", false, herr, aborted && conflict(herr)
 	}
+	if tx.Conn().PgConn().TxStatus() == 'I' {
+		// The handler ended its transaction itself: a COMMIT or ROLLBACK
+		// sent as SQL, or a transaction begun and ended on tx.Conn() (a
+		// library's). Completed now, the job would be completed outside
+		// the transaction, unfenced, and with the handler's writes rolled
+		// back or committed without it.
+		return timedOut, "", false, WithClass(fmt.Errorf("the handler ended its transaction itself (COMMIT or ROLLBACK as SQL, or a transaction begun on tx.Conn()): "+
+			"job %d is not completed with it; its writes may have committed without the completion or been rolled back", ref.JobID), ClassTransaction), false
+	}
 
 	// The completion and the commit get their own deadline, as record does.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
