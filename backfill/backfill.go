@@ -27,6 +27,10 @@ type Config struct {
 	// OccurredAt reads each event's time, as ingress does for the source
 	// (verify.NewOccurredAt). Defaults to nil: occurred_at NULL.
 	OccurredAt verify.OccurredAt
+	// EventType reads each event's type from its body, as ingress does for
+	// a source with event_type_json (verify.NewEventTypeOf). Defaults to
+	// nil: the provider's own type.
+	EventType verify.EventTypeOf
 	// StoreJSON stores a payload copy of each body that
 	// ingress.JSONCopyable(body, StoreJSONMaxBytes) accepts, as ingress does
 	// for the source (sources.Source.JSONCopy). Defaults to false.
@@ -206,7 +210,7 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 				Provider:   cfg.Source,
 				Scheme:     cfg.Scheme,
 				ExternalID: it.ID,
-				EventType:  it.Type,
+				EventType:  eventType(cfg.EventType, it),
 				Headers:    it.Headers,
 				RawBody:    it.Body,
 				Verified:   false,
@@ -330,6 +334,17 @@ func (p *progress) finish() {
 			fmt.Fprintln(p.w)
 		}
 	}
+}
+
+// eventType is it's type as ingress would store it: from its body where
+// the source says so, else the provider's own.
+func eventType(f verify.EventTypeOf, it item) string {
+	if f != nil {
+		if typ, ok := f(it.Body); ok {
+			return typ
+		}
+	}
+	return it.Type
 }
 
 func occurredAt(f verify.OccurredAt, it item) time.Time {

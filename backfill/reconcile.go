@@ -44,6 +44,8 @@ type ReconcileConfig struct {
 	OccurredAt        verify.OccurredAt
 	StoreJSON         bool
 	StoreJSONMaxBytes int
+	// EventType reads each event's type from its body, as Config's.
+	EventType verify.EventTypeOf
 	// HTTPClient, MaxRetries, Backoff, MaxBackoff and MaxRateLimitWait are
 	// the API client's, with Config's defaults.
 	HTTPClient       *http.Client
@@ -305,7 +307,7 @@ func storeMissing(ctx context.Context, cfg ReconcileConfig, c *client, runID int
 		Provider:   cfg.Source,
 		Scheme:     cfg.Scheme,
 		ExternalID: it.ID,
-		EventType:  it.Type,
+		EventType:  eventType(cfg.EventType, it),
 		Headers:    headers,
 		RawBody:    it.Body,
 		Verified:   false,

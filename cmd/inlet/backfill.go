@@ -116,6 +116,7 @@ that inlet dev started from this directory (.inlet/database_url).`)
 		Scheme:     src.Type,
 		Store:      ingress.NewPGStore(pool, hinter),
 		OccurredAt: verify.NewOccurredAt(src.Config),
+		EventType:  verify.NewEventTypeOf(src.Config),
 		StatePath:  *statePath,
 		Restart:    *restart,
 		Progress:   env.stderr,

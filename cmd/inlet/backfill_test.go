@@ -29,6 +29,12 @@ func TestBackfillRefusesSourcesKeyedByTheirOwnID(t *testing.T) {
 		{verify.Config{Type: "github", EventIDHeader: "x-github-delivery"}, "github", ""},
 		{verify.Config{Type: "github", EventIDHeader: "X-GitHub-Hook-ID"}, "github", "event_id_header"},
 		{verify.Config{Type: "github", EventIDJSON: "hook_id"}, "github", "event_id_json"},
+		// A type from a header the API does not return is refused; one
+		// from the body (event_type_json) is read from the API's copy.
+		{verify.Config{Type: "stripe", EventTypeHeader: "X-Kind"}, "stripe", "event_type_header"},
+		{verify.Config{Type: "github", EventTypeHeader: "X-Kind"}, "github", "event_type_header"},
+		{verify.Config{Type: "github", EventTypeHeader: "x-github-event"}, "github", ""},
+		{verify.Config{Type: "stripe", EventTypeJSON: "data.object.object"}, "stripe", ""},
 	} {
 		cfg := inletyaml.Config{Sources: []sources.Source{{Name: "src", Config: c.src}}}
 		for _, name := range []string{"", "src"} {

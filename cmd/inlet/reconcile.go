@@ -99,6 +99,7 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		Store: ingress.NewPGStore(pool, hinter), DB: pool,
 		Since: from, Until: to, DryRun: *dryRun,
 		OccurredAt: verify.NewOccurredAt(src.Config), StoreJSON: keepJSON, StoreJSONMaxBytes: jsonMax,
+		EventType: verify.NewEventTypeOf(src.Config),
 	}, lister)
 	if err != nil {
 		if rep.RunID != 0 {

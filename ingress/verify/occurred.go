@@ -26,6 +26,28 @@ import (
 // An extractor is safe for concurrent use.
 type OccurredAt func(header http.Header, body []byte) time.Time
 
+// EventTypeOf reads an event's type from its body as ingress does for a
+// source that takes it from there (event_type_json); ok is false when the
+// source does not, so the scheme's own type (or a header's) applies.
+type EventTypeOf func(body []byte) (typ string, ok bool)
+
+// NewEventTypeOf returns cfg's EventTypeOf, nil when cfg takes no event type
+// from the body. For the tools that store events outside ingress (backfill,
+// reconcile), from bodies as the provider's API returns them.
+func NewEventTypeOf(cfg Config) EventTypeOf {
+	if p, ok := presets[cfg.Type]; ok {
+		cfg = p.apply(cfg)
+	}
+	if cfg.EventTypeJSON == "" {
+		return nil
+	}
+	path := strings.Split(cfg.EventTypeJSON, ".")
+	return func(body []byte) (string, bool) {
+		typ, _ := lookupJSON(body, path) // none: "", as ingress stores it
+		return typ, true
+	}
+}
+
 // NewOccurredAt returns the extractor for a source configured as cfg.
 func NewOccurredAt(cfg Config) OccurredAt {
 	if p, ok := presets[cfg.Type]; ok {
