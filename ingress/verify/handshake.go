@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -82,6 +83,19 @@ type handshakeContext struct {
 	scheme      string
 	secrets     []string
 	verifyToken string
+	// lastVerified is the index of the secret the source's newest verified
+	// event was signed with (0 before any): the one the provider signs
+	// with now, during a rotation too.
+	lastVerified atomic.Int32
+}
+
+// currentSecret is the secret the provider signs with now, as far as this
+// process has seen: the newest verified event's, else the first.
+func (hc *handshakeContext) currentSecret() string {
+	if i := int(hc.lastVerified.Load()); i >= 0 && i < len(hc.secrets) {
+		return hc.secrets[i]
+	}
+	return hc.secrets[0]
 }
 
 type handshakeProbe struct {
@@ -250,8 +264,11 @@ func crcToken(s string) bool {
 
 // hsCRC answers X's (Twitter's) challenge-response check: GET ?crc_token=…
 // answered with {"response_token": "sha256=" + base64(HMAC-SHA256(consumer
-// secret, crc_token))}, keyed with the source's first secret (the current
-// one during a rotation). The answer itself proves the secret; the request
+// secret, crc_token))}, keyed with the secret X signs with now: the one the
+// source's newest verified event was signed with, the first before any (so
+// during a rotation, once X signs with the new secret, its CRC is answered
+// with it, wherever it is listed; it was always the first, and X disables a
+// webhook whose CRC fails). The answer itself proves the secret; the request
 // is not signed, so only token-shaped values are answered (see crcToken).
 func hsCRC() handshakeKind {
 	return handshakeKind{
@@ -262,11 +279,25 @@ func hsCRC() handshakeKind {
 			if !crcToken(token) {
 				return nil, fmt.Errorf("%s: %w: crc_token is not 8-256 characters of base64, base64url or a UUID", hc.scheme, ErrSignatureMalformed)
 			}
-			return jsonAnswer("crc", map[string]string{"response_token": crcResponse(hc.secrets[0], token)}), nil
+			return jsonAnswer("crc", map[string]string{"response_token": crcResponse(hc.currentSecret(), token)}), nil
 		},
 		probe: func(hc *handshakeContext) handshakeProbe {
+			// Ingress answers with the secret of the newest event it
+			// verified: any of the source's secrets is right.
+			checks := make([]func(int, http.Header, []byte) error, len(hc.secrets))
+			for i, s := range hc.secrets {
+				checks[i] = checkJSON(map[string]any{"response_token": crcResponse(s, probeChallenge)})
+			}
 			return handshakeProbe{method: http.MethodGet, query: url.Values{"crc_token": {probeChallenge}},
-				check: checkJSON(map[string]any{"response_token": crcResponse(hc.secrets[0], probeChallenge)})}
+				check: func(status int, h http.Header, body []byte) error {
+					var err error
+					for _, c := range checks {
+						if err = c(status, h, body); err == nil {
+							return nil
+						}
+					}
+					return err
+				}}
 		},
 	}
 }

@@ -274,6 +274,9 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
 	}
 	res, err := v.inner.Verify(req)
+	if err == nil && v.hc.lastVerified.Load() != int32(res.SecretIndex) { //nolint:gosec // G115: an index into the source's few secrets
+		v.hc.lastVerified.Store(int32(res.SecretIndex)) //nolint:gosec // G115: as above
+	}
 	if err == nil && v.perDelivery {
 		var id [16]byte
 		_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
