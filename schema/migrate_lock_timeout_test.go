@@ -102,7 +102,10 @@ func migrationLockWait(t *testing.T, version int) {
 	}()
 	defer func() {
 		release()
-		<-migrated // the migration ends once the reader has (or has given up)
+		// The migration ends once the reader has (or has given up).
+		if err := <-migrated; err != nil {
+			t.Logf("migration %03d: %v", version, err)
+		}
 	}()
 	testwait.Eventually(t, 30*time.Second, "the migration waiting for a lock behind the reader", func() (bool, string) {
 		var waiting int

@@ -271,32 +271,35 @@ func dropSections(m *yaml.Node, service Service) {
 		switch {
 		case service.Reads(k.Value):
 			kept = append(kept, k, v)
-		case slices.Contains(namesKept[service], k.Value) && v.Kind == yaml.SequenceNode:
-			names := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: v.Line, Column: v.Column}
-			for _, item := range v.Content {
-				names.Content = append(names.Content, nameOf(item))
+		case slices.Contains(namesKept[service], k.Value):
+			if names := namesOf(v); names != nil {
+				kept = append(kept, k, names)
 			}
-			kept = append(kept, k, names)
 		}
 	}
 	m.Content = kept
 }
 
-// nameOf is a new mapping holding item's "name" key alone (an alias is
-// followed; item is not changed, as an alias elsewhere may name it); an
-// empty one for an item that is not a mapping.
-func nameOf(item *yaml.Node) *yaml.Node {
-	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: item.Line, Column: item.Column}
-	if item.Kind == yaml.AliasNode && item.Alias != nil {
-		item = item.Alias
+// namesOf is a new list of mappings holding the names of the list v's
+// items alone (aliases and merge keys resolved, as the full decode does);
+// nil when v is not such a list or any name is missing, empty or an unset
+// variable's: the service then gets no list at all, not a wrong one.
+func namesOf(v *yaml.Node) *yaml.Node {
+	var items []struct {
+		Name *string `yaml:"name"`
 	}
-	if item.Kind != yaml.MappingNode {
-		return out
+	if err := v.Decode(&items); err != nil {
+		return nil
 	}
-	for j := 0; j+1 < len(item.Content); j += 2 {
-		if item.Content[j].Value == "name" {
-			out.Content = append(out.Content, item.Content[j], item.Content[j+1])
+	out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: v.Line, Column: v.Column}
+	for _, it := range items {
+		if it.Name == nil || *it.Name == "" {
+			return nil
 		}
+		out.Content = append(out.Content, &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "name"},
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: *it.Name},
+		}})
 	}
 	return out
 }

@@ -76,11 +76,13 @@ FROM webhook_ingress.claim_limited_jobs(sqlc.arg(handler)::text, sqlc.arg(batch_
 -- name: LimitedWakeIn :one
 -- After ClaimLimitedJobs, in the same transaction: how soon handler's next
 -- claim could lease more of its jobs, in seconds, when some are due and its
--- limits held them back. NULL when none is due, or its circuit waits for a
--- probe's outcome (the poll and the hints then wake it); the time to its
--- next token when its bucket is empty; the time to its next probe when its
--- circuit is open; 0 otherwise (its in-flight limit is full: a slot frees
--- when a job ends, which nothing signals, so it is looked at again soon).
+-- limits held them back: the time to its next probe when its circuit is
+-- open; the time to its next token when its bucket is empty; 0 when its
+-- in-flight limit is full (a slot frees when a job ends, which nothing
+-- signals, so it is looked at again soon). NULL otherwise: none is due,
+-- its circuit waits for a probe's outcome, or what is due is held back by
+-- its order alone (an earlier job of its key unfinished), which a limit's
+-- wake-up would not move (the poll and the hints wake it then).
 SELECT (CASE
     WHEN NOT EXISTS (SELECT FROM webhook_ingress.jobs j
                      WHERE j.handler = l.handler AND j.status IN ('pending', 'failed') AND j.next_attempt_at <= now())
@@ -90,7 +92,10 @@ SELECT (CASE
     WHEN l.rate_per_second > 0
          AND least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8) < 1
         THEN (1 - least(l.burst::float8, l.tokens + l.rate_per_second * extract(epoch FROM now() - l.refilled_at)::float8)) / l.rate_per_second
-    ELSE 0
+    WHEN l.max_in_flight IS NOT NULL
+         AND (SELECT count(*) FROM webhook_ingress.jobs f
+              WHERE f.handler = l.handler AND f.status = 'leased' AND f.lease_expires_at IS NOT NULL) >= l.max_in_flight
+        THEN 0
     END)::float8 AS wake_in
 FROM webhook_ingress.handler_limits l
 WHERE l.handler = sqlc.arg(handler)::text;
