@@ -708,6 +708,12 @@ var ErrPublish = errors.New("bus refused the references; leases given back")
 // A job whose event was traced gets a span in that trace, carried to the
 // consumer in its reference (or, one reference per message, in the
 // message's metadata).
+// contextPublisher is a Publisher that can give up when a context ends
+// (natsbus).
+type contextPublisher interface {
+	PublishContext(ctx context.Context, topic string, msgs ...*message.Message) error
+}
+
 func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string) int {
 	var topics []string
 	byTopic := map[string][]bus.Ref{}
@@ -729,11 +735,20 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 		byTopic[t] = append(byTopic[t], r)
 	}
 	var failed queries.ReleaseJobsParams
+	// The topics' publishes share one deadline (within the main round's):
+	// a bus that takes messages and acknowledges none would otherwise hold
+	// the round, and Stop, for its own timeout once per topic.
+	pctx, cancel := context.WithTimeout(ctx, claimRoundTimeout)
+	defer cancel()
 	for _, topic := range topics {
 		trefs := byTopic[topic]
 		msgs, err := s.messages(trefs)
 		if err == nil {
-			err = s.cfg.Publisher.Publish(topic, msgs...)
+			if cp, ok := s.cfg.Publisher.(contextPublisher); ok {
+				err = cp.PublishContext(pctx, topic, msgs...)
+			} else {
+				err = s.cfg.Publisher.Publish(topic, msgs...)
+			}
 		}
 		for _, span := range bySpans[topic] {
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -119,7 +120,18 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 		log = slog.Default()
 	}
 	log = log.With(slog.String("component", "bus"))
+	// Why the server cannot be reached while the first connection keeps
+	// being tried (RetryOnFailedConnect reports nothing of it itself).
+	var connectErr atomic.Pointer[error]
 	conn, err := nats.Connect(cfg.URL,
+		nats.ReconnectErrHandler(func(c *nats.Conn, err error) {
+			if err == nil {
+				return
+			}
+			if connectErr.Swap(&err) == nil {
+				log.Warn("NATS not reachable; retrying", slog.String("url", redactURL(cfg.URL)), slog.String("error", errString(err)))
+			}
+		}),
 		nats.Name(cfg.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -139,7 +151,15 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(cfg.URL), err)
 	}
 	if err := ensureStream(ctx, conn, cfg, adopt); err != nil {
+		connected := conn.IsConnected()
 		conn.Close()
+		if !connected {
+			why := "no answer"
+			if e := connectErr.Load(); e != nil {
+				why = errString(*e)
+			}
+			return nil, fmt.Errorf("connect to NATS at %s: not reached (%s) before the start gave up", redactURL(cfg.URL), why)
+		}
 		return nil, err
 	}
 	wlog := watermillLogger(log)
@@ -159,7 +179,11 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 		conn.Close()
 		return nil, fmt.Errorf("NATS publisher: %w", err)
 	}
-	js2, err := jetstream.New(conn)
+	// An acknowledgement that never comes (a stream leader without quorum,
+	// a server that took the message and stalled) expires: its future would
+	// otherwise stay among the pending ones until a reconnect, and past
+	// 4,000 of them every publish fails, JetStream answering again or not.
+	js2, err := jetstream.New(conn, jetstream.WithPublishAsyncTimeout(publishTimeout))
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("JetStream: %w", err)
@@ -213,6 +237,12 @@ const publishTimeout = 10 * time.Second
 // streamer releases the batch's leases, and a reference that did get stored
 // is fenced by its take.
 func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
+	return n.PublishContext(context.Background(), topic, msgs...)
+}
+
+// PublishContext is Publish, giving up when ctx ends (the streamer's claim
+// round, which Stop waits for, has a deadline).
+func (n *NATS) PublishContext(ctx context.Context, topic string, msgs ...*message.Message) error {
 	if !n.conn.IsConnected() {
 		return fmt.Errorf("publish to %s: NATS is not connected", topic)
 	}
@@ -238,6 +268,8 @@ func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
 			return fmt.Errorf("publish to %s: %w", topic, err)
 		case <-timeout.C:
 			return fmt.Errorf("publish to %s: JetStream acknowledged no more of %d messages within %s", topic, len(msgs), publishTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("publish to %s: JetStream had not acknowledged all %d messages: %w", topic, len(msgs), context.Cause(ctx))
 		}
 	}
 	return nil
