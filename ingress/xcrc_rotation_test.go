@@ -48,20 +48,30 @@ func TestXCRCAfterRotationUsesTheSecretXSignsWith(t *testing.T) {
 		return "sha256=" + base64.StdEncoding.EncodeToString(m.Sum(nil))
 	}
 
+	post := func(body []byte, secret string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/x", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Twitter-Webhooks-Signature", mac(secret, string(body)))
+		if code, answer, _ := do(t, req); code != http.StatusOK {
+			t.Fatalf("X event: %d %s, want 200", code, answer)
+		}
+	}
+	// An event of before the rotation, signed with the old secret.
+	old := []byte(`{"for_user_id":"2244994945","tweet_create_events":[{"id_str":"0","text":"before"}]}`)
+	post(old, oldSecret)
 	// X has switched to the new consumer secret: its event verifies with
 	// secrets[1] and is stored.
 	body := []byte(`{"for_user_id":"2244994945","tweet_create_events":[{"id_str":"1","text":"hello"}]}`)
-	req, _ := http.NewRequest(http.MethodPost, b.url+"/webhooks/x", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Twitter-Webhooks-Signature", mac(newSecret, string(body)))
-	if code, answer, _ := do(t, req); code != http.StatusOK {
-		t.Fatalf("X event signed with the new secret: %d %s, want 200", code, answer)
-	}
+	post(body, newSecret)
 	var idx int
 	if err := b.admin.QueryRow(context.Background(),
-		`SELECT secret_index FROM webhook_ingress.events WHERE provider = 'x'`).Scan(&idx); err != nil || idx != 1 {
+		`SELECT secret_index FROM webhook_ingress.events WHERE provider = 'x' ORDER BY id DESC LIMIT 1`).Scan(&idx); err != nil || idx != 1 {
 		t.Fatalf("stored secret_index %d (%v), want 1", idx, err)
 	}
+	// Someone replays the old event (X's signatures carry no time): a
+	// duplicate, which must not move the CRC back to the old secret.
+	post(old, oldSecret)
 
 	// X's next CRC: X checks the answer against the new secret.
 	const token = "9b4507b3-9040-4669-9ca3-6b94edb50553"

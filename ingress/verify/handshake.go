@@ -83,14 +83,14 @@ type handshakeContext struct {
 	scheme      string
 	secrets     []string
 	verifyToken string
-	// lastVerified is the index of the secret the source's newest verified
-	// event was signed with (0 before any): the one the provider signs
-	// with now, during a rotation too.
+	// lastVerified is the index of the secret the source's newest stored
+	// event was signed with (0 before any; SecretConfirmed): the one the
+	// provider signs with now, during a rotation too.
 	lastVerified atomic.Int32
 }
 
 // currentSecret is the secret the provider signs with now, as far as this
-// process has seen: the newest verified event's, else the first.
+// process has seen: the newest stored event's, else the first.
 func (hc *handshakeContext) currentSecret() string {
 	if i := int(hc.lastVerified.Load()); i >= 0 && i < len(hc.secrets) {
 		return hc.secrets[i]
@@ -265,7 +265,7 @@ func crcToken(s string) bool {
 // hsCRC answers X's (Twitter's) challenge-response check: GET ?crc_token=…
 // answered with {"response_token": "sha256=" + base64(HMAC-SHA256(consumer
 // secret, crc_token))}, keyed with the secret X signs with now: the one the
-// source's newest verified event was signed with, the first before any (so
+// source's newest stored event (not a duplicate) was signed with, the first before any (so
 // during a rotation, once X signs with the new secret, its CRC is answered
 // with it, wherever it is listed; it was always the first, and X disables a
 // webhook whose CRC fails). The answer itself proves the secret; the request

@@ -274,9 +274,6 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
 	}
 	res, err := v.inner.Verify(req)
-	if err == nil && v.hc.lastVerified.Load() != int32(res.SecretIndex) { //nolint:gosec // G115: an index into the source's few secrets
-		v.hc.lastVerified.Store(int32(res.SecretIndex)) //nolint:gosec // G115: as above
-	}
 	if err == nil && v.perDelivery {
 		var id [16]byte
 		_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
@@ -289,6 +286,16 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// SecretConfirmed says that secret index signed a new event of the source
+// (ingress calls it once the event is stored, not for a duplicate: a replay
+// of an old event signed with a retired secret must not move it): X's CRC
+// is answered with that secret from then on.
+func (v *presetVerifier) SecretConfirmed(index int) {
+	if index >= 0 && index < len(v.hc.secrets) {
+		v.hc.lastVerified.Store(int32(index)) //nolint:gosec // G115: bounded by the source's few secrets
+	}
 }
 
 // AnswersGET reports whether the source answers GET requests (a GET

@@ -97,7 +97,7 @@ var timedProviders = []*preset{
 			ID:        "none (synthetic body hash)",
 			Type:      "the body's first *_events key (or user_event; data.event_type for X Activity API payloads)",
 			Occurred:  "none",
-			Handshake: "GET crc_token answered {response_token: sha256= base64 HMAC-SHA256(consumer secret, crc_token)}, keyed with the secret the newest verified event used (the first listed until one arrives, also after a restart: during a rotation list the secret X signs with first); only token-shaped crc_tokens are answered, and events must be JSON objects, so the answer cannot sign a forged event",
+			Handshake: "GET crc_token answered {response_token: sha256= base64 HMAC-SHA256(consumer secret, crc_token)}, keyed with the secret the newest stored (not duplicate) event used (the first listed until one arrives, also after a restart: during a rotation list the secret X signs with first); only token-shaped crc_tokens are answered, and events must be JSON objects, so the answer cannot sign a forged event",
 			Source:    "type: x\nsecrets: [\"${X_CONSUMER_SECRET}\"]   # the app's API key secret",
 			Docs:      "https://docs.x.com/x-api/webhooks/quickstart",
 		},
