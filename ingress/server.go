@@ -78,13 +78,6 @@ type source struct {
 // secretLogEvery is how often the use of each secret is logged again.
 const secretLogEvery = time.Hour
 
-// secretConfirmer is a verifier that answers a handshake with the secret
-// the provider signs with now (X's CRC): told which one signed each new
-// event.
-type secretConfirmer interface {
-	SecretConfirmed(index int)
-}
-
 func (src *source) noteSecret(idx int, now time.Time, log *slog.Logger) {
 	if idx < 0 || idx >= len(src.secretLogged) {
 		return
@@ -576,7 +569,7 @@ func (wh *webhook) accepted(event *Event, res verify.Result, stored bool) {
 	}
 	wh.span.SetAttributes(attribute.String("inlet.outcome", status))
 	wh.src.noteSecret(res.SecretIndex, s.cfg.Now(), wh.log)
-	if c, ok := wh.src.verifier.(secretConfirmer); ok && stored {
+	if c, ok := wh.src.verifier.(verify.SecretConfirmer); ok && stored {
 		// A new event, not a replay of a stored one: its secret is the
 		// one the provider signs with now.
 		c.SecretConfirmed(res.SecretIndex)

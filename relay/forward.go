@@ -208,6 +208,15 @@ func answerReason(b []byte) string {
 	return a.Reason
 }
 
+// answerStatus is the status of an ingress answer ({"status":"stored"}).
+func answerStatus(b []byte) string {
+	var a answer
+	if json.Unmarshal(b, &a) != nil {
+		return ""
+	}
+	return a.Status
+}
+
 // cleanRetryAfter passes on the ingress's Retry-After when it is a plain
 // number of seconds; otherwise 5.
 func cleanRetryAfter(v string) string {

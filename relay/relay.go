@@ -283,6 +283,11 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
 		w.WriteHeader(out.status)
 		_, _ = w.Write(out.body)
+		if c, ok := src.verifier.(verify.SecretConfirmer); ok && answerStatus(out.body) == "stored" {
+			// A new event (not a replay of a stored one): the GET
+			// handshakes this relay answers itself (X's CRC) use its secret.
+			c.SecretConfirmed(res.SecretIndex)
+		}
 		log.Info("webhook relayed", slog.Int("status", out.status), slog.Int("attempts", out.attempts),
 			slog.Duration("took", time.Since(start)))
 	case out.err != nil || out.status/100 == 5:

@@ -744,6 +744,9 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 		trefs := byTopic[topic]
 		msgs, err := s.messages(trefs)
 		if err == nil {
+			err = pctx.Err() // past the deadline: not tried, given back
+		}
+		if err == nil {
 			if cp, ok := s.cfg.Publisher.(contextPublisher); ok {
 				err = cp.PublishContext(pctx, topic, msgs...)
 			} else {

@@ -288,6 +288,14 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 	return res, nil
 }
 
+// SecretConfirmer is a Verifier that answers a handshake with the secret the
+// provider signs with now (X's CRC): whoever stores the source's events (the
+// ingress; the relay, for the GET handshakes it answers itself) tells it
+// which secret signed each new one.
+type SecretConfirmer interface {
+	SecretConfirmed(index int)
+}
+
 // SecretConfirmed says that secret index signed a new event of the source
 // (ingress calls it once the event is stored, not for a duplicate: a replay
 // of an old event signed with a retired secret must not move it): X's CRC

@@ -132,6 +132,9 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 				log.Warn("NATS not reachable; retrying", slog.String("url", redactURL(cfg.URL)), slog.String("error", errString(err)))
 			}
 		}),
+		// Connected (at last, or again): the next outage's first failed
+		// try is logged, and no stale reason is reported.
+		nats.ConnectHandler(func(*nats.Conn) { connectErr.Store(nil) }),
 		nats.Name(cfg.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -144,6 +147,7 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 			log.Warn("NATS disconnected; publishing fails and leases cover the gap until it is back", slog.String("error", errString(err)))
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
+			connectErr.Store(nil)
 			log.Info("NATS reconnected", slog.String("server", c.ConnectedUrlRedacted()))
 		}),
 	)
@@ -248,6 +252,12 @@ func (n *NATS) PublishContext(ctx context.Context, topic string, msgs ...*messag
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, msg := range msgs {
+		if err := ctx.Err(); err != nil {
+			// Nothing more is sent once ctx ends, so that a failure the
+			// caller gives leases back for is not a reference in the stream.
+			// (Those sent already may be stored: fenced like any duplicate.)
+			return fmt.Errorf("publish to %s: %d of %d messages not sent: %w", topic, len(msgs)-len(futures), len(msgs), context.Cause(ctx))
+		}
 		nm, err := marshaler.Marshal(topic, msg)
 		if err != nil {
 			return fmt.Errorf("publish to %s: encode message %s: %w", topic, msg.UUID, err)
