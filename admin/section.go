@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -38,6 +39,9 @@ func (s Section) WithDefaults() Section {
 // That admin.listen is not the webhook listener is checked where both
 // sections are known (inletyaml).
 func (s Section) Validate() error {
+	if err := config.CheckListen("admin.listen", s.Listen, ""); err != nil {
+		return err
+	}
 	if s.Listen != "" && len(s.Token) < MinTokenBytes {
 		return fmt.Errorf("admin.token: at least %d bytes required when admin.listen is set", MinTokenBytes)
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +120,13 @@ var readyHandlerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // key. That consumer.lease_extend suits streamer.lease_duration is checked
 // where both sections are known (inletyaml).
 func (s Section) Validate() error {
+	if s.HealthListen != "" && s.HealthListen != "off" {
+		if _, port, err := net.SplitHostPort(s.HealthListen); err != nil {
+			return fmt.Errorf("consumer.health_listen: %q is not host:port (\":8082\", \"127.0.0.1:8082\")", s.HealthListen)
+		} else if n, err := strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+			return fmt.Errorf("consumer.health_listen: port %d of %q is not between 0 and 65535", n, s.HealthListen)
+		}
+	}
 	if s.LeaseExtend < time.Second {
 		return fmt.Errorf("consumer.lease_extend: %s must be at least 1s", s.LeaseExtend)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/reporter"
 )
 
@@ -35,6 +36,9 @@ var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // database URL or tenants: only inlet control-plane needs them (see
 // ValidateForServe).
 func (cp Section) Validate() error {
+	if err := config.CheckListen("control_plane.listen", cp.Listen, ""); err != nil {
+		return err
+	}
 	names := map[string]int{}
 	tokens := map[string]int{}
 	for i, t := range cp.Tenants {

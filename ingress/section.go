@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -100,6 +101,12 @@ func (s Section) WithDefaults() Section {
 // Validate checks the section (after WithDefaults) and names the first bad
 // key.
 func (s Section) Validate() error {
+	if err := config.CheckListen("ingress.listen", s.Listen, ""); err != nil {
+		return err
+	}
+	if err := config.CheckListen("ingress.metrics_listen", s.MetricsListen, "", "off"); err != nil {
+		return err
+	}
 	if s.MaxBodyBytes < 0 {
 		return errors.New("ingress.max_body_bytes: must be positive")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/sources"
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 // Section is the relay: section of inlet.yaml, for `inlet relay`, the pass-through mode: it verifies each
@@ -69,6 +70,9 @@ func (r Section) ValidateForServe() error {
 // Validate checks what is set and names the first bad key; every service
 // that reads the file runs it, inlet relay runs ValidateForServe.
 func (r Section) Validate() error {
+	if err := config.CheckListen("relay.listen", r.Listen, ""); err != nil {
+		return err
+	}
 	if r.Target != "" {
 		u, err := url.Parse(r.Target)
 		switch {

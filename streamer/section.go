@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/schema"
 )
 
@@ -72,6 +73,9 @@ func (s Section) WithDefaults() Section {
 // Validate checks the section (after WithDefaults) and names the first bad
 // key.
 func (s Section) Validate() error {
+	if err := config.CheckListen("streamer.health_listen", s.HealthListen, "", "off"); err != nil {
+		return err
+	}
 	switch s.Wake {
 	case "notify", "poll", "replication":
 	default:

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -65,6 +67,15 @@ directory to start over.`)
 	}
 	if err := applyDevListeners(&cfg, *portBase, *listen, *metricsListen, *adminListen); err != nil {
 		return err
+	}
+	if cfg.DatabaseURL == "" {
+		// Before the listeners are checked: a second inlet dev here is told
+		// so, not that its ports are taken.
+		unlock, err := lockDataDir(*dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	if err := checkDevListeners(cfg, from == "embedded defaults"); err != nil {
 		return err
@@ -231,6 +242,14 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 		}
 	})
 	unhook := onForcedExit(stopCluster)
+	// This process holds the directory (lockDataDir): a server still running
+	// on it was left by an inlet dev killed without stopping it.
+	if pid, err := cluster.StopLeftover(ctx); err != nil {
+		unhook()
+		return nil, fmt.Errorf("local PostgreSQL: %w", err)
+	} else if pid != 0 {
+		log.Warn("stopped the local PostgreSQL an earlier inlet dev left running (it was killed without stopping it)", slog.Int("pid", pid))
+	}
 	if err := cluster.Start(ctx); err != nil {
 		unhook()
 		return nil, fmt.Errorf("local PostgreSQL: %w", err)
@@ -248,6 +267,34 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 			slog.String("old_url", redactURL(previous)), slog.String("url", redactURL(cfg.DatabaseURL)))
 	}
 	return func() { unhook(); stopCluster() }, nil
+}
+
+// lockDataDir takes dataDir for this process: an flock on dataDir/lock,
+// released when the process ends however it ends (a SIGKILL included), the
+// pid written in it for the next one's message. A second inlet dev on the
+// same directory is refused naming the first.
+func lockDataDir(dataDir string) (func(), error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil { //nolint:gosec // G301: as startDevPostgreSQL's: the postgres user must enter it
+		return nil, fmt.Errorf("create %s: %w", dataDir, err)
+	}
+	path := filepath.Join(dataDir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) //nolint:gosec // G304: inlet dev's own --data-dir
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil { //nolint:gosec // G115: a file descriptor
+		b, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another inlet dev (pid %s) is using %s: stop it first, or give this one another --data-dir",
+				cmp.Or(strings.TrimSpace(string(b)), "unknown"), dataDir)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock
 }
 
 // previousURL is the URL an earlier inlet dev wrote to path, and its port
@@ -339,18 +386,18 @@ func checkDevListeners(cfg inletyaml.Config, embedded bool) error {
 			_ = ln.Close()
 			continue
 		}
-		why := err.Error()
-		if errors.Is(err, syscall.EADDRINUSE) {
-			why = "already in use by another process"
-		}
 		move := l.flag + " ADDR"
 		if embedded {
 			move += " or " + l.env + "=ADDR"
 		} else {
 			move += " or " + l.setting + " in the config file"
 		}
-		return fmt.Errorf("%s %s (%s): %s; stop what listens there, or move it with %s (--port-base N moves every listener of inlet dev)",
-			l.setting, l.addr, l.what, why, move)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			// Not taken: an address this machine cannot bind.
+			return fmt.Errorf("%s %s (%s): %s; set another with %s", l.setting, l.addr, l.what, err.Error(), move)
+		}
+		return fmt.Errorf("%s %s (%s): already in use by another process; stop what listens there, or move it with %s (--port-base N moves every listener of inlet dev)",
+			l.setting, l.addr, l.what, move)
 	}
 	return nil
 }

@@ -278,12 +278,73 @@ func (c *Cluster) waitReady(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
+// logTail is what the server's log says of its failure: the FATAL, PANIC,
+// ERROR and HINT lines of its last 3,000 bytes, else its last 5 lines.
 func (c *Cluster) logTail() string {
 	b, _ := os.ReadFile(c.logPath())
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
-	return strings.TrimSpace(string(b))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var said []string
+	for _, l := range lines {
+		for _, level := range []string{"FATAL:", "PANIC:", "ERROR:", "HINT:"} {
+			if strings.Contains(l, level) {
+				said = append(said, strings.TrimSpace(l))
+				break
+			}
+		}
+	}
+	if len(said) == 0 {
+		said = lines[max(len(lines)-5, 0):]
+	}
+	return strings.Join(said, "\n")
+}
+
+// StopLeftover stops a server still running on this cluster's data
+// directory that this process did not start (its postmaster.pid names a live
+// postgres): one left behind by a process killed without stopping it (its
+// server runs in a process group of its own). Call it only holding the
+// directory for yourself (inlet dev's lock), before Start. It returns the
+// server's pid, 0 when there was none.
+func (c *Cluster) StopLeftover(ctx context.Context) (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0, nil // none: never started, or stopped cleanly
+	}
+	lines := strings.SplitN(string(b), "\n", 3)
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 || !alive(pid) {
+		return 0, nil // stale file: the server died; postgres removes it at start
+	}
+	if len(lines) < 2 || filepath.Clean(strings.TrimSpace(lines[1])) != filepath.Clean(c.dataDir()) {
+		return 0, nil // that pid is another process now
+	}
+	// Fast shutdown, as Stop; after 30 s an immediate one (crash recovery
+	// at the next start), after 10 s more SIGKILL.
+	for _, step := range []struct {
+		sig  syscall.Signal
+		wait time.Duration
+	}{{syscall.SIGINT, 30 * time.Second}, {syscall.SIGQUIT, 10 * time.Second}, {syscall.SIGKILL, 10 * time.Second}} {
+		if err := syscall.Kill(pid, step.sig); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return pid, nil
+			}
+			return pid, fmt.Errorf("stop the PostgreSQL left running on %s (pid %d): %w", c.dataDir(), pid, err)
+		}
+		deadline := time.Now().Add(step.wait)
+		for time.Now().Before(deadline) {
+			if !alive(pid) {
+				return pid, nil
+			}
+			select {
+			case <-ctx.Done():
+				return pid, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return pid, fmt.Errorf("the PostgreSQL left running on %s (pid %d) does not stop", c.dataDir(), pid)
 }
 
 // Stop shuts the server down (fast shutdown: sessions are disconnected, then a
