@@ -26,8 +26,9 @@ Check a configuration file as every service checks it when it starts (each
 one checks the whole file, not only its own sections): unknown keys (with
 the key they are likely a typo of), values of the wrong type, settings out
 of range, and what spans two sections. Prints "FILE: ok" and exits 0, or
-prints every problem found, one a line as FILE:LINE: key.path: message, and
-exits 1.
+prints the problems found, one a line as FILE:LINE: key.path: message, and
+exits 1: every unknown key and wrongly typed value, and each section's first
+setting out of range (fix those and check again for the next).
 
 Every ${VAR} and ${file:PATH} must resolve, as for inlet dev; in CI, where
 the secrets are not set, --allow-unset lets them be missing and skips only
