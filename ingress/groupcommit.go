@@ -302,7 +302,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		// on its own data, it gets its own outcome.
 		anyStored := false
 		for _, it := range live {
-			s, err := g.single.Insert(it.r.Ctx, it.e)
+			s, err := g.single.insertMatched(it.r.Ctx, it.e, []byte(it.headers), it.matches, it.version)
 			anyStored = anyStored || s
 			it.r.Answer(s, err)
 		}

@@ -107,6 +107,15 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
+	return s.insertMatched(ctx, e, headers, matches, version)
+}
+
+// insertMatched is Insert of an event whose filters were matched already, at
+// filtered routing's version version (GroupStore's batch, stored again event
+// by event after one event's data failed it: matched once, counted once in
+// inlet_ingress_filter_evaluations_total). It matches again only when that
+// version moved.
+func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, matches []int64, version int64) (bool, error) {
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
