@@ -204,6 +204,9 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		// says which limited handlers are ordered is a round old, and
 		// claim_limited_jobs locks the key of each keyed job (033).
 		batch := min(s.cfg.BatchSize, apartBatch)
+		if room, paced := apart.room[h]; paced {
+			batch = min(batch, room) // the room its pace leaves it
+		}
 		if !g.ordered || apart.limitedToo[h] {
 			took, err = s.timed(ctx, h, func(ctx context.Context, conn *pgxpool.Conn) error {
 				lrows, wake, err := s.claimLimited(ctx, conn, h, batch)

@@ -3,6 +3,7 @@ package streamer
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,24 @@ import (
 type inFlight struct {
 	limit   int
 	refresh time.Duration
+	// A handler's leases nobody has extended yet (unext: references waiting
+	// in the bus beyond the message a consumer has at hand, attempts younger
+	// than an extension) are also held to what its consumers start within
+	// half a lease at its pace: nothing extends a reference waiting in the
+	// bus, and the reaper, a consumer being alive, counts each that expires
+	// as an attempt, so a slow handler's leased backlog burned its attempts
+	// and was dead-lettered without its handler being called. Extended
+	// leases (attempts running, references a consumer holds) do not count:
+	// a handler of long jobs runs as many as its consumers take. floor is
+	// what may be leased whatever the pace (MinLeasedPerHandler).
+	lease time.Duration
+	floor int
+	pace  map[string]*handlerPace
+	unext map[string]int
+	// batch is the main claim's size (ClaimJobs leases up to that many of a
+	// handler): a handler with less room under its pace is claimed apart,
+	// by ClaimHandlerJobs with its room as the batch.
+	batch int
 	// atLimitRefresh is the shorter refresh while some handler is at its
 	// limit: its consumers are finishing jobs that the count does not show.
 	atLimitRefresh time.Duration
@@ -44,8 +63,54 @@ type inFlight struct {
 	counted time.Time
 }
 
-func newInFlight(limit int, refresh time.Duration) *inFlight {
-	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{}}
+func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inFlight {
+	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{},
+		lease: lease, floor: floor, batch: batch, pace: map[string]*handlerPace{}, unext: map[string]int{}}
+}
+
+// handlerPace estimates how fast a handler's leases end (completed, failed,
+// given back), from the recounts: what was leased at the last one, plus what
+// this streamer leased since, less what is leased now. Other streamers'
+// leases since are not seen, so with several the pace reads low (their
+// floors and pace still add up).
+type handlerPace struct {
+	prev, mine int
+	window     time.Time // start of the window finished is summed over
+	finished   int
+	perSecond  float64 // fast up, slowly down (paceDecay)
+	measured   bool    // a window has ended: perSecond is a reading
+}
+
+const (
+	paceWindow = 100 * time.Millisecond // shortest window a pace is read over
+	paceDecay  = 10 * time.Second       // time constant of a pace going down
+)
+
+// note records a recount of h: leased now.
+func (p *handlerPace) note(leased int, now time.Time) {
+	p.finished += max(p.prev+p.mine-leased, 0)
+	p.prev, p.mine = leased, 0
+	if p.window.IsZero() {
+		p.window = now
+		return
+	}
+	dt := now.Sub(p.window)
+	if dt < paceWindow {
+		return
+	}
+	inst := float64(p.finished) / dt.Seconds()
+	p.perSecond = max(inst, p.perSecond*math.Exp(-dt.Seconds()/paceDecay.Seconds()))
+	p.window, p.finished, p.measured = now, 0, true
+}
+
+// capOf is how many unextended leases h may have: what its consumers start
+// in half a lease at its pace, at least floor, at most limit.
+func (f *inFlight) capOf(h string) int {
+	p := f.pace[h]
+	if p == nil {
+		return min(f.floor, f.limit)
+	}
+	return min(max(int(p.perSecond*f.lease.Seconds()/2), f.floor), f.limit)
 }
 
 // apartHandlers are the handlers to claim apart (not at their limit, with a
@@ -58,6 +123,10 @@ type apartHandlers struct {
 	// ClaimLimitedJobs those in limitedToo, else by ClaimHandlerJobs.
 	ordered    []string
 	limitedToo map[string]bool
+	// room is how many more leases a paced handler may take: an unlimited,
+	// unordered handler whose pace holds it below a claim batch, claimed in
+	// the ordered loop (ClaimHandlerJobs) with room as its batch.
+	room map[string]int
 }
 
 // atLimit returns the handlers ClaimJobs must lease nothing of: those with
@@ -69,7 +138,7 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []stri
 	defer f.mu.Unlock()
 	full = f.full()
 	age := time.Since(f.counted)
-	if age >= f.refresh || (len(full) > len(f.quiet) && age >= f.atLimitRefresh) {
+	if age >= f.refresh || (f.atHardLimit() && age >= f.atLimitRefresh) {
 		if err := f.recount(ctx, pool); err != nil {
 			return nil, apartHandlers{}, err
 		}
@@ -96,17 +165,45 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []stri
 			all = append(all, h)
 		}
 	}
+	// A handler whose pace leaves it room for less than a claim batch is
+	// claimed apart with that room, not by ClaimJobs, which would lease up
+	// to a batch of it.
+	for h, p := range f.pace {
+		if !p.measured || slices.Contains(all, h) {
+			continue
+		}
+		if room := f.capOf(h) - f.unext[h]; room < f.batch {
+			if apart.room == nil {
+				apart.room = map[string]int{}
+			}
+			apart.room[h] = room
+			apart.ordered = append(apart.ordered, h)
+			all = append(all, h)
+		}
+	}
 	return all, apart, nil
 }
 
 func (f *inFlight) full() []string {
 	full := append([]string{}, f.quiet...)
 	for h, n := range f.counts {
-		if n >= f.limit {
+		if n >= f.limit || f.unext[h] >= f.capOf(h) {
 			full = append(full, h)
 		}
 	}
 	return full
+}
+
+// atHardLimit reports whether a handler has limit leases: counted again
+// sooner, its consumers finishing jobs the count does not show. One held
+// by its pace is not: its jobs end slowly.
+func (f *inFlight) atHardLimit() bool {
+	for _, n := range f.counts {
+		if n >= f.limit {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
@@ -114,14 +211,14 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("count leased jobs: %w", err)
 	}
-	counts := map[string]int{}
+	counts, unext := map[string]int{}, map[string]int{}
 	var quiet []string
 	for _, r := range rows {
 		if r.Quiet {
 			quiet = append(quiet, r.Handler)
 			continue
 		}
-		counts[r.Handler] = int(r.Leased)
+		counts[r.Handler], unext[r.Handler] = int(r.Leased), int(r.Unextended)
 	}
 	limited, err := queries.New(pool).ListLimitedHandlers(ctx)
 	if err != nil {
@@ -131,7 +228,21 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("list ordered handlers: %w", err)
 	}
-	f.counts, f.quiet, f.limited, f.ordered, f.counted = counts, quiet, limited, ordered, time.Now()
+	now := time.Now()
+	for h, p := range f.pace {
+		if _, ok := counts[h]; !ok {
+			p.note(0, now)
+		}
+	}
+	for h, n := range counts {
+		p := f.pace[h]
+		if p == nil {
+			p = &handlerPace{}
+			f.pace[h] = p
+		}
+		p.note(n, now)
+	}
+	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.counted = counts, unext, quiet, limited, ordered, now
 	return nil
 }
 
@@ -139,5 +250,12 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 func (f *inFlight) leased(h string, n int) {
 	f.mu.Lock()
 	f.counts[h] += n
+	f.unext[h] += n
+	p := f.pace[h]
+	if p == nil {
+		p = &handlerPace{}
+		f.pace[h] = p
+	}
+	p.mine += n
 	f.mu.Unlock()
 }

@@ -38,6 +38,11 @@ type Section struct {
 	// many jobs leased, so a lagging handler's backlog does not sit leased in
 	// the bus until the leases expire. Defaults to 5000.
 	MaxLeasedPerHandler int `yaml:"max_leased_per_handler"`
+	// MinLeasedPerHandler is how many leases of a handler waiting in the bus
+	// (not yet extended by a consumer) the streamer takes whatever the
+	// handler's pace; beyond it, what its consumers start in half a lease
+	// (see Config.MinLeasedPerHandler). Defaults to refs_per_message.
+	MinLeasedPerHandler int `yaml:"min_leased_per_handler"`
 	// PollInterval is the fallback wake-up. Defaults to 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// ReapInterval is how often expired leases are looked for. Defaults to 5s.
@@ -87,6 +92,9 @@ func (s Section) Validate() error {
 	if s.RefsPerMessage < 1 || s.RefsPerMessage > 1000 {
 		return fmt.Errorf("streamer.refs_per_message: %d must be between 1 and 1000", s.RefsPerMessage)
 	}
+	if s.MinLeasedPerHandler < 0 || s.MinLeasedPerHandler > s.MaxLeasedPerHandler {
+		return fmt.Errorf("streamer.min_leased_per_handler: %d must be between 1 and streamer.max_leased_per_handler (%d)", s.MinLeasedPerHandler, s.MaxLeasedPerHandler)
+	}
 	if s.MaxLeasedPerHandler < s.BatchSize {
 		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", s.MaxLeasedPerHandler, s.BatchSize)
 	}
@@ -113,6 +121,7 @@ func (s Section) Config() Config {
 		BatchSize:           s.BatchSize,
 		RefsPerMessage:      s.RefsPerMessage,
 		MaxLeasedPerHandler: s.MaxLeasedPerHandler,
+		MinLeasedPerHandler: s.MinLeasedPerHandler,
 		LeaseDuration:       s.LeaseDuration,
 		PollInterval:        s.PollInterval,
 		ReapInterval:        s.ReapInterval,

@@ -71,6 +71,15 @@ type Config struct {
 	// Defaults to 5000. The count is kept in memory (see LeasedRecount), not
 	// re-counted by every claim.
 	MaxLeasedPerHandler int
+	// MinLeasedPerHandler is how many leases of a handler nobody has
+	// extended yet (references waiting in the bus) the streamer takes
+	// whatever the handler's pace. Beyond it, it takes what the handler's
+	// consumers start within half a LeaseDuration at the pace its leases
+	// ended lately: a reference waiting in the bus longer than its lease is
+	// counted as an attempt by the reaper (its consumer alive), so a slow
+	// handler's backlog leased at once burned attempts unrun. Extended
+	// leases (attempts running) do not count. Defaults to RefsPerMessage.
+	MinLeasedPerHandler int
 	// LeasedRecount is how often the in-memory count of leased jobs per
 	// handler is read again from Postgres (ten times as often while a
 	// handler is at MaxLeasedPerHandler): between recounts it adds this
@@ -110,6 +119,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
 	c.RefsPerMessage = cmp.Or(c.RefsPerMessage, 32)
 	c.MaxLeasedPerHandler = cmp.Or(c.MaxLeasedPerHandler, 5000)
+	c.MinLeasedPerHandler = cmp.Or(c.MinLeasedPerHandler, c.RefsPerMessage)
 	c.LeasedRecount = cmp.Or(c.LeasedRecount, 100*time.Millisecond)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
@@ -135,6 +145,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("streamer: RefsPerMessage %d must be between 1 and 1000", c.RefsPerMessage)
 	case c.LeaseDuration < time.Second:
 		return fmt.Errorf("streamer: LeaseDuration %s must be at least 1s", c.LeaseDuration)
+	case c.MinLeasedPerHandler < 1:
+		return fmt.Errorf("streamer: MinLeasedPerHandler %d must be at least 1", c.MinLeasedPerHandler)
 	case c.MaxLeasedPerHandler < 1:
 		return fmt.Errorf("streamer: MaxLeasedPerHandler %d must be at least 1", c.MaxLeasedPerHandler)
 	case c.LeasedRecount < time.Millisecond:
@@ -205,7 +217,7 @@ func New(cfg Config) (*Streamer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount),
+	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount, cfg.LeaseDuration, cfg.MinLeasedPerHandler, cfg.BatchSize),
 		holds: newPublishHolds(), leasedAt: map[string]time.Time{}}
 	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
 		return nil, fmt.Errorf("streamer metrics: %w", err)

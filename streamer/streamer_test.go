@@ -86,6 +86,12 @@ func (b *testBundle) newStreamer(t *testing.T, cfg streamer.Config) *streamer.St
 	if cfg.Publisher == nil {
 		cfg.Publisher = b.pubsub
 	}
+	if cfg.MinLeasedPerHandler == 0 {
+		// The tests' consumers mostly collect references and finish none:
+		// no pace would let the streamer lease past its floor (the pace is
+		// tested in tests/queuedlease_test.go, with real consumers).
+		cfg.MinLeasedPerHandler = 1 << 20
+	}
 	// Its log is kept and printed only when the test fails.
 	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

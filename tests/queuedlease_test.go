@@ -47,6 +47,27 @@ import (
 // Actual: jobs end in dead_letter with lease_expired, and the handler was
 // never called for them.
 func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
+	slowBacklog(t, 32, 150*time.Millisecond, streamer.Config{})
+}
+
+// A slow handler's backlog over NATS larger than a message: the references
+// beyond the message a consumer has at hand wait in the bus, where nobody
+// extends their leases, so the streamer holds each handler's leases to what
+// its consumers start within half a lease (its pace). Before, it leased up to
+// max_leased_per_handler (5000) at once, and with the defaults (60 s lease)
+// a handler running 64 jobs a second had its backlog past ~3,800 burn an
+// attempt each lease and end in the dead letters, never called. Scaled down:
+// 300 jobs of 20 ms at concurrency 1, lease 1 s, claims of 20, messages of
+// 10; the same 300 leased at once take 6 s to start.
+func TestSlowHandlerLeasesFollowItsPace(t *testing.T) {
+	slowBacklog(t, 300, 20*time.Millisecond, streamer.Config{BatchSize: 20, RefsPerMessage: 10})
+}
+
+// slowBacklog runs jobs jobs of a healthy handler taking perJob each at
+// concurrency 1 over NATS, through a streamer with lease 1 s (and cfg's
+// batch settings), and fails when any ends other than completed or an
+// attempt expired.
+func slowBacklog(t *testing.T, jobs int, perJob time.Duration, cfg streamer.Config) {
 	p := newPipeline(t)
 	srv := natstest.Start(t)
 	quiet := slog.New(slog.DiscardHandler)
@@ -65,7 +86,7 @@ func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 		mu.Lock()
 		calls[e.JobID]++
 		mu.Unlock()
-		time.Sleep(150 * time.Millisecond) // a slow but healthy handler
+		time.Sleep(perJob) // a slow but healthy handler
 		return nil
 	}
 	svc, err := consumers.New(consumers.Config{
@@ -85,7 +106,6 @@ func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 		_ = svc.Stop(ctx)
 	})
 
-	const jobs = 32
 	if _, err := p.admin.Exec(context.Background(), `INSERT INTO webhook_ingress.events
 		(provider, scheme, external_event_id, event_type, raw_body, signature_verified)
 		SELECT 'stripe', 'stripe', 'evt_slow_' || g, 'x', '{}', true FROM generate_series(1, $1) g`, jobs); err != nil {
@@ -93,8 +113,8 @@ func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 	}
 
 	p.bus = newBus("streamer")
-	p.startStreamer(t, streamer.Config{ID: "s1", LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond,
-		ReapInterval: 100 * time.Millisecond})
+	cfg.ID, cfg.LeaseDuration, cfg.PollInterval, cfg.ReapInterval = "s1", time.Second, 50*time.Millisecond, 100*time.Millisecond
+	p.startStreamer(t, cfg)
 
 	testwait.Eventually(t, 90*time.Second, "every job finished", func() (bool, string) {
 		var open int
@@ -133,5 +153,13 @@ func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 	if dead > 0 {
 		t.Fatalf("%d of %d jobs of a healthy handler (never returned an error) were not completed, %d of them without the handler ever being called; e.g. %v",
 			dead, jobs, neverRan, sample)
+	}
+	var expired int
+	if err := p.admin.QueryRow(context.Background(), `SELECT count(*) FROM webhook_ingress.job_attempts a
+		JOIN webhook_ingress.jobs j ON j.id = a.job_id WHERE j.handler = 'slow' AND a.error_class = 'lease_expired'`).Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	if expired > 0 {
+		t.Fatalf("%d attempts of a healthy handler's %d jobs counted as expired leases (their references waited in the bus past their lease)", expired, jobs)
 	}
 }

@@ -105,13 +105,15 @@ WHERE id = ANY(ARRAY(SELECT id FROM target))
 -- and the handlers whose known consumers have all gone quiet, to lease none
 -- of their jobs until one is back (a handler with no consumer known, e.g.
 -- one of an older version, is leased as usual).
-SELECT handler, count(*) AS leased, false AS quiet
+-- unextended are those no consumer has extended yet (worker_id NULL):
+-- references waiting in the bus, or attempts younger than an extension.
+SELECT handler, count(*) AS leased, count(*) FILTER (WHERE worker_id IS NULL) AS unextended, false AS quiet
 FROM webhook_ingress.jobs
 WHERE lease_expires_at IS NOT NULL
   AND status = 'leased'
 GROUP BY handler
 UNION ALL
-SELECT handler, 0, true
+SELECT handler, 0, 0, true
 FROM webhook_ingress.consumers
 GROUP BY handler
 HAVING max(alive_until) < now();

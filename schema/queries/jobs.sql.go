@@ -303,22 +303,23 @@ func (q *Queries) ConsumerGone(ctx context.Context, arg ConsumerGoneParams) (int
 }
 
 const CountLeasedJobs = `-- name: CountLeasedJobs :many
-SELECT handler, count(*) AS leased, false AS quiet
+SELECT handler, count(*) AS leased, count(*) FILTER (WHERE worker_id IS NULL) AS unextended, false AS quiet
 FROM webhook_ingress.jobs
 WHERE lease_expires_at IS NOT NULL
   AND status = 'leased'
 GROUP BY handler
 UNION ALL
-SELECT handler, 0, true
+SELECT handler, 0, 0, true
 FROM webhook_ingress.consumers
 GROUP BY handler
 HAVING max(alive_until) < now()
 `
 
 type CountLeasedJobsRow struct {
-	Handler string
-	Leased  int64
-	Quiet   bool
+	Handler    string
+	Leased     int64
+	Unextended int64
+	Quiet      bool
 }
 
 // Jobs leased now, per handler (by every streamer): the base of the
@@ -326,6 +327,8 @@ type CountLeasedJobsRow struct {
 // and the handlers whose known consumers have all gone quiet, to lease none
 // of their jobs until one is back (a handler with no consumer known, e.g.
 // one of an older version, is leased as usual).
+// unextended are those no consumer has extended yet (worker_id NULL):
+// references waiting in the bus, or attempts younger than an extension.
 func (q *Queries) CountLeasedJobs(ctx context.Context) ([]CountLeasedJobsRow, error) {
 	rows, err := q.db.Query(ctx, CountLeasedJobs)
 	if err != nil {
@@ -335,7 +338,12 @@ func (q *Queries) CountLeasedJobs(ctx context.Context) ([]CountLeasedJobsRow, er
 	var items []CountLeasedJobsRow
 	for rows.Next() {
 		var i CountLeasedJobsRow
-		if err := rows.Scan(&i.Handler, &i.Leased, &i.Quiet); err != nil {
+		if err := rows.Scan(
+			&i.Handler,
+			&i.Leased,
+			&i.Unextended,
+			&i.Quiet,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
