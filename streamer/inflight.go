@@ -95,7 +95,10 @@ func (p *handlerPace) note(leased int, now time.Time) {
 		return
 	}
 	dt := now.Sub(p.window)
-	if dt < paceWindow {
+	// The first reading comes after a recount or two (the handler is held
+	// at the floor until then, and counted again every atLimitRefresh);
+	// later ones over paceWindow at least.
+	if dt < paceWindow && (p.measured || p.finished == 0) {
 		return
 	}
 	inst := float64(p.finished) / dt.Seconds()
@@ -138,7 +141,7 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []stri
 	defer f.mu.Unlock()
 	full = f.full()
 	age := time.Since(f.counted)
-	if age >= f.refresh || (f.atHardLimit() && age >= f.atLimitRefresh) {
+	if age >= f.refresh || ((f.atHardLimit() || f.unmeasuredAtFloor()) && age >= f.atLimitRefresh) {
 		if err := f.recount(ctx, pool); err != nil {
 			return nil, apartHandlers{}, err
 		}
@@ -192,6 +195,18 @@ func (f *inFlight) full() []string {
 		}
 	}
 	return full
+}
+
+// unmeasuredAtFloor reports whether a handler whose pace is not read yet
+// is held at the floor: counted again soon, so a fast handler's first
+// reading comes within a few milliseconds.
+func (f *inFlight) unmeasuredAtFloor() bool {
+	for h, p := range f.pace {
+		if !p.measured && f.unext[h] >= f.floor {
+			return true
+		}
+	}
+	return false
 }
 
 // atHardLimit reports whether a handler has limit leases: counted again
