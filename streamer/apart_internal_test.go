@@ -37,6 +37,9 @@ func apartBundle(t *testing.T, cfg Config) (*pgxpool.Pool, *Streamer, bus.PubSub
 	ps := bus.NewGoChannel(slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { ps.Close() })
 	cfg.Pool, cfg.Publisher, cfg.Logger = pool, ps, slog.New(slog.DiscardHandler)
+	if cfg.MinLeasedPerHandler == 0 {
+		cfg.MinLeasedPerHandler = 1 << 20 // its consumers finish nothing: no pace (see newStreamer)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -169,17 +169,23 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []stri
 		}
 	}
 	// A handler whose pace leaves it room for less than a claim batch is
-	// claimed apart with that room, not by ClaimJobs, which would lease up
-	// to a batch of it.
+	// claimed apart with that room as its batch: an unlimited, unordered
+	// one in the ordered loop (ClaimHandlerJobs), not by ClaimJobs, which
+	// would lease up to a batch of it; a limited or ordered one in its own
+	// loop.
 	for h, p := range f.pace {
-		if !p.measured || slices.Contains(all, h) {
+		if !p.measured || slices.Contains(full, h) {
 			continue
 		}
-		if room := f.capOf(h) - f.unext[h]; room < f.batch {
-			if apart.room == nil {
-				apart.room = map[string]int{}
-			}
-			apart.room[h] = room
+		room := f.capOf(h) - f.unext[h]
+		if room >= f.batch {
+			continue
+		}
+		if apart.room == nil {
+			apart.room = map[string]int{}
+		}
+		apart.room[h] = room
+		if !slices.Contains(all, h) {
 			apart.ordered = append(apart.ordered, h)
 			all = append(all, h)
 		}
@@ -259,6 +265,28 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.counted = counts, unext, quiet, limited, ordered, now
 	return nil
+}
+
+// floorRoom is how many more leases h may take while its pace is not read
+// (ok false once it is): what its floor leaves beside its unextended leases.
+func (f *inFlight) floorRoom(h string) (room int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.pace[h]; p != nil && p.measured {
+		return 0, false
+	}
+	return max(f.floor-f.unext[h], 0), true
+}
+
+// expired says the reaper took back n expired leases of h: they ended, but
+// not at the consumers' pace (counted as ended they raised it, leasing more
+// to expire in turn).
+func (f *inFlight) expired(h string, n int) {
+	f.mu.Lock()
+	if p := f.pace[h]; p != nil {
+		p.mine -= n
+	}
+	f.mu.Unlock()
 }
 
 // leased adds n leases of handler h, taken by this streamer.

@@ -93,7 +93,7 @@ func (s Section) Validate() error {
 		return fmt.Errorf("streamer.refs_per_message: %d must be between 1 and 1000", s.RefsPerMessage)
 	}
 	if s.MinLeasedPerHandler < 0 || s.MinLeasedPerHandler > s.MaxLeasedPerHandler {
-		return fmt.Errorf("streamer.min_leased_per_handler: %d must be between 1 and streamer.max_leased_per_handler (%d)", s.MinLeasedPerHandler, s.MaxLeasedPerHandler)
+		return fmt.Errorf("streamer.min_leased_per_handler: %d must be between 1 and streamer.max_leased_per_handler (%d), or 0 for refs_per_message", s.MinLeasedPerHandler, s.MaxLeasedPerHandler)
 	}
 	if s.MaxLeasedPerHandler < s.BatchSize {
 		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", s.MaxLeasedPerHandler, s.BatchSize)

@@ -475,11 +475,53 @@ func (s *Streamer) claimMain(ctx context.Context) (int, error) {
 		}
 	}
 	s.seen(rows)
+	rows = s.beyondFloor(ctx, rows)
 	var b leaseBatch
 	for _, j := range rows {
 		b.add(s, j)
 	}
 	return s.publishBatch(ctx, &b)
+}
+
+// beyondFloor gives back, unpublished, the leases ClaimJobs took of a
+// handler whose pace is not read yet (its first claim since this streamer
+// started, or its first at all) beyond the room its floor leaves: ClaimJobs
+// leases up to a batch of any handler, and a slow handler's batch would wait
+// in the bus past its lease. Given back, they are pending again at once and
+// their attempts do not count. It returns the rows kept.
+func (s *Streamer) beyondFloor(ctx context.Context, rows []queries.ClaimJobsRow) []queries.ClaimJobsRow {
+	room := map[string]int{}
+	kept := rows[:0:0]
+	var back queries.ReleaseJobsParams
+	for _, j := range rows {
+		r, ok := room[j.Handler]
+		if !ok {
+			if r, ok = s.inFlight.floorRoom(j.Handler); !ok {
+				r = len(rows) // paced already: no bound here
+			}
+		}
+		if r > 0 {
+			room[j.Handler] = r - 1
+			kept = append(kept, j)
+			continue
+		}
+		room[j.Handler] = 0
+		back.JobIds = append(back.JobIds, j.ID)
+		back.Attempts = append(back.Attempts, j.AttemptCount)
+		back.LeasedAt = append(back.LeasedAt, j.AttemptedAt)
+	}
+	if len(back.JobIds) == 0 {
+		return rows
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	back.LeaseHolder = s.cfg.ID
+	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, back); err != nil {
+		s.cfg.Logger.Warn("give back leases beyond a new handler's floor failed; publishing them", slog.Int("jobs", len(back.JobIds)),
+			slog.String("error", err.Error()))
+		return rows
+	}
+	return kept
 }
 
 // asyncCommit goes first in the main claim's pipeline: PostgreSQL runs the
@@ -865,11 +907,16 @@ func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reap expired leases: %w", err)
 	}
 	var n, dead int
+	byHandler := map[string]int{}
 	for _, r := range rows {
 		n++
+		byHandler[r.Handler]++
 		if r.Status == "dead_letter" {
 			dead++
 		}
+	}
+	for h, m := range byHandler {
+		s.inFlight.expired(h, m)
 	}
 	if n > 0 {
 		s.reaped.Add(int64(n - dead))

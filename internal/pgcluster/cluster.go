@@ -301,6 +301,16 @@ func (c *Cluster) logTail() string {
 	return strings.Join(said, "\n")
 }
 
+// sameDir reports whether a and b name one directory.
+func sameDir(a, b string) bool {
+	ia, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	ib, err := os.Stat(b)
+	return err == nil && os.SameFile(ia, ib)
+}
+
 // StopLeftover stops a server still running on this cluster's data
 // directory that this process did not start (its postmaster.pid names a live
 // postgres): one left behind by a process killed without stopping it (its
@@ -318,7 +328,12 @@ func (c *Cluster) StopLeftover(ctx context.Context) (int, error) {
 		return 0, nil // stale file: the server died; postgres removes it at start
 	}
 	if len(lines) < 2 || filepath.Clean(strings.TrimSpace(lines[1])) != filepath.Clean(c.dataDir()) {
-		return 0, nil // that pid is another process now
+		return 0, nil // not this directory's
+	}
+	// The file is the dead server's own: its pid may be another process's
+	// now. A postmaster runs in its data directory; anything else is spared.
+	if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err != nil || !sameDir(cwd, c.dataDir()) {
+		return 0, nil
 	}
 	// Fast shutdown, as Stop; after 30 s an immediate one (crash recovery
 	// at the next start), after 10 s more SIGKILL.

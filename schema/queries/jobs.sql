@@ -202,7 +202,7 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND e.ran
-    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason
+    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler
 ), idle AS (
     UPDATE webhook_ingress.jobs j
     SET status           = 'pending',
@@ -216,15 +216,15 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND NOT e.ran
-    RETURNING j.id, j.status
+    RETURNING j.id, j.status, j.handler
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
     SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
     FROM ran
 )
-SELECT id, status FROM ran
+SELECT id, status, handler FROM ran
 UNION ALL
-SELECT id, status FROM idle;
+SELECT id, status, handler FROM idle;
 
 -- name: FetchJobs :many
 -- The consumer's read of a batch of references, writing nothing: attempt

@@ -632,7 +632,7 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND e.ran
-    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason
+    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler
 ), idle AS (
     UPDATE webhook_ingress.jobs j
     SET status           = 'pending',
@@ -646,20 +646,21 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND NOT e.ran
-    RETURNING j.id, j.status
+    RETURNING j.id, j.status, j.handler
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
     SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
     FROM ran
 )
-SELECT id, status FROM ran
+SELECT id, status, handler FROM ran
 UNION ALL
-SELECT id, status FROM idle
+SELECT id, status, handler FROM idle
 `
 
 type ReapExpiredLeasesRow struct {
-	ID     int64
-	Status string
+	ID      int64
+	Status  string
+	Handler string
 }
 
 // Leases that ran out without an outcome. Taking an attempt writes nothing,
@@ -685,7 +686,7 @@ func (q *Queries) ReapExpiredLeases(ctx context.Context, batchSize int64) ([]Rea
 	var items []ReapExpiredLeasesRow
 	for rows.Next() {
 		var i ReapExpiredLeasesRow
-		if err := rows.Scan(&i.ID, &i.Status); err != nil {
+		if err := rows.Scan(&i.ID, &i.Status, &i.Handler); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
