@@ -282,7 +282,7 @@ func lockDataDir(dataDir string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil { //nolint:gosec // G115: a file descriptor
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		b, _ := io.ReadAll(io.LimitReader(f, 32))
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
