@@ -47,16 +47,24 @@ import (
 // JetStream answers again.
 // Actual: each fails with "nats: stalled with too many outstanding async
 // published messages", indefinitely.
-func TestPublishRecoversAfterJetStreamStoppedAnswering(t *testing.T) {
+// newStreamerBus is a bus on a nats-server of its own, as `inlet streamer`
+// opens it (bus: defaults filled in).
+func newStreamerBus(t *testing.T) (*natsbus.NATS, *natstest.Server) {
+	t.Helper()
 	srv := natstest.Start(t)
-	ctx := context.Background()
-	quiet := slog.New(slog.DiscardHandler)
-	// As `inlet streamer` opens it (bus: defaults filled in).
-	n, err := natsbus.New(ctx, natsbus.Config{URL: srv.URL(), Name: "inlet-streamer", Replicas: 1, Storage: "file", Logger: quiet})
+	n, err := natsbus.New(context.Background(), natsbus.Config{URL: srv.URL(), Name: "inlet-streamer", Replicas: 1, Storage: "file",
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
+	return n, srv
+}
+
+func TestPublishRecoversAfterJetStreamStoppedAnswering(t *testing.T) {
+	n, srv := newStreamerBus(t)
+	ctx := context.Background()
+	quiet := slog.New(slog.DiscardHandler)
 	topic := bus.Topic("billing")
 	msgs := func(from, count int) []*message.Message {
 		out := make([]*message.Message, 0, count)

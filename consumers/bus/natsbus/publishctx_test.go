@@ -2,7 +2,6 @@ package natsbus_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/consumers/bus/natsbus"
-	"github.com/inlet-dev/inlet/internal/natstest"
 )
 
 // TestPublishContextDoneSendsNothing: once its context has ended,
@@ -39,14 +37,8 @@ import (
 // before PublishMsgAsync), so "failed" means "not in the stream", as
 // Publish's doc promises for the give-back.
 func TestPublishContextDoneSendsNothing(t *testing.T) {
-	srv := natstest.Start(t)
+	n, srv := newStreamerBus(t)
 	ctx := context.Background()
-	n, err := natsbus.New(ctx, natsbus.Config{URL: srv.URL(), Name: "inlet-streamer", Replicas: 1, Storage: "file",
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
 	topic := bus.Topic("review_billing")
 
 	// The round's shared deadline has passed (an earlier topic used it up).
