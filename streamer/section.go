@@ -41,7 +41,7 @@ type Section struct {
 	// MinLeasedPerHandler is how many leases of a handler waiting in the bus
 	// (not yet extended by a consumer) the streamer takes whatever the
 	// handler's pace; beyond it, what its consumers start in half a lease
-	// (see Config.MinLeasedPerHandler). Defaults to refs_per_message.
+	// (see Config.MinLeasedPerHandler). Defaults to 4.
 	MinLeasedPerHandler int `yaml:"min_leased_per_handler"`
 	// PollInterval is the fallback wake-up. Defaults to 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -93,7 +93,7 @@ func (s Section) Validate() error {
 		return fmt.Errorf("streamer.refs_per_message: %d must be between 1 and 1000", s.RefsPerMessage)
 	}
 	if s.MinLeasedPerHandler < 0 || s.MinLeasedPerHandler > s.MaxLeasedPerHandler {
-		return fmt.Errorf("streamer.min_leased_per_handler: %d must be between 1 and streamer.max_leased_per_handler (%d), or 0 for refs_per_message", s.MinLeasedPerHandler, s.MaxLeasedPerHandler)
+		return fmt.Errorf("streamer.min_leased_per_handler: %d must be between 1 and streamer.max_leased_per_handler (%d), or 0 for the default (4)", s.MinLeasedPerHandler, s.MaxLeasedPerHandler)
 	}
 	if s.MaxLeasedPerHandler < s.BatchSize {
 		return fmt.Errorf("streamer.max_leased_per_handler: %d must be at least streamer.batch_size (%d)", s.MaxLeasedPerHandler, s.BatchSize)

@@ -78,7 +78,9 @@ type Config struct {
 	// ended lately: a reference waiting in the bus longer than its lease is
 	// counted as an attempt by the reaper (its consumer alive), so a slow
 	// handler's backlog leased at once burned attempts unrun. Extended
-	// leases (attempts running) do not count. Defaults to RefsPerMessage.
+	// leases (attempts running) do not count. Defaults to 4: a reference past
+	// the message a consumer has at hand waits for the jobs before it, and
+	// a handler of a job every few seconds starts 4 well within a lease.
 	MinLeasedPerHandler int
 	// LeasedRecount is how often the in-memory count of leased jobs per
 	// handler is read again from Postgres (ten times as often while a
@@ -119,7 +121,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
 	c.RefsPerMessage = cmp.Or(c.RefsPerMessage, 32)
 	c.MaxLeasedPerHandler = cmp.Or(c.MaxLeasedPerHandler, 5000)
-	c.MinLeasedPerHandler = cmp.Or(c.MinLeasedPerHandler, c.RefsPerMessage)
+	c.MinLeasedPerHandler = cmp.Or(c.MinLeasedPerHandler, 4)
 	c.LeasedRecount = cmp.Or(c.LeasedRecount, 100*time.Millisecond)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)

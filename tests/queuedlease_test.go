@@ -40,9 +40,9 @@ import (
 // 32 references of one message already exceed what a slow handler can start
 // within one lease.
 //
-// Scaled down here: handler concurrency 1, 150 ms per job, lease 1 s, 32
-// jobs, max_attempts 2: the same ratio as a 9 s handler with the default 60 s
-// lease. Expected: every job completed (the handler never returns an error),
+// Scaled down here: handler concurrency 1, 150 ms per job, lease 2 s, 32
+// jobs, max_attempts 2: about the ratio of a 4.5 s handler with the default
+// 60 s lease. Expected: every job completed (the handler never returns an error),
 // no job dead-lettered, no attempt counted for a reference that never ran.
 // Actual: jobs end in dead_letter with lease_expired, and the handler was
 // never called for them.
@@ -57,14 +57,14 @@ func TestSlowHandlerBacklogIsNotDeadLettered(t *testing.T) {
 // max_leased_per_handler (5000) at once, and with the defaults (60 s lease)
 // a handler running 64 jobs a second had its backlog past ~3,800 burn an
 // attempt each lease and end in the dead letters, never called. Scaled down:
-// 300 jobs of 20 ms at concurrency 1, lease 1 s, claims of 20, messages of
+// 300 jobs of 20 ms at concurrency 1, lease 2 s, claims of 20, messages of
 // 10; the same 300 leased at once take 6 s to start.
 func TestSlowHandlerLeasesFollowItsPace(t *testing.T) {
 	slowBacklog(t, 300, 20*time.Millisecond, streamer.Config{BatchSize: 20, RefsPerMessage: 10})
 }
 
 // slowBacklog runs jobs jobs of a healthy handler taking perJob each at
-// concurrency 1 over NATS, through a streamer with lease 1 s (and cfg's
+// concurrency 1 over NATS, through a streamer with lease 2 s (and cfg's
 // batch settings), and fails when any ends other than completed or an
 // attempt expired.
 func slowBacklog(t *testing.T, jobs int, perJob time.Duration, cfg streamer.Config) {
@@ -113,7 +113,9 @@ func slowBacklog(t *testing.T, jobs int, perJob time.Duration, cfg streamer.Conf
 	}
 
 	p.bus = newBus("streamer")
-	cfg.ID, cfg.LeaseDuration, cfg.PollInterval, cfg.ReapInterval = "s1", time.Second, 50*time.Millisecond, 100*time.Millisecond
+	// A lease of 2 s: the pace is read from the recent past, and a loaded
+	// machine (CI) slows the handler in between; half a lease of margin.
+	cfg.ID, cfg.LeaseDuration, cfg.PollInterval, cfg.ReapInterval = "s1", 2*time.Second, 50*time.Millisecond, 100*time.Millisecond
 	p.startStreamer(t, cfg)
 
 	testwait.Eventually(t, 90*time.Second, "every job finished", func() (bool, string) {
