@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,27 @@ func postgresOf(dataDir string) []int {
 		}
 	}
 	return pids
+}
+
+// postmastersOf is postgresOf without the postmasters' children (a backend
+// just forked still shows its parent's command line for a moment).
+func postmastersOf(dataDir string) []int {
+	pids := postgresOf(dataDir)
+	var out []int
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && !slices.Contains(pids, ppid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // killOrphans stops the PostgreSQL processes of dataDir that outlived their

@@ -70,7 +70,7 @@ func TestDevStartsAgainAfterItsProcessIsKilled(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "before-the-crash") {
 		t.Errorf("the event stored before the crash is not listed after the restart: exit %d\n%s%s", code, out, errOut)
 	}
-	if pids := postgresOf(data); len(pids) != 1 {
+	if pids := postmastersOf(data); len(pids) != 1 {
 		t.Errorf("PostgreSQL servers of %s after the restart: %v, want exactly one", data, pids)
 	}
 	if err := q.stop(); err != nil {
@@ -117,7 +117,7 @@ func TestSecondDevInSameDirectorySaysSo(t *testing.T) {
 			data, pid, code, len(line), line)
 	}
 	// The first one is unharmed.
-	if pids := postgresOf(data); len(pids) != 1 {
+	if pids := postmastersOf(data); len(pids) != 1 {
 		t.Errorf("PostgreSQL servers of %s: %v, want exactly one", data, pids)
 	}
 	if err := p.stop(); err != nil {
