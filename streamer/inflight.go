@@ -71,8 +71,8 @@ func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inF
 // handlerPace estimates how fast a handler's leases end (completed, failed,
 // given back), from the recounts: what was leased at the last one, plus what
 // this streamer leased since, less what is leased now. Other streamers'
-// leases since are not seen, so with several the pace reads low (their
-// floors and pace still add up).
+// leases since are not seen, so with several each reads the pace low and
+// holds the handler to less than it could take (never more).
 type handlerPace struct {
 	prev, mine int
 	window     time.Time // start of the window finished is summed over
@@ -126,9 +126,9 @@ type apartHandlers struct {
 	// ClaimLimitedJobs those in limitedToo, else by ClaimHandlerJobs.
 	ordered    []string
 	limitedToo map[string]bool
-	// room is how many more leases a paced handler may take: an unlimited,
-	// unordered handler whose pace holds it below a claim batch, claimed in
-	// the ordered loop (ClaimHandlerJobs) with room as its batch.
+	// room is how many more leases a handler whose pace holds it below a
+	// claim batch may take: its claim's batch, in its own loop when limited
+	// or ordered, else in the ordered loop (ClaimHandlerJobs).
 	room map[string]int
 }
 
@@ -256,15 +256,20 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	for h, n := range counts {
-		p := f.pace[h]
-		if p == nil {
-			p = &handlerPace{}
-			f.pace[h] = p
-		}
-		p.note(n, now)
+		f.paceOf(h).note(n, now)
 	}
 	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.counted = counts, unext, quiet, limited, ordered, now
 	return nil
+}
+
+// paceOf is h's pace, a new one for a handler not seen before. f.mu is held.
+func (f *inFlight) paceOf(h string) *handlerPace {
+	p := f.pace[h]
+	if p == nil {
+		p = &handlerPace{}
+		f.pace[h] = p
+	}
+	return p
 }
 
 // floorRoom is how many more leases h may take while its pace is not read
@@ -294,11 +299,6 @@ func (f *inFlight) leased(h string, n int) {
 	f.mu.Lock()
 	f.counts[h] += n
 	f.unext[h] += n
-	p := f.pace[h]
-	if p == nil {
-		p = &handlerPace{}
-		f.pace[h] = p
-	}
-	p.mine += n
+	f.paceOf(h).mine += n
 	f.mu.Unlock()
 }

@@ -515,10 +515,7 @@ func (s *Streamer) beyondFloor(ctx context.Context, rows []queries.ClaimJobsRow)
 	if len(back.JobIds) == 0 {
 		return rows
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
-	defer cancel()
-	back.LeaseHolder = s.cfg.ID
-	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, back); err != nil {
+	if err := s.releaseLeases(ctx, back); err != nil {
 		s.cfg.Logger.Warn("give back leases beyond a new handler's floor failed; publishing them", slog.Int("jobs", len(back.JobIds)),
 			slog.String("error", err.Error()))
 		return rows
@@ -758,18 +755,18 @@ const limitedWake = 50 * time.Millisecond
 // ErrPublish means references could not be published; their leases were given back.
 var ErrPublish = errors.New("bus refused the references; leases given back")
 
-// publish sends refs grouped by topic, in messages of up to RefsPerMessage
-// references; leases of refs that could not be published are given back at
-// once (the attempt does not count). It returns how many were not published.
-// A job whose event was traced gets a span in that trace, carried to the
-// consumer in its reference (or, one reference per message, in the
-// message's metadata).
 // contextPublisher is a Publisher that can give up when a context ends
 // (natsbus).
 type contextPublisher interface {
 	PublishContext(ctx context.Context, topic string, msgs ...*message.Message) error
 }
 
+// publish sends refs grouped by topic, in messages of up to RefsPerMessage
+// references; leases of refs that could not be published are given back at
+// once (the attempt does not count). It returns how many were not published.
+// A job whose event was traced gets a span in that trace, carried to the
+// consumer in its reference (or, one reference per message, in the
+// message's metadata).
 func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string) int {
 	var topics []string
 	byTopic := map[string][]bus.Ref{}
@@ -834,13 +831,20 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 		return 0
 	}
 	s.publishFailed.Add(int64(n))
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	failed.LeaseHolder = s.cfg.ID
-	if err := queries.New(s.cfg.Pool).ReleaseJobs(rctx, failed); err != nil {
+	if err := s.releaseLeases(ctx, failed); err != nil {
 		s.cfg.Logger.Warn("give back leases failed; the reaper will", slog.Int("jobs", n), slog.String("error", err.Error()))
 	}
 	return n
+}
+
+// releaseLeases gives back this streamer's leases named in p, unpublished
+// (ReleaseJobs: pending again at once, the attempt not counted), within
+// giveBackTimeout even after ctx has ended.
+func (s *Streamer) releaseLeases(ctx context.Context, p queries.ReleaseJobsParams) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	p.LeaseHolder = s.cfg.ID
+	return queries.New(s.cfg.Pool).ReleaseJobs(rctx, p)
 }
 
 // messages encodes one topic's refs in claim order: one message per
