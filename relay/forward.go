@@ -97,6 +97,7 @@ type outcome struct {
 	body        []byte
 	contentType string
 	reason      string // the ingress's reason label, when it gave one
+	stored      bool   // the ingress stored the event (not a duplicate)
 	retryAfter  string // for the provider, when not 2xx
 	attempts    int
 	err         error  // no answer: unreachable, timed out, cut off
@@ -150,8 +151,9 @@ func (f *forwarder) send(ctx context.Context, u string, header http.Header, body
 		// still committed, but a challenge answer would be lost.
 		return outcome{err: transportError(err), class: errorClass(ctx, err), retryAfter: "5"}
 	}
+	a := parseAnswer(b)
 	out := outcome{status: resp.StatusCode, body: b, contentType: resp.Header.Get("Content-Type"),
-		reason: answerReason(b), retryAfter: cleanRetryAfter(resp.Header.Get("Retry-After"))}
+		reason: a.Reason, stored: a.Status == "stored", retryAfter: cleanRetryAfter(resp.Header.Get("Retry-After"))}
 	if out.contentType == "" {
 		out.contentType = "application/json"
 	}
@@ -198,23 +200,18 @@ func errorClass(ctx context.Context, err error) string {
 
 var reasonLabel = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
-// answerReason is the reason label of an ingress answer
-// ({"status":"rejected","reason":"signature_mismatch"}), if it is one.
-func answerReason(b []byte) string {
-	var a answer
-	if json.Unmarshal(b, &a) != nil || !reasonLabel.MatchString(a.Reason) {
-		return ""
-	}
-	return a.Reason
-}
-
-// answerStatus is the status of an ingress answer ({"status":"stored"}).
-func answerStatus(b []byte) string {
+// parseAnswer reads an ingress answer ({"status":"stored"},
+// {"status":"rejected","reason":"signature_mismatch"}); a reason that is not
+// a label is left out, and a body that is not an answer gives the zero one.
+func parseAnswer(b []byte) answer {
 	var a answer
 	if json.Unmarshal(b, &a) != nil {
-		return ""
+		return answer{}
 	}
-	return a.Status
+	if !reasonLabel.MatchString(a.Reason) {
+		a.Reason = ""
+	}
+	return a
 }
 
 // cleanRetryAfter passes on the ingress's Retry-After when it is a plain

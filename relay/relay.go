@@ -283,7 +283,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
 		w.WriteHeader(out.status)
 		_, _ = w.Write(out.body)
-		if c, ok := src.verifier.(verify.SecretConfirmer); ok && answerStatus(out.body) == "stored" {
+		if c, ok := src.verifier.(verify.SecretConfirmer); ok && out.stored {
 			// A new event (not a replay of a stored one): the GET
 			// handshakes this relay answers itself (X's CRC) use its secret.
 			c.SecretConfirmed(res.SecretIndex)
