@@ -180,6 +180,17 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 	if !subscribed && !known.HasJobs {
 		return plan, notFound("no such handler (no enabled subscription, no jobs): start its consumer first")
 	}
+	if req.Provider != "" {
+		// A misspelt --source would match nothing and replay 0 jobs
+		// without a word: name it instead.
+		ok, err := q.AdminSourceKnown(ctx, req.Provider)
+		if err != nil {
+			return plan, err
+		}
+		if !ok {
+			return plan, notFound("no event of source %q is stored (sources are named as in the config's sources: section)", req.Provider)
+		}
+	}
 	if req.DeadLetters {
 		n, err := q.AdminCountDeadLetters(ctx, req.Handler)
 		plan.Requeued = int(n)

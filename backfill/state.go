@@ -48,8 +48,9 @@ func loadState(path string) (*state, error) {
 	return &s, nil
 }
 
-// save writes s to path atomically (a temporary file renamed over it), so an
-// interruption leaves the old cursor or the new one, never half a file.
+// save writes s to path atomically (a temporary file synced, then renamed over
+// it, then the directory synced), so an interruption or a power cut leaves the
+// old cursor or the new one, never half a file or an empty one.
 func (s *state) save(path string) error {
 	s.UpdatedAt = time.Now().UTC()
 	b, err := json.MarshalIndent(s, "", "  ")
@@ -65,6 +66,9 @@ func (s *state) save(path string) error {
 		return fmt.Errorf("write backfill state: %w", err)
 	}
 	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -75,7 +79,23 @@ func (s *state) save(path string) error {
 		_ = os.Remove(f.Name())
 		return fmt.Errorf("write backfill state %s: %w", path, err)
 	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("write backfill state %s: sync directory: %w", path, err)
+	}
 	return nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir) //nolint:gosec // G304: the directory of the operator's own -state file
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func removeState(path string) error {

@@ -170,6 +170,11 @@ SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE;
 SELECT EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s WHERE s.handler = sqlc.arg(handler) AND s.enabled) AS subscribed,
        EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.handler = sqlc.arg(handler)) AS has_jobs;
 
+-- name: AdminSourceKnown :one
+-- Has source provider stored any event (one probe of
+-- idx_events_provider_received_at per partition)?
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.events e WHERE e.provider = sqlc.arg(provider)) AS known;
+
 -- name: AdminCountDeadLetters :one
 -- How many dead letters of handler handler a replay would re-queue.
 SELECT count(*) FROM webhook_ingress.jobs WHERE handler = sqlc.arg(handler) AND status = 'dead_letter';

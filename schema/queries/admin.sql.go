@@ -1073,6 +1073,19 @@ func (q *Queries) AdminSetSubscriptionsEnabled(ctx context.Context, arg AdminSet
 	return result.RowsAffected(), nil
 }
 
+const AdminSourceKnown = `-- name: AdminSourceKnown :one
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.events e WHERE e.provider = $1) AS known
+`
+
+// Has source provider stored any event (one probe of
+// idx_events_provider_received_at per partition)?
+func (q *Queries) AdminSourceKnown(ctx context.Context, provider string) (bool, error) {
+	row := q.db.QueryRow(ctx, AdminSourceKnown, provider)
+	var known bool
+	err := row.Scan(&known)
+	return known, err
+}
+
 const AdminSubscriptionExists = `-- name: AdminSubscriptionExists :one
 SELECT EXISTS (
     SELECT FROM webhook_ingress.subscriptions
