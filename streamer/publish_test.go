@@ -2,6 +2,7 @@ package streamer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,55 @@ func TestFullTopicDoesNotStopOtherHandlers(t *testing.T) {
 	}
 	if leased := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'stuck' AND status = 'leased'`); leased >= n {
 		t.Fatalf("%d of the stuck handler's jobs leased, want those its full topic refused given back", leased)
+	}
+}
+
+// While the bus refuses every reference (here the one handler's in-process
+// topic is full) the streamer is not healthy, its /readyz says so, and it is
+// again at the first publish the bus takes. It answered ready throughout.
+func TestStreamerUnhealthyWhileTheBusRefusesEverything(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "stuck")
+	ctx := context.Background()
+	msgs, err := b.pubsub.Subscribe(t.Context(), bus.Topic("stuck")) // not read: its queue fills
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8500 // more than a topic's queue holds, one reference a message
+	b.insertEvents(t, n)
+	s := b.newStreamer(t, streamer.Config{BatchSize: 1000, RefsPerMessage: 1, MaxLeasedPerHandler: 2 * n, LeasedRecount: time.Hour})
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("unhealthy before any publish: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().PublishFailed == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the full topic refused nothing")
+		}
+		if claimed, _ := s.ClaimOnce(ctx); claimed == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), bus.Topic("stuck")) {
+		t.Fatalf("Healthy while every publish is refused = %v, want an error naming the topic", err)
+	}
+
+	// Drain the topic: the next publish is taken.
+	go func() {
+		for m := range msgs {
+			m.Ack()
+		}
+	}()
+	published := s.Stats().Published
+	for s.Stats().Published == published {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing published after the topic was drained; Healthy = %v", s.Healthy())
+		}
+		if claimed, _ := s.ClaimOnce(ctx); claimed == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("unhealthy after a publish the bus took: %v", err)
 	}
 }

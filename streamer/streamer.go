@@ -193,6 +193,9 @@ type Streamer struct {
 	// holds keeps handlers whose references the bus refused out of the
 	// claims for a while (hold.go).
 	holds *publishHolds
+	// refused is set when a publish fails and cleared by the next one that
+	// succeeds (for any handler): Healthy's answer.
+	refused atomic.Pointer[publishRefusal]
 
 	claims, claimed, published, publishFailed atomic.Int64
 	fullClaims                                atomic.Int64
@@ -260,6 +263,26 @@ func (s *Streamer) Stats() Stats {
 		NotifyWakeups: s.notifyWakeups.Load(), PollWakeups: s.pollWakeups.Load(),
 		ReplicationWakeups: s.replicationWakeups.Load(),
 	}
+}
+
+// publishRefusal is the bus's first refusal since the last publish it took.
+type publishRefusal struct {
+	since time.Time
+	topic string
+	err   error
+}
+
+// Healthy reports an error while the bus refuses every reference this
+// streamer publishes: a publish failed (its leases were given back) and none
+// has succeeded since. One handler's full topic beside others being published
+// is not a fault of the streamer: it is held back (hold.go), others go on.
+func (s *Streamer) Healthy() error {
+	r := s.refused.Load()
+	if r == nil {
+		return nil
+	}
+	return fmt.Errorf("streamer: the bus has refused every publish since %s (topic %s): %w",
+		r.since.UTC().Format(time.RFC3339), r.topic, r.err)
 }
 
 // Wake asks every claim loop for a round now. It never blocks.
@@ -813,6 +836,9 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 			span.End()
 		}
 		if err != nil {
+			if s.refused.Load() == nil {
+				s.refused.CompareAndSwap(nil, &publishRefusal{since: time.Now(), topic: topic, err: err})
+			}
 			s.holds.refused(trefs[0].Handler, time.Now())
 			s.cfg.Logger.Warn("publish failed; giving the leases back", slog.String("topic", topic),
 				slog.Int("jobs", len(trefs)), slog.String("error", err.Error()))
@@ -822,6 +848,9 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 				failed.LeasedAt = append(failed.LeasedAt, r.LeasedAt)
 			}
 			continue
+		}
+		if s.refused.Load() != nil {
+			s.refused.Store(nil)
 		}
 		s.holds.published(trefs[0].Handler)
 		s.published.Add(int64(len(trefs)))

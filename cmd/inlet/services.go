@@ -34,17 +34,30 @@ func openBus(ctx context.Context, cfg inletyaml.Config, service string, log *slo
 	return nil, fmt.Errorf("bus.kind: %q is not gochannel or nats", cfg.Bus.Kind)
 }
 
+// busHealthy is the bus's own health where it reports one (natsbus: the
+// connection, stalled subscriptions).
+func busHealthy(ps bus.PubSub) error {
+	if h, ok := ps.(interface{ Healthy() error }); ok {
+		if err := h.Healthy(); err != nil {
+			return fmt.Errorf("the bus: %w", err)
+		}
+	}
+	return nil
+}
+
 func runStreamer(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "streamer", "", `
 Run the streamer: wake on LISTEN/NOTIFY (streamer.wake) and on a poll tick,
 lease due jobs in batches, and publish a reference per job to its handler's
 topic on the bus (bus.kind: nats). Any number of streamers may run at once.
 Watches every source for silence (silence:), and reconciles with the
-providers' event lists when reconcile.enabled (one replica at a time). Serves GET /healthz, /readyz
-and /metrics on streamer.health_listen (default 127.0.0.1:8081: this machine
-only). SIGTERM finishes
-the claim round in progress and exits; jobs it leased stay leased until their
-consumers report or the lease expires.`)
+providers' event lists when reconcile.enabled (one replica at a time). Serves
+GET /healthz, /readyz and /metrics on streamer.health_listen (default
+127.0.0.1:8081: this machine only); /readyz answers 503 while the database
+does not, the connection to NATS is down, or the bus has refused every
+reference since the last it took. SIGTERM finishes the claim round in
+progress and exits; jobs it leased stay leased until their consumers report
+or the lease expires.`)
 	cfgPath := configFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -81,7 +94,11 @@ consumers report or the lease expires.`)
 		return err
 	}
 	defer stopReconcile()
-	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error { return schema.Check(ctx, pool) }, metricsHandler(reg), log)
+	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error {
+		// Not ready while the bus refuses every reference or (NATS) the
+		// connection is down: nothing is delivered meanwhile.
+		return errors.Join(str.Healthy(), busHealthy(ps), schema.Check(ctx, pool))
+	}, metricsHandler(reg), log)
 	if err != nil {
 		return err
 	}

@@ -570,16 +570,19 @@ func (n *NATS) setStalled(name string, err error) {
 	n.stalled[name] = err
 }
 
-// Healthy reports an error while a subscription is not consuming: its
-// durable was recreated and consuming it keeps failing, so its handler gets
-// no references until a retry succeeds.
+// Healthy reports an error while the connection to NATS is down (the client
+// is reconnecting: nothing is published or delivered meanwhile) and while a
+// subscription is not consuming: its durable was recreated and consuming it
+// keeps failing, so its handler gets no references until a retry succeeds.
 func (n *NATS) Healthy() error {
+	var errs []error
+	if st := n.conn.Status(); st != nats.CONNECTED {
+		errs = append(errs, fmt.Errorf("nats: not connected to %s (%s)", redactURL(n.cfg.URL), st))
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	names := slices.Sorted(maps.Keys(n.stalled))
-	errs := make([]error, len(names))
-	for i, name := range names {
-		errs[i] = n.stalled[name]
+	for _, name := range slices.Sorted(maps.Keys(n.stalled)) {
+		errs = append(errs, n.stalled[name])
 	}
 	return errors.Join(errs...)
 }
