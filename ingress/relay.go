@@ -33,17 +33,21 @@ func newRelayCheck(secrets []string, tolerance time.Duration) *relayCheck {
 	return &relayCheck{secrets: secrets, tolerance: tolerance}
 }
 
-// check verifies r's relay signature over body and returns the headers
-// without Inlet-Relay-*: those are what the provider verifier sees and what
-// is stored, so a relayed event's row is the same as a direct one's and
-// re-verification (verify.Reverify) checks the provider's signature alone.
+// check verifies r's relay signature over body and returns the headers the
+// relay signed (those Inlet-Relay-Headers lists), without Inlet-Relay-*:
+// those are what the provider verifier sees and what is stored, so a relayed
+// event's row is the same as a direct one's and re-verification
+// (verify.Reverify) checks the provider's signature alone. A header added
+// after the relay is dropped: the relay's signature does not cover it, and
+// for providers whose event id or type headers are not signed (Shopify,
+// GitLab) it would let whoever sits between relay and ingress choose them.
 // The relay's signature is transport authentication with a short window;
 // kept, it could never be checked again.
 func (rc *relayCheck) check(source string, r *http.Request, body []byte, now time.Time) (http.Header, error) {
 	if _, err := verify.VerifyRelay(rc.secrets, rc.tolerance, source, r.URL.RequestURI(), r.Header, body, now); err != nil {
 		return nil, err
 	}
-	return verify.StripRelay(r.Header), nil
+	return verify.RelayListedHeaders(r.Header), nil
 }
 
 func relayReason(err error) string {

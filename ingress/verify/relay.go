@@ -104,6 +104,29 @@ func StripRelay(h http.Header) http.Header {
 	return out
 }
 
+// RelayListedHeaders returns the headers of h that its Inlet-Relay-Headers
+// lists, which VerifyRelay checked against the relay's signature: what the
+// relay received and forwarded. A header added on the way from the relay
+// (a proxy's X-Forwarded-For, or an event id header put there by whoever sits
+// on that path) is not covered by the signature and is left out, so it can
+// never reach a provider verifier or the stored row.
+func RelayListedHeaders(h http.Header) http.Header {
+	out := http.Header{}
+	list := h.Get(RelayHeaderHeaders)
+	if list == "" {
+		return out
+	}
+	for name := range strings.SplitSeq(list, ",") {
+		if isRelayHeader(name) {
+			continue
+		}
+		if vs := h.Values(name); len(vs) > 0 {
+			out[http.CanonicalHeaderKey(name)] = slices.Clone(vs)
+		}
+	}
+	return out
+}
+
 func isRelayHeader(name string) bool {
 	return len(name) >= len(RelayHeaderPrefix) && strings.EqualFold(name[:len(RelayHeaderPrefix)], RelayHeaderPrefix)
 }

@@ -96,39 +96,28 @@ func reviewHopSetup(t *testing.T, hop func(*http.Request)) (relayURL string, adm
 	return rs.URL, admin
 }
 
-// TestReviewRelayHopInjectsUnsignedIdentityHeader (review helper-119).
+// A header added between the relay and the ingress, not listed in
+// Inlet-Relay-Headers (so not covered by the relay's signature), never
+// reaches the provider's verifier or the stored row.
 //
-// Defect: a hop between the relay and the customer's ingress adds a header
-// that is NOT in Inlet-Relay-Headers (so not covered by the relay signature:
-// "Headers added on the way ... are not listed and not covered"), and the
-// ingress nevertheless hands it to the provider's verifier and stores it:
-// relayCheck.check (ingress/relay.go:44) returns verify.StripRelay(r.Header),
-// every header as received, not only the listed (signed) ones, and
-// webhook.verify/webhook.event (ingress/server.go:493-500, 521-535) take the
-// event id and type from it and store it. Shopify signs only the body and
-// GitLab signs nothing, so their event id comes from headers
+// Regression test (review helper-119; fixed: the text describes the
+// behaviour before the fix). relayCheck.check returned every header as
+// received (verify.StripRelay), not only the listed ones, and the ingress
+// took the event id from them and stored them. Shopify signs only the body
+// and GitLab nothing, so their event id comes from headers
 // (X-Shopify-Event-Id before X-Shopify-Webhook-Id; Idempotency-Key before
-// X-Gitlab-Event-UUID). A provider that does not send the preferred header
-// (Shopify deliveries with only X-Shopify-Webhook-Id, GitLab before 17.4) is
-// exposed: whoever sits on the relay→ingress path, without any secret, adds
-// it and chooses the dedupe key. Here one provider delivery and its retry
-// (same bytes, same ids) become two stored events with hop-chosen ids, each
-// fanned out to handlers; the same trick lets the hop pick the id of a later
-// genuine event so that it is dropped as a "duplicate". docs/operations.md
-// promises "the stored row is what a direct delivery would store" and that
-// the relay signature refuses a changed request; here the row holds a header
-// and an id the provider never sent.
+// X-Gitlab-Event-UUID): whoever sat on the relay→ingress path, without any
+// secret, added the preferred header and chose the dedupe key. One provider
+// delivery and its retry (same bytes, same ids) became two stored events
+// with hop-chosen ids, each fanned out to handlers; the same trick could
+// pick the id of a later genuine event so that it was dropped as a
+// "duplicate".
 //
 // Expected: on a relay_secrets source the ingress verifies and stores only
 // the headers listed in Inlet-Relay-Headers (what the relay saw and signed);
 // the retry is a duplicate of the first delivery, stored under the
 // provider's own id, and no header the hop added is stored.
-//
-// Suggested fix: in relayCheck.check, after VerifyRelay succeeds, build the
-// returned header from the names in Inlet-Relay-Headers only (dropping
-// unlisted ones, e.g. X-Forwarded-For, or keeping them aside for logs but
-// never passing them to the verifier nor to events.headers).
-func TestReviewRelayHopInjectsUnsignedIdentityHeader(t *testing.T) {
+func TestRelayHopCannotInjectAnUnsignedIdentityHeader(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, source, injected, wantID string
