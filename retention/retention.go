@@ -145,6 +145,16 @@ type Report struct {
 	// Default counts the events in the default partition: they arrived when no
 	// period partition covered their time. They are kept and never dropped.
 	Default DefaultPartition `json:"default_partition"`
+	// DedupeKeys counts the dedupe keys deleted after the drops: of this
+	// run's dropped periods and of those an interrupted run left.
+	DedupeKeys DedupeKeys `json:"dedupe_keys"`
+}
+
+// DedupeKeys is what a run deleted from event_keys: the keys of Periods
+// dropped periods, Deleted keys in all.
+type DedupeKeys struct {
+	Periods int64 `json:"periods"`
+	Deleted int64 `json:"deleted"`
 }
 
 // DefaultPartition describes the rows of the default partition.
@@ -254,7 +264,7 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 		rep.Default.Oldest, rep.Default.Newest = &def.Oldest, &def.Newest
 	}
 	if opts.MaxAge == 0 {
-		return rep, nil
+		return rep, deleteDueKeys(ctx, db, &rep)
 	}
 	cutoff := now.Add(-opts.MaxAge)
 	rep.Cutoff = &cutoff
@@ -271,7 +281,30 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 		}
 		rep.Partitions = append(rep.Partitions, part)
 	}
-	return rep, nil
+	return rep, deleteDueKeys(ctx, db, &rep)
+}
+
+// deleteDueKeys deletes the dedupe keys of the periods dropped by this run
+// and of any an interrupted run dropped without deleting them (054), after
+// the drops and outside their locks (044): an old key arriving meanwhile
+// waits on a row. Not on a dry run. On failure rep is still the run's
+// report: the periods stay recorded, and the next run deletes their keys.
+func deleteDueKeys(ctx context.Context, db DB, rep *Report) error {
+	if rep.DryRun {
+		return nil
+	}
+	q := queries.New(db)
+	pending, err := q.RetentionKeysPending(ctx)
+	if err == nil && pending {
+		var d queries.RetentionDeleteDueKeysRow
+		if d, err = q.RetentionDeleteDueKeys(ctx); err == nil {
+			rep.DedupeKeys.Periods, rep.DedupeKeys.Deleted = d.Periods, d.Keys
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("retention: delete the dedupe keys of dropped periods (they stay recorded: the next run deletes them; until then a redelivery of a dropped event is answered duplicate): %w", err)
+	}
+	return nil
 }
 
 type namedPeriod struct {
@@ -380,18 +413,13 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		}
 		part.Events, part.Jobs, part.Attempts, part.SealedThrough = d.Events, d.Jobs, d.Attempts, d.SealedThrough
 		part.Verdict = Dropped
-		return nil
+		// Its dedupe keys go after the drop, outside its locks (044); the
+		// record makes a later run delete them if this one stops first.
+		return q.RetentionKeysDue(ctx, queries.RetentionKeysDueParams{PeriodStart: p.Start, PeriodEnd: p.End})
 	})
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		if part.Verdict == Dropped {
-			// The period's dedupe keys, after the drop and outside its
-			// locks (044): an old key arriving meanwhile waits on a row.
-			if _, kerr := queries.New(db).RetentionDeleteKeys(ctx, queries.RetentionDeleteKeysParams{PeriodStart: p.Start, PeriodEnd: p.End}); kerr != nil {
-				part.Reason = fmt.Sprintf("dropped; its dedupe keys stay (deleting them failed: %v), so a redelivery of one of its events is answered duplicate", kerr)
-			}
-		}
 	case isUndefinedTable(err):
 		return Partition{}, errGone
 	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: changed since the check

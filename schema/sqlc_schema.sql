@@ -261,6 +261,11 @@ CREATE TABLE webhook_ingress.reconcile_runs (
     error text
 );
 
+CREATE TABLE webhook_ingress.retention_keys_due (
+    period_start timestamp with time zone NOT NULL,
+    period_end timestamp with time zone NOT NULL
+);
+
 CREATE TABLE webhook_ingress.retention_log (
     id bigint NOT NULL,
     period_start timestamp with time zone NOT NULL,

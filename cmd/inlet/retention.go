@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -89,14 +90,19 @@ status 0 even when a period is kept: the report says why.`)
 	}
 	defer pool.Close()
 	rep, err := retention.Run(ctx, pool, opts)
-	if err != nil {
+	if err != nil && rep.Now.IsZero() {
 		return err
 	}
+	// A report with an error: the drops happened, deleting their dedupe
+	// keys failed (the next run does it). Both are shown.
 	if *asJSON {
-		return printJSON(env.stdout, rep)
+		if perr := printJSON(env.stdout, rep); perr != nil {
+			return perr
+		}
+		return err
 	}
 	printRetention(env, rep)
-	return nil
+	return err
 }
 
 func printRetention(env *environment, rep retention.Report) {
@@ -118,10 +124,12 @@ func printRetention(env *environment, rep retention.Report) {
 	}
 	if rep.Cutoff == nil {
 		fmt.Fprintln(w, "no maximum age (retention.max_age or --max-age): nothing dropped")
+		printDedupeKeys(w, rep)
 		return
 	}
 	if len(rep.Partitions) == 0 {
 		fmt.Fprintf(w, "no period ended before %s (max age): nothing to drop\n", stamp(*rep.Cutoff))
+		printDedupeKeys(w, rep)
 		return
 	}
 	tw := newTable(w)
@@ -136,6 +144,15 @@ func printRetention(env *environment, rep retention.Report) {
 		done = "would drop"
 	}
 	fmt.Fprintf(w, "%s %s, kept %d (periods that ended before %s)\n", done, plural(rep.Dropped(), "partition"), rep.Kept(), stamp(*rep.Cutoff))
+	printDedupeKeys(w, rep)
+}
+
+// printDedupeKeys says what was deleted from event_keys, when anything was
+// due: the dropped periods' keys (an interrupted run's among them).
+func printDedupeKeys(w io.Writer, rep retention.Report) {
+	if rep.DedupeKeys.Periods > 0 {
+		fmt.Fprintf(w, "deleted %s of %s dropped\n", plural(int(rep.DedupeKeys.Deleted), "dedupe key"), plural(int(rep.DedupeKeys.Periods), "period"))
+	}
 }
 
 // ensurePartitions creates period partitions ahead as the config says (inlet

@@ -414,6 +414,11 @@ type WebhookIngressOrderLane struct {
 	Leased          bool
 }
 
+type WebhookIngressRetentionKeysDue struct {
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+}
+
 type WebhookIngressSourceAlert struct {
 	Source     string
 	Silent     bool

@@ -55,10 +55,29 @@ SELECT count(*) AS events,
        coalesce(max(received_at), 'epoch')::timestamptz AS newest
 FROM webhook_ingress.events_default;
 
--- name: RetentionDeleteKeys :execrows
--- The dedupe keys of the events of a dropped period [period_start,
--- period_end): inlet retention runs it after drop_partition committed,
--- outside its locks (044). A key a failed delete leaves stays: a
--- redelivery of that dropped event is then answered duplicate.
-DELETE FROM webhook_ingress.event_keys
-WHERE received_at >= sqlc.arg(period_start)::timestamptz AND received_at < sqlc.arg(period_end)::timestamptz;
+-- name: RetentionKeysDue :exec
+-- Record a period drop_partition just dropped, in the drop's transaction:
+-- its dedupe keys are deleted by RetentionDeleteDueKeys (054).
+INSERT INTO webhook_ingress.retention_keys_due (period_start, period_end)
+VALUES (sqlc.arg(period_start)::timestamptz, sqlc.arg(period_end)::timestamptz)
+ON CONFLICT (period_start) DO NOTHING;
+
+-- name: RetentionDeleteDueKeys :one
+-- The dedupe keys of every dropped period recorded in retention_keys_due,
+-- and the records, in one statement (a run interrupted before it leaves the
+-- records for the next run). inlet retention runs it after drop_partition
+-- committed, outside its locks (044): an old key arriving meanwhile waits on
+-- a row. Two runs at once: the second waits on the first's records, then
+-- finds them gone.
+WITH due AS (
+    DELETE FROM webhook_ingress.retention_keys_due RETURNING period_start, period_end
+), gone AS (
+    DELETE FROM webhook_ingress.event_keys k USING due
+    WHERE k.received_at >= due.period_start AND k.received_at < due.period_end
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM due)::bigint AS periods, (SELECT count(*) FROM gone)::bigint AS keys;
+
+-- name: RetentionKeysPending :one
+-- Whether dropped periods' dedupe keys wait for deletion.
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.retention_keys_due) AS pending;

@@ -69,26 +69,33 @@ func (q *Queries) RetentionDefaultPartition(ctx context.Context) (RetentionDefau
 	return i, err
 }
 
-const RetentionDeleteKeys = `-- name: RetentionDeleteKeys :execrows
-DELETE FROM webhook_ingress.event_keys
-WHERE received_at >= $1::timestamptz AND received_at < $2::timestamptz
+const RetentionDeleteDueKeys = `-- name: RetentionDeleteDueKeys :one
+WITH due AS (
+    DELETE FROM webhook_ingress.retention_keys_due RETURNING period_start, period_end
+), gone AS (
+    DELETE FROM webhook_ingress.event_keys k USING due
+    WHERE k.received_at >= due.period_start AND k.received_at < due.period_end
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM due)::bigint AS periods, (SELECT count(*) FROM gone)::bigint AS keys
 `
 
-type RetentionDeleteKeysParams struct {
-	PeriodStart time.Time
-	PeriodEnd   time.Time
+type RetentionDeleteDueKeysRow struct {
+	Periods int64
+	Keys    int64
 }
 
-// The dedupe keys of the events of a dropped period [period_start,
-// period_end): inlet retention runs it after drop_partition committed,
-// outside its locks (044). A key a failed delete leaves stays: a
-// redelivery of that dropped event is then answered duplicate.
-func (q *Queries) RetentionDeleteKeys(ctx context.Context, arg RetentionDeleteKeysParams) (int64, error) {
-	result, err := q.db.Exec(ctx, RetentionDeleteKeys, arg.PeriodStart, arg.PeriodEnd)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// The dedupe keys of every dropped period recorded in retention_keys_due,
+// and the records, in one statement (a run interrupted before it leaves the
+// records for the next run). inlet retention runs it after drop_partition
+// committed, outside its locks (044): an old key arriving meanwhile waits on
+// a row. Two runs at once: the second waits on the first's records, then
+// finds them gone.
+func (q *Queries) RetentionDeleteDueKeys(ctx context.Context) (RetentionDeleteDueKeysRow, error) {
+	row := q.db.QueryRow(ctx, RetentionDeleteDueKeys)
+	var i RetentionDeleteDueKeysRow
+	err := row.Scan(&i.Periods, &i.Keys)
+	return i, err
 }
 
 const RetentionDropPartition = `-- name: RetentionDropPartition :one
@@ -115,6 +122,36 @@ func (q *Queries) RetentionDropPartition(ctx context.Context, periodStart time.T
 		&i.SealedThrough,
 	)
 	return i, err
+}
+
+const RetentionKeysDue = `-- name: RetentionKeysDue :exec
+INSERT INTO webhook_ingress.retention_keys_due (period_start, period_end)
+VALUES ($1::timestamptz, $2::timestamptz)
+ON CONFLICT (period_start) DO NOTHING
+`
+
+type RetentionKeysDueParams struct {
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+}
+
+// Record a period drop_partition just dropped, in the drop's transaction:
+// its dedupe keys are deleted by RetentionDeleteDueKeys (054).
+func (q *Queries) RetentionKeysDue(ctx context.Context, arg RetentionKeysDueParams) error {
+	_, err := q.db.Exec(ctx, RetentionKeysDue, arg.PeriodStart, arg.PeriodEnd)
+	return err
+}
+
+const RetentionKeysPending = `-- name: RetentionKeysPending :one
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.retention_keys_due) AS pending
+`
+
+// Whether dropped periods' dedupe keys wait for deletion.
+func (q *Queries) RetentionKeysPending(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, RetentionKeysPending)
+	var pending bool
+	err := row.Scan(&pending)
+	return pending, err
 }
 
 const RetentionLockTimeout = `-- name: RetentionLockTimeout :exec

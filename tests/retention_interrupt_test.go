@@ -11,39 +11,30 @@ import (
 	"github.com/inlet-dev/inlet/internal/testwait"
 )
 
-// TestReviewRetentionInterruptedLeavesDedupeKeysForever (review helper-120).
+// An inlet retention interrupted after dropping a period and before
+// deleting its dedupe keys leaves them to the next run, which deletes them.
 //
-// Defect: inlet retention drops a period in one transaction (drop_partition)
-// and deletes that period's dedupe keys (event_keys) afterwards, in a
-// statement of its own (retention.expire -> RetentionDeleteKeys). When the
-// run is interrupted between the two — Ctrl-C, a CronJob's deadline or
-// systemd's stop (SIGTERM), a lost connection — while that DELETE runs
-// (it seq-scans the whole unpartitioned event_keys: no index on
-// received_at, so on a real log it runs for a long time), the partition is
-// gone but its keys stay. Running inlet retention again never deletes them:
-// the next run lists only partitions that still exist, and nothing else
-// ever deletes from event_keys. The keys are orphaned for good: event_keys
-// (documented "rows leave only with their event's partition") grows without
-// bound, and a redelivery/backfill/reconcile of such a provider id is
-// answered "duplicate" and not stored although the log no longer holds it
-// (retention_test.go's TestRetentionDropsOnlyOldFinishedSealedPartitions
-// relies on "with its key gone, the same provider id is a new event again").
+// Regression test (review helper-120; fixed: the text describes the
+// behaviour before the fix). inlet retention dropped a period in one
+// transaction (drop_partition) and deleted that period's dedupe keys
+// (event_keys) afterwards, in a statement of its own. When the run was
+// interrupted between the two (Ctrl-C, a CronJob's deadline or systemd's
+// stop, a lost connection) while that DELETE ran (a scan of the whole
+// event_keys), the partition was gone but its keys stayed for good: the
+// next run listed only partitions that still existed. event_keys grew
+// without bound, and a redelivery, backfill or reconcile of such a provider
+// id was answered "duplicate" and not stored although the log no longer held
+// it. (054: the drop records its period; every run deletes the keys of the
+// periods recorded.)
 //
 // Expected: running inlet retention again finishes what the interrupted run
 // left: no key of a dropped period survives.
-//
-// Suggested fix: delete the keys in the same transaction as the drop (after
-// the detach, under the same locks or with the row-at-a-time semantics 044
-// wanted), or make every run sweep the keys of all periods in retention_log
-// (e.g. DELETE FROM event_keys k USING retention_log r WHERE k.received_at
-// >= r.period_start AND k.received_at < r.period_end, with an index on
-// event_keys(received_at)), so an interrupted run is completed by the next.
 //
 // The interruption is made deterministic: a transaction of the test holds a
 // row lock on the old event's key, so retention's key DELETE waits (after
 // the drop committed); the test then sends SIGTERM, as an operator's Ctrl-C
 // or a scheduler's stop would.
-func TestReviewRetentionInterruptedLeavesDedupeKeysForever(t *testing.T) {
+func TestRetentionInterruptedLeavesNoDedupeKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	conn, env := sealedOldLog(t,
