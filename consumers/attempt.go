@@ -518,6 +518,8 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 		retryIn = max(s.backoff(h, ref.Attempt), RetryAfterOf(herr))
 	}
 	var outcome string
+	unlock := s.failingLock(ref.Handler) // before a connection is taken (see breaker.failing)
+	defer unlock()
 	err := retryWhileUnavailable(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 			outcome = ""

@@ -84,7 +84,7 @@ func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]
 				names = append(names, c.ref.Handler)
 			}
 		}
-		s.succeeded(ctx, names)
+		s.succeeded(names)
 	}
 	return done, err
 }

@@ -48,8 +48,10 @@ type Service struct {
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
 	// breakers are the handlers with a circuit breaker: their outcomes move
-	// handler_limits' failure count and circuit.
-	breakers map[string]bool
+	// handler_limits' failure count and circuit (circuit.go).
+	breakers map[string]*breaker
+	// resets are the circuit resets running after successes (succeeded).
+	resets sync.WaitGroup
 	// txSlots caps the transactional handlers' open transactions (see
 	// txReserve); nil when no handler has a TxFunc.
 	txSlots chan struct{}
@@ -109,9 +111,9 @@ func New(cfg Config) (*Service, error) {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
 		if h.BreakerFailures > 0 {
 			if s.breakers == nil {
-				s.breakers = map[string]bool{}
+				s.breakers = map[string]*breaker{}
 			}
-			s.breakers[h.Name] = true
+			s.breakers[h.Name] = &breaker{}
 		}
 	}
 	s.txSlots = txSlots(cfg)
@@ -270,6 +272,7 @@ func (s *Service) Stop(ctx context.Context) error {
 
 // stopBackground ends the liveness loop and the batching committers.
 func (s *Service) stopBackground() {
+	s.resets.Wait()
 	s.aliveCancel()
 	<-s.aliveDone
 	if s.completions != nil {
@@ -358,6 +361,14 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 				// waiting behind a slow handler had them run out, and the
 				// reaper dead-lettered jobs that never ran).
 				if !s.waitForSlot(r, mine, &extended, ctx.Done()) {
+					if !extended.IsZero() {
+						// Their leases were extended here (worker_id
+						// this consumer's): the reaper would count an
+						// attempt for each at their expiry, none of
+						// them run (review helper-118). Given back, they
+						// are claimed again at once.
+						s.giveBackUnstarted(r.h.Name, mine)
+					}
 					msg.Nack() // nothing of it started: the bus gives it to another replica
 					return
 				}
@@ -410,8 +421,9 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time,
 			}
 		}
 	}
+	wait := max(time.Until(expires)/2, 50*time.Millisecond)
 	for {
-		t := time.NewTimer(max(time.Until(expires)/2, 50*time.Millisecond))
+		t := time.NewTimer(wait)
 		select {
 		case r.slots <- struct{}{}:
 			t.Stop()
@@ -420,17 +432,27 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time,
 			t.Stop()
 			return false
 		case <-t.C:
-			s.extendWaiting(r.h.Name, waiting)
-			expires = time.Now().Add(s.cfg.LeaseExtend)
-			*extended = expires
+			// Only an extension that succeeded moves the expiry: after a
+			// failed one the next try comes at half the time left, not a
+			// whole LeaseExtend/2 later, past the lease's end (review
+			// helper-118: the reaper then counted an attempt never run).
+			at := time.Now()
+			if s.extendWaiting(r.h.Name, waiting) {
+				expires = at.Add(s.cfg.LeaseExtend)
+				*extended = expires
+			}
+			wait = max(time.Until(expires)/2, 50*time.Millisecond)
+			if time.Until(expires) <= 0 {
+				wait = time.Second // past its end unless a try landed: now and then
+			}
 		}
 	}
 }
 
 // extendWaiting extends the leases of references waiting for a slot, in one
-// round trip. A lease already lost is left so: its reference is skipped when
-// its turn comes.
-func (s *Service) extendWaiting(handler string, waiting []bus.Ref) {
+// round trip, and reports whether it did. A lease already lost is left so:
+// its reference is skipped when its turn comes.
+func (s *Service) extendWaiting(handler string, waiting []bus.Ref) bool {
 	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.LeaseExtend/3)
 	defer cancel()
 	b := &pgx.Batch{}
@@ -441,12 +463,14 @@ func (s *Service) extendWaiting(handler string, waiting []bus.Ref) {
 		b.Queue(extendLeaseSQL, ref.JobID, ref.Attempt, s.cfg.LeaseExtend, ref.LeasedAt, s.cfg.WorkerID)
 	}
 	if b.Len() == 0 {
-		return
+		return true
 	}
-	if err := s.cfg.Pool.SendBatch(ctx, b).Close(); err != nil && ctx.Err() == nil {
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "extend the leases of references waiting for a slot failed; they may expire",
+	err := s.cfg.Pool.SendBatch(ctx, b).Close()
+	if err != nil && s.workCtx.Err() == nil { // its own timeout is logged too
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "extend the leases of references waiting for a slot failed; trying again before they expire",
 			slog.String("handler", handler), slog.Int("references", len(waiting)), slog.String("error", err.Error()))
 	}
+	return err == nil
 }
 
 // start runs the attempt of ref, which holds one of r's slots, on its own
