@@ -37,9 +37,10 @@ type ReplayRequest struct {
 	EventType    string
 	Since, Until time.Time
 	// Unrouted, with Handler, creates the handler's jobs for the events that
-	// created no job at all (event_types counts them as unrouted) and that
-	// its enabled subscriptions match: the catch-up for a handler
-	// subscribed after they arrived. Provider, EventType, Since and Until
+	// created no job when they arrived (event_types counts them as
+	// unrouted; jobs another handler's catch-up created do not count) and
+	// that its enabled subscriptions match: the catch-up for a handler
+	// subscribed after they arrived, in any order with other such handlers. Provider, EventType, Since and Until
 	// narrow it; nothing is re-queued.
 	Unrouted bool
 	// DryRun counts what the replay would do and changes nothing.

@@ -46,7 +46,7 @@ func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFi
 }
 
 // missingFiltered finds the events req selects that have no job of its
-// handler (with req.Unrouted: no job at all) and pass one of the handler's
+// handler (with req.Unrouted: none made when they arrived) and pass one of the handler's
 // filtered subscriptions (evaluated here, as ingress does at arrival), and
 // with create makes their jobs. Events skip reports (by source and type) are
 // left out: a plan's, counted already as the unfiltered subscriptions' (nil:

@@ -27,8 +27,9 @@ gets them from the log (only events its subscriptions match, as at fan-out).
 It needs at least one of --source, --type, --since, --until (--type '*' for
 the whole history). --unrouted is the catch-up of a handler subscribed after
 events nobody routed arrived: it creates the handler's jobs for the events
-that created no job at all and that its subscriptions match (the filters
-narrow it), and re-queues nothing. --dry-run prints how many jobs would be re-queued and
+that created no job when they arrived and that its subscriptions match (the
+filters narrow it; several handlers subscribed later each catch them up, in
+any order), and re-queues nothing. --dry-run prints how many jobs would be re-queued and
 created, and changes nothing; over --max-jobs it is refused as the run would be.
 
 A replayed job is pending and due now, its lease and last error cleared, and

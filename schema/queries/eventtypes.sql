@@ -39,7 +39,10 @@ ORDER BY CASE WHEN t.routed = false THEN 0 WHEN t.routed IS NULL THEN 1 ELSE 2 E
          t.unrouted_events DESC, t.provider, t.event_type;
 
 -- name: AdminCountUnroutedJobs :one
--- Events that created no job at all (of the types event_types counts as
+-- Events that created no job when they arrived (a job another handler's
+-- catch-up created, marked by its 'replayed' row of attempt 0 written with
+-- it, does not count: every handler subscribed later catches them up) and no
+-- job of handler handler yet (of the types event_types counts as
 -- unrouted, from their first unrouted event on; '_other' stands for the
 -- source's types past the cap, and for a type that got a named row later,
 -- when the cap was raised, its events from before that row's first_seen) and that an enabled subscription of handler
@@ -66,7 +69,12 @@ FROM e
 WHERE (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
   AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
   AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                  WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                    AND a.outcome = 'replayed' AND a.started_at = j.created_at))
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+                  WHERE j.event_id = e.id AND j.event_received_at = e.received_at AND j.handler = sqlc.arg(handler))
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
               WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like);
@@ -105,7 +113,10 @@ WITH t AS (
       AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
       AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
       AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
-      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                      WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                        AND a.outcome = 'replayed' AND a.started_at = j.created_at))
     ORDER BY e.id
     LIMIT sqlc.arg(batch_size)::bigint
 ), created AS (

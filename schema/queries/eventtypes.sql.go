@@ -32,7 +32,12 @@ FROM e
 WHERE ($1::text = '' OR e.event_type LIKE $1)
   AND ($2::timestamptz IS NULL OR e.received_at >= $2)
   AND ($3::timestamptz IS NULL OR e.received_at < $3)
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                  WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                    AND a.outcome = 'replayed' AND a.started_at = j.created_at))
+  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+                  WHERE j.event_id = e.id AND j.event_received_at = e.received_at AND j.handler = $4)
   AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
               WHERE s.handler = $4 AND s.enabled AND s.filter IS NULL
                 AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
@@ -46,7 +51,10 @@ type AdminCountUnroutedJobsParams struct {
 	Provider      string
 }
 
-// Events that created no job at all (of the types event_types counts as
+// Events that created no job when they arrived (a job another handler's
+// catch-up created, marked by its 'replayed' row of attempt 0 written with
+// it, does not count: every handler subscribed later catches them up) and no
+// job of handler handler yet (of the types event_types counts as
 // unrouted, from their first unrouted event on; '_other' stands for the
 // source's types past the cap, and for a type that got a named row later,
 // when the cap was raised, its events from before that row's first_seen) and that an enabled subscription of handler
@@ -95,7 +103,10 @@ WITH t AS (
       AND ($4::text = '' OR e.event_type LIKE $4)
       AND ($5::timestamptz IS NULL OR e.received_at >= $5)
       AND ($6::timestamptz IS NULL OR e.received_at < $6)
-      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                      WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                        AND a.outcome = 'replayed' AND a.started_at = j.created_at))
     ORDER BY e.id
     LIMIT $7::bigint
 ), created AS (

@@ -33,7 +33,8 @@ ORDER BY id;
 -- The next batch_size events after id after_id that match the replay's filter (provider source,
 -- event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
 -- patterns of one of handler handler's enabled filtered subscriptions, and have
--- no job of handler (with unrouted, no job at all, and of the types and times
+-- no job of handler (with unrouted, no job made when it arrived, a catch-up's
+-- not counting, and of the types and times
 -- event_types counts as unrouted, exactly as AdminCountUnroutedJobs reads
 -- them, so a filter only narrows what --unrouted catches up): catch-up
 -- evaluates the filters on them.
@@ -47,7 +48,10 @@ WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
   AND (NOT sqlc.arg(unrouted)::boolean OR (
         NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
-                    WHERE j.event_id = e.id AND j.event_received_at = e.received_at)
+                    WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                      WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                        AND a.outcome = 'replayed' AND a.started_at = j.created_at))
         AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
                     WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
                       AND ((t.event_type <> '_other' AND t.event_type = e.event_type)

@@ -8,38 +8,30 @@ import (
 	"github.com/inlet-dev/inlet/admin"
 )
 
-// TestReviewUnroutedCatchUpOfSecondHandlerCreatesNothing (review helper-120).
+// Every handler subscribed after unrouted events arrived catches them up,
+// in whichever order the catch-ups run.
 //
-// Defect: two handlers subscribe after events of a type nobody routed
-// arrived. inlet events types lists both as "HANDLERS NOW" of the unrouted
-// type and prints, for each, "handler X now matches earlier unrouted events:
-// inlet replay --handler X --unrouted --dry-run"; both dry runs say 3 jobs
-// to create. The operator runs the first handler's catch-up (3 created),
-// then the second's: it creates 0 and reports success ("replayed 0 jobs"),
-// because AdminCreateUnroutedJobs / AdminCountUnroutedJobs (and
-// AdminMissingFilteredCandidates with unrouted) keep only events with "no
-// job at all" — and the first handler's catch-up job now counts as one. The
-// second handler silently never gets the events, and the dry run it was
-// shown (3) is not what its run does (0). Run at the same moment by two
-// operators (READ COMMITTED, neither sees the other's uncommitted jobs),
-// both get all 3: the outcome depends on timing.
+// Regression test (review helper-120; fixed: the text describes the
+// behaviour before the fix). Two handlers subscribe after events of a type
+// nobody routed arrived. inlet events types lists both as handlers of the
+// unrouted type and suggests `inlet replay --handler X --unrouted` for each;
+// both dry runs say 3 jobs to create. The first handler's catch-up created
+// 3, the second's then 0 and reported success: the queries kept only events
+// with "no job at all", and the first catch-up's jobs counted as routing.
+// "Unrouted" is now judged by the jobs made when the events arrived (a
+// catch-up's jobs carry a 'replayed' row of attempt 0 written with them).
 //
 // Expected: each handler the listing names gets its jobs for the events
 // that were unrouted at arrival, whatever order the catch-ups run in; a dry
 // run followed by its run agree.
 //
-// Root cause: schema/queries/eventtypes.sql AdminCountUnroutedJobs /
+// Cause: schema/queries/eventtypes.sql AdminCountUnroutedJobs /
 // AdminCreateUnroutedJobs `NOT EXISTS (SELECT 1 FROM jobs j WHERE
 // j.event_id = e.id AND j.event_received_at = e.received_at)` (and
 // schema/queries/filters.sql AdminMissingFilteredCandidates' same clause):
 // "unrouted" is judged by the jobs there are now, not by what fan-out did
 // at arrival.
-//
-// Suggested fix: judge "unrouted at arrival" by jobs fan-out created, e.g.
-// ignore jobs a replay created (they carry the attempt-0 'replayed' history
-// row, or add a created_by_replay flag), and require only that the event has
-// no job of this handler (as AdminCreateMissingJobs does).
-func TestReviewUnroutedCatchUpOfSecondHandlerCreatesNothing(t *testing.T) {
+func TestUnroutedCatchUpOfASecondHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
