@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/bodyread"
 	"github.com/inlet-dev/inlet/internal/metrics"
 )
 
@@ -33,7 +34,7 @@ type ingressMetrics struct {
 	deliveryLag *prometheus.HistogramVec
 }
 
-func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *budget) (*ingressMetrics, error) {
+func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bodyread.Budget) (*ingressMetrics, error) {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, labels)
 	}
@@ -65,9 +66,9 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bu
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, f)
 	}
 	inUse := gauge("inflight_bytes", "Body bytes reserved now by requests being read, verified or stored (at most inflight_limit_bytes).",
-		func() float64 { return float64(inflight.inUse()) })
+		func() float64 { return float64(inflight.InUse()) })
 	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
-		func() float64 { return float64(inflight.size) })
+		func() float64 { return float64(inflight.Size()) })
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.duplicates, m.rejected, m.unavailable, m.outcomeUnknown, m.overloaded, m.handshakes, m.duration, m.deliveryLag, inUse, limit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/bodyread"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/logvalue"
@@ -97,8 +98,10 @@ type Server struct {
 	sources map[string]*source
 	mux     *http.ServeMux
 	metrics *ingressMetrics
-	// inflight holds the bytes of the bodies being read or stored.
-	inflight *budget
+	// inflight holds the bytes of the bodies being read or stored; body
+	// reads bodies within it.
+	inflight *bodyread.Budget
+	body     bodyread.Reader
 	// rejectLog rate-limits the lines of rejected requests per source and
 	// reason: a sender repeating a bad request must not fill the log.
 	rejectLog *logvalue.Limiter
@@ -135,8 +138,9 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: newBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes),
+	s := &Server{cfg: cfg, sources: map[string]*source{}, inflight: bodyread.NewBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes),
 		rejectLog: logvalue.NewLimiter(rejectLogEvery)}
+	s.body = bodyread.Reader{Budget: s.inflight, WaitTimeout: cfg.StoreTimeout, ReadTimeout: cfg.ReadTimeout}
 	s.cut, s.cutDone = context.WithCancel(context.Background())
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
@@ -295,7 +299,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, held, ok := wh.read(ctx)
-	defer s.inflight.release(held)
+	defer s.inflight.Release(held)
 	if !ok {
 		return
 	}
@@ -446,11 +450,11 @@ func (wh *webhook) withinLimits() bool {
 // sender back, for at most the store timeout. The caller releases held,
 // whether the read succeeded or not.
 func (wh *webhook) read(ctx context.Context) (body []byte, held int64, ok bool) {
-	body, held, fault := wh.s.readBody(ctx, wh.w, wh.r, wh.s.cfg.MaxBodyBytes)
+	body, held, fault := wh.s.body.Read(ctx, wh.w, wh.r, wh.s.cfg.MaxBodyBytes)
 	switch fault {
-	case readGone:
+	case bodyread.Gone:
 		return nil, held, false // the sender left while waiting
-	case readOverloaded:
+	case bodyread.Overloaded:
 		// Not all read, nothing acknowledged: the provider retries.
 		wh.s.metrics.overloaded.WithLabelValues(wh.src.name).Inc()
 		wh.span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
@@ -460,16 +464,16 @@ func (wh *webhook) read(ctx context.Context) (body []byte, held int64, ok bool) 
 		wh.log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
 			slog.Int64("content_length", wh.r.ContentLength))
 		return nil, held, false
-	case readTooLarge:
+	case bodyread.TooLarge:
 		wh.w.Header().Set("Connection", "close")
 		wh.reject(http.StatusRequestEntityTooLarge, "body_too_large")
 		return nil, held, false
-	case readTimeout:
+	case bodyread.Timeout:
 		// Too slow a sender loses its room, not the others.
 		wh.w.Header().Set("Connection", "close")
 		wh.reject(http.StatusRequestTimeout, "body_read_timeout")
 		return nil, held, false
-	case readBroken:
+	case bodyread.Broken:
 		wh.w.Header().Set("Connection", "close")
 		wh.reject(http.StatusBadRequest, "body_unreadable")
 		return nil, held, false
