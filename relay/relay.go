@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/internal/bodyread"
 	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/logvalue"
 )
@@ -48,6 +48,8 @@ type Server struct {
 	sources map[string]*source
 	fwd     *forwarder
 	mux     *http.ServeMux
+	// body reads request bodies within relay.max_inflight_bytes.
+	body bodyread.Reader
 
 	mu sync.Mutex
 	hs *httpserve.Server
@@ -78,7 +80,8 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to relay webhooks")
 	}
-	s := &Server{cfg: cfg, sources: map[string]*source{}, rejectLog: logvalue.NewLimiter(rejectLogEvery)}
+	s := &Server{cfg: cfg, sources: map[string]*source{}, rejectLog: logvalue.NewLimiter(rejectLogEvery),
+		body: bodyread.Reader{Budget: bodyread.NewBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes), WaitTimeout: cfg.Timeout, ReadTimeout: readTimeout}}
 	for i, sc := range cfg.Sources {
 		v, err := verify.New(sc.Config)
 		if err != nil {
@@ -237,13 +240,31 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			reject(http.StatusRequestEntityTooLarge, "body_too_large")
-			return
-		}
+	// Within relay.max_inflight_bytes, held until the forward is done: any
+	// sender can open connections, and each would otherwise hold up to
+	// max_body_bytes.
+	body, held, fault := s.body.Read(r.Context(), w, r, limit)
+	defer s.body.Budget.Release(held)
+	switch fault {
+	case bodyread.OK:
+	case bodyread.Gone:
+		return // the sender left while waiting
+	case bodyread.Overloaded:
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Connection", "close") // the body is left unread
+		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
+		log.Warn("webhook not read: relay.max_inflight_bytes stayed in use for relay.timeout", slog.Int64("content_length", r.ContentLength))
+		return
+	case bodyread.TooLarge:
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestEntityTooLarge, "body_too_large")
+		return
+	case bodyread.Timeout:
+		w.Header().Set("Connection", "close")
+		reject(http.StatusRequestTimeout, "body_read_timeout")
+		return
+	default:
+		w.Header().Set("Connection", "close")
 		reject(http.StatusBadRequest, "body_unreadable")
 		return
 	}

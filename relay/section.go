@@ -45,13 +45,25 @@ type Section struct {
 	// without being read whole. Keep it at most the ingress's
 	// max_body_bytes. Defaults to 1 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxInflightBytes bounds the request bodies the relay holds in memory
+	// at once (read, verified, being forwarded), as ingress's
+	// max_inflight_bytes: past it a request waits unread (TCP holds its
+	// sender back) for up to Timeout, then gets 503 overloaded with
+	// Retry-After. A public endpoint needs the bound: any sender can open
+	// connections. Defaults to 32 MiB (at least max_body_bytes).
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
 }
+
+// DefaultMaxInflightBytes is relay.max_inflight_bytes when unset (and
+// max_body_bytes is not larger).
+const DefaultMaxInflightBytes = 32 << 20
 
 // WithDefaults returns r with every unset field at its default.
 func (r Section) WithDefaults() Section {
 	r.Listen = cmp.Or(r.Listen, ":8080")
 	r.Timeout = cmp.Or(r.Timeout, 8*time.Second)
 	r.MaxBodyBytes = cmp.Or(r.MaxBodyBytes, 1<<20)
+	r.MaxInflightBytes = cmp.Or(r.MaxInflightBytes, max(DefaultMaxInflightBytes, r.MaxBodyBytes))
 	return r
 }
 
@@ -99,6 +111,13 @@ func (r Section) Validate() error {
 	}
 	if r.MaxBodyBytes < 0 {
 		return errors.New("relay.max_body_bytes: must be positive")
+	}
+	if r.MaxInflightBytes < 0 {
+		return errors.New("relay.max_inflight_bytes: must be positive")
+	}
+	if mb := r.WithDefaults().MaxBodyBytes; r.MaxInflightBytes > 0 && r.MaxInflightBytes < mb {
+		return fmt.Errorf("relay.max_inflight_bytes: %d is less than relay.max_body_bytes (%d), so a body of the largest size could never be read",
+			r.MaxInflightBytes, mb)
 	}
 	return nil
 }
