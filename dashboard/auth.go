@@ -279,13 +279,13 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.failErr(w, r, nil, err)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure when served over TLS (a Secure cookie is never sent back over plain-HTTP localhost)
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure when the browser's connection is TLS (a Secure cookie is never sent back over plain-HTTP localhost)
 		Name:     cookieName,
 		Value:    value,
 		Path:     Prefix,
 		MaxAge:   int(d.cfg.SessionTTL / time.Second),
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   browserTLS(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther) //nolint:gosec // G710: next went through localPath: a path under the dashboard, never another host
@@ -295,8 +295,8 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	if !s.bearer {
 		d.sessions.end(s)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true, //nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure when served over TLS (a Secure cookie is never sent back over plain-HTTP localhost)
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true, //nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure when the browser's connection is TLS (a Secure cookie is never sent back over plain-HTTP localhost)
+		Secure: browserTLS(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/dashboard/login", http.StatusSeeOther)
 }
 
@@ -309,4 +309,26 @@ func localPath(p string) string {
 		return Prefix
 	}
 	return u.RequestURI()
+}
+
+// browserTLS reports whether the browser reached the dashboard over TLS: this
+// server's own, or a TLS-terminating proxy's that says so (X-Forwarded-Proto
+// or Forwarded proto=https). Such a proxy's word needs no trust: it only
+// makes the session cookie Secure, which a browser on https sends back and
+// keeps off any plain-HTTP request.
+func browserTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if p, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ","); strings.EqualFold(strings.TrimSpace(p), "https") {
+		return true
+	}
+	first, _, _ := strings.Cut(r.Header.Get("Forwarded"), ",")
+	for part := range strings.SplitSeq(first, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		if strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+			return true
+		}
+	}
+	return false
 }

@@ -22,7 +22,9 @@
 // takes the admin token once (compared in constant time, as the API does) and
 // sets a session cookie: a random id kept in this process's memory (a
 // restart logs everyone out), never the token, HttpOnly, SameSite=Strict,
-// Path=/dashboard/, Secure over TLS. A request with a valid Authorization:
+// Path=/dashboard/, Secure over TLS (this server's, or a TLS-terminating
+// proxy's that sends X-Forwarded-Proto or Forwarded proto=https). A request
+// with a valid Authorization:
 // Bearer header passes too. Without either, pages redirect to the login form.
 //
 // The replay form is a POST protected against cross-site requests three
