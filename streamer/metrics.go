@@ -17,7 +17,7 @@ func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 	wake := "Claim rounds woken, by cause: notify (LISTEN), replication (a committed change to jobs) or poll (the fallback tick)."
 	s.batchSizes = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Subsystem: "streamer", Name: "claim_batch_size",
-		Help:    "Jobs leased per claim statement (0 when nothing was due).",
+		Help:    "Jobs leased per claim round, published together: the statements of a main round, or of a round of the handlers claimed apart (0 when nothing was due).",
 		Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
 	})
 	for _, c := range []prometheus.Collector{
