@@ -23,9 +23,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/internal/loop"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
@@ -62,6 +64,10 @@ type Config struct {
 	// Logger receives counts, cursors and status codes, never a record or
 	// the token. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics registers inlet_reporter_*: records acknowledged, failures by
+	// step, and when the last step succeeded (alert on its age). Nil
+	// discards them.
+	Metrics prometheus.Registerer
 }
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -123,6 +129,10 @@ type Reporter struct {
 	// the ids it read but could not report, which are no gaps.
 	lastRead int64
 	skipped  []int64
+
+	sent      prometheus.Counter
+	failures  *prometheus.CounterVec
+	succeeded prometheus.Gauge
 }
 
 // gap is the run of ids lo..hi, passed by the cursor at since.
@@ -152,11 +162,27 @@ func New(cfg Config) (*Reporter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Reporter{
+	r := &Reporter{
 		cfg:     cfg,
 		base:    strings.TrimRight(cfg.URL, "/"),
 		started: make(chan struct{}),
-	}, nil
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "records_sent_total",
+			Help: "Attempt records the control plane acknowledged (sent again after a restart or a lost answer: counted again)."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "failures_total",
+			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database)."}, []string{"step"}),
+		succeeded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "last_success_timestamp_seconds",
+			Help: "When a step last succeeded (unix seconds): a reporter that stopped getting through shows as its age, failures_total as why."}),
+	}
+	for _, step := range []string{"fetch_cursor", "read", "send"} {
+		r.failures.WithLabelValues(step)
+	}
+	reg := metrics.OrDiscard(cfg.Metrics)
+	for _, c := range []prometheus.Collector{r.sent, r.failures, r.succeeded} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("reporter metrics: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // Start runs the reporter in the background until ctx ends or Stop.
@@ -185,7 +211,7 @@ func (r *Reporter) Stop() {
 func (r *Reporter) run(ctx context.Context) {
 	log := r.cfg.Logger
 	var cursor int64
-	err := r.retry(ctx, "fetch cursor", func() error {
+	err := r.retry(ctx, "fetch_cursor", func() error {
 		c, err := r.fetchCursor(ctx)
 		cursor = c
 		return err
@@ -205,7 +231,7 @@ func (r *Reporter) run(ctx context.Context) {
 	for {
 		var batch []Record
 		var next int64
-		err := r.retry(ctx, "read attempts", func() error {
+		err := r.retry(ctx, "read", func() error {
 			var err error
 			batch, next, err = r.read(ctx, cursor)
 			return err
@@ -214,9 +240,10 @@ func (r *Reporter) run(ctx context.Context) {
 			return
 		}
 		if len(batch) > 0 {
-			if err := r.retry(ctx, "send report", func() error { return r.send(ctx, batch) }); err != nil {
+			if err := r.retry(ctx, "send", func() error { return r.send(ctx, batch) }); err != nil {
 				return
 			}
+			r.sent.Add(float64(len(batch)))
 			log.Debug("report acknowledged", slog.Int("records", len(batch)), slog.Int64("cursor", next))
 		}
 		r.gaps, r.nextGaps = r.nextGaps, nil
@@ -236,18 +263,21 @@ func (r *Reporter) run(ctx context.Context) {
 }
 
 // retry runs f until it succeeds or ctx ends, waiting with exponential
-// backoff and jitter between tries.
-func (r *Reporter) retry(ctx context.Context, what string, f func() error) error {
+// backoff and jitter between tries. step names it in the log and in
+// failures_total.
+func (r *Reporter) retry(ctx context.Context, step string, f func() error) error {
 	wait := r.cfg.MinBackoff
 	for try := 1; ; try++ {
 		err := f()
 		if err == nil {
+			r.succeeded.SetToCurrentTime()
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r.cfg.Logger.Warn("reporter: "+what+" failed, retrying", slog.Int("try", try),
+		r.failures.WithLabelValues(step).Inc()
+		r.cfg.Logger.Warn("reporter: "+strings.ReplaceAll(step, "_", " ")+" failed, retrying", slog.Int("try", try),
 			slog.Duration("wait", wait), slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():

@@ -152,7 +152,7 @@ directory to start over.`)
 		return err
 	}
 	defer stopMonitors()
-	stopReporter, err := startReporter(ctx, cfg, log)
+	stopReporter, err := startReporter(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}

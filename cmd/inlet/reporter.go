@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/reporter"
@@ -12,7 +14,7 @@ import (
 // startReporter starts the metadata reporter when reporter.url is set, on a
 // small pool of its own as the streamer's role; stop ends it and closes the
 // pool. Without reporter.url both are no-ops.
-func startReporter(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (stop func(), err error) {
+func startReporter(ctx context.Context, cfg inletyaml.Config, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
 	rc := cfg.Reporter
 	if rc.URL == "" {
 		return func() {}, nil
@@ -22,7 +24,7 @@ func startReporter(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) 
 		return nil, err
 	}
 	c := rc.Config()
-	c.Pool, c.Logger = pool, log.With(slog.String("component", "reporter"))
+	c.Pool, c.Logger, c.Metrics = pool, log.With(slog.String("component", "reporter")), reg
 	rep, err := reporter.New(c)
 	if err != nil {
 		pool.Close()

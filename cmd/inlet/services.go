@@ -108,7 +108,7 @@ or the lease expires.`)
 		return err
 	}
 	defer stopSealer()
-	stopReporter, err := startReporter(ctx, cfg, log)
+	stopReporter, err := startReporter(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}
