@@ -198,10 +198,15 @@ var bodyHMACProviders = []*preset{
 		},
 	},
 	{
-		name:       "woocommerce",
-		scheme:     typeHMAC,
-		hmac:       HMACConfig{Header: wooSignature, Algorithm: "sha256", Encoding: "base64"},
-		idHeader:   "X-WC-Webhook-Delivery-ID",
+		name:   "woocommerce",
+		scheme: typeHMAC,
+		hmac:   HMACConfig{Header: wooSignature, Algorithm: "sha256", Encoding: "base64"},
+		// No id header: X-WC-Webhook-Delivery-ID is wp_hash(webhook id .
+		// the current unix second) (WC_Webhook::get_new_delivery_id), the
+		// same for every delivery of one webhook within a second: two
+		// events of an Action Scheduler batch shared it, and the second was
+		// answered duplicate and lost. The id is the body's digest: the
+		// same event sent again is the same bytes.
 		typeHeader: "X-WC-Webhook-Topic",
 		// The REST payloads of orders, products, customers and coupons
 		// carry date_modified_gmt (UTC without a zone); a deletion's
@@ -223,7 +228,7 @@ var bodyHMACProviders = []*preset{
 			Provider:  "WooCommerce",
 			Headers:   "X-WC-Webhook-Signature",
 			Signed:    "base64 HMAC-SHA256(webhook secret, body)",
-			ID:        "X-WC-Webhook-Delivery-ID header",
+			ID:        "synthetic (X-WC-Webhook-Delivery-ID hashes the webhook id and the second: shared by every delivery of that second)",
 			Type:      "X-WC-Webhook-Topic header",
 			Occurred:  "body date_modified_gmt",
 			Handshake: "unsigned POST webhook_id=N (the ping on creation) answered 200, not stored",
