@@ -78,13 +78,13 @@ func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]
 	if err == nil && len(s.breakers) > 0 {
 		// Committed: the handlers' circuits close. (A handler's own
 		// transaction closes its circuit once it has committed.)
-		var names []string
+		var ok []completion
 		for _, c := range cs {
 			if done[c.ref.JobID] {
-				names = append(names, c.ref.Handler)
+				ok = append(ok, c)
 			}
 		}
-		s.succeeded(names)
+		s.succeeded(ok)
 	}
 	return done, err
 }

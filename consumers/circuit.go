@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,10 +26,11 @@ type breaker struct {
 	// handler's failures (review helper-118).
 	failing sync.Mutex
 
-	// resetting is true while a reset (HandlersSucceeded) runs; resetDue
-	// asks it for one more, for successes committed meanwhile.
+	// resetting is true while a reset (HandlerSucceeded) runs; resetDue
+	// asks it for one more, with latest, the newest success requested.
 	mu                  sync.Mutex
 	resetting, resetDue bool
+	latest              success
 }
 
 // failed counts a failed attempt of handler against its circuit breaker, in
@@ -65,21 +67,30 @@ func (s *Service) failingLock(handler string) func() {
 	return b.failing.Unlock
 }
 
-// succeeded restarts the failure counts of the handlers among names that
-// have a breaker and closes their circuits, logging each circuit that
-// closes. It runs after the successes committed, off the caller's
+// success is a committed success of a handler with a breaker: the job, and
+// the partition key that finds it (HandlerSucceeded reads its completed_at).
+type success struct {
+	job       int64
+	partition time.Time
+}
+
+// succeeded counts the committed successes among done against their
+// handlers' breakers: each handler's consecutive failures become those
+// recorded since its latest success, and its circuit closes unless they
+// reach breaker_failures (HandlerSucceeded). It runs off the caller's
 // goroutine: the caller is the completion writer of every handler, and a
 // handler's busy handler_limits row must not hold up the others'
-// completions. A reset already running for a handler runs once more
-// instead of a second one starting. A failure is logged and the next
+// completions. While a handler's reset runs, later successes wait for it and
+// go as one more, with the latest of them. A failure is logged and the next
 // success tries again.
-func (s *Service) succeeded(names []string) {
-	for _, n := range names {
-		b := s.breakers[n]
+func (s *Service) succeeded(done []completion) {
+	for _, c := range done {
+		b := s.breakers[c.ref.Handler]
 		if b == nil {
 			continue
 		}
 		b.mu.Lock()
+		b.latest = success{job: c.ref.JobID, partition: c.l.partition}
 		if b.resetting {
 			b.resetDue = true
 			b.mu.Unlock()
@@ -88,36 +99,54 @@ func (s *Service) succeeded(names []string) {
 		b.resetting = true
 		b.mu.Unlock()
 		s.resets.Add(1)
-		go func() {
-			defer s.resets.Done()
-			for {
-				s.reset(n)
-				b.mu.Lock()
-				if !b.resetDue {
-					b.resetting = false
-					b.mu.Unlock()
-					return
-				}
-				b.resetDue = false
-				b.mu.Unlock()
-			}
-		}()
+		go s.resetLoop(c.ref.Handler, b)
 	}
 }
 
-// reset runs HandlersSucceeded for handler, within recordTimeout even while
-// the service stops.
-func (s *Service) reset(handler string) {
+// resetLoop resets handler's breaker with its latest success until no
+// success is due.
+func (s *Service) resetLoop(handler string, b *breaker) {
+	defer s.resets.Done()
+	for {
+		b.mu.Lock()
+		latest := b.latest
+		b.mu.Unlock()
+		s.reset(handler, latest)
+		b.mu.Lock()
+		if !b.resetDue {
+			b.resetting = false
+			b.mu.Unlock()
+			return
+		}
+		b.resetDue = false
+		b.mu.Unlock()
+	}
+}
+
+// reset runs HandlerSucceeded for handler's success ok, under the row's lock
+// (LockHandlerLimits first, so the statement's snapshot holds every failure
+// counted on the row), within recordTimeout even while the service stops.
+func (s *Service) reset(handler string, ok success) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer cancel()
-	rows, err := queries.New(s.cfg.Pool).HandlersSucceeded(ctx, []string{handler})
+	var r queries.HandlerSucceededRow
+	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		q := queries.New(tx)
+		if err := q.LockHandlerLimits(ctx, handler); err != nil {
+			return err
+		}
+		var err error
+		r, err = q.HandlerSucceeded(ctx, queries.HandlerSucceededParams{JobID: ok.job, EventReceivedAt: ok.partition, Handler: handler})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // nothing to change, or the job is no longer completed (replayed)
+		}
+		return err
+	})
 	if err != nil {
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "reset circuit breaker failed", slog.String("handler", handler), slog.String("error", err.Error()))
 		return
 	}
-	for _, r := range rows {
-		if r.Was != "closed" {
-			s.logger.LogAttrs(ctx, slog.LevelInfo, "circuit closed: a probe succeeded", slog.String("handler", r.Handler), slog.String("was", r.Was))
-		}
+	if r.Was != "" && r.Was != "closed" && r.Now == "closed" {
+		s.logger.LogAttrs(ctx, slog.LevelInfo, "circuit closed: an attempt succeeded", slog.String("handler", handler), slog.String("was", r.Was))
 	}
 }

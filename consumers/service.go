@@ -272,12 +272,12 @@ func (s *Service) Stop(ctx context.Context) error {
 
 // stopBackground ends the liveness loop and the batching committers.
 func (s *Service) stopBackground() {
-	s.resets.Wait()
 	s.aliveCancel()
 	<-s.aliveDone
 	if s.completions != nil {
-		s.completions.Close()
+		s.completions.Close() // its last batches may start breaker resets
 	}
+	s.resets.Wait()
 	if s.takes != nil {
 		s.takes.Close()
 	}

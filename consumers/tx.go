@@ -213,7 +213,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), conflict(err)
 	}
 	s.completed.Add(1)
-	s.succeeded([]string{ref.Handler})
+	s.succeeded([]completion{{ref: ref, l: l}})
 	return timedOut, "completed", true, nil, false
 }
 

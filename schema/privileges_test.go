@@ -17,7 +17,7 @@ import (
 
 var (
 	matrixRoles  = []string{"webhook_ingress_writer", "webhook_streamer", "webhook_worker", "webhook_consumer", "webhook_operator", "webhook_sealer", "webhook_auditor"}
-	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "audit_verifications", "retention_log", "schema_migrations", "event_types", "event_type_arrivals", "handler_limits", "reconcile_runs", "order_lanes", "consumer_role_scopes"}
+	matrixTables = []string{"events", "event_keys", "jobs", "job_attempts", "attempts", "subscriptions", "consumers", "consumer_roles", "audit_checkpoints", "audit_verifications", "retention_log", "schema_migrations", "event_types", "event_type_arrivals", "handler_limits", "reconcile_runs", "order_lanes", "consumer_role_scopes", "derived_backfill", "filter_version", "source_alerts", "retention_keys_due"}
 	matrixPrivs  = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 )
 
@@ -46,18 +46,25 @@ var (
 // (owner's rights): the streamer's claim and the operator's DLQ read it.
 // consumer_role_scopes (038) are the events each consumer role may
 // subscribe to and read; inlet roles (the owner) writes them, and the
-// consumer roles' policies read their own.
+// consumer roles' policies read their own. derived_backfill (012) is the
+// progress of inlet backfill stored (the owner writes it); filter_version
+// (040) the version of the subscriptions' filters ingress reads;
+// source_alerts (045) the silence alerts the streamer sent; retention_keys_due
+// (054) the dropped periods whose dedupe keys wait to be deleted (inlet
+// retention, the owner). The auditor reads every table and the operator
+// every one but event_type_arrivals (055 granted the last missing ones), and
+// the test fails for a table of the schema missing here.
 // docs/database.md shows the same table.
 const wantMatrix = `
-| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits | reconcile_runs | order_lanes | consumer_role_scopes |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- | Siu-- | ----- | ----- |
-| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- | ----- |
-| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | ----- |
-| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | S---- |
-| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- | S---- | S---- | S---- | S---- |
-| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | ----- | S---- | ----- | ----- | ----- | ----- | ----- | ----- |
-| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits | reconcile_runs | order_lanes | consumer_role_scopes | derived_backfill | filter_version | source_alerts | retention_keys_due |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- | Siu-- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- | ----- | ----- | ----- | SIU-- | ----- |
+| webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | ----- | ----- | ----- | ----- | ----- |
+| webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | S---- | ----- | ----- | ----- | ----- |
+| webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
+| webhook_sealer | s---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | SI--- | ----- | ----- | S---- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- | ----- |
+| webhook_auditor | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |
 `
 
 // wantColumns are the column-level grants (the lower-case cells).
@@ -103,6 +110,24 @@ func TestPrivilegeMatrix(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	seed(t, pool)
+
+	// Every table and view of the schema is in the matrix: a table added
+	// without the grants of its readers (054's retention_keys_due, review
+	// helper-121) is seen here.
+	rows, err := pool.Query(ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'webhook_ingress' AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range all {
+		if !slices.Contains(matrixTables, table) {
+			t.Errorf("table webhook_ingress.%s is not in the privilege matrix (matrixTables, wantMatrix, docs/database.md): say who reads and writes it", table)
+		}
+	}
 
 	var matrix, columns strings.Builder
 	matrix.WriteString("\n| role | " + strings.Join(matrixTables, " | ") + " |\n|" + strings.Repeat("---|", len(matrixTables)+1) + "\n")
@@ -254,6 +279,14 @@ func firstColumn(rel string) string {
 		return "verified_at"
 	case "webhook_ingress.retention_log":
 		return "dropped_by"
+	case "webhook_ingress.derived_backfill":
+		return "name"
+	case "webhook_ingress.filter_version":
+		return "version"
+	case "webhook_ingress.source_alerts":
+		return "source"
+	case "webhook_ingress.retention_keys_due":
+		return "period_end"
 	case "webhook_ingress.reconcile_runs":
 		return "source"
 	case "webhook_ingress.job_attempts", "webhook_ingress.attempts":

@@ -119,22 +119,37 @@ FROM (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h
 WHERE l.handler = before.handler
 RETURNING before.circuit AS was, l.circuit AS now;
 
--- name: HandlersSucceeded :many
--- Successful attempts of handlers with a breaker: their failure counts
--- restart and their circuits close. Writes only rows with something to
--- reset; returns those whose circuit was not closed.
+-- name: HandlerSucceeded :one
+-- A successful attempt of a handler with a breaker (job job_id, in the
+-- partition of event_received_at, completed at its completed_at): its
+-- consecutive failures are those recorded since (failed attempts whose
+-- transaction began after the success's), and its circuit closes unless they
+-- are breaker_failures or more. Run after LockHandlerLimits in the same
+-- transaction, so this statement's snapshot holds every failure counted on
+-- the row: a reset that lands after later failures keeps them (it zeroed
+-- them, closing the circuit they had opened: review helper-121). Writes only
+-- a row with something to change; returns the circuit before and after.
+WITH s AS (
+    SELECT j.completed_at FROM webhook_ingress.jobs j
+    WHERE j.id = sqlc.arg(job_id)::bigint AND j.event_received_at = sqlc.arg(event_received_at)::timestamptz
+      AND j.handler = sqlc.arg(handler)::text AND j.status = 'completed'
+), since AS (
+    SELECT count(*)::integer AS n
+    FROM webhook_ingress.job_attempts a
+    JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+    WHERE j.handler = sqlc.arg(handler)::text AND a.outcome IN ('failed', 'dead_letter')
+      AND a.finished_at > (SELECT completed_at FROM s)
+)
 UPDATE webhook_ingress.handler_limits l
-SET consecutive_failures = 0,
-    circuit              = 'closed',
-    circuit_changed_at   = CASE WHEN l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
-    next_probe_at        = NULL,
+SET consecutive_failures = since.n,
+    circuit              = CASE WHEN since.n >= l.breaker_failures THEN l.circuit ELSE 'closed' END,
+    circuit_changed_at   = CASE WHEN since.n < l.breaker_failures AND l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
+    next_probe_at        = CASE WHEN since.n < l.breaker_failures THEN NULL ELSE l.next_probe_at END,
     updated_at           = now()
-FROM (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h
-      WHERE h.handler = ANY(sqlc.arg(handlers)::text[]) AND h.breaker_failures IS NOT NULL
-        AND (h.consecutive_failures > 0 OR h.circuit <> 'closed')
-      ORDER BY h.handler FOR UPDATE) AS before
-WHERE l.handler = before.handler
-RETURNING l.handler, before.circuit AS was;
+FROM since, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = sqlc.arg(handler)::text) AS before
+WHERE l.handler = before.handler AND l.breaker_failures IS NOT NULL AND EXISTS (SELECT 1 FROM s)
+  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures))
+RETURNING before.circuit AS was, l.circuit AS now;
 
 -- name: HandlerLimitsState :many
 -- Every limited handler's settings and state, for gauges, the dashboard and

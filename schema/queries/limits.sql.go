@@ -200,47 +200,55 @@ func (q *Queries) HandlerLimitsState(ctx context.Context) ([]HandlerLimitsStateR
 	return items, nil
 }
 
-const HandlersSucceeded = `-- name: HandlersSucceeded :many
+const HandlerSucceeded = `-- name: HandlerSucceeded :one
+WITH s AS (
+    SELECT j.completed_at FROM webhook_ingress.jobs j
+    WHERE j.id = $2::bigint AND j.event_received_at = $3::timestamptz
+      AND j.handler = $1::text AND j.status = 'completed'
+), since AS (
+    SELECT count(*)::integer AS n
+    FROM webhook_ingress.job_attempts a
+    JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
+    WHERE j.handler = $1::text AND a.outcome IN ('failed', 'dead_letter')
+      AND a.finished_at > (SELECT completed_at FROM s)
+)
 UPDATE webhook_ingress.handler_limits l
-SET consecutive_failures = 0,
-    circuit              = 'closed',
-    circuit_changed_at   = CASE WHEN l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
-    next_probe_at        = NULL,
+SET consecutive_failures = since.n,
+    circuit              = CASE WHEN since.n >= l.breaker_failures THEN l.circuit ELSE 'closed' END,
+    circuit_changed_at   = CASE WHEN since.n < l.breaker_failures AND l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
+    next_probe_at        = CASE WHEN since.n < l.breaker_failures THEN NULL ELSE l.next_probe_at END,
     updated_at           = now()
-FROM (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h
-      WHERE h.handler = ANY($1::text[]) AND h.breaker_failures IS NOT NULL
-        AND (h.consecutive_failures > 0 OR h.circuit <> 'closed')
-      ORDER BY h.handler FOR UPDATE) AS before
-WHERE l.handler = before.handler
-RETURNING l.handler, before.circuit AS was
+FROM since, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text) AS before
+WHERE l.handler = before.handler AND l.breaker_failures IS NOT NULL AND EXISTS (SELECT 1 FROM s)
+  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures))
+RETURNING before.circuit AS was, l.circuit AS now
 `
 
-type HandlersSucceededRow struct {
-	Handler string
-	Was     string
+type HandlerSucceededParams struct {
+	Handler         string
+	JobID           int64
+	EventReceivedAt time.Time
 }
 
-// Successful attempts of handlers with a breaker: their failure counts
-// restart and their circuits close. Writes only rows with something to
-// reset; returns those whose circuit was not closed.
-func (q *Queries) HandlersSucceeded(ctx context.Context, handlers []string) ([]HandlersSucceededRow, error) {
-	rows, err := q.db.Query(ctx, HandlersSucceeded, handlers)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []HandlersSucceededRow
-	for rows.Next() {
-		var i HandlersSucceededRow
-		if err := rows.Scan(&i.Handler, &i.Was); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+type HandlerSucceededRow struct {
+	Was string
+	Now string
+}
+
+// A successful attempt of a handler with a breaker (job job_id, in the
+// partition of event_received_at, completed at its completed_at): its
+// consecutive failures are those recorded since (failed attempts whose
+// transaction began after the success's), and its circuit closes unless they
+// are breaker_failures or more. Run after LockHandlerLimits in the same
+// transaction, so this statement's snapshot holds every failure counted on
+// the row: a reset that lands after later failures keeps them (it zeroed
+// them, closing the circuit they had opened: review helper-121). Writes only
+// a row with something to change; returns the circuit before and after.
+func (q *Queries) HandlerSucceeded(ctx context.Context, arg HandlerSucceededParams) (HandlerSucceededRow, error) {
+	row := q.db.QueryRow(ctx, HandlerSucceeded, arg.Handler, arg.JobID, arg.EventReceivedAt)
+	var i HandlerSucceededRow
+	err := row.Scan(&i.Was, &i.Now)
+	return i, err
 }
 
 const LimitedWakeIn = `-- name: LimitedWakeIn :one
