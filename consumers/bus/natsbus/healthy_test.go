@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -34,5 +35,29 @@ func TestHealthyReportsALostConnection(t *testing.T) {
 	testwait.Eventually(t, 30*time.Second, "Healthy again after the reconnect", func() (bool, string) {
 		err := n.Healthy()
 		return err == nil, "Healthy: " + errString(err)
+	})
+}
+
+// Ping answers while JetStream does, and fails while the server is down.
+func TestPingFollowsJetStream(t *testing.T) {
+	srv := natstest.Start(t)
+	n, _, _, _ := subscribed(t, srv)
+	if err := n.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping while the server runs: %v", err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := n.Ping(ctx); err == nil {
+		t.Fatal("Ping answered while the server was down")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "Ping again after the restart", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		err := n.Ping(ctx)
+		return err == nil, errString(err)
 	})
 }

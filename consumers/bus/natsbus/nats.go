@@ -587,6 +587,17 @@ func (n *NATS) Healthy() error {
 	return errors.Join(errs...)
 }
 
+// Ping asks JetStream for this account's information: nil when it answers
+// within ctx. A streamer whose last publish was refused and that has had
+// nothing to publish since asks it, so its readiness follows the bus's
+// recovery.
+func (n *NATS) Ping(ctx context.Context) error {
+	if _, err := n.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("nats: JetStream at %s does not answer: %w", redactURL(n.cfg.URL), err)
+	}
+	return nil
+}
+
 // restoreConsumer returns nil while the durable exists (or NATS cannot be
 // asked), else recreates the stream and the durable and returns the new
 // consumer.
