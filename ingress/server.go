@@ -428,11 +428,18 @@ func (wh *webhook) reject(code int, reason string) {
 // withinLimits checks the headers and the announced body length before any
 // of the body is read. They are stored with the event: over a limit, every
 // retry would be refused too. The relay's own Inlet-Relay-* headers are not
-// stored and not counted, so a relayed webhook is held to the limits the
-// provider's request is held to when sent directly.
+// stored and not counted, nor, for a source behind the relay, headers added
+// after it (not stored either), so a relayed webhook is held to the limits
+// the provider's request is held to when sent directly.
 func (wh *webhook) withinLimits() bool {
 	var lim *limitError
-	if err := checkHeaders(verify.StripRelay(wh.r.Header)); errors.As(err, &lim) {
+	stored := verify.StripRelay(wh.r.Header)
+	if wh.src.relay != nil {
+		// Only what the relay signed is stored (relayCheck.check): a
+		// proxy's headers added after the relay do not count.
+		stored = verify.RelayListedHeaders(wh.r.Header)
+	}
+	if err := checkHeaders(stored); errors.As(err, &lim) {
 		wh.w.Header().Set("Connection", "close") // the body is left unread
 		wh.reject(lim.status, lim.reason)
 		return false

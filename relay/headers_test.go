@@ -105,3 +105,24 @@ func TestRelayHeadersCountAgainstIngressLimit(t *testing.T) {
 			ingress.MaxHeaderCount, code, strings.TrimSpace(answer), hdr.Get("Retry-After"), b.relayLogs.String())
 	}
 }
+
+// Headers a proxy adds between the relay and the ingress (not signed, not
+// stored) do not count against the ingress's header limits: a proxy adding
+// enough of them had the ingress answer 431, which the relay passes on to the
+// provider as a permanent refusal.
+func TestProxyHeadersAfterTheRelayDoNotCountAgainstLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tamper: func(req *http.Request) {
+		for i := range ingress.MaxHeaderCount {
+			req.Header.Add(fmt.Sprintf("X-Proxy-Hop-%d", i), "via")
+		}
+	}})
+	code, answer, _ := do(t, stripeRequest(t, b.relayURL, []byte(`{"id":"evt_proxy_headers","type":"invoice.paid"}`), time.Now()))
+	if code != http.StatusOK {
+		t.Fatalf("relayed delivery with %d headers added after the relay: %d %s; want 200 stored (those headers are neither signed nor stored)",
+			ingress.MaxHeaderCount, code, strings.TrimSpace(answer))
+	}
+	if b.events(t) != 1 {
+		t.Fatalf("%d events stored, want 1", b.events(t))
+	}
+}
