@@ -16,11 +16,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/bodyread"
 	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/logvalue"
+	"github.com/inlet-dev/inlet/internal/metrics"
 )
 
 // Config configures a Server.
@@ -40,6 +43,8 @@ type Config struct {
 	// Transport sends forwarded requests. Defaults to one built from
 	// Section.CAFile: TLS verified, bounded connections, no compression.
 	Transport http.RoundTripper
+	// Metrics registers inlet_relay_*; nil discards them.
+	Metrics prometheus.Registerer
 }
 
 // Server is the relay's HTTP service.
@@ -49,7 +54,8 @@ type Server struct {
 	fwd     *forwarder
 	mux     *http.ServeMux
 	// body reads request bodies within relay.max_inflight_bytes.
-	body bodyread.Reader
+	body    bodyread.Reader
+	metrics *relayMetrics
 
 	mu sync.Mutex
 	hs *httpserve.Server
@@ -89,6 +95,15 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.sources[sc.Name] = &source{name: sc.Name, verifier: v}
 	}
+	names := make([]string, 0, len(cfg.Sources))
+	for _, sc := range cfg.Sources {
+		names = append(names, sc.Name)
+	}
+	m, err := newRelayMetrics(metrics.OrDiscard(cfg.Metrics), names, s.body.Budget)
+	if err != nil {
+		return nil, fmt.Errorf("relay metrics: %w", err)
+	}
+	s.metrics = m
 	fwd, err := newForwarder(cfg)
 	if err != nil {
 		return nil, err
@@ -202,8 +217,15 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	// The source name is the sender's path: cut, as ingress cuts it (an
 	// unknown one may be anything, a token in a mistaken URL included).
 	log := s.cfg.Logger.With(append(logvalue.Attrs("source", name), slog.String("relay_id", relayID))...)
+	label := name
+	if !ok {
+		label = unknownSource
+	}
+	count := func(outcome string) { s.metrics.requests.WithLabelValues(label, outcome).Inc() }
 	reject := func(code int, reason string) {
 		writeJSON(w, code, answer{Status: "rejected", Reason: reason})
+		count(outcomeRejected)
+		s.metrics.rejected.WithLabelValues(label, reason).Inc()
 		key := name
 		if !ok {
 			key = "" // every unknown source shares one key
@@ -253,6 +275,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "5")
 		w.Header().Set("Connection", "close") // the body is left unread
 		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
+		count(outcomeOverloaded)
 		log.Warn("webhook not read: relay.max_inflight_bytes stayed in use for relay.timeout", slog.Int64("content_length", r.ContentLength))
 		return
 	case bodyread.TooLarge:
@@ -282,6 +305,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// Discord, ...) go through the ingress like events, whose answer
 		// is passed on.
 		hs.Write(w)
+		count(outcomeHandshake)
 		log.Info("handshake answered", slog.String("kind", hs.Kind))
 		return
 	}
@@ -291,7 +315,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	log = log.With(logvalue.Attrs("event_type", res.EventType)...)
 	// A provider that hangs up does not cut the forward off half-way: it
 	// finishes (within Timeout), and the provider's retry is a duplicate.
+	fstart := time.Now()
 	out := s.fwd.forward(context.WithoutCancel(r.Context()), name, r, body, relayID)
+	s.metrics.forward.WithLabelValues(name).Observe(time.Since(fstart).Seconds())
 	if out.err != nil {
 		log.Warn("webhook not relayed", slog.String("error_class", out.class), slog.Int("attempts", out.attempts),
 			slog.String("error", out.err.Error()), slog.Duration("took", time.Since(start)))
@@ -304,6 +330,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
 		w.WriteHeader(out.status)
 		_, _ = w.Write(out.body)
+		count(outcomeRelayed)
 		if c, ok := src.verifier.(verify.SecretConfirmer); ok && out.stored {
 			// A new event (not a replay of a stored one): the GET
 			// handshakes this relay answers itself (X's CRC) use its secret.
@@ -315,6 +342,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// Not committed, or not known to be: the provider must retry.
 		w.Header().Set("Retry-After", out.retryAfter)
 		writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "ingress_unavailable"})
+		count(outcomeUnavailable)
 		if out.err == nil {
 			log.Warn("webhook not relayed", slog.Int("ingress_status", out.status), slog.String("ingress_reason", out.reason),
 				slog.Duration("took", time.Since(start)))
@@ -329,6 +357,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(out.body)))
 		w.WriteHeader(out.status)
 		_, _ = w.Write(out.body)
+		count(outcomeIngressRefused)
 		log.Warn("customer ingress refused the event's own data; answered as it did", slog.Int("ingress_status", out.status),
 			slog.String("ingress_reason", out.reason), slog.Duration("took", time.Since(start)))
 	default:
@@ -337,6 +366,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// retries meanwhile.
 		w.Header().Set("Retry-After", out.retryAfter)
 		writeJSON(w, http.StatusBadGateway, answer{Status: "unavailable", Reason: "ingress_rejected"})
+		count(outcomeIngressRefused)
 		log.Error("customer ingress refused a verified webhook", slog.Int("ingress_status", out.status),
 			slog.String("ingress_reason", out.reason), slog.Duration("took", time.Since(start)))
 	}

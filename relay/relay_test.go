@@ -66,6 +66,8 @@ type options struct {
 	// target replaces the ingress's URL.
 	target string
 	now    func() time.Time
+	// metrics receives the relay's metrics.
+	metrics prometheus.Registerer
 }
 
 func testSources(relaySecrets ...string) []sources.Source {
@@ -137,6 +139,7 @@ func (b *bundle) startRelay(t *testing.T, rc relay.Section, opt options) *httpte
 		Sources: testSources(),
 		Logger:  slog.New(slog.NewJSONHandler(b.relayLogs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:     opt.now,
+		Metrics: opt.metrics,
 		Transport: roundTripper(func(req *http.Request) (*http.Response, error) {
 			b.forwarded.Add(1)
 			if opt.tamper != nil {

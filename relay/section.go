@@ -52,6 +52,11 @@ type Section struct {
 	// Retry-After. A public endpoint needs the bound: any sender can open
 	// connections. Defaults to 32 MiB (at least max_body_bytes).
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// MetricsListen serves GET /metrics (inlet_relay_*: requests by outcome,
+	// refusals by reason, forward time, bodies held) with /healthz and
+	// /readyz on a listener of its own, never the public webhook port.
+	// Defaults to "127.0.0.1:8085": this machine only; "off" disables it.
+	MetricsListen string `yaml:"metrics_listen"`
 }
 
 // DefaultMaxInflightBytes is relay.max_inflight_bytes when unset (and
@@ -64,6 +69,7 @@ func (r Section) WithDefaults() Section {
 	r.Timeout = cmp.Or(r.Timeout, 8*time.Second)
 	r.MaxBodyBytes = cmp.Or(r.MaxBodyBytes, 1<<20)
 	r.MaxInflightBytes = cmp.Or(r.MaxInflightBytes, max(DefaultMaxInflightBytes, r.MaxBodyBytes))
+	r.MetricsListen = cmp.Or(r.MetricsListen, "127.0.0.1:8085")
 	return r
 }
 
@@ -83,6 +89,9 @@ func (r Section) ValidateForServe() error {
 // that reads the file runs it, inlet relay runs ValidateForServe.
 func (r Section) Validate() error {
 	if err := config.CheckListen("relay.listen", r.Listen, ""); err != nil {
+		return err
+	}
+	if err := config.CheckListen("relay.metrics_listen", r.MetricsListen, "", "off"); err != nil {
 		return err
 	}
 	if r.Target != "" {

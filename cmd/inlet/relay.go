@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/internal/health"
+	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/relay"
 )
 
@@ -18,7 +20,9 @@ headers, signed with relay.secrets (Inlet-Relay-Signature), to the customer's
 ingress at relay.target, whose source lists those secrets as relay_secrets.
 It answers the provider 2xx only after the ingress did (after its commit),
 503 with Retry-After when the ingress fails or cannot be reached. Nothing is
-stored and no body or header value is logged; GET /healthz answers ok.
+stored and no body or header value is logged; GET /healthz answers ok, and
+relay.metrics_listen (default 127.0.0.1:8085: this machine only) serves
+GET /metrics.
 SIGTERM stops accepting, drains in-flight forwards for --drain-timeout, then
 exits.`)
 	cfgPath := configFlag(fs)
@@ -35,9 +39,18 @@ exits.`)
 		cfg.Relay.Listen = *listen
 	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "relay"))
-	srv, err := relay.New(relay.Config{Section: cfg.Relay, Sources: cfg.Sources, Logger: log})
+	reg := metrics.NewRegistry()
+	srv, err := relay.New(relay.Config{Section: cfg.Relay, Sources: cfg.Sources, Logger: log, Metrics: reg})
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if addr := cfg.Relay.WithDefaults().MetricsListen; addr != "off" {
+		ms, err := health.Start(ctx, addr, func(context.Context) error { return nil }, metricsHandler(reg), log)
+		if err != nil {
+			return err
+		}
+		noteLoopback(log, "relay.metrics_listen", ms.Addr())
+		defer func() { _ = ms.Stop(context.Background()) }()
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err
