@@ -27,8 +27,12 @@ import (
 // exactly once, however often the handler runs.
 //
 // Any isolation level works: set it in [Handler.TxOptions] (or as the
-// role's or database's default_transaction_isolation), not with SET
-// TRANSACTION in the handler, which the service does not see. Above READ
+// login role's or database's default_transaction_isolation), not with SET
+// TRANSACTION in the handler, which the service does not see. A default set
+// on a per-consumer role (ALTER ROLE … SET) applies only to sessions that
+// log in as it: a pool opened with [OpenPoolAs] logs in as another role and
+// switches with SET ROLE, which PostgreSQL does not apply role settings to,
+// so set the level in TxOptions there. Above READ
 // COMMITTED the lease is pushed out once before the transaction begins, far
 // enough for the handler's Timeout and the completion, and not extended
 // while the transaction is open, so nothing of the service writes the job
