@@ -16,9 +16,9 @@ var keyProviders = []*preset{
 		// them. The timestamp is signed; Discord documents no window, so
 		// the default 5 minutes applies (it sends each interaction once and
 		// wants the answer within 3 seconds). Ingress answers a stored
-		// interaction with its own JSON, not an interaction response, so
-		// Discord shows the user that the interaction failed: the preset
-		// suits recording interactions, not answering them. Discord's
+		// interaction with a deferred response (discordReply), which the
+		// handler completes later with a follow-up through the
+		// interaction's token. Discord's
 		// Webhook Events (a different endpoint, whose events have type 1)
 		// are not this preset's.
 		name:   "discord",
