@@ -260,10 +260,13 @@ var bodyHMACProviders = []*preset{
 		},
 	},
 	{
-		name:       "sentry",
-		scheme:     typeHMAC,
-		hmac:       HMACConfig{Header: "Sentry-Hook-Signature", Algorithm: "sha256", Encoding: "hex"},
-		idHeader:   "Request-ID",
+		name:   "sentry",
+		scheme: typeHMAC,
+		hmac:   HMACConfig{Header: "Sentry-Hook-Signature", Algorithm: "sha256", Encoding: "hex"},
+		// No id header: Request-ID is a new uuid4 on every send, retries
+		// included (AppPlatformEvent builds the headers each time; review
+		// helper-124), so a retry was stored again. The id is the body's
+		// digest: a retry sends the same bytes.
 		typeHeader: "Sentry-Hook-Resource",
 		// Sentry-Hook-Timestamp is not signed: it is read as the event's
 		// time, never checked as a signed timestamp.
@@ -280,7 +283,7 @@ var bodyHMACProviders = []*preset{
 			Provider: "Sentry (integration platform)",
 			Headers:  "Sentry-Hook-Signature",
 			Signed:   "hex HMAC-SHA256(client secret, body)",
-			ID:       "Request-ID header",
+			ID:       "synthetic (Request-ID is new on every send, retries included)",
 			Type:     "Sentry-Hook-Resource header",
 			Occurred: "Sentry-Hook-Timestamp header (not signed)",
 			Source:   "type: sentry\nsecrets: [\"${SENTRY_CLIENT_SECRET}\"]",

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -160,8 +161,11 @@ var timedProviders = []*preset{
 			SignedPayload: "{method}{url}{body}{timestamp}", urlUnescape: hubspotURI},
 		signsURL: true,
 		// The body is a batch of up to 100 events, each with its own
-		// eventId, and a retry may batch them differently (attemptNumber
-		// changes): the synthetic body hash is the id, and handlers
+		// eventId; a retry sends them again with attemptNumber raised, so
+		// the body's hash would store a retry anew (review helper-124): the
+		// id is the hash of the batch's (subscriptionId, eventId) pairs
+		// (hubspotEvent), the same across retries of the same batch. A
+		// retry that batches them differently is stored again: handlers
 		// deduplicate by eventId.
 		typeJSON:     "0.subscriptionType",
 		occurredJSON: "0.occurredAt",
@@ -178,7 +182,7 @@ var timedProviders = []*preset{
 			Provider: "HubSpot (signature v3)",
 			Headers:  "X-HubSpot-Signature-v3, X-HubSpot-Request-Timestamp",
 			Signed:   "base64 HMAC-SHA256(client secret, method + URL + body + timestamp), URL with %3A %2F %3F %40 %21 %24 %27 %28 %29 %2A %2C %3B decoded; timestamp in ms, ±5 min",
-			ID:       "none (synthetic body hash: the body is a batch of events, each with its eventId)",
+			ID:       "hash of the batch's subscriptionId:eventId pairs (not of the body: a retry raises each attemptNumber)",
 			Type:     "body [0].subscriptionType",
 			Occurred: "body [0].occurredAt (ms)",
 			Source:   "type: hubspot\nsecrets: [\"${HUBSPOT_CLIENT_SECRET}\"]\npublic_url: https://hooks.example.com/webhooks/hubspot   # the target URL set in HubSpot, when behind a proxy",
@@ -308,7 +312,37 @@ func hubspotEvent(req *Request, res Result, _ bool) (Result, error) {
 	if !jsonArray(req.Body) || !json.Valid(req.Body) {
 		return Result{}, fmt.Errorf("hubspot: %w: the body is not a JSON array of events", ErrMalformedPayload)
 	}
+	if res.EventID == syntheticID(req.Body) { // no event_id_* of the source's own
+		if id := hubspotBatchID(req.Body); id != "" {
+			res.EventID = id
+		}
+	}
 	return res, nil
+}
+
+// hubspotBatchID is "hubspot:" and the hex SHA-256 of a batch's sorted
+// "subscriptionId:eventId" pairs, or "" when an event has no eventId (the
+// body's hash is the id then).
+func hubspotBatchID(body []byte) string {
+	var events []struct {
+		EventID        json.Number `json:"eventId"`
+		SubscriptionID json.Number `json:"subscriptionId"`
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if err := d.Decode(&events); err != nil || len(events) == 0 {
+		return ""
+	}
+	keys := make([]string, len(events))
+	for i, e := range events {
+		if e.EventID == "" {
+			return ""
+		}
+		keys[i] = string(e.SubscriptionID) + ":" + string(e.EventID)
+	}
+	slices.Sort(keys)
+	sum := sha256.Sum256([]byte(strings.Join(keys, ",")))
+	return "hubspot:" + hex.EncodeToString(sum[:])
 }
 
 // xEvent refuses an X event that is not a JSON object (an X event always
