@@ -71,6 +71,7 @@ func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) 
 // completeJobs records successes in one CompleteJobs statement and returns
 // the ids completed; an id missing lost its lease.
 func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]bool, error) {
+	at := time.Now() // before the statement's transaction begins: its completed_at
 	done, err := s.completeJobsOn(ctx, s.cfg.Pool, cs)
 	if err == nil {
 		s.completed.Add(int64(len(done)))
@@ -84,7 +85,7 @@ func (s *Service) completeJobs(ctx context.Context, cs []completion) (map[int64]
 				ok = append(ok, c)
 			}
 		}
-		s.succeeded(ok)
+		s.succeeded(ok, at)
 	}
 	return done, err
 }

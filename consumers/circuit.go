@@ -27,7 +27,8 @@ type breaker struct {
 	failing sync.Mutex
 
 	// resetting is true while a reset (HandlerSucceeded) runs; resetDue
-	// asks it for one more, with latest, the newest success requested.
+	// asks it for one more, with latest, the newest success requested
+	// (the database keeps the newest of every process's: last_success_at).
 	mu                  sync.Mutex
 	resetting, resetDue bool
 	latest              success
@@ -68,10 +69,13 @@ func (s *Service) failingLock(handler string) func() {
 }
 
 // success is a committed success of a handler with a breaker: the job, and
-// the partition key that finds it (HandlerSucceeded reads its completed_at).
+// the partition key that finds it (HandlerSucceeded reads its completed_at),
+// and when its completion began on this process's clock (the newest by it is
+// the one reset with).
 type success struct {
 	job       int64
 	partition time.Time
+	at        time.Time
 }
 
 // succeeded counts the committed successes among done against their
@@ -81,16 +85,19 @@ type success struct {
 // goroutine: the caller is the completion writer of every handler, and a
 // handler's busy handler_limits row must not hold up the others'
 // completions. While a handler's reset runs, later successes wait for it and
-// go as one more, with the latest of them. A failure is logged and the next
-// success tries again.
-func (s *Service) succeeded(done []completion) {
+// go as one more, with the newest of them (by at: when their completion
+// began, which is the order of their completed_at). A failure is logged and
+// the next success tries again.
+func (s *Service) succeeded(done []completion, at time.Time) {
 	for _, c := range done {
 		b := s.breakers[c.ref.Handler]
 		if b == nil {
 			continue
 		}
 		b.mu.Lock()
-		b.latest = success{job: c.ref.JobID, partition: c.l.partition}
+		if b.latest.job == 0 || !at.Before(b.latest.at) {
+			b.latest = success{job: c.ref.JobID, partition: c.l.partition, at: at}
+		}
 		if b.resetting {
 			b.resetDue = true
 			b.mu.Unlock()

@@ -162,6 +162,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	began := time.Now() // before its transaction begins: the completion's completed_at
 	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
 		stopExtending()
@@ -217,7 +218,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), conflict(err)
 	}
 	s.completed.Add(1)
-	s.succeeded([]completion{{ref: ref, l: l}})
+	s.succeeded([]completion{{ref: ref, l: l}}, began)
 	return timedOut, "completed", true, nil, false
 }
 

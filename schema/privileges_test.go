@@ -88,13 +88,13 @@ webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_i
 webhook_worker INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter, order_key, order_policy
 webhook_worker UPDATE subscriptions: max_attempts, enabled, updated_at, filter, order_key, order_policy
 webhook_worker INSERT handler_limits: handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at
-webhook_worker UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at
+webhook_worker UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at, last_success_at
 webhook_consumer UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_consumer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_consumer INSERT subscriptions: handler, provider_pattern, event_type_pattern, max_attempts, enabled, updated_at, filter, order_key, order_policy
 webhook_consumer UPDATE subscriptions: max_attempts, enabled, updated_at, filter, order_key, order_policy
 webhook_consumer INSERT handler_limits: handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at
-webhook_consumer UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at
+webhook_consumer UPDATE handler_limits: rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, consecutive_failures, circuit, circuit_changed_at, next_probe_at, updated_at, last_success_at
 webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at
 webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome

@@ -148,7 +148,8 @@ CREATE TABLE webhook_ingress.handler_limits (
     circuit text NOT NULL,
     circuit_changed_at timestamp with time zone NOT NULL,
     next_probe_at timestamp with time zone,
-    updated_at timestamp with time zone NOT NULL
+    updated_at timestamp with time zone NOT NULL,
+    last_success_at timestamp with time zone
 );
 
 CREATE TABLE webhook_ingress.job_attempts (

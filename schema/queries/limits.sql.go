@@ -126,7 +126,7 @@ SET consecutive_failures = l.consecutive_failures + 1,
     updated_at           = now()
 FROM (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h
       WHERE h.handler = $1::text AND h.breaker_failures IS NOT NULL FOR UPDATE) AS before
-WHERE l.handler = before.handler
+WHERE l.handler = before.handler AND now() > coalesce(l.last_success_at, '-infinity')
 RETURNING before.circuit AS was, l.circuit AS now
 `
 
@@ -138,8 +138,11 @@ type HandlerFailedRow struct {
 // A failed attempt of a handler with a breaker (recorded in the same
 // transaction as its FailJob): one more consecutive failure; the circuit
 // opens at breaker_failures, and a failed probe (half_open) opens it again,
-// with the next probe breaker_probe_interval away. Returns the circuit
-// before and after; no row when the handler has no breaker.
+// with the next probe breaker_probe_interval away. A failure whose
+// transaction began before the handler's newest success (last_success_at,
+// 056) is older than that success: not counted. Returns the circuit before
+// and after; no row when the handler has no breaker or the failure is not
+// counted.
 func (q *Queries) HandlerFailed(ctx context.Context, handler string) (HandlerFailedRow, error) {
 	row := q.db.QueryRow(ctx, HandlerFailed, handler)
 	var i HandlerFailedRow
@@ -205,20 +208,24 @@ WITH s AS (
     SELECT j.completed_at FROM webhook_ingress.jobs j
     WHERE j.id = $2::bigint AND j.event_received_at = $3::timestamptz
       AND j.handler = $1::text AND j.status = 'completed'
+), cur AS (
+    SELECT greatest(h.last_success_at, (SELECT completed_at FROM s)) AS at
+    FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text
 ), since AS (
     SELECT count(*)::integer AS n
     FROM webhook_ingress.job_attempts a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
     WHERE j.handler = $1::text AND a.outcome IN ('failed', 'dead_letter')
-      AND a.finished_at > (SELECT completed_at FROM s)
+      AND a.finished_at > (SELECT at FROM cur)
 )
 UPDATE webhook_ingress.handler_limits l
 SET consecutive_failures = since.n,
+    last_success_at      = cur.at,
     circuit              = CASE WHEN since.n >= l.breaker_failures THEN l.circuit ELSE 'closed' END,
     circuit_changed_at   = CASE WHEN since.n < l.breaker_failures AND l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
     next_probe_at        = CASE WHEN since.n < l.breaker_failures THEN NULL ELSE l.next_probe_at END,
     updated_at           = now()
-FROM since, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text) AS before
+FROM since, cur, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text) AS before
 WHERE l.handler = before.handler AND l.breaker_failures IS NOT NULL AND EXISTS (SELECT 1 FROM s)
   AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures))
 RETURNING before.circuit AS was, l.circuit AS now
@@ -236,14 +243,17 @@ type HandlerSucceededRow struct {
 }
 
 // A successful attempt of a handler with a breaker (job job_id, in the
-// partition of event_received_at, completed at its completed_at): its
-// consecutive failures are those recorded since (failed attempts whose
-// transaction began after the success's), and its circuit closes unless they
-// are breaker_failures or more. Run after LockHandlerLimits in the same
+// partition of event_received_at, completed at its completed_at): the
+// handler's newest success is the later of it and last_success_at, its
+// consecutive failures those recorded since (failed attempts whose
+// transaction began after), and its circuit closes unless they are
+// breaker_failures or more. Run after LockHandlerLimits in the same
 // transaction, so this statement's snapshot holds every failure counted on
-// the row: a reset that lands after later failures keeps them (it zeroed
-// them, closing the circuit they had opened: review helper-121). Writes only
-// a row with something to change; returns the circuit before and after.
+// the row: a reset that lands after later failures keeps them (review
+// helper-121), and one for an older success than the newest counts from
+// the newest (helper-123). Writes only a row with something to change (a
+// count of 0 on a closed circuit is one already: no failure since its last
+// success, so none since this one); returns the circuit before and after.
 func (q *Queries) HandlerSucceeded(ctx context.Context, arg HandlerSucceededParams) (HandlerSucceededRow, error) {
 	row := q.db.QueryRow(ctx, HandlerSucceeded, arg.Handler, arg.JobID, arg.EventReceivedAt)
 	var i HandlerSucceededRow

@@ -190,6 +190,7 @@ type HandlerLimit struct {
 	CircuitChangedAt     time.Time
 	NextProbeAt          *time.Time
 	UpdatedAt            time.Time
+	LastSuccessAt        *time.Time
 }
 
 type Job struct {
