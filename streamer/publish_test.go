@@ -66,7 +66,7 @@ func TestStreamerUnhealthyWhileTheBusRefusesEverything(t *testing.T) {
 	const n = 8500 // more than a topic's queue holds, one reference a message
 	b.insertEvents(t, n)
 	s := b.newStreamer(t, streamer.Config{BatchSize: 1000, RefsPerMessage: 1, MaxLeasedPerHandler: 2 * n, LeasedRecount: time.Hour})
-	if err := s.Healthy(); err != nil {
+	if err := s.Healthy(ctx); err != nil {
 		t.Fatalf("unhealthy before any publish: %v", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -78,7 +78,7 @@ func TestStreamerUnhealthyWhileTheBusRefusesEverything(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), bus.Topic("stuck")) {
+	if err := s.Healthy(ctx); err == nil || !strings.Contains(err.Error(), bus.Topic("stuck")) {
 		t.Fatalf("Healthy while every publish is refused = %v, want an error naming the topic", err)
 	}
 
@@ -91,13 +91,13 @@ func TestStreamerUnhealthyWhileTheBusRefusesEverything(t *testing.T) {
 	published := s.Stats().Published
 	for s.Stats().Published == published {
 		if time.Now().After(deadline) {
-			t.Fatalf("nothing published after the topic was drained; Healthy = %v", s.Healthy())
+			t.Fatalf("nothing published after the topic was drained; Healthy = %v", s.Healthy(ctx))
 		}
 		if claimed, _ := s.ClaimOnce(ctx); claimed == 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if err := s.Healthy(); err != nil {
+	if err := s.Healthy(ctx); err != nil {
 		t.Fatalf("unhealthy after a publish the bus took: %v", err)
 	}
 }

@@ -196,6 +196,8 @@ type Streamer struct {
 	// refused is set when a publish fails and cleared by the next one that
 	// succeeds (for any handler): Healthy's answer.
 	refused atomic.Pointer[publishRefusal]
+	// lastRefused is when the bus last refused a publish (unix ns).
+	lastRefused atomic.Int64
 
 	claims, claimed, published, publishFailed atomic.Int64
 	fullClaims                                atomic.Int64
@@ -272,17 +274,38 @@ type publishRefusal struct {
 	err   error
 }
 
+// refusalFresh is how long a refused publish speaks for the bus: past it with
+// nothing refused since (nothing to publish, or its handlers held back), the
+// bus itself is asked (Ping) where it can be.
+const refusalFresh = 2 * holdMost
+
+// pinger is a publisher that can say whether the bus answers now
+// (natsbus.NATS).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Healthy reports an error while the bus refuses every reference this
 // streamer publishes: a publish failed (its leases were given back) and none
 // has succeeded since. One handler's full topic beside others being published
 // is not a fault of the streamer: it is held back (hold.go), others go on.
-func (s *Streamer) Healthy() error {
+// When nothing was refused for refusalFresh (nothing was published since),
+// a publisher that can be pinged is asked instead, so an idle streamer's
+// health follows the bus's recovery.
+func (s *Streamer) Healthy(ctx context.Context) error {
 	r := s.refused.Load()
 	if r == nil {
 		return nil
 	}
-	return fmt.Errorf("streamer: the bus has refused every publish since %s (topic %s): %w",
+	err := fmt.Errorf("streamer: the bus has refused every publish since %s (topic %s): %w",
 		r.since.UTC().Format(time.RFC3339), r.topic, r.err)
+	if time.Since(time.Unix(0, s.lastRefused.Load())) < refusalFresh {
+		return err
+	}
+	if p, ok := s.cfg.Publisher.(pinger); ok && p.Ping(ctx) == nil {
+		return nil
+	}
+	return err
 }
 
 // Wake asks every claim loop for a round now. It never blocks.
@@ -836,6 +859,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 			span.End()
 		}
 		if err != nil {
+			s.lastRefused.Store(time.Now().UnixNano())
 			if s.refused.Load() == nil {
 				s.refused.CompareAndSwap(nil, &publishRefusal{since: time.Now(), topic: topic, err: err})
 			}

@@ -96,13 +96,8 @@ or the lease expires.`)
 	defer stopReconcile()
 	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error {
 		// Not ready while the bus refuses every reference or (NATS) the
-		// connection is down: nothing is delivered meanwhile. A refusal
-		// with no publish since (nothing to publish) is asked again.
-		refused := str.Healthy()
-		if p, ok := ps.(interface{ Ping(context.Context) error }); ok && refused != nil && p.Ping(ctx) == nil {
-			refused = nil
-		}
-		return errors.Join(refused, busHealthy(ps), schema.Check(ctx, pool))
+		// connection is down: nothing is delivered meanwhile.
+		return errors.Join(str.Healthy(ctx), busHealthy(ps), schema.Check(ctx, pool))
 	}, metricsHandler(reg), log)
 	if err != nil {
 		return err
