@@ -213,7 +213,7 @@ var bodyHMACProviders = []*preset{
 		// payload is only {"id": N}.
 		occurredJSON: "date_modified_gmt",
 		handshakes:   []handshakeKind{hsWooPing()},
-		sample: func(_ string, now time.Time) (http.Header, []byte) {
+		sample: func(id string, now time.Time) (http.Header, []byte) {
 			h := http.Header{
 				"X-Wc-Webhook-Source":   {"https://shop.example.com/"},
 				"X-Wc-Webhook-Topic":    {"order.created"},
@@ -222,7 +222,7 @@ var bodyHMACProviders = []*preset{
 				"X-Wc-Webhook-Id":       {"12"},
 			}
 			ts := now.UTC().Format("2006-01-02T15:04:05")
-			return h, fmt.Appendf(nil, `{"id":1234,"parent_id":0,"status":"processing","currency":"USD","date_created_gmt":%[1]q,"date_modified_gmt":%[1]q,"total":"42.00","customer_id":7,"billing":{"first_name":"Ada","last_name":"Lovelace","email":"ada@example.com"},"payment_method":"stripe","line_items":[{"id":315,"name":"Hoodie","product_id":93,"quantity":1,"total":"42.00"}]}`, ts)
+			return h, fmt.Appendf(nil, `{"id":1234,"order_key":%[2]q,"parent_id":0,"status":"processing","currency":"USD","date_created_gmt":%[1]q,"date_modified_gmt":%[1]q,"total":"42.00","customer_id":7,"billing":{"first_name":"Ada","last_name":"Lovelace","email":"ada@example.com"},"payment_method":"stripe","line_items":[{"id":315,"name":"Hoodie","product_id":93,"quantity":1,"total":"42.00"}]}`, ts, id)
 		},
 		doc: PresetDoc{
 			Provider:  "WooCommerce",
@@ -271,13 +271,13 @@ var bodyHMACProviders = []*preset{
 		// Sentry-Hook-Timestamp is not signed: it is read as the event's
 		// time, never checked as a signed timestamp.
 		occurredHeader: "Sentry-Hook-Timestamp",
-		sample: func(_ string, now time.Time) (http.Header, []byte) {
+		sample: func(id string, now time.Time) (http.Header, []byte) {
 			h := http.Header{
 				"Sentry-Hook-Resource":  {"issue"},
 				"Sentry-Hook-Timestamp": {fmt.Sprint(now.Unix())},
 			}
 			ts := now.UTC().Format(time.RFC3339)
-			return h, fmt.Appendf(nil, `{"action":"created","installation":{"uuid":"7a485448-a9e2-4c85-8a3c-4f44175783c9"},"data":{"issue":{"id":"1170820242","shortId":"BACKEND-9","title":"ZeroDivisionError: division by zero","culprit":"billing.invoice in total","level":"error","status":"unresolved","platform":"python","project":{"id":"1","slug":"backend","name":"backend"},"firstSeen":%[1]q,"lastSeen":%[1]q,"count":"1"}},"actor":{"type":"application","id":"sentry","name":"Sentry"}}`, ts)
+			return h, fmt.Appendf(nil, `{"action":"created","installation":{"uuid":"7a485448-a9e2-4c85-8a3c-4f44175783c9"},"data":{"issue":{"id":%[2]q,"shortId":"BACKEND-9","title":"ZeroDivisionError: division by zero","culprit":"billing.invoice in total","level":"error","status":"unresolved","platform":"python","project":{"id":"1","slug":"backend","name":"backend"},"firstSeen":%[1]q,"lastSeen":%[1]q,"count":"1"}},"actor":{"type":"application","id":"sentry","name":"Sentry"}}`, ts, id)
 		},
 		doc: PresetDoc{
 			Provider: "Sentry (integration platform)",

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"slices"
 	"strconv"
@@ -175,8 +176,11 @@ var timedProviders = []*preset{
 		// either way leaves one (hubspotEvent).
 		event: hubspotEvent,
 		sample: func(id string, now time.Time) (http.Header, []byte) {
-			return nil, fmt.Appendf(nil, `[{"eventId":1745263710,"subscriptionId":2150032,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":%q,"changeFlag":"UPDATED","changeSource":"CRM","sourceId":"userId:1234567"}]`,
-				now.UnixMilli(), id)
+			// The id picks the eventId: HubSpot's id is the batch's.
+			h := fnv.New64a()
+			h.Write([]byte(id))
+			return nil, fmt.Appendf(nil, `[{"eventId":%d,"subscriptionId":2150032,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":%q,"changeFlag":"UPDATED","changeSource":"CRM","sourceId":"userId:1234567"}]`,
+				h.Sum64()%1e12, now.UnixMilli(), id)
 		},
 		doc: PresetDoc{
 			Provider: "HubSpot (signature v3)",
