@@ -3,7 +3,7 @@ package ingress_test
 import (
 	"bytes"
 	"crypto/hmac"
-	"crypto/md5" //nolint:gosec // stands in for WordPress's wp_hash (HMAC-MD5), as WooCommerce computes the delivery id
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"

@@ -19,19 +19,20 @@ const headTimeout = 2 * time.Second
 type Fault int
 
 const (
+	// OK is a body read whole.
 	OK Fault = iota
-	// Overloaded: no room in the budget within Reader.WaitTimeout: 503
+	// Overloaded is no room in the budget within Reader.WaitTimeout: 503
 	// overloaded, the rest of the body left unread.
 	Overloaded
-	// Gone: the sender left while waiting; nobody to answer.
+	// Gone is a sender that left while waiting: nobody to answer.
 	Gone
-	// TooLarge: over the body limit: 413 body_too_large.
+	// TooLarge is a body over the limit: 413 body_too_large.
 	TooLarge
-	// Timeout: the body did not arrive in time (headTimeout for the head
-	// and for each restStep after it, Reader.ReadTimeout for the rest): 408
-	// body_read_timeout.
+	// Timeout is a body that did not arrive in time (headTimeout for the
+	// head and for each restStep after it, Reader.ReadTimeout for the
+	// rest): 408 body_read_timeout.
 	Timeout
-	// Broken: the body ended early or the connection failed: 400
+	// Broken is a body that ended early or a connection that failed: 400
 	// body_unreadable.
 	Broken
 )
