@@ -3,6 +3,7 @@ package consumers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -143,9 +144,9 @@ func (s Section) Validate() error {
 		switch h.Type {
 		case "log":
 		case "http-forward":
-			// The URL may hold credentials: the message names its scheme only.
-			if u, err := url.Parse(h.URL); err != nil || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) || u.Host == "" {
-				return fmt.Errorf("%s.url: must be an http:// or https:// URL with a host (not quoted here: it may hold credentials)", field)
+			// The URL may hold credentials: the message never quotes it.
+			if err := CheckTargetURL(h.URL); err != nil {
+				return fmt.Errorf("%s.url: must be an http:// or https:// URL with a host: %w (not quoted here: it may hold credentials)", field, err)
 			}
 			if len(h.Secret) < 16 {
 				return fmt.Errorf("%s.secret: at least 16 bytes required to sign forwarded requests", field)
@@ -197,4 +198,26 @@ func (h ReadyHandler) Handler(f HandlerFunc) Handler {
 		OrderKey:             h.OrderKey,
 		OrderPolicy:          h.OrderPolicy,
 	}
+}
+
+// CheckTargetURL checks the URL a ready consumer posts to (http-forward's):
+// an http or https URL with a host name (http://:8080/ would dial this
+// machine) and, when it names one, a port in 1-65535. Its errors never
+// quote the URL, which may hold credentials.
+func CheckTargetURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a valid URL")
+	case !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
+		return fmt.Errorf("scheme %q must be http or https", u.Scheme)
+	case u.Hostname() == "":
+		return errors.New("no host")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("port not in 1-65535")
+		}
+	}
+	return nil
 }

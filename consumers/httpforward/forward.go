@@ -54,16 +54,8 @@ func (c Config) validate() error {
 	if c.URL == "" {
 		return errors.New("url: required")
 	}
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		// url's message quotes the URL, credentials and all.
-		return errors.New("url: not a valid URL")
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("url: scheme %q must be http or https", u.Scheme)
-	}
-	if u.Host == "" {
-		return errors.New("url: no host")
+	if err := consumers.CheckTargetURL(c.URL); err != nil {
+		return fmt.Errorf("url: %w", err) // never the URL: it may hold credentials
 	}
 	if len(c.Secret) < minSecretLen {
 		return fmt.Errorf("secret: %d bytes, need at least %d", len(c.Secret), minSecretLen)
@@ -73,6 +65,10 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// maxIdleConns is how many idle connections a forwarder keeps to its
+// service: above any handler's usual concurrency.
+const maxIdleConns = 256
 
 type forwarder struct {
 	url     string
@@ -97,6 +93,10 @@ func New(cfg Config) (consumers.HandlerFunc, error) {
 		// Answers are read for at most a few bytes: no point asking for gzip,
 		// and no Accept-Encoding the provider did not send either.
 		t.DisableCompression = true
+		// One host, as many requests at once as the handler's
+		// concurrency: keep their connections (the default kept 2, so
+		// under load nearly every delivery opened a new one).
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = maxIdleConns, maxIdleConns
 		client.Transport = t
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -121,7 +121,7 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	req.Header.Set(HeaderEventType, e.EventType)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(e.Attempt))
 	req.Header.Set(HeaderIdempotencyKey, e.IdempotencyKey())
-	req.Header.Set(HeaderSignature, Sign(f.secret, f.now(), e.JobID, e.Body))
+	req.Header.Set(HeaderSignature, Sign(f.secret, f.now(), Signed{JobID: e.JobID, EventID: e.EventID, Provider: e.Provider, EventType: e.EventType}, e.Body))
 
 	resp, err := f.client.Do(req)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inlet-dev/inlet/consumers"
 )
 
 // Headers Inlet sets on every forwarded request.
@@ -35,10 +37,24 @@ var (
 	ErrTimestampOutsideTolerance = errors.New("signature timestamp outside the tolerance")
 )
 
-// Sign returns the Inlet-Signature value for body of job jobID at time t.
-func Sign(secret string, t time.Time, jobID int64, body []byte) string {
+// Signed is what a v2 signature covers besides the timestamp and the body:
+// the metadata a service routes and deduplicates on.
+type Signed struct {
+	JobID     int64
+	EventID   int64
+	Provider  string
+	EventType string
+}
+
+// Sign returns the Inlet-Signature value for body of the job at time t: a v1
+// over "<t>.<job id>.<body>" (for services verifying with an SDK before v2)
+// and a v2 over "<t>\n<job id>\n<event id>\n<provider>\n<event type>\n<body>",
+// which also covers Inlet-Event-Id, Inlet-Provider and Inlet-Event-Type (a
+// header value holds no newline, so the fields cannot be shifted into each
+// other).
+func Sign(secret string, t time.Time, m Signed, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, jobID, body))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, m.JobID, body)) + ",v2=" + hex.EncodeToString(mac2(secret, ts, m, body))
 }
 
 func mac(secret, ts string, jobID int64, body []byte) []byte {
@@ -51,11 +67,28 @@ func mac(secret, ts string, jobID int64, body []byte) []byte {
 	return m.Sum(nil)
 }
 
-// Verify checks a forwarded request: its Inlet-Signature must be an HMAC with
-// secret over its timestamp, its Inlet-Job-Id and body, and the timestamp
-// within tolerance of now (DefaultTolerance when tolerance <= 0). Several
-// v1 values are accepted, any one matching, so a sender may sign with an old
-// and a new secret during rotation. The comparison is constant-time.
+func mac2(secret, ts string, s Signed, body []byte) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	for _, f := range []string{ts, strconv.FormatInt(s.JobID, 10), strconv.FormatInt(s.EventID, 10), s.Provider, s.EventType} {
+		m.Write([]byte(f))
+		m.Write([]byte{'\n'})
+	}
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Verify checks a forwarded request: its Inlet-Signature must hold a v2, an
+// HMAC with secret over its timestamp, Inlet-Job-Id, Inlet-Event-Id,
+// Inlet-Provider, Inlet-Event-Type and body, its Idempotency-Key (when
+// present) must be the job's, and the timestamp within tolerance of now
+// (DefaultTolerance when tolerance <= 0). Several v2 values are accepted, any
+// one matching, so a sender may sign with an old and a new secret during
+// rotation. The comparison is constant-time. A request signed with v1 only
+// (an Inlet consumer from before v2: upgrade the consumers before the
+// services that verify) is refused: v1 covers neither the event's id, source
+// nor type, which a captured request could then be resent with, changed.
+// Inlet-Attempt is not covered: a retry of the same attempt is the same
+// request.
 func Verify(secret string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
 	if secret == "" {
 		return errors.New("verify " + HeaderSignature + ": empty secret")
@@ -67,13 +100,24 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	if value == "" {
 		return ErrNoSignature
 	}
-	// The job id as signed: canonical decimal only, so a captured request
+	// The ids as signed: canonical decimal only, so a captured request
 	// resent as 042 or +42 (the same number, another text a receiver may
 	// dedupe on) does not verify.
-	jobText := header.Get(HeaderJobID)
-	jobID, err := strconv.ParseInt(jobText, 10, 64)
-	if err != nil || strconv.FormatInt(jobID, 10) != jobText {
+	jobID, ok := canonicalID(header.Get(HeaderJobID))
+	if !ok {
 		return ErrMalformedSignature
+	}
+	eventID, ok := canonicalID(header.Get(HeaderEventID))
+	if !ok {
+		return ErrMalformedSignature
+	}
+	if key := header.Values(HeaderIdempotencyKey); len(key) > 1 || (len(key) == 1 && key[0] != idempotencyKey(jobID)) {
+		return fmt.Errorf("%w: %s is not the signed job's", ErrSignatureMismatch, HeaderIdempotencyKey)
+	}
+	for _, h := range []string{HeaderProvider, HeaderEventType} {
+		if len(header.Values(h)) > 1 {
+			return ErrMalformedSignature
+		}
 	}
 	ts, sigs, err := parseSignature(value)
 	if err != nil {
@@ -83,7 +127,7 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	if err != nil {
 		return ErrMalformedSignature
 	}
-	want := mac(secret, ts, jobID, body)
+	want := mac2(secret, ts, Signed{JobID: jobID, EventID: eventID, Provider: header.Get(HeaderProvider), EventType: header.Get(HeaderEventType)}, body)
 	matched := false
 	for _, s := range sigs {
 		got, err := hex.DecodeString(s)
@@ -100,8 +144,20 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	return nil
 }
 
-// parseSignature splits "t=<ts>,v1=<hex>[,v1=<hex>...]"; unknown keys are
-// skipped so later schemes can be added beside v1.
+// canonicalID parses a decimal id written as strconv writes it.
+func canonicalID(text string) (int64, bool) {
+	id, err := strconv.ParseInt(text, 10, 64)
+	return id, err == nil && strconv.FormatInt(id, 10) == text
+}
+
+// idempotencyKey is the Idempotency-Key of job id (consumers.Event's).
+func idempotencyKey(jobID int64) string {
+	return (&consumers.Event{JobID: jobID}).IdempotencyKey()
+}
+
+// parseSignature splits "t=<ts>,v1=<hex>,v2=<hex>[,v2=<hex>...]" and returns
+// the v2 values; unknown keys (v1 among them) are skipped so later schemes
+// can be added beside v2.
 func parseSignature(value string) (ts string, sigs []string, err error) {
 	for part := range strings.SplitSeq(value, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -114,7 +170,7 @@ func parseSignature(value string) (ts string, sigs []string, err error) {
 				return "", nil, ErrMalformedSignature
 			}
 			ts = v
-		case "v1":
+		case "v2":
 			sigs = append(sigs, v)
 		}
 	}

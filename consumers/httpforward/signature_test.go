@@ -13,10 +13,16 @@ import (
 
 const secret = "0123456789abcdef-test-secret"
 
+// signed is a forwarded request's Inlet headers for job jobID (event 7 of
+// stripe, invoice.paid).
 func signed(t time.Time, jobID int64, body []byte) http.Header {
 	return http.Header{
-		httpforward.HeaderSignature: {httpforward.Sign(secret, t, jobID, body)},
+		httpforward.HeaderSignature: {httpforward.Sign(secret, t, httpforward.Signed{JobID: jobID, EventID: 7, Provider: "stripe", EventType: "invoice.paid"}, body)},
 		httpforward.HeaderJobID:     {strconv.FormatInt(jobID, 10)},
+		httpforward.HeaderEventID:   {"7"},
+		httpforward.HeaderProvider:  {"stripe"},
+		httpforward.HeaderEventType: {"invoice.paid"},
+		"Idempotency-Key":           {"inlet-job-" + strconv.FormatInt(jobID, 10)},
 	}
 }
 
@@ -25,7 +31,13 @@ func TestVerify(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	body := []byte(`{"id":"evt_1"}`)
 	good := signed(now, 42, body)
-	v1 := strings.SplitN(good.Get(httpforward.HeaderSignature), ",", 2)[1]
+	parts := strings.Split(good.Get(httpforward.HeaderSignature), ",") // t, v1, v2
+	v1, v2 := parts[1], parts[2]
+	without := func(h http.Header, k string) http.Header {
+		c := h.Clone()
+		c.Del(k)
+		return c
+	}
 	with := func(h http.Header, k, v string) http.Header {
 		c := h.Clone()
 		c.Set(k, v)
@@ -44,19 +56,27 @@ func TestVerify(t *testing.T) {
 		{"one byte changed", good, []byte(`{"id":"evt_2"}`), secret, now, httpforward.ErrSignatureMismatch},
 		{"byte appended", good, append([]byte(`{"id":"evt_1"}`), ' '), secret, now, httpforward.ErrSignatureMismatch},
 		{"other job id", with(good, httpforward.HeaderJobID, "43"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"other event id", with(good, httpforward.HeaderEventID, "8"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"other provider", with(good, httpforward.HeaderProvider, "github"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"other event type", with(good, httpforward.HeaderEventType, "invoice.voided"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"type moved into the provider", with(with(good, httpforward.HeaderProvider, "stripe\ninvoice.paid"), httpforward.HeaderEventType, ""), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"other idempotency key", with(good, "Idempotency-Key", "inlet-job-999"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"no idempotency key", without(good, "Idempotency-Key"), body, secret, now, nil},
+		{"v1 only (a sender before v2)", with(good, httpforward.HeaderSignature, "t=1800000000,"+v1), body, secret, now, httpforward.ErrMalformedSignature},
+		{"no event id", without(good, httpforward.HeaderEventID), body, secret, now, httpforward.ErrMalformedSignature},
 		{"other secret", good, body, secret + "x", now, httpforward.ErrSignatureMismatch},
-		{"timestamp changed", with(good, httpforward.HeaderSignature, "t=1800000001,"+v1), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"timestamp changed", with(good, httpforward.HeaderSignature, "t=1800000001,"+v2), body, secret, now, httpforward.ErrSignatureMismatch},
 		{"too old", good, body, secret, now.Add(6 * time.Minute), httpforward.ErrTimestampOutsideTolerance},
 		{"from the future", good, body, secret, now.Add(-6 * time.Minute), httpforward.ErrTimestampOutsideTolerance},
-		{"rotation: second v1 matches", with(good, httpforward.HeaderSignature, "t=1800000000,v1=00ff,"+v1), body, secret, now, nil},
-		{"unknown scheme skipped", with(good, httpforward.HeaderSignature, "t=1800000000,v0=zz,"+v1), body, secret, now, nil},
-		{"no signature", http.Header{httpforward.HeaderJobID: {"42"}}, body, secret, now, httpforward.ErrNoSignature},
-		{"no job id", http.Header{httpforward.HeaderSignature: good[httpforward.HeaderSignature]}, body, secret, now, httpforward.ErrMalformedSignature},
-		{"no t", with(good, httpforward.HeaderSignature, v1), body, secret, now, httpforward.ErrMalformedSignature},
-		{"two t", with(good, httpforward.HeaderSignature, "t=1,t=1800000000,"+v1), body, secret, now, httpforward.ErrMalformedSignature},
-		{"no v1", with(good, httpforward.HeaderSignature, "t=1800000000"), body, secret, now, httpforward.ErrMalformedSignature},
+		{"rotation: second v2 matches", with(good, httpforward.HeaderSignature, "t=1800000000,v2=00ff,"+v2), body, secret, now, nil},
+		{"unknown scheme skipped", with(good, httpforward.HeaderSignature, "t=1800000000,v0=zz,"+v2), body, secret, now, nil},
+		{"no signature", without(good, httpforward.HeaderSignature), body, secret, now, httpforward.ErrNoSignature},
+		{"no job id", without(good, httpforward.HeaderJobID), body, secret, now, httpforward.ErrMalformedSignature},
+		{"no t", with(good, httpforward.HeaderSignature, v2), body, secret, now, httpforward.ErrMalformedSignature},
+		{"two t", with(good, httpforward.HeaderSignature, "t=1,t=1800000000,"+v2), body, secret, now, httpforward.ErrMalformedSignature},
+		{"no v2", with(good, httpforward.HeaderSignature, "t=1800000000"), body, secret, now, httpforward.ErrMalformedSignature},
 		{"garbage", with(good, httpforward.HeaderSignature, "garbage"), body, secret, now, httpforward.ErrMalformedSignature},
-		{"bad hex", with(good, httpforward.HeaderSignature, "t=1800000000,v1=xyz"), body, secret, now, httpforward.ErrSignatureMismatch},
+		{"bad hex", with(good, httpforward.HeaderSignature, "t=1800000000,v2=xyz"), body, secret, now, httpforward.ErrSignatureMismatch},
 	}
 	for _, c := range cases {
 		err := httpforward.Verify(c.secret, c.header, c.body, 0, c.now)
@@ -74,11 +94,11 @@ func TestVerify(t *testing.T) {
 
 func FuzzVerify(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
-	f.Add(httpforward.Sign(secret, now, 1, []byte("x")), "1", []byte("x"))
+	f.Add(httpforward.Sign(secret, now, httpforward.Signed{JobID: 1, EventID: 7, Provider: "stripe", EventType: "invoice.paid"}, []byte("x")), "1", []byte("x"))
 	f.Add("t=,v1=", "", []byte{})
 	f.Add("t=1800000000,v1=00,v1=,=,,", "-1", []byte{0})
 	f.Fuzz(func(t *testing.T, sig, jobID string, body []byte) {
-		h := http.Header{httpforward.HeaderSignature: {sig}, httpforward.HeaderJobID: {jobID}}
+		h := http.Header{httpforward.HeaderSignature: {sig}, httpforward.HeaderJobID: {jobID}, httpforward.HeaderEventID: {"7"}}
 		_ = httpforward.Verify(secret, h, body, 0, now) // must not panic
 		// Whatever the body, a fresh signature verifies and a changed body does not.
 		id, _ := strconv.ParseInt(jobID, 10, 64)
