@@ -22,11 +22,13 @@
 // An expression that fails to evaluate for an event (a field the payload
 // lacks, a type mismatch) does not match it, and Match says so with an
 // error; write has(payload.data.object.amount) to test for a field. Each
-// evaluation is bounded in cost, since the payload is the sender's.
+// evaluation is bounded in cost and in time (MaxEvalTime), since the
+// payload is the sender's.
 package filter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +51,20 @@ const MaxLength = 4096
 // costLimit bounds one evaluation (CEL's cost units: about one per node
 // visited and per element of a list or map comprehension).
 const costLimit = 100_000
+
+// MaxEvalTime bounds one evaluation in time too: CEL charges == and != on
+// lists and maps by their top-level size while comparing them whole, so a
+// comparison of two large values of the payload inside a comprehension cost
+// one unit a pass and took seconds (22.7 s for a 480 KB body: review
+// helper-127). Comprehensions check for it every interruptEvery iterations;
+// past it the evaluation is an error: a miss, counted as one. A filter of a
+// real subscription takes microseconds: the bound is far above it, so no
+// pause of the process turns a match into a miss.
+const MaxEvalTime = 250 * time.Millisecond
+
+// interruptEvery is how many comprehension iterations run between checks of
+// MaxEvalTime.
+const interruptEvery = 16
 
 // MaxPayload bounds the body parsed for a filter: a larger body is
 // evaluated with payload null. Every writer that evaluates filters (ingress
@@ -145,7 +161,7 @@ func Compile(expr string) (*Filter, error) {
 	if err := literalRegexes(ast); err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize), cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
@@ -182,8 +198,8 @@ func literalRegexes(a *cel.Ast) error {
 func (f *Filter) String() string { return f.expr }
 
 // Match reports whether ev passes the filter. An evaluation error (a
-// missing field, a non-bool result, the cost limit) is a miss, returned
-// with the error so the caller can count it.
+// missing field, a non-bool result, the cost limit, MaxEvalTime) is a miss,
+// returned with the error so the caller can count it.
 func (f *Filter) Match(ev Event) (bool, error) {
 	// Names that differ only in case are one header: their values are
 	// joined in the order of the names, so every evaluation sees the same.
@@ -203,7 +219,9 @@ func (f *Filter) Match(ev Event) (bool, error) {
 		// zone; one instant must read alike on both.
 		occurred = ev.OccurredAt.UTC()
 	}
-	out, _, err := f.prg.Eval(map[string]any{
+	ctx, cancel := context.WithTimeout(context.Background(), MaxEvalTime)
+	defer cancel()
+	out, _, err := f.prg.ContextEval(ctx, map[string]any{
 		"event": map[string]any{
 			"source": ev.Source, "type": ev.Type, "headers": headers, "occurred_at": occurred,
 		},
