@@ -132,9 +132,10 @@ RETURNING before.circuit AS was, l.circuit AS now;
 -- transaction, so this statement's snapshot holds every failure counted on
 -- the row: a reset that lands after later failures keeps them (review
 -- helper-121), and one for an older success than the newest counts from
--- the newest (helper-123). Writes only a row with something to change (a
--- count of 0 on a closed circuit is one already: no failure since its last
--- success, so none since this one); returns the circuit before and after.
+-- the newest (helper-123). Writes a row with something to change, a newer
+-- success among them (last_success_at must move, or a failure that began
+-- before this success and is recorded after it would be counted: review
+-- helper-126); returns the circuit before and after.
 WITH s AS (
     SELECT j.completed_at FROM webhook_ingress.jobs j
     WHERE j.id = sqlc.arg(job_id)::bigint AND j.event_received_at = sqlc.arg(event_received_at)::timestamptz
@@ -158,7 +159,8 @@ SET consecutive_failures = since.n,
     updated_at           = now()
 FROM since, cur, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = sqlc.arg(handler)::text) AS before
 WHERE l.handler = before.handler AND l.breaker_failures IS NOT NULL AND EXISTS (SELECT 1 FROM s)
-  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures))
+  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures)
+       OR cur.at > coalesce(l.last_success_at, '-infinity'))
 RETURNING before.circuit AS was, l.circuit AS now;
 
 -- name: HandlerLimitsState :many

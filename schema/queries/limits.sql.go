@@ -227,7 +227,8 @@ SET consecutive_failures = since.n,
     updated_at           = now()
 FROM since, cur, (SELECT h.handler, h.circuit FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text) AS before
 WHERE l.handler = before.handler AND l.breaker_failures IS NOT NULL AND EXISTS (SELECT 1 FROM s)
-  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures))
+  AND (l.consecutive_failures <> since.n OR (l.circuit <> 'closed' AND since.n < l.breaker_failures)
+       OR cur.at > coalesce(l.last_success_at, '-infinity'))
 RETURNING before.circuit AS was, l.circuit AS now
 `
 
@@ -251,9 +252,10 @@ type HandlerSucceededRow struct {
 // transaction, so this statement's snapshot holds every failure counted on
 // the row: a reset that lands after later failures keeps them (review
 // helper-121), and one for an older success than the newest counts from
-// the newest (helper-123). Writes only a row with something to change (a
-// count of 0 on a closed circuit is one already: no failure since its last
-// success, so none since this one); returns the circuit before and after.
+// the newest (helper-123). Writes a row with something to change, a newer
+// success among them (last_success_at must move, or a failure that began
+// before this success and is recorded after it would be counted: review
+// helper-126); returns the circuit before and after.
 func (q *Queries) HandlerSucceeded(ctx context.Context, arg HandlerSucceededParams) (HandlerSucceededRow, error) {
 	row := q.db.QueryRow(ctx, HandlerSucceeded, arg.Handler, arg.JobID, arg.EventReceivedAt)
 	var i HandlerSucceededRow
