@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -161,13 +160,12 @@ var timedProviders = []*preset{
 			TimestampHeader: "X-HubSpot-Request-Timestamp", TimestampFormat: timestampUnixMS,
 			SignedPayload: "{method}{url}{body}{timestamp}", urlUnescape: hubspotURI},
 		signsURL: true,
-		// The body is a batch of up to 100 events, each with its own
-		// eventId; a retry sends them again with attemptNumber raised, so
-		// the body's hash would store a retry anew (review helper-124): the
-		// id is the hash of the batch's (subscriptionId, eventId) pairs
-		// (hubspotEvent), the same across retries of the same batch. A
-		// retry that batches them differently is stored again: handlers
-		// deduplicate by eventId.
+		// The body is a batch of up to 100 events; a retry sends them
+		// again with attemptNumber raised, so the body's hash would store a
+		// retry anew (review helper-124): the id is the hash of the batch
+		// without attemptNumber (hubspotEvent), the same across retries of
+		// the same batch. A retry that batches them differently is stored
+		// again: handlers deduplicate by eventId.
 		typeJSON:     "0.subscriptionType",
 		occurredJSON: "0.occurredAt",
 		// Nothing separates the URL from the body in the signed string, so
@@ -186,7 +184,7 @@ var timedProviders = []*preset{
 			Provider: "HubSpot (signature v3)",
 			Headers:  "X-HubSpot-Signature-v3, X-HubSpot-Request-Timestamp",
 			Signed:   "base64 HMAC-SHA256(client secret, method + URL + body + timestamp), URL with %3A %2F %3F %40 %21 %24 %27 %28 %29 %2A %2C %3B decoded; timestamp in ms, ±5 min",
-			ID:       "hash of the batch's subscriptionId:eventId pairs (not of the body: a retry raises each attemptNumber)",
+			ID:       "hash of the batch without its attemptNumbers (a retry raises them)",
 			Type:     "body [0].subscriptionType",
 			Occurred: "body [0].occurredAt (ms)",
 			Source:   "type: hubspot\nsecrets: [\"${HUBSPOT_CLIENT_SECRET}\"]\npublic_url: https://hooks.example.com/webhooks/hubspot   # the target URL set in HubSpot, when behind a proxy",
@@ -324,28 +322,28 @@ func hubspotEvent(req *Request, res Result, _ bool) (Result, error) {
 	return res, nil
 }
 
-// hubspotBatchID is "hubspot:" and the hex SHA-256 of a batch's sorted
-// "subscriptionId:eventId" pairs, or "" when an event has no eventId (the
-// body's hash is the id then).
+// hubspotBatchID is "hubspot:" and the hex SHA-256 of the batch with each
+// event's attemptNumber left out (the one field a retry changes), its keys
+// in order; "" when the body is not an array of objects (the body's hash is
+// the id then). Not the events' eventIds alone: HubSpot does not promise
+// them unique (every portal of an app shares its subscriptionIds), and two
+// events sharing them would be one (review helper-126).
 func hubspotBatchID(body []byte) string {
-	var events []struct {
-		EventID        json.Number `json:"eventId"`
-		SubscriptionID json.Number `json:"subscriptionId"`
-	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if err := d.Decode(&events); err != nil || len(events) == 0 {
+	var events []map[string]json.RawMessage
+	if err := json.Unmarshal(body, &events); err != nil || len(events) == 0 {
 		return ""
 	}
-	keys := make([]string, len(events))
-	for i, e := range events {
-		if e.EventID == "" {
+	for _, e := range events {
+		if e == nil {
 			return ""
 		}
-		keys[i] = string(e.SubscriptionID) + ":" + string(e.EventID)
+		delete(e, "attemptNumber")
 	}
-	slices.Sort(keys)
-	sum := sha256.Sum256([]byte(strings.Join(keys, ",")))
+	canon, err := json.Marshal(events) // map keys sorted
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(canon)
 	return "hubspot:" + hex.EncodeToString(sum[:])
 }
 

@@ -409,9 +409,9 @@ func TestHubSpot(t *testing.T) {
 	body := []byte(`[{"eventId":1745263710,"subscriptionId":2150032,"portalId":62515,"appId":1160452,"occurredAt":1699999999123,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":"customer","changeFlag":"UPDATED","changeSource":"CRM"}]`)
 	const u = "https://hooks.example.com/webhooks/hubspot"
 	good := hubspotSigned(timedSecret, u, testNow, body)
-	// The id: the batch's subscriptionId:eventId pairs, hashed.
-	pairs := sha256.Sum256([]byte("2150032:1745263710"))
-	want := Result{EventID: "hubspot:" + hex.EncodeToString(pairs[:]), EventType: "contact.propertyChange"}
+	// The id: the batch without attemptNumber, its keys in order, hashed.
+	canon := sha256.Sum256([]byte(`[{"appId":1160452,"changeFlag":"UPDATED","changeSource":"CRM","eventId":1745263710,"objectId":1246965,"occurredAt":1699999999123,"portalId":62515,"propertyName":"lifecyclestage","propertyValue":"customer","subscriptionId":2150032,"subscriptionType":"contact.propertyChange"}]`))
+	want := Result{EventID: "hubspot:" + hex.EncodeToString(canon[:]), EventType: "contact.propertyChange"}
 	behindProxy := func(c *Config) { c.PublicURL = u }
 	const escaped = u + "?from=a%3Ab%40c%2Fd%28e%29%2a%21%24%27%2C%3B%3F&q=a%20b%26c"
 	const decoded = u + "?from=a:b@c/d(e)*!$',;?&q=a%20b%26c" // %20 and %26 are not in HubSpot's table
