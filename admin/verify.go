@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,7 +174,8 @@ func (v *reverifier) check(e *storedEvent) (VerifyFailure, bool) {
 		}
 		return fail(verify.Reason(err), detail)
 	}
-	if res.EventID != e.externalID && !verify.PerDeliveryID(cfg) {
+	if res.EventID != e.externalID && !verify.PerDeliveryID(cfg) &&
+		!slices.Contains(verify.FormerEventIDs(cfg, http.Header(e.headers), e.body), e.externalID) {
 		return fail("event_id_changed", fmt.Sprintf("verifies, but with event id %q, not the stored one", res.EventID))
 	}
 	if res.EventType != e.eventType {

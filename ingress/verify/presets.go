@@ -48,6 +48,10 @@ type preset struct {
 	// of its own instead ("delivery:" + random): nothing is deduplicated,
 	// a provider's retry is stored again (at least once, as always).
 	perDelivery bool
+	// formerIDs are the ids earlier versions of the preset gave an event
+	// (an id rule changed: the stored id of an event stored before it is
+	// one of these), for re-verification to accept.
+	formerIDs func(header http.Header, body []byte) []string
 	// handshakes the provider checks the endpoint with.
 	handshakes []handshakeKind
 	// event, when set, completes or refuses a verified event's Result:
@@ -249,6 +253,28 @@ func SignsURL(cfg Config) bool {
 func PerDeliveryID(cfg Config) bool {
 	p := presets[cfg.Type]
 	return p != nil && p.perDelivery && cfg.EventIDHeader == "" && cfg.EventIDJSON == ""
+}
+
+// FormerEventIDs are the ids earlier versions of Inlet gave an event of a
+// source of cfg with these headers and body, where the preset's id rule has
+// changed since (WooCommerce, Sentry, HubSpot): re-verification accepts a
+// stored id that is one of them. None for a source that names its own id.
+func FormerEventIDs(cfg Config, header http.Header, body []byte) []string {
+	p := presets[cfg.Type]
+	if p == nil || p.formerIDs == nil || cfg.EventIDHeader != "" || cfg.EventIDJSON != "" {
+		return nil
+	}
+	return p.formerIDs(header, body)
+}
+
+// formerIDHeader is a formerIDs that read the id from header name.
+func formerIDHeader(name string) func(http.Header, []byte) []string {
+	return func(h http.Header, _ []byte) []string {
+		if v := h.Get(name); v != "" {
+			return []string{v}
+		}
+		return nil
+	}
 }
 
 func (v *presetVerifier) Verify(req *Request) (Result, error) {

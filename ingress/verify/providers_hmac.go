@@ -207,6 +207,7 @@ var bodyHMACProviders = []*preset{
 		// events of an Action Scheduler batch shared it, and the second was
 		// answered duplicate and lost. The id is the body's digest: the
 		// same event sent again is the same bytes.
+		formerIDs:  formerIDHeader("X-WC-Webhook-Delivery-ID"),
 		typeHeader: "X-WC-Webhook-Topic",
 		// The REST payloads of orders, products, customers and coupons
 		// carry date_modified_gmt (UTC without a zone); a deletion's
@@ -267,6 +268,7 @@ var bodyHMACProviders = []*preset{
 		// included (AppPlatformEvent builds the headers each time; review
 		// helper-124), so a retry was stored again. The id is the body's
 		// digest: a retry sends the same bytes.
+		formerIDs:  formerIDHeader("Request-ID"),
 		typeHeader: "Sentry-Hook-Resource",
 		// Sentry-Hook-Timestamp is not signed: it is read as the event's
 		// time, never checked as a signed timestamp.

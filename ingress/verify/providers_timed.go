@@ -168,6 +168,7 @@ var timedProviders = []*preset{
 		// again: handlers deduplicate by eventId.
 		typeJSON:     "0.subscriptionType",
 		occurredJSON: "0.occurredAt",
+		formerIDs:    func(_ http.Header, body []byte) []string { return []string{syntheticID(body)} }, // the body's hash, before
 		// Nothing separates the URL from the body in the signed string, so
 		// bytes move between a query's end and the body's start without
 		// changing it; a batch is always a JSON array, and no text moved
