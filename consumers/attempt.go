@@ -89,7 +89,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	extendDone := make(chan struct{})
 	go func() {
 		defer close(extendDone)
-		s.extendLease(extendCtx, ref, l, attrs)
+		s.extendLease(extendCtx, ref, l, h.Timeout, attrs)
 	}()
 	stopExtending := func() {
 		cancelExtending()
@@ -458,14 +458,25 @@ func (e *panicError) errorClass() ErrorClass { return ClassPanic }
 // extendLease pushes the lease out every LeaseExtend/3 until ctx ends or the
 // lease is lost. The handler keeps running either way: a lost lease only
 // means its outcome will not be recorded.
-func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, attrs []slog.Attr) {
+func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, timeout time.Duration, attrs []slog.Attr) {
 	t := time.NewTicker(s.cfg.LeaseExtend / 3)
 	defer t.Stop()
+	// A handler still running a LeaseExtend past its Timeout ignores its
+	// context: its lease is left to run out, and the reaper takes the job
+	// back (retried, or dead-lettered on its last attempt), as for a
+	// consumer that died. Extending it for as long as the handler blocked
+	// held the job, and its slot, for good (review helper-130).
+	giveUp := time.Now().Add(timeout + s.cfg.LeaseExtend)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Now().After(giveUp) {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "the handler has not returned a LeaseExtend past its Timeout (it ignores its context): its lease is no longer extended, and the reaper will take the job back",
+				append(attrs, slog.Duration("timeout", timeout))...)
+			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseExtend)
 		_, err := s.extend(cctx, ref, l)

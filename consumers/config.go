@@ -112,6 +112,16 @@ func defaultWorkerID() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
+// maxBatch bounds CompleteBatch and TakeBatch: a statement of that many
+// outcomes or reads is far past where batching pays (and a batching group's
+// queue is a channel of a multiple of it).
+const maxBatch = 10_000
+
+// anyTx reports whether a handler runs in a transaction (TxFunc).
+func (c Config) anyTx() bool {
+	return slices.ContainsFunc(c.Handlers, func(h Handler) bool { return h.TxFunc != nil })
+}
+
 // validate checks c after WithDefaults and names the bad field.
 func (c Config) validate() error {
 	if c.Pool == nil {
@@ -130,6 +140,16 @@ func (c Config) validate() error {
 		if j := slices.IndexFunc(c.Handlers[:i], func(o Handler) bool { return o.Name == h.Name }); j >= 0 {
 			return fmt.Errorf("handlers[%d].name: %q is also handlers[%d]", i, h.Name, j)
 		}
+	}
+	if c.CompleteBatch > maxBatch {
+		return fmt.Errorf("complete_batch: %d is more than %d", c.CompleteBatch, maxBatch)
+	}
+	if c.TakeBatch > maxBatch {
+		return fmt.Errorf("take_batch: %d is more than %d", c.TakeBatch, maxBatch)
+	}
+	if c.anyTx() && c.Pool.Config().MaxConns <= txReserve {
+		return fmt.Errorf("pool: %d connections, a transactional handler needs at least %d (its transaction holds one, and the service keeps %d for its own statements: the reads, lease extensions and outcomes)",
+			c.Pool.Config().MaxConns, txReserve+1, txReserve)
 	}
 	if c.LeaseExtend < minLeaseExtend {
 		return fmt.Errorf("lease_extend: %s is shorter than %s", c.LeaseExtend, minLeaseExtend)

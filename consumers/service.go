@@ -26,6 +26,11 @@ type Service struct {
 
 	mu    sync.Mutex
 	state int // stateNew, stateStarted, stateStopped
+	// stopped is closed when the first Stop has finished, stopErr its
+	// result: a later Stop waits for it (review helper-130: it returned nil
+	// while the first was still draining, and its caller closed the pool).
+	stopped chan struct{}
+	stopErr error
 
 	subCancel  context.CancelFunc      // ends the subscriptions
 	workCtx    context.Context         // parent of every attempt
@@ -225,15 +230,41 @@ func (s *Service) Start(ctx context.Context) error {
 // lease expires and the streamer's reaper retries the job, counting the
 // attempt (lease_expired, or dead_letter on its last attempt) since this
 // consumer extended the lease or another consumer of the handler was alive.
-// Stop on a service that is not running returns nil.
+// Stop on a service that never started, or that has stopped, returns nil;
+// a Stop while another is stopping the service waits for it (or for its own
+// ctx) and returns its result.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	if s.state != stateStarted {
+	switch s.state {
+	case stateNew:
 		s.mu.Unlock()
 		return nil
+	case stateStopped:
+		stopped := s.stopped
+		s.mu.Unlock()
+		select {
+		case <-stopped:
+			return nil // stopped before this call
+		default:
+		}
+		select {
+		case <-stopped:
+			return s.stopErr
+		case <-ctx.Done():
+			return fmt.Errorf("stop consumers: another Stop is still draining: %w", ctx.Err())
+		}
 	}
 	s.state = stateStopped
+	s.stopped = make(chan struct{})
 	s.mu.Unlock()
+	err := s.stop(ctx)
+	s.stopErr = err
+	close(s.stopped)
+	return err
+}
+
+// stop is Stop's work, run by the first Stop only.
+func (s *Service) stop(ctx context.Context) error {
 
 	s.subCancel()
 	// Readers return once the message they are handing out is done: its
