@@ -92,7 +92,11 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 				if !f.provider.MatchString(provider) || !f.etype.MatchString(etype) {
 					continue
 				}
-				if ok, _ := f.f.Match(ev); ok {
+				ok, err := f.f.MatchContext(ctx, ev)
+				if ctx.Err() != nil {
+					return total, err
+				}
+				if ok {
 					best = max(best, f.maxAttempts)
 				}
 			}

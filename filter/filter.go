@@ -22,8 +22,8 @@
 // An expression that fails to evaluate for an event (a field the payload
 // lacks, a type mismatch) does not match it, and Match says so with an
 // error; write has(payload.data.object.amount) to test for a field. Each
-// evaluation is bounded in cost and in time (MaxEvalTime), since the
-// payload is the sender's.
+// evaluation is bounded in cost (== and in on lists and maps charged by
+// their deep size), since the payload is the sender's.
 package filter
 
 import (
@@ -42,7 +42,10 @@ import (
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
 )
 
 // MaxLength bounds an expression's text.
@@ -52,19 +55,63 @@ const MaxLength = 4096
 // visited and per element of a list or map comprehension).
 const costLimit = 100_000
 
-// MaxEvalTime bounds one evaluation in time too: CEL charges == and != on
-// lists and maps by their top-level size while comparing them whole, so a
-// comparison of two large values of the payload inside a comprehension cost
-// one unit a pass and took seconds (22.7 s for a 480 KB body: review
-// helper-127). Comprehensions check for it every interruptEvery iterations;
-// past it the evaluation is an error: a miss, counted as one. A filter of a
-// real subscription takes microseconds: the bound is far above it, so no
-// pause of the process turns a match into a miss.
-const MaxEvalTime = 250 * time.Millisecond
-
 // interruptEvery is how many comprehension iterations run between checks of
-// MaxEvalTime.
+// the evaluation's context (MatchContext).
 const interruptEvery = 16
+
+// deepCost charges ==, != and in on lists and maps by their deep size (their
+// elements, and their elements' elements, ...), which is the work they do:
+// CEL's own charge is their top-level size, so a comparison of two large
+// values of the payload inside a comprehension cost one unit a pass and took
+// seconds within the cost limit (22.7 s for a 480 KB body: review
+// helper-127). Scalars keep CEL's charge. The count stops past costLimit:
+// one comparison over it ends the evaluation anyway.
+type deepCost struct{}
+
+func (deepCost) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 {
+	if function != operators.Equals && function != operators.NotEquals && function != operators.In && function != operators.OldIn {
+		return nil
+	}
+	var n uint64
+	composite := false
+	for _, a := range args {
+		switch a.(type) {
+		case traits.Lister, traits.Mapper:
+			composite = true
+			n += deepSize(a, costLimit+1-min(n, costLimit))
+		}
+	}
+	if !composite {
+		return nil
+	}
+	return &n
+}
+
+// deepSize counts v's elements at every depth, at most limit.
+func deepSize(v ref.Val, limit uint64) uint64 {
+	var n uint64
+	var walk func(ref.Val)
+	walk = func(v ref.Val) {
+		if n >= limit {
+			return
+		}
+		switch c := v.(type) {
+		case traits.Lister:
+			for it := c.Iterator(); it.HasNext() == types.True && n < limit; {
+				n++
+				walk(it.Next())
+			}
+		case traits.Mapper:
+			for it := c.Iterator(); it.HasNext() == types.True && n < limit; {
+				k := it.Next()
+				n++
+				walk(c.Get(k))
+			}
+		}
+	}
+	walk(v)
+	return n
+}
 
 // MaxPayload bounds the body parsed for a filter: a larger body is
 // evaluated with payload null. Every writer that evaluates filters (ingress
@@ -161,7 +208,8 @@ func Compile(expr string) (*Filter, error) {
 	if err := literalRegexes(ast); err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize), cel.InterruptCheckFrequency(interruptEvery))
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.CostTracking(deepCost{}), cel.EvalOptions(cel.OptOptimize),
+		cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
@@ -197,10 +245,18 @@ func literalRegexes(a *cel.Ast) error {
 // String is the expression.
 func (f *Filter) String() string { return f.expr }
 
-// Match reports whether ev passes the filter. An evaluation error (a
-// missing field, a non-bool result, the cost limit, MaxEvalTime) is a miss,
-// returned with the error so the caller can count it.
+// Match is MatchContext without a deadline of the caller's (the cost limit
+// bounds it).
 func (f *Filter) Match(ev Event) (bool, error) {
+	return f.MatchContext(context.Background(), ev)
+}
+
+// MatchContext reports whether ev passes the filter. An evaluation error (a
+// missing field, a non-bool result, the cost limit) is a miss, returned with
+// the error so the caller can count it. When ctx ends first the evaluation
+// stops (its comprehensions check it) and the error is ctx's: not a miss, the
+// caller's deadline (ingress answers 503, and the provider retries).
+func (f *Filter) MatchContext(ctx context.Context, ev Event) (bool, error) {
 	// Names that differ only in case are one header: their values are
 	// joined in the order of the names, so every evaluation sees the same.
 	names := slices.Sorted(maps.Keys(ev.Headers))
@@ -219,8 +275,6 @@ func (f *Filter) Match(ev Event) (bool, error) {
 		// zone; one instant must read alike on both.
 		occurred = ev.OccurredAt.UTC()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MaxEvalTime)
-	defer cancel()
 	out, _, err := f.prg.ContextEval(ctx, map[string]any{
 		"event": map[string]any{
 			"source": ev.Source, "type": ev.Type, "headers": headers, "occurred_at": occurred,
@@ -228,6 +282,9 @@ func (f *Filter) Match(ev Event) (bool, error) {
 		"payload": ev.Payload,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("filter %q: evaluation stopped: %w", f.expr, context.Cause(ctx))
+		}
 		return false, fmt.Errorf("filter %q: %w", f.expr, err)
 	}
 	b, ok := out.Value().(bool)

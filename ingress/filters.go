@@ -171,8 +171,12 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 			f.evaluations.WithLabelValues(s.handler, "error").Inc()
 			continue
 		}
-		ok, err := s.f.Match(ev)
+		ok, err := s.f.MatchContext(ctx, ev)
 		switch {
+		case err != nil && ctx.Err() != nil:
+			// The request's deadline, not the filter's verdict: the
+			// webhook is not stored (503), the provider retries.
+			return nil, version, err
 		case err != nil:
 			f.evaluations.WithLabelValues(s.handler, "error").Inc()
 		case ok:

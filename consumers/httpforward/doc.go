@@ -12,8 +12,9 @@
 // The internal service then trusts one shared secret instead of every
 // provider's scheme; Go services check requests with [Verify], which takes
 // v2 only: v2 covers what a service routes and deduplicates on (the event's
-// id, source and type; Idempotency-Key is the signed job's), v1 only the job
-// id and the body, and is sent for services that verify it still. Upgrade
+// id, source and type, as their headers carry them: see [HeaderValue];
+// Idempotency-Key is the signed job's), v1 only the job id and the body, and
+// is sent for services that verify it still. Upgrade
 // the consumers that forward before the services that verify. Any non-2xx
 // answer fails the attempt and is retried by the handler's backoff (class
 // http_4xx or http_5xx), or after the answer's Retry-After when that is

@@ -117,11 +117,12 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set(HeaderJobID, strconv.FormatInt(e.JobID, 10))
 	req.Header.Set(HeaderEventID, strconv.FormatInt(e.EventID, 10))
-	req.Header.Set(HeaderProvider, e.Provider)
-	req.Header.Set(HeaderEventType, e.EventType)
+	provider, eventType := HeaderValue(e.Provider), HeaderValue(e.EventType)
+	req.Header.Set(HeaderProvider, provider)
+	req.Header.Set(HeaderEventType, eventType)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(e.Attempt))
 	req.Header.Set(HeaderIdempotencyKey, e.IdempotencyKey())
-	req.Header.Set(HeaderSignature, Sign(f.secret, f.now(), Signed{JobID: e.JobID, EventID: e.EventID, Provider: e.Provider, EventType: e.EventType}, e.Body))
+	req.Header.Set(HeaderSignature, Sign(f.secret, f.now(), Signed{JobID: e.JobID, EventID: e.EventID, Provider: provider, EventType: eventType}, e.Body))
 
 	resp, err := f.client.Do(req)
 	if err != nil {

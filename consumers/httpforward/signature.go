@@ -46,6 +46,21 @@ type Signed struct {
 	EventType string
 }
 
+// HeaderValue is s as an HTTP header carries it, and so as v2 signs it: its
+// control characters (a newline, which net/http refuses to send, among them)
+// as '?', and without the spaces and tabs around it, which a header value
+// loses on the way. An event type from a body may hold either (review
+// helper-129: such an event failed every attempt, or its service's Verify).
+func HeaderValue(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+	return strings.Trim(s, " \t")
+}
+
 // Sign returns the Inlet-Signature value for body of the job at time t: a v1
 // over "<t>.<job id>.<body>" (for services verifying with an SDK before v2)
 // and a v2 over "<t>\n<job id>\n<event id>\n<provider>\n<event type>\n<body>",
@@ -85,7 +100,7 @@ func mac2(secret, ts string, s Signed, body []byte) []byte {
 // one matching, so a sender may sign with an old and a new secret during
 // rotation. The comparison is constant-time. A request signed with v1 only
 // (an Inlet consumer from before v2: upgrade the consumers before the
-// services that verify) is refused: v1 covers neither the event's id, source
+// services that verify) is refused, as is a second value of a signed header: v1 covers neither the event's id, source
 // nor type, which a captured request could then be resent with, changed.
 // Inlet-Attempt is not covered: a retry of the same attempt is the same
 // request.
@@ -114,7 +129,7 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	if key := header.Values(HeaderIdempotencyKey); len(key) > 1 || (len(key) == 1 && key[0] != idempotencyKey(jobID)) {
 		return fmt.Errorf("%w: %s is not the signed job's", ErrSignatureMismatch, HeaderIdempotencyKey)
 	}
-	for _, h := range []string{HeaderProvider, HeaderEventType} {
+	for _, h := range []string{HeaderJobID, HeaderEventID, HeaderProvider, HeaderEventType} {
 		if len(header.Values(h)) > 1 {
 			return ErrMalformedSignature
 		}

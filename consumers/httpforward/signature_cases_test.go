@@ -44,12 +44,13 @@ func newVerifyingService(t *testing.T) *verifyingService {
 	return s
 }
 
-// TestReviewSignedEventTypeWithOuterWhitespaceVerifies: a genuine forwarded
+// TestSignedEventTypeWithOuterWhitespaceVerifies, before the fix: a genuine forwarded
 // request for an event whose type begins or ends with a space or a tab never
 // verifies at the service, so the job is refused (401, class http_4xx) on
 // every attempt and ends dead-lettered.
 //
-// Defect: the v2 signature (signature.go mac2) covers e.EventType as
+// Regression test (review helper-129; fixed: the text describes the
+// behaviour before the fix). The v2 signature (signature.go mac2) covers e.EventType as
 // stored, but the value reaches the service through an HTTP header, and an
 // HTTP header value has no leading or trailing whitespace (RFC 9110 5.5:
 // OWS around a field value is not part of it; net/textproto trims it, as
@@ -61,13 +62,7 @@ func newVerifyingService(t *testing.T) *verifyingService {
 //
 // Expected: a genuine request verifies whatever the event type's text (the
 // metadata signed must be the metadata as the service receives it).
-//
-// Suggested fix: sign and send one encoding of the field that survives a
-// header (e.g. percent-encode Inlet-Event-Type / Inlet-Provider values that
-// are not plain visible ASCII without outer whitespace, with a flag or an
-// RFC 8187-style ext value), or at least sign the header text exactly as it
-// will be received (strings.Trim(" \t")) and document it.
-func TestReviewSignedEventTypeWithOuterWhitespaceVerifies(t *testing.T) {
+func TestSignedEventTypeWithOuterWhitespaceVerifies(t *testing.T) {
 	t.Parallel()
 	for _, typ := range []string{"order.created ", "\torder.created", " "} {
 		srv := newVerifyingService(t)
@@ -84,14 +79,15 @@ func TestReviewSignedEventTypeWithOuterWhitespaceVerifies(t *testing.T) {
 	}
 }
 
-// TestReviewForwardEventTypeWithControlCharacter: an event whose type holds
+// TestForwardEventTypeWithControlCharacter, before the fix: an event whose type holds
 // a newline (or any other control character but tab) is never delivered:
 // every attempt fails before a byte is sent, classed "network" (a transient
 // class: the handler's backoff retries it up to max_attempts, ~25 attempts
 // over days) and ends dead-lettered, with no way to succeed; a replay of
 // it fails again.
 //
-// Defect: forward.go sets Inlet-Event-Type (and Inlet-Provider) to the
+// Regression test (review helper-129; fixed: the text describes the
+// behaviour before the fix). forward.go sets Inlet-Event-Type (and Inlet-Provider) to the
 // stored text as is; net/http refuses to send a header value holding
 // CR, LF or another CTL ("net/http: invalid header field value for
 // \"Inlet-Event-Type\""), and forward.go:127-134 classes every client.Do
@@ -105,12 +101,7 @@ func TestReviewSignedEventTypeWithOuterWhitespaceVerifies(t *testing.T) {
 // Expected: the event is delivered (its type in a header-safe encoding,
 // signed as sent), or, at the very least, the failure is permanent and
 // says so (not a retried "network" error).
-//
-// Suggested fix: encode Inlet-Event-Type / Inlet-Provider values that are
-// not valid, trim-stable header values (percent-encoding, flagged), sign the
-// decoded value and decode in Verify; or refuse such a type at ingress with
-// a 400 before it is stored.
-func TestReviewForwardEventTypeWithControlCharacter(t *testing.T) {
+func TestForwardEventTypeWithControlCharacter(t *testing.T) {
 	t.Parallel()
 	srv := newVerifyingService(t)
 	f := newForwarder(t, httpforward.Config{URL: srv.URL})
@@ -126,12 +117,13 @@ func TestReviewForwardEventTypeWithControlCharacter(t *testing.T) {
 	}
 }
 
-// TestReviewVerifyRefusesDuplicatedSignedIDs: Verify refuses a request
+// TestVerifyRefusesDuplicatedSignedIDs, before the fix: Verify refuses a request
 // with two Inlet-Provider, two Inlet-Event-Type or two Idempotency-Key
 // values, but accepts one carrying a second Inlet-Job-Id or Inlet-Event-Id
 // appended to a captured request.
 //
-// Defect: signature.go Verify checks header.Values(...) > 1 for
+// Regression test (review helper-129; fixed: the text describes the
+// behaviour before the fix). signature.go Verify checks header.Values(...) > 1 for
 // Idempotency-Key, Inlet-Provider and Inlet-Event-Type (signature.go:114-121)
 // but reads Inlet-Job-Id and Inlet-Event-Id with header.Get (the first value)
 // and never looks for a second one. The duplicate checks exist because
@@ -145,11 +137,7 @@ func TestReviewForwardEventTypeWithControlCharacter(t *testing.T) {
 //
 // Expected: Verify refuses more than one Inlet-Job-Id or Inlet-Event-Id
 // value, as it does for the other signed headers (ErrMalformedSignature).
-//
-// Suggested fix: add HeaderJobID and HeaderEventID to the loop of
-// duplicate checks (before canonicalID), or a helper single(header, name)
-// used for every signed header.
-func TestReviewVerifyRefusesDuplicatedSignedIDs(t *testing.T) {
+func TestVerifyRefusesDuplicatedSignedIDs(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	body := []byte(`{"id":"evt_1"}`)
