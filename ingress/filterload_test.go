@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -31,7 +32,9 @@ import (
 // the same event later, serially, matches it.
 //
 // Expected: whether an event matches a filter depends on the event and the
-// filter only (every one of the 96 events gets its 'bulk' job).
+// filter only: every stored event of the burst gets its 'bulk' job (the
+// bound is now deterministic, deep cost; an evaluation that outlives its
+// request's deadline fails the insert, which the provider retries).
 func TestFilterMatchSurvivesConcurrentLoad(t *testing.T) {
 	// A 2-core ingress, as this machine and a small pod are.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
@@ -70,10 +73,15 @@ func TestFilterMatchSurvivesConcurrentLoad(t *testing.T) {
 		t.Fatalf("premise: the event inserted alone got %d 'bulk' jobs, want 1", n)
 	}
 
+	// Under load an insert may run out of its store timeout (answered 503:
+	// the provider retries); one that is stored has its 'bulk' job, however
+	// loaded the machine.
 	const burst = 96
 	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		mu       sync.Mutex
+		timedOut int
 	)
 	for i := range burst {
 		e := event(fmt.Sprintf("evt_burst_%d", i))
@@ -81,18 +89,24 @@ func TestFilterMatchSurvivesConcurrentLoad(t *testing.T) {
 		wg.Go(func() {
 			<-start // the burst arrives at once
 			if _, err := group.Insert(ctx, e); err != nil {
-				t.Error(err)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Error(err)
+				}
+				mu.Lock()
+				timedOut++
+				mu.Unlock()
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
 	all, bulk := jobs("all")-1, jobs("bulk")-1
-	if all != burst {
-		t.Fatalf("%d of %d events stored", all, burst)
+	t.Logf("%d of %d stored, %d ran out of their store timeout (not acknowledged)", all, burst, timedOut)
+	if all+timedOut < burst {
+		t.Fatalf("%d of %d events stored and %d timed out: some were lost", all, burst, timedOut)
 	}
-	if bulk != burst {
-		t.Errorf("%d events of a burst of %d, each one matching the filter when it arrives alone, got their 'bulk' job: "+
-			"%d were dropped from the handler because their evaluation passed filter.MaxEvalTime under load", bulk, burst, burst-bulk)
+	if bulk != all {
+		t.Errorf("%d of %d stored events, each one matching the filter when it arrives alone, got their 'bulk' job: "+
+			"%d were dropped from the handler (their evaluation judged a miss under load)", bulk, all, all-bulk)
 	}
 }
