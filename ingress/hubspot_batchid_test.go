@@ -1,19 +1,12 @@
 package ingress_test
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
 // Two distinct HubSpot events sharing subscriptionId and eventId are two
@@ -41,32 +34,18 @@ import (
 func TestHubSpotDistinctEventsSharingAnEventIDAreBothStored(t *testing.T) {
 	t.Parallel()
 	const secret = "hubspot-client-secret-review126"
-	dbURL := pgtest.NewDatabase(t)
-	b := setupWith(t, dbURL, func(c *ingress.Config) {
-		c.Sources = append(c.Sources, sources.Source{Name: "hubspot", Config: verify.Config{Type: "hubspot", Secrets: []string{secret}}})
-	})
-	const target = "/webhooks/hubspot"
+	b := setupSource(t, "hubspot", verify.Config{Type: "hubspot", Secrets: []string{secret}})
 	send := func(portal, object int64, value string, occurred int64) (int, string) {
 		body := fmt.Appendf(nil, `[{"eventId":100,"subscriptionId":2150032,"portalId":%d,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":%d,"propertyName":"lifecyclestage","propertyValue":%q,"changeFlag":"UPDATED","changeSource":"CRM","sourceId":"userId:1234567"}]`,
 			portal, occurred, object, value)
-		ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		m := hmac.New(sha256.New, []byte(secret))
-		m.Write([]byte("POST" + b.url + target))
-		m.Write(body)
-		m.Write([]byte(ts))
-		h := http.Header{
-			"X-HubSpot-Signature-v3":      {base64.StdEncoding.EncodeToString(m.Sum(nil))},
-			"X-HubSpot-Request-Timestamp": {ts},
-			"Content-Type":                {"application/json"},
-		}
-		return rawPost(t, b.url, target, h, body)
+		return postHubSpot(t, b, secret, body)
 	}
 	now := time.Now().UnixMilli()
 	if code, answer := send(62515, 1246965, "customer", now-2000); code != http.StatusOK {
 		t.Fatalf("portal 62515's event: %d %s", code, answer)
 	}
 	code, answer := send(99001, 5550001, "lead", now-1000)
-	n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'hubspot'`)
+	n := storedOf(t, b, "hubspot")
 	if n != 2 {
 		t.Errorf("two distinct HubSpot events (other portal, object, value and time; same subscriptionId and eventId, which HubSpot "+
 			"does not guarantee unique): %d stored, want 2; the second was answered %d %s", n, code, answer)

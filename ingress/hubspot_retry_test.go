@@ -1,19 +1,12 @@
 package ingress_test
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
 // HubSpot's retry of a batch (attemptNumber raised) is answered duplicate.
@@ -47,30 +40,12 @@ import (
 func TestHubSpotRetryIsNotADuplicate(t *testing.T) {
 	t.Parallel()
 	const secret = "hubspot-client-secret-review"
-	dbURL := pgtest.NewDatabase(t)
-	b := setupWith(t, dbURL, func(c *ingress.Config) {
-		c.Sources = append(c.Sources, sources.Source{Name: "hubspot", Config: verify.Config{Type: "hubspot", Secrets: []string{secret}}})
-	})
-	const target = "/webhooks/hubspot"
+	b := setupSource(t, "hubspot", verify.Config{Type: "hubspot", Secrets: []string{secret}})
 	occurred := time.Now().Add(-time.Second).UnixMilli()
-
 	send := func(attempt int) (int, string) {
 		body := fmt.Appendf(nil, `[{"eventId":1745263710,"subscriptionId":2150032,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"contact.propertyChange","attemptNumber":%d,"objectId":1246965,"propertyName":"lifecyclestage","propertyValue":"customer","changeFlag":"UPDATED","changeSource":"CRM","sourceId":"userId:1234567"},{"eventId":1745263711,"subscriptionId":2150033,"portalId":62515,"appId":1160452,"occurredAt":%d,"subscriptionType":"deal.creation","attemptNumber":%d,"objectId":9876543,"changeFlag":"CREATED","changeSource":"CRM"}]`,
 			occurred, attempt, occurred, attempt)
-		// HubSpot's v3 signature: base64 HMAC-SHA256(client secret,
-		// method + URI + body + timestamp), a fresh timestamp per attempt.
-		ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		m := hmac.New(sha256.New, []byte(secret))
-		m.Write([]byte("POST" + b.url + target))
-		m.Write(body)
-		m.Write([]byte(ts))
-		h := http.Header{
-			"X-HubSpot-Signature-v3":      {base64.StdEncoding.EncodeToString(m.Sum(nil))},
-			"X-HubSpot-Request-Timestamp": {ts},
-			"Content-Type":                {"application/json"},
-			"User-Agent":                  {"HubSpot Connect 2.0 (http://dev.hubspot.com/) - WebhooksExecutorDaemon-executor"},
-		}
-		code, answer := rawPost(t, b.url, target, h, body)
+		code, answer := postHubSpot(t, b, secret, body)
 		t.Logf("attemptNumber %d: %d %s", attempt, code, answer)
 		return code, answer
 	}
@@ -85,7 +60,7 @@ func TestHubSpotRetryIsNotADuplicate(t *testing.T) {
 		t.Fatalf("HubSpot's retry answered %d %s", code, answer)
 	}
 
-	n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'hubspot'`)
+	n := storedOf(t, b, "hubspot")
 	if n != 1 {
 		t.Errorf("one HubSpot batch and HubSpot's retry of it (same eventIds, attemptNumber 0 -> 1): %d events stored, want 1 "+
 			"(the id is the hash of a body that embeds attemptNumber, so a retry is never a duplicate)", n)

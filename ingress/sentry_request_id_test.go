@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
 // Sentry's retry of a webhook (a new Request-ID) is answered duplicate.
@@ -56,10 +53,7 @@ import (
 func TestSentryRetryIsNotADuplicate(t *testing.T) {
 	t.Parallel()
 	const secret = "sentry-client-secret-review"
-	dbURL := pgtest.NewDatabase(t)
-	b := setupWith(t, dbURL, func(c *ingress.Config) {
-		c.Sources = append(c.Sources, sources.Source{Name: "sentry", Config: verify.Config{Type: "sentry", Secrets: []string{secret}}})
-	})
+	b := setupSource(t, "sentry", verify.Config{Type: "sentry", Secrets: []string{secret}})
 
 	// One issue.created webhook, as Sentry serializes it (json.dumps: ", "
 	// and ": " separators), signed as SentryApp.build_signature does: hex
@@ -103,7 +97,7 @@ func TestSentryRetryIsNotADuplicate(t *testing.T) {
 		t.Fatalf("Sentry's retry answered %d %s", code, answer)
 	}
 
-	n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'sentry'`)
+	n := storedOf(t, b, "sentry")
 	if n != 1 {
 		t.Errorf("one Sentry webhook and Sentry's retry of it (same signed body, new Request-ID): %d events stored, want 1 "+
 			"(the preset's id is Request-ID, which Sentry mints with uuid4() on every send, so its retry is never a duplicate)", n)

@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inlet-dev/inlet/ingress"
-	"github.com/inlet-dev/inlet/ingress/sources"
 	"github.com/inlet-dev/inlet/ingress/verify"
-	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
 // Two WooCommerce events delivered within one second are two stored events.
@@ -46,10 +43,7 @@ import (
 func TestWooCommerceSameSecondDeliveriesAreNotDuplicates(t *testing.T) {
 	t.Parallel()
 	const secret = "woocommerce-webhook-secret"
-	dbURL := pgtest.NewDatabase(t)
-	b := setupWith(t, dbURL, func(c *ingress.Config) {
-		c.Sources = append(c.Sources, sources.Source{Name: "woocommerce", Config: verify.Config{Type: "woocommerce", Secrets: []string{secret}}})
-	})
+	b := setupSource(t, "woocommerce", verify.Config{Type: "woocommerce", Secrets: []string{secret}})
 
 	// What WooCommerce computes for webhook 12 in the second both deliveries
 	// leave in (wp_hash is an HMAC-MD5 keyed with the site's salt).
@@ -89,7 +83,7 @@ func TestWooCommerceSameSecondDeliveriesAreNotDuplicates(t *testing.T) {
 		t.Logf("order %d: %d %s", orderID, code, answer)
 	}
 
-	n := count(t, b.admin, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'woocommerce'`)
+	n := storedOf(t, b, "woocommerce")
 	if n != 2 {
 		t.Errorf("two distinct WooCommerce events (orders 1234 and 1235) delivered in the same second: %d stored, want 2 "+
 			"(the second was answered \"duplicate\" because both carry the X-WC-Webhook-Delivery-ID WooCommerce derives from the webhook id and the current second; it is lost)", n)
