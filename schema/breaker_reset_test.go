@@ -2,11 +2,8 @@ package schema_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/internal/pgtest"
 	"github.com/inlet-dev/inlet/schema/queries"
@@ -26,7 +23,6 @@ import (
 // success (failed attempts whose transaction began after its completion's).
 func TestBreakerResetAfterLaterFailuresKeepsThem(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	failures, interval := int32(3), time.Hour
 	breakerSetup(t, pool, "brk", 4, queries.UpsertHandlerLimitsParams{BreakerFailures: &failures, BreakerProbeInterval: &interval})
@@ -34,66 +30,19 @@ func TestBreakerResetAfterLaterFailuresKeepsThem(t *testing.T) {
 	if len(jobs) != 4 {
 		t.Fatalf("claimed %d of 4 jobs", len(jobs))
 	}
-	fail := func(j queries.ClaimLimitedJobsRow) {
-		t.Helper()
-		worker, class, text := "c", "http_5xx", "boom"
-		if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
-			q := queries.New(tx)
-			if _, err := q.FailJob(ctx, queries.FailJobParams{ID: j.ID, AttemptCount: j.AttemptCount, LastError: &text, LastErrorClass: &class,
-				Column5: time.Hour, AttemptedAt: &j.AttemptedAt, WorkerID: &worker}); err != nil {
-				return err
-			}
-			if _, err := q.InsertAttempt(ctx, queries.InsertAttemptParams{ID: j.ID, Attempt: j.AttemptCount, WorkerID: &worker,
-				StartedAt: j.AttemptedAt, Outcome: "failed", ErrorClass: &class, Error: &text}); err != nil {
-				return err
-			}
-			_, err := q.HandlerFailed(ctx, "brk")
-			return err
-		}); err != nil {
-			t.Fatalf("record a failure of job %d: %v", j.ID, err)
-		}
-	}
-	state := func() (circuit string, n int) {
-		t.Helper()
-		if err := pool.QueryRow(ctx, `SELECT circuit, consecutive_failures FROM webhook_ingress.handler_limits WHERE handler = 'brk'`).Scan(&circuit, &n); err != nil {
-			t.Fatal(err)
-		}
-		return circuit, n
-	}
-	reset := func(j queries.ClaimLimitedJobsRow) {
-		t.Helper()
-		if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
-			q := queries.New(tx)
-			if err := q.LockHandlerLimits(ctx, "brk"); err != nil {
-				return err
-			}
-			_, err := q.HandlerSucceeded(ctx, queries.HandlerSucceededParams{JobID: j.ID, EventReceivedAt: j.EventReceivedAt, Handler: "brk"})
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			return err
-		}); err != nil {
-			t.Fatalf("reset for job %d: %v", j.ID, err)
-		}
-	}
-
-	// The success commits.
+	// The success commits; three failures after it (each transaction
+	// begins later): open.
 	ok := jobs[0]
-	done, err := queries.New(pool).CompleteJobs(ctx, queries.CompleteJobsParams{Column1: []int64{ok.ID}, Column2: []int32{ok.AttemptCount},
-		Column3: []time.Time{ok.EventReceivedAt}, Column4: []time.Time{ok.AttemptedAt}, Column5: "c"})
-	if err != nil || len(done) != 1 {
-		t.Fatalf("complete job %d: %v %v", ok.ID, done, err)
-	}
-	// Three failures after it (each transaction begins later): open.
+	breakerComplete(t, pool, ok)
 	for _, j := range jobs[1:] {
-		fail(j)
+		breakerFailJob(t, pool, "brk", j)
 	}
-	if c, n := state(); c != "open" || n != 3 {
+	if c, n := breakerState(t, pool, "brk"); c != "open" || n != 3 {
 		t.Fatalf("after 3 failures: circuit %s, %d failures; want open, 3", c, n)
 	}
 	// The success's reset lands now.
-	reset(ok)
-	if c, n := state(); c != "open" || n != 3 {
+	breakerReset(t, pool, "brk", ok)
+	if c, n := breakerState(t, pool, "brk"); c != "open" || n != 3 {
 		t.Fatalf("a reset for a success before 3 failures, landing after them: circuit %s, %d consecutive failures; "+
 			"want open, 3 (nothing succeeded since)", c, n)
 	}
@@ -117,30 +66,11 @@ func TestBreakerResetForgivesEarlierFailures(t *testing.T) {
 	if len(probe) != 1 {
 		t.Fatalf("probe: %d leased", len(probe))
 	}
-	j := probe[0]
-	if done, err := queries.New(pool).CompleteJobs(ctx, queries.CompleteJobsParams{Column1: []int64{j.ID}, Column2: []int32{j.AttemptCount},
-		Column3: []time.Time{j.EventReceivedAt}, Column4: []time.Time{j.AttemptedAt}, Column5: "c"}); err != nil || len(done) != 1 {
-		t.Fatalf("complete the probe: %v %v", done, err)
+	breakerComplete(t, pool, probe[0])
+	if r := breakerReset(t, pool, "brk", probe[0]); r.Was == "closed" || r.Now != "closed" {
+		t.Errorf("reset after the probe succeeded: was %q, now %q; want closed from open or half_open", r.Was, r.Now)
 	}
-	if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
-		q := queries.New(tx)
-		if err := q.LockHandlerLimits(ctx, "brk"); err != nil {
-			return err
-		}
-		r, err := q.HandlerSucceeded(ctx, queries.HandlerSucceededParams{JobID: j.ID, EventReceivedAt: j.EventReceivedAt, Handler: "brk"})
-		if err == nil && (r.Was == "closed" || r.Now != "closed") {
-			t.Errorf("reset after the probe succeeded: was %s, now %s; want closed from open or half_open", r.Was, r.Now)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("reset: %v", err)
-	}
-	var circuit string
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT circuit, consecutive_failures FROM webhook_ingress.handler_limits WHERE handler = 'brk'`).Scan(&circuit, &n); err != nil {
-		t.Fatal(err)
-	}
-	if circuit != "closed" || n != 0 {
-		t.Fatalf("after the probe succeeded: circuit %s, %d failures; want closed, 0", circuit, n)
+	if c, n := breakerState(t, pool, "brk"); c != "closed" || n != 0 {
+		t.Fatalf("after the probe succeeded: circuit %s, %d failures; want closed, 0", c, n)
 	}
 }

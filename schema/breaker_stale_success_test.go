@@ -49,24 +49,12 @@ func TestBreakerResetMovesLastSuccessWhenNothingElseChanges(t *testing.T) {
 		t.Fatalf("claimed %d of 3 jobs", len(jobs))
 	}
 	f, s, d := jobs[0], jobs[1], jobs[2]
-	worker, class, text := "c", "http_5xx", "boom"
-	recordFailure := func(tx pgx.Tx, j queries.ClaimLimitedJobsRow) error {
-		q := queries.New(tx)
-		if _, err := q.FailJob(ctx, queries.FailJobParams{ID: j.ID, AttemptCount: j.AttemptCount, LastError: &text, LastErrorClass: &class,
-			Column5: time.Hour, AttemptedAt: &j.AttemptedAt, WorkerID: &worker}); err != nil {
-			return err
-		}
-		_, err := q.InsertAttempt(ctx, queries.InsertAttemptParams{ID: j.ID, Attempt: j.AttemptCount, WorkerID: &worker,
-			StartedAt: j.AttemptedAt, Outcome: "failed", ErrorClass: &class, Error: &text})
-		return err
-	}
-	state := func() (circuit string, n int, last *time.Time) {
+	lastSuccess := func() (last *time.Time) {
 		t.Helper()
-		if err := pool.QueryRow(ctx, `SELECT circuit, consecutive_failures, last_success_at FROM webhook_ingress.handler_limits WHERE handler = 'brk'`).
-			Scan(&circuit, &n, &last); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT last_success_at FROM webhook_ingress.handler_limits WHERE handler = 'brk'`).Scan(&last); err != nil {
 			t.Fatal(err)
 		}
-		return circuit, n, last
+		return last
 	}
 
 	// F's failure transaction begins (as the consumer's record does), and
@@ -79,32 +67,16 @@ func TestBreakerResetMovesLastSuccessWhenNothingElseChanges(t *testing.T) {
 	if _, err := ftx.Exec(ctx, "SET LOCAL ROLE webhook_worker"); err != nil {
 		t.Fatal(err)
 	}
-	if err := recordFailure(ftx, f); err != nil {
+	if err := breakerRecordFailure(ctx, ftx, f); err != nil {
 		t.Fatalf("F's FailJob/InsertAttempt: %v", err)
 	}
 	time.Sleep(20 * time.Millisecond) // S's completion begins strictly after F's transaction
 
 	// S succeeds and its reset runs as the consumer's (LockHandlerLimits,
 	// HandlerSucceeded).
-	done, err := queries.New(pool).CompleteJobs(ctx, queries.CompleteJobsParams{Column1: []int64{s.ID}, Column2: []int32{s.AttemptCount},
-		Column3: []time.Time{s.EventReceivedAt}, Column4: []time.Time{s.AttemptedAt}, Column5: "c"})
-	if err != nil || len(done) != 1 {
-		t.Fatalf("complete S: %v %v", done, err)
-	}
-	if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
-		q := queries.New(tx)
-		if err := q.LockHandlerLimits(ctx, "brk"); err != nil {
-			return err
-		}
-		_, err := q.HandlerSucceeded(ctx, queries.HandlerSucceededParams{JobID: s.ID, EventReceivedAt: s.EventReceivedAt, Handler: "brk"})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("S's reset: %v", err)
-	}
-	_, _, lastAfterS := state()
+	breakerComplete(t, pool, s)
+	breakerReset(t, pool, "brk", s)
+	lastAfterS := lastSuccess()
 
 	// F's HandlerFailed runs now (it had waited for the row) and commits.
 	if _, err := queries.New(ftx).HandlerFailed(ctx, "brk"); err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -115,20 +87,9 @@ func TestBreakerResetMovesLastSuccessWhenNothingElseChanges(t *testing.T) {
 	}
 
 	// D fails after S: the only failure since the handler's newest success.
-	if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
-		if err := recordFailure(tx, d); err != nil {
-			return err
-		}
-		_, err := queries.New(tx).HandlerFailed(ctx, "brk")
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("D's failure: %v", err)
-	}
+	breakerFailJob(t, pool, "brk", d)
 
-	c, n, _ := state()
+	c, n := breakerState(t, pool, "brk")
 	if c != "closed" || n != 1 {
 		t.Errorf("one failure (D) after the handler's newest success S, breaker_failures 2: circuit %s, %d consecutive failures; "+
 			"want closed, 1 (F began before S and must not count; S's reset wrote nothing, last_success_at after it: %v)", c, n, lastAfterS)

@@ -150,3 +150,80 @@ func TestHalfOpenLeasesOneProbeAtATime(t *testing.T) {
 			reviewCircuit(t, pool, "brk"), first[0].ID, len(second), running)
 	}
 }
+
+// breakerRecordFailure records attempt j's failure in tx as the consumer's
+// record does before its HandlerFailed: FailJob, then its history row.
+func breakerRecordFailure(ctx context.Context, tx pgx.Tx, j queries.ClaimLimitedJobsRow) error {
+	worker, class, text := "c", "http_5xx", "boom"
+	q := queries.New(tx)
+	if _, err := q.FailJob(ctx, queries.FailJobParams{ID: j.ID, AttemptCount: j.AttemptCount, LastError: &text, LastErrorClass: &class,
+		Column5: time.Hour, AttemptedAt: &j.AttemptedAt, WorkerID: &worker}); err != nil {
+		return err
+	}
+	_, err := q.InsertAttempt(ctx, queries.InsertAttemptParams{ID: j.ID, Attempt: j.AttemptCount, WorkerID: &worker,
+		StartedAt: j.AttemptedAt, Outcome: "failed", ErrorClass: &class, Error: &text})
+	return err
+}
+
+// breakerFailJob records attempt j's failure against h's breaker, as the
+// consumer does, in a transaction of its own.
+func breakerFailJob(t *testing.T, pool *pgxpool.Pool, h string, j queries.ClaimLimitedJobsRow) {
+	t.Helper()
+	ctx := context.Background()
+	if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
+		if err := breakerRecordFailure(ctx, tx, j); err != nil {
+			return err
+		}
+		_, err := queries.New(tx).HandlerFailed(ctx, h)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("record a failure of job %d: %v", j.ID, err)
+	}
+}
+
+// breakerComplete completes attempt j as the consumer's CompleteJobs does.
+func breakerComplete(t *testing.T, pool *pgxpool.Pool, j queries.ClaimLimitedJobsRow) {
+	t.Helper()
+	done, err := queries.New(pool).CompleteJobs(context.Background(), queries.CompleteJobsParams{Column1: []int64{j.ID}, Column2: []int32{j.AttemptCount},
+		Column3: []time.Time{j.EventReceivedAt}, Column4: []time.Time{j.AttemptedAt}, Column5: "c"})
+	if err != nil || len(done) != 1 {
+		t.Fatalf("complete job %d: %v %v", j.ID, done, err)
+	}
+}
+
+// breakerReset runs h's breaker reset for success j as the consumer does
+// (LockHandlerLimits, then HandlerSucceeded) and returns the circuit before
+// and after ("" when nothing changed).
+func breakerReset(t *testing.T, pool *pgxpool.Pool, h string, j queries.ClaimLimitedJobsRow) queries.HandlerSucceededRow {
+	t.Helper()
+	ctx := context.Background()
+	var r queries.HandlerSucceededRow
+	if err := asRoleCommit(t, pool, "webhook_worker", func(tx pgx.Tx) error {
+		q := queries.New(tx)
+		if err := q.LockHandlerLimits(ctx, h); err != nil {
+			return err
+		}
+		var err error
+		r, err = q.HandlerSucceeded(ctx, queries.HandlerSucceededParams{JobID: j.ID, EventReceivedAt: j.EventReceivedAt, Handler: h})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("reset for job %d: %v", j.ID, err)
+	}
+	return r
+}
+
+// breakerState is h's circuit and consecutive failures.
+func breakerState(t *testing.T, pool *pgxpool.Pool, h string) (circuit string, n int) {
+	t.Helper()
+	if err := pool.QueryRow(context.Background(), `SELECT circuit, consecutive_failures FROM webhook_ingress.handler_limits WHERE handler = $1`, h).
+		Scan(&circuit, &n); err != nil {
+		t.Fatal(err)
+	}
+	return circuit, n
+}
