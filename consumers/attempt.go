@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -87,9 +88,12 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 
 	extendCtx, cancelExtending := context.WithCancel(ctx)
 	extendDone := make(chan struct{})
+	// When the handler's Timeout ends (unix ns), set once it starts: the
+	// wait for a transactional handler's connection is not its time.
+	var handlerDeadline atomic.Int64
 	go func() {
 		defer close(extendDone)
-		s.extendLease(extendCtx, ref, l, h.Timeout, attrs)
+		s.extendLease(extendCtx, ref, l, &handlerDeadline, attrs)
 	}()
 	stopExtending := func() {
 		cancelExtending()
@@ -115,7 +119,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	if h.TxFunc != nil {
 		var outcome string
 		var recorded bool
-		timedOut, outcome, recorded, herr = s.runTx(ctx, h, ref, l, ev, stopExtending)
+		timedOut, outcome, recorded, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, &handlerDeadline)
 		returned = true
 		handlerDone()
 		if recorded {
@@ -123,6 +127,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 			return
 		}
 	} else {
+		handlerDeadline.Store(time.Now().Add(h.Timeout).UnixNano())
 		herr, timedOut = s.run(ctx, h, ev)
 		returned = true
 		stopExtending()
@@ -458,24 +463,25 @@ func (e *panicError) errorClass() ErrorClass { return ClassPanic }
 // extendLease pushes the lease out every LeaseExtend/3 until ctx ends or the
 // lease is lost. The handler keeps running either way: a lost lease only
 // means its outcome will not be recorded.
-func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, timeout time.Duration, attrs []slog.Attr) {
+func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, handlerDeadline *atomic.Int64, attrs []slog.Attr) {
 	t := time.NewTicker(s.cfg.LeaseExtend / 3)
 	defer t.Stop()
-	// A handler still running a LeaseExtend past its Timeout ignores its
-	// context: its lease is left to run out, and the reaper takes the job
-	// back (retried, or dead-lettered on its last attempt), as for a
-	// consumer that died. Extending it for as long as the handler blocked
-	// held the job, and its slot, for good (review helper-130).
-	giveUp := time.Now().Add(timeout + s.cfg.LeaseExtend)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if time.Now().After(giveUp) {
+		// A handler still running a LeaseExtend past its Timeout (counted
+		// from when it started: a transactional handler's wait for a
+		// connection is not its time, review helper-131) ignores its
+		// context: its lease is left to run out, and the reaper takes the
+		// job back (retried, or dead-lettered on its last attempt), as for
+		// a consumer that died. Extending it for as long as the handler
+		// blocked held the job, and its slot, for good (review helper-130).
+		if d := handlerDeadline.Load(); d != 0 && time.Now().After(time.Unix(0, d).Add(s.cfg.LeaseExtend)) {
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "the handler has not returned a LeaseExtend past its Timeout (it ignores its context): its lease is no longer extended, and the reaper will take the job back",
-				append(attrs, slog.Duration("timeout", timeout))...)
+				attrs...)
 			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseExtend)

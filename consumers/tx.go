@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,7 +95,7 @@ const ClassTransaction ErrorClass = "transaction"
 // was written (or fenced out), the outcome recorded with recorded true; and
 // the handler's error (or the transaction's, classed [ClassTransaction]) to
 // be recorded as a failed attempt.
-func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error) {
+func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded bool, herr error) {
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
@@ -115,6 +116,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		stopExtending()
 	}
 	deadline := time.Now().Add(h.Timeout) // the attempt's, whatever runs again
+	handlerDeadline.Store(deadline.UnixNano())
 	for try := 1; ; try++ {
 		var rerun bool
 		// A run again begins with the extender stopped (by the last run).

@@ -59,31 +59,52 @@ const costLimit = 100_000
 // the evaluation's context (MatchContext).
 const interruptEvery = 16
 
-// deepCost charges ==, != and in on lists and maps by their deep size (their
-// elements, and their elements' elements, ...), which is the work they do:
-// CEL's own charge is their top-level size, so a comparison of two large
-// values of the payload inside a comprehension cost one unit a pass and took
-// seconds within the cost limit (22.7 s for a 480 KB body: review
-// helper-127). Scalars keep CEL's charge. The count stops past costLimit:
-// one comparison over it ends the evaluation anyway.
+// deepCost charges what ==, != and in do when they walk lists and maps:
+// CEL charges an == of two lists or maps their top-level size while
+// comparing them whole, so a comparison of two large values of the payload
+// inside a comprehension cost one unit a pass and took seconds within the
+// cost limit (22.7 s for a 480 KB body: review helper-127). An == or != of
+// two lists (or two maps) is charged the smaller deep size (their
+// elements, and their elements' elements, ...), which bounds the walk; x in
+// a list is charged the list's length times x's deep size. Everything else
+// keeps CEL's charge: a key looked up in a map, a comparison of values of
+// different kinds or sizes decided at once, scalars (charging those by the
+// payload's size dropped ordinary filters on large payloads: review
+// helper-131). A count stops past costLimit: over it the evaluation ends.
 type deepCost struct{}
 
 func (deepCost) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 {
-	if function != operators.Equals && function != operators.NotEquals && function != operators.In && function != operators.OldIn {
+	if len(args) != 2 {
 		return nil
 	}
 	var n uint64
-	composite := false
-	for _, a := range args {
-		switch a.(type) {
-		case traits.Lister, traits.Mapper:
-			composite = true
-			n += deepSize(a, costLimit+1-min(n, costLimit))
+	switch function {
+	case operators.Equals, operators.NotEquals:
+		a, aList := args[0].(traits.Lister)
+		b, bList := args[1].(traits.Lister)
+		_, aMap := args[0].(traits.Mapper)
+		_, bMap := args[1].(traits.Mapper)
+		switch {
+		case aList && bList:
+			if a.Size() != b.Size() {
+				return nil // unequal at once
+			}
+		case aMap && bMap:
+		default:
+			return nil
 		}
-	}
-	if !composite {
+		n = min(deepSize(args[0], costLimit+1), deepSize(args[1], costLimit+1))
+	case operators.In, operators.OldIn:
+		list, ok := args[1].(traits.Lister)
+		if !ok {
+			return nil // a map: one lookup
+		}
+		size, _ := list.Size().(types.Int)
+		n = uint64(max(size, 0)) * max(deepSize(args[0], costLimit+1), 1) //nolint:gosec // G115: a size is not negative
+	default:
 		return nil
 	}
+	n = min(n, costLimit+1)
 	return &n
 }
 
