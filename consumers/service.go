@@ -60,6 +60,9 @@ type Service struct {
 	// txSlots caps the transactional handlers' open transactions (see
 	// txReserve); nil when no handler has a TxFunc.
 	txSlots chan struct{}
+	// txWait bounds one attempt's wait for a txSlots place: the longest an
+	// honest queue takes (see txWaitBound).
+	txWait time.Duration
 	// txDefaultAboveRC: the pool's transactions run REPEATABLE READ or
 	// SERIALIZABLE by default (read at Start when a handler has a TxFunc).
 	txDefaultAboveRC bool
@@ -122,6 +125,7 @@ func New(cfg Config) (*Service, error) {
 		}
 	}
 	s.txSlots = txSlots(cfg)
+	s.txWait = txWaitBound(cfg, cap(s.txSlots))
 	s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	return s, nil
 }
@@ -135,6 +139,27 @@ func New(cfg Config) (*Service, error) {
 // and let its own leases expire (its jobs retried, and dead-lettered, while
 // still running).
 const txReserve = 2
+
+// txWaitBound is how long an attempt may wait for a place among slots
+// handler transactions: every transactional attempt of the process ahead of
+// it, slots at a time, each taking at most its Timeout and a LeaseExtend
+// (past which its lease is no longer extended). A wait longer than that is
+// behind a handler that ignores its context: the attempt then fails, class
+// transaction, rather than holding its job, its lease extended, for good
+// (review helper-132).
+func txWaitBound(cfg Config, slots int) time.Duration {
+	want, longest := 0, time.Duration(0)
+	for _, h := range cfg.Handlers {
+		if h.TxFunc != nil {
+			want += h.Concurrency
+			longest = max(longest, h.Timeout)
+		}
+	}
+	if want == 0 || slots == 0 {
+		return 0
+	}
+	return (longest + cfg.LeaseExtend) * time.Duration((want+slots-1)/slots)
+}
 
 // txSlots returns the semaphore of handler transactions: the pool's size
 // less txReserve, at least one.

@@ -99,12 +99,18 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
+	wait := time.NewTimer(s.txWait)
 	select {
 	case s.txSlots <- struct{}{}:
+		wait.Stop()
 		defer func() { <-s.txSlots }()
 	case <-ctx.Done():
+		wait.Stop()
 		stopExtending()
 		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
+	case <-wait.C:
+		stopExtending()
+		return false, "", false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: the transactions' connections stay held (a transactional handler that ignores its context?)", s.txWait), ClassTransaction)
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
 	// transaction and not extended while it is open: an extension from

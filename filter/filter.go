@@ -43,6 +43,7 @@ import (
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
@@ -73,7 +74,19 @@ const interruptEvery = 16
 // helper-131). A count stops past costLimit: over it the evaluation ends.
 type deepCost struct{}
 
-func (deepCost) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 {
+func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *uint64 {
+	if len(args) == 1 && (stringWalks[overload] || stringWalks[function]) {
+		// size() counts a string's code points, double() and the other
+		// conversions parse all of it: CEL charges them 1 (review
+		// helper-132: a 1 MB string's size() in a comprehension ran for
+		// seconds within the limit). Charged as CEL charges its other walks
+		// of a string: a tenth of a unit a byte.
+		if str, ok := args[0].(types.String); ok {
+			n := min(uint64(len(str))/10+1, costLimit+1)
+			return &n
+		}
+		return nil
+	}
 	if len(args) != 2 {
 		return nil
 	}
@@ -106,6 +119,17 @@ func (deepCost) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 
 	}
 	n = min(n, costLimit+1)
 	return &n
+}
+
+// stringWalks are the one-argument calls that read a string argument whole,
+// by overload (a string's known at compile time) or by function (one of the
+// payload's, dyn, dispatched at run time).
+var stringWalks = map[string]bool{
+	overloads.SizeString: true, overloads.SizeStringInst: true,
+	overloads.StringToDouble: true, overloads.StringToInt: true, overloads.StringToUint: true,
+	overloads.StringToTimestamp: true, overloads.StringToDuration: true,
+	overloads.Size: true, overloads.TypeConvertDouble: true, overloads.TypeConvertInt: true, overloads.TypeConvertUint: true,
+	overloads.TypeConvertTimestamp: true, overloads.TypeConvertDuration: true,
 }
 
 // deepSize counts v's elements at every depth, at most limit.
