@@ -113,7 +113,7 @@ func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *
 			return nil // a map: one lookup
 		}
 		size, _ := list.Size().(types.Int)
-		n = uint64(max(size, 0)) * max(deepSize(args[0], costLimit+1), 1) //nolint:gosec // G115: a size is not negative
+		n = uint64(max(size, 0)) * max(deepSize(args[0], costLimit+1), 1)
 	default:
 		return nil
 	}
