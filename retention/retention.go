@@ -413,9 +413,11 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		}
 		part.Events, part.Jobs, part.Attempts, part.SealedThrough = d.Events, d.Jobs, d.Attempts, d.SealedThrough
 		part.Verdict = Dropped
-		// Its dedupe keys go after the drop, outside its locks (044); the
-		// record makes a later run delete them if this one stops first.
-		return q.RetentionKeysDue(ctx, queries.RetentionKeysDueParams{PeriodStart: p.Start, PeriodEnd: p.End})
+		// Its dedupe keys go after the drop, outside its locks (044):
+		// drop_partition's retention_log row records the period in
+		// retention_keys_due (057), so a later run deletes them if this one
+		// stops first, whichever version dropped it.
+		return nil
 	})
 	var pgErr *pgconn.PgError
 	switch {

@@ -55,15 +55,9 @@ SELECT count(*) AS events,
        coalesce(max(received_at), 'epoch')::timestamptz AS newest
 FROM webhook_ingress.events_default;
 
--- name: RetentionKeysDue :exec
--- Record a period drop_partition just dropped, in the drop's transaction:
--- its dedupe keys are deleted by RetentionDeleteDueKeys (054).
-INSERT INTO webhook_ingress.retention_keys_due (period_start, period_end)
-VALUES (sqlc.arg(period_start)::timestamptz, sqlc.arg(period_end)::timestamptz)
-ON CONFLICT (period_start) DO NOTHING;
-
 -- name: RetentionDeleteDueKeys :one
--- The dedupe keys of every dropped period recorded in retention_keys_due,
+-- The dedupe keys of every dropped period recorded in retention_keys_due
+-- (by the trigger on retention_log, 057),
 -- and the records, in one statement (a run interrupted before it leaves the
 -- records for the next run). inlet retention runs it after drop_partition
 -- committed, outside its locks (044): an old key arriving meanwhile waits on

@@ -85,7 +85,8 @@ type RetentionDeleteDueKeysRow struct {
 	Keys    int64
 }
 
-// The dedupe keys of every dropped period recorded in retention_keys_due,
+// The dedupe keys of every dropped period recorded in retention_keys_due
+// (by the trigger on retention_log, 057),
 // and the records, in one statement (a run interrupted before it leaves the
 // records for the next run). inlet retention runs it after drop_partition
 // committed, outside its locks (044): an old key arriving meanwhile waits on
@@ -122,24 +123,6 @@ func (q *Queries) RetentionDropPartition(ctx context.Context, periodStart time.T
 		&i.SealedThrough,
 	)
 	return i, err
-}
-
-const RetentionKeysDue = `-- name: RetentionKeysDue :exec
-INSERT INTO webhook_ingress.retention_keys_due (period_start, period_end)
-VALUES ($1::timestamptz, $2::timestamptz)
-ON CONFLICT (period_start) DO NOTHING
-`
-
-type RetentionKeysDueParams struct {
-	PeriodStart time.Time
-	PeriodEnd   time.Time
-}
-
-// Record a period drop_partition just dropped, in the drop's transaction:
-// its dedupe keys are deleted by RetentionDeleteDueKeys (054).
-func (q *Queries) RetentionKeysDue(ctx context.Context, arg RetentionKeysDueParams) error {
-	_, err := q.db.Exec(ctx, RetentionKeysDue, arg.PeriodStart, arg.PeriodEnd)
-	return err
 }
 
 const RetentionKeysPending = `-- name: RetentionKeysPending :one
