@@ -142,11 +142,12 @@ const txReserve = 2
 
 // txWaitBound is how long an attempt may wait for a place among slots
 // handler transactions: every transactional attempt of the process ahead of
-// it, slots at a time, each taking at most its Timeout and a LeaseExtend
-// (past which its lease is no longer extended). A wait longer than that is
-// behind a handler that ignores its context: the attempt then fails, class
-// transaction, rather than holding its job, its lease extended, for good
-// (review helper-132).
+// it, slots at a time, each holding its place for at most its Timeout, its
+// completion and commit (recordTimeout, after the Timeout: review
+// helper-133), a rollback's giveBackTimeout and a LeaseExtend. A wait longer
+// than that is behind a transaction that does not end: the attempt then
+// fails, class transaction, rather than holding its job, its lease
+// extended, for good (review helper-132).
 func txWaitBound(cfg Config, slots int) time.Duration {
 	want, longest := 0, time.Duration(0)
 	for _, h := range cfg.Handlers {
@@ -158,7 +159,7 @@ func txWaitBound(cfg Config, slots int) time.Duration {
 	if want == 0 || slots == 0 {
 		return 0
 	}
-	return (longest + cfg.LeaseExtend) * time.Duration((want+slots-1)/slots)
+	return (longest + recordTimeout + giveBackTimeout + cfg.LeaseExtend) * time.Duration((want+slots-1)/slots)
 }
 
 // txSlots returns the semaphore of handler transactions: the pool's size

@@ -110,7 +110,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
 	case <-wait.C:
 		stopExtending()
-		return false, "", false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: the transactions' connections stay held (a transactional handler that ignores its context?)", s.txWait), ClassTransaction)
+		return false, "", false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: the transactions ahead held theirs longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)", s.txWait), ClassTransaction)
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
 	// transaction and not extended while it is open: an extension from

@@ -34,8 +34,9 @@ import (
 // bounded the wait as well.
 //
 // Here: pool of 3 (one transaction slot), Concurrency 2, Timeout 1 s,
-// LeaseExtend 600 ms, MaxAttempts 2. The first run ever blocks ignoring its
-// context; every other run returns at once. Within 20 s both jobs should
+// LeaseExtend 600 ms, MaxAttempts 1 (was 2: each wait now takes up to the
+// bound, 43 s here). The first run ever blocks ignoring its context; every
+// other run returns at once. Within the bound both jobs should
 // reach a final state (the stuck one dead-lettered after its retry could not
 // run either, the other one likewise, or completed elsewhere); instead job 2
 // stays 'leased' on attempt 1 with its lease pushed out every 200 ms.
@@ -58,7 +59,7 @@ func TestTxSlotWaitBehindAStuckHandlerIsBounded(t *testing.T) {
 
 	release := make(chan struct{})
 	var runs, stuck atomic.Int32
-	cfg := b.config(consumers.Handler{Name: "ledger", MaxAttempts: 2, Concurrency: 2, Backoff: noBackoff, Timeout: time.Second,
+	cfg := b.config(consumers.Handler{Name: "ledger", MaxAttempts: 1, Concurrency: 2, Backoff: noBackoff, Timeout: time.Second,
 		TxOptions: pgx.TxOptions{IsoLevel: pgx.ReadCommitted},
 		TxFunc: func(ctx context.Context, tx pgx.Tx, e *consumers.Event) error {
 			runs.Add(1)
@@ -77,7 +78,10 @@ func TestTxSlotWaitBehindAStuckHandlerIsBounded(t *testing.T) {
 	b.StartStreamer(t, consumertest.StreamerOptions{Lease: time.Second})
 
 	final := func(j consumertest.Job) bool { return j.Status == "completed" || j.Status == "dead_letter" }
-	deadline := time.Now().Add(20 * time.Second)
+	// The bound: (Timeout 1 s + recordTimeout 15 s + giveBackTimeout 5 s +
+	// LeaseExtend 0.6 s) × 2 attempts ahead, 43.2 s; then a lease and a
+	// reap.
+	deadline := time.Now().Add(60 * time.Second)
 	var a, c consumertest.Job
 	for time.Now().Before(deadline) {
 		a, c = b.Job(t, j1), b.Job(t, j2)
@@ -91,7 +95,7 @@ func TestTxSlotWaitBehindAStuckHandlerIsBounded(t *testing.T) {
 		job consumertest.Job
 	}{{j1, a}, {j2, c}} {
 		if !final(j.job) {
-			t.Errorf("job %d: still %s after 20 s (attempt %d of %d, lease until %v), handler ran %d times in all; "+
+			t.Errorf("job %d: still %s after 60 s (attempt %d of %d, lease until %v), handler ran %d times in all; "+
 				"want it reaped and ended (completed or dead_letter): the only transaction slot is held by a handler whose own lease was given up",
 				j.id, j.job.Status, j.job.AttemptCount, j.job.MaxAttempts, j.job.LeaseExpiresAt, runs.Load())
 		}

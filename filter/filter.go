@@ -54,7 +54,11 @@ const MaxLength = 4096
 
 // costLimit bounds one evaluation (CEL's cost units: about one per node
 // visited and per element of a list or map comprehension).
-const costLimit = 100_000
+// Room for three passes over a largest payload at CEL's charge for walking a
+// string (a tenth of a unit a byte): a filter that reads each of its strings
+// once must fit (review helper-133: at 100,000 size() of every string of a
+// 1 MB body was refused).
+const costLimit = 3 * MaxPayload / 10
 
 // interruptEvery is how many comprehension iterations run between checks of
 // the evaluation's context (MatchContext).
@@ -81,14 +85,23 @@ func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *
 		// helper-132: a 1 MB string's size() in a comprehension ran for
 		// seconds within the limit). Charged as CEL charges its other walks
 		// of a string: a tenth of a unit a byte.
-		if str, ok := args[0].(types.String); ok {
-			n := min(uint64(len(str))/10+1, costLimit+1)
-			return &n
+		var l int
+		switch v := args[0].(type) {
+		case types.String:
+			l = len(v)
+		case types.Bytes:
+			l = len(v)
+		default:
+			return nil
 		}
-		return nil
+		n := min(uint64(l)/10+1, costLimit+1)
+		return &n
 	}
 	if len(args) != 2 {
 		return nil
+	}
+	if n, ok := stringPairCost(function, args[0], args[1]); ok {
+		return &n
 	}
 	var n uint64
 	switch function {
@@ -121,6 +134,50 @@ func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *
 	return &n
 }
 
+// stringPairCost charges comparisons and concatenations of two strings (or
+// two bytes) what they walk, reading only their lengths: CEL's own charge of
+// them counted a string's code points on every call (a 900 KB string == a
+// literal in a comprehension ran for seconds at 1 unit a pass), and a +
+// of two of the payload's strings, dispatched at run time, was not charged
+// at all (review helper-133). An == of unequal lengths is decided at once.
+func stringPairCost(function string, a, b ref.Val) (uint64, bool) {
+	la, lb, ok := byteLens(a, b)
+	if !ok {
+		return 0, false
+	}
+	var n uint64
+	switch function {
+	case operators.Equals, operators.NotEquals:
+		if la == lb {
+			n = la/10 + 1
+		} else {
+			n = 1
+		}
+	case operators.Less, operators.LessEquals, operators.Greater, operators.GreaterEquals:
+		n = min(la, lb)/10 + 1
+	case operators.Add:
+		n = (la+lb)/10 + 1
+	default:
+		return 0, false
+	}
+	return min(n, costLimit+1), true
+}
+
+// byteLens are the lengths of a and b when both are strings or both bytes.
+func byteLens(a, b ref.Val) (uint64, uint64, bool) {
+	switch x := a.(type) {
+	case types.String:
+		if y, ok := b.(types.String); ok {
+			return uint64(len(x)), uint64(len(y)), true
+		}
+	case types.Bytes:
+		if y, ok := b.(types.Bytes); ok {
+			return uint64(len(x)), uint64(len(y)), true
+		}
+	}
+	return 0, 0, false
+}
+
 // stringWalks are the one-argument calls that read a string argument whole,
 // by overload (a string's known at compile time) or by function (one of the
 // payload's, dyn, dispatched at run time).
@@ -130,6 +187,7 @@ var stringWalks = map[string]bool{
 	overloads.StringToTimestamp: true, overloads.StringToDuration: true,
 	overloads.Size: true, overloads.TypeConvertDouble: true, overloads.TypeConvertInt: true, overloads.TypeConvertUint: true,
 	overloads.TypeConvertTimestamp: true, overloads.TypeConvertDuration: true,
+	overloads.TypeConvertBytes: true, overloads.TypeConvertString: true, overloads.StringToBytes: true, overloads.BytesToString: true,
 }
 
 // deepSize counts v's elements at every depth, at most limit.
