@@ -9,9 +9,9 @@ import (
 	"github.com/inlet-dev/inlet/filter"
 )
 
-// reviewMatch parses body (asserting it is under MaxPayload), compiles expr
+// timedMatch parses body (asserting it is under MaxPayload), compiles expr
 // and matches it once, timing the evaluation.
-func reviewMatch(t *testing.T, body, expr string) (bool, error, time.Duration) {
+func timedMatch(t *testing.T, body, expr string) (bool, time.Duration, error) {
 	t.Helper()
 	if len(body) > filter.MaxPayload {
 		t.Fatalf("body is %d bytes, over MaxPayload", len(body))
@@ -26,10 +26,10 @@ func reviewMatch(t *testing.T, body, expr string) (bool, error, time.Duration) {
 	}
 	start := time.Now()
 	ok, err := f.Match(filter.Event{Source: "s", Type: "t", Payload: p})
-	return ok, err, time.Since(start)
+	return ok, time.Since(start), err
 }
 
-func reviewItems(n int) string { return strings.TrimSuffix(strings.Repeat("1,", n), ",") }
+func repeatedOnes(n int) string { return strings.TrimSuffix(strings.Repeat("1,", n), ",") }
 
 // TestStringEqualityWithALiteralWalksUncharged, before the fix: comparing a large
 // payload string with a short literal costs the evaluation a walk of the
@@ -55,9 +55,9 @@ func reviewItems(n int) string { return strings.TrimSuffix(strings.Repeat("1,", 
 //
 // Expected: done in well under 500 ms, or refused by the cost limit.
 func TestStringEqualityWithALiteralWalksUncharged(t *testing.T) {
-	body := fmt.Sprintf(`{"currency":%q,"items":[%s]}`, strings.Repeat("a", 900_000), reviewItems(3_000))
+	body := fmt.Sprintf(`{"currency":%q,"items":[%s]}`, strings.Repeat("a", 900_000), repeatedOnes(3_000))
 	expr := `payload.items.exists(i, payload.currency == "usd")`
-	ok, err, took := reviewMatch(t, body, expr)
+	ok, took, err := timedMatch(t, body, expr)
 	if took > 500*time.Millisecond {
 		t.Errorf("%s over a %d-byte body: took %v (matched=%v, err=%v); want it bounded: done in well under 500 ms, or refused by the cost limit",
 			expr, len(body), took, ok, err)
@@ -82,9 +82,9 @@ func TestStringEqualityWithALiteralWalksUncharged(t *testing.T) {
 // Expected: done in well under 500 ms, or refused by the cost limit (as
 // payload.a + "x", whose overload is known, is: 0.1 a byte).
 func TestDynStringConcatenationUncharged(t *testing.T) {
-	body := fmt.Sprintf(`{"a":%q,"items":[%s]}`, strings.Repeat("a", 480_000), reviewItems(6_000))
+	body := fmt.Sprintf(`{"a":%q,"items":[%s]}`, strings.Repeat("a", 480_000), repeatedOnes(6_000))
 	expr := `payload.items.all(i, (payload.a + payload.a).startsWith("a"))`
-	ok, err, took := reviewMatch(t, body, expr)
+	ok, took, err := timedMatch(t, body, expr)
 	if took > 500*time.Millisecond {
 		t.Errorf("%s over a %d-byte body: took %v (matched=%v, err=%v); want it bounded: done in well under 500 ms, or refused by the cost limit",
 			expr, len(body), took, ok, err)
@@ -123,7 +123,7 @@ func TestSizeOfEachStringOnceIsRefused(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	expr := `payload.items.all(i, size(i.description) <= 10000)`
-	ok, err, took := reviewMatch(t, b.String(), expr)
+	ok, took, err := timedMatch(t, b.String(), expr)
 	if !ok || err != nil {
 		t.Errorf("%s over a %d-byte body (one pass over its strings, %v): matched=%v, err=%v; want a match",
 			expr, b.Len(), took, ok, err)
