@@ -69,9 +69,10 @@ const interruptEvery = 16
 // comparing them whole, so a comparison of two large values of the payload
 // inside a comprehension cost one unit a pass and took seconds within the
 // cost limit (22.7 s for a 480 KB body: review helper-127). An == or != of
-// two lists (or two maps) is charged the smaller deep size (their
-// elements, and their elements' elements, ...), which bounds the walk; x in
-// a list is charged the list's length times x's deep size. Everything else
+// two lists (or two maps) of one size is charged both sides' deep size
+// (their elements, and their elements' elements, ..., and their strings'
+// bytes), what measuring and comparing them walks; x in a list is charged
+// the list's length times x's deep size. Everything else
 // keeps CEL's charge: a key looked up in a map, a comparison of values of
 // different kinds or sizes decided at once, scalars (charging those by the
 // payload's size dropped ordinary filters on large payloads: review
@@ -108,25 +109,35 @@ func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *
 	case operators.Equals, operators.NotEquals:
 		a, aList := args[0].(traits.Lister)
 		b, bList := args[1].(traits.Lister)
-		_, aMap := args[0].(traits.Mapper)
-		_, bMap := args[1].(traits.Mapper)
+		am, aMap := args[0].(traits.Mapper)
+		bm, bMap := args[1].(traits.Mapper)
 		switch {
 		case aList && bList:
 			if a.Size() != b.Size() {
 				return nil // unequal at once
 			}
 		case aMap && bMap:
+			if am.Size() != bm.Size() {
+				return nil // unequal at once
+			}
 		default:
 			return nil
 		}
-		n = min(deepSize(args[0], costLimit+1), deepSize(args[1], costLimit+1))
+		// What measuring them walks, both sides (the smaller alone let a
+		// large side be walked for a charge of 1 on every pass: review
+		// helper-135); each walk stops past the limit.
+		n = deepSize(args[0], costLimit+1) + deepSize(args[1], costLimit+1)
 	case operators.In, operators.OldIn:
 		list, ok := args[1].(traits.Lister)
 		if !ok {
 			return nil // a map: one lookup
 		}
 		size, _ := list.Size().(types.Int)
-		n = uint64(max(size, 0)) * max(deepSize(args[0], costLimit+1), 1)
+		if size <= 0 {
+			return nil // nothing to compare with: the needle is not walked
+		}
+		l := uint64(size)
+		n = l * max(deepSize(args[0], costLimit/l+2), 1)
 	default:
 		return nil
 	}
@@ -190,7 +201,8 @@ var stringWalks = map[string]bool{
 	overloads.TypeConvertBytes: true, overloads.TypeConvertString: true, overloads.StringToBytes: true, overloads.BytesToString: true,
 }
 
-// deepSize counts v's elements at every depth, at most limit.
+// deepSize counts v's elements at every depth, and a tenth of its strings'
+// bytes (what comparing them reads), at most limit.
 func deepSize(v ref.Val, limit uint64) uint64 {
 	var n uint64
 	var walk func(ref.Val)
@@ -199,6 +211,10 @@ func deepSize(v ref.Val, limit uint64) uint64 {
 			return
 		}
 		switch c := v.(type) {
+		case types.String:
+			n += uint64(len(c)) / 10
+		case types.Bytes:
+			n += uint64(len(c)) / 10
 		case traits.Lister:
 			for it := c.Iterator(); it.HasNext() == types.True && n < limit; {
 				n++
