@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
@@ -41,15 +40,8 @@ import (
 // Expected: both jobs completed on attempt 1.
 func TestTxSlotWaitDoesNotCountAgainstTheHandlersTimeout(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t)
-	pcfg := b.Worker.Config().Copy()
-	pcfg.MaxConns = 3 // the smallest pool New accepts for a TxFunc handler: one transaction at a time
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.workerPool(t, 3) // the smallest pool New accepts for a TxFunc handler: one transaction at a time
 
 	var runs atomic.Int32
 	cfg := b.config(consumers.Handler{Name: "ledger", MaxAttempts: 1, Concurrency: 2, Backoff: noBackoff, Timeout: 4 * time.Second,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
 	"github.com/inlet-dev/inlet/filter"
@@ -127,4 +129,18 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// workerPool is a pool of the bundle's worker role with at most maxConns
+// connections, closed when the test ends.
+func (b *testBundle) workerPool(t *testing.T, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pcfg := b.Worker.Config().Copy()
+	pcfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

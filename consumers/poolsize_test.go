@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
@@ -39,13 +38,7 @@ func TestTxHandlerNeedsMoreThanOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	pcfg := b.Worker.Config().Copy()
-	pcfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.workerPool(t, 1)
 
 	var runs atomic.Int32
 	cfg := b.config(consumers.Handler{Name: "ledger", MaxAttempts: 2, Backoff: noBackoff, Timeout: 20 * time.Second,

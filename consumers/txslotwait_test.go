@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
@@ -47,15 +46,8 @@ import (
 // back), so the reaper takes it back as for a stuck handler.
 func TestTxSlotWaitBehindAStuckHandlerIsBounded(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t)
-	pcfg := b.Worker.Config().Copy()
-	pcfg.MaxConns = 3 // one transaction slot
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.workerPool(t, 3) // one transaction slot
 
 	release := make(chan struct{})
 	var runs, stuck atomic.Int32

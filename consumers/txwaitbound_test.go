@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/consumers"
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
@@ -56,13 +55,7 @@ GRANT INSERT ON public.review_slow_ledger TO webhook_worker;
 GRANT EXECUTE ON FUNCTION public.review_slow_commit() TO webhook_worker`); err != nil {
 		t.Fatal(err)
 	}
-	pcfg := b.Worker.Config().Copy()
-	pcfg.MaxConns = 3 // one transaction slot
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.workerPool(t, 3) // one transaction slot
 
 	var runs atomic.Int32
 	cfg := b.config(consumers.Handler{Name: "ledger", MaxAttempts: 1, Concurrency: 2, Backoff: noBackoff, Timeout: 2 * time.Second,
