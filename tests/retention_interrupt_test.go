@@ -97,21 +97,30 @@ func TestRetentionInterruptedLeavesNoDedupeKeys(t *testing.T) {
 	}
 	t.Logf("second run:\n%s", out)
 
-	var orphans int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.event_keys k
-		WHERE NOT EXISTS (SELECT 1 FROM webhook_ingress.events e WHERE e.id = k.event_id AND e.received_at = k.received_at)`).Scan(&orphans); err != nil {
-		t.Fatal(err)
-	}
 	// The consequence: the provider id of the dropped event is still
 	// "stored" as far as dedupe is concerned.
-	var stored int
-	if err := conn.QueryRow(ctx, `WITH ins AS (INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
-		VALUES ('stripe', 'stripe', 'evt_old_review', '{}', true) RETURNING id) SELECT count(*) FROM ins`).Scan(&stored); err != nil {
-		t.Fatal(err)
-	}
+	orphans, stored := droppedKeysLeft(t, conn, "evt_old_review")
 	if orphans != 0 || stored != 1 {
 		t.Fatalf("after an interrupted inlet retention and a complete second run: %d dedupe keys of dropped events left in event_keys "+
 			"(want 0), and a redelivery of the dropped event stored %d rows (want 1: it is answered duplicate of an event the log no longer holds)",
 			orphans, stored)
 	}
+}
+
+// droppedKeysLeft counts the dedupe keys whose event is gone (a dropped
+// period's left behind), and stores a redelivery of the stripe event
+// externalID: 1 row stored when its key went with its period, 0 when it is
+// answered duplicate of an event the log no longer holds.
+func droppedKeysLeft(t *testing.T, conn *pgx.Conn, externalID string) (orphans, stored int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.event_keys k
+		WHERE NOT EXISTS (SELECT 1 FROM webhook_ingress.events e WHERE e.id = k.event_id AND e.received_at = k.received_at)`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `WITH ins AS (INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		VALUES ('stripe', 'stripe', $1, '{}', true) RETURNING id) SELECT count(*) FROM ins`, externalID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	return orphans, stored
 }
