@@ -196,7 +196,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.Register(ctx); err != nil {
 		return fmt.Errorf("start consumers: %w", err)
 	}
-	if s.anyTx() {
+	if s.cfg.anyTx() {
 		// The role's or database's default isolation, which transactional
 		// handlers without TxOptions run at (runTx).
 		var level string
@@ -558,14 +558,4 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 		}()
 		s.attempt(r.h, ref, traceParent, rd, idx, free)
 	})
-}
-
-// anyTx reports whether a handler is transactional.
-func (s *Service) anyTx() bool {
-	for _, r := range s.runners {
-		if r.h.TxFunc != nil {
-			return true
-		}
-	}
-	return false
 }
