@@ -125,7 +125,7 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 	}
 	var out outcome
 	for attempt := 1; attempt <= 2; attempt++ {
-		out = f.send(ctx, f.target+requestURI, header, body)
+		out = f.send(ctx, f.target+"/webhooks/"+source, r.URL.RawQuery, header, body)
 		out.attempts = attempt
 		if out.err == nil || !retryable(ctx, out.err) {
 			break
@@ -134,11 +134,15 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 	return out
 }
 
-func (f *forwarder) send(ctx context.Context, u string, header http.Header, body []byte) outcome {
+// send posts body to u with rawQuery set on the built URL, not parsed from
+// a string: the query reaches the ingress as signed (a '#' in a request
+// line's query is part of the query; parsing would cut it as a fragment).
+func (f *forwarder) send(ctx context.Context, u, rawQuery string, header http.Header, body []byte) outcome {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body)) //nolint:gosec // G704: the host is the configured relay.target; only the path comes from the request
 	if err != nil {
 		return outcome{err: errors.New("build request"), class: "request", retryAfter: "60"}
 	}
+	req.URL.RawQuery = rawQuery
 	req.Header = header.Clone()
 	resp, err := f.client.Do(req) //nolint:gosec // G704: the host is the configured relay.target; only the path comes from the request
 	if err != nil {
