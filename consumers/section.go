@@ -126,6 +126,8 @@ func (s Section) Validate() error {
 			return fmt.Errorf("consumer.health_listen: %q is not host:port (\":8082\", \"127.0.0.1:8082\")", s.HealthListen)
 		} else if n, err := strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
 			return fmt.Errorf("consumer.health_listen: port %d of %q is not between 0 and 65535", n, s.HealthListen)
+		} else if _, lerr := net.LookupPort("tcp", port); err != nil && lerr != nil {
+			return fmt.Errorf("consumer.health_listen: port %q of %q is neither a number nor a known service", port, s.HealthListen)
 		}
 	}
 	if s.LeaseExtend < time.Second {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/audit"
@@ -135,12 +136,21 @@ func (c Config) Validate() error {
 		// The scheduled reconcile stores under a source's name what the
 		// provider's API lists by the provider's id: a source keyed by an
 		// id of its own would get every event again, each round.
+		// A name no source has (a typo) finds none of the stored webhooks,
+		// so would store every listed event again under that name; another
+		// provider's API would store its events as this source's. Checked
+		// where sources: is read (inlet config check, inlet dev; the
+		// streamer drops the section and its secrets).
 		for i, rs := range c.Reconcile.Sources {
-			for _, s := range c.Sources {
-				if s.Name != rs.Source {
-					continue
-				}
-				if err := backfill.CheckSourceIDs(s); err != nil {
+			j := slices.IndexFunc(c.Sources, func(s sources.Source) bool { return s.Name == rs.Source })
+			switch {
+			case len(c.Sources) == 0 || rs.Source == "":
+			case j < 0:
+				errs = append(errs, fmt.Errorf("reconcile.sources[%d].source: no source %q in sources:", i, rs.Source))
+			case c.Sources[j].Type != rs.Type:
+				errs = append(errs, fmt.Errorf("reconcile.sources[%d].type: source %q is of type %s, not %s", i, rs.Source, c.Sources[j].Type, rs.Type))
+			default:
+				if err := backfill.CheckSourceIDs(c.Sources[j]); err != nil {
 					errs = append(errs, fmt.Errorf("reconcile.sources[%d]: %w", i, err))
 				}
 			}
@@ -157,6 +167,17 @@ func (c Config) Validate() error {
 	}
 	if c.Admin.Listen != "" && sameListener(c.Admin.Listen, c.Ingress.Listen) {
 		errs = append(errs, fmt.Errorf("admin.listen: %q is the webhook listener (ingress.listen %q); the admin API needs a listener of its own", c.Admin.Listen, c.Ingress.Listen))
+	}
+	// The other listeners one process opens: the second would fail to start
+	// (address already in use).
+	for _, p := range []struct{ key, addr, otherKey, other string }{
+		{"ingress.metrics_listen", c.Ingress.MetricsListen, "ingress.listen", c.Ingress.Listen},
+		{"admin.listen", c.Admin.Listen, "ingress.metrics_listen", c.Ingress.MetricsListen},
+		{"relay.metrics_listen", c.Relay.MetricsListen, "relay.listen", c.Relay.Listen},
+	} {
+		if p.addr != "" && p.addr != "off" && p.other != "" && p.other != "off" && sameListener(p.addr, p.other) {
+			errs = append(errs, fmt.Errorf("%s: %q is %s's address (%q); each listener needs one of its own", p.key, p.addr, p.otherKey, p.other))
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -59,14 +59,17 @@ func (s Section) WithDefaults() Section {
 	return s
 }
 
+// maxFactor bounds silence.factor: beyond it no source is ever silent.
+const maxFactor = 1000
+
 // Validate checks the section (after WithDefaults) and names the first bad
 // key.
 func (s Section) Validate() error {
 	switch {
 	case s.CheckEvery < time.Second:
 		return fmt.Errorf("silence.check_every: %s must be at least 1s", s.CheckEvery)
-	case s.Factor < 1:
-		return fmt.Errorf("silence.factor: %g must be at least 1", s.Factor)
+	case !(s.Factor >= 1 && s.Factor <= maxFactor): // NaN compares false
+		return fmt.Errorf("silence.factor: %g must be between 1 and %g", s.Factor, float64(maxFactor))
 	case s.MinEvents < 2 || s.History < s.MinEvents:
 		return fmt.Errorf("silence.min_events: %d must be at least 2 and at most silence.history (%d)", s.MinEvents, s.History)
 	case s.MinSilence < 0:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -278,7 +279,9 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 		if n%2 == 0 {
 			st.Median = (gaps[n/2-1] + gaps[n/2]) / 2
 		}
-		st.Threshold = max(time.Duration(h.cfg.Factor*float64(st.Median)), h.cfg.MinSilence)
+		// Saturated: a product past int64 converts to a negative duration,
+		// which would make every source silent after MinSilence.
+		st.Threshold = max(time.Duration(min(h.cfg.Factor*float64(st.Median), math.MaxInt64/2)), h.cfg.MinSilence)
 	}
 	fixed, hasFixed := h.cfg.MaxSilence[name]
 	if hasFixed && (st.Threshold == 0 || fixed < st.Threshold) {

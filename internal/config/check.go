@@ -36,6 +36,15 @@ type checker struct {
 	ps       *Problems
 	skip     map[*yaml.Node]bool // values not checked (an unset ${VAR} of a section the service does not read)
 	reported map[string]bool     // the decoder's own texts of problems already reported here
+	// walked holds the mappings and lists already checked as a type: an
+	// anchor aliased or merged many times is walked once (a chain of
+	// anchors each merging the previous twice is 2^n walks otherwise).
+	walked map[walk]bool
+}
+
+type walk struct {
+	n *yaml.Node
+	t reflect.Type
 }
 
 func (c *checker) node(n *yaml.Node, t reflect.Type, path string) {
@@ -47,6 +56,12 @@ func (c *checker) node(n *yaml.Node, t reflect.Type, path string) {
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if c.walked[walk{n, t}] {
+			return
+		}
+		c.walked[walk{n, t}] = true
 	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		c.decode(n, t, path)
@@ -61,8 +76,8 @@ func (c *checker) node(n *yaml.Node, t reflect.Type, path string) {
 		fields := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			if k.Value == "<<" { // a merge key: its mapping is read as if written here
-				c.node(v, t, path)
+			if k.Value == "<<" { // a merge key: its mapping (or list of them) is read as if written here
+				c.merge(v, t, path)
 				continue
 			}
 			ft, ok := fields[k.Value]
@@ -93,6 +108,21 @@ func (c *checker) node(n *yaml.Node, t reflect.Type, path string) {
 	case reflect.Interface:
 	default:
 		c.decode(n, t, path)
+	}
+}
+
+// merge checks the value of a merge key of a t: one mapping, or a list of
+// mappings merged in turn.
+func (c *checker) merge(v *yaml.Node, t reflect.Type, path string) {
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if v.Kind != yaml.SequenceNode {
+		c.node(v, t, path)
+		return
+	}
+	for _, e := range v.Content {
+		c.node(e, t, path)
 	}
 }
 

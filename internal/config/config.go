@@ -182,7 +182,7 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 	for _, u := range unset {
 		skip[u.node] = true
 	}
-	ch := &checker{ps: ps, skip: skip, reported: map[string]bool{}}
+	ch := &checker{ps: ps, skip: skip, reported: map[string]bool{}, walked: map[walk]bool{}}
 	ch.node(doc, reflect.TypeFor[T](), "")
 
 	var all T

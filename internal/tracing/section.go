@@ -26,7 +26,7 @@ func (s Section) WithDefaults() Section {
 
 // Validate checks the section (after WithDefaults) and names the bad key.
 func (s Section) Validate() error {
-	if s.SampleRatio <= 0 || s.SampleRatio > 1 {
+	if !(s.SampleRatio > 0 && s.SampleRatio <= 1) { // NaN compares false
 		return fmt.Errorf("tracing.sample_ratio: %g must be in (0, 1]", s.SampleRatio)
 	}
 	if s.OTLPEndpoint != "" {
