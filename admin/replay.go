@@ -291,12 +291,7 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 		return res, requeue([]int64{req.JobID})
 	}
 	if req.Unrouted {
-		if err := createMissing(ctx, tx, req, true, &res); err != nil {
-			return res, err
-		}
-		filtered, err := missingFiltered(ctx, tx, req, true, nil)
-		res.Created += filtered
-		return res, err
+		return res, createAllMissing(ctx, tx, req, true, &res)
 	}
 
 	// Existing jobs, keyset over their ids.
@@ -330,14 +325,23 @@ func runReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult,
 	}
 
 	// Missing jobs. Jobs just re-queued are not missing, so nothing is
-	// touched twice. The handler's filtered subscriptions: their filters
-	// decide, as at arrival.
-	if err := createMissing(ctx, tx, req, false, &res); err != nil {
-		return res, err
-	}
+	// touched twice.
+	return res, createAllMissing(ctx, tx, req, false, &res)
+}
+
+// createAllMissing creates the missing jobs: first those of events a
+// filtered subscription of the handler routes (its filter decides, as at
+// arrival; the job takes the unfiltered subscriptions' settings too), then
+// those of events only unfiltered ones route. The other order made the
+// unfiltered subscriptions' job first, and the filtered ones' max_attempts
+// and keys were lost on an event both route (review helper-140).
+func createAllMissing(ctx context.Context, tx pgx.Tx, req ReplayRequest, unrouted bool, res *ReplayResult) error {
 	filtered, err := missingFiltered(ctx, tx, req, true, nil)
 	res.Created += filtered
-	return res, err
+	if err != nil {
+		return err
+	}
+	return createMissing(ctx, tx, req, unrouted, res)
 }
 
 // createMissing runs AdminCreateMissingJobs (AdminCreateUnroutedJobs with

@@ -503,8 +503,9 @@ func TestReplayAppliesTheSubscriptionFilter(t *testing.T) {
 }
 
 // An event that both an unfiltered and a filtered subscription of the handler
-// match gets one job from a replay, and its plan counts one: the dry run says
-// 1, and max_jobs 1 lets the replay run. The same for an unrouted catch-up.
+// match gets one job from a replay, with the larger max_attempts, and its
+// plan counts one: the dry run says 1, and max_jobs 1 lets the replay run.
+// The same for an unrouted catch-up.
 func TestReplayPlanCountsAJobOfTwoMatchingSubscriptionsOnce(t *testing.T) {
 	t.Parallel()
 	for _, unrouted := range []bool{false, true} {
@@ -534,6 +535,12 @@ func TestReplayPlanCountsAJobOfTwoMatchingSubscriptionsOnce(t *testing.T) {
 			}
 			if n := b.count(t, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'late'`); n != 1 {
 				t.Fatalf("late has %d jobs, want 1", n)
+			}
+			// Its settings are the largest of both subscriptions', as at
+			// fan-out (review helper-140: the unfiltered one's job was
+			// created first, and the filtered one's 5 attempts lost).
+			if n := b.count(t, `SELECT max_attempts FROM webhook_ingress.jobs WHERE handler = 'late'`); n != 5 {
+				t.Fatalf("late's job has max_attempts %d, want 5 (filtered 5, unfiltered 3)", n)
 			}
 		})
 	}

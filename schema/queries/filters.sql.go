@@ -13,16 +13,17 @@ import (
 const AdminCreateFilteredJobs = `-- name: AdminCreateFilteredJobs :one
 WITH created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at)
-    SELECT e.id, e.received_at, $1, e.provider, e.event_type, u.max_attempts,
+    SELECT e.id, e.received_at, $1, e.provider, e.event_type, greatest(u.max_attempts, k.max_attempts),
            k.order_key, CASE WHEN k.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END
     FROM ROWS FROM (unnest($2::bigint[]),
                     unnest($3::timestamptz[]),
                     unnest($4::integer[])) AS u(id, received_at, max_attempts)
     JOIN webhook_ingress.events e ON e.id = u.id AND e.received_at = u.received_at
     CROSS JOIN LATERAL (
-        SELECT max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key
+        SELECT max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key,
+               max(s.max_attempts) FILTER (WHERE s.filter IS NULL) AS max_attempts
         FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled AND s.filter IS NOT NULL
+        WHERE s.handler = $1 AND s.enabled
           AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
     ) k
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
@@ -44,7 +45,10 @@ type AdminCreateFilteredJobsParams struct {
 // Jobs of handler handler for the events whose filter passed (event_ids ids, received_ats their
 // received_at, max_attempts max_attempts: parallel arrays), pending and due now, each
 // with a 'replayed' history row (attempt 0, worker_id the login role), as
-// AdminCreateMissingJobs. Returns how many were created.
+// AdminCreateMissingJobs. The handler's unfiltered subscriptions that match
+// an event count too (their max_attempts and keys, as at fan-out): catch-up
+// creates these jobs before AdminCreateMissingJobs, which then skips their
+// events. Returns how many were created.
 func (q *Queries) AdminCreateFilteredJobs(ctx context.Context, arg AdminCreateFilteredJobsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCreateFilteredJobs,
 		arg.Handler,
