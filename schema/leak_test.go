@@ -108,6 +108,9 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 	want := []string{"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
 		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker",
+		// 059: a count of a handler's failures (a number, no row), a
+		// consumer role's own handlers only.
+		"handler_failures_since webhook_consumer", "handler_failures_since webhook_worker",
 		// 046: whether a pattern lies in a role's scopes (a boolean, no row).
 		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker", "type_subscribed webhook_streamer"}
 	if !slices.Equal(definers, want) {

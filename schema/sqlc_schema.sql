@@ -397,6 +397,9 @@ CREATE FUNCTION webhook_ingress.fold_event_types(p_max_types integer) RETURNS bi
 CREATE FUNCTION webhook_ingress.give_back_attempt(p_id bigint, p_received_at timestamp with time zone, p_attempt integer, p_leased_at timestamp with time zone) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.handler_failures_since(p_handler text, p_since timestamp with time zone) RETURNS integer
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.in_registrant_scope(p_role text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 

@@ -212,11 +212,9 @@ WITH s AS (
     SELECT greatest(h.last_success_at, (SELECT completed_at FROM s)) AS at
     FROM webhook_ingress.handler_limits h WHERE h.handler = $1::text
 ), since AS (
-    SELECT count(*)::integer AS n
-    FROM webhook_ingress.job_attempts a
-    JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-    WHERE j.handler = $1::text AND a.outcome IN ('failed', 'dead_letter')
-      AND a.finished_at > (SELECT at FROM cur)
+    -- Every role's failures of the handler, not only those this role's
+    -- scopes let it read (059; review helper-139).
+    SELECT webhook_ingress.handler_failures_since($1::text, (SELECT at FROM cur)) AS n
 )
 UPDATE webhook_ingress.handler_limits l
 SET consecutive_failures = since.n,
@@ -351,7 +349,10 @@ SET rate_per_second        = excluded.rate_per_second,
     consecutive_failures   = CASE WHEN excluded.breaker_failures IS NULL THEN 0 ELSE l.consecutive_failures END,
     circuit                = CASE WHEN excluded.breaker_failures IS NULL THEN 'closed' ELSE l.circuit END,
     circuit_changed_at     = CASE WHEN excluded.breaker_failures IS NULL AND l.circuit <> 'closed' THEN now() ELSE l.circuit_changed_at END,
-    next_probe_at          = CASE WHEN excluded.breaker_failures IS NULL THEN NULL ELSE l.next_probe_at END,
+    -- A shorter probe interval brings an open circuit's next probe nearer
+    -- (review helper-139: it kept the old interval's, up to 24 h away).
+    next_probe_at          = CASE WHEN excluded.breaker_failures IS NULL THEN NULL
+                                  ELSE least(l.next_probe_at, now() + excluded.breaker_probe_interval) END,
     updated_at             = now()
 WHERE (l.rate_per_second, l.burst, l.max_in_flight, l.breaker_failures, l.breaker_probe_interval)
       IS DISTINCT FROM
