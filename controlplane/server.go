@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -158,7 +160,7 @@ func decodeBatch(r io.Reader) (reporter.Batch, error) {
 		case errors.As(err, &syn):
 			return b, fmt.Errorf("body: malformed JSON at byte %d", syn.Offset)
 		case errors.As(err, &typ):
-			return b, fmt.Errorf("body: %s: a JSON %s where the batch has none, at byte %d", typ.Field, typ.Value, typ.Offset)
+			return b, typeError(typ)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return b, errors.New("body: an unknown field (a field a batch does not have; its name is not quoted here)")
 		default:
@@ -175,6 +177,38 @@ func decodeBatch(r io.Reader) (reporter.Batch, error) {
 		return b, errors.New(`body: "records" is required`)
 	}
 	return b, b.Validate()
+}
+
+// typeError is the reason for a JSON value of the wrong kind, or a number
+// that does not fit its field. It names the field and the value's kind only:
+// encoding/json puts a number's literal in typ.Value ("number 1e999"), which
+// is the sender's text, of any length, and this reason is logged and sent.
+func typeError(typ *json.UnmarshalTypeError) error {
+	kind, _, _ := strings.Cut(typ.Value, " ")
+	field := cmp.Or(typ.Field, "the batch")
+	want, number := "another kind of value", false
+	if typ.Type != nil {
+		switch typ.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			want, number = "a whole number", true
+		case reflect.Float32, reflect.Float64:
+			want, number = "a number", true
+		case reflect.String:
+			want = "a string"
+		case reflect.Bool:
+			want = "true or false"
+		case reflect.Slice, reflect.Array:
+			want = "an array"
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		}
+	}
+	if kind == "number" && number {
+		return fmt.Errorf("body: %s: a JSON number that does not fit it (it takes %s in range; the number is not quoted here), at byte %d",
+			field, want, typ.Offset)
+	}
+	return fmt.Errorf("body: %s: a JSON %s where it takes %s, at byte %d", field, kind, want, typ.Offset)
 }
 
 func (s *Server) postReports(w http.ResponseWriter, r *http.Request, tenant string) {

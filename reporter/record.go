@@ -102,6 +102,8 @@ func (r Record) Validate() error {
 		return bad("error_class", fmt.Sprintf("must be one of %v", consumers.Classes()))
 	case r.StartedAt.IsZero() || r.FinishedAt.IsZero():
 		return bad("started_at, finished_at", "required")
+	case !inYearRange(r.StartedAt) || !inYearRange(r.FinishedAt):
+		return bad("started_at, finished_at", "must be in years 1..9999")
 	case r.FinishedAt.Before(r.StartedAt):
 		return bad("finished_at", "before started_at")
 	case r.Provider != "" && !providerPattern.MatchString(r.Provider):
@@ -110,6 +112,19 @@ func (r Record) Validate() error {
 		return bad("event_type", "must be letters, digits and . _ : / - (at most 128)")
 	}
 	return nil
+}
+
+// inYearRange reports whether t falls in years 1..9999, in UTC and in its
+// own zone: JSON (RFC 3339) has four digits for a year, and a row's time
+// may be anything PostgreSQL holds (4713 BC to 294276 AD); a record the
+// reporter could not encode would hold its batch back for ever.
+func inYearRange(t time.Time) bool {
+	for _, y := range []int{t.Year(), t.UTC().Year()} {
+		if y < 1 || y > 9999 {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks the batch's size and every record.

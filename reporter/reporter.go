@@ -57,7 +57,10 @@ type Config struct {
 	// control plane failed to answer 2xx. Default to 500ms and 1m.
 	MinBackoff, MaxBackoff time.Duration
 	// GapTTL is how long an id the cursor passed without seeing it is looked
-	// for again (its transaction may commit after later ids). Defaults to 10m.
+	// for again (its transaction may commit after later ids). Time the
+	// reporter spends retrying a failed read or send (the database or the
+	// control plane unavailable) does not count: it cannot look then.
+	// Defaults to 10m.
 	GapTTL time.Duration
 	// HTTPClient sends the requests. Defaults to a client with a 30s timeout.
 	HTTPClient *http.Client
@@ -120,11 +123,16 @@ type Reporter struct {
 	// gaps are runs of ids the cursor passed without seeing them, each with
 	// when: attempts whose transaction committed after a later id's (or
 	// never will). A run costs the same however long it is; each is looked
-	// for until GapTTL. nextGaps is what gaps become once the records read
-	// are acknowledged, more whether a gap had more records than a look took.
+	// for until GapTTL on the reporter's clock. nextGaps is what gaps become
+	// once the records read are acknowledged, more whether a gap had more
+	// records than a look took.
 	gaps, nextGaps []gap
 	more           bool
 	round          uint64
+	// stalled is the time spent in failed tries of a read or a send and the
+	// waits after them: no gap was looked for then, so [Reporter.clock]
+	// leaves it out and an outage does not expire the gaps.
+	stalled time.Duration
 	// lastRead is the highest id collect read, valid or not; skipped are
 	// the ids it read but could not report, which are no gaps.
 	lastRead int64
@@ -135,7 +143,8 @@ type Reporter struct {
 	succeeded prometheus.Gauge
 }
 
-// gap is the run of ids lo..hi, passed by the cursor at since.
+// gap is the run of ids lo..hi, passed by the cursor at since (on
+// [Reporter.clock]).
 type gap struct {
 	lo, hi int64
 	since  time.Time
@@ -224,7 +233,7 @@ func (r *Reporter) run(ctx context.Context) {
 	// holds already are stored once), so an attempt that committed after
 	// later ids, and after the last report acknowledged, is not lost.
 	if cursor > 1 {
-		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, time.Now(), r.round, 0)
+		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, r.clock(), r.round, 0)
 	}
 	log.Info("reporter started", slog.Int64("cursor", cursor),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
@@ -264,10 +273,13 @@ func (r *Reporter) run(ctx context.Context) {
 
 // retry runs f until it succeeds or ctx ends, waiting with exponential
 // backoff and jitter between tries. step names it in the log and in
-// failures_total.
+// failures_total. Each failed try and the wait after it are added to
+// r.stalled before the next try, so that try's look at the gaps already
+// leaves them out.
 func (r *Reporter) retry(ctx context.Context, step string, f func() error) error {
 	wait := r.cfg.MinBackoff
 	for try := 1; ; try++ {
+		start := time.Now()
 		err := f()
 		if err == nil {
 			r.succeeded.SetToCurrentTime()
@@ -284,6 +296,7 @@ func (r *Reporter) retry(ctx context.Context, step string, f func() error) error
 			return ctx.Err()
 		case <-time.After(wait/2 + rand.N(wait/2+1)): //nolint:gosec // G404: retry jitter, not a secret
 		}
+		r.stalled += time.Since(start)
 		wait = min(wait*2, r.cfg.MaxBackoff)
 	}
 }
@@ -323,7 +336,7 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 // and at most its length in rows, however long it is.
 func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, error) {
 	r.round++
-	now := time.Now()
+	now := r.clock()
 	live := make([]gap, 0, len(r.gaps))
 	for _, g := range r.gaps {
 		if now.Sub(g.since) <= r.cfg.GapTTL {
@@ -454,9 +467,16 @@ func (r *Reporter) noteGaps(from, to int64, batch []Record) {
 	}
 	slices.Sort(seen)
 	var dropped int
-	r.gaps, dropped = addGaps(r.gaps, from+1, to-1, slices.Compact(seen), time.Now(), r.round, 0)
+	r.gaps, dropped = addGaps(r.gaps, from+1, to-1, slices.Compact(seen), r.clock(), r.round, 0)
 	r.logDropped(dropped)
 }
+
+// clock is the time that ages gaps: wall time less r.stalled, so a gap ages
+// only while the reporter can look for it (the Interval waits once caught up
+// count: a look follows each). No gap is noted while stalled either, so
+// maxGaps alone bounds their memory, and GapTTL how long a run of ids that
+// never commits (a rolled-back transaction's) is looked for.
+func (r *Reporter) clock() time.Time { return time.Now().Add(-r.stalled) }
 
 // addGaps appends the runs of lo..hi that are not in read (ascending ids
 // within lo..hi) to gaps, up to maxGaps runs, and adds those that did not
