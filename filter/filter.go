@@ -23,7 +23,8 @@
 // lacks, a type mismatch) does not match it, and Match says so with an
 // error; write has(payload.data.object.amount) to test for a field. Each
 // evaluation is bounded in cost (== and in on lists and maps charged by
-// their deep size), since the payload is the sender's.
+// their deep size, matches() by its text's length times its pattern's
+// compiled size before it runs), since the payload is the sender's.
 package filter
 
 import (
@@ -41,7 +42,6 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
-	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
@@ -76,10 +76,19 @@ const interruptEvery = 16
 // keeps CEL's charge: a key looked up in a map, a comparison of values of
 // different kinds or sizes decided at once, scalars (charging those by the
 // payload's size dropped ordinary filters on large payloads: review
-// helper-131). A count stops past costLimit: over it the evaluation ends.
-type deepCost struct{}
+// helper-131). A matches() is charged by its pattern's program
+// (regexCost), contains() by its strings' length, both before they run
+// (chargeFirst). A count stops past costLimit: over it the evaluation ends.
+type deepCost struct {
+	regexes map[string]literalRegex // the filter's matches() patterns
+}
 
-func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *uint64 {
+func (d deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *uint64 {
+	if function == overloads.Matches && len(args) == 2 {
+		if n, ok := d.regexCost(args[0], args[1]); ok {
+			return &n
+		}
+	}
 	if len(args) == 1 && (stringWalks[overload] || stringWalks[function]) {
 		// size() counts a string's code points, double() and the other
 		// conversions parse all of it: CEL charges them 1 (review
@@ -160,12 +169,13 @@ func (deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val) *
 // few ms of zone loading each at worst.
 const zonedGetterCost = 100
 
-// stringPairCost charges comparisons and concatenations of two strings (or
-// two bytes) what they walk, reading only their lengths: CEL's own charge of
-// them counted a string's code points on every call (a 900 KB string == a
-// literal in a comprehension ran for seconds at 1 unit a pass), and a +
-// of two of the payload's strings, dispatched at run time, was not charged
-// at all (review helper-133). An == of unequal lengths is decided at once.
+// stringPairCost charges comparisons, concatenations and searches of two
+// strings (or two bytes) what they walk, reading only their lengths: CEL's
+// own charge of them counted a string's code points on every call (a 900 KB
+// string == a literal in a comprehension ran for seconds at 1 unit a pass),
+// and a + of two of the payload's strings, dispatched at run time, was not
+// charged at all (review helper-133). An == of unequal lengths is decided
+// at once.
 func stringPairCost(function string, a, b ref.Val) (uint64, bool) {
 	la, lb, ok := byteLens(a, b)
 	if !ok {
@@ -183,6 +193,13 @@ func stringPairCost(function string, a, b ref.Val) (uint64, bool) {
 		n = min(la, lb)/10 + 1
 	case operators.Add:
 		n = (la+lb)/10 + 1
+	case overloads.Contains:
+		// CEL charges it len(s)/10 × len(sub)/10, as if each position
+		// compared the whole needle: a 33-byte needle was over the limit
+		// on a 1 MB log (review helper-140). Our contains() is linear.
+		n = (la+lb)/10 + 1
+	case overloads.StartsWith, overloads.EndsWith:
+		n = min(la, lb)/10 + 1 // compares at most the shorter
 	default:
 		return 0, false
 	}
@@ -339,41 +356,16 @@ func Compile(expr string) (*Filter, error) {
 	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, fmt.Errorf("filter %q: is a %s, want a bool", expr, t)
 	}
-	if err := literalRegexes(ast); err != nil {
-		return nil, fmt.Errorf("filter %q: %w", expr, err)
+	regexes, err := literalRegexes(ast, expr)
+	if err != nil {
+		return nil, fmt.Errorf("filter %q: %s", expr, strings.TrimSpace(err.Error()))
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.CostTracking(deepCost{}), cel.EvalOptions(cel.OptOptimize),
-		cel.InterruptCheckFrequency(interruptEvery))
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.CostTracking(deepCost{regexes: regexes}), cel.EvalOptions(cel.OptOptimize),
+		cel.InterruptCheckFrequency(interruptEvery), cel.CustomDecoratorV2(chargeFirst(regexes)))
 	if err != nil {
 		return nil, fmt.Errorf("filter %q: %w", expr, err)
 	}
 	return &Filter{expr: expr, prg: prg}, nil
-}
-
-// literalRegexes refuses a matches() whose pattern is not a literal: CEL
-// charges a regex's cost after it has run, and a pattern from the payload
-// (the sender's) against a large text of it could run for a minute before
-// the cost limit said no. A literal pattern is checked when the filter
-// compiles, by whoever wrote it.
-func literalRegexes(a *cel.Ast) error {
-	var bad error
-	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
-		if bad != nil || e.Kind() != celast.CallKind {
-			return
-		}
-		call := e.AsCall()
-		if call.FunctionName() != "matches" {
-			return
-		}
-		args := call.Args()
-		if len(args) == 0 {
-			return
-		}
-		if re := args[len(args)-1]; re.Kind() != celast.LiteralKind {
-			bad = errors.New("matches() takes a literal pattern only (a pattern from the event could run without bound)")
-		}
-	}))
-	return bad
 }
 
 // String is the expression.
