@@ -26,7 +26,8 @@ var (
 	// or contradictory argument.
 	ErrInvalid = errors.New("invalid request")
 	// ErrConflict means the request is valid but the state forbids it now
-	// (replaying a job that is leased), or it is larger than allowed.
+	// (replaying a job that is leased; re-verifying an event stored without
+	// a signature), or it is larger than allowed.
 	ErrConflict = errors.New("conflict")
 )
 

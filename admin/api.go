@@ -106,7 +106,7 @@ func (c APIConfig) validate() error {
 //
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
 // with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
-// (replay refused), 413 (a request body over 64 KiB), 429 (too many wrong tokens from the client's address,
+// (replay refused; re-verify by id of an event stored without a signature), 413 (a request body over 64 KiB), 429 (too many wrong tokens from the client's address,
 // with Retry-After), 503 (database unavailable) or 500.
 type API struct {
 	cfg     APIConfig

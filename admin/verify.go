@@ -72,6 +72,11 @@ const maxFailures = 1000
 // events report signature_mismatch with a detail saying why. A source whose
 // secrets were rotated out since verifies with the secrets configured now;
 // keep a retired secret listed to re-verify older events.
+//
+// Events stored without a signature (signature_verified false: backfilled,
+// reconciled) have none to re-check and are left out of a time range. One
+// asked for by id is ErrConflict, saying so (the API's 409); an id that is
+// not stored is ErrNotFound.
 func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (VerifyReport, error) {
 	if err := checkText("source", req.Provider); err != nil {
 		return VerifyReport{}, err
@@ -88,6 +93,7 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 		return VerifyReport{}, err
 	}
 	rep := VerifyReport{Failures: []VerifyFailure{}}
+	unsigned := false // the event asked for by id is stored, without a signature
 	v := reverifier{sources: sources, bad: map[string]error{}}
 	err := readTx(ctx, db, func(tx pgx.Tx) error {
 		var after int64
@@ -118,21 +124,45 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 				}
 			}
 			if len(batch) < batchSize {
-				return nil
+				break
 			}
 			after = batch[len(batch)-1].id
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
+		if req.ID > 0 && rep.Checked == 0 {
+			var err error
+			if unsigned, err = storedUnsigned(ctx, tx, req.ID); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("re-verify events: %w", err)
 	}
 	if req.ID > 0 && rep.Checked == 0 {
+		if unsigned {
+			return VerifyReport{}, fmt.Errorf("re-verify event %d: %w", req.ID,
+				conflict("stored without a signature (backfilled or reconciled): nothing to re-verify"))
+		}
 		return VerifyReport{}, fmt.Errorf("re-verify event %d: %w", req.ID, notFound("no such event"))
 	}
 	return rep, nil
+}
+
+// storedUnsigned reports whether event id is stored with signature_verified
+// false (backfilled from the provider's API, or stored by reconcile), which
+// AdminEventsToVerify leaves out: there is no signature to re-check. Asked
+// for alone, an event it did not select is either that or missing, and only
+// a missing one is "no such event".
+func storedUnsigned(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	unsigned, err := queries.New(tx).AdminEventUnsigned(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("look up event %d: %w", id, err)
+	}
+	return unsigned, nil
 }
 
 type storedEvent struct {

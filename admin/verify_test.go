@@ -2,6 +2,9 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +125,55 @@ func TestEventsReverifyTwilioWithoutPublicURL(t *testing.T) {
 	}
 	if d := rep.Failures[0].Detail; !strings.Contains(d, "set public_url") {
 		t.Fatalf("detail %q does not say to set public_url", d)
+	}
+}
+
+// An event stored without a signature (backfilled, reconciled) has none to
+// re-check: a time range leaves it out, and asked for by id it is
+// ErrConflict (409) saying so, never ErrNotFound (404), which is kept for an
+// id that is not stored (review helper-142).
+func TestEventsReverifyUnsignedEvent(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t)
+	ctx := context.Background()
+	since := time.Now().Add(-time.Hour)
+	signed := b.ingest(t, "stripe", "evt_signed")
+	var unsigned int64
+	if err := b.super.QueryRow(ctx, `INSERT INTO webhook_ingress.events
+		(provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+		VALUES ('stripe', 'stripe', 'evt_backfilled', 'invoice.paid', '{}', false) RETURNING id`).Scan(&unsigned); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := admin.Reverify(ctx, b.op, b.sources, admin.VerifyRequest{Since: since})
+	if err != nil || rep.Checked != 1 || rep.Verified != 1 {
+		t.Fatalf("range: %+v, %v; want the signed event alone checked", rep, err)
+	}
+	rep, err = admin.Reverify(ctx, b.op, b.sources, admin.VerifyRequest{ID: signed})
+	if err != nil || rep.Checked != 1 || rep.Verified != 1 {
+		t.Fatalf("signed event %d: %+v, %v", signed, rep, err)
+	}
+	_, err = admin.Reverify(ctx, b.op, b.sources, admin.VerifyRequest{ID: unsigned})
+	wantErr(t, err, admin.ErrConflict)
+	want := "re-verify event " + itoa(unsigned) + ": stored without a signature (backfilled or reconciled): nothing to re-verify"
+	if errors.Is(err, admin.ErrNotFound) || err.Error() != want {
+		t.Fatalf("unsigned event %d: %v, want %q", unsigned, err, want)
+	}
+	_, err = admin.Reverify(ctx, b.op, b.sources, admin.VerifyRequest{ID: unsigned + 100})
+	wantErr(t, err, admin.ErrNotFound)
+
+	for _, c := range []struct {
+		id   int64
+		code int
+		want string
+	}{
+		{unsigned, http.StatusConflict, want},
+		{unsigned + 100, http.StatusNotFound, "re-verify event " + itoa(unsigned+100) + ": no such event"},
+	} {
+		code, _, body := b.call(t, "POST", "/api/events/verify", `{"id":`+itoa(c.id)+`}`)
+		var got struct{ Error string }
+		if err := json.Unmarshal(body, &got); err != nil || code != c.code || got.Error != c.want {
+			t.Errorf("POST /api/events/verify {\"id\":%d}: %d %s, want %d %q", c.id, code, body, c.code, c.want)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -260,14 +259,26 @@ func printBody(w io.Writer, id int64, body []byte) {
 	}
 }
 
+// printableText reports whether b can go to a terminal as it is: UTF-8
+// without control characters other than tab, newline and a carriage return
+// that ends a CRLF. A lone carriage return moves the cursor back to the start
+// of the line, so what follows it would overwrite what the operator sees.
 func printableText(b []byte) bool {
 	if !utf8.Valid(b) {
 		return false
 	}
-	return bytes.IndexFunc(b, func(r rune) bool {
-		return r != '\n' && r != '\r' && r != '\t' &&
-			(r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.Is(unicode.Bidi_Control, r))
-	}) < 0
+	for i, r := range string(b) {
+		switch {
+		case r == '\n' || r == '\t':
+		case r == '\r':
+			if i+1 == len(b) || b[i+1] != '\n' {
+				return false
+			}
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.Is(unicode.Bidi_Control, r):
+			return false
+		}
+	}
+	return true
 }
 
 func printJob(w io.Writer, j admin.Job) {
@@ -332,6 +343,9 @@ headers and request URI with the source's secrets in the config file, as
 ingress did, but ignoring the timestamp tolerance. Reports every event that no
 longer verifies (body or headers changed, secret gone, source missing or of
 another type now, id or type no longer matching) and exits 1 if there is one.
+An event stored without a signature (backfilled, reconciled) has none to
+re-check: a time range leaves it out, and asked for by ID it is an error
+(exit 1) saying so, not "no such event".
 
   inlet events verify 42
   inlet events verify --since 7d --source stripe

@@ -145,6 +145,11 @@ WHERE j.status = 'dead_letter'
 ORDER BY j.id DESC
 LIMIT sqlc.arg(page_size)::bigint;
 
+-- name: AdminEventUnsigned :one
+-- Whether event id is stored without a signature (backfilled from the
+-- provider's API, or stored by reconcile): AdminEventsToVerify leaves it out.
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.events WHERE id = sqlc.arg(id)::bigint AND NOT signature_verified);
+
 -- name: AdminEventsToVerify :many
 -- What re-verification reads, batch_size at a time after id after_id, oldest first: event
 -- event_id alone, or every event of provider provider ('' any) received in [since, until).

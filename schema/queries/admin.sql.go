@@ -271,6 +271,19 @@ func (q *Queries) AdminEventJobs(ctx context.Context, eventID int64) ([]AdminEve
 	return items, nil
 }
 
+const AdminEventUnsigned = `-- name: AdminEventUnsigned :one
+SELECT EXISTS (SELECT 1 FROM webhook_ingress.events WHERE id = $1::bigint AND NOT signature_verified)
+`
+
+// Whether event id is stored without a signature (backfilled from the
+// provider's API, or stored by reconcile): AdminEventsToVerify leaves it out.
+func (q *Queries) AdminEventUnsigned(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, AdminEventUnsigned, id)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const AdminEventsToVerify = `-- name: AdminEventsToVerify :many
 SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
 FROM webhook_ingress.events
