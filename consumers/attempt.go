@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
 	"runtime/debug"
@@ -118,16 +119,23 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	var timedOut bool
 	if h.TxFunc != nil {
 		var outcome string
-		var recorded bool
-		timedOut, outcome, recorded, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, &handlerDeadline)
+		var recorded, notRun bool
+		timedOut, outcome, recorded, notRun, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, &handlerDeadline)
 		returned = true
 		handlerDone()
-		if recorded {
+		switch {
+		case recorded:
 			traceOutcome(span, s.report(h, l, outcome, nil, "", attrs), "")
+			return
+		case notRun && ctx.Err() != nil:
+			s.giveBack(ref, l, attrs) // Stop's deadline came first
+			return
+		case notRun:
+			traceOutcome(span, s.giveBackStarved(h, ref, l, attrs), ClassTransaction)
 			return
 		}
 	} else {
-		handlerDeadline.Store(time.Now().Add(h.Timeout).UnixNano())
+		handlerDeadline.Store(deadlineNanos(time.Now().Add(h.Timeout)))
 		herr, timedOut = s.run(ctx, h, ev)
 		returned = true
 		stopExtending()
@@ -367,6 +375,40 @@ func (s *Service) giveBack(ref bus.Ref, l lease, attrs []slog.Attr) {
 	}
 }
 
+// giveBackStarved gives back the lease of a transactional attempt that got
+// no transaction slot within txWait (runTx): its handler never ran, so the
+// attempt must not count, whoever held the slots (a handler ignoring its
+// context may be another one: review helper-137). The job is due again at
+// once (GiveBackAttempt keeps its due time), and whichever consumer of the
+// handler leases it next runs it, or waits for a slot as long again: a
+// starved handler's job comes round once per txWait, never spinning, and
+// never dead-lettered for it. Logged (warn, class transaction) and counted
+// (outcome given_back) so that an operator sees the starved handler. It
+// returns the outcome counted: given_back, or as report would (lost: the
+// lease was no longer this attempt's; record_error: giving it back failed,
+// and the reaper counts the attempt when the lease expires).
+func (s *Service) giveBackStarved(h Handler, ref bus.Ref, l lease, attrs []slog.Attr) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
+	defer cancel()
+	given, err := s.giveBackLease(ctx, ref, l.partition, l.leasedAt)
+	attrs = append(attrs, slog.String("error_class", string(ClassTransaction)), slog.Duration("waited", s.txWait))
+	const why = "no transaction slot for the handler within the bound: the transactions ahead hold theirs longer than their Timeouts and commits allow (a transactional handler that ignores its context, or a commit that does not end); the handler did not run"
+	counted := "given_back"
+	switch {
+	case err != nil:
+		counted = "record_error"
+		s.logger.LogAttrs(ctx, slog.LevelError, why+"; giving its lease back failed, so the reaper will count the attempt when the lease expires",
+			append(attrs, slog.String("error", err.Error()))...)
+	case !given:
+		counted = "lost"
+		s.logger.LogAttrs(ctx, slog.LevelWarn, why+"; its lease was no longer this attempt's", attrs...)
+	default:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, why+"; its lease was given back and the attempt does not count", attrs...)
+	}
+	s.cfg.Metrics.AttemptFinished(h.Name, counted, ClassTransaction, time.Since(l.read))
+	return counted
+}
+
 // giveBackLease gives back ref's lease, taken at leasedAt, of the job in
 // partition (GiveBackAttempt, fenced on that token), and reports whether it
 // was still this attempt's.
@@ -498,6 +540,36 @@ func (s *Service) extendLease(ctx context.Context, ref bus.Ref, l lease, handler
 			return
 		}
 	}
+}
+
+// deadlineNanos is t as handlerDeadline keeps it, unix nanoseconds,
+// saturated: a time past 2262 has no int64 UnixNano, and a Timeout of "no
+// timeout" (math.MaxInt64) wrapped to the 1700s, so extendLease gave the
+// lease up at its first tick while the handler ran (review helper-137).
+func deadlineNanos(t time.Time) int64 {
+	if t.After(maxUnixNano) {
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var maxUnixNano = time.Unix(0, math.MaxInt64)
+
+// satAdd is a+b for a b that is not negative, at most math.MaxInt64 (about
+// 292 years) instead of wrapping negative.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satMul is d*n for a d and n that are not negative, at most math.MaxInt64.
+func satMul(d time.Duration, n int64) time.Duration {
+	if d != 0 && n > math.MaxInt64/int64(d) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
 }
 
 // backoff calls the handler's Backoff, which is the program's code: a panic

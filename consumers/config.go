@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,12 +28,14 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Subscriber receives the streamer's job references: natsbus.New for
 	// NATS JetStream across processes, bus.NewGoChannel in one process.
-	// Required.
+	// Required: nil, or a nil pointer in the interface (a *natsbus.NATS
+	// never made), is refused.
 	Subscriber message.Subscriber
 	// Handlers are the handlers this service runs: at least one, unique
 	// names.
 	Handlers []Handler
-	// WorkerID is recorded in job_attempts.worker_id. Defaults to
+	// WorkerID is recorded in job_attempts.worker_id: at most 200 bytes of
+	// valid UTF-8 without NUL (PostgreSQL text). Defaults to
 	// "<hostname>-<pid>".
 	WorkerID string
 	// LeaseExtend is the lease extension of a running attempt: every LeaseExtend/3
@@ -57,13 +62,14 @@ type Config struct {
 	// Logger receives metadata-only log lines. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics counts finished attempts (see [Metrics]). Defaults to counting
-	// nothing.
+	// nothing (nil; a nil pointer in the interface is refused).
 	Metrics Metrics
 	// TracerProvider makes the span of each attempt (inlet.consumer.attempt,
 	// a child of the streamer's span the job reference carries, and the
 	// parent of the handler's spans). The program picks the exporter: pass
 	// otel.GetTracerProvider() or a provider of its own. Defaults to a no-op
-	// provider, under which handlers still see the streamer's trace context.
+	// provider, under which handlers still see the streamer's trace context
+	// (nil; a nil pointer in the interface is refused).
 	TracerProvider trace.TracerProvider
 	// CheckFilter compiles a handler's Filter, so that New rejects a bad
 	// expression with the position of its error instead of registering a
@@ -130,6 +136,19 @@ func (c Config) validate() error {
 	if c.Subscriber == nil {
 		return errors.New("subscriber: required")
 	}
+	// A typed nil (`var sub *natsbus.NATS; cfg.Subscriber = sub`) is != nil:
+	// Start registered the subscriptions, then panicked in Subscribe (review
+	// helper-137). The interfaces WithDefaults fills are refused likewise:
+	// their first call would panic mid-attempt.
+	if typedNil(c.Subscriber) {
+		return fmt.Errorf("subscriber: required (got a nil %T)", c.Subscriber)
+	}
+	if typedNil(c.Metrics) {
+		return fmt.Errorf("metrics: a nil %T; leave Metrics nil to count nothing", c.Metrics)
+	}
+	if typedNil(c.TracerProvider) {
+		return fmt.Errorf("tracer_provider: a nil %T; leave TracerProvider nil for a no-op provider", c.TracerProvider)
+	}
 	if len(c.Handlers) == 0 {
 		return errors.New("handlers: at least one is required")
 	}
@@ -160,5 +179,27 @@ func (c Config) validate() error {
 	if len(c.WorkerID) > 200 {
 		return fmt.Errorf("worker_id: %d bytes, longer than 200", len(c.WorkerID))
 	}
+	// PostgreSQL text refuses both, so every statement carrying the id
+	// failed: no outcome was ever recorded and the job ran again for ever
+	// (review helper-137).
+	if !utf8.ValidString(c.WorkerID) {
+		return fmt.Errorf("worker_id: %q is not valid UTF-8", c.WorkerID)
+	}
+	if strings.ContainsRune(c.WorkerID, 0) {
+		return fmt.Errorf("worker_id: %q contains a NUL byte", c.WorkerID)
+	}
 	return nil
+}
+
+// typedNil reports whether v, non-nil as an interface, holds a nil pointer,
+// map, channel, func or interface: a value whose methods would panic.
+func typedNil(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -62,6 +62,19 @@ func TestConfigValidate(t *testing.T) {
 			"handlers[0].filter: set Config.CheckFilter"},
 		{"tiny lease", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, LeaseExtend: time.Millisecond},
 			"lease_extend"},
+		// PostgreSQL text refuses both (review helper-137).
+		{"worker id not UTF-8", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, WorkerID: "replica\xff"},
+			`worker_id: "replica\xff" is not valid UTF-8`},
+		{"worker id with NUL", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, WorkerID: "replica\x00-1"},
+			`worker_id: "replica\x00-1" contains a NUL byte`},
+		// A nil pointer in an interface is not nil (review helper-137).
+		{"typed nil metrics", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, Metrics: (*countingMetrics)(nil)},
+			"metrics: a nil *consumers_test.countingMetrics"},
+		{"typed nil tracer provider", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{h("x")}, TracerProvider: (*spanRecorder)(nil)},
+			"tracer_provider: a nil *consumers_test.spanRecorder"},
+		{"timeout past 24h", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Timeout: 25 * time.Hour}}},
+			"handlers[0].timeout: 25h0m0s must be positive and at most 24h"},
+		{"timeout of 24h", consumers.Config{Pool: pool, Subscriber: sub, Handlers: []consumers.Handler{{Name: "x", Func: ok, Timeout: 24 * time.Hour}}}, ""},
 	}
 	for _, c := range cases {
 		_, err := consumers.New(c.cfg)
@@ -116,6 +129,7 @@ func TestLimitSettingsOutOfRangeAreRejected(t *testing.T) {
 		{consumers.ReadyHandler{OrderKey: "data.object.id", OrderPolicy: "drop"}, `consumer.handlers[0].order_policy: "drop" is not block or skip`},
 		{consumers.ReadyHandler{OrderKey: "data..id"}, `consumer.handlers[0].order_key: "data..id": segment 2 of the dot path (e.g. data.object.id) is empty`},
 		{consumers.ReadyHandler{OrderKey: "header:"}, `consumer.handlers[0].order_key: "header:": header:Name needs a header name`},
+		{consumers.ReadyHandler{Timeout: 48 * time.Hour}, "consumer.handlers[0].timeout: 48h0m0s must be at most 24h"},
 	} {
 		tc.h.Name, tc.h.Type = "h", "log"
 		err := consumers.Section{Handlers: []consumers.ReadyHandler{tc.h}}.WithDefaults().Validate()

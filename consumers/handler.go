@@ -58,7 +58,10 @@ type Handler struct {
 	// error); should it panic, DefaultBackoff's delay is used.
 	Backoff func(attempt int) time.Duration
 	// Timeout bounds one attempt; the handler's context ends then. Defaults
-	// to 60s.
+	// to 60s; at most 24h (a "no timeout" such as math.MaxInt64 is refused:
+	// a transactional handler above READ COMMITTED holds its lease for its
+	// Timeout, so a consumer that dies holds its job that long, and waits
+	// for a transaction's connection are bounded by multiples of it).
 	Timeout time.Duration
 	// Concurrency caps this handler's attempts reading their event or
 	// running in this process; further messages wait unacknowledged. An
@@ -117,6 +120,7 @@ type Handler struct {
 const (
 	defaultMaxAttempts = 25
 	defaultTimeout     = 60 * time.Second
+	maxTimeout         = 24 * time.Hour
 	defaultConcurrency = 64
 	maxPatternLen      = 200
 
@@ -193,8 +197,8 @@ func (h Handler) validate(checkFilter func(string) error) error {
 	if h.MaxAttempts > math.MaxInt32 {
 		return fmt.Errorf("max_attempts: %d must be at most %d (the database's integer)", h.MaxAttempts, math.MaxInt32)
 	}
-	if h.Timeout <= 0 {
-		return fmt.Errorf("timeout: %s must be positive", h.Timeout)
+	if h.Timeout <= 0 || h.Timeout > maxTimeout {
+		return fmt.Errorf("timeout: %s must be positive and at most 24h", h.Timeout)
 	}
 	if h.Concurrency < 1 {
 		return fmt.Errorf("concurrency: %d must be at least 1", h.Concurrency)

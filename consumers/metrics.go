@@ -20,8 +20,12 @@ type Metrics interface {
 
 // The outcomes an attempt is counted with: "lost" is an attempt whose lease
 // was gone when it reported (its outcome was not recorded); "record_error"
-// one whose outcome could not be written.
-var attemptOutcomes = []string{"completed", "failed", "dead_letter", "lost", "record_error"}
+// one whose outcome could not be written; "given_back" a transactional
+// attempt whose handler never ran for want of a transaction slot (class
+// transaction: the slots were held past every Timeout, by a handler that
+// ignores its context or a commit that does not end), its lease given back
+// and the attempt not counted.
+var attemptOutcomes = []string{"completed", "failed", "dead_letter", "lost", "record_error", "given_back"}
 
 // Outcomes returns every outcome [Metrics] is told, a fresh slice each call,
 // so an exporter can start each series at zero.

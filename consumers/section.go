@@ -57,7 +57,8 @@ type ReadyHandler struct {
 	// Concurrency is the handler's in-flight attempts in this process.
 	// Defaults to 64.
 	Concurrency int `yaml:"concurrency"`
-	// Timeout bounds one attempt. Defaults to 60s (http-forward: 10s).
+	// Timeout bounds one attempt, at most 24h. Defaults to 60s
+	// (http-forward: 10s).
 	Timeout time.Duration `yaml:"timeout"`
 	// URL is where http-forward POSTs. Required for http-forward.
 	URL string `yaml:"url"`
@@ -163,6 +164,9 @@ func (s Section) Validate() error {
 		}
 		// What New checks at start, named as YAML keys here, so that
 		// `inlet config check` refuses what the consumer would.
+		if h.Timeout > maxTimeout {
+			return fmt.Errorf("%s.timeout: %s must be at most 24h", field, h.Timeout)
+		}
 		if h.MaxAttempts > math.MaxInt32 {
 			return fmt.Errorf("%s.max_attempts: %d must be at most %d (the database's integer)", field, h.MaxAttempts, math.MaxInt32)
 		}

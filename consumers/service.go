@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/jackc/pgx/v5"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,40 +146,55 @@ const txReserve = 2
 // it, slots at a time, each holding its place for at most its Timeout, its
 // completion and commit (recordTimeout, after the Timeout: review
 // helper-133), a rollback's giveBackTimeout and a LeaseExtend. A wait longer
-// than that is behind a transaction that does not end: the attempt then
-// fails, class transaction, rather than holding its job, its lease
-// extended, for good (review helper-132).
+// than that is behind a transaction that does not end: the attempt's lease
+// is then given back, uncounted, its handler not run (review helper-137:
+// it failed, class transaction, spending an attempt of a handler that may
+// not be the one at fault), rather than holding its job, its lease
+// extended, for good (review helper-132). The sums and products saturate:
+// a huge Timeout, Concurrency or LeaseExtend made it wrap negative, and
+// every transactional attempt then gave up at once (review helper-137).
 func txWaitBound(cfg Config, slots int) time.Duration {
-	want, longest := 0, time.Duration(0)
+	want, longest := txConcurrency(cfg), time.Duration(0)
 	for _, h := range cfg.Handlers {
 		if h.TxFunc != nil {
-			want += h.Concurrency
 			longest = max(longest, h.Timeout)
 		}
 	}
-	if want == 0 || slots == 0 {
+	if want == 0 || slots <= 0 {
 		return 0
 	}
-	return (longest + recordTimeout + giveBackTimeout + cfg.LeaseExtend) * time.Duration((want+slots-1)/slots)
+	rounds := (want-1)/int64(slots) + 1
+	return satMul(satAdd(satAdd(longest, recordTimeout+giveBackTimeout), cfg.LeaseExtend), rounds)
+}
+
+// txConcurrency is the transactional handlers' Concurrency summed (at most
+// math.MaxInt64).
+func txConcurrency(cfg Config) int64 {
+	var want int64
+	for _, h := range cfg.Handlers {
+		if h.TxFunc != nil {
+			c := int64(h.Concurrency)
+			if want > math.MaxInt64-c {
+				return math.MaxInt64
+			}
+			want += c
+		}
+	}
+	return want
 }
 
 // txSlots returns the semaphore of handler transactions: the pool's size
 // less txReserve, at least one.
 func txSlots(cfg Config) chan struct{} {
-	want := 0
-	for _, h := range cfg.Handlers {
-		if h.TxFunc != nil {
-			want += h.Concurrency
-		}
-	}
+	want := txConcurrency(cfg)
 	if want == 0 {
 		return nil
 	}
 	n := max(int(cfg.Pool.Config().MaxConns)-txReserve, 1)
-	if want > n {
+	if want > int64(n) {
 		cfg.Logger.Info("transactional handlers share the pool's connections: the rest of their attempts wait for one",
 			slog.String("component", "consumers"), slog.Int("open_transactions_at_most", n),
-			slog.Int("pool_max_conns", int(cfg.Pool.Config().MaxConns)), slog.Int("transactional_concurrency", want))
+			slog.Int("pool_max_conns", int(cfg.Pool.Config().MaxConns)), slog.Int64("transactional_concurrency", want))
 	}
 	return make(chan struct{}, n)
 }
@@ -190,8 +206,11 @@ func txSlots(cfg Config) chan struct{} {
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != stateNew {
+	switch s.state {
+	case stateStarted:
 		return errors.New("start consumers: the service was already started")
+	case stateStopped:
+		return errors.New("start consumers: the service was stopped; a service starts once (make a new one with New)")
 	}
 	if err := s.Register(ctx); err != nil {
 		return fmt.Errorf("start consumers: %w", err)

@@ -551,6 +551,8 @@ func TestStopDrainsInFlightAttempts(t *testing.T) {
 	}
 	if err := svc.Start(context.Background()); err == nil {
 		t.Error("Start after Stop succeeded")
+	} else if !strings.Contains(err.Error(), "was stopped") {
+		t.Errorf("Start after Stop: %v; want it to say the service was stopped (it said \"already started\")", err)
 	}
 }
 

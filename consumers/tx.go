@@ -54,9 +54,15 @@ import (
 // keeps two of them for its own statements (reading events, extending
 // leases, recording outcomes), so at most the pool's MaxConns less two
 // transactional attempts run at once, whatever the handlers' Concurrency;
-// the others wait for a connection before their Timeout starts. Size the
-// pool for the transactions you want open at once (pool_max_conns in the
-// database URL; pgx's default is the larger of 4 and the CPU count).
+// the others wait for a connection before their Timeout starts. A wait
+// longer than the attempts ahead can take within their Timeouts and commits
+// (one of them ignores its context, or its commit does not end) gives the
+// attempt's lease back, uncounted, its handler not run: the job is due
+// again at once, and the next consumer to take it runs it or waits as long
+// again; the service logs it (warn, class transaction) and counts it
+// (outcome given_back, see [Metrics]). Size the pool for the transactions
+// you want open at once (pool_max_conns in the database URL; pgx's default
+// is the larger of 4 and the CPU count).
 //
 // tx runs as the consumer's database role (webhook_worker, or the team's
 // consumer role): grant it what the handler writes. The handler must not
@@ -92,13 +98,20 @@ const ClassTransaction ErrorClass = "transaction"
 // run again.
 //
 // It returns whether the attempt's own deadline passed; when the success
-// was written (or fenced out), the outcome recorded with recorded true; and
-// the handler's error (or the transaction's, classed [ClassTransaction]) to
-// be recorded as a failed attempt.
-func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded bool, herr error) {
+// was written (or fenced out), the outcome recorded with recorded true;
+// notRun when the handler was never called because no transaction slot
+// came (within txWait, or before Stop's deadline), an attempt that must not
+// count; and the handler's error (or the transaction's, classed
+// [ClassTransaction]) to be recorded as a failed attempt.
+func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded, notRun bool, herr error) {
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
+	// A wait past txWait is behind a transaction that does not end (a
+	// handler ignoring its context, a commit that hangs), maybe another
+	// handler's: this handler never ran, so its attempt is given back, not
+	// spent (review helper-137: it was recorded as failed, class
+	// transaction, and dead-lettered on its last attempt).
 	wait := time.NewTimer(s.txWait)
 	select {
 	case s.txSlots <- struct{}{}:
@@ -107,10 +120,10 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	case <-ctx.Done():
 		wait.Stop()
 		stopExtending()
-		return false, "", false, WithClass(fmt.Errorf("wait for a connection for the handler's transaction: %w", context.Cause(ctx)), ClassTransaction)
+		return false, "", false, true, nil
 	case <-wait.C:
 		stopExtending()
-		return false, "", false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: the transactions ahead held theirs longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)", s.txWait), ClassTransaction)
+		return false, "", false, true, nil
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
 	// transaction and not extended while it is open: an extension from
@@ -122,24 +135,24 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		stopExtending()
 	}
 	deadline := time.Now().Add(h.Timeout) // the attempt's, whatever runs again
-	handlerDeadline.Store(deadline.UnixNano())
+	handlerDeadline.Store(deadlineNanos(deadline))
 	for try := 1; ; try++ {
 		var rerun bool
 		// A run again begins with the extender stopped (by the last run).
 		timedOut, outcome, recorded, herr, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline, snapshot || try > 1, stopExtending)
 		if !rerun || IsPermanent(herr) || ctx.Err() != nil {
-			return timedOut, outcome, recorded, herr
+			return timedOut, outcome, recorded, false, herr
 		}
 		pause := time.Duration(1+rand.IntN(20*min(try, 10))) * time.Millisecond //nolint:gosec // G404: jitter
 		if time.Until(deadline) <= pause {
-			return timedOut, outcome, recorded, herr
+			return timedOut, outcome, recorded, false, herr
 		}
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction aborted by a serialization failure or a deadlock; running it again",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt), slog.Int("try", try))
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return timedOut, outcome, recorded, herr
+			return timedOut, outcome, recorded, false, herr
 		}
 	}
 }
@@ -160,7 +173,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	// consumer that dies or is cut off meanwhile holds no lock: the lease
 	// runs out and the reaper takes the job back, as for any handler.
 	if upfront {
-		if _, err := s.extendFor(ctx, ref, l, time.Until(deadline)+recordTimeout+time.Second); errors.Is(err, pgx.ErrNoRows) {
+		if _, err := s.extendFor(ctx, ref, l, satAdd(time.Until(deadline), recordTimeout+time.Second)); errors.Is(err, pgx.ErrNoRows) {
 			s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
 				slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
 			return false, "", true, nil, false
