@@ -46,6 +46,12 @@ const (
 // webhook_ingress, which partition maintenance needs.
 var ErrNotOwner = errors.New("retention: not the owner of webhook_ingress")
 
+// ErrPartitionOwner means an expired period's partition belongs to a role the
+// connected one may not act as (a member of the owner role created it before
+// migration 060): Run keeps the period, goes on with the others, and returns
+// this with its report, naming the partitions and what to run.
+var ErrPartitionOwner = errors.New("retention: partition not owned by the owner of webhook_ingress")
+
 // Options says what Run does.
 type Options struct {
 	// MaxAge: a period whose end is more than MaxAge before the database's
@@ -226,7 +232,10 @@ func EnsurePartitions(ctx context.Context, db DB, interval string, ahead int, lo
 // Run creates partitions ahead and drops the periods past opts.MaxAge that
 // nothing keeps, each in its own transaction. A period kept (open jobs,
 // unsealed events, lock not granted) is in the report, not an error; the
-// error is for failures to talk to the database.
+// error is for failures to talk to the database. Two come with the report:
+// a period whose partition another role owns is kept and the run goes on,
+// then returns ErrPartitionOwner; and a failure to delete the dropped
+// periods' dedupe keys.
 func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
@@ -268,6 +277,7 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 	}
 	cutoff := now.Add(-opts.MaxAge)
 	rep.Cutoff = &cutoff
+	var unowned []error
 	for _, p := range periods {
 		if p.End.After(cutoff) {
 			break
@@ -276,12 +286,18 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 		if errors.Is(err, errGone) {
 			continue // another run dropped it after this one listed it
 		}
+		if errors.Is(err, ErrPartitionOwner) {
+			// Kept, and the run fails once it has done the rest: an owner
+			// must act, and the periods after it need not wait for that.
+			unowned = append(unowned, err)
+			err = nil
+		}
 		if err != nil {
 			return Report{}, err
 		}
 		rep.Partitions = append(rep.Partitions, part)
 	}
-	return rep, deleteDueKeys(ctx, db, &rep)
+	return rep, errors.Join(append(unowned, deleteDueKeys(ctx, db, &rep))...)
 }
 
 // deleteDueKeys deletes the dedupe keys of the periods dropped by this run
@@ -430,10 +446,67 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s; try again later", o.LockTimeout)
 	case errors.As(err, &pgErr) && pgErr.Code == "40P01": // deadlock_detected: another transaction's locks crossed ours
 		part.Verdict, part.Reason = Kept, "busy: a transaction holding its tables was in the way; try again later"
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		held, ok := notOwned(ctx, db, p.Start)
+		if !ok {
+			return Partition{}, fmt.Errorf("retention: %s partition %s: %w", step, p.name, err)
+		}
+		part.Verdict, part.Reason = Kept, held
+		return part, fmt.Errorf("%w: %s partition %s: %w: %s", ErrPartitionOwner, step, p.name, err, held)
 	default:
 		return Partition{}, fmt.Errorf("retention: %s partition %s: %w", step, p.name, err)
 	}
 	return part, nil
+}
+
+// notOwnedSQL lists the partitions of the period starting at $1 that the
+// connected role may not act as the owner of, with their owner and their
+// parent's.
+const notOwnedSQL = `
+SELECT c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text, pg_catalog.pg_get_userbyid(pt.relowner)::text
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class pt ON pt.oid = i.inhparent
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+WHERE pt.oid IN ('webhook_ingress.events'::regclass, 'webhook_ingress.jobs'::regclass, 'webhook_ingress.job_attempts'::regclass)
+  AND c.relname IN (webhook_ingress.partition_name('events', $1), webhook_ingress.partition_name('jobs', $1),
+                    webhook_ingress.partition_name('job_attempts', $1))
+  AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+ORDER BY 1`
+
+// notOwned says which partitions of the period starting at start belong to
+// a role the connected one may not act as (created by another member of the
+// owner role before 060 made create_partitions give them to the owner), and
+// what to run about them; false when none does.
+func notOwned(ctx context.Context, db DB, start time.Time) (string, bool) {
+	rows, err := db.Query(ctx, notOwnedSQL, start)
+	if err != nil {
+		return "", false
+	}
+	defer rows.Close()
+	var owner string
+	byRole := map[string][]string{}
+	var roles, fixes []string
+	for rows.Next() {
+		var name, role string
+		if err := rows.Scan(&name, &role, &owner); err != nil {
+			return "", false
+		}
+		if byRole[role] == nil {
+			roles = append(roles, role)
+		}
+		byRole[role] = append(byRole[role], name)
+		fixes = append(fixes, fmt.Sprintf("ALTER TABLE webhook_ingress.%s OWNER TO %s;",
+			pgx.Identifier{name}.Sanitize(), pgx.Identifier{owner}.Sanitize()))
+	}
+	if rows.Err() != nil || len(roles) == 0 {
+		return "", false
+	}
+	var held []string
+	for _, r := range roles {
+		held = append(held, strings.Join(byRole[r], ", ")+" owned by "+r)
+	}
+	return fmt.Sprintf("%s, not by %s (the owner of webhook_ingress); as %s or a superuser run: %s",
+		strings.Join(held, "; "), owner, strings.Join(roles, " or "), strings.Join(fixes, " ")), true
 }
 
 // isUndefinedTable reports PostgreSQL's undefined_table, which

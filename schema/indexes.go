@@ -2,10 +2,12 @@ package schema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // IndexBuild is one partition index BuildIndexes made (or found pending).
@@ -55,9 +57,10 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // migration left pending, with CREATE INDEX CONCURRENTLY so ingest goes on
 // writing meanwhile, and attaches each to its partitioned index (which becomes
 // valid once every partition has one). report is called before each build.
-// Run it after Migrate, outside any transaction (inlet migrate does); it is
-// idempotent, and a build interrupted half-way (an INVALID index left by a
-// cancelled CONCURRENTLY) is dropped and made again. Callers on several hosts
+// A partition dropped meanwhile (by inlet retention) is skipped: it needs no
+// index. Run it after Migrate, outside any transaction (inlet migrate does);
+// it is idempotent, and a build interrupted half-way (an INVALID index left
+// by a cancelled CONCURRENTLY) is dropped and made again. Callers on several hosts
 // at once (an inlet migrate per replica) take turns: the first builds, the
 // others wait for it and then find nothing pending; waiting (nil: nothing) is
 // called once when one starts to wait.
@@ -94,34 +97,148 @@ func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), 
 		return nil, err
 	}
 	var built []IndexBuild
-	for _, b := range pending {
-		if report != nil {
-			report(b)
-		}
-		var def string
-		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_get_indexdef(('webhook_ingress.' || quote_ident($1))::regclass)`, b.Index).Scan(&def); err != nil {
-			return built, fmt.Errorf("read definition of %s: %w", b.Index, err)
-		}
-		child := b.Partition + "_" + trimIdxPrefix(b.Index)
-		method, err := indexTail(def)
-		if err != nil {
-			return built, fmt.Errorf("index %s: %w", b.Index, err)
-		}
-		stmts := []string{
-			fmt.Sprintf(`DROP INDEX CONCURRENTLY IF EXISTS webhook_ingress.%s`, pgx.Identifier{child}.Sanitize()),
-			fmt.Sprintf(`CREATE INDEX CONCURRENTLY %s ON webhook_ingress.%s %s`,
-				pgx.Identifier{child}.Sanitize(), pgx.Identifier{b.Partition}.Sanitize(), method),
-			fmt.Sprintf(`ALTER INDEX webhook_ingress.%s ATTACH PARTITION webhook_ingress.%s`,
-				pgx.Identifier{b.Index}.Sanitize(), pgx.Identifier{child}.Sanitize()),
-		}
-		for _, s := range stmts {
-			if _, err := conn.Exec(ctx, s); err != nil {
-				return built, fmt.Errorf("build %s on partition %s: %w", b.Index, b.Partition, err)
+	// The list is read once, and a build takes hours on a large partition:
+	// inlet retention may drop a listed partition meanwhile (it holds no lock
+	// this one waits for, and the pending ones are the large old ones it
+	// drops), so one gone by its turn is skipped. What is pending is listed
+	// again after the builds, and anything not yet tried is built too.
+	tried := map[IndexBuild]bool{}
+	for len(pending) > 0 {
+		for _, b := range pending {
+			tried[b] = true
+			ok, err := buildIndex(ctx, conn, b, report)
+			if err != nil {
+				return built, err
+			}
+			if ok {
+				built = append(built, b)
 			}
 		}
-		built = append(built, b)
+		all, err := PendingIndexes(ctx, conn)
+		if err != nil {
+			return built, err
+		}
+		pending = pending[:0]
+		for _, b := range all {
+			if !tried[b] {
+				pending = append(pending, b)
+			}
+		}
+	}
+	if err := revalidateIndexes(ctx, conn); err != nil {
+		return built, err
 	}
 	return built, nil
+}
+
+// buildIndex builds b.Index on b.Partition and attaches it, or reports false
+// when the partition is gone (dropped by inlet retention since it was
+// listed): before its turn, or under the CREATE or the ATTACH.
+func buildIndex(ctx context.Context, conn *pgx.Conn, b IndexBuild, report func(IndexBuild)) (bool, error) {
+	if gone, err := partitionGone(ctx, conn, b.Partition); err != nil || gone {
+		return false, err
+	}
+	if report != nil {
+		report(b)
+	}
+	var def string
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_get_indexdef(('webhook_ingress.' || quote_ident($1))::regclass)`, b.Index).Scan(&def); err != nil {
+		return false, fmt.Errorf("read definition of %s: %w", b.Index, err)
+	}
+	child := b.Partition + "_" + trimIdxPrefix(b.Index)
+	method, err := indexTail(def)
+	if err != nil {
+		return false, fmt.Errorf("index %s: %w", b.Index, err)
+	}
+	stmts := []string{
+		fmt.Sprintf(`DROP INDEX CONCURRENTLY IF EXISTS webhook_ingress.%s`, pgx.Identifier{child}.Sanitize()),
+		fmt.Sprintf(`CREATE INDEX CONCURRENTLY %s ON webhook_ingress.%s %s`,
+			pgx.Identifier{child}.Sanitize(), pgx.Identifier{b.Partition}.Sanitize(), method),
+		fmt.Sprintf(`ALTER INDEX webhook_ingress.%s ATTACH PARTITION webhook_ingress.%s`,
+			pgx.Identifier{b.Index}.Sanitize(), pgx.Identifier{child}.Sanitize()),
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			// undefined_table: the partition (with the index just built on
+			// it) dropped between the check and this statement. Any other
+			// undefined_table (the partitioned index gone) is an error.
+			if isUndefinedTable(err) {
+				if gone, gerr := partitionGone(ctx, conn, b.Partition); gerr == nil && gone {
+					return false, nil
+				}
+			}
+			return false, fmt.Errorf("build %s on partition %s: %w", b.Index, b.Partition, err)
+		}
+	}
+	return true, nil
+}
+
+// partitionGone reports whether webhook_ingress has no table named partition.
+func partitionGone(ctx context.Context, conn *pgx.Conn, partition string) (bool, error) {
+	var gone bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('webhook_ingress.' || quote_ident($1)) IS NULL`, partition).Scan(&gone); err != nil {
+		return false, fmt.Errorf("look up partition %s: %w", partition, err)
+	}
+	return gone, nil
+}
+
+// stuckIndexesSQL lists the partitioned indexes left invalid with an index
+// attached on every partition, and one of those: what a partition dropped
+// after the last ATTACH leaves (PostgreSQL marks a partitioned index valid
+// only when an ATTACH completes the set, and the drop of the last partition
+// lacking one does not).
+const stuckIndexesSQL = `
+SELECT pi.relname::text, ci.relname::text
+FROM pg_catalog.pg_index px
+JOIN pg_catalog.pg_class pi ON pi.oid = px.indexrelid AND pi.relkind = 'I'
+JOIN pg_catalog.pg_namespace n ON n.oid = pi.relnamespace AND n.nspname = 'webhook_ingress'
+JOIN LATERAL (
+    SELECT c.relname FROM pg_catalog.pg_inherits ii JOIN pg_catalog.pg_class c ON c.oid = ii.inhrelid
+    WHERE ii.inhparent = pi.oid ORDER BY c.relname LIMIT 1) ci ON true
+WHERE NOT px.indisvalid
+  AND NOT EXISTS (
+    SELECT FROM pg_catalog.pg_inherits ih
+    WHERE ih.inhparent = px.indrelid
+      AND NOT EXISTS (
+        SELECT FROM pg_catalog.pg_inherits ii
+        JOIN pg_catalog.pg_index cx ON cx.indexrelid = ii.inhrelid
+        WHERE ii.inhparent = pi.oid AND cx.indrelid = ih.inhrelid))
+ORDER BY 1`
+
+// revalidateIndexes attaches again one partition index of each partitioned
+// index stuckIndexesSQL lists, which has PostgreSQL count them again and
+// mark the index valid (15 does so for an index already attached; a release
+// that does not leaves it as it was).
+func revalidateIndexes(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, stuckIndexesSQL)
+	if err != nil {
+		return fmt.Errorf("list partitioned indexes left invalid: %w", err)
+	}
+	type stuck struct{ index, child string }
+	var all []stuck
+	for rows.Next() {
+		var s stuck
+		if err := rows.Scan(&s.index, &s.child); err != nil {
+			return err
+		}
+		all = append(all, s)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list partitioned indexes left invalid: %w", err)
+	}
+	for _, s := range all {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER INDEX webhook_ingress.%s ATTACH PARTITION webhook_ingress.%s`,
+			pgx.Identifier{s.index}.Sanitize(), pgx.Identifier{s.child}.Sanitize())); err != nil && !isUndefinedTable(err) {
+			return fmt.Errorf("validate %s (an index on every partition): %w", s.index, err)
+		}
+	}
+	return nil
+}
+
+// isUndefinedTable reports PostgreSQL's undefined_table.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // indexBuildLockKey serialises BuildIndexes across sessions: "inletidx" in
