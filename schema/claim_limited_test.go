@@ -101,3 +101,69 @@ func TestClaimLimitedRefillsTheBucketWhenTheQuotaIsZero(t *testing.T) {
 		t.Fatalf("after a claim with quota 0: tokens %.2f, refilled %v ago; want ~10 tokens refilled now", tokens, age)
 	}
 }
+
+// claim_jobs (both its walk and its claim by handler) and
+// claim_handler_jobs pass over a handler with a limits row whatever the
+// streamer names, leaving it to claim_limited_jobs (061): a streamer's list
+// of limited handlers is a recount old, and a consumer registering limits in
+// between had a batch leased whatever the limits said
+// (streamer TestLimitsRegisteredBetweenRecountsHold). Other handlers' jobs
+// are leased as before.
+func TestClaimsPassOverALimitedHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for _, q := range []string{
+		`INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern) VALUES ('lim', 'stripe'), ('free', 'stripe')`,
+		`INSERT INTO webhook_ingress.handler_limits (handler, max_in_flight) VALUES ('lim', 1)`,
+		`INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, raw_body, signature_verified)
+		 SELECT 'stripe', 'stripe', 'evt_' || i, '{}', true FROM generate_series(1, 5) i`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims := map[string]func(q *queries.Queries) ([]string, error){
+		"walk": func(q *queries.Queries) ([]string, error) {
+			rows, err := q.ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: "t", LeaseFor: time.Minute, FullHandlers: []string{}, BatchSize: 100})
+			return handlersOf(rows, func(r queries.ClaimJobsRow) string { return r.Handler }), err
+		},
+		"by handler": func(q *queries.Queries) ([]string, error) {
+			rows, err := q.ClaimJobs(ctx, queries.ClaimJobsParams{LeaseHolder: "t", LeaseFor: time.Minute, FullHandlers: []string{"other"}, BatchSize: 100})
+			return handlersOf(rows, func(r queries.ClaimJobsRow) string { return r.Handler }), err
+		},
+		"handler apart": func(q *queries.Queries) ([]string, error) {
+			var got []string
+			for _, h := range []string{"lim", "free"} {
+				rows, err := q.ClaimHandlerJobs(ctx, queries.ClaimHandlerJobsParams{Handler: h, LeaseHolder: "t", LeaseFor: time.Minute, BatchSize: 100})
+				if err != nil {
+					return nil, err
+				}
+				got = append(got, handlersOf(rows, func(r queries.ClaimHandlerJobsRow) string { return r.Handler })...)
+			}
+			return got, nil
+		},
+	}
+	for path, claim := range claims {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := claim(queries.New(tx))
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatalf("claim (%s): %v", path, err)
+		}
+		if n := len(got); n != 5 || slices.Contains(got, "lim") {
+			t.Errorf("claim (%s) leased jobs of %v; want free's 5 and none of lim's (limited: claim_limited_jobs's)", path, got)
+		}
+	}
+}
+
+func handlersOf[R any](rows []R, handler func(R) string) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, handler(r))
+	}
+	return out
+}
