@@ -15,9 +15,9 @@ import (
 
 // handlerFilter is one of a handler's enabled subscriptions with a filter.
 type handlerFilter struct {
+	id              int64
 	provider, etype *regexp.Regexp
 	f               *filter.Filter
-	maxAttempts     int32
 }
 
 // handlerFilters compiles handler's filtered subscriptions. One that does
@@ -39,8 +39,7 @@ func handlerFilters(ctx context.Context, tx pgx.Tx, handler string) ([]handlerFi
 		if err != nil {
 			return nil, invalid("subscription %d of handler %q: %v", r.ID, handler, err)
 		}
-		out = append(out, handlerFilter{provider: filter.Pattern(r.ProviderPattern), etype: filter.Pattern(r.EventTypePattern), f: f,
-			maxAttempts: r.MaxAttempts})
+		out = append(out, handlerFilter{id: r.ID, provider: filter.Pattern(r.ProviderPattern), etype: filter.Pattern(r.EventTypePattern), f: f})
 	}
 	return out, nil
 }
@@ -69,9 +68,10 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			return total, err
 		}
 		var (
-			ids      []int64
+			ids      []int64 // an event per filtered subscription it passed
 			received []time.Time
-			attempts []int32
+			subs     []int64
+			events   int // events that passed one
 			seen     int
 		)
 		for _, r := range rows {
@@ -87,7 +87,7 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			id, at, provider, etype, body := r.ID, r.ReceivedAt, r.Provider, r.EventType, r.RawBody
 			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: r.OccurredAt}
 			ev.Payload = filter.ParsePayload(body) // as ingress does at arrival
-			var best int32
+			passed := false
 			for _, f := range fs {
 				if !f.provider.MatchString(provider) || !f.etype.MatchString(etype) {
 					continue
@@ -97,22 +97,25 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 					return total, err
 				}
 				if ok {
-					best = max(best, f.maxAttempts)
+					// The SQL takes the settings of the subscriptions that
+					// passed (and the unfiltered ones), as at fan-out.
+					ids, received, subs = append(ids, id), append(received, at), append(subs, f.id)
+					passed = true
 				}
 			}
-			if best > 0 {
-				ids, received, attempts = append(ids, id), append(received, at), append(attempts, best)
+			if passed {
+				events++
 			}
 		}
 		if create && len(ids) > 0 {
 			n, err := q.AdminCreateFilteredJobs(ctx, queries.AdminCreateFilteredJobsParams{
-				Handler: req.Handler, EventIds: ids, ReceivedAts: received, MaxAttempts: attempts})
+				Handler: req.Handler, EventIds: ids, ReceivedAts: received, SubscriptionIds: subs})
 			if err != nil {
 				return total, err
 			}
 			total += int(n)
 		} else {
-			total += len(ids)
+			total += events
 		}
 		if seen < batchSize {
 			return total, nil

@@ -11,21 +11,28 @@ import (
 )
 
 const AdminCreateFilteredJobs = `-- name: AdminCreateFilteredJobs :one
-WITH created AS (
+WITH passed AS (
+    SELECT DISTINCT u.id, u.received_at, u.subscription_id
+    FROM ROWS FROM (unnest($1::bigint[]),
+                    unnest($2::timestamptz[]),
+                    unnest($3::bigint[])) AS u(id, received_at, subscription_id)
+), routed AS (
+    SELECT e.id, e.received_at, e.provider, e.event_type, max(s.max_attempts) AS max_attempts,
+           max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key,
+           coalesce(e.occurred_at, e.received_at) AS order_at
+    FROM (SELECT DISTINCT id, received_at FROM passed) p
+    JOIN webhook_ingress.events e ON e.id = p.id AND e.received_at = p.received_at
+    JOIN webhook_ingress.subscriptions s
+      ON s.handler = $4 AND s.enabled
+     AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
+     AND (s.filter IS NULL OR s.id IN (SELECT q.subscription_id FROM passed q WHERE q.id = e.id))
+    GROUP BY e.id, e.received_at, e.provider, e.event_type, e.occurred_at
+    HAVING bool_or(s.filter IS NOT NULL)
+), created AS (
     INSERT INTO webhook_ingress.jobs (event_id, event_received_at, handler, provider, event_type, max_attempts, order_key, order_at)
-    SELECT e.id, e.received_at, $1, e.provider, e.event_type, greatest(u.max_attempts, k.max_attempts),
-           k.order_key, CASE WHEN k.order_key IS NOT NULL THEN coalesce(e.occurred_at, e.received_at) END
-    FROM ROWS FROM (unnest($2::bigint[]),
-                    unnest($3::timestamptz[]),
-                    unnest($4::integer[])) AS u(id, received_at, max_attempts)
-    JOIN webhook_ingress.events e ON e.id = u.id AND e.received_at = u.received_at
-    CROSS JOIN LATERAL (
-        SELECT max(webhook_ingress.order_key_of(s.order_key, e.payload, e.headers)) AS order_key,
-               max(s.max_attempts) FILTER (WHERE s.filter IS NULL) AS max_attempts
-        FROM webhook_ingress.subscriptions s
-        WHERE s.handler = $1 AND s.enabled
-          AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like
-    ) k
+    SELECT id, received_at, $4, provider, event_type, max_attempts, order_key,
+           CASE WHEN order_key IS NOT NULL THEN order_at END
+    FROM routed
     ON CONFLICT (event_id, handler, event_received_at) DO NOTHING
     RETURNING id, event_received_at
 ), marked AS (
@@ -36,25 +43,28 @@ SELECT count(*) FROM created
 `
 
 type AdminCreateFilteredJobsParams struct {
-	Handler     string
-	EventIds    []int64
-	ReceivedAts []time.Time
-	MaxAttempts []int32
+	EventIds        []int64
+	ReceivedAts     []time.Time
+	SubscriptionIds []int64
+	Handler         string
 }
 
-// Jobs of handler handler for the events whose filter passed (event_ids ids, received_ats their
-// received_at, max_attempts max_attempts: parallel arrays), pending and due now, each
+// Jobs of handler handler for the events a filtered subscription of it
+// passed (event_ids, received_ats, subscription_ids: parallel arrays, one
+// element per event and passing subscription), pending and due now, each
 // with a 'replayed' history row (attempt 0, worker_id the login role), as
-// AdminCreateMissingJobs. The handler's unfiltered subscriptions that match
-// an event count too (their max_attempts and keys, as at fan-out): catch-up
-// creates these jobs before AdminCreateMissingJobs, which then skips their
-// events. Returns how many were created.
+// AdminCreateMissingJobs. A job's max_attempts and key are the largest over
+// the subscriptions that route its event, as at fan-out: those that passed
+// and the unfiltered ones that match (a filtered one that rejected the
+// event gives it nothing: review helper-149). Catch-up creates these jobs
+// before AdminCreateMissingJobs, which then skips their events. Returns how
+// many were created.
 func (q *Queries) AdminCreateFilteredJobs(ctx context.Context, arg AdminCreateFilteredJobsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, AdminCreateFilteredJobs,
-		arg.Handler,
 		arg.EventIds,
 		arg.ReceivedAts,
-		arg.MaxAttempts,
+		arg.SubscriptionIds,
+		arg.Handler,
 	)
 	var count int64
 	err := row.Scan(&count)
