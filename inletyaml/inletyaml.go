@@ -146,7 +146,7 @@ func (c Config) Validate() error {
 			switch {
 			case len(c.Sources) == 0 || rs.Source == "":
 			case j < 0:
-				errs = append(errs, fmt.Errorf("reconcile.sources[%d].source: no source %q in sources:", i, rs.Source))
+				errs = append(errs, fmt.Errorf("reconcile.sources[%d].source: no source %q among sources", i, rs.Source))
 			case c.Sources[j].Type != rs.Type:
 				errs = append(errs, fmt.Errorf("reconcile.sources[%d].type: source %q is of type %s, not %s", i, rs.Source, c.Sources[j].Type, rs.Type))
 			default:
