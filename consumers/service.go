@@ -277,7 +277,10 @@ func (s *Service) Start(ctx context.Context) error {
 // consumer extended the lease or another consumer of the handler was alive.
 // Stop on a service that never started, or that has stopped, returns nil;
 // a Stop while another is stopping the service waits for it (or for its own
-// ctx) and returns its result.
+// ctx) and returns its result. Stop waits for every attempt in flight, so a
+// handler must not call it and wait for it: it would wait for itself (until
+// ctx ends; for ever with a ctx that never does). From a handler, start it
+// in a goroutine of its own and return.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	switch s.state {
