@@ -64,6 +64,10 @@ type Service struct {
 	// txWait bounds one attempt's wait for a txSlots place: the longest an
 	// honest queue takes (see txWaitBound).
 	txWait time.Duration
+	// txHeld counts the txSlots places each handler holds, so a wait past
+	// txWait can tell whose transactions held the slots (see runTx).
+	txHeldMu sync.Mutex
+	txHeld   map[string]int
 	// txDefaultAboveRC: the pool's transactions run REPEATABLE READ or
 	// SERIALIZABLE by default (read at Start when a handler has a TxFunc).
 	txDefaultAboveRC bool
@@ -275,7 +279,8 @@ func (s *Service) Start(ctx context.Context) error {
 // lease expires and the streamer's reaper retries the job, counting the
 // attempt (lease_expired, or dead_letter on its last attempt) since this
 // consumer extended the lease or another consumer of the handler was alive.
-// Stop on a service that never started, or that has stopped, returns nil;
+// Stop on a service that never started (which then never starts), or that
+// has stopped, returns nil;
 // a Stop while another is stopping the service waits for it (or for its own
 // ctx) and returns its result. Stop waits for every attempt in flight, so a
 // handler must not call it and wait for it: it would wait for itself (until
@@ -285,6 +290,12 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	switch s.state {
 	case stateNew:
+		// Never started: nothing to stop, and a Start after it starts
+		// nothing (review helper-151: a SIGTERM handled before a `go
+		// svc.Start()` ran left a service running that nothing stopped).
+		s.state = stateStopped
+		s.stopped = make(chan struct{})
+		close(s.stopped)
 		s.mu.Unlock()
 		return nil
 	case stateStopped:

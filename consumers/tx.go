@@ -57,10 +57,12 @@ import (
 // the others wait for a connection before their Timeout starts. A wait
 // longer than the attempts ahead can take within their Timeouts and commits
 // (one of them ignores its context, or its commit does not end) gives the
-// attempt's lease back, uncounted, its handler not run: the job is due
-// again at once, and the next consumer to take it runs it or waits as long
-// again; the service logs it (warn, class transaction) and counts it
-// (outcome given_back, see [Metrics]). Size the pool for the transactions
+// attempt's lease back, uncounted, its handler not run, when other
+// handlers' transactions held the slots: the job is due again at once, and
+// the next consumer to take it runs it or waits as long again; the service
+// logs it (warn, class transaction) and counts it (outcome given_back, see
+// [Metrics]). When the handler's own transactions held one, the attempt
+// fails (class transaction), so its jobs still end in dead_letter. Size the pool for the transactions
 // you want open at once (pool_max_conns in the database URL; pgx's default
 // is the larger of 4 and the CPU count).
 //
@@ -108,21 +110,34 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
 	// A wait past txWait is behind a transaction that does not end (a
-	// handler ignoring its context, a commit that hangs), maybe another
+	// handler ignoring its context, a commit that hangs). Another
 	// handler's: this handler never ran, so its attempt is given back, not
 	// spent (review helper-137: it was recorded as failed, class
-	// transaction, and dead-lettered on its last attempt).
+	// transaction, and another handler's fault dead-lettered its job). This
+	// handler's own (one of its attempts holds a slot): the fault is its
+	// own, and the attempt fails, class transaction, so its jobs still end
+	// in dead_letter (review helper-151: given back, a hung handler's job
+	// was leased again for ever).
 	wait := time.NewTimer(s.txWait)
 	select {
 	case s.txSlots <- struct{}{}:
 		wait.Stop()
-		defer func() { <-s.txSlots }()
+		s.holdTx(h.Name, 1)
+		defer func() {
+			s.holdTx(h.Name, -1)
+			<-s.txSlots
+		}()
 	case <-ctx.Done():
 		wait.Stop()
 		stopExtending()
 		return false, "", false, true, nil
 	case <-wait.C:
 		stopExtending()
+		if s.holdsTx(h.Name) {
+			return false, "", false, false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
+				"its own transactions held them longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)",
+				s.txWait), ClassTransaction)
+		}
 		return false, "", false, true, nil
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
@@ -261,4 +276,24 @@ func callTx(ctx context.Context, f TxHandlerFunc, tx pgx.Tx, ev *Event) (err err
 		}
 	}()
 	return notTypedNil(f(ctx, tx, ev))
+}
+
+// holdTx adds n to the txSlots places handler holds.
+func (s *Service) holdTx(handler string, n int) {
+	s.txHeldMu.Lock()
+	defer s.txHeldMu.Unlock()
+	if s.txHeld == nil {
+		s.txHeld = map[string]int{}
+	}
+	s.txHeld[handler] += n
+	if s.txHeld[handler] <= 0 {
+		delete(s.txHeld, handler)
+	}
+}
+
+// holdsTx reports whether one of handler's attempts holds a txSlots place.
+func (s *Service) holdsTx(handler string) bool {
+	s.txHeldMu.Lock()
+	defer s.txHeldMu.Unlock()
+	return s.txHeld[handler] > 0
 }
