@@ -40,7 +40,7 @@ type overviewPage struct {
 	DeadLetters    admin.DeadLetterPage
 	Events         admin.EventPage
 	// UnroutedTypes are the event types whose latest events created no job
-	// (no subscription matches them), shown first.
+	// (no enabled subscription matched, or a filter rejected it), shown first.
 	UnroutedTypes []admin.EventType
 	// Audit is shown first when the newest verification found tampering.
 	Audit auditStatus

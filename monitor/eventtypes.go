@@ -34,7 +34,11 @@ type EventTypesConfig struct {
 	MaxTypesPerSource int
 	// AlertURL, when set, receives a JSON POST per new type (source,
 	// status "new_event_type", event_type, routed, first_seen, reason), the
-	// same sink as the silent-source alerts.
+	// same sink as the silent-source alerts, and per type that stops being
+	// routed (status "event_type_unrouted"). Routed is "yes" or "no" by
+	// whether an enabled subscription's patterns match the type (a filtered
+	// subscription routes only the events that pass it); for _other,
+	// "partly" when some of its events created a job, "unknown" otherwise.
 	AlertURL string
 	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout.
 	HTTPClient *http.Client
@@ -105,7 +109,7 @@ func NewEventTypes(cfg EventTypesConfig) (*EventTypes, error) {
 	}
 	w := &EventTypes{cfg: cfg, logged: map[[2]string]bool{},
 		unrouted: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "unrouted_total"),
-			"Events that created no job (no enabled subscription matched), by source and event type; a source's types past "+
+			"Events that created no job (no enabled subscription matched, or its filter rejected them), by source and event type; a source's types past "+
 				"silence.max_types_per_source count as type _other. From event_types: every replica reports the same total.",
 			[]string{"source", "type"}, nil),
 		seen: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "types_seen_total"),
@@ -234,33 +238,39 @@ func (w *EventTypes) Check(ctx context.Context) error {
 
 // report logs a new type once and, when post, alerts it and records that;
 // false when it was not alerted (the sink failed, or post was false).
+//
+// Routed is judged as 049's change reports judge it: by whether an enabled
+// subscription's patterns match the type (r.Subscribed), the state recorded
+// with the alert (alerted_routed). A new type judged by its latest event
+// instead was alerted routed while no subscription matched it any more (and
+// never alerted again), or unrouted while a filtered subscription routed
+// its other events (review helper-153).
 func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool {
 	key := [2]string{r.Source, r.Type}
-	routed, reason := "unknown", ""
+	msg, status, alert := "new event type", "new_event_type", true
+	var routed, reason string
 	switch {
 	case r.Type == OtherType:
+		// Many types, each matched or not: only the events tell.
+		routed = "unknown"
+		if r.UnroutedEvents < r.Events {
+			routed = "partly"
+		}
 		reason = fmt.Sprintf("source %s sent more than %d distinct event types; the rest are counted as %s", r.Source, w.cfg.MaxTypesPerSource, OtherType)
-	case r.Routed != nil && !*r.Routed:
-		routed, reason = "no", "no subscription matches it: its events create no job (inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
-	case r.Routed != nil:
-		routed, reason = "yes", "a subscription routes it"
-	}
-	if r.Type == OtherType && r.UnroutedEvents < r.Events {
-		routed = "partly"
-	}
-	attrs := []slog.Attr{slog.String("source", r.Source), slog.String("event_type", r.Type), slog.String("routed", routed),
-		slog.Time("first_seen", r.FirstSeen)}
-	// A type reported before whose routing moved (049): it stopped being
-	// routed (alerted), or is routed again (logged only).
-	msg, status, alert := "new event type", "new_event_type", true
-	if !r.New {
+	case r.New:
+		routed, reason = newTypeRouting(r)
+	default:
+		// Reported before, and its routing moved (049): it stopped being
+		// routed (alerted), or is routed again (logged only).
 		msg, status, alert = "event type no longer routed", "event_type_unrouted", !r.Subscribed
-		routed, reason = "no", "no enabled subscription matches it any more: its events create no job (inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
+		routed, reason = "no", "no enabled subscription matches it any more: its events create no job "+
+			"(inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
 		if r.Subscribed {
 			msg, routed, reason = "event type routed again", "yes", "a subscription matches it again"
 		}
-		attrs[2] = slog.String("routed", routed)
 	}
+	attrs := []slog.Attr{slog.String("source", r.Source), slog.String("event_type", r.Type), slog.String("routed", routed),
+		slog.Time("first_seen", r.FirstSeen)}
 	w.mu.Lock()
 	first := !w.logged[key]
 	w.logged[key] = true
@@ -293,4 +303,26 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 	delete(w.logged, key)
 	w.mu.Unlock()
 	return true
+}
+
+// newTypeRouting is the routed field and reason of a new named type's
+// report, by the subscriptions (r.Subscribed), with what its events so far
+// did when that differs: a filter passes some events and not others, and
+// a subscription may have been enabled or disabled since they arrived.
+func newTypeRouting(r EventTypeRow) (routed, reason string) {
+	jobless, withJob := r.UnroutedEvents, r.Events-r.UnroutedEvents
+	if !r.Subscribed {
+		reason = "no enabled subscription matches it: its events create no job " +
+			"(inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
+		if withJob > 0 {
+			reason += fmt.Sprintf("; %d of its %d events so far did create a job: a subscription that matched them then no longer does", withJob, r.Events)
+		}
+		return "no", reason
+	}
+	reason = "an enabled subscription matches it: its events create jobs (under a subscription with a filter, those that pass it)"
+	if jobless > 0 {
+		reason += fmt.Sprintf("; %d of its %d events so far created no job: a filter rejected them, or they arrived before a subscription "+
+			"matched the type (inlet events types; inlet replay --handler H --unrouted catches a handler up)", jobless, r.Events)
+	}
+	return "yes", reason
 }

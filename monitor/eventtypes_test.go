@@ -76,7 +76,7 @@ func TestEventTypesUnroutedMetricAndAlert(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP inlet_events_unrouted_total Events that created no job (no enabled subscription matched), by source and event type; a source's types past silence.max_types_per_source count as type _other. From event_types: every replica reports the same total.
+# HELP inlet_events_unrouted_total Events that created no job (no enabled subscription matched, or its filter rejected them), by source and event type; a source's types past silence.max_types_per_source count as type _other. From event_types: every replica reports the same total.
 # TYPE inlet_events_unrouted_total counter
 inlet_events_unrouted_total{source="stripe",type="charge.succeeded"} 0
 inlet_events_unrouted_total{source="stripe",type="customer.created"} 2
