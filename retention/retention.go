@@ -402,14 +402,14 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 	step := "read"
 	err := inTx(ctx, db, o.LockTimeout, func(tx pgx.Tx) error {
 		q := queries.New(tx)
-		st, err := q.RetentionPartitionStatus(ctx, p.Start)
-		if err != nil {
-			return err
-		}
+		st, err := readStatus(ctx, tx, p)
 		part.Events, part.Jobs, part.OpenJobs, part.DeadLetters, part.Attempts, part.SealedThrough =
 			st.Events, st.Jobs, st.OpenJobs, st.DeadLetters, st.Attempts, st.SealedThrough
 		if st.MaxEventID != nil {
 			part.MaxEventID = *st.MaxEventID
+		}
+		if err != nil {
+			return err
 		}
 		switch {
 		case part.OpenJobs > 0:
@@ -459,47 +459,26 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 	return part, nil
 }
 
-// notOwnedSQL lists the partitions of the period starting at $1 that the
-// connected role may not act as the owner of, with their owner and their
-// parent's.
-const notOwnedSQL = `
-SELECT c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text, pg_catalog.pg_get_userbyid(pt.relowner)::text
-FROM pg_catalog.pg_inherits i
-JOIN pg_catalog.pg_class pt ON pt.oid = i.inhparent
-JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-WHERE pt.oid IN ('webhook_ingress.events'::regclass, 'webhook_ingress.jobs'::regclass, 'webhook_ingress.job_attempts'::regclass)
-  AND c.relname IN (webhook_ingress.partition_name('events', $1), webhook_ingress.partition_name('jobs', $1),
-                    webhook_ingress.partition_name('job_attempts', $1))
-  AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-ORDER BY 1`
-
 // notOwned says which partitions of the period starting at start belong to
 // a role the connected one may not act as (created by another member of the
 // owner role before 060 made create_partitions give them to the owner), and
 // what to run about them; false when none does.
 func notOwned(ctx context.Context, db DB, start time.Time) (string, bool) {
-	rows, err := db.Query(ctx, notOwnedSQL, start)
-	if err != nil {
+	rows, err := queries.New(db).RetentionNotOwned(ctx, start)
+	if err != nil || len(rows) == 0 {
 		return "", false
 	}
-	defer rows.Close()
 	var owner string
 	byRole := map[string][]string{}
 	var roles, fixes []string
-	for rows.Next() {
-		var name, role string
-		if err := rows.Scan(&name, &role, &owner); err != nil {
-			return "", false
+	for _, r := range rows {
+		owner = r.ParentOwner
+		if byRole[r.Owner] == nil {
+			roles = append(roles, r.Owner)
 		}
-		if byRole[role] == nil {
-			roles = append(roles, role)
-		}
-		byRole[role] = append(byRole[role], name)
+		byRole[r.Owner] = append(byRole[r.Owner], r.Partition)
 		fixes = append(fixes, fmt.Sprintf("ALTER TABLE webhook_ingress.%s OWNER TO %s;",
-			pgx.Identifier{name}.Sanitize(), pgx.Identifier{owner}.Sanitize()))
-	}
-	if rows.Err() != nil || len(roles) == 0 {
-		return "", false
+			pgx.Identifier{r.Partition}.Sanitize(), pgx.Identifier{owner}.Sanitize()))
 	}
 	var held []string
 	for _, r := range roles {
@@ -507,6 +486,42 @@ func notOwned(ctx context.Context, db DB, start time.Time) (string, bool) {
 	}
 	return fmt.Sprintf("%s, not by %s (the owner of webhook_ingress); as %s or a superuser run: %s",
 		strings.Join(held, "; "), owner, strings.Join(roles, " or "), strings.Join(fixes, " ")), true
+}
+
+// readStatus reads what period p holds and what would keep it
+// (partition_status). When one of its partitions belongs to a login the
+// connected role may not act as (created before 060), partition_status may
+// not read it (insufficient_privilege): the period is then counted through
+// the parent tables, and that error returned with the counts, so that the
+// period is kept and reported with what it holds, not as empty. The failed
+// read is undone to a savepoint; the transaction goes on.
+func readStatus(ctx context.Context, tx pgx.Tx, p namedPeriod) (queries.RetentionPartitionStatusRow, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return queries.RetentionPartitionStatusRow{}, err
+	}
+	defer sp.Rollback(context.WithoutCancel(ctx))
+	st, err := queries.New(sp).RetentionPartitionStatus(ctx, p.Start)
+	if err == nil {
+		return st, sp.Commit(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return queries.RetentionPartitionStatusRow{}, err
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return queries.RetentionPartitionStatusRow{}, rerr
+	}
+	c, cerr := queries.New(tx).RetentionPeriodStatus(ctx, queries.RetentionPeriodStatusParams{PeriodStart: p.Start, PeriodEnd: p.End})
+	if cerr != nil {
+		return queries.RetentionPartitionStatusRow{}, cerr
+	}
+	st = queries.RetentionPartitionStatusRow{Events: c.Events, Jobs: c.Jobs, OpenJobs: c.OpenJobs, DeadLetters: c.DeadLetters,
+		Attempts: c.Attempts, SealedThrough: c.SealedThrough}
+	if c.Events > 0 {
+		st.MaxEventID = &c.MaxEventID
+	}
+	return st, err
 }
 
 // isUndefinedTable reports PostgreSQL's undefined_table, which

@@ -58,12 +58,15 @@ func PendingIndexes(ctx context.Context, conn *pgx.Conn) ([]IndexBuild, error) {
 // writing meanwhile, and attaches each to its partitioned index (which becomes
 // valid once every partition has one). report is called before each build.
 // A partition dropped meanwhile (by inlet retention) is skipped: it needs no
-// index. Run it after Migrate, outside any transaction (inlet migrate does);
-// it is idempotent, and a build interrupted half-way (an INVALID index left
-// by a cancelled CONCURRENTLY) is dropped and made again. Callers on several hosts
-// at once (an inlet migrate per replica) take turns: the first builds, the
-// others wait for it and then find nothing pending; waiting (nil: nothing) is
-// called once when one starts to wait.
+// index. A partitioned index left invalid because the last partition lacking
+// it was dropped (during this run, or since an earlier one was interrupted)
+// is made valid, whether or not anything is pending. Run it after Migrate,
+// outside any transaction (inlet migrate does); it is idempotent, and a build
+// interrupted half-way (an INVALID index left by a cancelled CONCURRENTLY) is
+// dropped and made again. Callers on several hosts at once (an inlet migrate
+// per replica) take turns: the first builds, the others wait for it and then
+// find nothing pending; waiting (nil: nothing) is called once when one starts
+// to wait.
 func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), waiting func()) ([]IndexBuild, error) {
 	// A build takes as long as its partition is large, and CONCURRENTLY
 	// waits (as lock waits) for every transaction older than it: a
@@ -84,8 +87,18 @@ func BuildIndexes(ctx context.Context, conn *pgx.Conn, report func(IndexBuild), 
 			timeout, lockTimeout)
 	}()
 	pending, err := PendingIndexes(ctx, conn)
-	if err != nil || len(pending) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	if len(pending) == 0 {
+		// Nothing to build, but an index may have been left invalid since
+		// the last run: interrupted, that run left a partition unbuilt,
+		// which inlet retention then dropped. Revalidated below, under the
+		// lock; one catalog query when there is none.
+		stuck, err := stuckIndexes(ctx, conn)
+		if err != nil || len(stuck) == 0 {
+			return nil, err
+		}
 	}
 	unlock, err := lockIndexBuilds(ctx, conn, waiting)
 	if err != nil {
@@ -205,26 +218,39 @@ WHERE NOT px.indisvalid
         WHERE ii.inhparent = pi.oid AND cx.indrelid = ih.inhrelid))
 ORDER BY 1`
 
-// revalidateIndexes attaches again one partition index of each partitioned
-// index stuckIndexesSQL lists, which has PostgreSQL count them again and
-// mark the index valid (15 does so for an index already attached; a release
-// that does not leaves it as it was).
-func revalidateIndexes(ctx context.Context, conn *pgx.Conn) error {
+// stuckIndex is a partitioned index stuckIndexesSQL lists, and the
+// partition index of it to attach again.
+type stuckIndex struct{ index, child string }
+
+// stuckIndexes lists the partitioned indexes of stuckIndexesSQL.
+func stuckIndexes(ctx context.Context, conn *pgx.Conn) ([]stuckIndex, error) {
 	rows, err := conn.Query(ctx, stuckIndexesSQL)
 	if err != nil {
-		return fmt.Errorf("list partitioned indexes left invalid: %w", err)
+		return nil, fmt.Errorf("list partitioned indexes left invalid: %w", err)
 	}
-	type stuck struct{ index, child string }
-	var all []stuck
+	var all []stuckIndex
 	for rows.Next() {
-		var s stuck
+		var s stuckIndex
 		if err := rows.Scan(&s.index, &s.child); err != nil {
-			return err
+			return nil, err
 		}
 		all = append(all, s)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list partitioned indexes left invalid: %w", err)
+		return nil, fmt.Errorf("list partitioned indexes left invalid: %w", err)
+	}
+	return all, nil
+}
+
+// revalidateIndexes attaches again one partition index of each partitioned
+// index stuckIndexesSQL lists, which has PostgreSQL count them again and
+// mark the index valid (15 does so for an index already attached; a release
+// that does not leaves it as it was). Under the index build lock: a build
+// beside it would take the same locks.
+func revalidateIndexes(ctx context.Context, conn *pgx.Conn) error {
+	all, err := stuckIndexes(ctx, conn)
+	if err != nil {
+		return err
 	}
 	for _, s := range all {
 		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER INDEX webhook_ingress.%s ATTACH PARTITION webhook_ingress.%s`,

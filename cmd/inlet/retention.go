@@ -26,7 +26,12 @@ when no period partition covered them sit in the default partition and are
 kept. Run it daily (deployments/ has a CronJob and a systemd timer).
 
 `+databaseHelp+` Flags override the config file's retention section. Exit
-status 0 even when a period is kept: the report says why.`)
+status 0 when a period is kept for open jobs, unsealed events or locks not
+granted: the report says why. Exit status 1 when one is kept because a
+partition of it belongs to another role (created by another member of the
+owner role before migration 060 gave partitions to the owner): the other
+periods are still dropped, and the report names the partitions and the
+ALTER TABLE ... OWNER TO to run as that role or a superuser.`)
 	cfgPath := configFlag(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of the schema owner (overrides the config file)")
 	maxAge := fs.String("max-age", "", "drop periods that ended longer ago than this: 90d, 13w, 2160h (default: retention.max_age; unset keeps everything)")

@@ -88,7 +88,7 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 // sets connect_timeout. Its errors never quote the URL:
 // pgx's parse message may, password included (a key=value string with
 // spaces around '=' is not masked).
-func connectURL(ctx context.Context, url, appName string) (*pgx.Conn, error) {
+func connectURL(ctx context.Context, url, appName string, opts ...func(*pgx.ConnConfig)) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
@@ -98,6 +98,9 @@ func connectURL(ctx context.Context, url, appName string) (*pgx.Conn, error) {
 		// As database.Open: a server that takes the connection but never
 		// answers fails the command instead of hanging it.
 		cc.ConnectTimeout = 5 * time.Second
+	}
+	for _, opt := range opts {
+		opt(cc)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {

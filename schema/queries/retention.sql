@@ -40,6 +40,50 @@ SELECT events::bigint AS events, min_event_id, max_event_id, jobs::bigint AS job
        dead_letters::bigint AS dead_letters, attempts::bigint AS attempts, sealed_through::bigint AS sealed_through
 FROM webhook_ingress.partition_status(sqlc.arg(period_start)::timestamptz);
 
+-- name: RetentionPeriodStatus :one
+-- What RetentionPartitionStatus reads, through the parent tables: for a
+-- period partition_status may not read, its partitions belonging to a login
+-- the connected role may not act as (RetentionNotOwned), so that the period
+-- kept for it is reported with what it holds. A query on a partitioned table
+-- checks the parent's privileges alone, and the bounds, the period's, prune
+-- it to the period's partitions. max_event_id is 0 for none.
+WITH e AS (
+    SELECT count(*) AS events, coalesce(max(id), 0) AS max_event_id
+    FROM webhook_ingress.events
+    WHERE received_at >= sqlc.arg(period_start)::timestamptz AND received_at < sqlc.arg(period_end)::timestamptz
+), j AS (
+    SELECT count(*) AS jobs, count(*) FILTER (WHERE status IN ('pending', 'leased', 'failed')) AS open_jobs,
+           count(*) FILTER (WHERE status = 'dead_letter') AS dead_letters, count(completed_attempt_id) AS successes
+    FROM webhook_ingress.jobs
+    WHERE event_received_at >= sqlc.arg(period_start)::timestamptz AND event_received_at < sqlc.arg(period_end)::timestamptz
+), a AS (
+    SELECT count(*) AS attempts
+    FROM webhook_ingress.job_attempts
+    WHERE event_received_at >= sqlc.arg(period_start)::timestamptz AND event_received_at < sqlc.arg(period_end)::timestamptz
+)
+SELECT e.events::bigint AS events, e.max_event_id::bigint AS max_event_id, j.jobs::bigint AS jobs,
+       j.open_jobs::bigint AS open_jobs, j.dead_letters::bigint AS dead_letters,
+       (a.attempts + j.successes)::bigint AS attempts,
+       (SELECT coalesce(max(c.last_event_id), 0) FROM webhook_ingress.audit_checkpoints c)::bigint AS sealed_through
+FROM e, j, a;
+
+-- name: RetentionNotOwned :many
+-- The partitions of the period starting at period_start that the connected
+-- role may not act as the owner of (created by another member of the owner
+-- role before 060 made create_partitions give them to the owner, and not
+-- re-owned by the upgrade's runner), with their owner and their parent's.
+SELECT c.relname::text AS partition, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner,
+       pg_catalog.pg_get_userbyid(pt.relowner)::text AS parent_owner
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class pt ON pt.oid = i.inhparent
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+WHERE pt.oid IN ('webhook_ingress.events'::regclass, 'webhook_ingress.jobs'::regclass, 'webhook_ingress.job_attempts'::regclass)
+  AND c.relname IN (webhook_ingress.partition_name('events', sqlc.arg(period_start)::timestamptz),
+                    webhook_ingress.partition_name('jobs', sqlc.arg(period_start)::timestamptz),
+                    webhook_ingress.partition_name('job_attempts', sqlc.arg(period_start)::timestamptz))
+  AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+ORDER BY 1;
+
 -- name: RetentionDropPartition :one
 -- Drop the partition starting at period_start (re-checked under lock); its
 -- retention_log row.

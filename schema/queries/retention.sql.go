@@ -149,6 +149,50 @@ func (q *Queries) RetentionLockTimeout(ctx context.Context, lockTimeout string) 
 	return err
 }
 
+const RetentionNotOwned = `-- name: RetentionNotOwned :many
+SELECT c.relname::text AS partition, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner,
+       pg_catalog.pg_get_userbyid(pt.relowner)::text AS parent_owner
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class pt ON pt.oid = i.inhparent
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+WHERE pt.oid IN ('webhook_ingress.events'::regclass, 'webhook_ingress.jobs'::regclass, 'webhook_ingress.job_attempts'::regclass)
+  AND c.relname IN (webhook_ingress.partition_name('events', $1::timestamptz),
+                    webhook_ingress.partition_name('jobs', $1::timestamptz),
+                    webhook_ingress.partition_name('job_attempts', $1::timestamptz))
+  AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+ORDER BY 1
+`
+
+type RetentionNotOwnedRow struct {
+	Partition   string
+	Owner       string
+	ParentOwner string
+}
+
+// The partitions of the period starting at period_start that the connected
+// role may not act as the owner of (created by another member of the owner
+// role before 060 made create_partitions give them to the owner, and not
+// re-owned by the upgrade's runner), with their owner and their parent's.
+func (q *Queries) RetentionNotOwned(ctx context.Context, periodStart time.Time) ([]RetentionNotOwnedRow, error) {
+	rows, err := q.db.Query(ctx, RetentionNotOwned, periodStart)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RetentionNotOwnedRow
+	for rows.Next() {
+		var i RetentionNotOwnedRow
+		if err := rows.Scan(&i.Partition, &i.Owner, &i.ParentOwner); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RetentionOwner = `-- name: RetentionOwner :one
 
 SELECT current_user::text AS connected_as, pg_catalog.pg_get_userbyid(c.relowner)::text AS owner,
@@ -245,6 +289,64 @@ func (q *Queries) RetentionPartitions(ctx context.Context) ([]RetentionPartition
 		return nil, err
 	}
 	return items, nil
+}
+
+const RetentionPeriodStatus = `-- name: RetentionPeriodStatus :one
+WITH e AS (
+    SELECT count(*) AS events, coalesce(max(id), 0) AS max_event_id
+    FROM webhook_ingress.events
+    WHERE received_at >= $1::timestamptz AND received_at < $2::timestamptz
+), j AS (
+    SELECT count(*) AS jobs, count(*) FILTER (WHERE status IN ('pending', 'leased', 'failed')) AS open_jobs,
+           count(*) FILTER (WHERE status = 'dead_letter') AS dead_letters, count(completed_attempt_id) AS successes
+    FROM webhook_ingress.jobs
+    WHERE event_received_at >= $1::timestamptz AND event_received_at < $2::timestamptz
+), a AS (
+    SELECT count(*) AS attempts
+    FROM webhook_ingress.job_attempts
+    WHERE event_received_at >= $1::timestamptz AND event_received_at < $2::timestamptz
+)
+SELECT e.events::bigint AS events, e.max_event_id::bigint AS max_event_id, j.jobs::bigint AS jobs,
+       j.open_jobs::bigint AS open_jobs, j.dead_letters::bigint AS dead_letters,
+       (a.attempts + j.successes)::bigint AS attempts,
+       (SELECT coalesce(max(c.last_event_id), 0) FROM webhook_ingress.audit_checkpoints c)::bigint AS sealed_through
+FROM e, j, a
+`
+
+type RetentionPeriodStatusParams struct {
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+}
+
+type RetentionPeriodStatusRow struct {
+	Events        int64
+	MaxEventID    int64
+	Jobs          int64
+	OpenJobs      int64
+	DeadLetters   int64
+	Attempts      int64
+	SealedThrough int64
+}
+
+// What RetentionPartitionStatus reads, through the parent tables: for a
+// period partition_status may not read, its partitions belonging to a login
+// the connected role may not act as (RetentionNotOwned), so that the period
+// kept for it is reported with what it holds. A query on a partitioned table
+// checks the parent's privileges alone, and the bounds, the period's, prune
+// it to the period's partitions. max_event_id is 0 for none.
+func (q *Queries) RetentionPeriodStatus(ctx context.Context, arg RetentionPeriodStatusParams) (RetentionPeriodStatusRow, error) {
+	row := q.db.QueryRow(ctx, RetentionPeriodStatus, arg.PeriodStart, arg.PeriodEnd)
+	var i RetentionPeriodStatusRow
+	err := row.Scan(
+		&i.Events,
+		&i.MaxEventID,
+		&i.Jobs,
+		&i.OpenJobs,
+		&i.DeadLetters,
+		&i.Attempts,
+		&i.SealedThrough,
+	)
+	return i, err
 }
 
 const RetentionSerialize = `-- name: RetentionSerialize :exec
