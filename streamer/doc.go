@@ -143,7 +143,13 @@
 //     streamer does it when its role may; otherwise Start fails naming the
 //     statement: CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs
 //     WITH (publish = 'insert, update')). An insert-only publication works
-//     too: jobs made pending again are then found by the poll tick.
+//     too: jobs made pending again are then found by the poll tick. A stream
+//     that is up re-checks it every 30s (on Pool): altered so that Start
+//     would refuse it, the stream ends with that error, logged at Error and
+//     retried with backoff. Dropped while streaming (and created again, by
+//     the streamer or an operator), it leaves the slot stuck before the
+//     drop, as pgoutput looks it up as of the WAL it decodes: the streamer
+//     drops the slot and creates it afresh, with a warning.
 //   - One slot per replica: a slot has one reader and keeps its position
 //     across restarts, so each replica sets its own stable SlotName (default
 //     inlet_streamer). A second reader of a slot gets "slot is active" and
@@ -151,17 +157,21 @@
 //   - Retained WAL: a slot keeps all WAL from its confirmed position on, so
 //     an abandoned slot (a replica retired or renamed) retains WAL until the
 //     disk is full. Drop it: SELECT pg_drop_replication_slot('inlet_streamer');
-//     watch pg_replication_slots (active, confirmed_flush_lsn), and consider
-//     max_slot_wal_keep_size as a cap. A slot that cap invalidated (a
-//     streamer down longer than it allows; wal_status 'lost') is dropped and
-//     created afresh by the next start or reconnect, with a warning:
-//     polling covered the gap.
+//     watch pg_replication_slots (active, confirmed_flush_lsn) and
+//     inlet_streamer_replication_connected, and set max_slot_wal_keep_size
+//     as a cap. A slot that cap invalidated (a streamer down longer than it
+//     allows; wal_status 'lost') is dropped and created afresh by the next
+//     start or reconnect, with a warning: polling covered the gap.
 //   - Decoding on the primary: each replica's walsender decodes all WAL and
 //     ships every published change of jobs (claims and outcomes included,
 //     with publish 'update'), so the cost grows with replicas × job churn.
 //   - Failover: before PostgreSQL 17 a logical slot does not move to a
 //     promoted standby; the streamer creates it afresh there, and the claim
 //     each (re)connection runs covers the gap.
+//   - Reconnects back off exponentially (100ms doubling to 10s); a stream
+//     counts as up, starting the backoff afresh, once it delivered a
+//     transaction or lasted 10s, so one that fails as it opens does not
+//     reconnect in a hot loop.
 //
 // poll (neither): the tick alone, every PollInterval.
 package streamer

@@ -6,8 +6,9 @@ import (
 	"github.com/inlet-dev/inlet/internal/metrics"
 )
 
-// registerMetrics exports the streamer's counters (the same as Stats) and
-// the claim batch sizes.
+// registerMetrics exports the streamer's counters (the same as Stats), the
+// claim batch sizes and, with the replication wake source, whether its stream
+// is up.
 func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -20,7 +21,7 @@ func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 		Help:    "Jobs leased per claim round, published together: the statements of a main round, or of a round of the handlers claimed apart (0 when nothing was due).",
 		Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
 	})
-	for _, c := range []prometheus.Collector{
+	collectors := []prometheus.Collector{
 		s.batchSizes,
 		counter("claims_total", "Claim statements run.", s.claims.Load, nil),
 		counter("full_claims_total", "Claim statements run over every partition (the others claim jobs of events received within the last hour).", s.fullClaims.Load, nil),
@@ -32,7 +33,24 @@ func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 		counter("wakeups_total", wake, s.notifyWakeups.Load, prometheus.Labels{"cause": "notify"}),
 		counter("wakeups_total", wake, s.replicationWakeups.Load, prometheus.Labels{"cause": "replication"}),
 		counter("wakeups_total", wake, s.pollWakeups.Load, prometheus.Labels{"cause": "poll"}),
-	} {
+	}
+	if r := s.replication; r != nil {
+		collectors = append(collectors,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: metrics.Namespace, Subsystem: "streamer", Name: "replication_connected",
+				Help:        "1 while the replication wake source's stream is up, 0 while it reconnects (polling covers meanwhile).",
+				ConstLabels: prometheus.Labels{"slot": r.Slot()},
+			}, func() float64 {
+				if up, _ := r.Connected(); up {
+					return 1
+				}
+				return 0
+			}),
+			counter("replication_reconnects_total", "Replication streams opened after the first; one that keeps rising means streams that keep failing.",
+				func() int64 { _, n := r.Connected(); return int64(n) }, prometheus.Labels{"slot": r.Slot()}),
+		)
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

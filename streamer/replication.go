@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Publication is the publication the replication wake source follows:
@@ -89,6 +92,11 @@ const (
 	recheckLast  = time.Second
 	// How long Start waits for the first stream to open.
 	setupTimeout = 15 * time.Second
+	// How often a stream that is up checks the publication still publishes
+	// what it needs (a catalog query on the pool), and how long that query
+	// may hold up the stream.
+	publicationCheckInterval = 30 * time.Second
+	publicationCheckTimeout  = 2 * time.Second
 )
 
 // Replication follows logical replication of webhook_ingress.jobs (pgoutput,
@@ -103,6 +111,9 @@ type Replication struct {
 	connect func(ctx context.Context) (*pgconn.PgConn, error)
 	slot    string
 	logger  *slog.Logger
+	// pool (Config.Pool) re-checks the publication while a stream is up: the
+	// replication connection is busy streaming.
+	pool *pgxpool.Pool
 	// wake is a counted wake-up (a relevant commit), nudge an uncounted one
 	// (a trailing recheck, a fresh connection).
 	wake, nudge func()
@@ -116,10 +127,15 @@ type Replication struct {
 	// replaces one that vanished.
 	streamed  bool
 	confirmed atomic.Uint64
+	// publicationGone is set when the stream failed because the
+	// publication did not exist as of the WAL it decoded: the slot can never
+	// get past that point, so the next open that finds the publication
+	// drops the slot (dropIfUnusable).
+	publicationGone atomic.Bool
 }
 
 func newReplication(cfg Config, wake, nudge func()) *Replication {
-	return &Replication{connect: cfg.ReplicationConnect, slot: cfg.SlotName, logger: cfg.Logger, wake: wake, nudge: nudge}
+	return &Replication{connect: cfg.ReplicationConnect, slot: cfg.SlotName, logger: cfg.Logger, pool: cfg.Pool, wake: wake, nudge: nudge}
 }
 
 // Slot is the replication slot's name.
@@ -169,14 +185,20 @@ func (r *Replication) run(ctx context.Context) {
 			conn, err = r.open(ctx)
 		}
 		if err == nil {
-			err = r.stream(ctx, conn, first)
+			var lasted bool
+			lasted, err = r.stream(ctx, conn, first)
 			conn = nil
 			first = false
 			if ctx.Err() != nil {
 				return
 			}
-			// It was up: start the backoff afresh.
-			delay, attempt = replicationMinBackoff, 1
+			// It was up: start the backoff afresh. Not after a stream that
+			// died at once (a decoding error on the first change, a
+			// watchdog killing walsenders): that is a failed attempt, or a
+			// persistent fault would reconnect ten times a second.
+			if lasted {
+				delay, attempt = replicationMinBackoff, 1
+			}
 		}
 		if ctx.Err() != nil {
 			return
@@ -221,10 +243,11 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 	if err := ensurePublication(ctx, conn); err != nil {
 		return nil, err
 	}
-	if err := r.dropIfLost(ctx, conn); err != nil {
+	dropped, err := r.dropIfUnusable(ctx, conn)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.ensureSlot(ctx, conn); err != nil {
+	if err := r.ensureSlot(ctx, conn, dropped); err != nil {
 		return nil, err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, r.slot, 0, pglogrepl.StartReplicationOptions{
@@ -232,32 +255,66 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + Publication + "'"},
 	})
 	if err != nil {
+		if r.noticePublicationGone(err) {
+			return nil, fmt.Errorf("start replication from slot %q: %w", r.slot, err)
+		}
 		return nil, explain(fmt.Errorf("start replication from slot %q: %w", r.slot, err))
 	}
 	return conn, nil
 }
 
-// dropIfLost drops the slot when max_slot_wal_keep_size invalidated it (a
-// streamer down longer than the cap allows; pg_replication_slots.wal_status
-// 'lost'): it can never stream again, and it is only a wake source, so
-// ensureSlot then makes it afresh. Polling covered the gap, and the claim
-// after reconnecting finds what was committed meanwhile. A replication
-// connection takes simple queries only; slot names are [a-z0-9_] (New).
-func (r *Replication) dropIfLost(ctx context.Context, conn *pgconn.PgConn) error {
+// dropIfUnusable drops the slot when it can never stream again; it is only
+// a wake source, so ensureSlot then makes it afresh, polling covered the
+// gap, and the claim after reconnecting finds what was committed meanwhile.
+// It reports whether it dropped the slot. Two cases:
+//   - max_slot_wal_keep_size invalidated it (a streamer down longer than the
+//     cap allows; pg_replication_slots.wal_status 'lost').
+//   - The stream failed with "publication inlet_jobs does not exist" and the
+//     publication exists now (ensurePublication ran first): it was dropped
+//     and created again while a streamer ran. pgoutput looks the publication
+//     up as of the WAL it decodes, so resuming from the slot's position,
+//     before the drop, fails there on every reconnect.
+//
+// A replication connection takes simple queries only; slot names are
+// [a-z0-9_] (New).
+func (r *Replication) dropIfUnusable(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
+	if r.publicationGone.Load() {
+		r.logger.Warn("replication stream failed because publication "+Publication+" did not exist as of the WAL it decoded (dropped and created again while streaming): the slot cannot get past that point, so it is dropped and created afresh; polling covered the gap and a claim now finds what was committed meanwhile",
+			slog.String("slot", r.slot))
+		err := pglogrepl.DropReplicationSlot(ctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{})
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") { // undefined_object: gone already
+			return false, explain(fmt.Errorf("drop replication slot %q stuck before publication %s existed: %w", r.slot, Publication, err))
+		}
+		r.publicationGone.Store(false)
+		return true, nil
+	}
 	results, err := conn.Exec(ctx, "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = '"+
 		strings.ReplaceAll(r.slot, "'", "''")+"'").ReadAll()
 	if err != nil {
-		return explain(fmt.Errorf("look up replication slot %q: %w", r.slot, err))
+		return false, explain(fmt.Errorf("look up replication slot %q: %w", r.slot, err))
 	}
 	if len(results) != 1 || len(results[0].Rows) != 1 || string(results[0].Rows[0][0]) != "lost" {
-		return nil
+		return false, nil
 	}
 	r.logger.Warn("replication slot was invalidated (wal_status lost: max_slot_wal_keep_size passed while no streamer read it): dropped and created afresh; polling covered the gap",
 		slog.String("slot", r.slot))
 	if err := pglogrepl.DropReplicationSlot(ctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
-		return explain(fmt.Errorf("drop invalidated replication slot %q: %w", r.slot, err))
+		return false, explain(fmt.Errorf("drop invalidated replication slot %q: %w", r.slot, err))
 	}
-	return nil
+	return true, nil
+}
+
+// noticePublicationGone reports whether err is the stream's "publication
+// inlet_jobs does not exist" (SQLSTATE 42704, undefined_object) and, if so,
+// has the next open drop the slot once the publication exists.
+func (r *Replication) noticePublicationGone(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42704" || !strings.Contains(pgErr.Message, `"`+Publication+`"`) {
+		return false
+	}
+	r.publicationGone.Store(true)
+	return true
 }
 
 // ensurePublication checks the publication, creating it when it is missing.
@@ -307,21 +364,49 @@ func checkPublication(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
 	if len(rows) != 1 {
 		return false, nil
 	}
-	if string(rows[0][2]) != "t" {
-		return true, fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s SET TABLE webhook_ingress.jobs; ALTER PUBLICATION %[2]s SET (publish_via_partition_root = true)",
+	return true, publicationProblem(string(rows[0][0]) == "t", string(rows[0][2]) == "t")
+}
+
+// publicationProblem is the ErrReplicationSetup error for a publication that
+// exists without publishing what the wake-ups need, or nil.
+func publicationProblem(pubInsert, hasJobs bool) error {
+	if !hasJobs {
+		return fmt.Errorf("%w: publication %s exists without webhook_ingress.jobs; as the table's owner run: ALTER PUBLICATION %s SET TABLE webhook_ingress.jobs; ALTER PUBLICATION %[2]s SET (publish_via_partition_root = true)",
 			ErrReplicationSetup, Publication, Publication)
 	}
-	if string(rows[0][0]) != "t" {
-		return true, fmt.Errorf("%w: publication %s does not publish inserts; as its owner run: ALTER PUBLICATION %s SET (publish = 'insert, update')",
+	if !pubInsert {
+		return fmt.Errorf("%w: publication %s does not publish inserts; as its owner run: ALTER PUBLICATION %s SET (publish = 'insert, update')",
 			ErrReplicationSetup, Publication, Publication)
 	}
-	return true, nil
+	return nil
+}
+
+// recheckPublication runs checkPublication's rules on the pool while a
+// stream is up: a publication altered meanwhile (its table dropped from it,
+// inserts no longer published) leaves the stream up and silent, and the next
+// Start would refuse it. It returns that ErrReplicationSetup error; anything
+// else (a missing publication, which the stream itself reports on the next
+// change it decodes; a query that failed) is not the stream's to end.
+func (r *Replication) recheckPublication(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, publicationCheckTimeout)
+	defer cancel()
+	p, err := queries.New(r.pool).JobsPublication(qctx)
+	switch {
+	case err == nil:
+		return publicationProblem(p.Pubinsert, p.HasJobs)
+	case errors.Is(err, pgx.ErrNoRows):
+		// Dropped: the stream fails on the next change it decodes.
+	case ctx.Err() == nil: // not stopping
+		r.logger.Debug("publication not re-checked; the next check tries again",
+			slog.String("publication", Publication), slog.String("error", err.Error()))
+	}
+	return nil
 }
 
 // ensureSlot creates the slot unless it exists. A new slot starts at the
 // current position; what was committed before is found by the claim every
-// start runs.
-func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+// start runs. dropped says dropIfUnusable just dropped it (and said why).
+func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn, dropped bool) error {
 	_, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
 	var pgErr *pgconn.PgError
@@ -330,6 +415,10 @@ func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error
 		r.mu.Lock()
 		streamed := r.streamed
 		r.mu.Unlock()
+		if dropped {
+			r.logger.Info("replication slot created afresh", slog.String("slot", r.slot))
+			return nil
+		}
 		if streamed {
 			// It streamed from this slot before, so the slot vanished: a
 			// standby promoted to primary (slots are not replicated) or
@@ -351,8 +440,16 @@ func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error
 
 // stream reads the replication stream until ctx is done (then it confirms
 // what it processed and returns nil) or the connection fails. It closes conn.
-func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first bool) error {
+// lasted reports whether the stream proved itself up (it delivered a
+// transaction, or it lasted replicationMaxBackoff), so run starts its backoff
+// afresh.
+func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first bool) (lasted bool, _ error) {
 	defer closeConn(conn)
+	opened := time.Now()
+	d := decoder{statusColumn: map[uint32]int{}}
+	ended := func(err error) (bool, error) {
+		return d.commits > 0 || time.Since(opened) >= replicationMaxBackoff, err
+	}
 	r.mu.Lock()
 	r.connected = true
 	r.streamed = true
@@ -382,7 +479,6 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 	defer later.Stop()
 	defer last.Stop()
 
-	d := decoder{statusColumn: map[uint32]int{}}
 	var reported pglogrepl.LSN
 	lastReport := time.Now()
 	report := func() error {
@@ -394,15 +490,25 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 		r.confirmed.Store(uint64(reported))
 		return nil
 	}
+	checkAt := opened.Add(publicationCheckInterval)
 	for {
 		if since := time.Since(lastReport); (d.processed > reported && since >= statusInterval) || since >= idleStatusInterval {
 			if err := report(); err != nil {
-				return err
+				return ended(err)
 			}
+		}
+		if !time.Now().Before(checkAt) {
+			if err := r.recheckPublication(ctx); err != nil {
+				return ended(err)
+			}
+			checkAt = time.Now().Add(publicationCheckInterval)
 		}
 		next := lastReport.Add(idleStatusInterval)
 		if d.processed > reported {
 			next = lastReport.Add(statusInterval)
+		}
+		if checkAt.Before(next) {
+			next = checkAt
 		}
 		rctx, cancel := context.WithDeadline(ctx, next)
 		msg, err := conn.ReceiveMessage(rctx)
@@ -411,19 +517,19 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 			// Stopping: confirm what was processed, so the next start
 			// resumes there.
 			r.confirmFinal(conn, d.processed)
-			return nil
+			return ended(nil)
 		}
 		if err != nil {
 			if pgconn.Timeout(err) {
 				continue
 			}
-			return fmt.Errorf("receive from replication stream: %w", err)
+			return ended(fmt.Errorf("receive from replication stream: %w", err))
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			woke, replyNow, err := d.handle(msg.Data)
 			if err != nil {
-				return err
+				return ended(err)
 			}
 			if woke {
 				r.wake()
@@ -433,13 +539,19 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 			}
 			if replyNow {
 				if err := report(); err != nil {
-					return err
+					return ended(err)
 				}
 			}
 		case *pgproto3.ErrorResponse:
-			return explain(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg)))
+			err := fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+			if r.noticePublicationGone(err) {
+				// Not a setup error: the next open recreates the
+				// publication if it is still missing, then the slot.
+				return ended(fmt.Errorf("%w (publication %s was dropped while streaming; the slot is dropped and created afresh once it exists)", err, Publication))
+			}
+			return ended(explain(err))
 		case *pgproto3.CopyDone:
-			return errors.New("server ended the replication stream")
+			return ended(errors.New("server ended the replication stream"))
 		}
 	}
 }
@@ -479,6 +591,7 @@ type decoder struct {
 	inTx         bool
 	wakeAtCommit bool
 	processed    pglogrepl.LSN
+	commits      int // transactions decoded
 }
 
 // handle takes one CopyData payload. It reports whether a commit that should
@@ -534,6 +647,7 @@ func (d *decoder) apply(m pglogrepl.Message) (woke bool) {
 	case *pglogrepl.CommitMessage:
 		woke = d.wakeAtCommit
 		d.inTx, d.wakeAtCommit = false, false
+		d.commits++
 		d.processed = max(d.processed, m.TransactionEndLSN)
 	}
 	return woke

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/streamer"
@@ -491,5 +492,45 @@ func TestReplicationStreamersStartingTogetherAllStart(t *testing.T) {
 	var n int
 	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_publication WHERE pubname = 'inlet_jobs'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d publications inlet_jobs (%v), want 1", n, err)
+	}
+}
+
+// inlet_streamer_replication_connected follows the stream: 0 before Start,
+// 1 while it is up, 0 after Stop.
+func TestReplicationConnectedMetric(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "h")
+	r := b.replication(t)
+	reg := prometheus.NewRegistry()
+	cfg := r.config(time.Hour)
+	cfg.Metrics = reg
+	s := b.newStreamer(t, cfg)
+	connected := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "inlet_streamer_replication_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no inlet_streamer_replication_connected")
+		return 0
+	}
+	if v := connected(); v != 0 {
+		t.Fatalf("before Start: %v, want 0", v)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicationConnected(t, s, 0)
+	if v := connected(); v != 1 {
+		t.Fatalf("while connected: %v, want 1", v)
+	}
+	s.Stop()
+	if v := connected(); v != 0 {
+		t.Fatalf("after Stop: %v, want 0", v)
 	}
 }

@@ -226,9 +226,6 @@ func New(cfg Config) (*Streamer, error) {
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount, cfg.LeaseDuration, cfg.MinLeasedPerHandler, cfg.BatchSize),
 		holds: newPublishHolds(), leasedAt: map[string]time.Time{}}
-	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
-		return nil, fmt.Errorf("streamer metrics: %w", err)
-	}
 	if cfg.ListenConnect != nil {
 		s.listener = notify.NewListener(notify.ListenerConfig{
 			Connect: cfg.ListenConnect,
@@ -244,6 +241,9 @@ func New(cfg Config) (*Streamer, error) {
 			s.replicationWakeups.Add(1)
 			s.Wake()
 		}, s.Wake)
+	}
+	if err := s.registerMetrics(metrics.OrDiscard(cfg.Metrics)); err != nil {
+		return nil, fmt.Errorf("streamer metrics: %w", err)
 	}
 	return s, nil
 }

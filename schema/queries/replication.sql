@@ -5,7 +5,9 @@
 -- name: JobsPublication :one
 -- Is the publication the streamer follows there, and does it carry what it
 -- needs? No row: it is missing. has_jobs false: it exists without the jobs
--- table (then it wakes nobody).
+-- table (then it wakes nobody). Also run every 30s on the streamer's pool
+-- while a stream is up, so a publication altered meanwhile is noticed (the
+-- catalogs are readable by every role, webhook_streamer too).
 SELECT p.pubinsert,
        p.pubupdate,
        EXISTS (SELECT 1
