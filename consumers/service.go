@@ -64,10 +64,11 @@ type Service struct {
 	// txWait bounds one attempt's wait for a txSlots place: the longest an
 	// honest queue takes (see txWaitBound).
 	txWait time.Duration
-	// txHeld counts the txSlots places each handler holds, so a wait past
-	// txWait can tell whose transactions held the slots (see runTx).
+	// txHeld are the txSlots places each handler holds, each with when it
+	// was taken, so a wait past txWait can tell whether its own handler
+	// held one past what an attempt may (see runTx).
 	txHeldMu sync.Mutex
-	txHeld   map[string]int
+	txHeld   map[string]map[*txHold]struct{}
 	// txDefaultAboveRC: the pool's transactions run REPEATABLE READ or
 	// SERIALIZABLE by default (read at Start when a handler has a TxFunc).
 	txDefaultAboveRC bool

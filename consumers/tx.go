@@ -61,8 +61,10 @@ import (
 // handlers' transactions held the slots: the job is due again at once, and
 // the next consumer to take it runs it or waits as long again; the service
 // logs it (warn, class transaction) and counts it (outcome given_back, see
-// [Metrics]). When the handler's own transactions held one, the attempt
-// fails (class transaction), so its jobs still end in dead_letter. Size the pool for the transactions
+// [Metrics]). When one of the handler's own transactions held its
+// connection longer than an attempt may (its Timeout, commit, rollback and
+// a LeaseExtend), the attempt fails (class transaction), so a hung
+// handler's jobs still end in dead_letter. Size the pool for the transactions
 // you want open at once (pool_max_conns in the database URL; pgx's default
 // is the larger of 4 and the CPU count).
 //
@@ -114,17 +116,19 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	// handler's: this handler never ran, so its attempt is given back, not
 	// spent (review helper-137: it was recorded as failed, class
 	// transaction, and another handler's fault dead-lettered its job). This
-	// handler's own (one of its attempts holds a slot): the fault is its
-	// own, and the attempt fails, class transaction, so its jobs still end
-	// in dead_letter (review helper-151: given back, a hung handler's job
-	// was leased again for ever).
+	// handler's own (one of its attempts has held a slot longer than an
+	// attempt may: txHoldLimit): the fault is its own, and the attempt
+	// fails, class transaction, so its jobs still end in dead_letter (review
+	// helper-151: given back, a hung handler's job was leased again for
+	// ever). Its honest attempts holding slots while another handler's hung
+	// ones pin the rest are no fault of its own (review helper-158).
 	wait := time.NewTimer(s.txWait)
 	select {
 	case s.txSlots <- struct{}{}:
 		wait.Stop()
-		s.holdTx(h.Name, 1)
+		release := s.holdTx(h.Name)
 		defer func() {
-			s.holdTx(h.Name, -1)
+			release()
 			<-s.txSlots
 		}()
 	case <-ctx.Done():
@@ -133,7 +137,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		return false, "", false, true, nil
 	case <-wait.C:
 		stopExtending()
-		if s.holdsTx(h.Name) {
+		if s.overdueTx(h.Name, s.txHoldLimit(h)) {
 			return false, "", false, false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
 				"its own transactions held them longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)",
 				s.txWait), ClassTransaction)
@@ -278,22 +282,48 @@ func callTx(ctx context.Context, f TxHandlerFunc, tx pgx.Tx, ev *Event) (err err
 	return notTypedNil(f(ctx, tx, ev))
 }
 
-// holdTx adds n to the txSlots places handler holds.
-func (s *Service) holdTx(handler string, n int) {
+// txHold is one txSlots place held, since when.
+type txHold struct{ since time.Time }
+
+// holdTx records a txSlots place taken by an attempt of handler; the
+// function it returns gives it up.
+func (s *Service) holdTx(handler string) (release func()) {
+	hold := &txHold{since: time.Now()}
 	s.txHeldMu.Lock()
 	defer s.txHeldMu.Unlock()
 	if s.txHeld == nil {
-		s.txHeld = map[string]int{}
+		s.txHeld = map[string]map[*txHold]struct{}{}
 	}
-	s.txHeld[handler] += n
-	if s.txHeld[handler] <= 0 {
-		delete(s.txHeld, handler)
+	if s.txHeld[handler] == nil {
+		s.txHeld[handler] = map[*txHold]struct{}{}
+	}
+	s.txHeld[handler][hold] = struct{}{}
+	return func() {
+		s.txHeldMu.Lock()
+		defer s.txHeldMu.Unlock()
+		delete(s.txHeld[handler], hold)
+		if len(s.txHeld[handler]) == 0 {
+			delete(s.txHeld, handler)
+		}
 	}
 }
 
-// holdsTx reports whether one of handler's attempts holds a txSlots place.
-func (s *Service) holdsTx(handler string) bool {
+// overdueTx reports whether an attempt of handler has held its txSlots
+// place longer than limit.
+func (s *Service) overdueTx(handler string, limit time.Duration) bool {
 	s.txHeldMu.Lock()
 	defer s.txHeldMu.Unlock()
-	return s.txHeld[handler] > 0
+	for hold := range s.txHeld[handler] {
+		if time.Since(hold.since) > limit {
+			return true
+		}
+	}
+	return false
+}
+
+// txHoldLimit is the longest an honest attempt of h holds a txSlots place:
+// its Timeout, its completion and commit, a rollback and a LeaseExtend (one
+// round of txWaitBound).
+func (s *Service) txHoldLimit(h Handler) time.Duration {
+	return satAdd(satAdd(h.Timeout, recordTimeout+giveBackTimeout), s.cfg.LeaseExtend)
 }
