@@ -208,7 +208,10 @@ func TestRetentionDropDoesNotStopIngest(t *testing.T) {
 	if insertErr != nil {
 		t.Errorf("the insert during the drop failed: %v", insertErr)
 	}
-	if limit := 4 * lockTimeout; worst > limit {
+	// 10 × lock_timeout: the waits are bounded by it, the rest is the
+	// machine (4 × was passed by 4 ms under a loaded CI run, 2026-12-06);
+	// before the fix ingest stood still for the whole drop, seconds here.
+	if limit := 10 * lockTimeout; worst > limit {
 		t.Errorf("ingest stood still for %s while inlet retention dropped a period 60 days old (retention.lock_timeout %s, so at most ~%s expected)",
 			worst, lockTimeout, limit)
 	}
