@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/monitor"
@@ -43,23 +44,8 @@ import (
 func TestNewTypeReportedRoutedThenSilentlyUnrouted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super, streamer := pools(t)
-	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts)
-		VALUES ('refunds', 'stripe', 'charge.refunded', 5)`)
-	insert := func(id string) {
-		t.Helper()
-		exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
-			VALUES ('stripe', 'stripe', $1, 'charge.refunded', '{}', true)`, id)
-	}
-	hook := newAlertHook(t)
-	var logs strings.Builder
-	var logMu sync.Mutex
-	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
-		DB: streamer, AlertURL: hook.URL, Metrics: prometheus.NewRegistry(), Logger: newLogger(&logs, &logMu),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rw := newRefundsWatch(t)
+	super, w, hook, insert := rw.super, rw.w, rw.hook, rw.insert
 	insert("evt_1") // routed: the trigger creates its job
 	var jobs int
 	if err := super.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'refunds'`).Scan(&jobs); err != nil {
@@ -180,4 +166,46 @@ func TestNewFilteredTypeAlertedAsMatchedByNoSubscription(t *testing.T) {
 	if len(alerts) != 1 || alerts[0]["routed"] != "yes" {
 		t.Errorf("alerts: %v, want one, new_event_type with routed yes (an enabled subscription matches charge.captured)", alerts)
 	}
+}
+
+// refundsWatch is the set-up the routing-report tests share: subscription
+// 'refunds' of stripe/charge.refunded, an EventTypes check of the database
+// whose alerts go to hook and whose log is kept, and insert, which stores
+// a charge.refunded event (its job made by the trigger while the
+// subscription is enabled).
+type refundsWatch struct {
+	super  *pgxpool.Pool
+	w      *monitor.EventTypes
+	hook   *alertHook
+	logMu  sync.Mutex
+	logs   strings.Builder
+	insert func(id string)
+}
+
+func newRefundsWatch(t *testing.T) *refundsWatch {
+	t.Helper()
+	super, streamer := pools(t)
+	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts)
+		VALUES ('refunds', 'stripe', 'charge.refunded', 5)`)
+	rw := &refundsWatch{super: super, hook: newAlertHook(t)}
+	rw.insert = func(id string) {
+		t.Helper()
+		exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
+			VALUES ('stripe', 'stripe', $1, 'charge.refunded', '{}', true)`, id)
+	}
+	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
+		DB: streamer, AlertURL: rw.hook.URL, Metrics: prometheus.NewRegistry(), Logger: newLogger(&rw.logs, &rw.logMu),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.w = w
+	return rw
+}
+
+// log returns what was logged so far.
+func (rw *refundsWatch) log() string {
+	rw.logMu.Lock()
+	defer rw.logMu.Unlock()
+	return rw.logs.String()
 }

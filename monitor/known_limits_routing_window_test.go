@@ -6,12 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/inlet-dev/inlet/monitor"
 )
 
 // TestKnownLimitSubscriptionOffAndOnBetweenChecksDropsEventsUnalerted (review
@@ -48,23 +43,8 @@ import (
 func TestKnownLimitSubscriptionOffAndOnBetweenChecksDropsEventsUnalerted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	super, streamer := pools(t)
-	exec(t, super, `INSERT INTO webhook_ingress.subscriptions (handler, provider_pattern, event_type_pattern, max_attempts)
-		VALUES ('refunds', 'stripe', 'charge.refunded', 5)`)
-	insert := func(id string) {
-		t.Helper()
-		exec(t, super, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
-			VALUES ('stripe', 'stripe', $1, 'charge.refunded', '{}', true)`, id)
-	}
-	hook := newAlertHook(t)
-	var logs strings.Builder
-	var logMu sync.Mutex
-	w, err := monitor.NewEventTypes(monitor.EventTypesConfig{
-		DB: streamer, AlertURL: hook.URL, Metrics: prometheus.NewRegistry(), Logger: newLogger(&logs, &logMu),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rw := newRefundsWatch(t)
+	super, w, hook, insert := rw.super, rw.w, rw.hook, rw.insert
 	insert("evt_1") // routed
 	if err := w.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -72,9 +52,9 @@ func TestKnownLimitSubscriptionOffAndOnBetweenChecksDropsEventsUnalerted(t *test
 	if first := hook.take(); len(first) != 1 || first[0]["routed"] != "yes" {
 		t.Fatalf("setup: first alerts %v, want one new_event_type routed yes", first)
 	}
-	logMu.Lock()
-	logs.Reset()
-	logMu.Unlock()
+	rw.logMu.Lock()
+	rw.logs.Reset()
+	rw.logMu.Unlock()
 
 	// Between two checks: the subscription is off while 3 events arrive,
 	// then on again; then one more (routed) event.
@@ -96,9 +76,7 @@ func TestKnownLimitSubscriptionOffAndOnBetweenChecksDropsEventsUnalerted(t *test
 		t.Fatalf("setup: %d charge.refunded events without a job, want 3", jobless)
 	}
 	alerts := hook.take()
-	logMu.Lock()
-	text := logs.String()
-	logMu.Unlock()
+	text := rw.log()
 	if len(alerts) == 0 && !strings.Contains(text, "charge.refunded") {
 		t.Fatalf("3 charge.refunded events were stored with no job (no enabled subscription matched them while it was off), "+
 			"after the type was alerted routed; the next check sent no alert and logged nothing about it. Log:\n%s", text)
