@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,13 +98,65 @@ const (
 	// may hold up the stream.
 	publicationCheckInterval = 30 * time.Second
 	publicationCheckTimeout  = 2 * time.Second
-	// A stream that has heard nothing from the server this long is dead
-	// (a network cut that left the socket open: the walsender ended at its
-	// wal_sender_timeout, the client's reads just time out): it ends, and
-	// run reconnects. At half of it a status asks the server for a reply
-	// (its keepalive). As PostgreSQL's own wal_receiver_timeout, 60s.
-	receiveTimeout = 60 * time.Second
+	// A stream that has heard nothing from the server for its receive
+	// timeout is dead (a network cut that left the socket open: the
+	// walsender ended at its wal_sender_timeout, the client's reads just
+	// time out): it ends, and run reconnects. After askAfter of silence a
+	// status asks the server for a reply (its keepalive). A walsender busy
+	// decoding a large transaction reads replies only every half
+	// wal_sender_timeout, so the timeout is askAfter + wal_sender_timeout
+	// (read from the server when the stream opens) + a margin, at least
+	// minReceiveTimeout (PostgreSQL's own wal_receiver_timeout, 60s); with
+	// wal_sender_timeout 0 (off) it is maxReceiveTimeout.
+	askAfter          = 30 * time.Second
+	minReceiveTimeout = 60 * time.Second
+	maxReceiveTimeout = 10 * time.Minute
 )
+
+// receiveTimeout is how long a stream may hear nothing from a server whose
+// wal_sender_timeout is senderTimeout (0: off) before it ends.
+func receiveTimeout(senderTimeout time.Duration) time.Duration {
+	if senderTimeout <= 0 {
+		return maxReceiveTimeout
+	}
+	return min(max(askAfter+senderTimeout+10*time.Second, minReceiveTimeout), maxReceiveTimeout)
+}
+
+// senderTimeout reads the server's wal_sender_timeout on a replication
+// connection (SHOW is a replication command): 0 when it is off, and the
+// PostgreSQL default of 60s when it cannot be read.
+func senderTimeout(ctx context.Context, conn *pgconn.PgConn) time.Duration {
+	results, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
+	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+		return time.Minute
+	}
+	d, ok := parsePGDuration(string(results[0].Rows[0][0]))
+	if !ok {
+		return time.Minute
+	}
+	return d
+}
+
+// parsePGDuration reads a time setting as SHOW prints it ("60s", "1min",
+// "500ms", "0", "2h", "1d"; a bare number is milliseconds).
+func parsePGDuration(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	i := strings.IndexFunc(v, func(c rune) bool { return c < '0' || c > '9' })
+	num, unit := v, ""
+	if i >= 0 {
+		num, unit = v[:i], strings.TrimSpace(v[i:])
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > 1<<31 {
+		return 0, false
+	}
+	units := map[string]time.Duration{"": time.Millisecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	u, ok := units[unit]
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(n) * u, true
+}
 
 // publicationName finds the publication's name as a whole word in a
 // server's message, whatever its language and quotes (review helper-159:
@@ -130,6 +183,9 @@ type Replication struct {
 	wake, nudge func()
 
 	prepared *pgconn.PgConn // opened by Start, handed to run
+	// receiveTimeout is the stream's (see receiveTimeout()), set by open
+	// from the server's wal_sender_timeout.
+	receiveTimeout atomic.Int64
 
 	mu         sync.Mutex
 	connected  bool
@@ -251,6 +307,7 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 		return nil, fmt.Errorf("%w: the replication connection must be a logical one, to the Inlet database: set replication=database, not replication=true",
 			ErrReplicationSetup)
 	}
+	r.receiveTimeout.Store(int64(receiveTimeout(senderTimeout(ctx, conn))))
 	if err := ensurePublication(ctx, conn); err != nil {
 		return nil, err
 	}
@@ -495,9 +552,10 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 
 	var reported pglogrepl.LSN
 	lastReport, heard, asked := time.Now(), time.Now(), false
+	receiveTimeout := time.Duration(r.receiveTimeout.Load())
 	report := func() error {
 		// Past half the receive timeout with nothing heard, ask for a reply.
-		ask := !asked && time.Since(heard) >= receiveTimeout/2
+		ask := !asked && time.Since(heard) >= askAfter
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: d.processed, ReplyRequested: ask})
 		if err != nil {
 			return fmt.Errorf("confirm position %s: %w", d.processed, err)
@@ -511,10 +569,10 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 	checkAt := opened.Add(publicationCheckInterval)
 	for {
 		if time.Since(heard) >= receiveTimeout {
-			return ended(fmt.Errorf("nothing from the server for %s (a network cut, or a server that stopped answering): reconnecting", receiveTimeout))
+			return ended(fmt.Errorf("nothing from the server for %s, a reply asked for (a network cut, or a server that stopped answering; the timeout follows its wal_sender_timeout): reconnecting", receiveTimeout))
 		}
 		if since := time.Since(lastReport); (d.processed > reported && since >= statusInterval) || since >= idleStatusInterval ||
-			(!asked && time.Since(heard) >= receiveTimeout/2) {
+			(!asked && time.Since(heard) >= askAfter) {
 			if err := report(); err != nil {
 				return ended(err)
 			}
@@ -532,7 +590,7 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 		if checkAt.Before(next) {
 			next = checkAt
 		}
-		if at := heard.Add(receiveTimeout / 2); !asked && at.Before(next) {
+		if at := heard.Add(askAfter); !asked && at.Before(next) {
 			next = at
 		} else if at := heard.Add(receiveTimeout); at.Before(next) {
 			next = at

@@ -117,6 +117,12 @@ func TestReplicationConnectedStaysUpAcrossPartition(t *testing.T) {
 	proxy := newBlackhole(t, u.Host)
 	pu := *u
 	pu.Host = proxy.ln.Addr().String()
+	// The stream's receive timeout follows the server's wal_sender_timeout
+	// (askAfter 30 s + it + 10 s, at least 60 s): 10 s here gives 60 s.
+	if pu.RawQuery != "" {
+		pu.RawQuery += "&"
+	}
+	pu.RawQuery += "options=-c%20wal_sender_timeout%3D10s"
 	proxied := pu.String()
 
 	reg := prometheus.NewRegistry()
@@ -148,8 +154,9 @@ func TestReplicationConnectedStaysUpAcrossPartition(t *testing.T) {
 	b.insertEvents(t, 1)
 	wakes := s.Stats().ReplicationWakeups
 
-	// 75 s: past wal_sender_timeout (60 s), after which the server itself
-	// has ended the walsender.
+	// 75 s: past the stream's receive timeout (60 s with the server's
+	// wal_sender_timeout of 10 s), after which the server itself has
+	// ended the walsender too.
 	deadline := time.Now().Add(75 * time.Second)
 	for time.Now().Before(deadline) {
 		if up, n := s.Replication().Connected(); !up || n > 0 {
