@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -12,9 +13,18 @@ import (
 // curlCommand is a ready curl command line sending method, url, h and body
 // exactly, quoted for a POSIX shell. It refuses a request that carries one
 // of secrets itself (GitLab's token, Okta's authorization, Graph's
-// clientState), which a printed
+// clientState, Meta's verify token in the URL), which a printed
 // command would disclose, and a body that is no text.
 func curlCommand(method, url string, h http.Header, body []byte, secrets []string) (string, error) {
+	unescaped, err := neturl.QueryUnescape(url)
+	if err != nil {
+		unescaped = url
+	}
+	for _, s := range secrets {
+		if s != "" && (strings.Contains(url, s) || strings.Contains(unescaped, s)) {
+			return "", errors.New("the request carries the secret itself in its URL (Meta's hub.verify_token); a printed command would disclose it")
+		}
+	}
 	for name, vals := range h {
 		for _, v := range vals {
 			for _, s := range secrets {

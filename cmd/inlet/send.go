@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,7 +157,9 @@ func sendHandshake(ctx context.Context, env *environment, name string, src verif
 		return fmt.Errorf("handshake for source %q: %w", name, err)
 	}
 	if printCurl {
-		cmd, err := curlCommand(probe.Method, probe.URL, probe.Header, probe.Body, src.Secrets)
+		// The verify token is a secret too (Meta's probe carries it in its
+		// URL: review helper-161).
+		cmd, err := curlCommand(probe.Method, probe.URL, probe.Header, probe.Body, append(slices.Clone(src.Secrets), src.VerifyToken))
 		if err != nil {
 			return fmt.Errorf("--curl for the %s handshake of source %q: %w", probe.Kind, name, err)
 		}
