@@ -142,7 +142,7 @@ func TestDueByHandlerIndexOnALargeQueue(t *testing.T) {
 func TestBuildIndexesIgnoresAStatementTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, conn := migratedTo(t, 11)
+	url, conn := migratedTo(t, 11)
 	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, raw_body, signature_verified)
 		SELECT 'stripe', 'stripe', 'evt_' || n, 'charge.succeeded', convert_to(format('{"id":"evt_%s"}', n), 'UTF8'), true
 		FROM generate_series(1, 12000) n`); err != nil {
@@ -151,15 +151,40 @@ func TestBuildIndexesIgnoresAStatementTimeout(t *testing.T) {
 	if _, err := schema.MigrateTo(ctx, conn, 12); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `SET statement_timeout = '1ms'`); err != nil {
+	// A transaction older than the build, with a snapshot, ended after
+	// 600 ms: the CONCURRENTLY build waits for it, well past the 200 ms
+	// statement_timeout (deterministically: a 1 ms timeout also cancelled
+	// the reading of the settings themselves on a loaded machine).
+	old, err := pgx.Connect(ctx, url)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer old.Close(ctx)
+	tx, err := old.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM webhook_ingress.subscriptions`); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		time.Sleep(600 * time.Millisecond)
+		_ = tx.Rollback(context.Background())
+	}()
+	defer func() { <-ended }() // before old.Close (deferred earlier)
+	if _, err := conn.Exec(ctx, `SET statement_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
 	built, err := schema.BuildIndexes(ctx, conn, nil, nil)
 	if err != nil || len(built) != 1 {
-		t.Fatalf("built %+v (%v) under a 1 ms statement_timeout, want the pending index", built, err)
+		t.Fatalf("built %+v (%v) under a 200 ms statement_timeout, want the pending index", built, err)
 	}
+	t.Logf("built in %v, behind a transaction ended at 600 ms", time.Since(start))
 	var timeout string
-	if err := conn.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "1ms" {
-		t.Fatalf("statement_timeout after the builds = %q (%v), want the session's 1ms back", timeout, err)
+	if err := conn.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "200ms" {
+		t.Fatalf("statement_timeout after the builds = %q (%v), want the session's 200ms back", timeout, err)
 	}
 }
