@@ -126,7 +126,7 @@ func TestMaxInFlightHoldsWhenClaimsWaitTogether(t *testing.T) {
 			errs <- err
 		}()
 	}
-	testwait.Eventually(t, 10*time.Second, "both claims waiting for the handler's row", func() (bool, string) {
+	testwait.Eventually(t, 30*time.Second, "both claims waiting for the handler's row", func() (bool, string) { // 10 s passed under a loaded CI run
 		n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
 		return n == 2, fmt.Sprintf("%d sessions waiting for a lock", n)
 	})
