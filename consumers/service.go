@@ -169,7 +169,7 @@ func txWaitBound(cfg Config, slots int) time.Duration {
 		return 0
 	}
 	rounds := (want-1)/int64(slots) + 1
-	return satMul(satAdd(satAdd(longest, recordTimeout+giveBackTimeout), cfg.LeaseExtend), rounds)
+	return satMul(txHoldLimit(longest, cfg.LeaseExtend), rounds)
 }
 
 // txConcurrency is the transactional handlers' Concurrency summed (at most

@@ -137,7 +137,7 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		return false, "", false, true, nil
 	case <-wait.C:
 		stopExtending()
-		if s.overdueTx(h.Name, s.txHoldLimit(h)) {
+		if s.overdueTx(h.Name, txHoldLimit(h.Timeout, s.cfg.LeaseExtend)) {
 			return false, "", false, false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
 				"its own transactions held them longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)",
 				s.txWait), ClassTransaction)
@@ -321,9 +321,9 @@ func (s *Service) overdueTx(handler string, limit time.Duration) bool {
 	return false
 }
 
-// txHoldLimit is the longest an honest attempt of h holds a txSlots place:
-// its Timeout, its completion and commit, a rollback and a LeaseExtend (one
-// round of txWaitBound).
-func (s *Service) txHoldLimit(h Handler) time.Duration {
-	return satAdd(satAdd(h.Timeout, recordTimeout+giveBackTimeout), s.cfg.LeaseExtend)
+// txHoldLimit is the longest an honest attempt of a handler whose Timeout is
+// timeout holds a txSlots place: its Timeout, its completion and commit, a
+// rollback and a LeaseExtend (one round of txWaitBound).
+func txHoldLimit(timeout, leaseExtend time.Duration) time.Duration {
+	return satAdd(satAdd(timeout, recordTimeout+giveBackTimeout), leaseExtend)
 }
