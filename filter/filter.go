@@ -95,16 +95,11 @@ func (d deepCost) CallCost(function, overload string, args []ref.Val, _ ref.Val)
 		// helper-132: a 1 MB string's size() in a comprehension ran for
 		// seconds within the limit). Charged as CEL charges its other walks
 		// of a string: a tenth of a unit a byte.
-		var l int
-		switch v := args[0].(type) {
-		case types.String:
-			l = len(v)
-		case types.Bytes:
-			l = len(v)
-		default:
+		l, ok := byteLen(args[0])
+		if !ok {
 			return nil
 		}
-		n := min(uint64(l)/10+1, costLimit+1)
+		n := min(l/10+1, costLimit+1)
 		return &n
 	}
 	if len(args) != 2 {
@@ -208,17 +203,20 @@ func stringPairCost(function string, a, b ref.Val) (uint64, bool) {
 
 // byteLens are the lengths of a and b when both are strings or both bytes.
 func byteLens(a, b ref.Val) (uint64, uint64, bool) {
-	switch x := a.(type) {
+	la, okA := byteLen(a)
+	lb, okB := byteLen(b)
+	return la, lb, okA && okB && a.Type() == b.Type()
+}
+
+// byteLen is v's length in bytes when it is a string or bytes.
+func byteLen(v ref.Val) (uint64, bool) {
+	switch x := v.(type) {
 	case types.String:
-		if y, ok := b.(types.String); ok {
-			return uint64(len(x)), uint64(len(y)), true
-		}
+		return uint64(len(x)), true
 	case types.Bytes:
-		if y, ok := b.(types.Bytes); ok {
-			return uint64(len(x)), uint64(len(y)), true
-		}
+		return uint64(len(x)), true
 	}
-	return 0, 0, false
+	return 0, false
 }
 
 // stringWalks are the one-argument calls that read a string argument whole,
@@ -242,11 +240,11 @@ func deepSize(v ref.Val, limit uint64) uint64 {
 		if n >= limit {
 			return
 		}
+		if l, ok := byteLen(v); ok {
+			n += l / 10
+			return
+		}
 		switch c := v.(type) {
-		case types.String:
-			n += uint64(len(c)) / 10
-		case types.Bytes:
-			n += uint64(len(c)) / 10
 		case traits.Lister:
 			for it := c.Iterator(); it.HasNext() == types.True && n < limit; {
 				n++
