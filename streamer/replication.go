@@ -554,7 +554,7 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 	lastReport, heard, asked := time.Now(), time.Now(), false
 	receiveTimeout := time.Duration(r.receiveTimeout.Load())
 	report := func() error {
-		// Past half the receive timeout with nothing heard, ask for a reply.
+		// After askAfter with nothing heard, ask for a reply.
 		ask := !asked && time.Since(heard) >= askAfter
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: d.processed, ReplyRequested: ask})
 		if err != nil {
