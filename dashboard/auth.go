@@ -80,7 +80,10 @@ func (ss *sessions) create() (*session, string, error) {
 
 // get returns the live session of a cookie value, or nil.
 func (ss *sessions) get(value string) *session {
-	id, err := base64.RawURLEncoding.DecodeString(value)
+	// Strict: a session has one spelling. The lenient decoder ignores the
+	// last character's unused bits, so four cookie values would name one
+	// session (and an "altered" cookie could still be it).
+	id, err := base64.RawURLEncoding.Strict().DecodeString(value)
 	if err != nil || len(id) != 32 {
 		return nil
 	}
