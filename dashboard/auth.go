@@ -148,22 +148,58 @@ func (d *Dashboard) tokenOK(token string) bool {
 }
 
 // crossOrigin refuses state-changing requests a browser sent from another
-// origin (Sec-Fetch-Site, else Origin against Host). Requests without either
-// header are not from a browser; the CSRF token still guards sessions.
+// origin (Sec-Fetch-Site, else Origin against Host). net/http's check lets
+// a request with neither header through; sameOrigin adds the Referer.
 var crossOrigin = http.NewCrossOriginProtection()
+
+// errForeignReferer is a state-changing request without Sec-Fetch-Site or
+// Origin whose Referer names another host.
+var errForeignReferer = errors.New("dashboard: Referer names another host")
+
+// sameOrigin refuses a state-changing request a browser sent from another
+// origin: by Sec-Fetch-Site, else Origin against Host (crossOrigin), else,
+// when a browser sent neither (an older one, an embedded web view), by a
+// Referer naming another host. A request with none of the three is not
+// from a browser; the CSRF token still guards sessions. Referrer-Policy
+// same-origin keeps our own pages' Referer whole.
+func sameOrigin(r *http.Request) error {
+	if err := crossOrigin.Check(r); err != nil {
+		return err
+	}
+	ref := r.Header.Get("Referer")
+	if ref == "" || r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != "" {
+		return nil
+	}
+	u, err := url.Parse(ref)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+		return errForeignReferer
+	}
+	return nil
+}
 
 // handlerFunc is a page handler behind authentication.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
 
-// authenticated lets through a request with a valid bearer header or
-// session cookie. Without either a GET is redirected to the login form;
-// anything else is refused. A state-changing request on a cookie must come
-// from our own origin and carry the session's CSRF token.
+// authenticated lets through a request with a live session cookie or a
+// valid bearer header. Without either a GET is redirected to the login
+// form; anything else is refused. A state-changing request on a cookie must
+// come from our own origin and carry the session's CSRF token.
 func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A bearer token is an attempt; another scheme (Basic, from a proxy
-		// in front) is not, and the session cookie decides.
-		if auth := r.Header.Get("Authorization"); admin.BearerPresented(r) {
+		// A live session decides first: an SSO proxy in front (oauth2-proxy
+		// passing the user's ID token, Pomerium, Envoy ext_authz) sends its
+		// own Authorization: Bearer with every request, which was compared
+		// with the admin token, refused (401 on every page of a logged-in
+		// operator) and charged as a wrong token, locking the proxy's
+		// shared address out of the API. Behind a live session the header
+		// is neither compared nor charged.
+		var s *session
+		if c, err := r.Cookie(cookieName); err == nil {
+			s = d.sessions.get(c.Value)
+		}
+		// Without one, a bearer token is an attempt; another scheme (Basic,
+		// from a proxy in front) is not.
+		if auth := r.Header.Get("Authorization"); s == nil && admin.BearerPresented(r) {
 			end, ok := d.limit(w, r, nil)
 			if !ok {
 				return
@@ -179,10 +215,6 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 			next(w, r, &session{bearer: true})
 			return
 		}
-		var s *session
-		if c, err := r.Cookie(cookieName); err == nil {
-			s = d.sessions.get(c.Value)
-		}
 		if s == nil {
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, "/dashboard/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -192,7 +224,7 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := crossOrigin.Check(r); err != nil {
+			if err := sameOrigin(r); err != nil {
 				d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
 				return
 			}
@@ -259,7 +291,7 @@ func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if err := crossOrigin.Check(r); err != nil {
+	if err := sameOrigin(r); err != nil {
 		d.fail(w, r, nil, http.StatusForbidden, "Refused: the form was not sent from this dashboard.")
 		return
 	}

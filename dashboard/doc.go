@@ -24,8 +24,10 @@
 // restart logs everyone out), never the token, HttpOnly, SameSite=Strict,
 // Path=/dashboard/, Secure over TLS (this server's, or a TLS-terminating
 // proxy's that sends X-Forwarded-Proto or Forwarded proto=https). A request
-// with a valid Authorization: Bearer header passes too. Without either,
-// pages redirect to the login form.
+// with a valid Authorization: Bearer header passes too; behind a live
+// session cookie the header is not read (an SSO proxy in front may send its
+// own bearer with every request). Without either, pages redirect to the
+// login form.
 //
 // The replay form is a POST protected against cross-site requests three
 // ways: the SameSite=Strict cookie, a per-session CSRF token in the form, and
