@@ -431,5 +431,8 @@ CREATE TABLE webhook_ingress.partitions_result (period_start timestamp with time
 CREATE FUNCTION webhook_ingress.partitions() RETURNS SETOF webhook_ingress.partitions_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.pass_on_attempt(p_id bigint, p_received_at timestamp with time zone, p_attempt integer, p_leased_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.type_subscribed(p_provider text, p_event_type text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;

@@ -323,6 +323,17 @@ WHERE j.id = $1;
 SELECT webhook_ingress.give_back_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
                                          sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS given_back;
 
+-- name: PassOnAttempt :one
+-- A consumer found no row for attempt $3 of job $1 (in the partition of $2,
+-- leased at $4): when that is because the job is outside every scope of its
+-- role and inside another role's that has the handler (a handler shared by
+-- teams), give the lease back uncounted, due again after a pause, so the
+-- next claim publishes it again (webhook_ingress.pass_on_attempt,
+-- 063_pass_on_out_of_scope). False for a stale reference, an unrestricted
+-- caller, or a job no other role can take.
+SELECT webhook_ingress.pass_on_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
+                                       sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS passed_on;
+
 -- name: ConsumerAlive :execrows
 -- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
 -- not heard from for a day are removed.

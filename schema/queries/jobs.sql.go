@@ -604,6 +604,37 @@ func (q *Queries) ListOrderedHandlers(ctx context.Context) ([]string, error) {
 	return items, nil
 }
 
+const PassOnAttempt = `-- name: PassOnAttempt :one
+SELECT webhook_ingress.pass_on_attempt($1::bigint, $2::timestamptz,
+                                       $3::integer, $4::timestamptz)::boolean AS passed_on
+`
+
+type PassOnAttemptParams struct {
+	JobID           int64
+	EventReceivedAt time.Time
+	Attempt         int32
+	LeasedAt        time.Time
+}
+
+// A consumer found no row for attempt $3 of job $1 (in the partition of $2,
+// leased at $4): when that is because the job is outside every scope of its
+// role and inside another role's that has the handler (a handler shared by
+// teams), give the lease back uncounted, due again after a pause, so the
+// next claim publishes it again (webhook_ingress.pass_on_attempt,
+// 063_pass_on_out_of_scope). False for a stale reference, an unrestricted
+// caller, or a job no other role can take.
+func (q *Queries) PassOnAttempt(ctx context.Context, arg PassOnAttemptParams) (bool, error) {
+	row := q.db.QueryRow(ctx, PassOnAttempt,
+		arg.JobID,
+		arg.EventReceivedAt,
+		arg.Attempt,
+		arg.LeasedAt,
+	)
+	var passed_on bool
+	err := row.Scan(&passed_on)
+	return passed_on, err
+}
+
 const ReapExpiredLeases = `-- name: ReapExpiredLeases :many
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
