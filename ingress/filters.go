@@ -175,8 +175,10 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			// The request's deadline, not the filter's verdict: the
-			// webhook is not stored (503), the provider retries.
-			return nil, version, err
+			// webhook is not stored (503), the provider retries. Matching
+			// runs before any write (and after a refused one), so nothing
+			// of it can commit: not written, not outcome_unknown.
+			return nil, version, fmt.Errorf("evaluate filter of subscription %d: %w: %w", s.id, errNotWritten, err)
 		case err != nil:
 			f.evaluations.WithLabelValues(s.handler, "error").Inc()
 		case ok:

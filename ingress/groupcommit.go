@@ -84,6 +84,11 @@ type GroupStore struct {
 	cfg    GroupConfig
 	single *PGStore
 	group  *groupcommit.Group[*pending, bool]
+	// batches is what every batch's statement runs under (with Timeout);
+	// cut ends it, so a Server.Stop past its deadline cuts the batches
+	// still running off as it does its requests (closeBy).
+	batches context.Context
+	cut     context.CancelFunc
 }
 
 // pending is one caller's event. A caller that gives up while its event is
@@ -105,6 +110,7 @@ func (g *GroupStore) useLogger(l *slog.Logger) { g.single.useLogger(l) }
 func NewGroupStore(pool *pgxpool.Pool, hinter Hinter, cfg GroupConfig) *GroupStore {
 	cfg = cfg.withDefaults()
 	g := &GroupStore{pool: pool, hinter: hinter, cfg: cfg, single: NewPGStore(pool, nil)}
+	g.batches, g.cut = context.WithCancel(context.Background())
 	g.group = groupcommit.New(groupcommit.Config{
 		MaxBatch: cfg.MaxBatch, MaxBytes: max(0, cfg.MaxBatchBytes), MaxWait: cfg.MaxWait, Committers: cfg.Committers,
 	}, func(p *pending) int64 { return p.size }, g.commit)
@@ -149,7 +155,19 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 
 // Close stops the committers after the batches in flight; events still
 // queued are failed with ErrStoreClosed.
-func (g *GroupStore) Close() { g.group.Close() }
+func (g *GroupStore) Close() {
+	g.group.Close()
+	g.cut()
+}
+
+// closeBy is Close for Server.Stop: the batches still running when ctx is
+// done are cut off, so Stop returns by its deadline. Their callers get the
+// batch's error, never a success; a batch cut while its statement ran may
+// still have committed, and the provider's retry is then a duplicate.
+func (g *GroupStore) closeBy(ctx context.Context) {
+	defer context.AfterFunc(ctx, g.cut)()
+	g.Close()
+}
 
 // SQL text rather than a sqlc method, as InsertEvent (see there): queued in
 // one pgx.Batch with FanOutFiltered.
@@ -224,7 +242,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		events[i], matches[i] = e, it.matches
 		i++
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(g.batches, g.cfg.Timeout)
 	defer cancel()
 	// Events that passed a subscription's filter get those jobs in the
 	// same implicit transaction (one round trip: a pipelined batch). The

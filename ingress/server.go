@@ -254,8 +254,13 @@ func (s *Server) Stop(ctx context.Context) error {
 	// still running are cut off, their writes too (review helper-100).
 	s.cutDone()
 	// Every request has its answer: a store with committers of its own
-	// (GroupStore) can stop now.
-	if c, ok := s.cfg.Store.(interface{ Close() }); ok {
+	// (GroupStore) can stop now. Its batches run on their own context, not
+	// the requests': they are cut off at ctx's deadline too, else Stop
+	// would wait for them up to store_timeout past it.
+	switch c := s.cfg.Store.(type) {
+	case interface{ closeBy(context.Context) }:
+		c.closeBy(ctx)
+	case interface{ Close() }:
 		c.Close()
 	}
 	return err
