@@ -74,7 +74,16 @@ func New(cfg Config) (*Server, error) {
 		if t.Name == "" || len(t.Token) < 16 {
 			return nil, fmt.Errorf("controlplane: tenants[%d]: a name and a token of at least 16 bytes are required", i)
 		}
-		s.tenants = append(s.tenants, tenantKey{name: t.Name, digest: sha256.Sum256([]byte(t.Token))})
+		k := tenantKey{name: t.Name, digest: sha256.Sum256([]byte(t.Token))}
+		// A token selects exactly one tenant: with two, tenantOf took the
+		// last, and one data plane's reports were stored as another's.
+		// (Two tokens of one name are allowed: a rotation.)
+		for j, o := range s.tenants {
+			if o.digest == k.digest {
+				return nil, fmt.Errorf("controlplane: tenants[%d] (%q) has the token of tenants[%d] (%q): each tenant needs a token of its own", i, t.Name, j, o.name)
+			}
+		}
+		s.tenants = append(s.tenants, k)
 	}
 	s.mux.HandleFunc("POST /api/v1/reports", s.bearer(s.postReports))
 	s.mux.HandleFunc("GET /api/v1/cursor", s.bearer(s.getCursor))
