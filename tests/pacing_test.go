@@ -26,6 +26,11 @@ import (
 // Expected: every job completed, no lease_expired attempt (32 unextended
 // references = 640 ms of work, within the lease). Actual: lease_expired
 // attempts (and dead letters with max_attempts 2).
+//
+// Scaled since: 150 jobs of 80 ms, lease 4 s, so that a first claim of a
+// whole batch (100 = 8 s of work) still expires while the floor and the pace
+// leave two seconds of margin (a loaded CI lost 1 s of a 2 s lease now and
+// then; with MinLeasedPerHandler 100, as before the fix, this fails).
 func TestSlowHandlerBacklogWithDefaultBatch(t *testing.T) {
-	slowBacklog(t, 300, 20*time.Millisecond, streamer.Config{})
+	slowBacklog(t, 150, 80*time.Millisecond, 4*time.Second, streamer.Config{})
 }
