@@ -424,8 +424,22 @@ func (s *Service) giveBackStarved(h Handler, ref bus.Ref, l lease, attrs []slog.
 // Anything else (a stale reference, an unrestricted role, a failure to ask)
 // is a reference skipped, its lease left to expire as before.
 func (s *Service) passOn(h Handler, ref bus.Ref, attrs []slog.Attr) bool {
+	if s.passOnRole.Load() == 2 {
+		return false // an unrestricted role sees every job: a stale reference
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
 	defer cancel()
+	if s.passOnRole.Load() == 0 {
+		may, err := queries.New(s.cfg.Pool).RoleMayPassOn(ctx)
+		switch {
+		case err != nil: // asked again next time; PassOnAttempt decides
+		case !may:
+			s.passOnRole.Store(2)
+			return false
+		default:
+			s.passOnRole.Store(1)
+		}
+	}
 	passed, err := queries.New(s.cfg.Pool).PassOnAttempt(ctx, queries.PassOnAttemptParams{
 		JobID: ref.JobID, EventReceivedAt: ref.EventReceivedAt, Attempt: int32(ref.Attempt), LeasedAt: ref.LeasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
 	if err != nil {

@@ -50,6 +50,9 @@ type Service struct {
 	// aliveCancel ends the liveness loop, which closes aliveDone.
 	aliveCancel context.CancelFunc
 	aliveDone   chan struct{}
+	// passOnRole is whether the pool's role may pass on references
+	// (RoleMayPassOn): 0 not asked yet, 1 yes, 2 no.
+	passOnRole atomic.Int32
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map

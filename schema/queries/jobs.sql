@@ -334,6 +334,16 @@ SELECT webhook_ingress.give_back_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(even
 SELECT webhook_ingress.pass_on_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
                                        sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS passed_on;
 
+-- name: RoleMayPassOn :one
+-- Whether the session's role is held by consumer scopes (a member of
+-- webhook_consumer, neither superuser nor BYPASSRLS): only such a role can
+-- get a reference to a job it may not see, and pass it on (PassOnAttempt).
+-- Asked once per service, so that a stale reference costs an unrestricted
+-- role no round trip.
+SELECT coalesce((SELECT NOT (a.rolsuper OR a.rolbypassrls)
+                        AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')
+                 FROM pg_catalog.pg_roles a WHERE a.rolname = current_user), false)::boolean AS may_pass_on;
+
 -- name: ConsumerAlive :execrows
 -- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
 -- not heard from for a day are removed.

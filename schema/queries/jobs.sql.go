@@ -840,3 +840,21 @@ func (q *Queries) ReleaseUnseenJobs(ctx context.Context, arg ReleaseUnseenJobsPa
 	}
 	return result.RowsAffected(), nil
 }
+
+const RoleMayPassOn = `-- name: RoleMayPassOn :one
+SELECT coalesce((SELECT NOT (a.rolsuper OR a.rolbypassrls)
+                        AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')
+                 FROM pg_catalog.pg_roles a WHERE a.rolname = current_user), false)::boolean AS may_pass_on
+`
+
+// Whether the session's role is held by consumer scopes (a member of
+// webhook_consumer, neither superuser nor BYPASSRLS): only such a role can
+// get a reference to a job it may not see, and pass it on (PassOnAttempt).
+// Asked once per service, so that a stale reference costs an unrestricted
+// role no round trip.
+func (q *Queries) RoleMayPassOn(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, RoleMayPassOn)
+	var may_pass_on bool
+	err := row.Scan(&may_pass_on)
+	return may_pass_on, err
+}
