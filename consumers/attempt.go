@@ -62,16 +62,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Stale (a newer attempt exists), already taken by another consumer
-		// (the bus delivered the reference twice), finished, or a job this
-		// role may not see: another team's, of a handler both run, which
-		// the bus handed to us. That one is passed on (its lease given
-		// back uncounted, for the next claim to publish again); left to
-		// expire it cost an attempt, and all its deliveries landing here,
-		// its job was dead-lettered unrun (review helper-163).
-		if s.passOn(h, ref, attrs) {
-			span.SetAttributes(attribute.String("inlet.outcome", "passed_on"))
-			return
-		}
+		// (the bus delivered the reference twice), misrouted, or finished.
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "skipped job reference: not this attempt's to take", attrs...)
 		span.SetAttributes(attribute.String("inlet.outcome", "skipped"))
 		return
@@ -416,42 +407,6 @@ func (s *Service) giveBackStarved(h Handler, ref bus.Ref, l lease, attrs []slog.
 	}
 	s.cfg.Metrics.AttemptFinished(h.Name, counted, ClassTransaction, time.Since(l.read))
 	return counted
-}
-
-// passOn gives back ref's lease when its job is outside every scope of
-// this service's role and inside another role's that runs the handler
-// (PassOnAttempt, fenced on the lease token), and reports whether it did.
-// Anything else (a stale reference, an unrestricted role, a failure to ask)
-// is a reference skipped, its lease left to expire as before.
-func (s *Service) passOn(h Handler, ref bus.Ref, attrs []slog.Attr) bool {
-	if s.passOnRole.Load() == 2 {
-		return false // an unrestricted role sees every job: a stale reference
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
-	defer cancel()
-	if s.passOnRole.Load() == 0 {
-		may, err := queries.New(s.cfg.Pool).RoleMayPassOn(ctx)
-		switch {
-		case err != nil: // asked again next time; PassOnAttempt decides
-		case !may:
-			s.passOnRole.Store(2)
-			return false
-		default:
-			s.passOnRole.Store(1)
-		}
-	}
-	passed, err := queries.New(s.cfg.Pool).PassOnAttempt(ctx, queries.PassOnAttemptParams{
-		JobID: ref.JobID, EventReceivedAt: ref.EventReceivedAt, Attempt: int32(ref.Attempt), LeasedAt: ref.LeasedAt}) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the streamer read
-	if err != nil {
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "skipped job reference not found; asking whether another role's consumers take it failed, so its lease will expire",
-			append(attrs, slog.String("error", err.Error()))...)
-		return false
-	}
-	if passed {
-		s.logger.LogAttrs(ctx, slog.LevelDebug, "passed on a job reference outside this role's scopes; another role's consumers of the handler take it", attrs...)
-		s.cfg.Metrics.AttemptFinished(h.Name, "passed_on", "", 0)
-	}
-	return passed
 }
 
 // giveBackLease gives back ref's lease, taken at leasedAt, of the job in

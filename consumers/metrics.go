@@ -24,11 +24,8 @@ type Metrics interface {
 // attempt whose handler never ran for want of a transaction slot (class
 // transaction: the slots were held past every Timeout, by a handler that
 // ignores its context or a commit that does not end), its lease given back
-// and the attempt not counted; "passed_on" a reference to a job outside
-// this service's role's scopes that another role of the handler can take
-// (a handler shared by teams): not run, its lease given back uncounted for
-// the bus to deliver again.
-var attemptOutcomes = []string{"completed", "failed", "dead_letter", "lost", "record_error", "given_back", "passed_on"}
+// and the attempt not counted.
+var attemptOutcomes = []string{"completed", "failed", "dead_letter", "lost", "record_error", "given_back"}
 
 // Outcomes returns every outcome [Metrics] is told, a fresh slice each call,
 // so an exporter can start each series at zero.

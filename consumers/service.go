@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"log/slog"
 	"math"
 	"sync"
@@ -12,9 +11,11 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Service runs a set of handlers: it registers their subscriptions, takes
@@ -50,9 +51,6 @@ type Service struct {
 	// aliveCancel ends the liveness loop, which closes aliveDone.
 	aliveCancel context.CancelFunc
 	aliveDone   chan struct{}
-	// passOnRole is whether the pool's role may pass on references
-	// (RoleMayPassOn): 0 not asked yet, 1 yes, 2 no.
-	passOnRole atomic.Int32
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
@@ -233,16 +231,36 @@ func (s *Service) Start(ctx context.Context) error {
 		s.txDefaultAboveRC = level == "repeatable read" || level == "serializable"
 	}
 
+	// A scoped role's consumers also read their handlers' topics for that
+	// role: a handler shared by roles of different scopes has its jobs
+	// published there, each on the topic of a role that may take it
+	// (ListJobRoutes). On the handler's own topic alone, either role's
+	// consumers got the other's references, could not see their jobs, and
+	// left the leases to expire as spent attempts (review helper-163).
+	role, err := queries.New(s.cfg.Pool).ConsumerDBRole(ctx)
+	if err != nil {
+		return fmt.Errorf("start consumers: read the database role: %w", err)
+	}
 	base := context.WithoutCancel(ctx)
 	subCtx, subCancel := context.WithCancel(base)
-	chans := make([]<-chan *message.Message, len(s.runners))
-	for i, r := range s.runners {
-		ch, err := s.cfg.Subscriber.Subscribe(subCtx, bus.Topic(r.h.Name))
-		if err != nil {
-			subCancel()
-			return fmt.Errorf("start consumers: subscribe to topic of handler %q: %w", r.h.Name, err)
+	type subscription struct {
+		r  *runner
+		ch <-chan *message.Message
+	}
+	var subs []subscription
+	for _, r := range s.runners {
+		topics := []string{bus.Topic(r.h.Name)}
+		if role != "" {
+			topics = append(topics, bus.RoleTopic(r.h.Name, role))
 		}
-		chans[i] = ch
+		for _, topic := range topics {
+			ch, err := s.cfg.Subscriber.Subscribe(subCtx, topic)
+			if err != nil {
+				subCancel()
+				return fmt.Errorf("start consumers: subscribe to topic %s of handler %q: %w", topic, r.h.Name, err)
+			}
+			subs = append(subs, subscription{r: r, ch: ch})
+		}
 	}
 	s.subCancel = subCancel
 	s.workCtx, s.workCancel = context.WithCancelCause(base)
@@ -264,8 +282,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.TakeBatch > 0 {
 		s.takes = s.newTakes()
 	}
-	for i, r := range s.runners {
-		s.readers.Go(func() { s.read(subCtx, r, chans[i]) })
+	for _, sub := range subs {
+		s.readers.Go(func() { s.read(subCtx, sub.r, sub.ch) })
 	}
 	s.state = stateStarted
 	s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers started",

@@ -112,10 +112,7 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 		// consumer role's own handlers only.
 		"handler_failures_since webhook_consumer", "handler_failures_since webhook_worker",
 		// 046: whether a pattern lies in a role's scopes (a boolean, no row).
-		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker",
-		// 063: a lease given back, for a job outside the caller's scopes
-		// (no row read).
-		"pass_on_attempt webhook_consumer", "type_subscribed webhook_streamer"}
+		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker", "type_subscribed webhook_streamer"}
 	if !slices.Equal(definers, want) {
 		t.Errorf("SECURITY DEFINER functions and who may call them: %q; want %q", definers, want)
 	}

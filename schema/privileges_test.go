@@ -46,7 +46,8 @@ var (
 // (owner's rights): the streamer's claim and the operator's DLQ read it.
 // consumer_role_scopes (038) are the events each consumer role may
 // subscribe to and read; inlet roles (the owner) writes them, and the
-// consumer roles' policies read their own. derived_backfill (012) is the
+// consumer roles' policies read their own; the streamer reads both (064) to
+// publish a shared handler's jobs per role. derived_backfill (012) is the
 // progress of inlet backfill stored (the owner writes it); filter_version
 // (040) the version of the subscriptions' filters ingress reads;
 // source_alerts (045) the silence alerts the streamer sent; retention_keys_due
@@ -59,7 +60,7 @@ const wantMatrix = `
 | role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits | reconcile_runs | order_lanes | consumer_role_scopes | derived_backfill | filter_version | source_alerts | retention_keys_due |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 | webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- | Siu-- | ----- | ----- | ----- | S---- | ----- | ----- |
-| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | ----- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- | ----- | ----- | ----- | SIU-- | ----- |
+| webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | S---- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- | S---- | ----- | ----- | SIU-- | ----- |
 | webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | ----- | ----- | ----- | ----- | ----- |
 | webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | S---- | ----- | ----- | ----- | ----- |
 | webhook_operator | S---- | S---- | Siu-- | Si--- | S---- | S-u-- | S---- | S---- | S---- | SI--- | S---- | S---- | S---- | ----- | S---- | S---- | S---- | S---- | S---- | S---- | S---- | S---- |

@@ -55,7 +55,8 @@ CREATE TABLE webhook_ingress.consumers (
     handler text NOT NULL,
     worker_id text NOT NULL,
     seen_at timestamp with time zone NOT NULL,
-    alive_until timestamp with time zone NOT NULL
+    alive_until timestamp with time zone NOT NULL,
+    db_role text
 );
 
 CREATE TABLE webhook_ingress.derived_backfill (
@@ -429,9 +430,6 @@ CREATE FUNCTION webhook_ingress.partition_status(p_start timestamp with time zon
 CREATE TABLE webhook_ingress.partitions_result (period_start timestamp with time zone, period_end timestamp with time zone, events_partition text);
 
 CREATE FUNCTION webhook_ingress.partitions() RETURNS SETOF webhook_ingress.partitions_result
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
-CREATE FUNCTION webhook_ingress.pass_on_attempt(p_id bigint, p_received_at timestamp with time zone, p_attempt integer, p_leased_at timestamp with time zone) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.type_subscribed(p_provider text, p_event_type text) RETURNS boolean

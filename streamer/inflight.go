@@ -60,6 +60,9 @@ type inFlight struct {
 	// claimed apart too, one ClaimHandlerJobs each, so a backlog their order
 	// holds back costs the other handlers' claims nothing.
 	ordered []string
+	// routes are the scoped roles of each handler shared by roles
+	// (ListJobRoutes): its jobs are published on a role's topic (topicOf).
+	routes  map[string][]jobRoute
 	counted time.Time
 }
 
@@ -249,6 +252,14 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("list ordered handlers: %w", err)
 	}
+	routeRows, err := queries.New(pool).ListJobRoutes(ctx)
+	if err != nil {
+		return fmt.Errorf("list job routes: %w", err)
+	}
+	routes := map[string][]jobRoute{}
+	for _, r := range routeRows {
+		routes[r.Handler] = append(routes[r.Handler], jobRoute{role: r.RoleName, provider: r.ProviderPattern, eventType: r.EventTypePattern})
+	}
 	now := time.Now()
 	for h, p := range f.pace {
 		if _, ok := counts[h]; !ok {
@@ -258,7 +269,7 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	for h, n := range counts {
 		f.paceOf(h).note(n, now)
 	}
-	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.counted = counts, unext, quiet, limited, ordered, now
+	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.routes, f.counted = counts, unext, quiet, limited, ordered, routes, now
 	return nil
 }
 

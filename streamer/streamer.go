@@ -818,7 +818,7 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 	byTopic := map[string][]bus.Ref{}
 	bySpans := map[string][]trace.Span{}
 	for i, r := range refs {
-		t := bus.Topic(r.Handler)
+		t := s.inFlight.topicOf(r.Handler, r.Provider, r.EventType)
 		if _, ok := byTopic[t]; !ok {
 			topics = append(topics, t)
 		}

@@ -28,7 +28,7 @@ func consumerMetricsOn(reg prometheus.Registerer, handlers []string) (consumers.
 	m := &consumerMetrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "attempts_total",
-			Help: "Finished attempts, by handler and outcome (completed, failed, dead_letter; lost: the lease was gone; record_error: the outcome could not be written; given_back: not run, its lease given back uncounted; passed_on: a job outside this role's scopes, given back uncounted for another role of the handler).",
+			Help: "Finished attempts, by handler and outcome (completed, failed, dead_letter; lost: the lease was gone; record_error: the outcome could not be written; given_back: not run, its lease given back uncounted).",
 		}, []string{"handler", "outcome"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "consumer", Name: "failures_total",
@@ -59,9 +59,6 @@ func consumerMetricsOn(reg prometheus.Registerer, handlers []string) (consumers.
 
 func (m *consumerMetrics) AttemptFinished(handler, outcome string, class consumers.ErrorClass, took time.Duration) {
 	m.attempts.WithLabelValues(handler, outcome).Inc()
-	if outcome == "passed_on" { // never taken: no failure, no duration
-		return
-	}
 	if class != "" && outcome != "completed" && outcome != "given_back" { // a given-back attempt did not run: no failure
 		m.failures.WithLabelValues(handler, string(class)).Inc()
 	}

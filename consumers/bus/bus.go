@@ -73,6 +73,13 @@ func ValidHandlerName(name string) error {
 // Topic is the topic a handler's jobs are published on.
 func Topic(handler string) string { return TopicPrefix + handler }
 
+// RoleTopic is the topic of a shared handler's jobs for one scoped
+// consumer role (role names are lower-case letters, digits and '_'): the
+// streamer publishes there the jobs only that role may take, when the
+// handler's consumers run as two roles or more, and that role's consumers
+// read it beside Topic(handler).
+func RoleTopic(handler, role string) string { return TopicPrefix + handler + "." + role }
+
 // NewMessage encodes r as a watermill message. The message UUID is the job id
 // and attempt, so transports that dedupe by id drop only true repeats.
 func NewMessage(r Ref) (*message.Message, error) {

@@ -323,40 +323,56 @@ WHERE j.id = $1;
 SELECT webhook_ingress.give_back_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
                                          sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS given_back;
 
--- name: PassOnAttempt :one
--- A consumer found no row for attempt $3 of job $1 (in the partition of $2,
--- leased at $4): when that is because the job is outside every scope of its
--- role and inside another role's that has the handler (a handler shared by
--- teams), give the lease back uncounted, due again after a pause, so the
--- next claim publishes it again (webhook_ingress.pass_on_attempt,
--- 063_pass_on_out_of_scope). False for a stale reference, an unrestricted
--- caller, or a job no other role can take.
-SELECT webhook_ingress.pass_on_attempt(sqlc.arg(job_id)::bigint, sqlc.arg(event_received_at)::timestamptz,
-                                       sqlc.arg(attempt)::integer, sqlc.arg(leased_at)::timestamptz)::boolean AS passed_on;
+-- name: ConsumerDBRole :one
+-- The scoped consumer role the session runs as (a member of
+-- webhook_consumer, neither superuser nor BYPASSRLS), or '' for an
+-- unrestricted one: a scoped role's consumers read their handlers' topics
+-- for that role too (ListJobRoutes), and ConsumerAlive says the same role.
+SELECT coalesce((SELECT a.rolname::text FROM pg_catalog.pg_roles a
+                 WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+                   AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')), '')::text AS db_role;
 
--- name: RoleMayPassOn :one
--- Whether the session's role is held by consumer scopes (a member of
--- webhook_consumer, neither superuser nor BYPASSRLS): only such a role can
--- get a reference to a job it may not see, and pass it on (PassOnAttempt).
--- Asked once per service, so that a stale reference costs an unrestricted
--- role no round trip.
-SELECT coalesce((SELECT NOT (a.rolsuper OR a.rolbypassrls)
-                        AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')
-                 FROM pg_catalog.pg_roles a WHERE a.rolname = current_user), false)::boolean AS may_pass_on;
+-- name: ListJobRoutes :many
+-- For each handler whose consumers say they run as two scoped roles or more
+-- (a handler shared by teams: ConsumerAlive's db_role, rows of the last day),
+-- those roles' scopes, by handler and role name: the streamer publishes a
+-- job of such a handler on the topic of the first role whose scope covers
+-- its source and type, which only that role's consumers read, and on the
+-- handler's own topic when none does. A role dropped, or no longer given
+-- the handler, is left out.
+WITH routing AS (
+    SELECT DISTINCT c.handler, c.db_role AS role_name
+    FROM webhook_ingress.consumers c
+    JOIN webhook_ingress.consumer_roles r ON r.handler = c.handler AND r.role_name = c.db_role
+    JOIN pg_catalog.pg_roles a ON a.rolname = c.db_role
+), shared AS (
+    SELECT routing.handler FROM routing GROUP BY routing.handler HAVING count(*) >= 2
+)
+SELECT r.handler::text AS handler, r.role_name::text AS role_name,
+       s.provider_pattern::text AS provider_pattern, s.event_type_pattern::text AS event_type_pattern
+FROM routing r
+JOIN shared sh ON sh.handler = r.handler
+JOIN webhook_ingress.consumer_role_scopes s ON s.role_name = r.role_name
+ORDER BY r.handler, r.role_name, s.provider_pattern, s.event_type_pattern;
 
 -- name: ConsumerAlive :execrows
--- Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
--- not heard from for a day are removed.
+-- Consumer $1 is alive for handlers $2 until now() + $3, saying the scoped
+-- role it runs as (db_role; NULL for an unrestricted one: ConsumerDBRole);
+-- rows of its handlers not heard from for a day are removed.
 WITH gone AS (
     DELETE FROM webhook_ingress.consumers
     WHERE handler = ANY ($2::text[])
       AND alive_until < now() - interval '1 day'
+), me AS (
+    SELECT (SELECT a.rolname::text FROM pg_catalog.pg_roles a
+            WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+              AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')) AS db_role
 )
-INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
-SELECT h, $1, now(), now() + $3::interval
-FROM unnest($2::text[]) AS h
+INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
+SELECT h, $1, now(), now() + $3::interval, me.db_role
+FROM unnest($2::text[]) AS h, me
 ON CONFLICT (handler, worker_id) DO UPDATE
-SET seen_at = excluded.seen_at, alive_until = excluded.alive_until;
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role;
 
 -- name: ConsumerGone :execrows
 -- Consumer $1 stopped: it is no longer alive for handlers $2. The row stays,

@@ -250,12 +250,16 @@ WITH gone AS (
     DELETE FROM webhook_ingress.consumers
     WHERE handler = ANY ($2::text[])
       AND alive_until < now() - interval '1 day'
+), me AS (
+    SELECT (SELECT a.rolname::text FROM pg_catalog.pg_roles a
+            WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+              AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')) AS db_role
 )
-INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
-SELECT h, $1, now(), now() + $3::interval
-FROM unnest($2::text[]) AS h
+INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
+SELECT h, $1, now(), now() + $3::interval, me.db_role
+FROM unnest($2::text[]) AS h, me
 ON CONFLICT (handler, worker_id) DO UPDATE
-SET seen_at = excluded.seen_at, alive_until = excluded.alive_until
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role
 `
 
 type ConsumerAliveParams struct {
@@ -264,14 +268,32 @@ type ConsumerAliveParams struct {
 	Column3  time.Duration
 }
 
-// Consumer $1 is alive for handlers $2 until now() + $3; rows of its handlers
-// not heard from for a day are removed.
+// Consumer $1 is alive for handlers $2 until now() + $3, saying the scoped
+// role it runs as (db_role; NULL for an unrestricted one: ConsumerDBRole);
+// rows of its handlers not heard from for a day are removed.
 func (q *Queries) ConsumerAlive(ctx context.Context, arg ConsumerAliveParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ConsumerAlive, arg.WorkerID, arg.Column2, arg.Column3)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const ConsumerDBRole = `-- name: ConsumerDBRole :one
+SELECT coalesce((SELECT a.rolname::text FROM pg_catalog.pg_roles a
+                 WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+                   AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')), '')::text AS db_role
+`
+
+// The scoped consumer role the session runs as (a member of
+// webhook_consumer, neither superuser nor BYPASSRLS), or ” for an
+// unrestricted one: a scoped role's consumers read their handlers' topics
+// for that role too (ListJobRoutes), and ConsumerAlive says the same role.
+func (q *Queries) ConsumerDBRole(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, ConsumerDBRole)
+	var db_role string
+	err := row.Scan(&db_role)
+	return db_role, err
 }
 
 const ConsumerGone = `-- name: ConsumerGone :execrows
@@ -577,6 +599,62 @@ func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) (i
 	return result.RowsAffected(), nil
 }
 
+const ListJobRoutes = `-- name: ListJobRoutes :many
+WITH routing AS (
+    SELECT DISTINCT c.handler, c.db_role AS role_name
+    FROM webhook_ingress.consumers c
+    JOIN webhook_ingress.consumer_roles r ON r.handler = c.handler AND r.role_name = c.db_role
+    JOIN pg_catalog.pg_roles a ON a.rolname = c.db_role
+), shared AS (
+    SELECT routing.handler FROM routing GROUP BY routing.handler HAVING count(*) >= 2
+)
+SELECT r.handler::text AS handler, r.role_name::text AS role_name,
+       s.provider_pattern::text AS provider_pattern, s.event_type_pattern::text AS event_type_pattern
+FROM routing r
+JOIN shared sh ON sh.handler = r.handler
+JOIN webhook_ingress.consumer_role_scopes s ON s.role_name = r.role_name
+ORDER BY r.handler, r.role_name, s.provider_pattern, s.event_type_pattern
+`
+
+type ListJobRoutesRow struct {
+	Handler          string
+	RoleName         string
+	ProviderPattern  string
+	EventTypePattern string
+}
+
+// For each handler whose consumers say they run as two scoped roles or more
+// (a handler shared by teams: ConsumerAlive's db_role, rows of the last day),
+// those roles' scopes, by handler and role name: the streamer publishes a
+// job of such a handler on the topic of the first role whose scope covers
+// its source and type, which only that role's consumers read, and on the
+// handler's own topic when none does. A role dropped, or no longer given
+// the handler, is left out.
+func (q *Queries) ListJobRoutes(ctx context.Context) ([]ListJobRoutesRow, error) {
+	rows, err := q.db.Query(ctx, ListJobRoutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListJobRoutesRow
+	for rows.Next() {
+		var i ListJobRoutesRow
+		if err := rows.Scan(
+			&i.Handler,
+			&i.RoleName,
+			&i.ProviderPattern,
+			&i.EventTypePattern,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ListOrderedHandlers = `-- name: ListOrderedHandlers :many
 SELECT DISTINCT handler FROM webhook_ingress.subscriptions WHERE order_key IS NOT NULL ORDER BY handler
 `
@@ -602,37 +680,6 @@ func (q *Queries) ListOrderedHandlers(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return items, nil
-}
-
-const PassOnAttempt = `-- name: PassOnAttempt :one
-SELECT webhook_ingress.pass_on_attempt($1::bigint, $2::timestamptz,
-                                       $3::integer, $4::timestamptz)::boolean AS passed_on
-`
-
-type PassOnAttemptParams struct {
-	JobID           int64
-	EventReceivedAt time.Time
-	Attempt         int32
-	LeasedAt        time.Time
-}
-
-// A consumer found no row for attempt $3 of job $1 (in the partition of $2,
-// leased at $4): when that is because the job is outside every scope of its
-// role and inside another role's that has the handler (a handler shared by
-// teams), give the lease back uncounted, due again after a pause, so the
-// next claim publishes it again (webhook_ingress.pass_on_attempt,
-// 063_pass_on_out_of_scope). False for a stale reference, an unrestricted
-// caller, or a job no other role can take.
-func (q *Queries) PassOnAttempt(ctx context.Context, arg PassOnAttemptParams) (bool, error) {
-	row := q.db.QueryRow(ctx, PassOnAttempt,
-		arg.JobID,
-		arg.EventReceivedAt,
-		arg.Attempt,
-		arg.LeasedAt,
-	)
-	var passed_on bool
-	err := row.Scan(&passed_on)
-	return passed_on, err
 }
 
 const ReapExpiredLeases = `-- name: ReapExpiredLeases :many
@@ -839,22 +886,4 @@ func (q *Queries) ReleaseUnseenJobs(ctx context.Context, arg ReleaseUnseenJobsPa
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const RoleMayPassOn = `-- name: RoleMayPassOn :one
-SELECT coalesce((SELECT NOT (a.rolsuper OR a.rolbypassrls)
-                        AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')
-                 FROM pg_catalog.pg_roles a WHERE a.rolname = current_user), false)::boolean AS may_pass_on
-`
-
-// Whether the session's role is held by consumer scopes (a member of
-// webhook_consumer, neither superuser nor BYPASSRLS): only such a role can
-// get a reference to a job it may not see, and pass it on (PassOnAttempt).
-// Asked once per service, so that a stale reference costs an unrestricted
-// role no round trip.
-func (q *Queries) RoleMayPassOn(ctx context.Context) (bool, error) {
-	row := q.db.QueryRow(ctx, RoleMayPassOn)
-	var may_pass_on bool
-	err := row.Scan(&may_pass_on)
-	return may_pass_on, err
 }

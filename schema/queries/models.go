@@ -63,6 +63,7 @@ type Consumer struct {
 	WorkerID   string
 	SeenAt     time.Time
 	AliveUntil time.Time
+	DbRole     *string
 }
 
 type ConsumerRole struct {

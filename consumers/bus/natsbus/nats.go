@@ -86,7 +86,15 @@ type NATS struct {
 // DurableName is the JetStream durable consumer (and queue group) of a
 // handler's topic.
 func DurableName(topic string) string {
-	return "inlet_" + strings.TrimPrefix(topic, bus.TopicPrefix)
+	rest := strings.TrimPrefix(topic, bus.TopicPrefix)
+	if handler, role, ok := strings.Cut(rest, "."); ok {
+		// A role's topic (bus.RoleTopic): a durable name has no dots.
+		// "inlet_-ROLE-HANDLER" is no handler's (a handler name starts
+		// with a letter or digit) and no other role's (role names have
+		// no '-').
+		return "inlet_-" + role + "-" + handler
+	}
+	return "inlet_" + rest
 }
 
 // New connects (retrying in the background while the server is away),

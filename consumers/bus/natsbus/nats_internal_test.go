@@ -329,3 +329,21 @@ func subscribed(t *testing.T, srv *natstest.Server) (n *NATS, topic string, publ
 	}
 	return n, topic, publishRef, receive
 }
+
+// A handler's durable is inlet_HANDLER; a role's topic of a shared handler
+// (bus.RoleTopic) gets inlet_-ROLE-HANDLER: no dot (not allowed in a
+// durable name), and never another handler's or role's (handler names start
+// with a letter or digit, role names have no '-').
+func TestDurableNames(t *testing.T) {
+	t.Parallel()
+	for topic, want := range map[string]string{
+		bus.Topic("billing"): "inlet_billing",
+		bus.Topic("a-b_c"):   "inlet_a-b_c",
+		bus.RoleTopic("billing", "webhook_consumer_payments"): "inlet_-webhook_consumer_payments-billing",
+		bus.RoleTopic("a-b", "webhook_consumer_x"):            "inlet_-webhook_consumer_x-a-b",
+	} {
+		if got := DurableName(topic); got != want {
+			t.Errorf("DurableName(%q) = %q, want %q", topic, got, want)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package streamer
+
+import (
+	"strings"
+
+	"github.com/inlet-dev/inlet/consumers/bus"
+)
+
+// jobRoute is one scope of a scoped consumer role of a shared handler
+// (ListJobRoutes): globs over the job's source and event type.
+type jobRoute struct {
+	role, provider, eventType string
+}
+
+// topicOf is the topic a job of handler from provider with eventType is
+// published on: for a handler whose consumers run as two scoped roles or
+// more, the topic of the first of them (by name) whose scope covers the
+// job, which only that role's consumers read; else, and when none covers
+// it, the handler's own. Published on the handler's topic alone, a shared
+// handler's references reached either role's consumers, which could not see
+// the other's jobs and left their leases to expire as spent attempts
+// (review helper-163).
+func (f *inFlight) topicOf(handler, provider, eventType string) string {
+	f.mu.Lock()
+	routes := f.routes[handler]
+	f.mu.Unlock()
+	for _, r := range routes {
+		if globMatch(r.provider, provider) && globMatch(r.eventType, eventType) {
+			return bus.RoleTopic(handler, r.role)
+		}
+	}
+	return bus.Topic(handler)
+}
+
+// globMatch reports whether s matches pattern, where '*' matches any run of
+// characters and nothing else is special: the scopes' globs, which the
+// database matches through their LIKE forms (038_consumer_role_scopes).
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return s == pattern
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
+}
