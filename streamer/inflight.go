@@ -62,7 +62,7 @@ type inFlight struct {
 	ordered []string
 	// routes are the scoped roles of each handler shared by roles
 	// (ListJobRoutes): its jobs are published on a role's topic (topicOf).
-	routes  map[string][]jobRoute
+	routes  jobRoutes
 	counted time.Time
 }
 
@@ -256,7 +256,7 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("list job routes: %w", err)
 	}
-	routes := map[string][]jobRoute{}
+	routes := jobRoutes{}
 	for _, r := range routeRows {
 		routes[r.Handler] = append(routes[r.Handler], jobRoute{role: r.RoleName, provider: r.ProviderPattern, eventType: r.EventTypePattern})
 	}

@@ -12,6 +12,17 @@ type jobRoute struct {
 	role, provider, eventType string
 }
 
+// jobRoutes is the table of the last recount (ListJobRoutes), replaced whole
+// by each recount, never changed in place.
+type jobRoutes map[string][]jobRoute
+
+// routeTable returns the route table of the last recount.
+func (f *inFlight) routeTable() jobRoutes {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.routes
+}
+
 // topicOf is the topic a job of handler from provider with eventType is
 // published on: for a handler whose consumers run as two scoped roles or
 // more, the topic of the first of them (by name) whose scope covers the
@@ -20,11 +31,8 @@ type jobRoute struct {
 // handler's references reached either role's consumers, which could not see
 // the other's jobs and left their leases to expire as spent attempts
 // (review helper-163).
-func (f *inFlight) topicOf(handler, provider, eventType string) string {
-	f.mu.Lock()
-	routes := f.routes[handler]
-	f.mu.Unlock()
-	for _, r := range routes {
+func (rt jobRoutes) topicOf(handler, provider, eventType string) string {
+	for _, r := range rt[handler] {
 		if globMatch(r.provider, provider) && globMatch(r.eventType, eventType) {
 			return bus.RoleTopic(handler, r.role)
 		}

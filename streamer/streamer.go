@@ -817,8 +817,9 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 	var topics []string
 	byTopic := map[string][]bus.Ref{}
 	bySpans := map[string][]trace.Span{}
+	rt := s.inFlight.routeTable()
 	for i, r := range refs {
-		t := s.inFlight.topicOf(r.Handler, r.Provider, r.EventType)
+		t := rt.topicOf(r.Handler, r.Provider, r.EventType)
 		if _, ok := byTopic[t]; !ok {
 			topics = append(topics, t)
 		}
