@@ -63,6 +63,7 @@ type inFlight struct {
 	// routes are the scoped roles of each handler shared by roles
 	// (ListJobRoutes): its jobs are published on a role's topic (topicOf).
 	routes  jobRoutes
+	routed  time.Time // when routes were read: at most every routesRefresh
 	counted time.Time
 }
 
@@ -252,13 +253,16 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("list ordered handlers: %w", err)
 	}
-	routeRows, err := queries.New(pool).ListJobRoutes(ctx)
-	if err != nil {
-		return fmt.Errorf("list job routes: %w", err)
-	}
-	routes := jobRoutes{}
-	for _, r := range routeRows {
-		routes[r.Handler] = append(routes[r.Handler], jobRoute{role: r.RoleName, provider: r.ProviderPattern, eventType: r.EventTypePattern})
+	routes, routed := f.routes, f.routed
+	if time.Since(f.routed) >= routesRefresh {
+		routeRows, err := queries.New(pool).ListJobRoutes(ctx)
+		if err != nil {
+			return fmt.Errorf("list job routes: %w", err)
+		}
+		routes, routed = jobRoutes{}, time.Now()
+		for _, r := range routeRows {
+			routes[r.Handler] = append(routes[r.Handler], jobRoute{role: r.RoleName, provider: r.ProviderPattern, eventType: r.EventTypePattern})
+		}
 	}
 	now := time.Now()
 	for h, p := range f.pace {
@@ -269,7 +273,8 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	for h, n := range counts {
 		f.paceOf(h).note(n, now)
 	}
-	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.routes, f.counted = counts, unext, quiet, limited, ordered, routes, now
+	f.counts, f.unext, f.quiet, f.limited, f.ordered, f.counted = counts, unext, quiet, limited, ordered, now
+	f.routes, f.routed = routes, routed
 	return nil
 }
 

@@ -2,6 +2,7 @@ package streamer
 
 import (
 	"strings"
+	"time"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
 )
@@ -11,6 +12,12 @@ import (
 type jobRoute struct {
 	role, provider, eventType string
 }
+
+// routesRefresh is how often the recount reads the route table: a role's
+// consumers starting are routed within it (they read their role's topic
+// before they say their role), and the table costs a recount (every 100 ms
+// by default) nothing in between.
+const routesRefresh = time.Second
 
 // jobRoutes is the table of the last recount (ListJobRoutes), replaced whole
 // by each recount, never changed in place.
