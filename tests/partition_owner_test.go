@@ -129,6 +129,11 @@ func TestMigrateShowsThePartitionsTheUpgradeCouldNotReown(t *testing.T) {
 		t.Errorf("stderr lacks %q and the ALTER TABLE to run:\n%s", want, errOut)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		// (The later migrations run again after the rewind: their IF [NOT]
+		// EXISTS say what they skip.)
+		if strings.HasSuffix(line, ", skipping") {
+			continue
+		}
 		if !strings.HasPrefix(line, "inlet migrate: notice: partition ") {
 			t.Errorf("stderr line %q is not one of 060's notices", line)
 		}

@@ -145,7 +145,9 @@ func TestRolesCreateListDrop(t *testing.T) {
 	if hs := handlersOf(); len(hs) != 0 {
 		t.Fatalf("handler rows left: %v", hs)
 	}
-	if out, _, code = runInlet(t, env, "roles", "list", name); code != 0 || !strings.Contains(out, "no consumer roles") {
-		t.Fatalf("list after drop: exit %d\n%s", code, out)
+	// A role named and not found is an error (review helper-167), as for
+	// events show or dlq show.
+	if out, errOut, code := runInlet(t, env, "roles", "list", name); code != 1 || !strings.Contains(errOut, "no consumer role "+role) {
+		t.Fatalf("list after drop: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -188,6 +188,16 @@ func timeFlag(name, value string) (time.Time, error) {
 	return t, nil
 }
 
+// limitFlag checks --limit before anything connects. The flag defaults to
+// admin.DefaultLimit, so a 0 was written out; the admin package would read it
+// as none given (the default page), not as the refusal -1 gets.
+func limitFlag(n int) error {
+	if n < 1 || n > admin.MaxLimit {
+		return fmt.Errorf("%w: --limit %d: must be between 1 and %d", errUsage, n, admin.MaxLimit)
+	}
+	return nil
+}
+
 // idArg is the one positional id argument of a command.
 func idArg(fs *flag.FlagSet, what string) (int64, error) {
 	if fs.NArg() != 1 {

@@ -32,8 +32,11 @@ tuple for autovacuum; on a busy log pick a quiet hour, or a smaller --batch.
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 || *batch < 1 {
-		return fmt.Errorf("%w: inlet backfill stored takes no arguments and a positive --batch", errUsage)
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
+	if *batch < 1 {
+		return fmt.Errorf("%w: --batch %d: must be at least 1", errUsage, *batch)
 	}
 	c, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {

@@ -30,6 +30,9 @@ It never receives bodies, headers or database credentials of a data plane.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, _, err := loadServiceConfig(*cfgPath, config.ControlPlaneService, nil)
 	if err != nil {
 		return err

@@ -61,6 +61,9 @@ directory to start over.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, from, err := loadConfig(*cfgPath, inletyaml.Dev)
 	if err != nil {
 		return err

@@ -45,6 +45,9 @@ stderr (with --json, it is the list's "next").
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet dlq list takes no arguments, got %q", errUsage, fs.Args())
 	}
+	if err := limitFlag(*limit); err != nil {
+		return err
+	}
 	f := admin.DeadLetterFilter{Handler: *handler, Provider: *source, ErrorClass: *class, Limit: *limit, Before: *before}
 	var err error
 	if f.Since, err = timeFlag("since", *since); err != nil {

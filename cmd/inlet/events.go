@@ -72,6 +72,9 @@ Events without a payload never match.
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet events list takes no arguments, got %q", errUsage, fs.Args())
 	}
+	if err := limitFlag(*limit); err != nil {
+		return err
+	}
 	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Before: *before, Where: *where}
 	var err error
 	if f.OccurredAfter, err = timeFlag("occurred-after", *occAfter); err != nil {

@@ -33,6 +33,9 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, _, err := loadServiceConfig(*cfgPath, config.IngressService, nil)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -167,6 +168,10 @@ func run(ctx context.Context, env *environment, args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: no command given", errUsage)
 	}
+	if args[0] == "help" && len(args) > 1 {
+		// inlet help events [list]: that command's help, as its --help.
+		return run(ctx, env, append(slices.Clone(args[1:]), "--help"))
+	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.stdout)
 		return nil
@@ -195,11 +200,12 @@ Commands:
 		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
-Run 'inlet <command> --help' for a command's flags. Configuration is one YAML
-file (--config, default inlet.yaml; see inlet.example.yaml). Every command
-uses the same database: --database-url where a command has it, else the
-file's database_url, else DATABASE_URL, else the local PostgreSQL that
-inlet dev started from this directory (.inlet/database_url).
+Run 'inlet <command> --help' (or 'inlet help <command>') for a command's
+flags. Configuration is one YAML file (--config, default inlet.yaml; see
+inlet.example.yaml). Every command uses the same database: --database-url
+where a command has it, else the file's database_url, else DATABASE_URL, else
+the local PostgreSQL that inlet dev started from this directory
+(.inlet/database_url).
 `)
 }
 
@@ -233,6 +239,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		help()
 	}
 	return err
+}
+
+// flagsOnly refuses the positional arguments of a command that takes flags
+// only: a flag that lost its dashes ("dry-run", an em-dashed "—listen") would
+// otherwise be dropped without a word and the command run on other settings
+// than the operator wrote.
+func flagsOnly(fs *flag.FlagSet) error {
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: %s takes flags only, got %q", errUsage, fs.Name(), fs.Args())
+	}
+	return nil
 }
 
 func parseInterspersed(fs *flag.FlagSet, args []string) error {

@@ -34,6 +34,9 @@ status stays 0.
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	c, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {
 		return err

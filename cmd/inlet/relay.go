@@ -31,6 +31,9 @@ exits.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, _, err := loadServiceConfig(*cfgPath, config.RelayService, nil)
 	if err != nil {
 		return err

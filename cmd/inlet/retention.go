@@ -59,6 +59,9 @@ ALTER TABLE ... OWNER TO to run as that role or a superuser.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, _, err := loadConfig(*cfgPath, func() (inletyaml.Config, error) { return inletyaml.Config{}.WithDefaults(), nil })
 	if err != nil {
 		return err

@@ -281,7 +281,7 @@ func runRolesList(ctx context.Context, env *environment, args []string) error {
 List every consumer role (member of webhook_consumer) with the handlers it
 runs, its scopes (SOURCE:TYPE, the events it may subscribe to and read) and
 the roles that may act as it (its members, e.g. login roles), or only
-consumer NAME's.`+rolesHelp)
+consumer NAME's (an error when there is no such consumer role).`+rolesHelp)
 	cfgPath, dbURL := rolesFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -303,6 +303,11 @@ consumer NAME's.`+rolesHelp)
 		rows, err := queries.New(tx).ListConsumerRoles(ctx, only)
 		if err != nil {
 			return fmt.Errorf("list consumer roles: %w", err)
+		}
+		if only != "" && len(rows) == 0 {
+			// A miss is no claim that there are none at all: the name
+			// may be a typo while other consumer roles exist.
+			return fmt.Errorf("no consumer role %s (inlet roles list shows them all)", only)
 		}
 		list := make([]consumerRoleRow, len(rows))
 		for i, r := range rows {

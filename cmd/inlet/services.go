@@ -62,6 +62,9 @@ or the lease expires.`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := flagsOnly(fs); err != nil {
+		return err
+	}
 	cfg, _, err := loadServiceConfig(*cfgPath, config.StreamerService, nil)
 	if err != nil {
 		return err
@@ -144,6 +147,9 @@ consumers/example).`)
 	cfgPath := configFlag(fs)
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long SIGTERM waits for running attempts (one still running then is cut off and given back, not counted)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := flagsOnly(fs); err != nil {
 		return err
 	}
 	cfg, _, err := loadServiceConfig(*cfgPath, config.ConsumerService, nil)

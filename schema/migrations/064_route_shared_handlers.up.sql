@@ -23,12 +23,15 @@
 -- the new version. It reads the roles' handlers and scopes, which the
 -- streamer may now read (names and patterns, no event).
 
-DROP FUNCTION webhook_ingress.pass_on_attempt(bigint, timestamptz, integer, timestamptz);
+DROP FUNCTION IF EXISTS webhook_ingress.pass_on_attempt(bigint, timestamptz, integer, timestamptz);
 
-ALTER TABLE webhook_ingress.consumers ADD COLUMN db_role text;
+ALTER TABLE webhook_ingress.consumers ADD COLUMN IF NOT EXISTS db_role text;
 
 -- A consumer role says only that it runs as itself: saying another role
--- would route that role's jobs to a topic of its choosing.
+-- would route that role's jobs to a topic of its choosing. (Idempotent, as
+-- the migrations since 060 are: a rewound schema_migrations runs them again.)
+DROP POLICY IF EXISTS consumer_own_db_role ON webhook_ingress.consumers;
+DROP POLICY IF EXISTS consumer_own_db_role_update ON webhook_ingress.consumers;
 CREATE POLICY consumer_own_db_role ON webhook_ingress.consumers AS RESTRICTIVE FOR INSERT TO webhook_consumer
     WITH CHECK (db_role IS NULL OR db_role = current_user);
 CREATE POLICY consumer_own_db_role_update ON webhook_ingress.consumers AS RESTRICTIVE FOR UPDATE TO webhook_consumer
