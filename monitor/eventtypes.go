@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -40,7 +41,8 @@ type EventTypesConfig struct {
 	// subscription routes only the events that pass it); for _other,
 	// "partly" when some of its events created a job, "unknown" otherwise.
 	AlertURL string
-	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout.
+	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
+	// that follows no redirect (see alertClient).
 	HTTPClient *http.Client
 	// Logger receives one line per new type. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -102,7 +104,7 @@ func NewEventTypes(cfg EventTypesConfig) (*EventTypes, error) {
 		return nil, fmt.Errorf("monitor: max types per source %d must be at least 1", cfg.MaxTypesPerSource)
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		cfg.HTTPClient = alertClient()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -269,8 +271,7 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 			msg, routed, reason = "event type routed again", "yes", "a subscription matches it again"
 		}
 	}
-	attrs := []slog.Attr{slog.String("source", r.Source), slog.String("event_type", r.Type), slog.String("routed", routed),
-		slog.Time("first_seen", r.FirstSeen)}
+	attrs := append(typeAttrs(r.Source, r.Type), slog.String("routed", routed), slog.Time("first_seen", r.FirstSeen))
 	w.mu.Lock()
 	first := !w.logged[key]
 	w.logged[key] = true
@@ -325,4 +326,19 @@ func newTypeRouting(r EventTypeRow) (routed, reason string) {
 			"matched the type (inlet events types; inlet replay --handler H --unrouted catches a handler up)", jobless, r.Events)
 	}
 	return "yes", reason
+}
+
+// typeAttrs are the log attributes of source's event type typ. The type
+// comes from an unsigned header the sender chooses (up to 256 bytes stored):
+// it is cut to logvalue.Bytes, its length beside it (event_type_bytes), as
+// ingress logs it, so a sender cannot grow the log by what it sends. The
+// alert's JSON keeps it whole. The source is a configured name.
+func typeAttrs(source, typ string) []slog.Attr {
+	attrs := []slog.Attr{slog.String("source", source)}
+	clipped, cut := logvalue.Clip(typ, logvalue.Bytes)
+	attrs = append(attrs, slog.String("event_type", clipped))
+	if cut {
+		attrs = append(attrs, slog.Int("event_type_bytes", len(typ)))
+	}
+	return attrs
 }

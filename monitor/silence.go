@@ -51,7 +51,8 @@ type SilenceConfig struct {
 	// AlertURL, when set, receives a JSON POST on each change (silent,
 	// resumed): source, status, last_seen, threshold_seconds, reason.
 	AlertURL string
-	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout.
+	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
+	// that follows no redirect (see alertClient).
 	HTTPClient *http.Client
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -72,7 +73,8 @@ type SilenceConfig struct {
 // SourceStatus is the detector's judgement of one source.
 type SourceStatus struct {
 	Source string `json:"source"`
-	// LastSeen is the newest event's received_at; zero when none.
+	// LastSeen is the newest event's received_at; zero when none. For a
+	// source held silent (see Evaluate), the last_seen reported.
 	LastSeen time.Time `json:"last_seen"`
 	// Median is the median gap between recent events (0 with too few).
 	Median time.Duration `json:"median_gap"`
@@ -123,7 +125,7 @@ func NewSilenceDetector(cfg SilenceConfig) (*SilenceDetector, error) {
 		cfg.MinSilence = time.Minute
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		cfg.HTTPClient = alertClient()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -173,8 +175,21 @@ func (h *SilenceDetector) Last() []SourceStatus {
 
 // Evaluate judges every source at cfg.Now() and returns them in name order;
 // it reports nothing (a page showing source activity calls it).
+//
+// A source last reported silent (source_alerts) stays silent while too few
+// of its arrivals are left to judge it and none is newer than the last_seen
+// reported: retention dropping its old events is no delivery, and only a
+// delivery resumes a source (see hold).
 func (h *SilenceDetector) Evaluate(ctx context.Context) ([]SourceStatus, error) {
-	names, err := h.sources(ctx)
+	rows, err := queries.New(h.cfg.DB).MonitorReportedSilence(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("silence: read what was reported: %w", err)
+	}
+	reported := make(map[string]queries.MonitorReportedSilenceRow, len(rows))
+	for _, r := range rows {
+		reported[r.Source] = r
+	}
+	names, err := h.sources(ctx, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +200,30 @@ func (h *SilenceDetector) Evaluate(ctx context.Context) ([]SourceStatus, error) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, h.judge(name, arrivals, now))
+		out = append(out, h.hold(h.judge(name, arrivals, now), reported[name], now))
 	}
 	return out, nil
+}
+
+// hold is st, or, when nothing can judge st (fewer than MinEvents arrivals
+// and no max_silence) and its row r says it was reported silent with a
+// last_seen no arrival is newer than, the silence reported: a source
+// silent for weeks loses its arrivals to retention, and was judged not
+// silent then, so "resumed" (or "removed") was sent while the provider
+// still sent nothing (review helper-168). A row without last_seen (no
+// arrival then: watched by max_silence alone, or written before 065) is
+// not held.
+func (h *SilenceDetector) hold(st SourceStatus, r queries.MonitorReportedSilenceRow, now time.Time) SourceStatus {
+	if st.Silent || st.Threshold != 0 || !r.Silent || r.LastSeen == nil || st.LastSeen.After(*r.LastSeen) {
+		return st
+	}
+	held := SourceStatus{Source: st.Source, LastSeen: *r.LastSeen, Silent: true}
+	if r.Threshold != nil {
+		held.Threshold = *r.Threshold
+	}
+	held.Reason = fmt.Sprintf("no event for %s (reported silent then; fewer than min_events %d arrivals are left to judge it, "+
+		"as after retention dropped the older ones: silent until a newer one arrives)", now.Sub(held.LastSeen).Round(time.Second), h.cfg.MinEvents)
+	return held
 }
 
 // Check is Evaluate, then updates the gauges and, on the replica that
@@ -251,15 +287,32 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 			changed = append(changed, SourceStatus{Source: r.Source, removed: true})
 		}
 	}
+	post := true
 	for _, st := range changed {
-		if !h.report(ctx, st) {
+		// Once the sink refused or did not answer, the rest are logged but
+		// not posted: unrecorded, they are sent at the next check, so one
+		// check never takes longer than one alert's timeout (one after
+		// another, a hanging sink held every check for sources × the
+		// timeout: review helper-168, as helper-83 found in EventTypes).
+		if !h.report(ctx, st, post) {
+			post = false
 			continue // sent again at the next check
 		}
-		if err := queries.New(h.cfg.DB).MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{Source: st.Source, Silent: st.Silent}); err != nil {
+		if err := queries.New(h.cfg.DB).MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{
+			Source: st.Source, Silent: st.Silent, LastSeen: nonZero(st.LastSeen), Threshold: nonZero(st.Threshold)}); err != nil {
 			return out, fmt.Errorf("silence: record the report of %s: %w", st.Source, err)
 		}
 	}
 	return out, nil
+}
+
+// nonZero is &v, or nil (NULL) for the zero value.
+func nonZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
 }
 
 // judge decides one source from its arrivals, newest first.
@@ -310,9 +363,10 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 	return st
 }
 
-// report logs st's change and POSTs its alert; it reports whether the
-// alert was taken (true without an alert URL).
-func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) bool {
+// report logs st's change and, when post, POSTs its alert; it reports
+// whether the alert was taken (true without an alert URL, false when not
+// post).
+func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool) bool {
 	status := "resumed"
 	switch {
 	case st.Silent:
@@ -332,6 +386,9 @@ func (h *SilenceDetector) report(ctx context.Context, st SourceStatus) bool {
 	}
 	if h.cfg.AlertURL == "" {
 		return true
+	}
+	if !post {
+		return false
 	}
 	return postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
 		"source": st.Source, "status": status, "last_seen": st.LastSeen,
@@ -364,6 +421,18 @@ func postAlert(ctx context.Context, client *http.Client, alertURL string, log *s
 	return nil
 }
 
+// alertClient is the default client of the alerts: a 10s timeout, and no
+// redirect followed. Go's client follows a 301 or 302 with a GET without
+// the body, and a 2xx to that GET was recorded as the alert taken: never
+// delivered, never sent again (review helper-168). A 3xx is now a refusal
+// logged with its status and retried, and the operator fixes the URL.
+func alertClient() *http.Client {
+	return &http.Client{
+		Timeout:       10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
 // alertError is err without the alert URL: a chat webhook URL carries its
 // secret in the path or query, and *url.Error repeats it whole.
 func alertError(err error) string {
@@ -374,12 +443,22 @@ func alertError(err error) string {
 	return err.Error()
 }
 
-func (h *SilenceDetector) sources(ctx context.Context) ([]string, error) {
+// sources are the names to judge. Without Sources, every source with an
+// event, and every one reported silent with a last_seen: its events may
+// all have been dropped by retention, which does not make it "removed"
+// (that is for a source the configuration no longer names, or whose
+// max_silence it no longer sets).
+func (h *SilenceDetector) sources(ctx context.Context, reported []queries.MonitorReportedSilenceRow) ([]string, error) {
 	seen := h.cfg.Sources
 	if seen == nil {
 		var err error
 		if seen, err = queries.New(h.cfg.DB).MonitorSources(ctx); err != nil {
 			return nil, fmt.Errorf("silence: list sources: %w", err)
+		}
+		for _, r := range reported {
+			if r.Silent && r.LastSeen != nil {
+				seen = append(seen, r.Source)
+			}
 		}
 	}
 	set := map[string]bool{}

@@ -290,7 +290,9 @@ CREATE TABLE webhook_ingress.schema_migrations (
 CREATE TABLE webhook_ingress.source_alerts (
     source text NOT NULL,
     silent boolean NOT NULL,
-    reported_at timestamp with time zone NOT NULL
+    reported_at timestamp with time zone NOT NULL,
+    last_seen timestamp with time zone,
+    threshold interval
 );
 
 CREATE TABLE webhook_ingress.subscriptions (

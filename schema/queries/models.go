@@ -425,4 +425,6 @@ type WebhookIngressSourceAlert struct {
 	Source     string
 	Silent     bool
 	ReportedAt time.Time
+	LastSeen   *time.Time
+	Threshold  *time.Duration
 }

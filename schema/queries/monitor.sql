@@ -66,13 +66,17 @@ SELECT pg_try_advisory_lock(hashtextextended('inlet:heartbeat-reporter', 0)) AS 
 SELECT pg_try_advisory_lock(hashtextextended(sqlc.arg(key)::text, 0)) AS leading;
 
 -- name: MonitorReportedSilence :many
--- The silence last reported per source (045); a source without a row was
--- not reported silent.
-SELECT source, silent FROM webhook_ingress.source_alerts;
+-- The silence last reported per source (045), with the last_seen and
+-- threshold reported (065: NULL before it); a source without a row was not
+-- reported silent.
+SELECT source, silent, last_seen, threshold FROM webhook_ingress.source_alerts;
 
 -- name: MonitorRecordSilence :exec
--- Source source's silence (silent) was reported: the next check compares
--- with it.
-INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at)
-VALUES (sqlc.arg(source)::text, sqlc.arg(silent)::boolean, now())
-ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at;
+-- Source source's silence (silent) was reported, with its newest arrival
+-- then (last_seen, NULL: none) and its threshold (NULL: none): the next
+-- check compares with it, and holds a silent source too thinly recorded to
+-- judge (retention dropped its arrivals) until one newer than last_seen.
+INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at, last_seen, threshold)
+VALUES (sqlc.arg(source)::text, sqlc.arg(silent)::boolean, now(), sqlc.narg(last_seen)::timestamptz, sqlc.narg(threshold)::interval)
+ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at,
+    last_seen = excluded.last_seen, threshold = excluded.threshold;

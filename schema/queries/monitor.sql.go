@@ -133,34 +133,47 @@ func (q *Queries) MonitorLag(ctx context.Context) ([]MonitorLagRow, error) {
 }
 
 const MonitorRecordSilence = `-- name: MonitorRecordSilence :exec
-INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at)
-VALUES ($1::text, $2::boolean, now())
-ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at
+INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at, last_seen, threshold)
+VALUES ($1::text, $2::boolean, now(), $3::timestamptz, $4::interval)
+ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at,
+    last_seen = excluded.last_seen, threshold = excluded.threshold
 `
 
 type MonitorRecordSilenceParams struct {
-	Source string
-	Silent bool
+	Source    string
+	Silent    bool
+	LastSeen  *time.Time
+	Threshold *time.Duration
 }
 
-// Source source's silence (silent) was reported: the next check compares
-// with it.
+// Source source's silence (silent) was reported, with its newest arrival
+// then (last_seen, NULL: none) and its threshold (NULL: none): the next
+// check compares with it, and holds a silent source too thinly recorded to
+// judge (retention dropped its arrivals) until one newer than last_seen.
 func (q *Queries) MonitorRecordSilence(ctx context.Context, arg MonitorRecordSilenceParams) error {
-	_, err := q.db.Exec(ctx, MonitorRecordSilence, arg.Source, arg.Silent)
+	_, err := q.db.Exec(ctx, MonitorRecordSilence,
+		arg.Source,
+		arg.Silent,
+		arg.LastSeen,
+		arg.Threshold,
+	)
 	return err
 }
 
 const MonitorReportedSilence = `-- name: MonitorReportedSilence :many
-SELECT source, silent FROM webhook_ingress.source_alerts
+SELECT source, silent, last_seen, threshold FROM webhook_ingress.source_alerts
 `
 
 type MonitorReportedSilenceRow struct {
-	Source string
-	Silent bool
+	Source    string
+	Silent    bool
+	LastSeen  *time.Time
+	Threshold *time.Duration
 }
 
-// The silence last reported per source (045); a source without a row was
-// not reported silent.
+// The silence last reported per source (045), with the last_seen and
+// threshold reported (065: NULL before it); a source without a row was not
+// reported silent.
 func (q *Queries) MonitorReportedSilence(ctx context.Context) ([]MonitorReportedSilenceRow, error) {
 	rows, err := q.db.Query(ctx, MonitorReportedSilence)
 	if err != nil {
@@ -170,7 +183,12 @@ func (q *Queries) MonitorReportedSilence(ctx context.Context) ([]MonitorReported
 	var items []MonitorReportedSilenceRow
 	for rows.Next() {
 		var i MonitorReportedSilenceRow
-		if err := rows.Scan(&i.Source, &i.Silent); err != nil {
+		if err := rows.Scan(
+			&i.Source,
+			&i.Silent,
+			&i.LastSeen,
+			&i.Threshold,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
