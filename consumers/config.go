@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -36,7 +37,8 @@ type Config struct {
 	Handlers []Handler
 	// WorkerID is recorded in job_attempts.worker_id: at most 200 bytes of
 	// valid UTF-8 without NUL (PostgreSQL text). Defaults to
-	// "<hostname>-<pid>".
+	// "<hostname>-<pid>", "-2", "-3"… appended for a process's later
+	// services: each says alive in a row of its own.
 	WorkerID string
 	// LeaseExtend is the lease extension of a running attempt: every LeaseExtend/3
 	// the job's lease is pushed to now()+LeaseExtend. The streamer's lease
@@ -93,7 +95,9 @@ func (c Config) WithDefaults() Config {
 		hs[i] = h.WithDefaults()
 	}
 	c.Handlers = hs
-	c.WorkerID = cmp.Or(c.WorkerID, defaultWorkerID())
+	if c.WorkerID == "" {
+		c.WorkerID = defaultWorkerID()
+	}
 	c.LeaseExtend = cmp.Or(c.LeaseExtend, defaultLeaseExtend)
 	c.AliveInterval = cmp.Or(c.AliveInterval, 5*time.Second)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 128)
@@ -110,12 +114,23 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// workerIDs counts the default worker ids given in this process.
+var workerIDs atomic.Int64
+
+// defaultWorkerID is HOST-PID, and HOST-PID-N for the Nth service of the
+// process from the second on: two services in one process (two teams'
+// roles) said alive in one consumers row, each overwriting the other's role,
+// so a handler they share was never routed per role (review helper-172).
 func defaultWorkerID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "consumer"
 	}
-	return host + "-" + strconv.Itoa(os.Getpid())
+	id := host + "-" + strconv.Itoa(os.Getpid())
+	if n := workerIDs.Add(1); n > 1 {
+		id += "-" + strconv.FormatInt(n, 10)
+	}
+	return id
 }
 
 // maxBatch bounds CompleteBatch and TakeBatch: a statement of that many

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -231,10 +232,9 @@ func (s *Service) Start(ctx context.Context) error {
 		s.txDefaultAboveRC = level == "repeatable read" || level == "serializable"
 	}
 
-	// A scoped role's consumers also read their handlers' topics for that
-	// role: a handler shared by roles of different scopes has its jobs
-	// published there, each on the topic of a role that may take it
-	// (ListJobRoutes). On the handler's own topic alone, either role's
+	// A service's consumers also read their handlers' topics for its role:
+	// a handler shared by roles of different scopes has its jobs published
+	// there, each on the topic of a role that may take it (ListJobRoutes). On the handler's own topic alone, either role's
 	// consumers got the other's references, could not see their jobs, and
 	// left the leases to expire as spent attempts (review helper-163).
 	role, err := queries.New(s.cfg.Pool).ConsumerDBRole(ctx)
@@ -248,12 +248,12 @@ func (s *Service) Start(ctx context.Context) error {
 		ch <-chan *message.Message
 	}
 	var subs []subscription
+	// An unrestricted role reads the topic of the jobs no scoped role of a
+	// shared handler covers (the streamer routes a handler that a scoped
+	// role's consumers share with webhook_worker's too).
+	roleTopic := cmp.Or(role, bus.UnscopedRole)
 	for _, r := range s.runners {
-		topics := []string{bus.Topic(r.h.Name)}
-		if role != "" {
-			topics = append(topics, bus.RoleTopic(r.h.Name, role))
-		}
-		for _, topic := range topics {
+		for _, topic := range []string{bus.Topic(r.h.Name), bus.RoleTopic(r.h.Name, roleTopic)} {
 			ch, err := s.cfg.Subscriber.Subscribe(subCtx, topic)
 			if err != nil {
 				subCancel()

@@ -33,13 +33,14 @@ func TestListJobRoutesNamesSharedHandlersRoles(t *testing.T) {
 		t.Cleanup(func() { _, _ = b.admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
 		return role
 	}
-	say := func(handler, worker, role string) {
+	sayUntil := func(handler, worker, role, until string) {
 		t.Helper()
 		if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
-			VALUES ($1, $2, now(), now() + interval '1 minute', $3)`, handler, worker, role); err != nil {
+			VALUES ($1, $2, now(), now() + $4::interval, $3)`, handler, worker, role, until); err != nil {
 			t.Fatal(err)
 		}
 	}
+	say := func(handler, worker, role string) { sayUntil(handler, worker, role, "1 minute") }
 	a, bb := newRole("stripe", "shared", "solo"), newRole("github", "shared")
 	say("shared", "a1", a)
 	say("shared", "a2", a)
@@ -52,6 +53,20 @@ func TestListJobRoutesNamesSharedHandlersRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	say("other", "a1", a) // a role not given the handler says it runs it
+	// A scoped role beside webhook_worker's consumers ('') is routed, the
+	// worker's route last; an old consumer (NULL) counts for nothing.
+	m := newRole("stripe", "mixed")
+	say("mixed", "m1", m)
+	say("mixed", "w1", "")
+	if _, err := b.admin.Exec(ctx, `INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until)
+		VALUES ('solo', 'old1', now(), now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	// Two roles of one scope: the one with a live consumer first, whatever
+	// the names.
+	first, second := newRole("stripe", "overlap"), newRole("stripe", "overlap")
+	sayUntil("overlap", "f1", first, "-1 minute") // stopped
+	say("overlap", "s1", second)
 
 	rows, err := queries.New(b.pool).ListJobRoutes(ctx) // as webhook_streamer
 	if err != nil {
@@ -59,10 +74,13 @@ func TestListJobRoutesNamesSharedHandlersRoles(t *testing.T) {
 	}
 	var got []string
 	for _, r := range rows {
-		got = append(got, r.Handler+" "+r.RoleName+" "+r.ProviderPattern+":"+r.EventTypePattern)
+		got = append(got, fmt.Sprintf("%s %s %v %s:%s", r.Handler, r.RoleName, r.Alive, r.ProviderPattern, r.EventTypePattern))
 	}
-	want := []string{"shared " + a + " stripe:*", "shared " + bb + " github:*"}
-	slices.Sort(want)
+	want := []string{
+		"mixed " + m + " true stripe:*", "mixed  true *:*",
+		"overlap " + second + " true stripe:*", "overlap " + first + " false stripe:*",
+		"shared " + a + " true stripe:*", "shared " + bb + " true github:*",
+	}
 	if !slices.Equal(got, want) {
 		t.Errorf("routes %q, want %q", got, want)
 	}
@@ -77,5 +95,18 @@ func TestListJobRoutesNamesSharedHandlersRoles(t *testing.T) {
 	})
 	if err == nil {
 		t.Error("a consumer role said it runs as another role")
+	}
+	// Nor unsay another role's rows (066): b's update of a's row finds none.
+	var n int64
+	err = pgx.BeginFunc(ctx, b.admin, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+bb); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE webhook_ingress.consumers SET db_role = NULL WHERE handler = 'shared' AND worker_id = 'a1'`)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil || n != 0 {
+		t.Errorf("role %s cleared role %s's liveness row: %d rows, %v", bb, a, n, err)
 	}
 }

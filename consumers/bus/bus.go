@@ -80,6 +80,12 @@ func Topic(handler string) string { return TopicPrefix + handler }
 // read it beside Topic(handler).
 func RoleTopic(handler, role string) string { return TopicPrefix + handler + "." + role }
 
+// UnscopedRole stands for the unrestricted roles (webhook_worker) in
+// RoleTopic: a shared handler's jobs no scoped role covers go there, for
+// the consumers that may take any job. No role is named "_" (consumer roles
+// are webhook_consumer_NAME).
+const UnscopedRole = "_"
+
 // NewMessage encodes r as a watermill message. The message UUID is the job id
 // and attempt, so transports that dedupe by id drop only true repeats.
 func NewMessage(r Ref) (*message.Message, error) {

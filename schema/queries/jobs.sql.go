@@ -251,9 +251,9 @@ WITH gone AS (
     WHERE handler = ANY ($2::text[])
       AND alive_until < now() - interval '1 day'
 ), me AS (
-    SELECT (SELECT a.rolname::text FROM pg_catalog.pg_roles a
-            WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
-              AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')) AS db_role
+    SELECT coalesce((SELECT a.rolname::text FROM pg_catalog.pg_roles a
+                     WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+                       AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')), '') AS db_role
 )
 INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
 SELECT h, $1, now(), now() + $3::interval, me.db_role
@@ -269,7 +269,7 @@ type ConsumerAliveParams struct {
 }
 
 // Consumer $1 is alive for handlers $2 until now() + $3, saying the scoped
-// role it runs as (db_role; NULL for an unrestricted one: ConsumerDBRole);
+// role it runs as (db_role; ” for an unrestricted one: ConsumerDBRole);
 // rows of its handlers not heard from for a day are removed.
 func (q *Queries) ConsumerAlive(ctx context.Context, arg ConsumerAliveParams) (int64, error) {
 	result, err := q.db.Exec(ctx, ConsumerAlive, arg.WorkerID, arg.Column2, arg.Column3)
@@ -287,8 +287,9 @@ SELECT coalesce((SELECT a.rolname::text FROM pg_catalog.pg_roles a
 
 // The scoped consumer role the session runs as (a member of
 // webhook_consumer, neither superuser nor BYPASSRLS), or ” for an
-// unrestricted one: a scoped role's consumers read their handlers' topics
-// for that role too (ListJobRoutes), and ConsumerAlive says the same role.
+// unrestricted one: a service's consumers read their handlers' topics for
+// that role too (bus.RoleTopic; bus.UnscopedRole for ”), and ConsumerAlive
+// says the same role (ListJobRoutes).
 func (q *Queries) ConsumerDBRole(ctx context.Context) (string, error) {
 	row := q.db.QueryRow(ctx, ConsumerDBRole)
 	var db_role string
@@ -600,36 +601,51 @@ func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) (i
 }
 
 const ListJobRoutes = `-- name: ListJobRoutes :many
-WITH routing AS (
-    SELECT DISTINCT c.handler, c.db_role AS role_name
+WITH members AS (
+    SELECT c.handler, c.db_role AS role_name, bool_or(c.alive_until > now()) AS alive
     FROM webhook_ingress.consumers c
-    JOIN webhook_ingress.consumer_roles r ON r.handler = c.handler AND r.role_name = c.db_role
-    JOIN pg_catalog.pg_roles a ON a.rolname = c.db_role
-), shared AS (
-    SELECT routing.handler FROM routing GROUP BY routing.handler HAVING count(*) >= 2
+    WHERE c.db_role = ''
+       OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r WHERE r.handler = c.handler AND r.role_name = c.db_role)
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = c.db_role))
+    GROUP BY c.handler, c.db_role
+), routed AS (
+    SELECT m.handler FROM members m GROUP BY m.handler HAVING count(*) >= 2 AND bool_or(m.role_name <> '')
+), routes AS (
+    SELECT m.handler, m.role_name, m.alive, s.provider_pattern, s.event_type_pattern
+    FROM members m
+    JOIN routed d ON d.handler = m.handler
+    JOIN webhook_ingress.consumer_role_scopes s ON s.role_name = m.role_name
+    UNION ALL
+    SELECT m.handler, m.role_name, m.alive, '*', '*'
+    FROM members m
+    JOIN routed d ON d.handler = m.handler
+    WHERE m.role_name = ''
 )
-SELECT r.handler::text AS handler, r.role_name::text AS role_name,
-       s.provider_pattern::text AS provider_pattern, s.event_type_pattern::text AS event_type_pattern
-FROM routing r
-JOIN shared sh ON sh.handler = r.handler
-JOIN webhook_ingress.consumer_role_scopes s ON s.role_name = r.role_name
-ORDER BY r.handler, r.role_name, s.provider_pattern, s.event_type_pattern
+SELECT handler::text AS handler, role_name::text AS role_name, alive::boolean AS alive,
+       provider_pattern::text AS provider_pattern, event_type_pattern::text AS event_type_pattern
+FROM routes
+ORDER BY handler, NOT alive, role_name = '', role_name, provider_pattern, event_type_pattern
 `
 
 type ListJobRoutesRow struct {
 	Handler          string
 	RoleName         string
+	Alive            bool
 	ProviderPattern  string
 	EventTypePattern string
 }
 
-// For each handler whose consumers say they run as two scoped roles or more
-// (a handler shared by teams: ConsumerAlive's db_role, rows of the last day),
-// those roles' scopes, by handler and role name: the streamer publishes a
-// job of such a handler on the topic of the first role whose scope covers
-// its source and type, which only that role's consumers read, and on the
-// handler's own topic when none does. A role dropped, or no longer given
-// the handler, is left out.
+// The routes of each handler shared by consumers of different roles, as
+// their consumers say (ConsumerAlive's db_role, rows of the last day): a
+// scoped role's name, ” for an unrestricted one (webhook_worker), NULL for
+// a consumer of a version before 064 (not counted). A handler is routed when
+// it has two such roles or more, one of them scoped; a role dropped, or no
+// longer given the handler, is left out. Each route is a scope (an
+// unrestricted role's is '*', '*'), in the order the streamer tries them:
+// roles with a live consumer first (alive_until ahead), scoped before
+// unrestricted, then by name; it publishes a job on the topic of the first
+// route whose globs cover its source and type, and on the handler's own
+// topic when none does.
 func (q *Queries) ListJobRoutes(ctx context.Context) ([]ListJobRoutesRow, error) {
 	rows, err := q.db.Query(ctx, ListJobRoutes)
 	if err != nil {
@@ -642,6 +658,7 @@ func (q *Queries) ListJobRoutes(ctx context.Context) ([]ListJobRoutesRow, error)
 		if err := rows.Scan(
 			&i.Handler,
 			&i.RoleName,
+			&i.Alive,
 			&i.ProviderPattern,
 			&i.EventTypePattern,
 		); err != nil {
