@@ -50,18 +50,7 @@ func TestStopCutsOffAGroupCommitBatchStillRunning(t *testing.T) {
 	})
 	ctx := context.Background()
 	// The database stalls the insert: the events table is locked.
-	tx, err := ls.admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `LOCK TABLE webhook_ingress.events IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
-	var lockPID int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID); err != nil {
-		t.Fatal(err)
-	}
+	waiting, release := lockEvents(t, ls)
 	body := []byte(`{"id":"evt_stop_gc","type":"charge.succeeded","object":"event","created":1700000000,"data":{"object":{}}}`)
 	answered := make(chan int, 1) // the webhook's status; 0: no answer (connection closed)
 	go func() {
@@ -75,22 +64,7 @@ func TestStopCutsOffAGroupCommitBatchStillRunning(t *testing.T) {
 		}
 		answered <- code
 	}()
-	waiting := func() int {
-		var n int
-		if err := ls.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid()
-			  AND wait_event_type = 'Lock' AND query ILIKE '%events%'`, lockPID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("premise: the webhook's batch never waited on the locked events table")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitLockWait(t, waiting, "the webhook's batch")
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	stopDone := make(chan struct{})
@@ -115,7 +89,7 @@ func TestStopCutsOffAGroupCommitBatchStillRunning(t *testing.T) {
 	}
 	stillWaiting := waiting()
 	// Let the batch go, so Stop (and the test's cleanup) can end.
-	_ = tx.Rollback(ctx)
+	release()
 	<-stopDone
 	if failure != "" || stillWaiting > 0 {
 		t.Fatalf("3s after Stop's deadline (300ms): %s; %d insert(s) of the group-commit batch still running (they run until store_timeout, 30s); want the batch cut off and Stop returned",
