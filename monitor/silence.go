@@ -211,7 +211,7 @@ func (h *SilenceDetector) Evaluate(ctx context.Context) ([]SourceStatus, error) 
 // silent for weeks loses its arrivals to retention, and was judged not
 // silent then, so "resumed" (or "removed") was sent while the provider
 // still sent nothing (review helper-168). A row without last_seen (no
-// arrival then: watched by max_silence alone, or written before 065) is
+// median then: judged by max_silence alone; or written before 065) is
 // not held.
 func (h *SilenceDetector) hold(st SourceStatus, r queries.MonitorReportedSilenceRow, now time.Time) SourceStatus {
 	if st.Silent || st.Threshold != 0 || !r.Silent || r.LastSeen == nil || st.LastSeen.After(*r.LastSeen) {
@@ -270,13 +270,23 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 		return out, fmt.Errorf("silence: read what was reported: %w", err)
 	}
 	reported := make(map[string]bool, len(rows))
+	rowOf := make(map[string]queries.MonitorReportedSilenceRow, len(rows))
 	for _, r := range rows {
-		reported[r.Source] = r.Silent
+		reported[r.Source], rowOf[r.Source] = r.Silent, r
 	}
 	changed := make([]SourceStatus, 0, len(out))
 	for _, st := range out {
 		if st.Silent != reported[st.Source] {
 			changed = append(changed, st)
+		} else if r := rowOf[st.Source]; st.Silent && st.Median != 0 && (r.LastSeen == nil || st.LastSeen.After(*r.LastSeen)) {
+			// Silent as reported, but it delivered since (its "resumed"
+			// was refused or never sent, the leader away): a later hold
+			// must wait for an arrival newer than the latest, not the
+			// one reported first (review helper-174).
+			if err := queries.New(h.cfg.DB).MonitorRefreshSilence(ctx, queries.MonitorRefreshSilenceParams{
+				Source: st.Source, LastSeen: nonZero(st.LastSeen), Threshold: nonZero(st.Threshold)}); err != nil {
+				return out, fmt.Errorf("silence: refresh the report of %s: %w", st.Source, err)
+			}
 		}
 		delete(reported, st.Source)
 	}
@@ -298,8 +308,16 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 			post = false
 			continue // sent again at the next check
 		}
+		// last_seen only for a judgement of the source's own pace (enough
+		// arrivals for a median): a hold keeps such a report after
+		// retention, not one that max_silence alone made, which must
+		// close when that max_silence goes (review helper-174).
+		var lastSeen *time.Time
+		if st.Median != 0 {
+			lastSeen = nonZero(st.LastSeen)
+		}
 		if err := queries.New(h.cfg.DB).MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{
-			Source: st.Source, Silent: st.Silent, LastSeen: nonZero(st.LastSeen), Threshold: nonZero(st.Threshold)}); err != nil {
+			Source: st.Source, Silent: st.Silent, LastSeen: lastSeen, Threshold: nonZero(st.Threshold)}); err != nil {
 			return out, fmt.Errorf("silence: record the report of %s: %w", st.Source, err)
 		}
 	}

@@ -71,6 +71,16 @@ SELECT pg_try_advisory_lock(hashtextextended(sqlc.arg(key)::text, 0)) AS leading
 -- reported silent.
 SELECT source, silent, last_seen, threshold FROM webhook_ingress.source_alerts;
 
+-- name: MonitorRefreshSilence :exec
+-- Source source, reported silent and still silent, had arrivals since the
+-- report (its "resumed" refused or not sent, then silent again): its
+-- last_seen and threshold move to the latest judgement, without a new
+-- report (reported_at stays), so a hold after retention waits for an
+-- arrival newer than the latest one, not the first (review helper-174).
+UPDATE webhook_ingress.source_alerts
+SET last_seen = sqlc.narg(last_seen)::timestamptz, threshold = sqlc.narg(threshold)::interval
+WHERE source = sqlc.arg(source)::text AND silent;
+
 -- name: MonitorRecordSilence :exec
 -- Source source's silence (silent) was reported, with its newest arrival
 -- then (last_seen, NULL: none) and its threshold (NULL: none): the next

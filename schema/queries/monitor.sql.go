@@ -160,6 +160,28 @@ func (q *Queries) MonitorRecordSilence(ctx context.Context, arg MonitorRecordSil
 	return err
 }
 
+const MonitorRefreshSilence = `-- name: MonitorRefreshSilence :exec
+UPDATE webhook_ingress.source_alerts
+SET last_seen = $1::timestamptz, threshold = $2::interval
+WHERE source = $3::text AND silent
+`
+
+type MonitorRefreshSilenceParams struct {
+	LastSeen  *time.Time
+	Threshold *time.Duration
+	Source    string
+}
+
+// Source source, reported silent and still silent, had arrivals since the
+// report (its "resumed" refused or not sent, then silent again): its
+// last_seen and threshold move to the latest judgement, without a new
+// report (reported_at stays), so a hold after retention waits for an
+// arrival newer than the latest one, not the first (review helper-174).
+func (q *Queries) MonitorRefreshSilence(ctx context.Context, arg MonitorRefreshSilenceParams) error {
+	_, err := q.db.Exec(ctx, MonitorRefreshSilence, arg.LastSeen, arg.Threshold, arg.Source)
+	return err
+}
+
 const MonitorReportedSilence = `-- name: MonitorReportedSilence :many
 SELECT source, silent, last_seen, threshold FROM webhook_ingress.source_alerts
 `
