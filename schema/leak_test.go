@@ -105,7 +105,11 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 	}
 	// The claims run as their owner (036) so that the streamer's role
 	// needs no table-wide SELECT for their tuple ids.
-	want := []string{"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
+	want := []string{
+		// 067: whether another scoped role of a handler covers a pattern
+		// (a boolean, no row).
+		"another_role_may_own webhook_consumer", "another_role_may_own webhook_worker",
+		"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
 		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker",
 		// 059: a count of a handler's failures (a number, no row), a

@@ -339,6 +339,9 @@ UNION ALL
    FROM webhook_ingress.jobs j
   WHERE j.completed_attempt_id IS NOT NULL;
 
+CREATE FUNCTION webhook_ingress.another_role_may_own(p_role text, p_handler text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE TABLE webhook_ingress.claim_handler_jobs_result (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer, max_attempts integer, lease_expires_at timestamp with time zone, trace_parent text, event_received_at timestamp with time zone, attempted_at timestamp with time zone);
 
 CREATE FUNCTION webhook_ingress.claim_handler_jobs(p_handler text, p_batch_size bigint, p_lease_holder text, p_lease_for interval) RETURNS SETOF webhook_ingress.claim_handler_jobs_result

@@ -16,12 +16,15 @@ WHERE subscriptions.max_attempts IS DISTINCT FROM excluded.max_attempts
 -- name: DisableOtherSubscriptions :execrows
 -- A handler's patterns changed: switch off its rows not in the new set
 -- ($2, $3: parallel arrays of provider and event type patterns). A
--- consumer role switches off only rows inside its own scopes (038, 046): a
--- handler shared by two roles of other scopes keeps the other's rows.
+-- consumer role switches off only rows inside its own scopes (038, 046),
+-- and no registrant a row inside a scope of another scoped role given the
+-- handler (067): a handler shared by two roles keeps the other's rows,
+-- webhook_worker's registration included.
 UPDATE webhook_ingress.subscriptions s
 SET enabled = false, updated_at = now()
 WHERE s.handler = $1
   AND s.enabled
   AND (s.provider_pattern, s.event_type_pattern) NOT IN (
       SELECT p, t FROM ROWS FROM (unnest($2::text[]), unnest($3::text[])) AS u(p, t))
-  AND webhook_ingress.in_registrant_scope(current_user::text, s.provider_pattern, s.event_type_pattern);
+  AND webhook_ingress.in_registrant_scope(current_user::text, s.provider_pattern, s.event_type_pattern)
+  AND NOT webhook_ingress.another_role_may_own(current_user::text, s.handler, s.provider_pattern, s.event_type_pattern);

@@ -17,6 +17,7 @@ WHERE s.handler = $1
   AND (s.provider_pattern, s.event_type_pattern) NOT IN (
       SELECT p, t FROM ROWS FROM (unnest($2::text[]), unnest($3::text[])) AS u(p, t))
   AND webhook_ingress.in_registrant_scope(current_user::text, s.provider_pattern, s.event_type_pattern)
+  AND NOT webhook_ingress.another_role_may_own(current_user::text, s.handler, s.provider_pattern, s.event_type_pattern)
 `
 
 type DisableOtherSubscriptionsParams struct {
@@ -27,8 +28,10 @@ type DisableOtherSubscriptionsParams struct {
 
 // A handler's patterns changed: switch off its rows not in the new set
 // ($2, $3: parallel arrays of provider and event type patterns). A
-// consumer role switches off only rows inside its own scopes (038, 046): a
-// handler shared by two roles of other scopes keeps the other's rows.
+// consumer role switches off only rows inside its own scopes (038, 046),
+// and no registrant a row inside a scope of another scoped role given the
+// handler (067): a handler shared by two roles keeps the other's rows,
+// webhook_worker's registration included.
 func (q *Queries) DisableOtherSubscriptions(ctx context.Context, arg DisableOtherSubscriptionsParams) (int64, error) {
 	result, err := q.db.Exec(ctx, DisableOtherSubscriptions, arg.Handler, arg.Column2, arg.Column3)
 	if err != nil {
