@@ -25,10 +25,19 @@ func (s *Service) handlerNames() []string {
 // sayAlive records that this service is alive for its handlers for three
 // AliveIntervals. Taking an attempt writes nothing, so this is how
 // streamers and the reaper know a consumer is there (see ReapExpiredLeases).
+// While Stop drains it says it is there (seen_at, for the reaper: its
+// attempts still run) but alive until now only: it reads no topic any more,
+// so streamers neither route a shared handler's jobs to its role (a
+// draining role kept its route, and jobs sent there expired as counted
+// attempts: review helper-173) nor lease a handler it alone runs.
 func (s *Service) sayAlive(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
 	defer cancel()
-	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), 3*s.cfg.AliveInterval)
+	until := 3 * s.cfg.AliveInterval
+	if s.draining.Load() {
+		until = 0
+	}
+	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), until)
 	return err
 }
 

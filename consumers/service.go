@@ -52,6 +52,8 @@ type Service struct {
 	// aliveCancel ends the liveness loop, which closes aliveDone.
 	aliveCancel context.CancelFunc
 	aliveDone   chan struct{}
+	// draining is set once Stop has ended the subscriptions (sayAlive).
+	draining atomic.Bool
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
@@ -346,8 +348,15 @@ func (s *Service) Stop(ctx context.Context) error {
 
 // stop is Stop's work, run by the first Stop only.
 func (s *Service) stop(ctx context.Context) error {
-
 	s.subCancel()
+	// Reading nothing more: say so before draining (sayAlive), so that
+	// streamers stop sending this service's role or handlers jobs while
+	// its attempts finish.
+	s.draining.Store(true)
+	if err := s.sayAlive(ctx); err != nil {
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "could not record that the consumer is draining; streamers notice when its liveness runs out",
+			slog.String("error", err.Error()))
+	}
 	// Readers return once the message they are handing out is done: its
 	// references wait for slots like the attempts before them. Attempts
 	// start from readers only, so they are waited for after them.
