@@ -9,8 +9,9 @@ import (
 )
 
 var (
-	consumerAliveSQL = schema.Query("ConsumerAlive")
-	consumerGoneSQL  = schema.Query("ConsumerGone")
+	consumerAliveSQL    = schema.Query("ConsumerAlive")
+	consumerDrainingSQL = schema.Query("ConsumerDraining")
+	consumerGoneSQL     = schema.Query("ConsumerGone")
 )
 
 // handlerNames are the names of the service's handlers.
@@ -25,19 +26,36 @@ func (s *Service) handlerNames() []string {
 // sayAlive records that this service is alive for its handlers for three
 // AliveIntervals. Taking an attempt writes nothing, so this is how
 // streamers and the reaper know a consumer is there (see ReapExpiredLeases).
-// While Stop drains it says it is there (seen_at, for the reaper: its
-// attempts still run) but alive until now only: it reads no topic any more,
-// so streamers neither route a shared handler's jobs to its role (a
-// draining role kept its route, and jobs sent there expired as counted
-// attempts: review helper-173) nor lease a handler it alone runs.
+// Once Stop has ended the subscriptions it writes nothing (sayDraining
+// did).
 func (s *Service) sayAlive(ctx context.Context) error {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	if s.draining {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
 	defer cancel()
-	until := 3 * s.cfg.AliveInterval
-	if s.draining.Load() {
-		until = 0
-	}
-	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), until)
+	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), 3*s.cfg.AliveInterval)
+	return err
+}
+
+// sayDraining records, once Stop has ended the subscriptions, that this
+// service reads no topic any more while its attempts finish
+// (ConsumerDraining): streamers neither route a shared handler's jobs to
+// its role (a draining role kept its route, and jobs sent there expired as
+// counted attempts: review helper-173) nor lease a handler it alone runs;
+// and it is seen now and not again, so the reaper does not count leases
+// taken after it stopped reading (review helper-175: the alive loop went on
+// moving seen_at, and such leases were dead-lettered unrun). Under aliveMu:
+// an alive tick in flight does not undo it.
+func (s *Service) sayDraining(ctx context.Context) error {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	s.draining = true
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
+	defer cancel()
+	_, err := s.cfg.Pool.Exec(ctx, consumerDrainingSQL, s.cfg.WorkerID, s.handlerNames())
 	return err
 }
 

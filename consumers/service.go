@@ -52,8 +52,10 @@ type Service struct {
 	// aliveCancel ends the liveness loop, which closes aliveDone.
 	aliveCancel context.CancelFunc
 	aliveDone   chan struct{}
-	// draining is set once Stop has ended the subscriptions (sayAlive).
-	draining atomic.Bool
+	// draining is set once Stop has ended the subscriptions (sayDraining);
+	// aliveMu orders it with the liveness writes.
+	aliveMu  sync.Mutex
+	draining bool
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
@@ -349,11 +351,10 @@ func (s *Service) Stop(ctx context.Context) error {
 // stop is Stop's work, run by the first Stop only.
 func (s *Service) stop(ctx context.Context) error {
 	s.subCancel()
-	// Reading nothing more: say so before draining (sayAlive), so that
-	// streamers stop sending this service's role or handlers jobs while
-	// its attempts finish.
-	s.draining.Store(true)
-	if err := s.sayAlive(ctx); err != nil {
+	// Reading nothing more: say so before draining, so that streamers stop
+	// sending this service's role or handlers jobs while its attempts
+	// finish, and the reaper counts none leased from now on.
+	if err := s.sayDraining(ctx); err != nil {
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "could not record that the consumer is draining; streamers notice when its liveness runs out",
 			slog.String("error", err.Error()))
 	}

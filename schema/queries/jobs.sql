@@ -389,6 +389,17 @@ FROM unnest($2::text[]) AS h, me
 ON CONFLICT (handler, worker_id) DO UPDATE
 SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role;
 
+-- name: ConsumerDraining :execrows
+-- Consumer $1 stopped reading its topics and drains its attempts: no longer
+-- alive for handlers $2 (streamers route it nothing and lease nothing of a
+-- handler it alone runs), seen now and not again, so the reaper counts the
+-- attempts it took before (and those it extends: worker_id), not leases
+-- taken after it stopped reading (review helper-175).
+UPDATE webhook_ingress.consumers
+SET seen_at = greatest(seen_at, now()), alive_until = least(alive_until, now())
+WHERE worker_id = $1
+  AND handler = ANY ($2::text[]);
+
 -- name: ConsumerGone :execrows
 -- Consumer $1 stopped: it is no longer alive for handlers $2. The row stays,
 -- ended (alive_until just past, seen_at -infinity), so a handler whose

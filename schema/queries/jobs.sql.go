@@ -297,6 +297,31 @@ func (q *Queries) ConsumerDBRole(ctx context.Context) (string, error) {
 	return db_role, err
 }
 
+const ConsumerDraining = `-- name: ConsumerDraining :execrows
+UPDATE webhook_ingress.consumers
+SET seen_at = greatest(seen_at, now()), alive_until = least(alive_until, now())
+WHERE worker_id = $1
+  AND handler = ANY ($2::text[])
+`
+
+type ConsumerDrainingParams struct {
+	WorkerID string
+	Column2  []string
+}
+
+// Consumer $1 stopped reading its topics and drains its attempts: no longer
+// alive for handlers $2 (streamers route it nothing and lease nothing of a
+// handler it alone runs), seen now and not again, so the reaper counts the
+// attempts it took before (and those it extends: worker_id), not leases
+// taken after it stopped reading (review helper-175).
+func (q *Queries) ConsumerDraining(ctx context.Context, arg ConsumerDrainingParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ConsumerDraining, arg.WorkerID, arg.Column2)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const ConsumerGone = `-- name: ConsumerGone :execrows
 UPDATE webhook_ingress.consumers
 SET seen_at = '-infinity', alive_until = now() - interval '1 microsecond'
