@@ -46,11 +46,7 @@ func TestRateLimitPacesAtItsRateNotAtThePollTick(t *testing.T) {
 	b.insertEvents(t, 60) // a backlog far beyond what the window can lease
 	// Defaults but for the poll interval, set to its default explicitly:
 	// no LISTEN, no writer hints; the backlog is already there.
-	// A 10 s poll: one job per poll tick would be one job in the window, so
-	// the bound below can leave a loaded machine room (11 of 24 ran once
-	// on a loaded CI, against a bound of 12 with a 1 s poll).
-	const poll = 10 * time.Second
-	s := b.newStreamer(t, streamer.Config{PollInterval: poll, LeaseDuration: time.Minute})
+	s := b.newStreamer(t, streamer.Config{PollInterval: time.Second, LeaseDuration: time.Minute})
 	start := time.Now()
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
