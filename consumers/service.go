@@ -1,7 +1,6 @@
 package consumers
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -236,11 +235,13 @@ func (s *Service) Start(ctx context.Context) error {
 		s.txDefaultAboveRC = level == "repeatable read" || level == "serializable"
 	}
 
-	// A service's consumers also read their handlers' topics for its role:
-	// a handler shared by roles of different scopes has its jobs published
-	// there, each on the topic of a role that may take it (ListJobRoutes). On the handler's own topic alone, either role's
-	// consumers got the other's references, could not see their jobs, and
-	// left the leases to expire as spent attempts (review helper-163).
+	// A service's consumers also read their handlers' topics for its role
+	// ('' for an unrestricted one): a handler shared by roles of different
+	// scopes has its jobs published there, each on the topic of a role that
+	// may take it (ListJobRoutes). On the handler's own topic alone, either
+	// role's consumers got the other's references, could not see their
+	// jobs, and left the leases to expire as spent attempts (review
+	// helper-163).
 	role, err := queries.New(s.cfg.Pool).ConsumerDBRole(ctx)
 	if err != nil {
 		return fmt.Errorf("start consumers: read the database role: %w", err)
@@ -252,12 +253,8 @@ func (s *Service) Start(ctx context.Context) error {
 		ch <-chan *message.Message
 	}
 	var subs []subscription
-	// An unrestricted role reads the topic of the jobs no scoped role of a
-	// shared handler covers (the streamer routes a handler that a scoped
-	// role's consumers share with webhook_worker's too).
-	roleTopic := cmp.Or(role, bus.UnscopedRole)
 	for _, r := range s.runners {
-		for _, topic := range []string{bus.Topic(r.h.Name), bus.RoleTopic(r.h.Name, roleTopic)} {
+		for _, topic := range []string{bus.Topic(r.h.Name), bus.RoleTopic(r.h.Name, role)} {
 			ch, err := s.cfg.Subscriber.Subscribe(subCtx, topic)
 			if err != nil {
 				subCancel()

@@ -269,16 +269,16 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	if err != nil {
 		return out, fmt.Errorf("silence: read what was reported: %w", err)
 	}
-	reported := make(map[string]bool, len(rows))
-	rowOf := make(map[string]queries.MonitorReportedSilenceRow, len(rows))
+	// left are the rows of sources not judged in out (deleted as judged).
+	left := make(map[string]queries.MonitorReportedSilenceRow, len(rows))
 	for _, r := range rows {
-		reported[r.Source], rowOf[r.Source] = r.Silent, r
+		left[r.Source] = r
 	}
 	changed := make([]SourceStatus, 0, len(out))
 	for _, st := range out {
-		if st.Silent != reported[st.Source] {
+		if r := left[st.Source]; st.Silent != r.Silent {
 			changed = append(changed, st)
-		} else if r := rowOf[st.Source]; st.Silent && st.Median != 0 && (r.LastSeen == nil || st.LastSeen.After(*r.LastSeen)) {
+		} else if st.Silent && st.Median != 0 && (r.LastSeen == nil || st.LastSeen.After(*r.LastSeen)) {
 			// Silent as reported, but it delivered since (its "resumed"
 			// was refused or never sent, the leader away): a later hold
 			// must wait for an arrival newer than the latest, not the
@@ -288,12 +288,12 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 				return out, fmt.Errorf("silence: refresh the report of %s: %w", st.Source, err)
 			}
 		}
-		delete(reported, st.Source)
+		delete(left, st.Source)
 	}
 	// Reported silent, and no longer watched: removed from the
 	// configuration (an alert left open would never resolve).
 	for _, r := range rows {
-		if reported[r.Source] {
+		if left[r.Source].Silent {
 			changed = append(changed, SourceStatus{Source: r.Source, removed: true})
 		}
 	}

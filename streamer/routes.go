@@ -1,7 +1,6 @@
 package streamer
 
 import (
-	"cmp"
 	"strings"
 	"time"
 
@@ -43,7 +42,7 @@ func (f *inFlight) routeTable() jobRoutes {
 func (rt jobRoutes) topicOf(handler, provider, eventType string) string {
 	for _, r := range rt[handler] {
 		if globMatch(r.provider, provider) && globMatch(r.eventType, eventType) {
-			return bus.RoleTopic(handler, cmp.Or(r.role, bus.UnscopedRole))
+			return bus.RoleTopic(handler, r.role)
 		}
 	}
 	return bus.Topic(handler)

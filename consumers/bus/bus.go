@@ -14,6 +14,7 @@ package bus
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,17 +74,20 @@ func ValidHandlerName(name string) error {
 // Topic is the topic a handler's jobs are published on.
 func Topic(handler string) string { return TopicPrefix + handler }
 
-// RoleTopic is the topic of a shared handler's jobs for one scoped
-// consumer role (role names are lower-case letters, digits and '_'): the
+// RoleTopic is the topic of a shared handler's jobs for one consumer role
+// (role names are lower-case letters, digits and '_'; "" for the
+// unrestricted roles, such as webhook_worker, spelled UnscopedRole): the
 // streamer publishes there the jobs only that role may take, when the
 // handler's consumers run as two roles or more, and that role's consumers
 // read it beside Topic(handler).
-func RoleTopic(handler, role string) string { return TopicPrefix + handler + "." + role }
+func RoleTopic(handler, role string) string {
+	return TopicPrefix + handler + "." + cmp.Or(role, UnscopedRole)
+}
 
-// UnscopedRole stands for the unrestricted roles (webhook_worker) in
-// RoleTopic: a shared handler's jobs no scoped role covers go there, for
-// the consumers that may take any job. No role is named "_" (consumer roles
-// are webhook_consumer_NAME).
+// UnscopedRole stands for the unrestricted roles in RoleTopic: a shared
+// handler's jobs no scoped role covers go there, for the consumers that may
+// take any job. No role is named "_" (consumer roles are
+// webhook_consumer_NAME).
 const UnscopedRole = "_"
 
 // NewMessage encodes r as a watermill message. The message UUID is the job id
