@@ -13,6 +13,14 @@
 // server refused) is consumed again. Until then [NATS.Healthy] reports the
 // subscription; lease expiry republishes the references lost with a durable.
 //
+// A message is never sent over the server's max_payload (1 MiB by default,
+// often lowered by operators), headers included: a message of several job
+// references (bus.NewBatchMessage, the streamer's refs_per_message) that is
+// over it is split into batch messages that fit, each with the original's
+// metadata (trace context) and an id of its own. One reference over it alone
+// fails the publish, naming its job and size, and nothing of that publish is
+// sent: no try can deliver it over this server.
+//
 // A subscription that stops (its context done, or Close) nacks what it had
 // not handed out, and waits up to two seconds for its receiver's decision on
 // what it had: a reference whose attempt already started is acknowledged,

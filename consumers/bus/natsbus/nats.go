@@ -247,7 +247,8 @@ const publishTimeout = 10 * time.Second
 // trip for a claim batch instead of one per reference) and returns once the
 // stream has stored all of them, or with the first failure — then the
 // streamer releases the batch's leases, and a reference that did get stored
-// is fenced by its take.
+// is fenced by its take. A message over the server's max_payload is split
+// or refused before anything is sent (fitMaxPayload).
 func (n *NATS) Publish(topic string, msgs ...*message.Message) error {
 	return n.PublishContext(context.Background(), topic, msgs...)
 }
@@ -258,17 +259,30 @@ func (n *NATS) PublishContext(ctx context.Context, topic string, msgs ...*messag
 	if !n.conn.IsConnected() {
 		return fmt.Errorf("publish to %s: NATS is not connected", topic)
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	// Every message is encoded, and split to fit the server's max_payload,
+	// before any is sent: a publish that fails for size sends nothing, so
+	// the leases the streamer gives back are of references not in the
+	// stream.
+	limit := n.conn.MaxPayload()
+	nms := make([]*nats.Msg, 0, len(msgs))
 	for _, msg := range msgs {
+		parts, err := fitMaxPayload(topic, msg, limit)
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", topic, err)
+		}
+		if len(parts) > 1 {
+			n.log.Debug("bus message over the server's max_payload split", slog.String("topic", topic),
+				slog.String("message", msg.UUID), slog.Int("parts", len(parts)), slog.Int64("max_payload", limit))
+		}
+		nms = append(nms, parts...)
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(nms))
+	for _, nm := range nms {
 		if err := ctx.Err(); err != nil {
 			// Nothing more is sent once ctx ends, so that a failure the
 			// caller gives leases back for is not a reference in the stream.
 			// (Those sent already may be stored: fenced like any duplicate.)
-			return fmt.Errorf("publish to %s: %d of %d messages not sent: %w", topic, len(msgs)-len(futures), len(msgs), context.Cause(ctx))
-		}
-		nm, err := marshaler.Marshal(topic, msg)
-		if err != nil {
-			return fmt.Errorf("publish to %s: encode message %s: %w", topic, msg.UUID, err)
+			return fmt.Errorf("publish to %s: %d of %d messages not sent: %w", topic, len(nms)-len(futures), len(nms), context.Cause(ctx))
 		}
 		f, err := n.js.PublishMsgAsync(nm)
 		if err != nil {
@@ -285,12 +299,90 @@ func (n *NATS) PublishContext(ctx context.Context, topic string, msgs ...*messag
 			n.streamMissing(err)
 			return fmt.Errorf("publish to %s: %w", topic, err)
 		case <-timeout.C:
-			return fmt.Errorf("publish to %s: JetStream acknowledged no more of %d messages within %s", topic, len(msgs), publishTimeout)
+			return fmt.Errorf("publish to %s: JetStream acknowledged no more of %d messages within %s", topic, len(nms), publishTimeout)
 		case <-ctx.Done():
-			return fmt.Errorf("publish to %s: JetStream had not acknowledged all %d messages: %w", topic, len(msgs), context.Cause(ctx))
+			return fmt.Errorf("publish to %s: JetStream had not acknowledged all %d messages: %w", topic, len(nms), context.Cause(ctx))
 		}
 	}
 	return nil
+}
+
+// fitMaxPayload encodes msg for topic as one NATS message, or as several
+// when it is over limit (the server's max_payload; 0 when not known yet): a
+// message of several job references (bus.NewBatchMessage, up to the
+// streamer's refs_per_message of up to ~2 KB each) is split in halves until
+// each part fits, every part a batch message of its own with msg's metadata
+// (trace context) and its own id (NewBatchMessage's: first job, lease and
+// count, so distinct and the same at each try). Sent as it was, the server
+// refuses it, and the streamer would claim the same jobs into the same
+// message again: they would never be delivered. One reference over limit,
+// or a message that is no reference, is an error wrapping
+// nats.ErrMaxPayload: no try can send it over this server.
+func fitMaxPayload(topic string, msg *message.Message, limit int64) ([]*nats.Msg, error) {
+	nm, err := marshaler.Marshal(topic, msg)
+	if err != nil {
+		return nil, fmt.Errorf("encode message %s: %w", msg.UUID, err)
+	}
+	size := payloadSize(nm)
+	if limit <= 0 || size <= limit {
+		return []*nats.Msg{nm}, nil
+	}
+	// ParseRefs' error is not wrapped: it may quote the payload.
+	refs, perr := bus.ParseRefs(msg)
+	switch {
+	case perr != nil:
+		return nil, fmt.Errorf("message %s is %d bytes, over the server's max_payload of %d bytes, and is no job reference to split: %w",
+			msg.UUID, size, limit, nats.ErrMaxPayload)
+	case len(refs) == 1:
+		return nil, tooLarge(refs[0], size, limit)
+	}
+	return splitRefs(topic, msg.Metadata, refs, limit)
+}
+
+// splitRefs encodes refs as batch messages with metadata md, halving them
+// until each fits limit.
+func splitRefs(topic string, md message.Metadata, refs []bus.Ref, limit int64) ([]*nats.Msg, error) {
+	half := len(refs) / 2
+	var out []*nats.Msg
+	for _, part := range [][]bus.Ref{refs[:half], refs[half:]} {
+		pm, err := bus.NewBatchMessage(part)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(pm.Metadata, md)
+		nm, err := marshaler.Marshal(topic, pm)
+		if err != nil {
+			return nil, fmt.Errorf("encode message %s: %w", pm.UUID, err)
+		}
+		size := payloadSize(nm)
+		switch {
+		case size <= limit:
+			out = append(out, nm)
+		case len(part) == 1:
+			return nil, tooLarge(part[0], size, limit)
+		default:
+			more, err := splitRefs(topic, md, part, limit)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, more...)
+		}
+	}
+	return out, nil
+}
+
+// tooLarge is the error for a reference that alone is over max_payload
+// (its content stays out of it).
+func tooLarge(r bus.Ref, size, limit int64) error {
+	return fmt.Errorf("the reference to job %d (handler %q) is %d bytes, over the server's max_payload of %d bytes: it cannot be delivered over this server: %w",
+		r.JobID, r.Handler, size, limit, nats.ErrMaxPayload)
+}
+
+// payloadSize is what the server compares with max_payload: the data and
+// the encoded headers (the watermill UUID and the metadata), measured as
+// nats.go encodes them; the subject and the reply inbox do not count.
+func payloadSize(nm *nats.Msg) int64 {
+	return int64(nm.Size() - len(nm.Subject) - len(nm.Reply))
 }
 
 // streamMissing recreates the stream when a publish found none (a NATS
