@@ -40,14 +40,16 @@ type EventTypesConfig struct {
 	// whether an enabled subscription's patterns match the type (a filtered
 	// subscription routes only the events that pass it); for _other,
 	// "partly" when some of its events created a job, "unknown" otherwise.
+	// Answers are judged as for the silence alerts (see postAlert).
 	AlertURL string
 	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
 	// that follows no redirect (see alertClient).
 	HTTPClient *http.Client
 	// Logger receives one line per new type. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics registers inlet_events_unrouted_total and
-	// inlet_events_types_seen_total. Nil: not exported.
+	// Metrics registers inlet_events_unrouted_total,
+	// inlet_events_types_seen_total and
+	// inlet_alerts_refused_total{kind="event_type"}. Nil: not exported.
 	Metrics prometheus.Registerer
 	// Leader, when set, lets only the replica it elects log and alert new
 	// types (every replica folds and exports the metric). Nil: this replica
@@ -61,7 +63,9 @@ type EventTypesConfig struct {
 // arrivals into event_types, refreshes the metric and reports each type not
 // seen before (log line and alert, once: event_types.alerted_at records it,
 // so an alert that failed is retried on the next Check and one that went
-// out is not repeated after a restart).
+// out is not repeated after a restart; one the sink refused for good, a 4xx
+// refusing its payload (postAlert), is logged at ERROR, counted and
+// recorded as alerted, not retried).
 type EventTypes struct {
 	cfg EventTypesConfig
 
@@ -70,6 +74,7 @@ type EventTypes struct {
 	logged map[[2]string]bool // new types logged by this process, alert pending
 
 	unrouted, seen *prometheus.Desc
+	refused        prometheus.Counter
 }
 
 // EventTypeRow is one row of event_types as the watcher read it.
@@ -117,9 +122,13 @@ func NewEventTypes(cfg EventTypesConfig) (*EventTypes, error) {
 		seen: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "events", "types_seen_total"),
 			"Events stored by source and event type since event_types was added (types past the cap as _other).",
 			[]string{"source", "type"}, nil),
+		refused: newRefusedCounter("event_type"),
 	}
-	if err := metrics.OrDiscard(cfg.Metrics).Register(w); err != nil {
-		return nil, fmt.Errorf("monitor: event type metrics: %w", err)
+	reg := metrics.OrDiscard(cfg.Metrics)
+	for _, c := range []prometheus.Collector{w, w.refused} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("monitor: event type metrics: %w", err)
+		}
 	}
 	return w, nil
 }
@@ -228,18 +237,24 @@ func (w *EventTypes) Check(ctx context.Context) error {
 	}
 	post := true
 	for _, r := range fresh {
-		// Once the sink refused or did not answer, the rest are logged but
-		// not posted: they wait for the next check, so one check never
-		// takes longer than one alert's timeout (one after another, a
-		// hanging sink held the fold and the metric for minutes: review
-		// helper-83).
-		post = w.report(ctx, r, post) && post
+		// Once the sink is down (not reached, no answer in time, 5xx, 408,
+		// 429), the rest are logged but not posted: they wait for the next
+		// check, so one check never takes longer than one alert's timeout
+		// (one after another, a hanging sink held the fold and the metric
+		// for minutes: review helper-83). A refusal of one alert's payload
+		// does not stop the others: one type's alert refused for good held
+		// back every later type's, at every check (review helper-176).
+		if w.report(ctx, r, post) {
+			post = false
+		}
 	}
 	return nil
 }
 
-// report logs a new type once and, when post, alerts it and records that;
-// false when it was not alerted (the sink failed, or post was false).
+// report logs a new type once and, when post, alerts it and records that
+// (also when the sink refused the alert for good: see postAlert). It
+// reports whether the sink is down (see errSinkUnavailable), so that the
+// check posts no more.
 //
 // Routed is judged as 049's change reports judge it: by whether an enabled
 // subscription's patterns match the type (r.Subscribed), the state recorded
@@ -291,19 +306,22 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 			"source": r.Source, "status": status, "event_type": r.Type, "routed": routed,
 			"first_seen": r.FirstSeen, "reason": reason,
 		}, attrs...)
-		if err != nil {
-			return false // not recorded: retried next Check
+		switch {
+		case errors.Is(err, errAlertRejected):
+			w.refused.Inc() // recorded below: every retry would be refused alike
+		case err != nil:
+			return errors.Is(err, errSinkUnavailable) // not recorded: retried next Check
 		}
 	}
 	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{
 		Provider: r.Source, EventType: r.Type, Routed: &r.Subscribed}); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
-		return true
+		return false
 	}
 	w.mu.Lock()
 	delete(w.logged, key)
 	w.mu.Unlock()
-	return true
+	return false
 }
 
 // newTypeRouting is the routed field and reason of a new named type's

@@ -49,7 +49,8 @@ type SilenceConfig struct {
 	// with an event is judged.
 	Sources []string
 	// AlertURL, when set, receives a JSON POST on each change (silent,
-	// resumed): source, status, last_seen, threshold_seconds, reason.
+	// resumed): source, status, last_seen, threshold_seconds, reason. See
+	// postAlert for what each answer does.
 	AlertURL string
 	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
 	// that follows no redirect (see alertClient).
@@ -58,7 +59,8 @@ type SilenceConfig struct {
 	Now func() time.Time
 	// Logger receives one line per change. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics registers inlet_source_* gauges. Nil: not exported.
+	// Metrics registers inlet_source_* gauges and
+	// inlet_alerts_refused_total{kind="silence"}. Nil: not exported.
 	Metrics prometheus.Registerer
 	// Leader, when set, lets only the replica it elects report changes (log
 	// line and alert), so several streamers send one alert per change; the
@@ -99,6 +101,7 @@ type SilenceDetector struct {
 	lastSeen  *prometheus.GaugeVec
 	silentG   *prometheus.GaugeVec
 	threshold *prometheus.GaugeVec
+	refused   prometheus.Counter
 }
 
 // NewSilenceDetector checks cfg and returns the detector.
@@ -140,9 +143,10 @@ func NewSilenceDetector(cfg SilenceConfig) (*SilenceDetector, error) {
 		lastSeen:  gauge("last_event_timestamp_seconds", "Unix time of the source's newest event."),
 		silentG:   gauge("silent", "1 while the source is silent: no event for longer than its threshold."),
 		threshold: gauge("silence_threshold_seconds", "The silence after which the source counts as silent (Factor × its median gap, or its max_silence); 0 when not yet judged."),
+		refused:   newRefusedCounter("silence"),
 	}
 	reg := metrics.OrDiscard(cfg.Metrics)
-	for _, c := range []prometheus.Collector{h.lastSeen, h.silentG, h.threshold} {
+	for _, c := range []prometheus.Collector{h.lastSeen, h.silentG, h.threshold, h.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("monitor: silence metrics: %w", err)
 		}
@@ -230,9 +234,12 @@ func (h *SilenceDetector) hold(st SourceStatus, r queries.MonitorReportedSilence
 // reports (the leader, or every replica when the election fails), reports
 // each source whose judgement differs from what was last reported
 // (webhook_ingress.source_alerts: log line, alert POST). A report moves
-// that row only once the alert was taken (or no alert URL is set), so a
-// refused alert is sent again at the next check, by whichever replica
-// leads then, and a restart neither repeats nor loses one.
+// that row only once the alert was taken (or no alert URL is set), so an
+// alert the sink did not take is sent again at the next check, by whichever
+// replica leads then, and a restart neither repeats nor loses one. The
+// exception is an alert the sink refuses for good (a 4xx that refuses its
+// payload, see postAlert): it is logged at ERROR, counted and recorded as
+// if taken, as every retry would get the same answer.
 func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	out, err := h.Evaluate(ctx)
 	if err != nil {
@@ -299,13 +306,18 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	}
 	post := true
 	for _, st := range changed {
-		// Once the sink refused or did not answer, the rest are logged but
-		// not posted: unrecorded, they are sent at the next check, so one
-		// check never takes longer than one alert's timeout (one after
-		// another, a hanging sink held every check for sources × the
-		// timeout: review helper-168, as helper-83 found in EventTypes).
-		if !h.report(ctx, st, post) {
-			post = false
+		// Once the sink is down (not reached, no answer in time, 5xx, 408,
+		// 429), the rest are logged but not posted: unrecorded, they are
+		// sent at the next check, so one check never takes longer than one
+		// alert's timeout (one after another, a hanging sink held every
+		// check for sources × the timeout: review helper-168, as helper-83
+		// found in EventTypes). A refusal of one alert's payload does not
+		// stop the others: a sink that refuses one source's alert for good
+		// held back every later source's, at every check (review
+		// helper-176).
+		record, down := h.report(ctx, st, post)
+		post = post && !down
+		if !record {
 			continue // sent again at the next check
 		}
 		// last_seen only for a judgement of the source's own pace (enough
@@ -381,10 +393,11 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 	return st
 }
 
-// report logs st's change and, when post, POSTs its alert; it reports
-// whether the alert was taken (true without an alert URL, false when not
-// post).
-func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool) bool {
+// report logs st's change and, when post, POSTs its alert. record: the
+// change is to be recorded as reported (the alert was taken or refused for
+// good, or there is no alert URL; false when not post). down: the sink
+// cannot take alerts now (see postAlert), so the check posts no more.
+func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool) (record, down bool) {
 	status := "resumed"
 	switch {
 	case st.Silent:
@@ -403,47 +416,113 @@ func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool
 		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "source resumed", attrs...)
 	}
 	if h.cfg.AlertURL == "" {
-		return true
+		return true, false
 	}
 	if !post {
-		return false
+		return false, false
 	}
-	return postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
+	err := postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
 		"source": st.Source, "status": status, "last_seen": st.LastSeen,
 		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
-	}, slog.String("source", st.Source)) == nil
+	}, slog.String("source", st.Source))
+	switch {
+	case err == nil:
+		return true, false
+	case errors.Is(err, errAlertRejected):
+		h.refused.Inc()
+		return true, false // never taken: the state moves on
+	default:
+		return false, errors.Is(err, errSinkUnavailable)
+	}
 }
+
+// What postAlert's error says of the sink; the checks branch on it.
+var (
+	// errSinkUnavailable: the sink was not reached, did not answer in
+	// time, or answered 5xx, 408 or 429, or a 4xx that refuses every alert
+	// (401, 403, 404, 405, 407, 410: sinkConfigRefusal): it cannot take
+	// alerts now. The
+	// alert is sent again at the next check, and this check posts no more
+	// (each would wait out the same fault).
+	errSinkUnavailable = errors.New("alert sink unavailable")
+	// errAlertRejected: the sink answered this alert with another 4xx
+	// (400, 413, 422, ...): it refuses the payload (a chat webhook rejecting a
+	// field, a schema validator) and would refuse it on every retry, as
+	// Alertmanager's notifiers judge it. The alert is logged at ERROR,
+	// counted (inlet_alerts_refused_total) and recorded as reported, not
+	// sent again; the check's other alerts are still posted.
+	errAlertRejected = errors.New("alert refused by the sink")
+)
 
 // postAlert POSTs payload as JSON to alertURL; a failure is logged (with
 // the URL's host only) and returned. kind names the alert in the log line
-// ("silence alert not sent").
+// ("silence alert not sent"). The error wraps errSinkUnavailable (not
+// reached, no answer, 5xx, 408, 429, or a 4xx refusing every alert: the
+// caller stops posting for this check), errAlertRejected (another 4xx: this
+// payload is refused for good),
+// or neither (a 3xx: the alert URL is wrong, the sink never saw the alert;
+// sent again at the next check, until the operator fixes the URL).
 func postAlert(ctx context.Context, client *http.Client, alertURL string, log *slog.Logger, kind string, payload map[string]any, attrs ...slog.Attr) error {
 	body, _ := json.Marshal(payload)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, alertURL, bytes.NewReader(body))
 	if err != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert not sent", append(attrs, slog.String("error", alertError(err)))...)
-		return errors.New(alertError(err))
+		return fmt.Errorf("%w: %s", errSinkUnavailable, alertError(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert not sent", append(attrs,
 			slog.String("alert_host", req.URL.Host), slog.String("error", alertError(err)))...)
-		return errors.New(alertError(err))
+		return fmt.Errorf("%w: %s", errSinkUnavailable, alertError(err))
 	}
 	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert refused", append(attrs, slog.Int("status", resp.StatusCode))...)
-		return fmt.Errorf("alert refused: HTTP %d", resp.StatusCode)
+	switch code := resp.StatusCode; {
+	case code/100 == 2:
+		return nil
+	case code/100 == 5 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || sinkConfigRefusal(code):
+		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert refused", append(attrs, slog.Int("status", code))...)
+		return fmt.Errorf("%w: HTTP %d", errSinkUnavailable, code)
+	case code/100 == 4:
+		log.LogAttrs(ctx, slog.LevelError, kind+" alert refused by the sink, not retried", append(attrs, slog.Int("status", code))...)
+		return fmt.Errorf("%w: HTTP %d", errAlertRejected, code)
+	default:
+		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert refused", append(attrs, slog.Int("status", code))...)
+		return fmt.Errorf("alert refused: HTTP %d", code)
 	}
-	return nil
+}
+
+// sinkConfigRefusal reports whether a 4xx says the sink refuses every
+// alert from this URL, not this alert's payload (a revoked token, a wrong
+// path): dropped, each alert would be lost until the operator notices;
+// held, they are all sent once the URL or token is fixed.
+func sinkConfigRefusal(code int) bool {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusProxyAuthRequired, http.StatusGone:
+		return true
+	}
+	return false
+}
+
+// newRefusedCounter is inlet_alerts_refused_total{kind}: the alerts the
+// sink refused for good (errAlertRejected). The silence detector and the
+// event-type watcher each register their kind in the process's registry.
+func newRefusedCounter(kind string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: "alerts", Name: "refused_total",
+		Help: "Alerts the alert sink refused for good (a 4xx refusing the payload: 400, 413, 422, ...), by kind (silence, event_type): " +
+			"logged at ERROR and recorded as reported, never sent again.",
+		ConstLabels: prometheus.Labels{"kind": kind},
+	})
 }
 
 // alertClient is the default client of the alerts: a 10s timeout, and no
 // redirect followed. Go's client follows a 301 or 302 with a GET without
 // the body, and a 2xx to that GET was recorded as the alert taken: never
 // delivered, never sent again (review helper-168). A 3xx is now a refusal
-// logged with its status and retried, and the operator fixes the URL.
+// logged with its status and retried (the other alerts still posted), and
+// the operator fixes the URL.
 func alertClient() *http.Client {
 	return &http.Client{
 		Timeout:       10 * time.Second,
