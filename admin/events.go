@@ -47,6 +47,12 @@ type EventSummary struct {
 	Jobs []JobState `json:"jobs"`
 }
 
+// MaxWhereBytes is the longest [EventFilter].Where, in bytes: ample for a
+// predicate a person writes, and far short of the nesting PostgreSQL's
+// default max_stack_depth refuses (tens of thousands of steps), a refusal
+// that costs it a parse of the whole path first.
+const MaxWhereBytes = 4096
+
 // EventFilter selects events. Zero fields do not filter.
 type EventFilter struct {
 	// Provider is the exact source name (events.provider).
@@ -63,7 +69,8 @@ type EventFilter struct {
 	// Where is a PostgreSQL JSON path predicate over the payload copy
 	// ('$.data.object.customer == "cus_123"'), evaluated with @@; events
 	// without a payload never match. Bound as a parameter; a path PostgreSQL
-	// rejects is ErrInvalid with its message.
+	// rejects is ErrInvalid with its message, and so is one longer than
+	// MaxWhereBytes.
 	Where string
 	// Before is the keyset cursor: only events with a smaller id. 0 starts at
 	// the newest; pass the previous page's NextBefore for the next.
@@ -84,6 +91,10 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	limit, err := checkPage(f.Limit, f.Before, "event", f.Since, f.Until)
 	if err == nil {
 		err = checkText("source", f.Provider, "type", f.EventType, "external_id", f.ExternalEventID, "where", f.Where)
+	}
+	if err == nil && len(f.Where) > MaxWhereBytes {
+		// Never the path itself: it may name a customer.
+		err = invalid("where: a JSON path of %d bytes, longer than the %d allowed", len(f.Where), MaxWhereBytes)
 	}
 	if err != nil {
 		return EventPage{}, err
@@ -328,9 +339,6 @@ func wherePath(ctx context.Context, tx pgx.Tx, path string) (string, error) {
 // lexer ends it) from the rest.
 var pathMode = regexp.MustCompile(`(?is)^\s*(lax|strict)\b\s*(.*)$`)
 
-// badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error
-// in the jsonpath input, or a path its evaluation rejects) into ErrInvalid
-// with PostgreSQL's own message.
 // checkText refuses a text parameter (name, value pairs) that PostgreSQL
 // cannot store: a NUL byte or bytes that are not UTF-8 (a query string's
 // %00 or %ff). Asked of the database, it was a 500 quoting its error.
@@ -343,10 +351,17 @@ func checkText(pairs ...string) error {
 	return nil
 }
 
+// badPath turns PostgreSQL's refusal of a --where JSON path (a syntax error
+// in the jsonpath input, a path its evaluation rejects, or one past its
+// program limits) into ErrInvalid with PostgreSQL's own message.
 func badPath(err error) error {
 	var pgErr *pgconn.PgError
-	// 42704: a variable ($x) the list cannot pass.
-	if errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "42704" || strings.HasPrefix(pgErr.Code, "22")) {
+	// 42704: a variable ($x) the list cannot pass. Class 54: a path within
+	// MaxWhereBytes nested past the server's max_stack_depth (54001) or
+	// another program limit: the same path fails the same way again, so it
+	// is the request's fault, not a 500.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "42704" ||
+		strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54")) {
 		return invalid("where: PostgreSQL rejects the JSON path: %s", pgErr.Message)
 	}
 	return err

@@ -62,7 +62,7 @@ Events without a payload never match.
 	external := fs.String("external-id", "", "only the event with this provider event id")
 	occAfter := fs.String("occurred-after", "", "only events the provider says happened at or after (same forms as --since)")
 	occBefore := fs.String("occurred-before", "", "only events the provider says happened before (same forms as --since)")
-	where := fs.String("where", "", `only events whose payload matches this JSON path predicate ('$.data.object.amount > 1000')`)
+	where := fs.String("where", "", fmt.Sprintf(`only events whose payload matches this JSON path predicate ('$.data.object.amount > 1000'; at most %d bytes)`, admin.MaxWhereBytes))
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most events to print (at most %d)", admin.MaxLimit))
 	before := fs.Int64("before", 0, "only events with a smaller id (the next page)")
 	asJSON := fs.Bool("json", false, "print JSON")
