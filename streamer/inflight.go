@@ -65,11 +65,39 @@ type inFlight struct {
 	routes  jobRoutes
 	routed  time.Time // when routes were read: at most every routesRefresh
 	counted time.Time
+	// topics pace each topic of a routed handler (a role's, or the
+	// handler's own for jobs no scope covers) as pace and unext pace a
+	// handler: its consumers are one role's, which may be far slower than
+	// another role's sharing the handler, and the handler's pace is theirs
+	// together (review helper-173). See Streamer.paceRoutes.
+	topics map[string]*topicPace
+}
+
+// topicPace is one topic's pace and its unextended leases, by the recounts
+// (CountLeasedRoutedJobs mapped through topicOf) plus what this streamer
+// published on it since.
+type topicPace struct {
+	pace  handlerPace
+	unext int
+	// deferred is when the last reference deferred on the topic is due
+	// again: the next one is due a job's time after it, so a backlog
+	// deferred over several claims comes back at the topic's pace, not all
+	// at once.
+	deferred time.Time
+	// counted is the server's time of the last recount's snapshot: a lease
+	// taken before it is in the count (pace.prev), a later one is not.
+	// Other claim loops of this streamer lease, publish and defer between
+	// recounts, so each lease's time says whether the count holds it: a
+	// lease counted and then deferred unpublished, or published after the
+	// count and added again, read as jobs the role finished, and the pace
+	// read high leased more than the role starts (to expire).
+	counted time.Time
 }
 
 func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inFlight {
 	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{},
-		lease: lease, floor: floor, batch: batch, pace: map[string]*handlerPace{}, unext: map[string]int{}}
+		lease: lease, floor: floor, batch: batch, pace: map[string]*handlerPace{}, unext: map[string]int{},
+		topics: map[string]*topicPace{}}
 }
 
 // handlerPace estimates how fast a handler's leases end (completed, failed,
@@ -264,7 +292,27 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 			routes[r.Handler] = append(routes[r.Handler], jobRoute{role: r.RoleName, provider: r.ProviderPattern, eventType: r.EventTypePattern})
 		}
 	}
+	topicCounts, countedAt, err := countRouted(ctx, pool, routes)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
+	for t, tp := range f.topics {
+		c, ok := topicCounts[t]
+		if !ok && !routes.hasTopic(t) {
+			delete(f.topics, t) // its handler is no longer shared, or its role gone
+			continue
+		}
+		tp.pace.note(c.leased, now)
+		tp.unext, tp.counted = c.unext, countedAt
+	}
+	for t, c := range topicCounts {
+		if _, ok := f.topics[t]; !ok {
+			tp := &topicPace{unext: c.unext, counted: countedAt}
+			tp.pace.note(c.leased, now)
+			f.topics[t] = tp
+		}
+	}
 	for h, p := range f.pace {
 		if _, ok := counts[h]; !ok {
 			p.note(0, now)
@@ -317,4 +365,140 @@ func (f *inFlight) leased(h string, n int) {
 	f.unext[h] += n
 	f.paceOf(h).mine += n
 	f.mu.Unlock()
+}
+
+// routedCount is one topic's leases: all, and those nobody has extended.
+type routedCount struct{ leased, unext int }
+
+// countRouted counts the leases of the routed handlers per topic
+// (CountLeasedRoutedJobs, each group mapped by topicOf), and returns the
+// server's time of the count; nothing is read when no handler is routed.
+func countRouted(ctx context.Context, pool *pgxpool.Pool, routes jobRoutes) (map[string]routedCount, time.Time, error) {
+	if len(routes) == 0 {
+		return nil, time.Time{}, nil
+	}
+	handlers := make([]string, 0, len(routes))
+	for h := range routes {
+		handlers = append(handlers, h)
+	}
+	rows, err := queries.New(pool).CountLeasedRoutedJobs(ctx, handlers)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("count leased jobs of shared handlers: %w", err)
+	}
+	counts := map[string]routedCount{}
+	var at time.Time
+	for _, r := range rows {
+		at = r.CountedAt
+		if r.Handler == "" {
+			continue // the row that carries the time alone
+		}
+		t := routes.topicOf(r.Handler, r.Provider, r.EventType)
+		c := counts[t]
+		c.leased += int(r.Leased)
+		c.unext += int(r.Unextended)
+		counts[t] = c
+	}
+	return counts, at, nil
+}
+
+// topicRoom is how many more references may wait on topic t of a routed
+// handler (what its consumers start in half a lease at its pace, at least
+// floor, at most limit, less its unextended leases) and how long, at that
+// pace, its consumers take per job: at a pace read as zero (a role stalled
+// or gone quiet), the floor's pace (floor jobs in half a lease); while the
+// pace is not read yet (a topic new to this streamer), 0.
+func (f *inFlight) topicRoom(t string) (room int, per time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tp := f.topics[t]
+	if tp == nil || !tp.pace.measured {
+		unext := 0
+		if tp != nil {
+			unext = tp.unext
+		}
+		return max(min(f.floor, f.limit)-unext, 0), 0
+	}
+	limit := min(max(int(tp.pace.perSecond*f.lease.Seconds()/2), f.floor), f.limit)
+	per = f.lease / 2 / time.Duration(f.floor)
+	if tp.pace.perSecond*per.Seconds() > 1 {
+		per = time.Duration(float64(time.Second) / tp.pace.perSecond)
+	}
+	return max(limit-tp.unext, 0), per
+}
+
+// topicPublished adds a reference published on topic t of a routed
+// handler, leased at leasedAt (the server's time): to what the last
+// recount did not count.
+func (f *inFlight) topicPublished(t string, leasedAt time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tp := f.topics[t]
+	if tp == nil {
+		tp = &topicPace{}
+		f.topics[t] = tp
+	}
+	if !leasedAt.Before(tp.counted) {
+		tp.unext++
+		tp.pace.mine++
+	}
+}
+
+// released takes back n leases of h that leased counted and this streamer
+// gave back unpublished.
+func (f *inFlight) released(h string, n int) {
+	f.mu.Lock()
+	f.counts[h] -= n
+	f.unext[h] -= n
+	f.paceOf(h).mine -= n
+	f.mu.Unlock()
+}
+
+// topicDefer is when a reference deferred now on topic t is due again: a
+// job's time per after the topic's last deferred one (or after now), at
+// most maxDefer from now. With per 0 (the topic's pace not read yet) it is
+// soon, unchained: by then the pace is read (a reading comes within a few
+// recounts), and the references are deferred by it if need be.
+func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.Time {
+	if per == 0 {
+		return now.Add(2 * paceWindow)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tp := f.topics[t]
+	if tp == nil {
+		tp = &topicPace{}
+		f.topics[t] = tp
+	}
+	due := now.Add(per)
+	if tp.deferred.After(now) {
+		due = tp.deferred.Add(per)
+	}
+	if limit := now.Add(maxDefer); due.After(limit) {
+		due = limit
+	}
+	tp.deferred = due
+	return due
+}
+
+// topicDeferred says a lease on topic t, taken at leasedAt, was given back
+// unpublished: if the last recount counted it, the next must not read it
+// as a job the topic's consumers finished.
+func (f *inFlight) topicDeferred(t string, leasedAt time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if tp := f.topics[t]; tp != nil && leasedAt.Before(tp.counted) {
+		tp.unext--
+		tp.pace.mine--
+	}
+}
+
+// topicExpired says the reaper took back an expired lease on topic t: it
+// ended, but not at the consumers' pace (counted as published or at the
+// last recount, it must not read as finished).
+func (f *inFlight) topicExpired(t string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if tp := f.topics[t]; tp != nil {
+		tp.pace.mine--
+	}
 }

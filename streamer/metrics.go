@@ -28,6 +28,7 @@ func (s *Streamer) registerMetrics(reg prometheus.Registerer) error {
 		counter("leased_total", "Jobs leased (an attempt each, unless its lease is given back: a bus that refused its reference, a stop).", s.claimed.Load, nil),
 		counter("published_total", "Job references published on the bus.", s.published.Load, nil),
 		counter("publish_failures_total", "Job references the bus refused; their leases were given back.", s.publishFailed.Load, nil),
+		counter("leases_deferred_total", "Leases of a handler shared by consumer roles given back unpublished, due again later: beyond what the role their job is routed to starts within half a lease.", s.deferred.Load, nil),
 		counter("reaped_total", "Expired leases taken back by the reaper and made due again (those dead-lettered are reaped_dead_letters_total, not counted here).", s.reaped.Load, nil),
 		counter("reaped_dead_letters_total", "Expired leases that were the job's last attempt: dead-lettered.", s.deadLettered.Load, nil),
 		counter("wakeups_total", wake, s.notifyWakeups.Load, prometheus.Labels{"cause": "notify"}),

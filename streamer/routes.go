@@ -70,3 +70,19 @@ func globMatch(pattern, s string) bool {
 	}
 	return len(s) >= len(last) && strings.HasSuffix(s, last)
 }
+
+// hasTopic reports whether t is the topic of a route in rt, or the own topic
+// of a handler rt routes.
+func (rt jobRoutes) hasTopic(t string) bool {
+	for h, routes := range rt {
+		if t == bus.Topic(h) {
+			return true
+		}
+		for _, r := range routes {
+			if t == bus.RoleTopic(h, r.role) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -170,6 +170,10 @@ type Stats struct {
 	Claimed       int64 // jobs leased
 	Published     int64 // references published
 	PublishFailed int64 // references not published (leases given back)
+	// Deferred are leases of handlers shared by consumer roles given back
+	// unpublished, due again later: beyond what their role starts within
+	// half a lease (paceRoutes).
+	Deferred      int64
 	Reaped        int64 // expired leases returned to pending
 	DeadLettered  int64 // expired leases on their last attempt
 	NotifyWakeups int64
@@ -199,13 +203,13 @@ type Streamer struct {
 	// lastRefused is when the bus last refused a publish (unix ns).
 	lastRefused atomic.Int64
 
-	claims, claimed, published, publishFailed atomic.Int64
-	fullClaims                                atomic.Int64
-	lastFullClaim                             atomic.Int64 // unix ns of the last claim over every partition
-	fullClaimDue                              atomic.Bool  // the poll tick asks for a claim over every partition
-	reaped, deadLettered                      atomic.Int64
-	notifyWakeups, pollWakeups                atomic.Int64
-	replicationWakeups                        atomic.Int64
+	claims, claimed, published, publishFailed, deferred atomic.Int64
+	fullClaims                                          atomic.Int64
+	lastFullClaim                                       atomic.Int64 // unix ns of the last claim over every partition
+	fullClaimDue                                        atomic.Bool  // the poll tick asks for a claim over every partition
+	reaped, deadLettered                                atomic.Int64
+	notifyWakeups, pollWakeups                          atomic.Int64
+	replicationWakeups                                  atomic.Int64
 
 	mu      sync.Mutex
 	loops   loop.Group
@@ -261,7 +265,7 @@ func (s *Streamer) Replication() *Replication { return s.replication }
 func (s *Streamer) Stats() Stats {
 	return Stats{
 		Claims: s.claims.Load(), FullClaims: s.fullClaims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
-		PublishFailed: s.publishFailed.Load(), Reaped: s.reaped.Load(), DeadLettered: s.deadLettered.Load(),
+		PublishFailed: s.publishFailed.Load(), Deferred: s.deferred.Load(), Reaped: s.reaped.Load(), DeadLettered: s.deadLettered.Load(),
 		NotifyWakeups: s.notifyWakeups.Load(), PollWakeups: s.pollWakeups.Load(),
 		ReplicationWakeups: s.replicationWakeups.Load(),
 	}
@@ -638,11 +642,96 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 		return 0, nil
 	}
 	s.claimed.Add(int64(len(b.refs)))
+	leased := len(b.refs)
+	s.paceRoutes(ctx, b)
+	if len(b.refs) == 0 {
+		return leased, nil // every lease deferred: the claims walk on past them
+	}
 	if failed := s.publish(ctx, b.refs, b.traces); failed == len(b.refs) {
 		// The bus is away: say so, so the loop backs off too.
-		return len(b.refs), fmt.Errorf("publish %d of %d references: %w", failed, len(b.refs), ErrPublish)
+		return leased, fmt.Errorf("publish %d of %d references: %w", failed, len(b.refs), ErrPublish)
 	}
-	return len(b.refs), nil
+	return leased, nil
+}
+
+// maxDefer bounds how far paceRoutes moves a job's due time.
+const maxDefer = 10 * time.Minute
+
+// paceRoutes holds each topic of a handler shared by consumer roles to what
+// that role's consumers start within half a lease (inFlight.topicRoom): the
+// claims lease a handler at its pace, which is its roles' together, and a
+// slow role's references beyond that waited in the bus past their leases,
+// which the reaper counted as attempts, dead-lettering jobs its handler
+// never saw (review helper-173). The references beyond a topic's room are
+// given back unpublished (their attempts do not count), each due again when
+// its role is expected to have room for it: one role's job time after the
+// topic's last deferred one (at most maxDefer from now), so the claims
+// reach the other roles' jobs behind a slow role's backlog, and each
+// deferred job is leased again about once. If the give-back fails, everything is published
+// as before.
+func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
+	rt := s.inFlight.routeTable()
+	if len(rt) == 0 {
+		return
+	}
+	type topicState struct {
+		room int
+		per  time.Duration
+	}
+	topics := map[string]*topicState{}
+	topicOf := make([]string, len(b.refs)) // "" for a handler not routed
+	deferred := make([]bool, len(b.refs))
+	var back queries.DeferJobsParams
+	now := time.Now()
+	for i, r := range b.refs {
+		if len(rt[r.Handler]) == 0 {
+			continue
+		}
+		t := rt.topicOf(r.Handler, r.Provider, r.EventType)
+		topicOf[i] = t
+		st := topics[t]
+		if st == nil {
+			st = &topicState{}
+			st.room, st.per = s.inFlight.topicRoom(t)
+			topics[t] = st
+		}
+		if st.room > 0 {
+			st.room--
+			continue
+		}
+		deferred[i] = true
+		back.JobIds = append(back.JobIds, r.JobID)
+		back.Attempts = append(back.Attempts, int32(r.Attempt)) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the claim read
+		back.LeasedAt = append(back.LeasedAt, r.LeasedAt)
+		back.DueAt = append(back.DueAt, s.inFlight.topicDefer(t, st.per, now))
+	}
+	if len(back.JobIds) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+		back.LeaseHolder = s.cfg.ID
+		err := queries.New(s.cfg.Pool).DeferJobs(rctx, back)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("defer leases beyond a shared handler's role's pace failed; publishing them",
+				slog.Int("jobs", len(back.JobIds)), slog.String("error", err.Error()))
+			clear(deferred)
+		} else {
+			s.deferred.Add(int64(len(back.JobIds)))
+		}
+	}
+	kept := 0
+	for i, r := range b.refs {
+		switch {
+		case deferred[i]:
+			s.inFlight.released(r.Handler, 1)
+			s.inFlight.topicDeferred(topicOf[i], r.LeasedAt)
+			continue
+		case topicOf[i] != "":
+			s.inFlight.topicPublished(topicOf[i], r.LeasedAt)
+		}
+		b.refs[kept], b.traces[kept] = r, b.traces[i]
+		kept++
+	}
+	b.refs, b.traces = b.refs[:kept], b.traces[:kept]
 }
 
 // claimLimited leases up to batch jobs of the limited handler h: LockHandlerLimits,
@@ -968,9 +1057,13 @@ func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
 	}
 	var n, dead int
 	byHandler := map[string]int{}
+	rt := s.inFlight.routeTable()
 	for _, r := range rows {
 		n++
 		byHandler[r.Handler]++
+		if len(rt[r.Handler]) > 0 {
+			s.inFlight.topicExpired(rt.topicOf(r.Handler, r.Provider, r.EventType))
+		}
 		if r.Status == "dead_letter" {
 			dead++
 		}

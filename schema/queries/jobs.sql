@@ -160,6 +160,64 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM target))
   AND j.status = 'leased'
   AND j.lease_holder_id = sqlc.arg(lease_holder)::text;
 
+-- name: CountLeasedRoutedJobs :many
+-- Jobs leased now of the handlers shared by consumer roles (ListJobRoutes),
+-- per source and event type: the streamer maps each group to the topic its
+-- references go to (a role's, by its scopes) and paces each topic by what
+-- its own consumers finish, so a slow role's jobs are not leased at a fast
+-- role's pace (review helper-173). unextended as in CountLeasedJobs.
+-- counted_at is the time of the count's snapshot (one row with an empty
+-- handler carries it when nothing is leased): a lease taken (attempted_at)
+-- before it is counted here, a later one is not.
+SELECT handler, provider, event_type, count(*) AS leased, count(*) FILTER (WHERE worker_id IS NULL) AS unextended,
+       now()::timestamptz AS counted_at
+FROM webhook_ingress.jobs
+WHERE lease_expires_at IS NOT NULL
+  AND status = 'leased'
+  AND handler = ANY(sqlc.arg(handlers)::text[])
+GROUP BY handler, provider, event_type
+UNION ALL
+SELECT '', '', '', 0, 0, now();
+
+-- name: DeferJobs :exec
+-- Give back leases, unpublished, as ReleaseJobs does (pending, the attempt
+-- not counted, named by token and holder, locked in id order), each job
+-- due again at due_at[i] instead of at once: the references of a routed
+-- handler beyond what their role's consumers start within half a lease,
+-- due when that role is expected to have room for them. Claimed at once
+-- again, a backlog of the slow role ahead in due order would be leased and
+-- given back on every claim, and the other roles' jobs behind it never
+-- reached. The job's due time moves, so the lag (MonitorLag) of a deferred
+-- job counts from due_at.
+WITH token AS (
+    SELECT u.id, u.attempt, u.leased_at, u.due_at
+    FROM ROWS FROM (unnest(sqlc.arg(job_ids)::bigint[]), unnest(sqlc.arg(attempts)::integer[]),
+                    unnest(sqlc.arg(leased_at)::timestamptz[]), unnest(sqlc.arg(due_at)::timestamptz[]))
+         AS u(id, attempt, leased_at, due_at)
+), target AS (
+    SELECT j.id FROM webhook_ingress.jobs j
+    JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
+    WHERE j.id = ANY(sqlc.arg(job_ids)::bigint[])
+      AND j.status = 'leased'
+      AND j.lease_holder_id = sqlc.arg(lease_holder)::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE webhook_ingress.jobs j
+SET status           = 'pending',
+    attempt_count    = j.attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+    updated_at       = now()
+FROM token t
+WHERE j.id = ANY(ARRAY(SELECT id FROM target))
+  AND t.id = j.id
+  AND t.attempt = j.attempt_count
+  AND t.leased_at = j.attempted_at
+  AND j.status = 'leased'
+  AND j.lease_holder_id = sqlc.arg(lease_holder)::text;
+
 -- name: ReapExpiredLeases :many
 -- Leases that ran out without an outcome. Taking an attempt writes nothing,
 -- so whether a handler ran is judged by who was there: when the attempt's
@@ -202,7 +260,8 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND e.ran
-    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler
+    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler,
+              j.provider, j.event_type
 ), idle AS (
     UPDATE webhook_ingress.jobs j
     SET status           = 'pending',
@@ -216,15 +275,15 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND NOT e.ran
-    RETURNING j.id, j.status, j.handler
+    RETURNING j.id, j.status, j.handler, j.provider, j.event_type
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
     SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
     FROM ran
 )
-SELECT id, status, handler FROM ran
+SELECT id, status, handler, provider, event_type FROM ran
 UNION ALL
-SELECT id, status, handler FROM idle;
+SELECT id, status, handler, provider, event_type FROM idle;
 
 -- name: FetchJobs :many
 -- The consumer's read of a batch of references, writing nothing: attempt

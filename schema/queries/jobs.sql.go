@@ -402,6 +402,121 @@ func (q *Queries) CountLeasedJobs(ctx context.Context) ([]CountLeasedJobsRow, er
 	return items, nil
 }
 
+const CountLeasedRoutedJobs = `-- name: CountLeasedRoutedJobs :many
+SELECT handler, provider, event_type, count(*) AS leased, count(*) FILTER (WHERE worker_id IS NULL) AS unextended,
+       now()::timestamptz AS counted_at
+FROM webhook_ingress.jobs
+WHERE lease_expires_at IS NOT NULL
+  AND status = 'leased'
+  AND handler = ANY($1::text[])
+GROUP BY handler, provider, event_type
+UNION ALL
+SELECT '', '', '', 0, 0, now()
+`
+
+type CountLeasedRoutedJobsRow struct {
+	Handler    string
+	Provider   string
+	EventType  string
+	Leased     int64
+	Unextended int64
+	CountedAt  time.Time
+}
+
+// Jobs leased now of the handlers shared by consumer roles (ListJobRoutes),
+// per source and event type: the streamer maps each group to the topic its
+// references go to (a role's, by its scopes) and paces each topic by what
+// its own consumers finish, so a slow role's jobs are not leased at a fast
+// role's pace (review helper-173). unextended as in CountLeasedJobs.
+// counted_at is the time of the count's snapshot (one row with an empty
+// handler carries it when nothing is leased): a lease taken (attempted_at)
+// before it is counted here, a later one is not.
+func (q *Queries) CountLeasedRoutedJobs(ctx context.Context, handlers []string) ([]CountLeasedRoutedJobsRow, error) {
+	rows, err := q.db.Query(ctx, CountLeasedRoutedJobs, handlers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountLeasedRoutedJobsRow
+	for rows.Next() {
+		var i CountLeasedRoutedJobsRow
+		if err := rows.Scan(
+			&i.Handler,
+			&i.Provider,
+			&i.EventType,
+			&i.Leased,
+			&i.Unextended,
+			&i.CountedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const DeferJobs = `-- name: DeferJobs :exec
+WITH token AS (
+    SELECT u.id, u.attempt, u.leased_at, u.due_at
+    FROM ROWS FROM (unnest($2::bigint[]), unnest($3::integer[]),
+                    unnest($4::timestamptz[]), unnest($5::timestamptz[]))
+         AS u(id, attempt, leased_at, due_at)
+), target AS (
+    SELECT j.id FROM webhook_ingress.jobs j
+    JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
+    WHERE j.id = ANY($2::bigint[])
+      AND j.status = 'leased'
+      AND j.lease_holder_id = $1::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE webhook_ingress.jobs j
+SET status           = 'pending',
+    attempt_count    = j.attempt_count - 1,
+    lease_holder_id  = NULL,
+    lease_expires_at = NULL,
+    next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+    updated_at       = now()
+FROM token t
+WHERE j.id = ANY(ARRAY(SELECT id FROM target))
+  AND t.id = j.id
+  AND t.attempt = j.attempt_count
+  AND t.leased_at = j.attempted_at
+  AND j.status = 'leased'
+  AND j.lease_holder_id = $1::text
+`
+
+type DeferJobsParams struct {
+	LeaseHolder string
+	JobIds      []int64
+	Attempts    []int32
+	LeasedAt    []time.Time
+	DueAt       []time.Time
+}
+
+// Give back leases, unpublished, as ReleaseJobs does (pending, the attempt
+// not counted, named by token and holder, locked in id order), each job
+// due again at due_at[i] instead of at once: the references of a routed
+// handler beyond what their role's consumers start within half a lease,
+// due when that role is expected to have room for them. Claimed at once
+// again, a backlog of the slow role ahead in due order would be leased and
+// given back on every claim, and the other roles' jobs behind it never
+// reached. The job's due time moves, so the lag (MonitorLag) of a deferred
+// job counts from due_at.
+func (q *Queries) DeferJobs(ctx context.Context, arg DeferJobsParams) error {
+	_, err := q.db.Exec(ctx, DeferJobs,
+		arg.LeaseHolder,
+		arg.JobIds,
+		arg.Attempts,
+		arg.LeasedAt,
+		arg.DueAt,
+	)
+	return err
+}
+
 const ExtendLease = `-- name: ExtendLease :one
 UPDATE webhook_ingress.jobs
 SET lease_expires_at = greatest(lease_expires_at, now() + $3::interval),
@@ -752,7 +867,8 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND e.ran
-    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler
+    RETURNING j.id, j.event_received_at, j.status, e.worker_id, j.attempt_count AS attempt, j.attempted_at, e.reason, j.handler,
+              j.provider, j.event_type
 ), idle AS (
     UPDATE webhook_ingress.jobs j
     SET status           = 'pending',
@@ -766,21 +882,23 @@ WITH expired AS (
     WHERE j.id = e.id
       AND j.event_received_at = e.event_received_at
       AND NOT e.ran
-    RETURNING j.id, j.status, j.handler
+    RETURNING j.id, j.status, j.handler, j.provider, j.event_type
 ), history AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
     SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
     FROM ran
 )
-SELECT id, status, handler FROM ran
+SELECT id, status, handler, provider, event_type FROM ran
 UNION ALL
-SELECT id, status, handler FROM idle
+SELECT id, status, handler, provider, event_type FROM idle
 `
 
 type ReapExpiredLeasesRow struct {
-	ID      int64
-	Status  string
-	Handler string
+	ID        int64
+	Status    string
+	Handler   string
+	Provider  string
+	EventType string
 }
 
 // Leases that ran out without an outcome. Taking an attempt writes nothing,
@@ -806,7 +924,13 @@ func (q *Queries) ReapExpiredLeases(ctx context.Context, batchSize int64) ([]Rea
 	var items []ReapExpiredLeasesRow
 	for rows.Next() {
 		var i ReapExpiredLeasesRow
-		if err := rows.Scan(&i.ID, &i.Status, &i.Handler); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Status,
+			&i.Handler,
+			&i.Provider,
+			&i.EventType,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
