@@ -439,8 +439,9 @@ func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool
 // What postAlert's error says of the sink; the checks branch on it.
 var (
 	// errSinkUnavailable: the sink was not reached, did not answer in
-	// time, or answered 5xx, 408 or 429, or a 4xx that refuses every alert
-	// (401, 403, 404, 405, 407, 410: sinkConfigRefusal): it cannot take
+	// time, or answered 5xx or a 4xx saying to send it again (408, 421,
+	// 425, 429: sinkTransient), or a 4xx that refuses every alert (401,
+	// 403, 404, 405, 407, 410, 415, 426: sinkConfigRefusal): it cannot take
 	// alerts now. The
 	// alert is sent again at the next check, and this check posts no more
 	// (each would wait out the same fault).
@@ -457,7 +458,7 @@ var (
 // postAlert POSTs payload as JSON to alertURL; a failure is logged (with
 // the URL's host only) and returned. kind names the alert in the log line
 // ("silence alert not sent"). The error wraps errSinkUnavailable (not
-// reached, no answer, 5xx, 408, 429, or a 4xx refusing every alert: the
+// reached, no answer, 5xx, a 4xx saying to send it again or refusing every alert: the
 // caller stops posting for this check), errAlertRejected (another 4xx: this
 // payload is refused for good),
 // or neither (a 3xx: the alert URL is wrong, the sink never saw the alert;
@@ -480,7 +481,7 @@ func postAlert(ctx context.Context, client *http.Client, alertURL string, log *s
 	switch code := resp.StatusCode; {
 	case code/100 == 2:
 		return nil
-	case code/100 == 5 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || sinkConfigRefusal(code):
+	case code/100 == 5 || sinkTransient(code) || sinkConfigRefusal(code):
 		log.LogAttrs(ctx, slog.LevelWarn, kind+" alert refused", append(attrs, slog.Int("status", code))...)
 		return fmt.Errorf("%w: HTTP %d", errSinkUnavailable, code)
 	case code/100 == 4:
@@ -492,14 +493,27 @@ func postAlert(ctx context.Context, client *http.Client, alertURL string, log *s
 	}
 }
 
+// sinkTransient reports whether a 4xx says the same request may be sent
+// again as it is: 408, 429, 421 (a proxy routed it to the wrong server, RFC
+// 9110 §15.5.20) and 425 (too early, RFC 8470). Recorded as refused, an
+// alert answered so once was lost for good (review helper-181).
+func sinkTransient(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusMisdirectedRequest, http.StatusTooEarly:
+		return true
+	}
+	return false
+}
+
 // sinkConfigRefusal reports whether a 4xx says the sink refuses every
 // alert from this URL, not this alert's payload (a revoked token, a wrong
-// path): dropped, each alert would be lost until the operator notices;
-// held, they are all sent once the URL or token is fixed.
+// path, plain HTTP to a sink that demands TLS, a sink that takes no JSON):
+// dropped, each alert would be lost until the operator notices; held, they
+// are all sent once the URL or token is fixed.
 func sinkConfigRefusal(code int) bool {
 	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed,
-		http.StatusProxyAuthRequired, http.StatusGone:
+		http.StatusProxyAuthRequired, http.StatusGone, http.StatusUnsupportedMediaType, http.StatusUpgradeRequired:
 		return true
 	}
 	return false
