@@ -140,7 +140,18 @@ func (p *handlerPace) note(leased int, now time.Time) {
 
 // capOf is how many unextended leases h may have: what its consumers start
 // in half a lease at its pace, at least floor, at most limit.
+//
+// A handler shared by consumer roles (in the route table) is held to
+// limit only: its roles are paced each by its own consumers
+// (Streamer.paceRoutes), and the handler's pace is theirs together, so a
+// slow role's references waiting for its consumers filled the handler's
+// room, cut its claims to the few jobs ahead in due order (the slow role's),
+// and the other roles' jobs behind them were never reached (review
+// helper-180).
 func (f *inFlight) capOf(h string) int {
+	if len(f.routes[h]) > 0 {
+		return f.limit
+	}
 	p := f.pace[h]
 	if p == nil {
 		return min(f.floor, f.limit)
@@ -240,7 +251,7 @@ func (f *inFlight) full() []string {
 // reading comes within a few milliseconds.
 func (f *inFlight) unmeasuredAtFloor() bool {
 	for h, p := range f.pace {
-		if !p.measured && f.unext[h] >= f.floor {
+		if !p.measured && f.unext[h] >= f.floor && len(f.routes[h]) == 0 {
 			return true
 		}
 	}
@@ -341,8 +352,8 @@ func (f *inFlight) paceOf(h string) *handlerPace {
 func (f *inFlight) floorRoom(h string) (room int, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p := f.pace[h]; p != nil && p.measured {
-		return 0, false
+	if p := f.pace[h]; (p != nil && p.measured) || len(f.routes[h]) > 0 {
+		return 0, false // paced, or paced per role (capOf)
 	}
 	return max(f.floor-f.unext[h], 0), true
 }
