@@ -8,7 +8,12 @@
 // leaves the relay. A verified one is forwarded over HTTPS to
 // <target>/webhooks/{source} with its exact bytes and its headers (less the
 // hop-by-hop ones), signed with the relay's own Inlet-Relay-Signature (see
-// verify.SignRelay for the format). The customer's ingress, whose source
+// verify.SignRelay for the format). The ingress hashes the headers it
+// receives, so the relay signs and sends them as net/http will put them on
+// the wire (wireHeaders): the first User-Agent only, none when it is empty;
+// Cookie as the one "; "-joined value an HTTP/2 receiver rebuilds from its
+// crumbs; Accept-Encoding without empty values, beside which a compressing
+// transport would add its own. The customer's ingress, whose source
 // lists the relay's secrets as relay_secrets, checks that signature and then
 // the provider's, and commits the event; only then does the relay answer the
 // provider 2xx. When the ingress fails or cannot be reached the provider gets

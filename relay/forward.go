@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,6 +116,7 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 		requestURI += "?" + r.URL.RawQuery
 	}
 	header := verify.RelayForwardHeaders(r.Header)
+	wireHeaders(header)
 	signed := verify.SignRelay(f.secrets, f.now(), source, requestURI, header, body)
 	for k, v := range signed {
 		header[k] = v
@@ -132,6 +134,63 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 		}
 	}
 	return out
+}
+
+// wireHeaders rewrites h, in place, to the headers net/http will put on the
+// wire, over HTTP/1.1 and HTTP/2 alike, so that the relay signs what the
+// ingress receives: a value the transport drops or rewrites after signing is
+// refused by the ingress (relay_headers_mismatch) on every retry, and the
+// event is lost. The ingress hashes what it receives, so this is the relay's
+// business alone and relays and ingresses of other versions still agree.
+// The other headers the transport sets or drops (Host, Content-Length,
+// Transfer-Encoding, the hop-by-hop ones) are not forwarded at all
+// (verify.RelayForwardHeaders), and net/http sends the rest as they are.
+func wireHeaders(h http.Header) {
+	// The client sends at most one User-Agent, the first value, and none
+	// when that is empty (net/http's request write and its HTTP/2
+	// encoder).
+	if ua, ok := h["User-Agent"]; ok {
+		if len(ua) == 0 || strings.Trim(ua[0], " \t") == "" {
+			delete(h, "User-Agent")
+		} else {
+			h["User-Agent"] = ua[:1]
+		}
+	}
+	// HTTP/2 sends Cookie as crumbs, each value split at ';', and the
+	// receiver joins them back into one value with "; " (RFC 9113 section
+	// 8.2.3): "a=1;b=2", or two Cookie lines "a=1" and "b=2", arrive as
+	// "a=1; b=2". That form, with no empty crumb nor spaces around one,
+	// goes through the split and join unchanged, and HTTP/1.1 sends it
+	// verbatim.
+	if vs, ok := h["Cookie"]; ok {
+		var crumbs []string
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ";") {
+				if c = strings.Trim(c, " \t"); c != "" {
+					crumbs = append(crumbs, c)
+				}
+			}
+		}
+		if len(crumbs) == 0 {
+			delete(h, "Cookie")
+		} else {
+			h["Cookie"] = []string{strings.Join(crumbs, "; ")}
+		}
+	}
+	// A transport with compression on (a Config.Transport; the default one
+	// has it off) adds "Accept-Encoding: gzip" when the request has none,
+	// and over HTTP/1.1 also when its first value is empty. In place of none
+	// that is an unlisted header, which the ingress neither checks nor
+	// stores; beside a signed empty value it changes a signed header. So
+	// empty values are not forwarded.
+	if vs, ok := h["Accept-Encoding"]; ok {
+		vs = slices.DeleteFunc(slices.Clone(vs), func(v string) bool { return strings.Trim(v, " \t") == "" })
+		if len(vs) == 0 {
+			delete(h, "Accept-Encoding")
+		} else {
+			h["Accept-Encoding"] = vs
+		}
+	}
 }
 
 // send posts body to u with rawQuery set on the built URL, not parsed from
