@@ -114,8 +114,10 @@ type handlerPace struct {
 }
 
 const (
-	paceWindow = 100 * time.Millisecond // shortest window a pace is read over
-	paceDecay  = 10 * time.Second       // time constant of a pace going down
+	paceWindow    = 100 * time.Millisecond // shortest window a pace is read over
+	paceMaxWindow = 2 * time.Second        // longest: read then whatever ended in it
+	paceEnds      = 4                      // ends a window shorter than paceMaxWindow needs
+	paceDecay     = 10 * time.Second       // time constant of a pace going down
 )
 
 // note records a recount of h: leased now.
@@ -127,10 +129,19 @@ func (p *handlerPace) note(leased int, now time.Time) {
 		return
 	}
 	dt := now.Sub(p.window)
-	// The first reading comes after a recount or two (the handler is held
-	// at the floor until then, and counted again every atLimitRefresh);
-	// later ones over paceWindow at least.
-	if dt < paceWindow && (p.measured || p.finished == 0) {
+	// A window is read once it holds paceEnds ends and is paceWindow long
+	// (the first one as soon as it holds them: a fast handler's within a
+	// recount or two, held at the floor until then and counted again every
+	// atLimitRefresh), or once it is paceMaxWindow long whatever it holds.
+	// Read over 100 ms whatever it held, one end read as 10 jobs/s: a
+	// handler slower than that was read at ~10/s (up at once, down over
+	// 10 s), its room five times what it starts in half a lease at 2/s, and
+	// references waiting in the bus for it expired as counted attempts
+	// (review helper-185).
+	switch {
+	case dt >= paceMaxWindow:
+	case p.finished >= paceEnds && (dt >= paceWindow || !p.measured):
+	default:
 		return
 	}
 	inst := float64(p.finished) / dt.Seconds()
@@ -216,8 +227,23 @@ func (f *inFlight) atLimit(ctx context.Context, pool *pgxpool.Pool) (full []stri
 	// one in the ordered loop (ClaimHandlerJobs), not by ClaimJobs, which
 	// would lease up to a batch of it; a limited or ordered one in its own
 	// loop.
-	for h, p := range f.pace {
-		if !p.measured || slices.Contains(full, h) {
+	// So is a limited or ordered one whose pace is not read yet, with the
+	// floor's room: it is claimed apart anyway, where nothing else cut its
+	// first claims to the floor (the main claim's beyondFloor does that for
+	// the others), and a slow one's first reading takes up to
+	// paceMaxWindow.
+	candidates := map[string]bool{}
+	for h := range f.pace {
+		candidates[h] = true
+	}
+	for _, h := range all {
+		candidates[h] = true
+	}
+	for h := range candidates {
+		if slices.Contains(full, h) {
+			continue
+		}
+		if p := f.pace[h]; (p == nil || !p.measured) && !slices.Contains(f.limited, h) && !slices.Contains(f.ordered, h) {
 			continue
 		}
 		room := f.capOf(h) - f.unext[h]
@@ -251,7 +277,10 @@ func (f *inFlight) full() []string {
 // reading comes within a few milliseconds.
 func (f *inFlight) unmeasuredAtFloor() bool {
 	for h, p := range f.pace {
-		if !p.measured && f.unext[h] >= f.floor && len(f.routes[h]) == 0 {
+		// Soon only while a fast handler's first reading may come: a slow
+		// one's takes up to paceMaxWindow, and is counted at refresh.
+		if !p.measured && f.unext[h] >= f.floor && len(f.routes[h]) == 0 &&
+			(p.window.IsZero() || time.Since(p.window) < paceWindow) {
 			return true
 		}
 	}
@@ -467,11 +496,13 @@ func (f *inFlight) released(h string, n int) {
 // topicDefer is when a reference deferred now on topic t is due again: a
 // job's time per after the topic's last deferred one (or after now), at
 // most maxDefer from now. With per 0 (the topic's pace not read yet) it is
-// soon, unchained: by then the pace is read (a reading comes within a few
-// recounts), and the references are deferred by it if need be.
+// paceMaxWindow, unchained: by then the pace is read (a reading comes
+// within paceMaxWindow), and the references are deferred by it if need be;
+// sooner, a slow role's whole backlog was leased and deferred again every
+// few recounts until then.
 func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.Time {
 	if per == 0 {
-		return now.Add(2 * paceWindow)
+		return now.Add(paceMaxWindow)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -61,11 +61,11 @@ func TestTopicDeferSpreadsAtThePace(t *testing.T) {
 	t.Parallel()
 	f := newInFlight(5000, time.Hour, 4*time.Second, 4, 100)
 	now := time.Now()
-	if got := f.topicDefer("t", 0, now); got != now.Add(2*paceWindow) {
-		t.Fatalf("deferred with no pace: due in %s, want %s", got.Sub(now), 2*paceWindow)
+	if got := f.topicDefer("t", 0, now); got != now.Add(paceMaxWindow) {
+		t.Fatalf("deferred with no pace: due in %s, want %s", got.Sub(now), paceMaxWindow)
 	}
-	if got := f.topicDefer("t", 0, now); got != now.Add(2*paceWindow) {
-		t.Fatalf("deferred again with no pace: due in %s, want %s (unchained)", got.Sub(now), 2*paceWindow)
+	if got := f.topicDefer("t", 0, now); got != now.Add(paceMaxWindow) {
+		t.Fatalf("deferred again with no pace: due in %s, want %s (unchained)", got.Sub(now), paceMaxWindow)
 	}
 	per := 50 * time.Millisecond
 	for i := 1; i <= 3; i++ {

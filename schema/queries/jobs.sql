@@ -188,7 +188,11 @@ SELECT '', '', '', 0, 0, now();
 -- again, a backlog of the slow role ahead in due order would be leased and
 -- given back on every claim, and the other roles' jobs behind it never
 -- reached. The job's due time moves, so the lag (MonitorLag) of a deferred
--- job counts from due_at.
+-- job counts from due_at. A rate-limited handler's claim (claim_limited_jobs)
+-- took a token for each lease: a deferred lease gives it back (up to the
+-- burst), or a slow role's backlog ahead in due order spent the rate on
+-- leases given back, and the other roles' jobs behind it waited for it
+-- (review helper-185).
 WITH token AS (
     SELECT u.id, u.attempt, u.leased_at, u.due_at
     FROM ROWS FROM (unnest(sqlc.arg(job_ids)::bigint[]), unnest(sqlc.arg(attempts)::integer[]),
@@ -202,21 +206,31 @@ WITH token AS (
       AND j.lease_holder_id = sqlc.arg(lease_holder)::text
     ORDER BY j.id
     FOR UPDATE OF j
+), deferred AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'pending',
+        attempt_count    = j.attempt_count - 1,
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+        updated_at       = now()
+    FROM token t
+    WHERE j.id = ANY(ARRAY(SELECT id FROM target))
+      AND t.id = j.id
+      AND t.attempt = j.attempt_count
+      AND t.leased_at = j.attempted_at
+      AND j.status = 'leased'
+      AND j.lease_holder_id = sqlc.arg(lease_holder)::text
+    RETURNING j.handler
+), refund AS (
+    UPDATE webhook_ingress.handler_limits l
+    SET tokens = least(l.burst::float8, l.tokens + d.n)
+    FROM (SELECT handler, count(*)::float8 AS n FROM deferred GROUP BY handler) d
+    WHERE l.handler = d.handler
+      AND l.rate_per_second IS NOT NULL
+    RETURNING l.handler
 )
-UPDATE webhook_ingress.jobs j
-SET status           = 'pending',
-    attempt_count    = j.attempt_count - 1,
-    lease_holder_id  = NULL,
-    lease_expires_at = NULL,
-    next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
-    updated_at       = now()
-FROM token t
-WHERE j.id = ANY(ARRAY(SELECT id FROM target))
-  AND t.id = j.id
-  AND t.attempt = j.attempt_count
-  AND t.leased_at = j.attempted_at
-  AND j.status = 'leased'
-  AND j.lease_holder_id = sqlc.arg(lease_holder)::text;
+SELECT count(*) FROM deferred;
 
 -- name: ReapExpiredLeases :many
 -- Leases that ran out without an outcome. Taking an attempt writes nothing,

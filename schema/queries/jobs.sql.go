@@ -461,40 +461,50 @@ func (q *Queries) CountLeasedRoutedJobs(ctx context.Context, handlers []string) 
 const DeferJobs = `-- name: DeferJobs :exec
 WITH token AS (
     SELECT u.id, u.attempt, u.leased_at, u.due_at
-    FROM ROWS FROM (unnest($2::bigint[]), unnest($3::integer[]),
-                    unnest($4::timestamptz[]), unnest($5::timestamptz[]))
+    FROM ROWS FROM (unnest($1::bigint[]), unnest($2::integer[]),
+                    unnest($3::timestamptz[]), unnest($4::timestamptz[]))
          AS u(id, attempt, leased_at, due_at)
 ), target AS (
     SELECT j.id FROM webhook_ingress.jobs j
     JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
-    WHERE j.id = ANY($2::bigint[])
+    WHERE j.id = ANY($1::bigint[])
       AND j.status = 'leased'
-      AND j.lease_holder_id = $1::text
+      AND j.lease_holder_id = $5::text
     ORDER BY j.id
     FOR UPDATE OF j
+), deferred AS (
+    UPDATE webhook_ingress.jobs j
+    SET status           = 'pending',
+        attempt_count    = j.attempt_count - 1,
+        lease_holder_id  = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+        updated_at       = now()
+    FROM token t
+    WHERE j.id = ANY(ARRAY(SELECT id FROM target))
+      AND t.id = j.id
+      AND t.attempt = j.attempt_count
+      AND t.leased_at = j.attempted_at
+      AND j.status = 'leased'
+      AND j.lease_holder_id = $5::text
+    RETURNING j.handler
+), refund AS (
+    UPDATE webhook_ingress.handler_limits l
+    SET tokens = least(l.burst::float8, l.tokens + d.n)
+    FROM (SELECT handler, count(*)::float8 AS n FROM deferred GROUP BY handler) d
+    WHERE l.handler = d.handler
+      AND l.rate_per_second IS NOT NULL
+    RETURNING l.handler
 )
-UPDATE webhook_ingress.jobs j
-SET status           = 'pending',
-    attempt_count    = j.attempt_count - 1,
-    lease_holder_id  = NULL,
-    lease_expires_at = NULL,
-    next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
-    updated_at       = now()
-FROM token t
-WHERE j.id = ANY(ARRAY(SELECT id FROM target))
-  AND t.id = j.id
-  AND t.attempt = j.attempt_count
-  AND t.leased_at = j.attempted_at
-  AND j.status = 'leased'
-  AND j.lease_holder_id = $1::text
+SELECT count(*) FROM deferred
 `
 
 type DeferJobsParams struct {
-	LeaseHolder string
 	JobIds      []int64
 	Attempts    []int32
 	LeasedAt    []time.Time
 	DueAt       []time.Time
+	LeaseHolder string
 }
 
 // Give back leases, unpublished, as ReleaseJobs does (pending, the attempt
@@ -505,14 +515,18 @@ type DeferJobsParams struct {
 // again, a backlog of the slow role ahead in due order would be leased and
 // given back on every claim, and the other roles' jobs behind it never
 // reached. The job's due time moves, so the lag (MonitorLag) of a deferred
-// job counts from due_at.
+// job counts from due_at. A rate-limited handler's claim (claim_limited_jobs)
+// took a token for each lease: a deferred lease gives it back (up to the
+// burst), or a slow role's backlog ahead in due order spent the rate on
+// leases given back, and the other roles' jobs behind it waited for it
+// (review helper-185).
 func (q *Queries) DeferJobs(ctx context.Context, arg DeferJobsParams) error {
 	_, err := q.db.Exec(ctx, DeferJobs,
-		arg.LeaseHolder,
 		arg.JobIds,
 		arg.Attempts,
 		arg.LeasedAt,
 		arg.DueAt,
+		arg.LeaseHolder,
 	)
 	return err
 }
