@@ -495,7 +495,7 @@ func (f *inFlight) released(h string, n int) {
 
 // topicDefer is when a reference deferred now on topic t is due again: a
 // job's time per after the topic's last deferred one (or after now), at
-// most maxDefer from now. With per 0 (the topic's pace not read yet) it is
+// most deferLimit from now. With per 0 (the topic's pace not read yet) it is
 // paceMaxWindow, unchained: by then the pace is read (a reading comes
 // within paceMaxWindow), and the references are deferred by it if need be;
 // sooner, a slow role's whole backlog was leased and deferred again every
@@ -515,11 +515,23 @@ func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.T
 	if tp.deferred.After(now) {
 		due = tp.deferred.Add(per)
 	}
-	if limit := now.Add(maxDefer); due.After(limit) {
+	if limit := now.Add(f.deferLimit()); due.After(limit) {
 		due = limit
 	}
 	tp.deferred = due
 	return due
+}
+
+// deferLimit is how far ahead a deferred reference may be due: a lease
+// (paceMaxWindow at least). The chain is spaced at the topic's pace when
+// the reference is deferred, and a pace read while the role was given
+// little (its floor, then room it grows into at once) is its supply, not
+// what it can take: deferred far on it, a fast role's jobs waited behind a
+// slow start long after its pace was read (a role's first seconds put
+// 2,000 jobs 47 s ahead). Beyond a lease, a slow role's backlog comes
+// back and is deferred again, once a lease.
+func (f *inFlight) deferLimit() time.Duration {
+	return max(paceMaxWindow, f.lease)
 }
 
 // topicDeferred says a lease on topic t, taken at leasedAt, was given back

@@ -654,9 +654,6 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 	return leased, nil
 }
 
-// maxDefer bounds how far paceRoutes moves a job's due time.
-const maxDefer = 10 * time.Minute
-
 // paceRoutes holds each topic of a handler shared by consumer roles to what
 // that role's consumers start within half a lease (inFlight.topicRoom): the
 // claims lease a handler at its pace, which is its roles' together, and a
@@ -665,7 +662,7 @@ const maxDefer = 10 * time.Minute
 // never saw (review helper-173). The references beyond a topic's room are
 // given back unpublished (their attempts do not count), each due again when
 // its role is expected to have room for it: one role's job time after the
-// topic's last deferred one (at most maxDefer from now), so the claims
+// topic's last deferred one (at most a lease from now: inFlight.deferLimit), so the claims
 // reach the other roles' jobs behind a slow role's backlog, and each
 // deferred job is leased again about once. If the give-back fails, everything is published
 // as before.
