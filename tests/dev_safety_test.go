@@ -36,12 +36,14 @@ func TestDevRefusesThePublicAdminTokenBeyondLoopback(t *testing.T) {
 }
 
 // As root in a directory the postgres user cannot enter, inlet dev puts its
-// cluster under /var/tmp/inlet-dev-<sha256 of the path>/pg: a predictable
+// cluster under /var/tmp/inlet-dev-ID/pg. ID is random now (cluster_id), but
+// a data directory of an earlier version (its database_url there, no
+// cluster_id) takes up the directory named after its path, a predictable
 // name in a world-writable directory. It uses that directory only when it
 // is root's own, writable by no one else: another account that made it
-// first, with pg a link to a root-only directory, gets nothing given away.
-// (Found by a review: root chowned the link's target to the postgres user
-// and initdb'd a cluster inside it.)
+// first, with pg a link to a root-only directory holding what looks like a
+// cluster, gets nothing given away. (Found by a review: root chowned the
+// link's target to the postgres user and initdb'd a cluster inside it.)
 func TestDevVarTmpFallbackRefusesAnotherUsersDirectory(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the /var/tmp fallback is root's")
@@ -58,7 +60,18 @@ func TestDevVarTmpFallbackRefusesAnotherUsersDirectory(t *testing.T) {
 	sum := sha256.Sum256([]byte(abs))
 	planted := filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]))
 	victim := filepath.Join(pgtest.TempDir(t), "root-only")
-	if err := os.Mkdir(victim, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(victim, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// What makes the upgrade take the path-named directory up: a cluster
+	// there, and a data directory of the earlier version.
+	if err := os.WriteFile(filepath.Join(victim, "data", "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "database_url"), []byte("postgres://localhost/inlet\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// What the other account does, beforehand.
@@ -78,7 +91,19 @@ func TestDevVarTmpFallbackRefusesAnotherUsersDirectory(t *testing.T) {
 	}
 
 	d := start(t, devEnv(t), "dev", "--data-dir", data)
-	t.Cleanup(func() { _ = d.stop(); killOrphans(victim); killOrphans(planted) })
+	t.Cleanup(func() {
+		_ = d.stop()
+		killOrphans(victim)
+		killOrphans(planted)
+		// A fallback of its own, if it made one.
+		if id, err := os.ReadFile(filepath.Join(data, "cluster_id")); err == nil {
+			own := filepath.Join("/var/tmp", "inlet-dev-"+strings.TrimSpace(string(id)))
+			if own != planted {
+				killOrphans(own)
+				os.RemoveAll(own)
+			}
+		}
+	})
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		if strings.Contains(d.out(), "Ctrl-C stops.") {
@@ -95,9 +120,10 @@ func TestDevVarTmpFallbackRefusesAnotherUsersDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := int(st.Sys().(*syscall.Stat_t).Uid)
-	_, initdbInside := os.Stat(filepath.Join(victim, "data", "PG_VERSION"))
-	if owner != 0 || initdbInside == nil {
+	_, initdbInside := os.Stat(filepath.Join(victim, "data", "global"))
+	_, started := os.Stat(filepath.Join(victim, "data", "postmaster.pid"))
+	if owner != 0 || initdbInside == nil || started == nil {
 		t.Errorf("inlet dev (root) followed %s/pg, a link another account planted, to %s: that root-only directory is now owned by uid %d "+
-			"(PG_VERSION inside: %v); stderr:\n%s", planted, victim, owner, initdbInside == nil, d.errOut())
+			"(a cluster made inside: %v, started: %v); stderr:\n%s", planted, victim, owner, initdbInside == nil, started == nil, d.errOut())
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -51,7 +52,11 @@ process has taken it, and writes its URL to <data-dir>/database_url: every
 other inlet command run from this directory uses it. Migrations are applied
 at start. Ctrl-C drains, stops that PostgreSQL and exits 0; a second
 Ctrl-C skips the drain but still stops it (exit 130). Delete the data
-directory to start over.`)
+directory to start over. (As root, when the postgres user cannot enter the
+data directory, as under /root, the PostgreSQL data lives in
+/var/tmp/inlet-dev-ID instead, ID from <data-dir>/cluster_id, and a warning
+at start names it: deleting the data directory still starts over, and
+leaves that directory for you to remove.)`)
 	cfgPath := configFlag(fs)
 	dataDir := fs.String("data-dir", devDataDir, "directory for the local PostgreSQL when no database URL is set")
 	listen := fs.String("listen", "", "webhook listen address (overrides ingress.listen)")
@@ -223,13 +228,14 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 	cluster, err := pgcluster.New(ctx, pc)
 	if errors.Is(err, pgcluster.ErrUnreachableDir) {
 		// As root in a home directory the postgres user cannot enter: keep
-		// the cluster in a machine-wide place named after this directory.
-		abs, _ := filepath.Abs(pgDir)
-		sum := sha256.Sum256([]byte(abs))
-		fallback := filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]))
-		pc.Dir = filepath.Join(fallback, "pg")
-		log.Warn("the postgres user cannot reach the data directory; using another", slog.String("wanted", abs), slog.String("using", pc.Dir))
-		if err = ownPrivateDir(fallback); err == nil {
+		// the cluster in a machine-wide place, named by an id in dataDir.
+		var fallback string
+		if fallback, err = devFallbackDir(dataDir, log); err == nil {
+			pc.Dir = filepath.Join(fallback, "pg")
+			log.Warn(fmt.Sprintf("the postgres user cannot reach %s, so the local PostgreSQL keeps its data in %s instead "+
+				"(named by %s): deleting %s still starts over with a new, empty database, and leaves that directory behind; "+
+				"rm -rf %s removes it once no inlet dev uses it", dataDir, pc.Dir, filepath.Join(dataDir, clusterIDFile), dataDir, fallback),
+				slog.String("wanted", pgDir), slog.String("using", pc.Dir))
 			cluster, err = pgcluster.New(ctx, pc)
 		}
 	}
@@ -255,6 +261,11 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 	}
 	if err := cluster.Start(ctx); err != nil {
 		unhook()
+		if errors.Is(err, pgcluster.ErrExistingDidNotStart) {
+			// The data an earlier start made may be what fails; the
+			// operator's way out, as the README gives it.
+			return nil, fmt.Errorf("local PostgreSQL: %w\n(if it cannot start on that data again, delete %s to start over with a new, empty database)", err, dataDir)
+		}
 		return nil, fmt.Errorf("local PostgreSQL: %w", err)
 	}
 	cfg.DatabaseURL = cluster.URL("postgres")
@@ -533,4 +544,120 @@ func ownPrivateDir(dir string) error {
 			"or run inlet dev in a directory the postgres user can enter", dir)
 	}
 	return nil
+}
+
+// clusterIDFile, in inlet dev's data directory, names the directory under
+// /var/tmp that holds its PostgreSQL when the postgres user cannot reach the
+// data directory itself.
+const clusterIDFile = "cluster_id"
+
+// devFallbackDir is where inlet dev keeps its cluster when the postgres user
+// cannot reach dataDir (as root under a 0700 home): /var/tmp/inlet-dev-ID,
+// ID read from dataDir/cluster_id, drawn at random and written there when
+// missing. It is keyed on a file in dataDir, not on dataDir's path: deleting
+// dataDir, the documented way to start over, then starts a new cluster,
+// where one named after the path came back with every event stored before.
+func devFallbackDir(dataDir string, log *slog.Logger) (string, error) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", fmt.Errorf("data directory %s: %w", dataDir, err)
+	}
+	idPath := filepath.Join(abs, clusterIDFile)
+	b, err := os.ReadFile(idPath) //nolint:gosec // G304: a file under inlet dev's own --data-dir
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if !validClusterID(id) {
+			return "", fmt.Errorf("%s holds %.40q, not a cluster id (12 to 32 hex digits): delete %s to start over", idPath, id, dataDir)
+		}
+		dir := filepath.Join("/var/tmp", "inlet-dev-"+id)
+		return dir, ownPrivateDir(dir)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", idPath, err)
+	}
+	id, legacy := legacyFallbackID(abs)
+	if !legacy {
+		var r [8]byte
+		_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+		id = hex.EncodeToString(r[:])
+	}
+	dir := filepath.Join("/var/tmp", "inlet-dev-"+id)
+	if err := ownPrivateDir(dir); err != nil {
+		return "", err
+	}
+	// For whoever finds the directory in /var/tmp: whose it was.
+	if err := os.WriteFile(filepath.Join(dir, "data_dir"), []byte(abs+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("record the data directory in %s: %w", dir, err)
+	}
+	if err := os.WriteFile(idPath, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", idPath, err)
+	}
+	if legacy {
+		log.Info("the local PostgreSQL an earlier inlet dev kept in /var/tmp for this data directory is kept on", slog.String("dir", dir))
+	}
+	// Not removed here: a data directory moved away (kept as a backup)
+	// still names its cluster, and only the operator knows.
+	for _, old := range orphanFallbackDirs(abs, dir) {
+		log.Warn(fmt.Sprintf("%s holds the local PostgreSQL of an earlier %s, deleted since (this start makes a new one in %s): "+
+			"rm -rf %s removes it, unless a moved copy of that data directory still uses it", old, dataDir, dir, old))
+	}
+	return dir, nil
+}
+
+// orphanFallbackDirs are the directories under /var/tmp, other than
+// current, that held the cluster of dataDir: each records it in its
+// data_dir file, or is named after dataDir's path (inlet dev before
+// cluster_id). Only this user's own, which no one else may write: the
+// names are predictable, and a directory another account planted is not
+// one to tell the operator to remove.
+func orphanFallbackDirs(dataDir, current string) []string {
+	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "pg")))
+	legacy := filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]))
+	dirs, _ := filepath.Glob("/var/tmp/inlet-dev-*")
+	var out []string
+	for _, d := range dirs {
+		fi, err := os.Lstat(d)
+		if d == current || err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		if d == legacy {
+			out = append(out, d)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "data_dir")) //nolint:gosec // G304: inlet dev's own record, compared, never followed
+		if err == nil && strings.TrimSpace(string(b)) == dataDir {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// legacyFallbackID is the id of the /var/tmp directory that inlet dev
+// before cluster_id named after the path of dataDir/pg, when dataDir is
+// still the one that used it (its database_url is there) and that
+// directory holds a cluster: an upgrade keeps its events. After dataDir was
+// deleted there is no database_url, so that cluster is not taken up again.
+func legacyFallbackID(dataDir string) (string, bool) {
+	if _, err := os.Stat(filepath.Join(dataDir, "database_url")); err != nil {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "pg")))
+	id := hex.EncodeToString(sum[:6])
+	if _, err := os.Stat(filepath.Join("/var/tmp", "inlet-dev-"+id, "pg", "data", "PG_VERSION")); err != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// validClusterID reports whether id can name a directory under /var/tmp:
+// hex digits only, so no path separator or "..".
+func validClusterID(id string) bool {
+	if len(id) < 12 || len(id) > 32 {
+		return false
+	}
+	_, err := hex.DecodeString(id) // even length too
+	return err == nil
 }

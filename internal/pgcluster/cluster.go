@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -59,6 +60,8 @@ type Cluster struct {
 	uid    int
 	gid    int
 	asUser bool
+	// made: New ran initdb, so a failed Start is not the data's fault.
+	made bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -162,15 +165,51 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	}
 	if _, err := os.Stat(filepath.Join(c.dataDir(), "PG_VERSION")); err == nil {
 		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("look for the cluster in %s: %w", c.dataDir(), err)
 	}
-	_ = os.RemoveAll(c.dataDir()) // a half-made one from an interrupted initdb
-	cmd := c.command(ctx, "initdb", "--pgdata", c.dataDir(), "--username", "postgres",
+	// No cluster, or what an initdb of an earlier version killed early
+	// left (it ran in data/ itself).
+	if err := os.RemoveAll(c.dataDir()); err != nil {
+		return fmt.Errorf("remove %s, an unfinished cluster: %w", c.dataDir(), err)
+	}
+	// initdb writes PG_VERSION and pg_control long before its bootstrap
+	// ends, so nothing inside a data directory tells a finished one from one
+	// whose initdb was killed (an interrupt of the first inlet dev cancels
+	// ctx): initdb makes it under another name, and only a finished one is
+	// renamed to data/, in one step on one filesystem. What an interrupted
+	// initdb left is removed here, before the next one.
+	partial := c.dataDir() + ".partial"
+	if err := os.RemoveAll(partial); err != nil {
+		return fmt.Errorf("remove the unfinished cluster %s of an interrupted initdb: %w", partial, err)
+	}
+	cmd := c.command(ctx, "initdb", "--pgdata", partial, "--username", "postgres",
 		"--auth", "trust", "--encoding", "UTF8", "--locale", "C", "--no-sync")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb %s: %w\n%s", c.dataDir(), err, out)
+	// The whole process group: initdb's bootstrap postgres, left running,
+	// would write on into the directory being removed.
+	cmd.Cancel = func() error {
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return os.ErrProcessDone
 	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(partial)
+		return fmt.Errorf("initdb %s: %w\n%s", partial, err, out)
+	}
+	// The directory stays the postgres user's (when run as root): rename
+	// keeps the owner, and the directory above is this process's to write.
+	if err := os.Rename(partial, c.dataDir()); err != nil {
+		return fmt.Errorf("move the new cluster %s to %s: %w", partial, c.dataDir(), err)
+	}
+	c.made = true
 	return nil
 }
+
+// ErrExistingDidNotStart means Start failed on a cluster made by an earlier
+// New, not by this one: its data may be the cause, and deleting Dir makes
+// the next New start over with an empty cluster.
+var ErrExistingDidNotStart = errors.New("postgres did not start on the existing cluster")
 
 // ErrUnreachableDir means the server's user cannot reach the cluster directory.
 var ErrUnreachableDir = errors.New("the PostgreSQL server user cannot reach the cluster directory")
@@ -252,6 +291,12 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.cmd, c.done, c.port = cmd, done, port
 	if err := c.waitReady(ctx, done); err != nil {
 		_ = c.stopLocked(syscall.SIGQUIT, 10*time.Second)
+		if !c.made && ctx.Err() == nil {
+			// Its data may be what fails (a cluster damaged by a disk
+			// full, or half made by an initdb killed before initdb ran
+			// under another name): the caller can say how to start over.
+			return fmt.Errorf("%w: its data is in %s (log %s): %w\n%s", ErrExistingDidNotStart, c.dataDir(), c.logPath(), err, c.logTail())
+		}
 		return fmt.Errorf("postgres did not start (log %s): %w\n%s", c.logPath(), err, c.logTail())
 	}
 	return nil
