@@ -109,8 +109,9 @@ type handlerPace struct {
 	prev, mine int
 	window     time.Time // start of the window finished is summed over
 	finished   int
-	perSecond  float64 // fast up, slowly down (paceDecay)
-	measured   bool    // a window has ended: perSecond is a reading
+	perSecond  float64   // fast up, slowly down (paceDecay)
+	decayed    time.Time // when perSecond was last read or decayed
+	measured   bool      // a window has ended: perSecond is a reading
 }
 
 const (
@@ -130,23 +131,46 @@ func (p *handlerPace) note(leased int, now time.Time) {
 	}
 	dt := now.Sub(p.window)
 	// A window is read once it holds paceEnds ends and is paceWindow long
-	// (the first one as soon as it holds them: a fast handler's within a
-	// recount or two, held at the floor until then and counted again every
-	// atLimitRefresh), or once it is paceMaxWindow long whatever it holds.
+	// (a fast handler's first within a recount or two, held at the floor
+	// until then), or once it is paceMaxWindow long whatever it holds. The
+	// first too: read as soon as it held them, a slow handler's attempts
+	// ending together within milliseconds of a new streamer's first
+	// recount read as hundreds of jobs a second.
 	// Read over 100 ms whatever it held, one end read as 10 jobs/s: a
 	// handler slower than that was read at ~10/s (up at once, down over
 	// 10 s), its room five times what it starts in half a lease at 2/s, and
 	// references waiting in the bus for it expired as counted attempts
 	// (review helper-185).
+	//
+	// A window paceMaxWindow long in which nothing ended while leases are
+	// out (attempts running) decays the pace but goes on: closed there, the
+	// ends of attempts that started together and end together (a slow
+	// handler at concurrency 4 working a backlog) came ~100 ms into the next
+	// window and read as 4 ends in 100 ms, 40 jobs/s for a handler of 1.9/s,
+	// every cycle (review helper-187). An idle handler's window starts anew,
+	// so a burst after an idle spell is read up at once.
 	switch {
+	case dt >= paceMaxWindow && p.finished == 0 && leased > 0:
+		p.decay(now)
+		p.measured = true
+		return
 	case dt >= paceMaxWindow:
-	case p.finished >= paceEnds && (dt >= paceWindow || !p.measured):
+	case p.finished >= paceEnds && dt >= paceWindow:
 	default:
 		return
 	}
 	inst := float64(p.finished) / dt.Seconds()
-	p.perSecond = max(inst, p.perSecond*math.Exp(-dt.Seconds()/paceDecay.Seconds()))
+	p.decay(now)
+	p.perSecond = max(inst, p.perSecond)
 	p.window, p.finished, p.measured = now, 0, true
+}
+
+// decay lowers the pace for the time since it was last read or decayed.
+func (p *handlerPace) decay(now time.Time) {
+	if !p.decayed.IsZero() {
+		p.perSecond *= math.Exp(-now.Sub(p.decayed).Seconds() / paceDecay.Seconds())
+	}
+	p.decayed = now
 }
 
 // capOf is how many unextended leases h may have: what its consumers start
@@ -277,10 +301,11 @@ func (f *inFlight) full() []string {
 // reading comes within a few milliseconds.
 func (f *inFlight) unmeasuredAtFloor() bool {
 	for h, p := range f.pace {
-		// Soon only while a fast handler's first reading may come: a slow
-		// one's takes up to paceMaxWindow, and is counted at refresh.
+		// Soon only while a fast handler's first reading may come (its
+		// window paceWindow long): a slow one's takes up to paceMaxWindow,
+		// and is counted at refresh.
 		if !p.measured && f.unext[h] >= f.floor && len(f.routes[h]) == 0 &&
-			(p.window.IsZero() || time.Since(p.window) < paceWindow) {
+			(p.window.IsZero() || time.Since(p.window) < 2*paceWindow) {
 			return true
 		}
 	}
