@@ -534,7 +534,7 @@ func ownPrivateDir(dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // G301: the postgres user must enter it; pgcluster keeps its own 0700
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	fi, err := os.Lstat(dir)
+	fi, err := os.Lstat(dir) //nolint:gosec // G703: /var/tmp/inlet-dev- and hex digits only (validClusterID, or a hash)
 	if err != nil {
 		return err
 	}
