@@ -108,61 +108,63 @@ func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inF
 type handlerPace struct {
 	prev, mine int
 	window     time.Time // start of the window finished is summed over
+	started    int       // leases out when the window started
 	finished   int
 	perSecond  float64   // fast up, slowly down (paceDecay)
 	decayed    time.Time // when perSecond was last read or decayed
 	measured   bool      // a window has ended: perSecond is a reading
+	// longest is the longest window: read then whatever ended in it (0:
+	// paceMaxWindow). Half a lease, as a pace is read to fill half a lease.
+	longest time.Duration
 }
 
 const (
 	paceWindow    = 100 * time.Millisecond // shortest window a pace is read over
-	paceMaxWindow = 2 * time.Second        // longest: read then whatever ended in it
-	paceEnds      = 4                      // ends a window shorter than paceMaxWindow needs
+	paceMaxWindow = 2 * time.Second        // longest window, at least
+	paceEnds      = 4                      // ends a window shorter than the longest needs, at least
 	paceDecay     = 10 * time.Second       // time constant of a pace going down
 )
 
 // note records a recount of h: leased now.
+//
+// A window is read once every lease out when it started could have ended
+// in it: it holds as many ends as there were leases then (paceEnds at
+// least) and is paceWindow long, or it is the longest window long, whatever
+// it holds. The pace goes down between readings (paceDecay) and up at once
+// with a reading. Read sooner, a window read part of the ends of attempts
+// that run together, not their pace: read over any 100 ms, one end was 10
+// jobs/s and a handler slower than that got several times the room it
+// starts in half a lease (review helper-185); read over 4 ends, a handler of
+// concurrency 4 whose attempts end together had its ends split by a window
+// closing among them, the rest read over the next 100 ms as 30–40 jobs/s
+// for a handler of 1.9/s (review helper-187). A fast handler turns its
+// leases over within a recount or two, so it is read as soon as before. An
+// idle handler (nothing leased, nothing ended) starts a new window at each
+// recount, so a burst after an idle spell is read up at once.
 func (p *handlerPace) note(leased int, now time.Time) {
 	p.finished += max(p.prev+p.mine-leased, 0)
 	p.prev, p.mine = leased, 0
-	if p.window.IsZero() {
-		p.window = now
+	if now.Sub(p.decayed) >= paceWindow {
+		p.decay(now)
+	}
+	if p.window.IsZero() || (leased == 0 && p.finished == 0) {
+		p.window, p.started = now, leased
 		return
 	}
 	dt := now.Sub(p.window)
-	// A window is read once it holds paceEnds ends and is paceWindow long
-	// (a fast handler's first within a recount or two, held at the floor
-	// until then), or once it is paceMaxWindow long whatever it holds. The
-	// first too: read as soon as it held them, a slow handler's attempts
-	// ending together within milliseconds of a new streamer's first
-	// recount read as hundreds of jobs a second.
-	// Read over 100 ms whatever it held, one end read as 10 jobs/s: a
-	// handler slower than that was read at ~10/s (up at once, down over
-	// 10 s), its room five times what it starts in half a lease at 2/s, and
-	// references waiting in the bus for it expired as counted attempts
-	// (review helper-185).
-	//
-	// A window paceMaxWindow long in which nothing ended while leases are
-	// out (attempts running) decays the pace but goes on: closed there, the
-	// ends of attempts that started together and end together (a slow
-	// handler at concurrency 4 working a backlog) came ~100 ms into the next
-	// window and read as 4 ends in 100 ms, 40 jobs/s for a handler of 1.9/s,
-	// every cycle (review helper-187). An idle handler's window starts anew,
-	// so a burst after an idle spell is read up at once.
+	longest := p.longest
+	if longest < paceMaxWindow {
+		longest = paceMaxWindow
+	}
 	switch {
-	case dt >= paceMaxWindow && p.finished == 0 && leased > 0:
-		p.decay(now)
-		p.measured = true
-		return
-	case dt >= paceMaxWindow:
-	case p.finished >= paceEnds && dt >= paceWindow:
+	case p.finished >= max(paceEnds, p.started) && dt >= paceWindow:
+	case dt >= longest:
 	default:
 		return
 	}
-	inst := float64(p.finished) / dt.Seconds()
 	p.decay(now)
-	p.perSecond = max(inst, p.perSecond)
-	p.window, p.finished, p.measured = now, 0, true
+	p.perSecond = max(float64(p.finished)/dt.Seconds(), p.perSecond)
+	p.window, p.started, p.finished, p.measured = now, leased, 0, true
 }
 
 // decay lowers the pace for the time since it was last read or decayed.
@@ -373,7 +375,7 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	for t, c := range topicCounts {
 		if _, ok := f.topics[t]; !ok {
-			tp := &topicPace{unext: c.unext, counted: countedAt}
+			tp := &topicPace{unext: c.unext, counted: countedAt, pace: handlerPace{longest: f.lease / 2}}
 			tp.pace.note(c.leased, now)
 			f.topics[t] = tp
 		}
@@ -395,7 +397,7 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 func (f *inFlight) paceOf(h string) *handlerPace {
 	p := f.pace[h]
 	if p == nil {
-		p = &handlerPace{}
+		p = &handlerPace{longest: f.lease / 2}
 		f.pace[h] = p
 	}
 	return p
@@ -499,7 +501,7 @@ func (f *inFlight) topicPublished(t string, leasedAt time.Time) {
 	defer f.mu.Unlock()
 	tp := f.topics[t]
 	if tp == nil {
-		tp = &topicPace{}
+		tp = &topicPace{pace: handlerPace{longest: f.lease / 2}}
 		f.topics[t] = tp
 	}
 	if !leasedAt.Before(tp.counted) {
@@ -533,7 +535,7 @@ func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.T
 	defer f.mu.Unlock()
 	tp := f.topics[t]
 	if tp == nil {
-		tp = &topicPace{}
+		tp = &topicPace{pace: handlerPace{longest: f.lease / 2}}
 		f.topics[t] = tp
 	}
 	due := now.Add(per)
