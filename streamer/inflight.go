@@ -108,7 +108,8 @@ func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inF
 type handlerPace struct {
 	prev, mine int
 	window     time.Time // start of the window finished is summed over
-	started    int       // leases out when the window started
+	started    int       // ends the window needs (leases out, see note)
+	peak       int       // the most leases out seen in the window
 	finished   int
 	perSecond  float64   // fast up, slowly down (paceDecay)
 	decayed    time.Time // when perSecond was last read or decayed
@@ -128,8 +129,8 @@ const (
 // note records a recount of h: leased now.
 //
 // A window is read once every lease out when it started could have ended
-// in it: it holds as many ends as there were leases then (paceEnds at
-// least) and is paceWindow long, or it is the longest window long, whatever
+// in it: it holds as many ends as there were leases then, or as the last
+// window saw out at most (paceEnds at least), and is paceWindow long, or it is the longest window long, whatever
 // it holds. The pace goes down between readings (paceDecay) and up at once
 // with a reading. Read sooner, a window read part of the ends of attempts
 // that run together, not their pace: read over any 100 ms, one end was 10
@@ -144,14 +145,24 @@ const (
 func (p *handlerPace) note(leased int, now time.Time) {
 	p.finished += max(p.prev+p.mine-leased, 0)
 	p.prev, p.mine = leased, 0
+	p.peak = max(p.peak, leased)
+	dt := now.Sub(p.window)
 	if now.Sub(p.decayed) >= paceWindow {
+		// Down between readings, but not below the open window's rate
+		// so far (a lower bound: it never raises the pace): a handler
+		// kept at its room has half a lease of work out, its window
+		// takes half a lease, and decayed meanwhile its room shrank while
+		// it was busy (review helper-189).
+		before := p.perSecond
 		p.decay(now)
+		if !p.window.IsZero() && dt >= paceWindow && p.finished >= paceEnds {
+			p.perSecond = max(p.perSecond, min(float64(p.finished)/dt.Seconds(), before))
+		}
 	}
 	if p.window.IsZero() || (leased == 0 && p.finished == 0) {
-		p.window, p.started = now, leased
+		p.window, p.started, p.peak = now, leased, leased
 		return
 	}
-	dt := now.Sub(p.window)
 	longest := p.longest
 	if longest < paceMaxWindow {
 		longest = paceMaxWindow
@@ -164,7 +175,12 @@ func (p *handlerPace) note(leased int, now time.Time) {
 	}
 	p.decay(now)
 	p.perSecond = max(float64(p.finished)/dt.Seconds(), p.perSecond)
-	p.window, p.started, p.finished, p.measured = now, leased, 0, true
+	// The next window needs as many ends as the most leases out in this
+	// one: attempts that ran beside those that just ended, of another
+	// batch, are still out, and their ends alone in a short window read
+	// as a burst (review helper-189: two groups of 4, 200 ms apart, read
+	// as 20 jobs/s for a handler of 1/s).
+	p.window, p.started, p.peak, p.finished, p.measured = now, max(leased, p.peak), leased, 0, true
 }
 
 // decay lowers the pace for the time since it was last read or decayed.
