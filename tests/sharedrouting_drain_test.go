@@ -20,27 +20,7 @@ import (
 func review173Service(t *testing.T, rr *reviewRouting, pool *pgxpool.Pool, workerID string, providers []string, maxAttempts, concurrency int,
 	fn func(context.Context, *consumers.Event) error) *consumers.Service {
 	t.Helper()
-	var patterns []consumers.Pattern
-	for _, pr := range providers {
-		patterns = append(patterns, consumers.Pattern{Provider: pr, EventType: "*"})
-	}
-	svc, err := consumers.New(consumers.Config{
-		Pool: pool, Subscriber: rr.p.bus, WorkerID: workerID, Logger: rr.p.quiet,
-		AliveInterval: 200 * time.Millisecond, LeaseExtend: time.Second,
-		Handlers: []consumers.Handler{{Name: "shared", Patterns: patterns, MaxAttempts: maxAttempts, Concurrency: concurrency, Func: fn}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = svc.Stop(sctx)
-	})
-	return svc
+	return review185Service(t, rr, pool, workerID, providers, concurrency, consumers.Handler{MaxAttempts: maxAttempts}, fn)
 }
 
 // TestStoppingRoleGivesUpItsRouteWhileDraining (review helper-173, fixed; this describes the code before the fix):
