@@ -130,9 +130,9 @@ const (
 //
 // A window is read once every lease out when it started could have ended
 // in it: it holds as many ends as there were leases then, or as the last
-// window saw out at most (paceEnds at least), and is paceWindow long, or it is the longest window long, whatever
-// it holds. The pace goes down between readings (paceDecay) and up at once
-// with a reading. Read sooner, a window read part of the ends of attempts
+// window saw out at most (paceEnds at least), and is paceWindow long; or it
+// is the longest window long, whatever it holds. The pace goes down between
+// readings (paceDecay) and up at once with a reading. Read sooner, a window read part of the ends of attempts
 // that run together, not their pace: read over any 100 ms, one end was 10
 // jobs/s and a handler slower than that got several times the room it
 // starts in half a lease (review helper-185); read over 4 ends, a handler of
@@ -205,7 +205,12 @@ func (f *inFlight) capOf(h string) int {
 	if len(f.routes[h]) > 0 {
 		return f.limit
 	}
-	p := f.pace[h]
+	return f.capAt(f.pace[h])
+}
+
+// capAt is what consumers start in half a lease at pace p (nil: not seen
+// yet), at least floor, at most limit: a handler's cap, or a topic's.
+func (f *inFlight) capAt(p *handlerPace) int {
 	if p == nil {
 		return min(f.floor, f.limit)
 	}
@@ -391,9 +396,9 @@ func (f *inFlight) recount(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	for t, c := range topicCounts {
 		if _, ok := f.topics[t]; !ok {
-			tp := &topicPace{unext: c.unext, counted: countedAt, pace: handlerPace{longest: f.lease / 2}}
+			tp := f.topicPaceOf(t)
+			tp.unext, tp.counted = c.unext, countedAt
 			tp.pace.note(c.leased, now)
-			f.topics[t] = tp
 		}
 	}
 	for h, p := range f.pace {
@@ -417,6 +422,17 @@ func (f *inFlight) paceOf(h string) *handlerPace {
 		f.pace[h] = p
 	}
 	return p
+}
+
+// topicPaceOf is topic t's pace, a new one for a topic not seen before, as
+// paceOf a handler's. f.mu is held.
+func (f *inFlight) topicPaceOf(t string) *topicPace {
+	tp := f.topics[t]
+	if tp == nil {
+		tp = &topicPace{pace: handlerPace{longest: f.lease / 2}}
+		f.topics[t] = tp
+	}
+	return tp
 }
 
 // floorRoom is how many more leases h may take while its pace is not read
@@ -499,9 +515,9 @@ func (f *inFlight) topicRoom(t string) (room int, per time.Duration) {
 		if tp != nil {
 			unext = tp.unext
 		}
-		return max(min(f.floor, f.limit)-unext, 0), 0
+		return max(f.capAt(nil)-unext, 0), 0
 	}
-	limit := min(max(int(tp.pace.perSecond*f.lease.Seconds()/2), f.floor), f.limit)
+	limit := f.capAt(&tp.pace)
 	per = f.lease / 2 / time.Duration(f.floor)
 	if tp.pace.perSecond*per.Seconds() > 1 {
 		per = time.Duration(float64(time.Second) / tp.pace.perSecond)
@@ -515,11 +531,7 @@ func (f *inFlight) topicRoom(t string) (room int, per time.Duration) {
 func (f *inFlight) topicPublished(t string, leasedAt time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tp := f.topics[t]
-	if tp == nil {
-		tp = &topicPace{pace: handlerPace{longest: f.lease / 2}}
-		f.topics[t] = tp
-	}
+	tp := f.topicPaceOf(t)
 	if !leasedAt.Before(tp.counted) {
 		tp.unext++
 		tp.pace.mine++
@@ -549,11 +561,7 @@ func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.T
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tp := f.topics[t]
-	if tp == nil {
-		tp = &topicPace{pace: handlerPace{longest: f.lease / 2}}
-		f.topics[t] = tp
-	}
+	tp := f.topicPaceOf(t)
 	due := now.Add(per)
 	if tp.deferred.After(now) {
 		due = tp.deferred.Add(per)

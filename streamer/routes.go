@@ -35,10 +35,10 @@ func (f *inFlight) routeTable() jobRoutes {
 // one of them scoped, the topic of the first route (ListJobRoutes: roles
 // with a live consumer first, scoped before unrestricted, then by name)
 // whose scope covers the job, which only that role's consumers read; else,
-// and when none covers it, the handler's own. Published on the handler's topic alone, a shared
-// handler's references reached either role's consumers, which could not see
-// the other's jobs and left their leases to expire as spent attempts
-// (review helper-163).
+// and when none covers it, the handler's own. Published on the handler's
+// topic alone, a shared handler's references reached either role's
+// consumers, which could not see the other's jobs and left their leases
+// to expire as spent attempts (review helper-163).
 func (rt jobRoutes) topicOf(handler, provider, eventType string) string {
 	for _, r := range rt[handler] {
 		if globMatch(r.provider, provider) && globMatch(r.eventType, eventType) {

@@ -662,10 +662,10 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // never saw (review helper-173). The references beyond a topic's room are
 // given back unpublished (their attempts do not count), each due again when
 // its role is expected to have room for it: one role's job time after the
-// topic's last deferred one (at most a lease from now: inFlight.deferLimit), so the claims
-// reach the other roles' jobs behind a slow role's backlog, and each
-// deferred job is leased again about once. If the give-back fails, everything is published
-// as before.
+// topic's last deferred one (at most a lease from now:
+// inFlight.deferLimit), so the claims reach the other roles' jobs behind a
+// slow role's backlog. If the give-back fails, everything is published as
+// before.
 func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
 	rt := s.inFlight.routeTable()
 	if len(rt) == 0 {

@@ -611,8 +611,7 @@ func devFallbackDir(dataDir string, log *slog.Logger) (string, error) {
 // names are predictable, and a directory another account planted is not
 // one to tell the operator to remove.
 func orphanFallbackDirs(dataDir, current string) []string {
-	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "pg")))
-	legacy := filepath.Join("/var/tmp", "inlet-dev-"+hex.EncodeToString(sum[:6]))
+	legacy := filepath.Join("/var/tmp", "inlet-dev-"+legacyID(dataDir))
 	dirs, _ := filepath.Glob("/var/tmp/inlet-dev-*")
 	var out []string
 	for _, d := range dirs {
@@ -635,6 +634,13 @@ func orphanFallbackDirs(dataDir, current string) []string {
 	return out
 }
 
+// legacyID is the id inlet dev before cluster_id gave dataDir's /var/tmp
+// directory: from the path of dataDir/pg.
+func legacyID(dataDir string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "pg")))
+	return hex.EncodeToString(sum[:6])
+}
+
 // legacyFallbackID is the id of the /var/tmp directory that inlet dev
 // before cluster_id named after the path of dataDir/pg, when dataDir is
 // still the one that used it (its database_url is there) and that
@@ -644,8 +650,7 @@ func legacyFallbackID(dataDir string) (string, bool) {
 	if _, err := os.Stat(filepath.Join(dataDir, "database_url")); err != nil {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "pg")))
-	id := hex.EncodeToString(sum[:6])
+	id := legacyID(dataDir)
 	if _, err := os.Stat(filepath.Join("/var/tmp", "inlet-dev-"+id, "pg", "data", "PG_VERSION")); err != nil {
 		return "", false
 	}
