@@ -55,6 +55,10 @@ type APIConfig struct {
 	// cookie for browsers, or the same bearer token); every other path keeps
 	// the bearer token. Defaults to nil: no dashboard.
 	Dashboard http.Handler
+	// MaxTypesPerSource is the cap a replay with "unrouted" folds event
+	// types with before it selects them (silence.max_types_per_source, as
+	// the streamer folds). Defaults to 100.
+	MaxTypesPerSource int
 	// LoopbackHostsOnly answers only requests whose Host names this machine
 	// (localhost, 127.0.0.1, [::1], any port); any other gets 421 before
 	// authentication. Set it when the token is public (inlet dev's): the
@@ -87,6 +91,9 @@ func (c APIConfig) validate() error {
 	if c.DB == nil {
 		return errors.New("admin API: no database")
 	}
+	if c.MaxTypesPerSource < 0 {
+		return fmt.Errorf("admin API: max types per source %d: must not be negative", c.MaxTypesPerSource)
+	}
 	return nil
 }
 
@@ -100,8 +107,9 @@ func (c APIConfig) validate() error {
 //	POST /api/events/verify      {"id": N} | {"since": "24h", "until": …, "source": …}
 //	GET  /api/dlq                ?handler= &source= &error_class= &since= &until= &before= &limit=
 //	GET  /api/dlq/{job_id}       the job with attempts, error text and event metadata
-//	POST /api/replay             {"job_id": N} | {"handler": H, "dead_letters": true} |
-//	                             {"handler": H, "source": …, "event_type": …, "since": …, "until": …}, "dry_run": bool
+//	POST /api/replay             {"job_id": N, "expect_status": S} | {"handler": H, "dead_letters": true} |
+//	                             {"handler": H, "source": …, "event_type": …, "since": …, "until": …} |
+//	                             {"handler": H, "unrouted": true, filters as before}, "dry_run": bool, "max_jobs": N
 //	     /dashboard/             the web dashboard, when APIConfig.Dashboard is set
 //
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
@@ -366,15 +374,20 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 
 // replayBody is the JSON of POST /api/replay.
 type replayBody struct {
-	JobID       int64  `json:"job_id"`
-	Handler     string `json:"handler"`
-	DeadLetters bool   `json:"dead_letters"`
-	Source      string `json:"source"`
-	EventType   string `json:"event_type"`
-	Since       string `json:"since"`
-	Until       string `json:"until"`
-	DryRun      bool   `json:"dry_run"`
-	MaxJobs     int    `json:"max_jobs"`
+	JobID int64 `json:"job_id"`
+	// ExpectStatus, with job_id: replay only while the job still has this
+	// status (ReplayRequest.ExpectStatus); 409 if it moved.
+	ExpectStatus string `json:"expect_status"`
+	Handler      string `json:"handler"`
+	DeadLetters  bool   `json:"dead_letters"`
+	// Unrouted, with handler, is inlet replay --unrouted.
+	Unrouted  bool   `json:"unrouted"`
+	Source    string `json:"source"`
+	EventType string `json:"event_type"`
+	Since     string `json:"since"`
+	Until     string `json:"until"`
+	DryRun    bool   `json:"dry_run"`
+	MaxJobs   int    `json:"max_jobs"`
 }
 
 func (a *API) replay(w http.ResponseWriter, r *http.Request) {
@@ -384,10 +397,10 @@ func (a *API) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	p := params{now: a.cfg.Now()}
 	req := ReplayRequest{
-		JobID: b.JobID, Handler: b.Handler, DeadLetters: b.DeadLetters,
+		JobID: b.JobID, ExpectStatus: b.ExpectStatus, Handler: b.Handler, DeadLetters: b.DeadLetters, Unrouted: b.Unrouted,
 		Provider: b.Source, EventType: b.EventType,
 		Since: p.parseTime("since", b.Since), Until: p.parseTime("until", b.Until),
-		DryRun: b.DryRun, MaxJobs: b.MaxJobs,
+		DryRun: b.DryRun, MaxJobs: b.MaxJobs, MaxTypesPerSource: a.cfg.MaxTypesPerSource,
 	}
 	if p.err != nil {
 		a.fail(w, p.err)
@@ -402,7 +415,8 @@ func (a *API) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	if !res.DryRun {
 		a.cfg.Logger.Info("replay", slog.Int64("job_id", b.JobID), slog.String("handler", b.Handler),
-			slog.Bool("dead_letters", b.DeadLetters), slog.Int("requeued", res.Requeued), slog.Int("created", res.Created))
+			slog.Bool("dead_letters", b.DeadLetters), slog.Bool("unrouted", b.Unrouted),
+			slog.Int("requeued", res.Requeued), slog.Int("created", res.Created))
 	}
 	writeJSON(w, http.StatusOK, res)
 }

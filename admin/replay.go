@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,16 +21,25 @@ const DefaultMaxJobs = 10000
 
 // ReplayRequest says what to replay. Exactly one of three shapes:
 //
-//   - JobID: that one job;
+//   - JobID: that one job (with ExpectStatus, only while it still has
+//     that status);
 //   - Handler with DeadLetters: every dead letter of the handler;
 //   - Handler with at least one of Provider, EventType, Since, Until: every
 //     event matching the filter, to that handler: its existing jobs are
 //     re-queued (except leased ones), and the events its enabled
 //     subscriptions match but that have no job of it yet get one.
 type ReplayRequest struct {
-	JobID       int64
-	Handler     string
-	DeadLetters bool
+	JobID int64
+	// ExpectStatus, with JobID, is the status the job was seen in when the
+	// replay was asked for (the dashboard's Replay button sends the one it
+	// was rendered for): a job that has moved since is refused
+	// (ErrConflict), so a stale page's button for a dead letter never
+	// re-runs a job someone else replayed and its handler completed
+	// meanwhile. Checked on the job's row locked for the replay, in its
+	// transaction. "" checks nothing.
+	ExpectStatus string
+	Handler      string
+	DeadLetters  bool
 	// Provider (exact source name), EventType (glob), Since (inclusive) and
 	// Until (exclusive, on received_at) filter the events of a handler
 	// replay.
@@ -41,9 +51,17 @@ type ReplayRequest struct {
 	// unrouted; jobs another handler's catch-up created do not count) and
 	// that its enabled subscriptions match: the catch-up for a handler
 	// subscribed after they arrived, in any order with other such handlers. Provider, EventType, Since and Until
-	// narrow it; nothing is re-queued.
+	// narrow it; nothing is re-queued. Replay folds the arrivals not yet
+	// folded into event_types first (as the streamer does every
+	// silence.types_every), so every event committed before it counts.
 	Unrouted bool
-	// DryRun counts what the replay would do and changes nothing.
+	// MaxTypesPerSource is the cap an Unrouted replay folds event types
+	// with: the configuration's silence.max_types_per_source, as the
+	// streamer folds. Defaults to 100 (that setting's default).
+	MaxTypesPerSource int
+	// DryRun counts what the replay would do and changes nothing (an
+	// Unrouted one still folds event types first, so that it counts what
+	// the run would: bookkeeping the streamer does anyway, no job touched).
 	DryRun bool
 	// MaxJobs refuses (ErrConflict) a replay that would touch more jobs, so
 	// a mistyped filter cannot re-run a whole history. Defaults to
@@ -77,6 +95,12 @@ func (r ReplayRequest) Validate() error {
 		return invalid("job id %d: must be positive", r.JobID)
 	case r.MaxJobs < 0:
 		return invalid("max jobs %d: must not be negative", r.MaxJobs)
+	case r.MaxTypesPerSource < 0:
+		return invalid("max types per source %d: must not be negative", r.MaxTypesPerSource)
+	case r.ExpectStatus != "" && !jobStatuses[r.ExpectStatus]:
+		return invalid("expected status %q: want pending, leased, completed, failed or dead_letter", r.ExpectStatus)
+	case r.ExpectStatus != "" && r.JobID == 0:
+		return invalid("an expected status is that of one job: give it with a job id")
 	case r.JobID > 0 && (r.Handler != "" || r.DeadLetters || r.Unrouted || filter):
 		return invalid("a job id replays that job alone: give no handler, dead letters or filter with it")
 	case r.JobID > 0:
@@ -104,6 +128,19 @@ func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error)
 	maxJobs := req.MaxJobs
 	if maxJobs == 0 {
 		maxJobs = DefaultMaxJobs
+	}
+	if req.Unrouted {
+		// Which events are unrouted is read from event_types, which the
+		// streamer folds only every silence.types_every (and never while
+		// none runs): fold first, or the events that arrived since its last
+		// fold are missed. In a transaction of its own, before the
+		// replay's, so the fold's lock (pg_advisory_xact_lock, which a
+		// concurrent fold of the streamer or of inlet events types waits
+		// on) is not held for the whole replay; an event committed after
+		// it is a later arrival, as after the CLI's fold.
+		if err := FoldEventTypes(ctx, db, cmp.Or(req.MaxTypesPerSource, defaultMaxTypesPerSource)); err != nil {
+			return ReplayResult{}, fmt.Errorf("replay %s: %w", req.describe(), err)
+		}
 	}
 	res := ReplayResult{DryRun: req.DryRun}
 	err := writeTx(ctx, db, func(tx pgx.Tx) error {
@@ -143,6 +180,22 @@ func Replay(ctx context.Context, db DB, req ReplayRequest) (ReplayResult, error)
 	return res, nil
 }
 
+// defaultMaxTypesPerSource is silence.max_types_per_source's default
+// (monitor.DefaultMaxTypesPerSource, a package admin does not import).
+const defaultMaxTypesPerSource = 100
+
+// jobStatuses are the values of jobs.status.
+var jobStatuses = map[string]bool{"pending": true, "leased": true, "completed": true, "failed": true, "dead_letter": true}
+
+// statusPhrase is a job status as a message says it ("no longer a dead
+// letter", "it is completed now").
+func statusPhrase(status string) string {
+	if status == "dead_letter" {
+		return "a dead letter"
+	}
+	return status
+}
+
 func (r ReplayRequest) describe() string {
 	switch {
 	case r.JobID > 0:
@@ -166,6 +219,14 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 		}
 		if err != nil {
 			return plan, err
+		}
+		// The row is locked (FOR UPDATE, which in READ COMMITTED reads its
+		// latest committed version) until the replay commits, so the status
+		// checked here is the one runReplay re-queues from, in the same
+		// transaction, dry run or not. Checked before leased, so a dead
+		// letter replayed and claimed meanwhile says it moved.
+		if req.ExpectStatus != "" && status != req.ExpectStatus {
+			return plan, conflict("no longer %s: it is %s now", statusPhrase(req.ExpectStatus), statusPhrase(status))
 		}
 		if status == "leased" {
 			return plan, conflict("it is leased (in flight): wait until it finishes or its lease expires")

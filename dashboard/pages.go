@@ -222,6 +222,10 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request, s *session) {
 	d.render(w, r, s, http.StatusOK, "event", fmt.Sprintf("Event %d", e.ID), p)
 }
 
+// replay re-queues the form's job_id, only while it still has the form's
+// expect_status (admin.ReplayRequest.ExpectStatus, checked under the job's
+// row lock); a form without one (posted by a script, or rendered before
+// the field existed) replays the job whatever its status.
 func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
 	id, err := strconv.ParseInt(r.PostFormValue("job_id"), 10, 64)
 	if err != nil || id <= 0 {
@@ -231,7 +235,7 @@ func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
 	back := localPath(r.PostFormValue("return"))
 	ctx, cancel := d.context(r)
 	defer cancel()
-	res, err := admin.Replay(ctx, d.cfg.DB, admin.ReplayRequest{JobID: id})
+	res, err := admin.Replay(ctx, d.cfg.DB, admin.ReplayRequest{JobID: id, ExpectStatus: r.PostFormValue("expect_status")})
 	switch code := statusOf(err); {
 	case err == nil:
 		d.cfg.Logger.Info("dashboard replay", slog.Int64("job_id", id), slog.Int("requeued", res.Requeued))

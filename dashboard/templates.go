@@ -50,8 +50,8 @@ var funcs = template.FuncMap{
 	"join":  strings.Join,
 	"color": seriesColor,
 	// replayArgs is the argument of the "replay" template.
-	"replayArgs": func(csrf string, jobID int64, ret string) replayButton {
-		return replayButton{CSRF: csrf, JobID: jobID, Return: ret}
+	"replayArgs": func(csrf string, jobID int64, ret, status string) replayButton {
+		return replayButton{CSRF: csrf, JobID: jobID, Return: ret, ExpectStatus: status}
 	},
 }
 
@@ -60,6 +60,11 @@ type replayButton struct {
 	CSRF   string
 	JobID  int64
 	Return string
+	// ExpectStatus is the job's status as the page shows it: the replay
+	// is refused once the job has moved (a stale page's button for a dead
+	// letter never re-runs a job replayed and completed meanwhile; review
+	// helper-194).
+	ExpectStatus string
 }
 
 func parsePages() (map[string]*template.Template, error) {

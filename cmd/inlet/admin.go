@@ -121,7 +121,8 @@ func startAdmin(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (*a
 		return nil, err
 	}
 	api, err := admin.NewAPI(admin.APIConfig{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, DB: pool, Sources: sourcesOf(cfg), Logger: log,
-		AuthLimiter: limiter, Dashboard: dash, LoopbackHostsOnly: inletyaml.PublicAdminToken(cfg)})
+		AuthLimiter: limiter, Dashboard: dash, LoopbackHostsOnly: inletyaml.PublicAdminToken(cfg),
+		MaxTypesPerSource: maxTypesPerSource(cfg)})
 	if err == nil {
 		err = api.Start(ctx)
 	}
