@@ -36,7 +36,10 @@
 // and the control plane's reporter keep it, once, after the row is reset. Jobs
 // created from the log by a replay get such a row with attempt 0. A job that
 // is leased (in flight) is never touched: replaying it alone is an error
-// ([ErrConflict]); in a batch it is counted as skipped. Replay never changes
+// ([ErrConflict]); in a batch it is counted as skipped. One job replayed
+// with an expected status (ReplayRequest.ExpectStatus: the dashboard's
+// button sends the status it showed) is refused the same way once its
+// status moved. Replay never changes
 // events, and it sends one NOTIFY hint (delivered at COMMIT) so streamers
 // pick the jobs up at once rather than at their next poll.
 //

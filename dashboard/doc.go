@@ -12,7 +12,7 @@
 //	GET  /dashboard/events       the event log, newest first (?source= &before=)
 //	GET  /dashboard/events/{id}  one event: metadata, headers, the body as escaped text
 //	                             (hex when it is not UTF-8), jobs with their attempts
-//	POST /dashboard/replay       re-queue one job (admin.Replay), then back with a message
+//	POST /dashboard/replay       re-queue one job (admin.Replay) while it has the status shown, then back with a message
 //	GET  /dashboard/login        the token form; POST checks it and starts a session
 //	POST /dashboard/logout       ends the session
 //
