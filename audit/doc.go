@@ -78,7 +78,10 @@
 //     overlaps [min_received_at, max_received_at].
 //
 // Otherwise the id is reported as a missing event, the reason naming the
-// retention_log row. retention_log is append-only but not chained into the
+// retention_log row. Verify takes its snapshot only once it holds events
+// (ACCESS SHARE): one that starts during a drop waits for it, bounded by its
+// context, and then sees the period gone and its retention_log row
+// together. retention_log is append-only but not chained into the
 // checkpoints, so the owner can still add rows; these checks bound what a
 // forged row can hide (see below).
 //
@@ -103,13 +106,15 @@
 // (or the same one, when the list is empty) finds none of them still holding
 // the lock, every gap up to that id that the events read after it still
 // shows is an insert that rolled back, and is sealed as skipped; if that id
-// ever appears, it was inserted out of order. A gap the sealer cannot judge
-// yet waits, with everything after it; a pass waits up to Grace for it and
-// then leaves it to the next. What the sealer has seen of writers lives in
-// memory: after a restart it judges gaps afresh, which only delays them.
-// Grace is otherwise a minimum age (events younger than it wait), and safety
-// no longer depends on it. A transaction holding an insert on events open
-// holds sealing back until it ends.
+// ever appears, it was inserted out of order. That needs every statement of
+// a pass to take its own snapshot, so the sealer runs at READ COMMITTED
+// whatever default_transaction_isolation the database or role sets. A gap
+// the sealer cannot judge yet waits, with everything after it; a pass waits
+// up to Grace for it and then leaves it to the next. What the sealer has
+// seen of writers lives in memory: after a restart it judges gaps afresh,
+// which only delays them. Grace is otherwise a minimum age (events younger
+// than it wait), and safety no longer depends on it. A transaction holding
+// an insert on events open holds sealing back until it ends.
 //
 // # What it does not prove
 //

@@ -77,7 +77,9 @@ func (s *Sealer) awaitGap(ctx context.Context, gap int64) (bool, error) {
 	defer t.Stop()
 	for {
 		var settled int64
-		err := pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
+		// The probe is one statement, one snapshot at any level; it runs at
+		// READ COMMITTED all the same, like every transaction of the sealer.
+		err := readCommitted(ctx, s.cfg.DB, func(tx pgx.Tx) error {
 			var err error
 			settled, err = s.probe(ctx, tx)
 			return err

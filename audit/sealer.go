@@ -187,7 +187,7 @@ func (s *Sealer) SealOnce(ctx context.Context) (Checkpoint, error) {
 func (s *Sealer) sealOnce(ctx context.Context) (Checkpoint, int64, error) {
 	var cp Checkpoint
 	var gap int64
-	err := pgx.BeginFunc(ctx, s.cfg.DB, func(tx pgx.Tx) error {
+	err := readCommitted(ctx, s.cfg.DB, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		ok, err := q.AuditTrySealLock(ctx, sealLockKey)
 		if err != nil {
@@ -236,6 +236,25 @@ func (s *Sealer) sealOnce(ctx context.Context) (Checkpoint, int64, error) {
 		slog.Int64("first_event_id", cp.FirstEventID), slog.Int64("last_event_id", cp.LastEventID),
 		slog.Int("skipped", len(cp.SkippedIDs)), slog.String("hash", cp.HashHex()))
 	return cp, gap, nil
+}
+
+// readCommitted runs fn in a transaction of db at READ COMMITTED, whatever
+// the database's or the role's default_transaction_isolation. The gap rule
+// (package doc) needs every statement to take its own snapshot: the events
+// read must see each insert that ended before the probe read pg_locks. Under
+// a REPEATABLE READ or SERIALIZABLE default the whole pass would share its
+// first statement's snapshot, and an insert that committed in between would
+// be neither a writer of the probe nor visible: its id sealed as skipped, a
+// false out_of_order_event for good (review helper-192). SET TRANSACTION
+// rather than BeginTx keeps DB to Begin, so any pool, connection or wrapper
+// still fits.
+func readCommitted(ctx context.Context, db DB, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+			return fmt.Errorf("set seal transaction to read committed: %w", err)
+		}
+		return fn(tx)
+	})
 }
 
 // lastCheckpoint is the newest checkpoint, the zero Checkpoint when none.
