@@ -32,7 +32,8 @@ const operatorHelp = `
 The database is admin.database_url of the config file (--config, default
 inlet.yaml) when set; else, as for every command: database_url in the config
 file, else DATABASE_URL, else the local PostgreSQL that inlet dev started
-from this directory (.inlet/database_url), with or without a config file.
+from this directory or the nearest parent that has one (.inlet/database_url),
+with or without a config file.
 The commands run as admin.db_role (default webhook_operator): grant it to
 your login role (GRANT webhook_operator TO you). --json prints the result as
 JSON for scripts;

@@ -24,7 +24,7 @@ const auditHelp = `
 
 The database is the operator commands' (admin.database_url, else
 database_url, else DATABASE_URL, else the local PostgreSQL of inlet dev in
-this directory, .inlet/database_url). --role is the role assumed after connecting: grant it
+this directory or the nearest parent, .inlet/database_url). --role is the role assumed after connecting: grant it
 to your login role.`
 
 func runAudit(ctx context.Context, env *environment, args []string) error {

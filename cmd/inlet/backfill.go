@@ -50,16 +50,18 @@ X-RateLimit-Reset asks; 5xx and network errors are retried
 with exponential backoff.
 
 Resumable: after every page the cursor is written to --state (default
-.inlet/backfill-<source>.json). An interrupted run (Ctrl-C, an error) is
+.inlet/backfill-<source>.json, in the .inlet directory where the database_url
+below was found, else in this directory). An interrupted run (Ctrl-C, an error) is
 continued by running the same command again; the file is removed when the
 history has been read to the end. --restart ignores the file and starts from
 the newest event (nothing is stored twice either way).
 
 Writes run as ingress.db_role (default webhook_ingress_writer) on the
 config file's database_url, else DATABASE_URL, else the local PostgreSQL
-that inlet dev started from this directory (.inlet/database_url).`)
+that inlet dev started from this directory or the nearest parent directory
+that has one (.inlet/database_url).`)
 	cfgPath := configFlag(fs)
-	statePath := fs.String("state", "", "cursor file of an unfinished run (default .inlet/backfill-<source>.json)")
+	statePath := fs.String("state", "", "cursor file of an unfinished run (default .inlet/backfill-<source>.json, in the .inlet found with database_url)")
 	restart := fs.Bool("restart", false, "ignore the saved cursor and start from the newest event")
 	sinceFlag := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, or 24h, 7d)")
 	api := providerAPIFlags(fs)
@@ -99,7 +101,9 @@ that inlet dev started from this directory (.inlet/database_url).`)
 		return err
 	}
 	if *statePath == "" {
-		*statePath = filepath.Join(".inlet", "backfill-"+src.Name+".json")
+		// Beside the database_url of the inlet dev found here or above, so
+		// a run resumed from another directory of the tree finds it.
+		*statePath = filepath.Join(devStateDir(), "backfill-"+src.Name+".json")
 	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-backfill", MaxConns: 2})
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,10 +12,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/config"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 const defaultConfigPath = "inlet.yaml"
@@ -45,28 +51,67 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 	return inletyaml.Config{}, "", err
 }
 
-// devDataDir is inlet dev's default --data-dir: its local PostgreSQL, and
-// the file database_url naming it.
+// devDataDir is inlet dev's default --data-dir: its local PostgreSQL, the
+// file database_url naming it, and ingress_url, the URL its webhook
+// listener answers on while it runs.
 const devDataDir = ".inlet"
 
 // databaseHelp says where every command's database comes from: the rule of
 // databaseURL, for the --help of each command that connects.
 const databaseHelp = `The database comes from --database-url (where the command has it), else
 database_url in the config file, else DATABASE_URL, else the local PostgreSQL
-that inlet dev started from this directory (.inlet/database_url).`
+that inlet dev started from this directory or the nearest parent directory
+that has one (.inlet/database_url, looked for as git looks for .git).`
+
+// findDevFile is the path of .inlet/name in the working directory, else in
+// the nearest parent directory that has one, up to the filesystem root: as
+// git finds .git, so a command run in a subdirectory of the one inlet dev
+// runs in finds what it wrote. "" when there is none.
+func findDevFile(name string) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := filepath.Join(dir, devDataDir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// devStateDir is the .inlet directory holding the database_url that
+// databaseURL finds (this directory's or a parent's), else ./.inlet: where a
+// command keeps its own state beside inlet dev's (backfill's cursor).
+func devStateDir() string {
+	if p := findDevFile("database_url"); p != "" {
+		return filepath.Dir(p)
+	}
+	return devDataDir
+}
 
 // databaseURL is the database a command connects to, by one rule for every
 // command: flagURL (--database-url), else configured (the config file's
 // database_url, which WithDefaults fills from DATABASE_URL when the file has
 // none), else the URL inlet dev wrote to .inlet/database_url when it started
-// its local PostgreSQL here. inlet dev itself starts that PostgreSQL exactly
-// when configured is empty, so every command reaches the database inlet dev
-// uses, with or without a config file. "" when there is none.
+// its local PostgreSQL here or in a parent directory (findDevFile). inlet
+// dev itself starts that PostgreSQL exactly when configured is empty, so
+// every command reaches the database inlet dev uses, with or without a
+// config file. "" when there is none.
 func databaseURL(flagURL, configured string) string {
 	if u := cmp.Or(flagURL, configured); u != "" {
 		return u
 	}
-	b, err := os.ReadFile(filepath.Join(devDataDir, "database_url"))
+	p := findDevFile("database_url")
+	if p == "" {
+		return ""
+	}
+	b, err := os.ReadFile(p) //nolint:gosec // G304: inlet dev's own file, found as git finds .git
 	if err != nil {
 		return ""
 	}
@@ -80,8 +125,129 @@ func errNoDatabase(cfgPath string, withFlag bool) error {
 	if withFlag {
 		pass = "pass --database-url, "
 	}
-	return fmt.Errorf("%w: no database: %sset database_url in %s or DATABASE_URL, or start inlet dev in this directory (it writes %s)",
+	return fmt.Errorf("%w: no database: %sset database_url in %s or DATABASE_URL, or start inlet dev in this directory or a parent (it writes %s)",
 		errUsage, pass, cfgPath, filepath.Join(devDataDir, "database_url"))
+}
+
+// ingressURLHelp says where inlet send's default --url comes from: the rule
+// of ingressURL.
+const ingressURLHelp = `Without --url it posts to the ingress of the inlet dev running in this
+directory or the nearest parent directory that has one (the URL inlet dev
+writes to .inlet/ingress_url when its webhook listener is up, and removes
+when it stops), else to ingress.listen of the config file (or the embedded
+defaults, :8080; a wildcard host such as ":9090" or "0.0.0.0:9090" is
+localhost).`
+
+// ingressURL is the base URL of the ingress a command talks to without
+// --url, and where that came from (for its errors): the URL inlet dev wrote
+// to .inlet/ingress_url (findDevFile), else ingress.listen of cfg, read
+// from from (the config file, or the embedded defaults), as this machine
+// reaches it.
+func ingressURL(cfg inletyaml.Config, from string) (url, origin string) {
+	if p := findDevFile("ingress_url"); p != "" {
+		b, err := os.ReadFile(p) //nolint:gosec // G304: inlet dev's own file, found as git finds .git
+		if u := strings.TrimSpace(string(b)); err == nil && u != "" {
+			return u, p + ", written by inlet dev when it started there"
+		}
+	}
+	return "http://" + dashboardHost(cfg.Ingress.Listen), "ingress.listen of " + from
+}
+
+// maxKnownNames caps the names that a usage error about an unknown source
+// or handler offers.
+const maxKnownNames = 20
+
+// checkSource refuses a --source filter naming a source that is neither in
+// the configuration nor ever seen in the database: such a filter matches
+// nothing, and an empty list (exit 0) cannot tell a typo from a quiet
+// source. A source removed from the configuration whose events are kept is
+// seen, so its events stay listable. "" (no filter) passes.
+//
+// Here, not in admin: the admin API's filters are left as they are (an
+// empty page there).
+func checkSource(ctx context.Context, pool *pgxpool.Pool, cfg inletyaml.Config, from, name string) error {
+	if name == "" {
+		return nil
+	}
+	configured := make([]string, 0, len(cfg.Sources))
+	for _, s := range cfg.Sources {
+		if s.Name == name {
+			return nil
+		}
+		configured = append(configured, s.Name)
+	}
+	// One probe of idx_events_provider_received_at per partition, never a
+	// scan of the log (inlet replay --source asks the same).
+	stored, err := queries.New(pool).AdminSourceKnown(ctx, name)
+	if err != nil {
+		return fmt.Errorf("look up source %q: %w", name, err)
+	}
+	if stored {
+		return nil
+	}
+	// event_types (a row per source and type, at most
+	// silence.max_types_per_source + 1 per source) knows the sources seen,
+	// also those whose events retention has dropped since; EventTypes folds
+	// the latest arrivals in first.
+	types, err := admin.EventTypes(ctx, pool, maxTypesPerSource(cfg))
+	if err != nil {
+		return fmt.Errorf("look up source %q: %w", name, err)
+	}
+	seen := make([]string, 0, len(types))
+	for _, t := range types {
+		if t.Source == name {
+			return nil
+		}
+		seen = append(seen, t.Source)
+	}
+	return errUnknownName("source", name, from, configured, seen)
+}
+
+// checkHandler is checkSource for a --handler filter: a handler of the
+// configuration's consumer.handlers, or one that ever subscribed (consumers
+// register their subscriptions at start, Inlet never deletes one, and every
+// job comes from one).
+func checkHandler(ctx context.Context, pool *pgxpool.Pool, cfg inletyaml.Config, from, name string) error {
+	if name == "" {
+		return nil
+	}
+	configured := make([]string, 0, len(cfg.Consumer.Handlers))
+	for _, h := range cfg.Consumer.Handlers {
+		if h.Name == name {
+			return nil
+		}
+		configured = append(configured, h.Name)
+	}
+	subscribed, err := queries.New(pool).AdminSubscribedHandlers(ctx)
+	if err != nil {
+		return fmt.Errorf("look up handler %q: %w", name, err)
+	}
+	if slices.Contains(subscribed, name) {
+		return nil
+	}
+	return errUnknownName("handler", name, from, configured, subscribed)
+}
+
+// errUnknownName is the usage error of a filter naming an unknown what: the
+// name, where it was looked for, and the known names, sorted, the first
+// maxKnownNames of them. Names come from the database (a provider's
+// source name, a consumer's handler): safe keeps them off the terminal's
+// control sequences.
+func errUnknownName(what, name, from string, configured, stored []string) error {
+	known := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(configured), stored...))))
+	offer := fmt.Sprintf("no %s is configured or seen yet", what)
+	if len(known) > 0 {
+		shown := make([]string, 0, min(len(known), maxKnownNames))
+		for _, n := range known[:min(len(known), maxKnownNames)] {
+			shown = append(shown, safe(n))
+		}
+		offer = what + "s known: " + strings.Join(shown, ", ")
+		if more := len(known) - len(shown); more > 0 {
+			offer += fmt.Sprintf(" and %d more", more)
+		}
+	}
+	return fmt.Errorf("%w: no %s named %q, neither in the configuration (%s) nor seen in the database (a typo?); %s",
+		errUsage, what, name, from, offer)
 }
 
 func newLogger(w io.Writer, c inletyaml.Log, defaultFormat string) *slog.Logger {

@@ -49,14 +49,21 @@ it starts a throwaway PostgreSQL from this machine's binaries with its data
 under --data-dir (installing the binaries with apt-get first when they are
 missing and you are root), on the port it had last time unless another
 process has taken it, and writes its URL to <data-dir>/database_url: every
-other inlet command run from this directory uses it. Migrations are applied
-at start. Ctrl-C drains, stops that PostgreSQL and exits 0; a second
-Ctrl-C skips the drain but still stops it (exit 130). Delete the data
+other inlet command run from this directory, or from a directory below it,
+uses it. Migrations are applied at start. Ctrl-C drains, stops that
+PostgreSQL and exits 0; a second Ctrl-C skips the drain but still stops it
+(exit 130). Delete the data
 directory to start over. (As root, when the postgres user cannot enter the
 data directory, as under /root, the PostgreSQL data lives in
 /var/tmp/inlet-dev-ID instead, ID from <data-dir>/cluster_id, and a warning
 at start names it: deleting the data directory still starts over, and
-leaves that directory for you to remove.)`)
+leaves that directory for you to remove.)
+
+Once its webhook listener is up it writes the URL that reaches it to
+<data-dir>/ingress_url (http://localhost:PORT for a wildcard host), and
+removes it when it stops: inlet send without --url, run from this directory
+or one below it, posts there. (After a kill -9 the file stays behind; the
+next inlet dev here replaces it, and inlet send's error names it.)`)
 	cfgPath := configFlag(fs)
 	dataDir := fs.String("data-dir", devDataDir, "directory for the local PostgreSQL when no database URL is set")
 	listen := fs.String("listen", "", "webhook listen address (overrides ingress.listen)")
@@ -191,6 +198,7 @@ leaves that directory for you to remove.)`)
 		return err
 	}
 	defer func() { _ = ms.Stop(context.Background()) }()
+	defer recordIngressURL(*dataDir, srv.Addr().String(), log)()
 	printWalkthrough(env, cfg, srv.Addr().String(), from)
 	started = true
 	<-ctx.Done()
@@ -281,6 +289,36 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 			slog.String("old_url", redactURL(previous)), slog.String("url", redactURL(cfg.DatabaseURL)))
 	}
 	return func() { unhook(); stopCluster() }, nil
+}
+
+// recordIngressURL writes the URL of inlet dev's webhook listener at addr
+// to dataDir/ingress_url, where inlet send finds it (ingressURL): the port
+// --port-base, --listen or the config file chose, so send needs no --url.
+// remove deletes it, as a second signal does (onForcedExit), so a stopped
+// inlet dev leaves no URL behind to aim at; only while it still holds this
+// URL, in case another inlet dev here (on an external database, which
+// takes no lock on dataDir) has written its own since.
+func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
+	path := filepath.Join(dataDir, "ingress_url")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // removed from there, whatever the working directory is by then
+	}
+	u := "http://" + dashboardHost(addr)
+	if err := os.MkdirAll(dataDir, 0o755); err != nil { //nolint:gosec // G301: as lockDataDir's
+		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
+		return func() {}
+	}
+	if err := os.WriteFile(path, []byte(u+"\n"), 0o600); err != nil {
+		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
+		return func() {}
+	}
+	rm := sync.OnceFunc(func() {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == u { //nolint:gosec // G304: inlet dev's own --data-dir
+			_ = os.Remove(path)
+		}
+	})
+	unhook := onForcedExit(rm)
+	return func() { unhook(); rm() }
 }
 
 // lockDataDir takes dataDir for this process: an flock on dataDir/lock,

@@ -29,10 +29,14 @@ inlet dlq show. When more match, the --before for the next page is printed on
 stderr (with --json, it is the list's "next").
 
   inlet dlq list --handler billing --since 24h
-  inlet dlq list --error-class timeout --json`+operatorHelp)
+  inlet dlq list --error-class timeout --json
+
+A --handler that is neither in consumer.handlers nor ever subscribed, or a
+--source neither configured nor seen in the database, is a usage error
+(exit 2) that lists the known names: a typo, not an empty list.`+operatorHelp)
 	cfgPath := configFlag(fs)
-	handler := fs.String("handler", "", "only this handler's")
-	source := fs.String("source", "", "only jobs of events of this source")
+	handler := fs.String("handler", "", "only this handler's (one of consumer.handlers, or one that ever subscribed)")
+	source := fs.String("source", "", "only jobs of events of this source (a configured source, or one whose events are stored)")
 	class := fs.String("error-class", "", "only this last error class (e.g. permanent, timeout, lease_expired)")
 	since := fs.String("since", "", "only jobs dead-lettered at or after: RFC 3339, a date, or a duration back (24h, 7d)")
 	until := fs.String("until", "", "only jobs dead-lettered before (same forms as --since)")
@@ -56,7 +60,13 @@ stderr (with --json, it is the list's "next").
 	if f.Until, err = timeFlag("until", *until); err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error {
+		if err := checkHandler(ctx, pool, cfg, from, f.Handler); err != nil {
+			return err
+		}
+		if err := checkSource(ctx, pool, cfg, from, f.Provider); err != nil {
+			return err
+		}
 		page, err := admin.ListDeadLetters(ctx, pool, f)
 		if err != nil {
 			return err

@@ -50,12 +50,17 @@ matches an event when it selects something other than false or null (an
 array by its elements).
 Events without a payload never match.
 
+A --source that is neither configured nor seen in the database (events or
+event_types) is a usage error (exit 2) that lists the known sources: a typo,
+not an empty list. A source removed from the configuration whose events are
+kept still lists them.
+
   inlet events list --source stripe --type 'invoice.*' --since 24h
   inlet events list --since 2026-03-03 --until 2026-03-04 --json
   inlet events list --where '$.data.object.customer == "cus_123"'
   inlet events list --occurred-before 2026-03-03 --since 2026-03-04   # delivered a day late`+operatorHelp)
 	cfgPath := configFlag(fs)
-	source := fs.String("source", "", "only events of this source (events.provider)")
+	source := fs.String("source", "", "only events of this source (events.provider): a configured source, or one whose events are stored; another name is a usage error listing the known ones")
 	typ := fs.String("type", "", "only events whose type matches this glob ('*' matches anything: invoice.*)")
 	since := fs.String("since", "", "only events received at or after: RFC 3339, a date, or a duration back (24h, 7d)")
 	until := fs.String("until", "", "only events received before (same forms as --since)")
@@ -89,7 +94,10 @@ Events without a payload never match.
 	if f.Until, err = timeFlag("until", *until); err != nil {
 		return err
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error {
+		if err := checkSource(ctx, pool, cfg, from, f.Provider); err != nil {
+			return err
+		}
 		page, err := admin.ListEvents(ctx, pool, f)
 		if err != nil {
 			return err
@@ -357,7 +365,7 @@ Limits: a retired secret must stay listed for older events to verify; twilio
 signs the URL it called, of which only the path and query are stored, so a
 twilio source needs public_url to be re-verified.`+operatorHelp)
 	cfgPath := configFlag(fs)
-	source := fs.String("source", "", "only events of this source")
+	source := fs.String("source", "", "only events of this source (a configured source, or one whose events are stored)")
 	since := fs.String("since", "", "re-verify every event received at or after (RFC 3339, a date, or 24h, 7d)")
 	until := fs.String("until", "", "and before")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -382,6 +390,9 @@ twilio source needs public_url to be re-verified.`+operatorHelp)
 		return err
 	}
 	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error {
+		if err := checkSource(ctx, pool, cfg, from, req.Provider); err != nil {
+			return err
+		}
 		if from == "embedded defaults" {
 			fmt.Fprintln(env.stderr, "note: no config file, so the embedded dev sources' secrets are used (pass --config)")
 		}

@@ -204,8 +204,10 @@ Run 'inlet <command> --help' (or 'inlet help <command>') for a command's
 flags. Configuration is one YAML file (--config, default inlet.yaml; see
 inlet.example.yaml). Every command uses the same database: --database-url
 where a command has it, else the file's database_url, else DATABASE_URL, else
-the local PostgreSQL that inlet dev started from this directory
-(.inlet/database_url).
+the local PostgreSQL that inlet dev started from this directory or the
+nearest parent directory that has one (.inlet/database_url, looked for as
+git looks for .git). inlet send posts to the inlet dev running there
+(.inlet/ingress_url) unless given --url.
 `)
 }
 

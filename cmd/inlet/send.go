@@ -26,6 +26,8 @@ running ingress. Prints the answer's status, the event id the ingress stores
 the source takes the id from the body, --id where it travels in a header, a
 sha256: of the body where the source has none) and the answer's body.
 
+`+ingressURLHelp+`
+
 With --handshake it sends instead the endpoint check SOURCE's provider makes
 (Meta's hub.challenge, Slack's url_verification, Zoom's url_validation, ...),
 signed where the provider signs it, and checks the answer as the provider
@@ -40,7 +42,7 @@ sending it (for any source whose request does not carry the secret itself).
   inlet send meta --handshake
   inlet send discord --private-key @discord-test.key`)
 	cfgPath := configFlag(fs)
-	target := fs.String("url", "http://localhost:8080", "base URL of the ingress")
+	target := fs.String("url", "", "base URL of the ingress (default: the inlet dev running here, from .inlet/ingress_url, else ingress.listen of the config file; see above)")
 	body := fs.String("body", "", "JSON body to send (default: a small sample event)")
 	bodyFile := fs.String("body-file", "", "file whose bytes are sent as the body")
 	eventID := fs.String("id", "", "event id to use (default: random; repeat one to see a duplicate); a --body that carries its own id, where the source reads it from the body, keeps that one")
@@ -60,9 +62,16 @@ sending it (for any source whose request does not carry the secret itself).
 		return fmt.Errorf("%w: --handshake sends the provider's own check: --body, --body-file and --id do not apply", errUsage)
 	}
 	name := fs.Arg(0)
-	cfg, _, err := loadConfig(*cfgPath, inletyaml.Dev)
+	cfg, from, err := loadConfig(*cfgPath, inletyaml.Dev)
 	if err != nil {
 		return err
+	}
+	// origin says where a default URL came from, in the error of a send
+	// that reaches nothing there.
+	base, origin := *target, ""
+	if base == "" {
+		base, origin = ingressURL(cfg, from)
+		origin = " (from " + origin + "; pass --url to send elsewhere)"
 	}
 	src, ok := cfg.Source(name)
 	if !ok {
@@ -74,9 +83,9 @@ sending it (for any source whose request does not carry the secret itself).
 			return err
 		}
 	}
-	url := strings.TrimRight(*target, "/") + "/webhooks/" + name
+	url := strings.TrimRight(base, "/") + "/webhooks/" + name
 	if *handshake {
-		return sendHandshake(ctx, env, name, src.Config, key, url, *printCurl)
+		return sendHandshake(ctx, env, name, src.Config, key, url, origin, *printCurl)
 	}
 	id := *eventID
 	if id == "" {
@@ -130,7 +139,7 @@ sending it (for any source whose request does not carry the secret itself).
 	req.Header = hdr
 	resp, err := sendClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("send to %s: %w", redactURL(url), err)
+		return fmt.Errorf("send to %s%s: %w", redactURL(url), origin, err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -143,8 +152,9 @@ sending it (for any source whose request does not carry the secret itself).
 
 // sendHandshake sends the handshake probe of a source's provider to the
 // ingress at url and checks the answer as the provider would. The probe's
-// URL is never printed: it may carry the source's verify token.
-func sendHandshake(ctx context.Context, env *environment, name string, src verify.Config, key, url string, printCurl bool) error {
+// URL is never printed: it may carry the source's verify token. origin says
+// where a default url came from ("" for --url).
+func sendHandshake(ctx context.Context, env *environment, name string, src verify.Config, key, url, origin string, printCurl bool) error {
 	now := time.Now()
 	var probe *verify.HandshakeProbe
 	var err error
@@ -173,7 +183,7 @@ func sendHandshake(ctx context.Context, env *environment, name string, src verif
 	req.Header = probe.Header
 	resp, err := sendClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("send the %s handshake to %s: %w", probe.Kind, redactURL(url), err)
+		return fmt.Errorf("send the %s handshake to %s%s: %w", probe.Kind, redactURL(url), origin, err)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

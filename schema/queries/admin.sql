@@ -366,3 +366,10 @@ SELECT EXISTS (
     WHERE handler = sqlc.arg(handler)
       AND (sqlc.arg(provider_pattern)::text = '' OR provider_pattern = sqlc.arg(provider_pattern))
       AND (sqlc.arg(event_type_pattern)::text = '' OR event_type_pattern = sqlc.arg(event_type_pattern)));
+
+-- name: AdminSubscribedHandlers :many
+-- Every handler that ever subscribed (consumers register their
+-- subscriptions at start and Inlet deletes none; every job comes from one):
+-- the handlers a --handler filter may name. subscriptions is small; jobs is
+-- not, and no index leads with its handler for every status.
+SELECT DISTINCT handler FROM webhook_ingress.subscriptions ORDER BY handler;

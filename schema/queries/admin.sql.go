@@ -1099,6 +1099,34 @@ func (q *Queries) AdminSourceKnown(ctx context.Context, provider string) (bool, 
 	return known, err
 }
 
+const AdminSubscribedHandlers = `-- name: AdminSubscribedHandlers :many
+SELECT DISTINCT handler FROM webhook_ingress.subscriptions ORDER BY handler
+`
+
+// Every handler that ever subscribed (consumers register their
+// subscriptions at start and Inlet deletes none; every job comes from one):
+// the handlers a --handler filter may name. subscriptions is small; jobs is
+// not, and no index leads with its handler for every status.
+func (q *Queries) AdminSubscribedHandlers(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, AdminSubscribedHandlers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var handler string
+		if err := rows.Scan(&handler); err != nil {
+			return nil, err
+		}
+		items = append(items, handler)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const AdminSubscriptionExists = `-- name: AdminSubscriptionExists :one
 SELECT EXISTS (
     SELECT FROM webhook_ingress.subscriptions
