@@ -140,12 +140,18 @@ func globLike(glob string) string {
 
 // ParseTime reads a time bound as operators write it: an RFC 3339 time
 // ("2026-03-03T09:00:00Z", "2026-03-03T09:00:00+01:00"), a date
-// ("2026-03-03", midnight UTC), or a duration back from now ("24h", "90m",
-// "7d"). "" is the zero time (no bound).
+// ("2026-03-03", midnight UTC), "now" (now itself: the moment of the
+// command or request, as "0s" is), or a duration back from now ("24h",
+// "90m", "7d"). "" is the zero time (no bound).
 func ParseTime(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return time.Time{}, nil
+	}
+	// The usage lines show it (inlet reconcile stripe --until now), and a
+	// script writes it more readily than 0s.
+	if isNow(s) {
+		return now, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
@@ -161,8 +167,11 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, invalid("time %q: want RFC 3339 (2026-03-03T09:00:00Z), a date (2026-03-03) or a duration back from now (24h, 7d)", s)
+	return time.Time{}, invalid("time %q: want RFC 3339 (2026-03-03T09:00:00Z), a date (2026-03-03), now, or a duration back from now (24h, 7d)", s)
 }
+
+// isNow reports whether s (trimmed) is the bound "now", in any case.
+func isNow(s string) bool { return strings.EqualFold(s, "now") }
 
 // maxDays is the most days a bound may count back: a Duration holds about
 // 292 years, and more wrapped into the future (106752d read as 2319, and a
@@ -170,9 +179,12 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 const maxDays = int(math.MaxInt64 / int64(24*time.Hour))
 
 // RelativeTime reports whether s, as ParseTime reads it, counts back from
-// now (24h, 7d) rather than naming a time.
+// now (24h, 7d, now itself) rather than naming a time.
 func RelativeTime(s string) bool {
 	s = strings.TrimSpace(s) // as ParseTime reads it
+	if isNow(s) {
+		return true
+	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= maxDays {
 			return true

@@ -3,9 +3,12 @@ package backfill
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
@@ -39,10 +42,12 @@ type ScheduleConfig struct {
 // the last Window up to Settle ago, while this replica leads, until ctx is
 // done. The first round is at once. A round that starts late (the last one
 // ran longer than Interval: rate-limit waits, many pages) or follows a
-// failed one reaches back to where the source's last completed round ended,
+// failed one reaches back to where the source's last completed run ended,
 // so no stretch of time goes uncompared (at most 30 days back, what the
-// providers keep). A source's failure is logged and recorded in its
-// reconcile_runs row; the others still run. Events keep the stored scheme's
+// providers keep). That point is read from reconcile_runs each round, not
+// kept in memory, so it survives a restart and a failover to another
+// replica. A source's failure is logged and recorded in its reconcile_runs
+// row; the others still run. Events keep the stored scheme's
 // default occurred_at and payload copy (the streamer does not read
 // sources:).
 func Schedule(ctx context.Context, cfg ScheduleConfig) {
@@ -54,9 +59,8 @@ func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	}
 	t := time.NewTicker(cfg.Section.Interval)
 	defer t.Stop()
-	done := map[string]time.Time{} // source → the end of its last completed round's window
 	for {
-		scheduledRound(ctx, cfg, done)
+		scheduledRound(ctx, cfg)
 		select {
 		case <-ctx.Done():
 			return
@@ -65,7 +69,7 @@ func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	}
 }
 
-func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]time.Time) {
+func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 	leading, err := cfg.Leader.Leading(ctx)
 	if err != nil {
 		cfg.Logger.Warn("reconcile: leader election failed; skipping this round", slog.String("error", err.Error()))
@@ -79,14 +83,16 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]tim
 		if ctx.Err() != nil {
 			return
 		}
-		since := until.Add(-cfg.Section.Window)
-		if last, ok := done[src.Source]; ok && last.Before(since) {
-			since = last
-			if oldest := until.Add(-StripeRetention); since.Before(oldest) {
-				since = oldest
-			}
-		}
 		log := cfg.Logger.With(slog.String("source", src.Source))
+		since, err := scheduledSince(ctx, cfg, src.Source, until)
+		if err != nil {
+			// Without the last completed run's end, the default window
+			// could leave a stretch uncompared; the next round reaches back
+			// over this one.
+			cfg.Metrics.finished(src.Source, err)
+			log.Error("reconcile failed", logvalue.ErrorAttr(err))
+			continue
+		}
 		l, err := src.Lister(since, until)
 		if err != nil { // Validate saw it already
 			log.Error("reconcile: bad source", slog.String("error", err.Error()))
@@ -98,9 +104,6 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]tim
 			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics}, l)
 		attrs := []any{slog.Int64("run", rep.RunID), slog.Int64("listed", rep.Total.Listed), slog.Int64("already_stored", rep.Total.AlreadyStored),
 			slog.Int64("missing", rep.Total.Missing), slog.Int64("stored", rep.Total.Stored), slog.Int64("duplicates", rep.Total.Duplicates)}
-		if err == nil {
-			done[src.Source] = until
-		}
 		switch {
 		case err != nil && !errors.Is(err, context.Canceled):
 			log.Error("reconcile failed", append(attrs, logvalue.ErrorAttr(err))...)
@@ -110,4 +113,28 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig, done map[string]tim
 			log.Info("reconcile: nothing missing", attrs...)
 		}
 	}
+}
+
+// scheduledSince is where source's scheduled window starts: Window before
+// until, or earlier, where the source's last completed run ended (a round
+// that failed, started late, or ran in a process that has since stopped
+// left the stretch after it uncompared), at most 30 days before until.
+// Read from reconcile_runs, which every run of every replica writes, not
+// from this process's memory.
+func scheduledSince(ctx context.Context, cfg ScheduleConfig, source string, until time.Time) (time.Time, error) {
+	since := until.Add(-cfg.Section.Window)
+	last, err := queries.New(cfg.DB).LastCompletedReconcileUntil(ctx, source)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // never completed a run: the window alone
+		return since, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("reconcile %s: read where the last completed run ended: %w", source, err)
+	}
+	if last.Before(since) {
+		since = last
+		if oldest := until.Add(-StripeRetention); since.Before(oldest) {
+			since = oldest
+		}
+	}
+	return since, nil
 }

@@ -27,3 +27,16 @@ SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started
        listed, already_stored, missing, stored, duplicates, by_type, error
 FROM webhook_ingress.reconcile_runs
 ORDER BY source, id DESC;
+
+-- name: LastCompletedReconcileUntil :one
+-- Where the source's last completed run ended: the scheduled reconcile
+-- reaches back to it after a failed round, a late one, or a restart or
+-- failover to another streamer (a process's memory would forget it). Only
+-- runs that read their whole window count (finished, no error) and stored
+-- what was missing (not dry runs). No row: the source never completed a
+-- run. reconcile_runs holds a row per run (a few a day per source): the
+-- (source, id) index narrows it to the source's.
+SELECT window_until FROM webhook_ingress.reconcile_runs
+WHERE source = sqlc.arg(source) AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+ORDER BY window_until DESC
+LIMIT 1;

@@ -43,6 +43,27 @@ func (q *Queries) FinishReconcileRun(ctx context.Context, arg FinishReconcileRun
 	return err
 }
 
+const LastCompletedReconcileUntil = `-- name: LastCompletedReconcileUntil :one
+SELECT window_until FROM webhook_ingress.reconcile_runs
+WHERE source = $1 AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+ORDER BY window_until DESC
+LIMIT 1
+`
+
+// Where the source's last completed run ended: the scheduled reconcile
+// reaches back to it after a failed round, a late one, or a restart or
+// failover to another streamer (a process's memory would forget it). Only
+// runs that read their whole window count (finished, no error) and stored
+// what was missing (not dry runs). No row: the source never completed a
+// run. reconcile_runs holds a row per run (a few a day per source): the
+// (source, id) index narrows it to the source's.
+func (q *Queries) LastCompletedReconcileUntil(ctx context.Context, source string) (time.Time, error) {
+	row := q.db.QueryRow(ctx, LastCompletedReconcileUntil, source)
+	var window_until time.Time
+	err := row.Scan(&window_until)
+	return window_until, err
+}
+
 const LatestReconcileRuns = `-- name: LatestReconcileRuns :many
 SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
        listed, already_stored, missing, stored, duplicates, by_type, error
