@@ -39,10 +39,16 @@ each handler.`+operatorHelp)
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: inlet subscriptions list takes no arguments, got %q", errUsage, fs.Args())
 	}
-	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, _ inletyaml.Config, _ string) error {
+	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, from string) error {
 		subs, err := admin.ListSubscriptions(ctx, pool, *handler)
 		if err != nil {
 			return err
+		}
+		if len(subs) == 0 {
+			// A misspelt --handler lists nothing: name it (checkHandler).
+			if err := checkHandler(ctx, pool, cfg, from, *handler); err != nil {
+				return err
+			}
 		}
 		if *asJSON {
 			return printList(env.stdout, subs, 0)

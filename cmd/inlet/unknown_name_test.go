@@ -79,6 +79,7 @@ func TestUnknownSourceOrHandlerIsAUsageError(t *testing.T) {
 		{args: []string{"events", "verify", "--source", "strpe", "--since", "7d"}, unknown: `source named "strpe"`, known: []string{"stripe"}},
 		{args: []string{"dlq", "list", "--handler", "biling"}, unknown: `handler named "biling"`, known: []string{"billing", "log"}},
 		{args: []string{"dlq", "list", "--source", "strpe"}, unknown: `source named "strpe"`, known: []string{"stripe"}},
+		{args: []string{"subscriptions", "list", "--handler", "biling"}, unknown: `handler named "biling"`, known: []string{"billing"}},
 		// inlet replay refused these already (admin.Replay: exit 1, "no
 		// such handler", "no event of source"; tests/admin_test.go holds
 		// that wording): kept as they were, checked here not to count 0.
@@ -91,6 +92,8 @@ func TestUnknownSourceOrHandlerIsAUsageError(t *testing.T) {
 		{args: []string{"events", "list", "--source", "acme"}, want: "no events match"},
 		{args: []string{"dlq", "list", "--handler", "billing", "--source", "oldsource"}, want: "no dead letters match"},
 		{args: []string{"dlq", "list", "--handler", "log"}, want: "no dead letters match"},
+		{args: []string{"subscriptions", "list", "--handler", "log"}, want: "no subscriptions"},
+		{args: []string{"subscriptions", "list", "--handler", "billing"}, want: "billing"},
 		{args: []string{"replay", "--handler", "billing", "--source", "oldsource", "--dry-run"}, want: "dry run: would touch 1 job"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
