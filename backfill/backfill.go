@@ -48,13 +48,17 @@ type Config struct {
 	// MaxRetries bounds the retries of one request (rate limits, 5xx,
 	// network errors). Defaults to 8.
 	MaxRetries int
-	// Backoff is the first retry delay after a 5xx or network error; it
-	// doubles with each retry. Defaults to 1s.
+	// Backoff is the first retry delay after a 5xx that names no wait or a
+	// network error, and after a rate limit that names none (Stripe's
+	// usually; GitHub's from at least a minute); it doubles with each retry,
+	// jittered. Defaults to 1s.
 	Backoff time.Duration
-	// MaxBackoff caps the retry delay. Defaults to 1m.
+	// MaxBackoff caps the retry delay after a 5xx or network error (a rate
+	// limit's is capped by MaxRateLimitWait). Defaults to 1m.
 	MaxBackoff time.Duration
 	// MaxRateLimitWait caps one wait asked for by a rate limit (Retry-After,
-	// X-RateLimit-Reset). Defaults to 15m.
+	// X-RateLimit-Reset) or by a 5xx's Retry-After, and the backoff after a
+	// rate limit that names no wait. Defaults to 15m.
 	MaxRateLimitWait time.Duration
 	// Progress receives the progress line; nil prints none.
 	Progress io.Writer

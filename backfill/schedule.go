@@ -42,8 +42,9 @@ type ScheduleConfig struct {
 // the last Window up to Settle ago, while this replica leads, until ctx is
 // done. The first round is at once. A round that starts late (the last one
 // ran longer than Interval: rate-limit waits, many pages) or follows a
-// failed one reaches back to where the source's last completed run ended,
-// so no stretch of time goes uncompared (at most 30 days back, what the
+// failed one reaches back to where the source's completed runs first left
+// a stretch uncompared (a manual run's later window does not hide it), so
+// no stretch of time goes uncompared (at most 30 days back, what the
 // providers keep). That point is read from reconcile_runs each round, not
 // kept in memory, so it survives a restart and a failover to another
 // replica. A source's failure is logged and recorded in its reconcile_runs
@@ -57,6 +58,9 @@ func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Idempotent: a caller that skipped it would leave Settle nil, and
+	// every round would dereference it.
+	cfg.Section = cfg.Section.WithDefaults()
 	t := time.NewTicker(cfg.Section.Interval)
 	defer t.Stop()
 	for {
@@ -78,7 +82,7 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 	if !leading {
 		return
 	}
-	until := cfg.Now().Add(-cfg.Section.Settle)
+	until := cfg.Now().Add(-*cfg.Section.Settle)
 	for _, src := range cfg.Section.Sources {
 		if ctx.Err() != nil {
 			return
@@ -86,9 +90,9 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 		log := cfg.Logger.With(slog.String("source", src.Source))
 		since, err := scheduledSince(ctx, cfg, src.Source, until)
 		if err != nil {
-			// Without the last completed run's end, the default window
-			// could leave a stretch uncompared; the next round reaches back
-			// over this one.
+			// Without where the completed runs' coverage stops, the
+			// default window could leave a stretch uncompared; the next
+			// round reaches back over this one.
 			cfg.Metrics.finished(src.Source, err)
 			log.Error("reconcile failed", logvalue.ErrorAttr(err))
 			continue
@@ -116,23 +120,27 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 }
 
 // scheduledSince is where source's scheduled window starts: Window before
-// until, or earlier, where the source's last completed run ended (a round
+// until, or earlier, where the source's compared time first stops (a round
 // that failed, started late, or ran in a process that has since stopped
-// left the stretch after it uncompared), at most 30 days before until.
-// Read from reconcile_runs, which every run of every replica writes, not
-// from this process's memory.
+// left the stretch after it uncompared), at most 30 days before until. That
+// is the end of the earliest stretch of completed runs that a gap follows,
+// not the latest run's end: a manual run (inlet reconcile --since 2h) after
+// failed rounds would otherwise skip the stretch they left. Read from
+// reconcile_runs, which every run of every replica and the command write,
+// not from this process's memory.
 func scheduledSince(ctx context.Context, cfg ScheduleConfig, source string, until time.Time) (time.Time, error) {
 	since := until.Add(-cfg.Section.Window)
-	last, err := queries.New(cfg.DB).LastCompletedReconcileUntil(ctx, source)
+	oldest := until.Add(-StripeRetention)
+	covered, err := queries.New(cfg.DB).ReconcileCoveredUntil(ctx, queries.ReconcileCoveredUntilParams{Source: source, NotBefore: oldest})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // never completed a run: the window alone
 		return since, nil
 	case err != nil:
-		return time.Time{}, fmt.Errorf("reconcile %s: read where the last completed run ended: %w", source, err)
+		return time.Time{}, fmt.Errorf("reconcile %s: read where the completed runs' coverage stops: %w", source, err)
 	}
-	if last.Before(since) {
-		since = last
-		if oldest := until.Add(-StripeRetention); since.Before(oldest) {
+	if covered.Before(since) {
+		since = covered
+		if since.Before(oldest) {
 			since = oldest
 		}
 	}

@@ -122,7 +122,7 @@ func runOneRound(t *testing.T, b *reconcileBundle, section backfill.Section, now
 // It failed before the fix (the event was stored 0 times; the runs were
 // [now-72h, now-48h ok] [now-45h, now-21h failed] [now-25h, now-1h ok]) and
 // passes since scheduledRound reads the end of the source's last completed
-// run from reconcile_runs (LastCompletedReconcileUntil) each round.
+// run from reconcile_runs (ReconcileCoveredUntil) each round.
 func TestScheduleReachBackSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)

@@ -24,8 +24,9 @@ type Section struct {
 	// Settle ago, so a webhook still on its way (or in its provider's first
 	// retries) arrives signed before the run would store the API's unsigned
 	// copy in its place. Defaults to 1h or a quarter of Window, whichever
-	// is less; less than Window.
-	Settle time.Duration `yaml:"settle"`
+	// is less; from 0 (none: compare up to now) to less than Window. A
+	// pointer, so that an explicit 0s is kept, not taken for unset.
+	Settle *time.Duration `yaml:"settle"`
 	// DBRole is the role events are stored as. Defaults to
 	// webhook_ingress_writer, ingress's.
 	DBRole string `yaml:"db_role"`
@@ -60,7 +61,10 @@ type ReconcileSource struct {
 func (s Section) WithDefaults() Section {
 	s.Interval = cmp.Or(s.Interval, time.Hour)
 	s.Window = cmp.Or(s.Window, 24*time.Hour)
-	s.Settle = cmp.Or(s.Settle, min(time.Hour, s.Window/4))
+	if s.Settle == nil {
+		d := min(time.Hour, s.Window/4)
+		s.Settle = &d
+	}
 	s.DBRole = cmp.Or(s.DBRole, schema.IngressRole)
 	return s
 }
@@ -76,8 +80,8 @@ func (s Section) Validate() error {
 		return fmt.Errorf("reconcile.window: %s must be at least reconcile.interval (%s), or events between two windows are never compared", s.Window, s.Interval)
 	case s.Window > StripeRetention:
 		return fmt.Errorf("reconcile.window: %s is more than 30 days (720h), longer than the providers keep their events", s.Window)
-	case s.Settle < 0 || s.Settle >= s.Window:
-		return fmt.Errorf("reconcile.settle: %s must be at least 0 and less than reconcile.window (%s)", s.Settle, s.Window)
+	case s.Settle != nil && (*s.Settle < 0 || *s.Settle >= s.Window): // nil: WithDefaults sets it
+		return fmt.Errorf("reconcile.settle: %s must be at least 0 and less than reconcile.window (%s)", *s.Settle, s.Window)
 	case s.Enabled && len(s.Sources) == 0:
 		return fmt.Errorf("reconcile.sources: enabled with no source to reconcile")
 	}

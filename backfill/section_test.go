@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/backfill"
+	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/internal/testwait"
 	"github.com/inlet-dev/inlet/monitor"
 )
@@ -31,6 +33,9 @@ func TestReconcileSectionNamesTheBadKey(t *testing.T) {
 		{"interval too long", backfill.Section{Interval: 25 * time.Hour, Window: 48 * time.Hour}, "reconcile.interval"},
 		{"window shorter than interval", backfill.Section{Interval: 2 * time.Hour, Window: time.Hour}, "reconcile.window"},
 		{"window past Stripe's 30 days", backfill.Section{Window: 31 * 24 * time.Hour}, "reconcile.window"},
+		{"no settle", backfill.Section{Settle: new(time.Duration(0))}, ""},
+		{"negative settle", backfill.Section{Settle: new(-time.Second)}, "reconcile.settle"},
+		{"settle as long as the window", backfill.Section{Window: 2 * time.Hour, Settle: new(2 * time.Hour)}, "reconcile.settle"},
 		{"enabled without sources", backfill.Section{Enabled: true}, "reconcile.sources"},
 		{"unknown type", backfill.Section{Sources: []backfill.ReconcileSource{{Source: "x", Type: "paddle"}}}, `reconcile.sources[0] "x": type`},
 		{"stripe without a key", backfill.Section{Sources: []backfill.ReconcileSource{{Source: "stripe", Type: "stripe"}}}, `reconcile.sources[0] "stripe"`},
@@ -42,6 +47,33 @@ func TestReconcileSectionNamesTheBadKey(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
 			t.Errorf("%s: err %v, want it to start with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// settle: 0s in inlet.yaml means no settle (a run compares up to now), as
+// Validate allows; only a missing key takes the default. Before, WithDefaults
+// (cmp.Or) turned 0s into 1h: the setting could not be had (the "0s" case
+// failed). A bare 0 is refused as for every duration key.
+func TestReconcileSettleZeroIsKept(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, yaml string
+		want       time.Duration
+	}{
+		{"unset", "reconcile:\n  enabled: false\n", time.Hour},
+		{"unset, short window", "reconcile:\n  window: 2h\n", 30 * time.Minute},
+		{"0s", "reconcile:\n  settle: 0s\n", 0},
+		{"5m", "reconcile:\n  settle: 5m\n", 5 * time.Minute},
+	} {
+		doc := "database_url: postgres://localhost/inlet\n" + c.yaml
+		cfg, err := inletyaml.ParseFor([]byte(doc), func(string) (string, bool) { return "", false }, config.StreamerService)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got := cfg.Reconcile.Settle; got == nil || *got != c.want {
+			t.Errorf("%s: reconcile.settle = %v, want %s", c.name, got, c.want)
 		}
 	}
 }
@@ -70,7 +102,7 @@ func TestScheduleRunsOnOneReplica(t *testing.T) {
 	b.deliver(t, "stripe", "stripe", events, stripeEventJSON)
 	srv := httptest.NewServer(&listStripe{events: events, pageSize: 2})
 	defer srv.Close()
-	section := backfill.Section{Enabled: true, Settle: time.Second, Sources: []backfill.ReconcileSource{
+	section := backfill.Section{Enabled: true, Settle: new(time.Second), Sources: []backfill.ReconcileSource{
 		{Source: "stripe", Type: "stripe", APIKey: "sk_test_reconcile", BaseURL: srv.URL}}}.WithDefaults()
 	if err := section.Validate(); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ that has one (.inlet/database_url).`)
 	cfgPath := configFlag(fs)
 	statePath := fs.String("state", "", "cursor file of an unfinished run (default .inlet/backfill-<source>.json, in the .inlet found with database_url)")
 	restart := fs.Bool("restart", false, "ignore the saved cursor and start from the newest event")
-	sinceFlag := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, or 24h, 7d)")
+	sinceFlag := fs.String("since", "", "stripe: only events created at or after (RFC 3339, a date, now, or 24h, 7d)")
 	api := providerAPIFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -38,7 +38,7 @@ A --handler that is neither in consumer.handlers nor ever subscribed, or a
 	handler := fs.String("handler", "", "only this handler's (one of consumer.handlers, or one that ever subscribed)")
 	source := fs.String("source", "", "only jobs of events of this source (a configured source, or one whose events are stored)")
 	class := fs.String("error-class", "", "only this last error class (e.g. permanent, timeout, lease_expired)")
-	since := fs.String("since", "", "only jobs dead-lettered at or after: RFC 3339, a date, or a duration back (24h, 7d)")
+	since := fs.String("since", "", "only jobs dead-lettered at or after: RFC 3339, a date, now, or a duration back (24h, 7d)")
 	until := fs.String("until", "", "only jobs dead-lettered before (same forms as --since)")
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most jobs to print (at most %d)", admin.MaxLimit))
 	before := fs.Int64("before", 0, "only jobs with a smaller id (the next page)")

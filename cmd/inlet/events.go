@@ -62,7 +62,7 @@ kept still lists them.
 	cfgPath := configFlag(fs)
 	source := fs.String("source", "", "only events of this source (events.provider): a configured source, or one whose events are stored; another name is a usage error listing the known ones")
 	typ := fs.String("type", "", "only events whose type matches this glob ('*' matches anything: invoice.*)")
-	since := fs.String("since", "", "only events received at or after: RFC 3339, a date, or a duration back (24h, 7d)")
+	since := fs.String("since", "", "only events received at or after: RFC 3339, a date, now, or a duration back (24h, 7d)")
 	until := fs.String("until", "", "only events received before (same forms as --since)")
 	external := fs.String("external-id", "", "only the event with this provider event id")
 	occAfter := fs.String("occurred-after", "", "only events the provider says happened at or after (same forms as --since)")
@@ -366,7 +366,7 @@ signs the URL it called, of which only the path and query are stored, so a
 twilio source needs public_url to be re-verified.`+operatorHelp)
 	cfgPath := configFlag(fs)
 	source := fs.String("source", "", "only events of this source (a configured source, or one whose events are stored)")
-	since := fs.String("since", "", "re-verify every event received at or after (RFC 3339, a date, or 24h, 7d)")
+	since := fs.String("since", "", "re-verify every event received at or after (RFC 3339, a date, now, or 24h, 7d)")
 	until := fs.String("until", "", "and before")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args); err != nil {

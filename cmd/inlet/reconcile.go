@@ -44,8 +44,8 @@ Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
 0 or with Retry-After) are waited out; 5xx and network errors are retried with backoff. Writes
 run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	cfgPath := configFlag(fs)
-	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, or 24h, 7d ago)")
-	until := fs.String("until", "", "end of the window (default now)")
+	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, now, or 24h, 7d ago)")
+	until := fs.String("until", "", "end of the window (same forms as --since; default now)")
 	dryRun := fs.Bool("dry-run", false, "count what is missing; store nothing")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	api := providerAPIFlags(fs)

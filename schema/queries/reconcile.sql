@@ -28,15 +28,44 @@ SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started
 FROM webhook_ingress.reconcile_runs
 ORDER BY source, id DESC;
 
--- name: LastCompletedReconcileUntil :one
--- Where the source's last completed run ended: the scheduled reconcile
--- reaches back to it after a failed round, a late one, or a restart or
--- failover to another streamer (a process's memory would forget it). Only
--- runs that read their whole window count (finished, no error) and stored
--- what was missing (not dry runs). No row: the source never completed a
--- run. reconcile_runs holds a row per run (a few a day per source): the
--- (source, id) index narrows it to the source's.
-SELECT window_until FROM webhook_ingress.reconcile_runs
-WHERE source = sqlc.arg(source) AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-ORDER BY window_until DESC
-LIMIT 1;
+-- name: ReconcileCoveredUntil :one
+-- Where the source's compared time first stops: the end of the earliest
+-- stretch of completed coverage that a gap follows, else the end of the
+-- latest. The scheduled reconcile reaches back to it after a failed round, a
+-- late one, or a restart or failover to another streamer (a process's memory
+-- would forget it). Not simply the latest end: a manual run (inlet reconcile
+-- --since 2h) after failed rounds is recorded here too, and its end would
+-- skip the stretch the failed rounds left uncompared.
+--
+-- Gaps and islands over the windows [window_since, window_until] of the
+-- runs that read their whole window (finished, no error) and stored what was
+-- missing (not dry runs): a still-running or killed run (finished_at NULL)
+-- or a failed one covers nothing. reached is how far the runs before a row,
+-- in window_since order, covered (overlaps, nested windows and identical
+-- ends merge); a row that starts after it opens a gap, and the first such
+-- gap (reached only grows) starts at the smallest reached among them. A gap
+-- that any later completed run covers merges away. A gap before the
+-- earliest run is not one: the schedule had not started.
+--
+-- Only the last 30 days are read (what the providers keep): older runs
+-- count as one point at not_before, so a gap just after it, left by runs
+-- that failed for longer than that, still shows. No row: the source never
+-- completed a run. reconcile_runs holds a row per run (a few a day per
+-- source): the (source, id) index narrows it to the source's.
+WITH covered AS (
+    SELECT window_since, window_until FROM webhook_ingress.reconcile_runs
+    WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+      AND window_until >= sqlc.arg(not_before)::timestamptz
+    UNION ALL
+    (SELECT sqlc.arg(not_before)::timestamptz, sqlc.arg(not_before)::timestamptz FROM webhook_ingress.reconcile_runs
+     WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+       AND window_until < sqlc.arg(not_before)::timestamptz
+     LIMIT 1)
+), ordered AS (
+    SELECT window_since, window_until,
+           max(window_until) OVER (ORDER BY window_since, window_until ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reached
+    FROM covered
+)
+SELECT coalesce(min(reached) FILTER (WHERE window_since > reached), max(window_until))::timestamptz AS covered_until
+FROM ordered
+HAVING count(*) > 0;

@@ -43,27 +43,6 @@ func (q *Queries) FinishReconcileRun(ctx context.Context, arg FinishReconcileRun
 	return err
 }
 
-const LastCompletedReconcileUntil = `-- name: LastCompletedReconcileUntil :one
-SELECT window_until FROM webhook_ingress.reconcile_runs
-WHERE source = $1 AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-ORDER BY window_until DESC
-LIMIT 1
-`
-
-// Where the source's last completed run ended: the scheduled reconcile
-// reaches back to it after a failed round, a late one, or a restart or
-// failover to another streamer (a process's memory would forget it). Only
-// runs that read their whole window count (finished, no error) and stored
-// what was missing (not dry runs). No row: the source never completed a
-// run. reconcile_runs holds a row per run (a few a day per source): the
-// (source, id) index narrows it to the source's.
-func (q *Queries) LastCompletedReconcileUntil(ctx context.Context, source string) (time.Time, error) {
-	row := q.db.QueryRow(ctx, LastCompletedReconcileUntil, source)
-	var window_until time.Time
-	err := row.Scan(&window_until)
-	return window_until, err
-}
-
 const LatestReconcileRuns = `-- name: LatestReconcileRuns :many
 SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
        listed, already_stored, missing, stored, duplicates, by_type, error
@@ -107,6 +86,61 @@ func (q *Queries) LatestReconcileRuns(ctx context.Context) ([]ReconcileRun, erro
 		return nil, err
 	}
 	return items, nil
+}
+
+const ReconcileCoveredUntil = `-- name: ReconcileCoveredUntil :one
+WITH covered AS (
+    SELECT window_since, window_until FROM webhook_ingress.reconcile_runs
+    WHERE source = $1::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+      AND window_until >= $2::timestamptz
+    UNION ALL
+    (SELECT $2::timestamptz, $2::timestamptz FROM webhook_ingress.reconcile_runs
+     WHERE source = $1::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+       AND window_until < $2::timestamptz
+     LIMIT 1)
+), ordered AS (
+    SELECT window_since, window_until,
+           max(window_until) OVER (ORDER BY window_since, window_until ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reached
+    FROM covered
+)
+SELECT coalesce(min(reached) FILTER (WHERE window_since > reached), max(window_until))::timestamptz AS covered_until
+FROM ordered
+HAVING count(*) > 0
+`
+
+type ReconcileCoveredUntilParams struct {
+	Source    string
+	NotBefore time.Time
+}
+
+// Where the source's compared time first stops: the end of the earliest
+// stretch of completed coverage that a gap follows, else the end of the
+// latest. The scheduled reconcile reaches back to it after a failed round, a
+// late one, or a restart or failover to another streamer (a process's memory
+// would forget it). Not simply the latest end: a manual run (inlet reconcile
+// --since 2h) after failed rounds is recorded here too, and its end would
+// skip the stretch the failed rounds left uncompared.
+//
+// Gaps and islands over the windows [window_since, window_until] of the
+// runs that read their whole window (finished, no error) and stored what was
+// missing (not dry runs): a still-running or killed run (finished_at NULL)
+// or a failed one covers nothing. reached is how far the runs before a row,
+// in window_since order, covered (overlaps, nested windows and identical
+// ends merge); a row that starts after it opens a gap, and the first such
+// gap (reached only grows) starts at the smallest reached among them. A gap
+// that any later completed run covers merges away. A gap before the
+// earliest run is not one: the schedule had not started.
+//
+// Only the last 30 days are read (what the providers keep): older runs
+// count as one point at not_before, so a gap just after it, left by runs
+// that failed for longer than that, still shows. No row: the source never
+// completed a run. reconcile_runs holds a row per run (a few a day per
+// source): the (source, id) index narrows it to the source's.
+func (q *Queries) ReconcileCoveredUntil(ctx context.Context, arg ReconcileCoveredUntilParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, ReconcileCoveredUntil, arg.Source, arg.NotBefore)
+	var covered_until time.Time
+	err := row.Scan(&covered_until)
+	return covered_until, err
 }
 
 const ReconcileStoredKeys = `-- name: ReconcileStoredKeys :many
