@@ -25,10 +25,12 @@ import (
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/bodyread"
 	"github.com/inlet-dev/inlet/internal/database"
+	"github.com/inlet-dev/inlet/internal/health"
 	"github.com/inlet-dev/inlet/internal/httpserve"
 	"github.com/inlet-dev/inlet/internal/logvalue"
 	"github.com/inlet-dev/inlet/internal/metrics"
 	"github.com/inlet-dev/inlet/internal/tracing"
+	"github.com/inlet-dev/inlet/schema"
 )
 
 // Verifier checks one request's signature and says which event it carries.
@@ -36,8 +38,8 @@ type Verifier interface {
 	Verify(req *verify.Request) (verify.Result, error)
 }
 
-// Readiness reports whether the service can do its work (database reachable,
-// schema current). Nil means ready.
+// Readiness reports whether the service can do its work (database reachable
+// and writable, schema current). Nil means ready.
 type Readiness func(ctx context.Context) error
 
 // Config configures a Server.
@@ -105,6 +107,8 @@ type Server struct {
 	// rejectLog rate-limits the lines of rejected requests per source and
 	// reason: a sender repeating a bad request must not fill the log.
 	rejectLog *logvalue.Limiter
+	// readyLog logs /readyz failures once per change of state.
+	readyLog health.ReadyLog
 
 	mu sync.Mutex
 	hs *httpserve.Server
@@ -270,16 +274,21 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Ready(ctx); err != nil {
-		s.cfg.Logger.Warn("not ready", slog.String("error", err.Error()))
+		reason := readinessReason(err)
+		// Once per change of state: this port is public and unauthenticated.
+		s.readyLog.Note(s.cfg.Logger, reason, err)
 		w.Header().Set("Retry-After", "5")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": readinessReason(err)})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
 		return
 	}
+	s.readyLog.Note(s.cfg.Logger, "", nil)
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
+// readinessReason is the reason /readyz answers for err. A read-only
+// database is database_unavailable, as the webhooks it refuses are.
 func readinessReason(err error) string {
-	if database.IsUnavailable(err) {
+	if database.IsUnavailable(err) || errors.Is(err, schema.ErrReadOnly) {
 		return "database_unavailable"
 	}
 	return "not_ready"

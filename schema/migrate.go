@@ -225,16 +225,55 @@ type Querier interface {
 // ErrSchemaNotCurrent means the database lacks migrations this binary expects.
 var ErrSchemaNotCurrent = errors.New("database schema is not current")
 
+// ErrReadOnly means the server takes no writes: a hot standby (reached after
+// a failover through a DNS name still naming the demoted primary, or a
+// multi-host URL without target_session_attrs=read-write) or a database,
+// role or server with default_transaction_read_only on (what managed
+// services set when the disk fills).
+var ErrReadOnly = errors.New("database is read-only")
+
 // Check reports whether the database has every embedded migration applied.
 func Check(ctx context.Context, q Querier) error {
-	v, err := appliedVersion(ctx, q)
+	v, _, err := schemaState(ctx, q)
 	if err != nil {
 		return err
 	}
+	return checkVersion(v)
+}
+
+// CheckWritable is Check for the services that write (ingress, streamer,
+// consumer): it also fails with ErrReadOnly when the server takes no writes,
+// as every insert, claim and outcome would then fail (SQLSTATE 25006) while
+// the schema check alone still passes. One round trip, as Check.
+func CheckWritable(ctx context.Context, q Querier) error {
+	v, readOnly, err := schemaState(ctx, q)
+	if err != nil {
+		return err
+	}
+	if readOnly {
+		return fmt.Errorf("%w: transaction_read_only is on (a standby, or default_transaction_read_only set): no write can succeed", ErrReadOnly)
+	}
+	return checkVersion(v)
+}
+
+func checkVersion(v int) error {
 	if latest := Latest(); v < latest {
 		return fmt.Errorf("%w: at version %d, want %d (run inlet migrate)", ErrSchemaNotCurrent, v, latest)
 	}
 	return nil
+}
+
+// schemaState reads the applied schema version and whether the session's
+// transactions are read-only, in one statement. transaction_read_only is on
+// for every transaction of a standby and follows default_transaction_read_only
+// elsewhere.
+func schemaState(ctx context.Context, q Querier) (version int, readOnly bool, err error) {
+	err = q.QueryRow(ctx, `SELECT coalesce(max(version), 0), pg_catalog.current_setting('transaction_read_only') = 'on'
+FROM webhook_ingress.schema_migrations`).Scan(&version, &readOnly)
+	if err != nil {
+		return 0, false, fmt.Errorf("read applied schema version: %w", err)
+	}
+	return version, readOnly, nil
 }
 
 func appliedVersion(ctx context.Context, q Querier) (int, error) {

@@ -54,8 +54,9 @@ Watches every source for silence (silence:), and reconciles with the
 providers' event lists when reconcile.enabled (one replica at a time). Serves
 GET /healthz, /readyz and /metrics on streamer.health_listen (default
 127.0.0.1:8081: this machine only); /readyz answers 503 while the database
-does not, the connection to NATS is down, or the bus has refused every
-reference since the last it took. SIGTERM finishes the claim round in
+does not answer or takes no writes (a standby, read-only), the connection
+to NATS is down, or the bus has refused every reference since the last it
+took. SIGTERM finishes the claim round in
 progress and exits; jobs it leased stay leased until their consumers report
 or the lease expires.`)
 	cfgPath := configFlag(fs)
@@ -100,7 +101,9 @@ or the lease expires.`)
 	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error {
 		// Not ready while the bus refuses every reference or (NATS) the
 		// connection is down: nothing is delivered meanwhile.
-		return errors.Join(str.Healthy(ctx), busHealthy(ps), schema.Check(ctx, pool))
+		// The database must take writes too: a standby or a read-only
+		// server answers the schema check while every claim fails.
+		return errors.Join(str.Healthy(ctx), busHealthy(ps), schema.CheckWritable(ctx, pool))
 	}, metricsHandler(reg), log)
 	if err != nil {
 		return err
@@ -178,7 +181,8 @@ consumers/example).`)
 	}
 	defer pool.Close()
 	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error {
-		return errors.Join(svc.Healthy(), schema.Check(ctx, pool))
+		// Writable too: every outcome is a write (schema.ErrReadOnly).
+		return errors.Join(svc.Healthy(), schema.CheckWritable(ctx, pool))
 	}, metricsHandler(reg), log)
 	if err != nil {
 		return err

@@ -113,10 +113,14 @@ func IsUnavailable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// Ready returns a readiness check for pool: the server answers and the schema
-// has every migration this binary expects.
+// Ready returns the readiness check of a service that writes (ingress,
+// streamer, consumer) for pool: the server answers, takes writes (not a
+// standby, not default_transaction_read_only: schema.ErrReadOnly) and the
+// schema has every migration this binary expects. A read-only server answers
+// the schema check while refusing every write, so a check without the
+// read-only test kept such a service in the load balancer.
 func Ready(pool *pgxpool.Pool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		return schema.Check(ctx, pool)
+		return schema.CheckWritable(ctx, pool)
 	}
 }
