@@ -121,7 +121,10 @@
 // and a plain, unpooled connection per streamer. A NOTIFY in a transaction
 // takes a cluster-wide lock during commit, serialising committing
 // transactions that notified; with many writers hinting under heavy
-// concurrent writes that queue is what replication avoids.
+// concurrent writes that queue is what replication avoids. A lost LISTEN
+// connection is replaced with backoff, and one quiet for 30s is pinged: no
+// answer within 10s (a network path that died without closing the socket)
+// counts as lost. The claim after each LISTEN covers what was missed.
 //
 // replication (Config.ReplicationConnect, see Replication): each streamer
 // follows logical replication (pgoutput) of webhook_ingress.jobs through
@@ -142,9 +145,10 @@
 //   - The publication, created by the owner of webhook_ingress.jobs (the
 //     streamer does it when its role may; otherwise Start fails naming the
 //     statement: CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs
-//     WITH (publish = 'insert, update')). An insert-only publication works
-//     too: jobs made pending again are then found by the poll tick. A stream
-//     that is up re-checks it every 30s (on Pool): altered so that Start
+//     WITH (publish = 'insert, update', publish_via_partition_root = true)).
+//     An insert-only publication works too: jobs made pending again are
+//     then found by the poll tick. A stream that is up re-checks it every
+//     30s (on Pool): altered so that Start
 //     would refuse it, the stream ends with that error, logged at Error and
 //     retried with backoff. Dropped while streaming (and created again, by
 //     the streamer or an operator), it leaves the slot stuck before the

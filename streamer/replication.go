@@ -250,6 +250,17 @@ func (r *Replication) run(ctx context.Context) {
 		var err error
 		if conn == nil {
 			conn, err = r.open(ctx)
+			if err == nil {
+				// Jobs committed before this open may be in no stream and
+				// unseen by Start's claim: the slot keeps what came while
+				// it was down, but nothing from before it was created (a
+				// first deployment, a promoted standby, a drop), and a
+				// first stream Start could not open is created after
+				// Start's claim. One claim covers both. Only the stream
+				// prepare opened, before Start's claim, skips it (review
+				// helper-193).
+				r.nudge()
+			}
 		}
 		if err == nil {
 			var lasted bool
@@ -473,7 +484,8 @@ func (r *Replication) recheckPublication(ctx context.Context) error {
 
 // ensureSlot creates the slot unless it exists. A new slot starts at the
 // current position; what was committed before is found by the claim every
-// start runs. dropped says dropIfUnusable just dropped it (and said why).
+// start runs, or by the one run nudges after each open of its own. dropped
+// says dropIfUnusable just dropped it (and said why).
 func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn, dropped bool) error {
 	_, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
@@ -536,10 +548,8 @@ func (r *Replication) stream(ctx context.Context, conn *pgconn.PgConn, first boo
 	if first {
 		r.logger.Info("replication stream open", slog.String("slot", r.slot), slog.String("publication", Publication))
 	} else {
+		// run nudged a claim for what happened meanwhile.
 		r.logger.Info("replication stream restored", slog.String("slot", r.slot))
-		// The slot keeps what happened meanwhile, unless it was dropped and
-		// created afresh: one claim covers that too.
-		r.nudge()
 	}
 
 	soon, later, last := time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge), time.AfterFunc(time.Hour, r.nudge)

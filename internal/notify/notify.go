@@ -7,12 +7,14 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -112,14 +114,34 @@ type ListenerConfig struct {
 	// MinBackoff and MaxBackoff bound the reconnect delay, which doubles per
 	// failed attempt. Default 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
+	// IdleCheck is how long the connection may bring no notification before
+	// a ping checks it is still alive. A LISTEN connection only reads, so a
+	// path that died silently (a failover that moved the VIP, an expired
+	// NAT entry: nothing sent back, the socket left open) fails nothing on
+	// it; only a round trip notices. Defaults to 30s (as the replication
+	// stream asks for a reply after 30s of silence). Lower it only in tests.
+	IdleCheck time.Duration
+	// PingTimeout is how long that ping may take before the connection is
+	// taken for dead, closed and replaced. Defaults to 10s.
+	PingTimeout time.Duration
 }
 
-// stableSession is how long a LISTEN session must last for its end to reset
-// the reconnect backoff.
-const stableSession = 5 * time.Second
+const (
+	// stableSession is how long a LISTEN session must last for its end to
+	// reset the reconnect backoff.
+	stableSession = 5 * time.Second
+	// Defaults of ListenerConfig.IdleCheck and PingTimeout: a silently dead
+	// connection is replaced within about 40s.
+	defaultIdleCheck   = 30 * time.Second
+	defaultPingTimeout = 10 * time.Second
+	// closeTimeout bounds closing a connection, which writes a Terminate: a
+	// dead one must not hold up the reconnect.
+	closeTimeout = time.Second
+)
 
 // Listener holds one LISTEN connection and reconnects with exponential backoff
-// whenever it is lost.
+// whenever it is lost: closed, failed, or quiet for IdleCheck and then silent
+// to a ping (a path that died without closing the socket).
 type Listener struct {
 	cfg ListenerConfig
 
@@ -139,6 +161,12 @@ func NewListener(cfg ListenerConfig) *Listener {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = defaultIdleCheck
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = defaultPingTimeout
+	}
 	return &Listener{cfg: cfg}
 }
 
@@ -156,13 +184,13 @@ func (l *Listener) Run(ctx context.Context) {
 	first := true
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		began := time.Now()
-		err := l.session(ctx, first)
+		up, err := l.session(ctx, first)
 		if ctx.Err() != nil {
 			return
 		}
 		// A session that was up a while ended: start the backoff afresh. One
 		// dropped at once (a proxy that accepts and closes) keeps backing off.
-		if err == nil && time.Since(began) > stableSession {
+		if up && time.Since(began) > stableSession {
 			delay, attempt = l.cfg.MinBackoff, 1
 		}
 		first = false
@@ -178,16 +206,21 @@ func (l *Listener) Run(ctx context.Context) {
 	}
 }
 
-// session connects, listens and waits for notifications. It returns nil if it
-// was connected and then lost the connection, or the connect error.
-func (l *Listener) session(ctx context.Context, first bool) error {
+// session connects, listens and waits for notifications until the
+// connection fails or ctx is done. up reports whether it got as far as
+// listening; err says why it ended (nil when ctx ended it).
+func (l *Listener) session(ctx context.Context, first bool) (up bool, _ error) {
 	conn, err := l.cfg.Connect(ctx)
 	if err != nil {
-		return err
+		return false, fmt.Errorf("connect for LISTEN %s: %w", Channel, err)
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
+		return false, fmt.Errorf("LISTEN %s: %w", Channel, err)
 	}
 	l.mu.Lock()
 	l.connected = true
@@ -203,16 +236,43 @@ func (l *Listener) session(ctx context.Context, first bool) error {
 	if !first {
 		l.cfg.Logger.Info("LISTEN connection restored", slog.String("channel", Channel))
 	}
+	// Covers what was committed while no connection listened: a first
+	// start, or the time a lost one took to be noticed and replaced.
 	l.cfg.OnNotify()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			l.cfg.Logger.Debug("LISTEN connection error", slog.String("error", err.Error()))
-			return nil
+		// The wait has a deadline: on a silently dead path it would
+		// otherwise last until the kernel's keepalive gives up, tens of
+		// minutes in which every NOTIFY is lost (review helper-193). A
+		// timeout leaves the connection usable.
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.IdleCheck)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return true, nil
 		}
-		l.cfg.OnNotify()
+		if n != nil {
+			l.cfg.OnNotify()
+		}
+		switch {
+		case err == nil:
+			continue
+		case !pgconn.Timeout(err):
+			return true, fmt.Errorf("wait for notification on %s: %w", Channel, err)
+		}
+		// Quiet for IdleCheck: one round trip proves the path still works.
+		// Notifications that arrive meanwhile are queued by pgx for the next
+		// wait.
+		pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if err != nil {
+			return true, fmt.Errorf("LISTEN connection quiet for %s and no answer to a ping within %s "+
+				"(a network path that died silently, or a server that stopped answering): %w",
+				l.cfg.IdleCheck, l.cfg.PingTimeout, err)
+		}
 	}
 }
 
