@@ -66,8 +66,11 @@ type handshakeKind struct {
 	// challenge echo proves only that the URL is reachable, and the source's
 	// secrets are still required to be configured).
 	signed bool
-	// match reports whether req is this handshake (cheap; before any
-	// signature check).
+	// match reports whether req is this handshake. It must be cheap: an
+	// unsigned kind's match runs on any request, and so does a signed
+	// kind's where the scheme cannot check the signature first
+	// (presetVerifier.Verify); a match that reads the body uses lookupJSON,
+	// which keeps nothing of it.
 	match func(req *Request) bool
 	// answer builds the answer; res is the verified request's result for a
 	// signed kind.

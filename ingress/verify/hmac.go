@@ -233,6 +233,15 @@ type hmacVerifier struct {
 	tolerance time.Duration
 	publicURL string // Config.PublicURL without fragment, "" when unset
 	ident     *identity
+
+	// bodyPaths are the body values read before the MAC (the signature
+	// paths, the timestamp path, the {json:} segments), looked up together
+	// (bodyFields); sigAt, tsAt and segAt[i] (for segs[i]) index them, -1
+	// for none.
+	bodyPaths [][]string
+	sigAt     []int
+	tsAt      int
+	segAt     []int
 }
 
 func newHMAC(cfg Config, ident *identity) *hmacVerifier {
@@ -266,6 +275,26 @@ func newHMAC(cfg Config, ident *identity) *hmacVerifier {
 	if c.TimestampJSON != "" {
 		v.tsPath = strings.Split(c.TimestampJSON, ".")
 	}
+	at := func(path []string) int {
+		v.bodyPaths = append(v.bodyPaths, path)
+		return len(v.bodyPaths) - 1
+	}
+	if v.sigPath != nil {
+		for _, path := range append([][]string{v.sigPath}, v.altSigs...) {
+			v.sigAt = append(v.sigAt, at(path))
+		}
+	}
+	v.tsAt = -1
+	if v.tsPath != nil {
+		v.tsAt = at(v.tsPath)
+	}
+	v.segAt = make([]int, len(segs))
+	for i, s := range segs {
+		v.segAt[i] = -1
+		if s.kind == segJSON {
+			v.segAt[i] = at(s.path)
+		}
+	}
 	for _, s := range cfg.Secrets {
 		v.keys = append(v.keys, newHashKey(alg, []byte(s)))
 	}
@@ -279,12 +308,36 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// bodyFields are the values of v.bodyPaths in one request's body, read
+// in one pass (lookupJSONPaths) when first asked for: a body that carries
+// its own signature (Mailgun's signature, parent-signature, timestamp and
+// token) is scanned once, and a request refused on its headers not at all.
+// The body is anyone's until the MAC matches.
+type bodyFields struct {
+	paths [][]string
+	body  []byte
+	vals  []jsonValue // nil until read
+}
+
+func (v *hmacVerifier) bodyFields(body []byte) *bodyFields {
+	return &bodyFields{paths: v.bodyPaths, body: body}
+}
+
+// get returns the value of paths[i], as lookupJSON would.
+func (f *bodyFields) get(i int) (string, bool) {
+	if f.vals == nil {
+		f.vals = make([]jsonValue, len(f.paths))
+		lookupJSONPaths(f.body, f.paths, f.vals)
+	}
+	return f.vals[i].s, f.vals[i].ok
+}
+
 // signatures returns the encoded signatures the request carries and the
 // timestamp text of a key=value signature header (TimestampKey).
-func (v *hmacVerifier) signatures(req *Request) (sigs []string, ts string, err error) {
+func (v *hmacVerifier) signatures(req *Request, body *bodyFields) (sigs []string, ts string, err error) {
 	if v.sigPath != nil {
-		for _, path := range append([][]string{v.sigPath}, v.altSigs...) {
-			if s, ok := lookupJSON(req.Body, path); ok && s != "" {
+		for _, at := range v.sigAt {
+			if s, ok := body.get(at); ok && s != "" {
 				sigs = append(sigs, s)
 			}
 		}
@@ -336,13 +389,13 @@ func (v *hmacVerifier) signatures(req *Request) (sigs []string, ts string, err e
 
 // timestamp returns the signed timestamp's text and time, or "" when the
 // scheme has none.
-func (v *hmacVerifier) timestamp(req *Request, fromSig string) (string, time.Time, error) {
+func (v *hmacVerifier) timestamp(req *Request, fromSig string, body *bodyFields) (string, time.Time, error) {
 	var ts, where string
 	switch {
 	case v.tsHeader != "":
 		ts, where = req.Header.Get(v.tsHeader), v.tsHeader+" header"
 	case v.tsPath != nil:
-		ts, _ = lookupJSON(req.Body, v.tsPath)
+		ts, _ = body.get(v.tsAt)
 		where = v.cfg.TimestampJSON + " in the body"
 	case v.cfg.TimestampKey != "":
 		ts, where = fromSig, v.cfg.TimestampKey+" element"
@@ -380,9 +433,9 @@ func parseTimestamp(format, s string) (time.Time, bool) {
 }
 
 // signedParts returns the signed string's parts for req, in order.
-func (v *hmacVerifier) signedParts(req *Request, ts string) ([][]byte, error) {
+func (v *hmacVerifier) signedParts(req *Request, ts string, body *bodyFields) ([][]byte, error) {
 	parts := make([][]byte, 0, len(v.segs))
-	for _, s := range v.segs {
+	for i, s := range v.segs {
 		switch s.kind {
 		case segLiteral:
 			parts = append(parts, []byte(s.text))
@@ -408,7 +461,7 @@ func (v *hmacVerifier) signedParts(req *Request, ts string) ([][]byte, error) {
 			}
 			parts = append(parts, []byte(val))
 		case segJSON:
-			val, ok := lookupJSON(req.Body, s.path)
+			val, ok := body.get(v.segAt[i])
 			if !ok {
 				return nil, fmt.Errorf("%s: %w: no %s in the body (it is signed)", v.scheme, ErrSignatureMissing, strings.Join(s.path, "."))
 			}
@@ -446,6 +499,12 @@ func (v *hmacVerifier) Verify(req *Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return v.checkedEvent(req, index)
+}
+
+// checkedEvent is the event of req, whose signature checkSignature has
+// accepted with secret index (see checkedEventer).
+func (v *hmacVerifier) checkedEvent(req *Request, index int) (Result, error) {
 	id, typ, err := v.ident.resolve(v.scheme, req, nil, func(bool) (string, string, error) {
 		return syntheticID(req.Body), "", nil
 	})
@@ -458,7 +517,8 @@ func (v *hmacVerifier) Verify(req *Request) (Result, error) {
 // checkSignature checks req's signature and timestamp and returns the index
 // of the secret that matched.
 func (v *hmacVerifier) checkSignature(req *Request) (int, error) {
-	encoded, elemTS, err := v.signatures(req)
+	body := v.bodyFields(req.Body)
+	encoded, elemTS, err := v.signatures(req, body)
 	if err != nil {
 		return -1, err
 	}
@@ -476,11 +536,11 @@ func (v *hmacVerifier) checkSignature(req *Request) (int, error) {
 	if len(sigs) == 0 {
 		return -1, fmt.Errorf("%s: %w: the signature is not the %s of a %s MAC", v.scheme, ErrSignatureMalformed, v.cfg.Encoding, v.cfg.Algorithm)
 	}
-	ts, at, err := v.timestamp(req, elemTS)
+	ts, at, err := v.timestamp(req, elemTS, body)
 	if err != nil {
 		return -1, err
 	}
-	parts, err := v.signedParts(req, ts)
+	parts, err := v.signedParts(req, ts, body)
 	if err != nil {
 		return -1, err
 	}
@@ -581,14 +641,15 @@ func SignHMACRequest(cfg Config, secret string, t time.Time, h http.Header, body
 	if c.TimestampHeader != "" {
 		h.Set(c.TimestampHeader, ts)
 	}
+	fields := v.bodyFields(body)
 	if c.TimestampJSON != "" {
-		got, ok := lookupJSON(body, v.tsPath)
+		got, ok := fields.get(v.tsAt)
 		if !ok {
 			return "", fmt.Errorf("body: no timestamp at %s to sign", c.TimestampJSON)
 		}
 		ts = got
 	}
-	parts, err := v.signedParts(&Request{Header: h, Body: body, URL: requestURL, Method: method}, ts)
+	parts, err := v.signedParts(&Request{Header: h, Body: body, URL: requestURL, Method: method}, ts, fields)
 	if err != nil {
 		return "", err
 	}

@@ -277,13 +277,44 @@ func formerIDHeader(name string) func(http.Header, []byte) []string {
 	}
 }
 
+// checkedEventer is a scheme that can give the event of a request whose
+// signature its checkSignature has already accepted (with secret index),
+// without checking it again.
+type checkedEventer interface {
+	checkedEvent(req *Request, index int) (Result, error)
+}
+
 func (v *presetVerifier) Verify(req *Request) (Result, error) {
+	// A POST that is no handshake is an event, whose signature the scheme
+	// checks before anything else. So a signed POST handshake's signature
+	// is checked before its match, which may read the body (Zoom's event
+	// field): no answer changes, and a forged request is refused before its
+	// body is looked into, as slack.go does (review helper-199). The result
+	// serves the event too, where the scheme can take it (checkedEventer);
+	// elsewhere (Discord's Ed25519) match stays first, or every event would
+	// be verified twice. A GET keeps match first: one that is no handshake
+	// is refused as such, whatever it carries.
+	ce, reuse := v.inner.(checkedEventer)
+	checked, sigIndex := false, -1
+	var sigErr error
 	for _, k := range v.handshakes {
-		if method(req) != k.method || !k.match(req) {
+		if method(req) != k.method {
 			continue
 		}
 		var res Result
-		if k.signed {
+		switch {
+		case k.signed && k.method == http.MethodPost && reuse:
+			if !checked {
+				sigIndex, sigErr = v.inner.checkSignature(req)
+				checked = true
+			}
+			if sigErr != nil || !k.match(req) {
+				continue
+			}
+			res.SecretIndex = sigIndex
+		case !k.match(req):
+			continue
+		case k.signed:
 			index, err := v.inner.checkSignature(req)
 			if err != nil {
 				return Result{}, err
@@ -299,7 +330,16 @@ func (v *presetVerifier) Verify(req *Request) (Result, error) {
 	if method(req) != http.MethodPost {
 		return Result{}, fmt.Errorf("%s: %w: a %s request is not one of the provider's handshakes", v.hc.scheme, ErrSignatureMissing, method(req))
 	}
-	res, err := v.inner.Verify(req)
+	var res Result
+	var err error
+	switch {
+	case checked && sigErr != nil:
+		return Result{}, sigErr
+	case checked:
+		res, err = ce.checkedEvent(req, sigIndex)
+	default:
+		res, err = v.inner.Verify(req)
+	}
 	if err == nil && v.perDelivery {
 		var id [16]byte
 		_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
