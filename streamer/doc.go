@@ -83,10 +83,12 @@
 //     last_error_class lease_expired and a reason in last_error when it was
 //     the last attempt, and leaves a lease_expired history row. Because
 //     reading writes nothing, an expired lease counts as an attempt only when
-//     a consumer of its handler was alive after the lease began (consumers
-//     say so in webhook_ingress.consumers every AliveInterval) or its
-//     consumer extended it: in an outage no handler ran, and nothing is
-//     spent. A lease is recovered within LeaseDuration + ReapInterval, and
+//     a consumer of its handler that could have received the reference was
+//     alive after the lease began (consumers say so in
+//     webhook_ingress.consumers every AliveInterval; of a shared handler's
+//     roles, one whose scopes cover the job, an unrestricted one, or one of
+//     a version before 064) or its consumer extended it: in an outage no
+//     handler ran, and nothing is spent. A lease is recovered within LeaseDuration + ReapInterval, and
 //     leased again by the next claim (a job of an event received over
 //     RecentWindow before, by the next claim over every partition: within
 //     a PollInterval more).

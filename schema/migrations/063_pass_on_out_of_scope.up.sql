@@ -27,7 +27,7 @@
 -- rather than as fast as claims run. Unrestricted callers (webhook_worker,
 -- superusers) see every job: nothing to pass on, false.
 
-CREATE FUNCTION webhook_ingress.pass_on_attempt(p_id bigint, p_received_at timestamptz, p_attempt integer,
+CREATE OR REPLACE FUNCTION webhook_ingress.pass_on_attempt(p_id bigint, p_received_at timestamptz, p_attempt integer,
                                                 p_leased_at timestamptz)
     RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS

@@ -763,7 +763,10 @@ WITH members AS (
            AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = c.db_role))
     GROUP BY c.handler, c.db_role
 ), routed AS (
-    SELECT m.handler FROM members m GROUP BY m.handler HAVING count(*) >= 2 AND bool_or(m.role_name <> '')
+    SELECT m.handler FROM members m
+    WHERE NOT EXISTS (SELECT FROM webhook_ingress.consumers o
+                      WHERE o.handler = m.handler AND o.db_role IS NULL AND o.alive_until > now())
+    GROUP BY m.handler HAVING count(*) >= 2 AND bool_or(m.role_name <> '')
 ), routes AS (
     SELECT m.handler, m.role_name, m.alive, s.provider_pattern, s.event_type_pattern
     FROM members m
@@ -793,8 +796,12 @@ type ListJobRoutesRow struct {
 // their consumers say (ConsumerAlive's db_role, rows of the last day): a
 // scoped role's name, ” for an unrestricted one (webhook_worker), NULL for
 // a consumer of a version before 064 (not counted). A handler is routed when
-// it has two such roles or more, one of them scoped; a role dropped, or no
-// longer given the handler, is left out. Each route is a scope (an
+// it has two such roles or more, one of them scoped, and no live consumer
+// of a version before 064 (it reads only the handler's own topic: routed
+// during a rolling upgrade, a job whose role's new consumers had stopped
+// went to a topic nobody read while the old consumer idled, and was
+// dead-lettered unrun; review helper-205); a role dropped, or no longer
+// given the handler, is left out. Each route is a scope (an
 // unrestricted role's is '*', '*'), in the order the streamer tries them:
 // roles with a live consumer first (alive_until ahead), scoped before
 // unrestricted, then by name; it publishes a job on the topic of the first
@@ -858,7 +865,20 @@ WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
            (j.worker_id IS NOT NULL OR EXISTS (
                SELECT 1 FROM webhook_ingress.consumers c
-               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at)) AS ran,
+               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at
+                 AND (c.db_role IS NULL OR c.db_role = ''
+                      OR EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
+                                 WHERE s.role_name = c.db_role
+                                   AND j.provider LIKE s.provider_like AND j.event_type LIKE s.event_type_like)
+                      OR NOT EXISTS (SELECT FROM webhook_ingress.consumers o
+                                     WHERE o.handler = j.handler
+                                       AND (o.db_role = ''
+                                            OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r
+                                                        WHERE r.handler = j.handler AND r.role_name = o.db_role)
+                                                AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
+                                                            WHERE s.role_name = o.db_role
+                                                              AND j.provider LIKE s.provider_like
+                                                              AND j.event_type LIKE s.event_type_like))))))) AS ran,
            'attempt ' || j.attempt_count || ' leased at ' || j.attempted_at || ' expired at ' || j.lease_expires_at
                || ' without an outcome (its consumer died or hung, or the reference was lost)' AS reason
     FROM webhook_ingress.jobs j
@@ -917,13 +937,26 @@ type ReapExpiredLeasesRow struct {
 
 // Leases that ran out without an outcome. Taking an attempt writes nothing,
 // so whether a handler ran is judged by who was there: when the attempt's
-// consumer extended the lease (worker_id), or a consumer of the handler was
-// alive after the lease began, it may have run the handler and died or hung:
-// the attempt counts, is closed in job_attempts as lease_expired, and the
-// job goes back to pending, or to dead_letter with reason lease_expired when
-// that was the last attempt. When no consumer of the handler was alive (an
-// outage), no handler ran: back to pending and the attempt does not count.
-// At most batch_size per call.
+// consumer extended the lease (worker_id), or a consumer that could have
+// received the job's reference was alive after the lease began, it may have
+// run the handler and died or hung: the attempt counts, is closed in
+// job_attempts as lease_expired, and the job goes back to pending, or to
+// dead_letter with reason lease_expired when that was the last attempt.
+// When no such consumer was alive (an outage), no handler ran: back to
+// pending and the attempt does not count. At most batch_size per call.
+//
+// Could have received it: a consumer of the handler of a version before 064
+// (db_role NULL: it reads the handler's topic), of an unrestricted role
+// (”), or of a scoped role one of whose scopes covers the job's source and
+// type (the LIKE forms, as 038's policies match them); or any consumer of
+// the handler when no role of its consumers given the handler covers the
+// job (not ” either), since the streamer then publishes it on the
+// handler's own topic, which every consumer reads (ListJobRoutes, topicOf).
+// Judged per handler, a routed handler's other role kept alive counted
+// every expiry of the jobs waiting on the topic of a role whose consumers
+// were all down, and dead-lettered them unrun (review helper-205). Only
+// expired leases are looked at, each against its handler's few consumer
+// rows and their roles' scopes.
 //
 // The streamer may not read error texts (036_streamer_no_error_text): the
 // reason is composed from the lease's columns, the attempts that ran and
