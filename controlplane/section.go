@@ -39,17 +39,15 @@ func (cp Section) Validate() error {
 	if err := config.CheckListen("control_plane.listen", cp.Listen, ""); err != nil {
 		return err
 	}
-	names := map[string]int{}
 	tokens := map[string]int{}
 	for i, t := range cp.Tenants {
 		field := fmt.Sprintf("control_plane.tenants[%d]", i)
 		if !tenantName.MatchString(t.Name) {
 			return fmt.Errorf("%s.name: %q must be 1-63 lower-case letters, digits, '-' or '_'", field, t.Name)
 		}
-		if j, dup := names[t.Name]; dup {
-			return fmt.Errorf("%s.name: %q is already the name of control_plane.tenants[%d]", field, t.Name, j)
-		}
-		names[t.Name] = i
+		// A name may come twice, with two tokens: a rotation (the new token
+		// given to the data plane while the old one still answers; the
+		// server takes both as the one tenant).
 		if len(t.Token) < reporter.MinTokenBytes {
 			return fmt.Errorf("%s.token: at least %d bytes required", field, reporter.MinTokenBytes)
 		}

@@ -71,7 +71,6 @@ func TestReporterAndControlPlaneErrorsNameTheField(t *testing.T) {
 		{"reporter:\n  extra: 1", "line 2: reporter.extra: unknown key"},
 		{"control_plane:\n  tenants:\n    - name: Acme\n      token: 0123456789abcdef", "control_plane.tenants[0].name"},
 		{"control_plane:\n  tenants:\n    - name: a\n      token: short", "control_plane.tenants[0].token"},
-		{"control_plane:\n  tenants:\n    - name: a\n      token: 0123456789abcdef\n    - name: a\n      token: 0123456789abcdeg", "control_plane.tenants[1].name"},
 		{"control_plane:\n  tenants:\n    - name: a\n      token: 0123456789abcdef\n    - name: b\n      token: 0123456789abcdef", "control_plane.tenants[1].token"},
 	} {
 		_, err := Parse([]byte(c.doc), env(nil))
@@ -85,5 +84,18 @@ func TestReporterAndControlPlaneErrorsNameTheField(t *testing.T) {
 	}
 	if err := (controlplane.Section{}).ValidateForServe(); err == nil || !strings.Contains(err.Error(), "control_plane.database_url") {
 		t.Errorf("serving without a database: %v", err)
+	}
+}
+
+// A tenant's name may come twice with two tokens: a rotation (the data plane
+// moves to the new token while the old one still answers).
+func TestControlPlaneTenantTokenRotation(t *testing.T) {
+	doc := "control_plane:\n  tenants:\n    - name: a\n      token: 0123456789abcdef\n    - name: a\n      token: 0123456789abcdeg"
+	c, err := Parse([]byte(doc), env(nil))
+	if err != nil {
+		t.Fatalf("two tokens of one tenant: %v, want accepted (a rotation)", err)
+	}
+	if len(c.ControlPlane.Tenants) != 2 {
+		t.Fatalf("tenants %+v, want both", c.ControlPlane.Tenants)
 	}
 }

@@ -15,7 +15,8 @@
 // A record carries nothing but metadata, and its type has no field that
 // could carry more: an opaque job id (HMAC-SHA256 of jobs.id under a
 // per-deployment key), the attempt's id (the cursor), outcome and error class
-// from fixed lists, attempt number, duration and start and end times; the
+// from fixed lists (a class a consumer wrote outside the list is sent as
+// handler_error, never the row's text), attempt number, duration and start and end times; the
 // source name and event type only when the operator opts in. No body, header,
 // error text or secret is ever read, and its role, webhook_streamer, may not
 // read a body, a header or an error text (migrations 001 and 036).

@@ -24,8 +24,8 @@ func (s *reviewBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s
 
 // job_attempts.error_class has no CHECK, and every consumer role may INSERT
 // it. A row whose class is free text (a consumer outside the SDK writing its
-// error into the class) is skipped by the reporter without its value in the
-// log: error text stays in Postgres. (Found by a review: the value was
+// error into the class) is reported as handler_error, without its value in
+// the log or the report: error text stays in Postgres. (Found by a review: the value was
 // logged verbatim.)
 func TestReporterDoesNotLogFreeTextErrorClass(t *testing.T) {
 	t.Parallel()
@@ -36,7 +36,7 @@ func TestReporterDoesNotLogFreeTextErrorClass(t *testing.T) {
 	d.attempt(t, good, 1, "failed", "http_5xx", errorText)
 	var logs reviewBuf
 	startReporter(t, d, cp, func(c *reporter.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	cp.waitStored(t, 1)
+	cp.waitStored(t, 2) // the free-text class is reported as handler_error
 	if out := logs.String(); strings.Contains(out, "cus_SECRET") || strings.Contains(out, "alice@example.com") {
 		t.Fatalf("reporter log carries the row's free-text error_class:\n%s", out)
 	}

@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,7 +36,8 @@ type Config struct {
 	// first, successes are on the second); webhook_streamer's privileges
 	// are enough. Required.
 	Pool *pgxpool.Pool
-	// URL is the control plane's base URL. Required.
+	// URL is the control plane's base URL, without a query or fragment.
+	// Required.
 	URL string
 	// Token is the bearer token of this data plane's tenant. Required.
 	Token string
@@ -106,6 +106,11 @@ func (c Config) validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("reporter: URL must be an http:// or https:// URL")
 	}
+	if strings.ContainsAny(c.URL, "?#") {
+		// Paths are appended to it: after a query or a fragment they are no
+		// path, and the control plane's page answered 401 to every request.
+		return errors.New("reporter: URL must be a base URL without a query or fragment")
+	}
 	return nil
 }
 
@@ -124,11 +129,10 @@ type Reporter struct {
 	// when: attempts whose transaction committed after a later id's (or
 	// never will). A run costs the same however long it is; each is looked
 	// for until GapTTL on the reporter's clock. nextGaps is what gaps become
-	// once the records read are acknowledged, more whether a gap had more
-	// records than a look took.
+	// once the records read are acknowledged, more whether the gaps had more
+	// records than a round's look took.
 	gaps, nextGaps []gap
 	more           bool
-	round          uint64
 	// stalled is the time spent in failed tries of a read or a send and the
 	// waits after them: no gap was looked for then, so [Reporter.clock]
 	// leaves it out and an outage does not expire the gaps.
@@ -137,6 +141,9 @@ type Reporter struct {
 	// the ids it read but could not report, which are no gaps.
 	lastRead int64
 	skipped  []int64
+	// foldedClass is whether an error class outside the list was sent as
+	// handler_error yet (logged at info the first time, then at debug).
+	foldedClass bool
 
 	sent      prometheus.Counter
 	failures  *prometheus.CounterVec
@@ -148,9 +155,6 @@ type Reporter struct {
 type gap struct {
 	lo, hi int64
 	since  time.Time
-	// probed is the round it was last looked for in: the least recently
-	// looked for go first, so one long run cannot take every round.
-	probed uint64
 }
 
 // restartLookback is how many ids below the control plane's cursor a
@@ -162,8 +166,12 @@ const restartLookback = 1000
 
 // maxGaps bounds the remembered runs of missing ids. A run that may never
 // commit (a rolled-back transaction's ids) is kept until GapTTL too: a run
-// of any length is one entry, and looking for it reads at most what it holds.
+// of any length is one entry, and looking for it reads at most half a batch.
 const maxGaps = 10_000
+
+// gapChunk is the most runs one statement of readGaps looks for: a round
+// looks for every live run, in ceil(runs/gapChunk) statements.
+const gapChunk = 1000
 
 // New returns a reporter for cfg.
 func New(cfg Config) (*Reporter, error) {
@@ -233,7 +241,7 @@ func (r *Reporter) run(ctx context.Context) {
 	// holds already are stored once), so an attempt that committed after
 	// later ids, and after the last report acknowledged, is not lost.
 	if cursor > 1 {
-		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, r.clock(), r.round, 0)
+		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, r.clock(), 0)
 	}
 	log.Info("reporter started", slog.Int64("cursor", cursor),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
@@ -328,14 +336,21 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 	return batch, next, nil
 }
 
-// readGaps looks for the attempts of the gaps, up to half a batch, and sets
-// r.nextGaps to what is left of them (expired ones dropped). Each gap is one
-// look, ReporterAttemptsAfter from its first id, limited to its length (and
-// the budget): what it reads past the gap's end is reported already or is
-// another gap's, and is left alone; so a gap costs one index probe per side
-// and at most its length in rows, however long it is.
+// readGaps looks for the attempts of every live gap, up to half a batch, and
+// sets r.nextGaps to what is left of them (expired ones dropped). The gaps
+// go in ascending order, gapChunk runs to a statement (ReporterAttemptsInRuns:
+// per run and place one index range scan, so a run costs the same however
+// long it is). A statement that fills the budget has looked at every id up to
+// the last it returned; what is above stays a gap, as do the chunks after
+// it, and r.more makes the next round follow at once (each such round
+// reports a full budget, so this ends). So every live gap is looked at in
+// every round, at most Interval apart, however many gaps there are; it was
+// BatchSize/2 gaps a round before, and more than that many late attempts,
+// each its own gap, were lost. The bound of a round: at most
+// ceil(maxGaps/gapChunk) = 10 statements, each two index range scans per
+// run reading at most half a batch of rows each, and the jobs rows of at
+// most half a batch of records.
 func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, error) {
-	r.round++
 	now := r.clock()
 	live := make([]gap, 0, len(r.gaps))
 	for _, g := range r.gaps {
@@ -343,61 +358,43 @@ func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, erro
 			live = append(live, g)
 		}
 	}
-	order := make([]int, len(live))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(live[a].probed, live[b].probed), cmp.Compare(live[a].lo, live[b].lo))
-	})
-	type look struct {
-		gap   int
-		limit int64
-		rows  []queries.ReporterAttemptsAfterRow
-	}
-	var looks []*look
-	pb := &pgx.Batch{}
-	budget := int64(max(r.cfg.BatchSize/2, 1)) // the rest wait for the next round
-	for _, i := range order {
-		if budget == 0 {
-			break
-		}
-		l := &look{gap: i, limit: min(budget, live[i].hi-live[i].lo+1)}
-		budget -= l.limit
-		looks = append(looks, l)
-		pb.Queue(queries.ReporterAttemptsAfter, live[i].lo-1, l.limit).Query(func(rows pgx.Rows) error {
-			var err error
-			l.rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[queries.ReporterAttemptsAfterRow])
-			return err
-		})
-	}
-	if len(looks) > 0 {
-		if err := r.cfg.Pool.SendBatch(ctx, pb).Close(); err != nil {
-			return nil, fmt.Errorf("read attempts of %d gaps: %w", len(looks), err)
-		}
-	}
-	looked := make([]bool, len(live))
+	slices.SortFunc(live, func(a, b gap) int { return cmp.Compare(a.lo, b.lo) })
+	q := queries.New(r.cfg.Pool)
+	budget := int64(max(r.cfg.BatchSize/2, 1)) // the rest of the batch is for the ids after the cursor
 	next := make([]gap, 0, len(live))
 	dropped := 0
-	for _, l := range looks {
-		g := live[l.gap]
-		looked[l.gap] = true
-		var read []int64
-		for _, row := range l.rows {
-			if row.ID > g.hi {
-				break
+	for len(live) > 0 {
+		chunk := live[:min(len(live), gapChunk)]
+		live = live[len(chunk):]
+		if budget == 0 {
+			next = append(next, chunk...) // looked at next round, which follows at once
+			continue
+		}
+		arg := queries.ReporterAttemptsInRunsParams{Lo: make([]int64, len(chunk)), Hi: make([]int64, len(chunk)), BatchSize: budget}
+		for i, g := range chunk {
+			arg.Lo[i], arg.Hi[i] = g.lo, g.hi
+		}
+		rows, err := q.ReporterAttemptsInRuns(ctx, arg)
+		if err != nil {
+			return nil, fmt.Errorf("read attempts of %d gaps from id %d: %w", len(chunk), chunk[0].lo, err)
+		}
+		budget -= int64(len(rows))
+		if budget == 0 {
+			r.more = true // the runs may hold more above the last id read
+		}
+		// rows and chunk are both in ascending id order and the runs are
+		// disjoint: one pass splits each run at the ids read.
+		k := 0
+		for _, g := range chunk {
+			var read []int64
+			for ; k < len(rows) && rows[k].ID <= g.hi; k++ {
+				if rows[k].ID < g.lo {
+					continue // not in a run: cannot happen, the statement reads only the runs
+				}
+				batch = r.collect(queries.ReporterAttemptsAfterRow(rows[k]), batch)
+				read = append(read, rows[k].ID)
 			}
-			batch = r.collect(row, batch)
-			read = append(read, row.ID)
-		}
-		if int64(len(read)) == l.limit && l.limit <= g.hi-g.lo {
-			r.more = true // the gap may hold more than this look took
-		}
-		next, dropped = addGaps(next, g.lo, g.hi, read, g.since, r.round, dropped)
-	}
-	for i, g := range live {
-		if !looked[i] {
-			next = append(next, g)
+			next, dropped = addGaps(next, g.lo, g.hi, read, g.since, dropped)
 		}
 	}
 	r.nextGaps = next
@@ -406,7 +403,9 @@ func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, erro
 }
 
 // collect appends the row's record, skipping (and logging) a row that is not
-// a valid record, and remembers the highest id read in lastRead.
+// a valid record, and remembers the highest id read in lastRead. An error
+// class outside consumers.Classes() does not make a row invalid: it is sent
+// as handler_error.
 func (r *Reporter) collect(row queries.ReporterAttemptsAfterRow, batch []Record) []Record {
 	rec := Record{AttemptID: row.ID, Attempt: int(row.Attempt), StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
 		DurationMS: row.DurationMs}
@@ -414,6 +413,23 @@ func (r *Reporter) collect(row queries.ReporterAttemptsAfterRow, batch []Record)
 	rec.Job = r.jobRef(row.JobID)
 	rec.Outcome = Outcome(row.Outcome)
 	rec.ErrorClass = consumers.ErrorClass(row.ErrorClass)
+	if rec.ErrorClass != "" && !slices.Contains(consumers.Classes(), rec.ErrorClass) {
+		// error_class is free text: a consumer not built on this SDK, or a
+		// newer one mid-upgrade, may write a class outside the list. Its
+		// attempt is still metadata worth reporting, under the class the SDK
+		// itself gives an error it cannot classify (WithClass), which every
+		// control plane accepts. The value is not logged: it is free text.
+		// The first such attempt is logged at info, the rest at debug: a
+		// consumer that writes its own classes would otherwise log a line
+		// per failure.
+		level := slog.LevelDebug
+		if !r.foldedClass {
+			level, r.foldedClass = slog.LevelInfo, true
+		}
+		r.cfg.Logger.LogAttrs(context.Background(), level, "reporter: attempt with an error class outside the list, reported as "+string(consumers.ClassHandlerError),
+			slog.Int64("attempt_id", rec.AttemptID))
+		rec.ErrorClass = consumers.ClassHandlerError
+	}
 	rec.StartedAt, rec.FinishedAt = rec.StartedAt.UTC(), rec.FinishedAt.UTC()
 	if rec.FinishedAt.Before(rec.StartedAt) {
 		// started_at is the consumer's clock, finished_at the database's:
@@ -467,7 +483,7 @@ func (r *Reporter) noteGaps(from, to int64, batch []Record) {
 	}
 	slices.Sort(seen)
 	var dropped int
-	r.gaps, dropped = addGaps(r.gaps, from+1, to-1, slices.Compact(seen), r.clock(), r.round, 0)
+	r.gaps, dropped = addGaps(r.gaps, from+1, to-1, slices.Compact(seen), r.clock(), 0)
 	r.logDropped(dropped)
 }
 
@@ -481,7 +497,7 @@ func (r *Reporter) clock() time.Time { return time.Now().Add(-r.stalled) }
 // addGaps appends the runs of lo..hi that are not in read (ascending ids
 // within lo..hi) to gaps, up to maxGaps runs, and adds those that did not
 // fit to dropped.
-func addGaps(gaps []gap, lo, hi int64, read []int64, since time.Time, round uint64, dropped int) ([]gap, int) {
+func addGaps(gaps []gap, lo, hi int64, read []int64, since time.Time, dropped int) ([]gap, int) {
 	add := func(lo, hi int64) {
 		if lo > hi {
 			return
@@ -490,7 +506,7 @@ func addGaps(gaps []gap, lo, hi int64, read []int64, since time.Time, round uint
 			dropped++
 			return
 		}
-		gaps = append(gaps, gap{lo: lo, hi: hi, since: since, probed: round})
+		gaps = append(gaps, gap{lo: lo, hi: hi, since: since})
 	}
 	for _, id := range read {
 		add(lo, id-1)

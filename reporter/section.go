@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -17,8 +18,9 @@ const MinTokenBytes = 16
 // class, start and end; provider and event type only when IncludeProvider)
 // POSTed in batches to an outside control plane. Off unless URL is set.
 type Section struct {
-	// URL is the control plane's base URL (https://cp.example.com); records
-	// go to {URL}/api/v1/reports. Defaults to "": no reports.
+	// URL is the control plane's base URL (https://cp.example.com, a path
+	// prefix allowed, no query or fragment); records go to
+	// {URL}/api/v1/reports. Defaults to "": no reports.
 	URL string `yaml:"url"`
 	// Token is this data plane's bearer token at the control plane (its
 	// tenant token). Required when URL is set, at least 16 bytes.
@@ -60,6 +62,13 @@ func (r Section) Validate() error {
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 			return errors.New("reporter.url: want an http:// or https:// URL without credentials")
+		}
+		if strings.ContainsAny(r.URL, "?#") {
+			// The reporter appends /api/v1/... to the URL: after a query or
+			// a fragment that path is no path, and every request went to
+			// the control plane's page, which answers 401. The URL is not
+			// quoted: a query is where a secret would be put.
+			return errors.New("reporter.url: want the control plane's base URL, without a query or fragment ('?', '#')")
 		}
 		if len(r.Token) < MinTokenBytes {
 			return fmt.Errorf("reporter.token: at least %d bytes required when reporter.url is set", MinTokenBytes)

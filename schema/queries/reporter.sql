@@ -49,24 +49,47 @@ SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, durat
 ORDER BY 1
 LIMIT sqlc.arg(batch_size)::bigint;
 
--- name: ReporterAttemptsByID :many
--- The attempts among ids that are visible now: ids the cursor passed while
--- their transaction had not yet committed (a failure's history row, or a
--- completion of the job row), looked for in both places.
+-- name: ReporterAttemptsInRuns :many
+-- The finished attempts, oldest id first and at most batch_size, whose ids
+-- fall in one of the runs lo[i]..hi[i] (the reporter's gaps: ids the cursor
+-- passed while their transaction had not committed), looked for in both
+-- places. One statement for every run, however many: per run and place one
+-- index range scan (job_attempts' primary key, idx_jobs_completed_attempt)
+-- limited to batch_size rows, so a run costs the same however long it is;
+-- only then, for at most batch_size attempts, the join with jobs (per row,
+-- by its key), so no round reads jobs beyond the rows it returns. The limit
+-- per run is the statement's own, so the rows returned are the lowest ids of
+-- all runs: fewer than batch_size, and every run was looked at in full;
+-- batch_size, and every id up to the last one returned was.
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
     SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
            webhook_ingress.finite_or_zero(a.started_at) AS started_at, webhook_ingress.finite_or_zero(a.finished_at) AS finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
-    FROM webhook_ingress.job_attempts a
+    FROM (
+        SELECT a.id, a.job_id, a.event_received_at, a.attempt, a.outcome, a.error_class, a.started_at, a.finished_at, a.duration_ms
+        FROM (SELECT (sqlc.arg(lo)::bigint[])[i] AS lo, (sqlc.arg(hi)::bigint[])[i] AS hi FROM generate_subscripts(sqlc.arg(lo)::bigint[], 1) AS i) run
+        CROSS JOIN LATERAL (
+            SELECT a.id, a.job_id, a.event_received_at, a.attempt, a.outcome, a.error_class, a.started_at, a.finished_at, a.duration_ms
+            FROM webhook_ingress.job_attempts a
+            WHERE a.id BETWEEN run.lo AND run.hi
+            ORDER BY a.id
+            LIMIT sqlc.arg(batch_size)::bigint) a
+        ORDER BY a.id
+        LIMIT sqlc.arg(batch_size)::bigint) a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-    WHERE a.id = ANY(sqlc.arg(ids)::bigint[])
     UNION ALL
-    SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
-           webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at, j.updated_at)),
-           webhook_ingress.finite_or_zero(coalesce(j.completed_at, j.updated_at)),
-           coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(j.completed_at)
-                                      - webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at))) * 1000, 0)::float8,
-           j.provider, j.event_type
-    FROM webhook_ingress.jobs j
-    WHERE j.completed_attempt_id = ANY(sqlc.arg(ids)::bigint[])
+    SELECT c.id, c.job_id, c.attempt, 'completed', '',
+           webhook_ingress.finite_or_zero(coalesce(c.attempted_at, c.completed_at, c.updated_at)),
+           webhook_ingress.finite_or_zero(coalesce(c.completed_at, c.updated_at)),
+           coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(c.completed_at)
+                                      - webhook_ingress.finite_or_zero(coalesce(c.attempted_at, c.completed_at))) * 1000, 0)::float8,
+           c.provider, c.event_type
+    FROM (SELECT (sqlc.arg(lo)::bigint[])[i] AS lo, (sqlc.arg(hi)::bigint[])[i] AS hi FROM generate_subscripts(sqlc.arg(lo)::bigint[], 1) AS i) run
+    CROSS JOIN LATERAL (
+        SELECT j.completed_attempt_id AS id, j.id AS job_id, j.attempt_count AS attempt, j.attempted_at, j.completed_at, j.updated_at, j.provider, j.event_type
+        FROM webhook_ingress.jobs j
+        WHERE j.completed_attempt_id BETWEEN run.lo AND run.hi
+        ORDER BY j.completed_attempt_id
+        LIMIT sqlc.arg(batch_size)::bigint) c
 ) finished
-ORDER BY 1;
+ORDER BY 1
+LIMIT sqlc.arg(batch_size)::bigint;

@@ -111,27 +111,48 @@ func (q *Queries) ReporterAttemptsAfter(ctx context.Context, arg ReporterAttempt
 	return items, nil
 }
 
-const ReporterAttemptsByID = `-- name: ReporterAttemptsByID :many
+const ReporterAttemptsInRuns = `-- name: ReporterAttemptsInRuns :many
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
     SELECT a.id, a.job_id, a.attempt, a.outcome, coalesce(a.error_class, '') AS error_class,
            webhook_ingress.finite_or_zero(a.started_at) AS started_at, webhook_ingress.finite_or_zero(a.finished_at) AS finished_at, coalesce(a.duration_ms, 0) AS duration_ms, j.provider, j.event_type
-    FROM webhook_ingress.job_attempts a
+    FROM (
+        SELECT a.id, a.job_id, a.event_received_at, a.attempt, a.outcome, a.error_class, a.started_at, a.finished_at, a.duration_ms
+        FROM (SELECT ($1::bigint[])[i] AS lo, ($2::bigint[])[i] AS hi FROM generate_subscripts($1::bigint[], 1) AS i) run
+        CROSS JOIN LATERAL (
+            SELECT a.id, a.job_id, a.event_received_at, a.attempt, a.outcome, a.error_class, a.started_at, a.finished_at, a.duration_ms
+            FROM webhook_ingress.job_attempts a
+            WHERE a.id BETWEEN run.lo AND run.hi
+            ORDER BY a.id
+            LIMIT $3::bigint) a
+        ORDER BY a.id
+        LIMIT $3::bigint) a
     JOIN webhook_ingress.jobs j ON j.id = a.job_id AND j.event_received_at = a.event_received_at
-    WHERE a.id = ANY($1::bigint[])
     UNION ALL
-    SELECT j.completed_attempt_id, j.id, j.attempt_count, 'completed', '',
-           webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at, j.updated_at)),
-           webhook_ingress.finite_or_zero(coalesce(j.completed_at, j.updated_at)),
-           coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(j.completed_at)
-                                      - webhook_ingress.finite_or_zero(coalesce(j.attempted_at, j.completed_at))) * 1000, 0)::float8,
-           j.provider, j.event_type
-    FROM webhook_ingress.jobs j
-    WHERE j.completed_attempt_id = ANY($1::bigint[])
+    SELECT c.id, c.job_id, c.attempt, 'completed', '',
+           webhook_ingress.finite_or_zero(coalesce(c.attempted_at, c.completed_at, c.updated_at)),
+           webhook_ingress.finite_or_zero(coalesce(c.completed_at, c.updated_at)),
+           coalesce(extract(epoch FROM webhook_ingress.finite_or_zero(c.completed_at)
+                                      - webhook_ingress.finite_or_zero(coalesce(c.attempted_at, c.completed_at))) * 1000, 0)::float8,
+           c.provider, c.event_type
+    FROM (SELECT ($1::bigint[])[i] AS lo, ($2::bigint[])[i] AS hi FROM generate_subscripts($1::bigint[], 1) AS i) run
+    CROSS JOIN LATERAL (
+        SELECT j.completed_attempt_id AS id, j.id AS job_id, j.attempt_count AS attempt, j.attempted_at, j.completed_at, j.updated_at, j.provider, j.event_type
+        FROM webhook_ingress.jobs j
+        WHERE j.completed_attempt_id BETWEEN run.lo AND run.hi
+        ORDER BY j.completed_attempt_id
+        LIMIT $3::bigint) c
 ) finished
 ORDER BY 1
+LIMIT $3::bigint
 `
 
-type ReporterAttemptsByIDRow struct {
+type ReporterAttemptsInRunsParams struct {
+	Lo        []int64
+	Hi        []int64
+	BatchSize int64
+}
+
+type ReporterAttemptsInRunsRow struct {
 	ID         int64
 	JobID      int64
 	Attempt    int32
@@ -144,18 +165,26 @@ type ReporterAttemptsByIDRow struct {
 	EventType  string
 }
 
-// The attempts among ids that are visible now: ids the cursor passed while
-// their transaction had not yet committed (a failure's history row, or a
-// completion of the job row), looked for in both places.
-func (q *Queries) ReporterAttemptsByID(ctx context.Context, ids []int64) ([]ReporterAttemptsByIDRow, error) {
-	rows, err := q.db.Query(ctx, ReporterAttemptsByID, ids)
+// The finished attempts, oldest id first and at most batch_size, whose ids
+// fall in one of the runs lo[i]..hi[i] (the reporter's gaps: ids the cursor
+// passed while their transaction had not committed), looked for in both
+// places. One statement for every run, however many: per run and place one
+// index range scan (job_attempts' primary key, idx_jobs_completed_attempt)
+// limited to batch_size rows, so a run costs the same however long it is;
+// only then, for at most batch_size attempts, the join with jobs (per row,
+// by its key), so no round reads jobs beyond the rows it returns. The limit
+// per run is the statement's own, so the rows returned are the lowest ids of
+// all runs: fewer than batch_size, and every run was looked at in full;
+// batch_size, and every id up to the last one returned was.
+func (q *Queries) ReporterAttemptsInRuns(ctx context.Context, arg ReporterAttemptsInRunsParams) ([]ReporterAttemptsInRunsRow, error) {
+	rows, err := q.db.Query(ctx, ReporterAttemptsInRuns, arg.Lo, arg.Hi, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ReporterAttemptsByIDRow
+	var items []ReporterAttemptsInRunsRow
 	for rows.Next() {
-		var i ReporterAttemptsByIDRow
+		var i ReporterAttemptsInRunsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.JobID,
