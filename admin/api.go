@@ -112,6 +112,16 @@ func (c APIConfig) validate() error {
 //	                             {"handler": H, "unrouted": true, filters as before}, "dry_run": bool, "max_jobs": N
 //	     /dashboard/             the web dashboard, when APIConfig.Dashboard is set
 //
+// GET /api/events answers {"events": [...], "next_before": "<cursor>"},
+// next_before present only when more match: pass it back as before= for the
+// next page. It is a string, ID@TIME@SNAPSHOT ([EventPage].Next): the pages
+// it leads to show only the events the first page's snapshot held, so
+// together they are the log at one moment (an event committed since is seen
+// by listing again); a malformed one is 400. A bare id (before=123, what
+// next_before was before it became a string) pages by id alone, each page
+// in its own snapshot, and the page it answers starts a snapshot cursor.
+// GET /api/dlq answers {"dead_letters": [...], "next_before": <job id>}.
+//
 // Time bounds are as [ParseTime] reads them. Errors are {"error": "..."}
 // with 400 (bad request), 401 (token), 404 (unknown id or handler), 409
 // (replay refused; re-verify by id of an event stored without a signature), 413 (a request body over 64 KiB), 429 (too many wrong tokens from the client's address,
@@ -286,7 +296,9 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 	f.Since, f.Until = p.time("since"), p.time("until")
 	f.OccurredAfter, f.OccurredBefore = p.time("occurred_after"), p.time("occurred_before")
 	f.Where = p.str("where")
-	f.Before, f.Limit = p.int64("before"), int(p.int64("limit"))
+	// before is a page's next_before (a cursor, ListEvents checks it) or a
+	// bare event id.
+	f.Cursor, f.Limit = p.str("before"), int(p.int64("limit"))
 	if p.err != nil {
 		a.fail(w, p.err)
 		return

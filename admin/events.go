@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -72,9 +73,18 @@ type EventFilter struct {
 	// rejects is ErrInvalid with its message, and so is one longer than
 	// MaxWhereBytes.
 	Where string
-	// Before is the keyset cursor: only events with a smaller id. 0 starts at
-	// the newest; pass the previous page's NextBefore for the next.
+	// Before pages by id alone: only events with a smaller id. 0 starts at
+	// the newest. Each page is read in a fresh snapshot, so an event whose id
+	// an earlier page passed and that committed later is never shown (ids are
+	// drawn before commit, and commits overlap); Cursor pages one snapshot.
 	Before int64
+	// Cursor is the position of the next page: the previous page's Next, ""
+	// for the first. Its pages show only the events the first page's snapshot
+	// held, so together they are the log at one moment; an event committed
+	// since is seen by listing again. A bare id ("123", what Next was before
+	// it carried a snapshot) is Before. Give Cursor or Before, not both; a
+	// malformed one is ErrInvalid.
+	Cursor string
 	// Limit is the page size. Defaults to DefaultLimit, at most MaxLimit.
 	Limit int
 }
@@ -82,13 +92,147 @@ type EventFilter struct {
 // EventPage is one page of events, newest first.
 type EventPage struct {
 	Events []EventSummary `json:"events"`
-	// NextBefore is the Before of the next page; 0 when this is the last.
-	NextBefore int64 `json:"next_before,omitempty"`
+	// NextBefore is the last id of this page, the Before of the next by id
+	// alone; 0 when this is the last page.
+	NextBefore int64 `json:"-"`
+	// Next is the Cursor of the next page, "" when this is the last:
+	// "ID@TIME@SNAPSHOT", the id to continue below, when the first page was
+	// read (Unix seconds) and its snapshot (PostgreSQL's pg_snapshot text,
+	// xmin:xmax:xip,…). Pass it back as it is.
+	Next string `json:"next_before,omitempty"`
+}
+
+// snapshotSettle is how long before a listing's first page an event must
+// have been received for its pages to take it as visible to that page
+// without judging its xmin: received_at is its inserting transaction's
+// now(), and inserts run seconds (ingress bounds a batch at 5 s). Older
+// rows may be frozen with the raw xmin of an earlier epoch, which cannot be
+// widened to an xid8 exactly.
+const snapshotSettle = time.Hour
+
+// maxCursorBytes bounds an event cursor: its snapshot lists the
+// transactions in flight when it was taken (a few, at most one per
+// connection).
+const maxCursorBytes = 64 << 10
+
+// eventCursor is an EventFilter.Cursor read: the id to continue below and,
+// unless it is a bare id, the first page's snapshot and when it was taken.
+type eventCursor struct {
+	before   int64
+	snapshot string // canonical pg_snapshot text; "" for a bare id
+	snap     pgSnapshot
+	taken    time.Time
+}
+
+func (c eventCursor) String() string {
+	return strconv.FormatInt(c.before, 10) + "@" + strconv.FormatInt(c.taken.Unix(), 10) + "@" + c.snapshot
+}
+
+// CheckEventCursor reports whether s is an EventFilter.Cursor ListEvents
+// takes (ErrInvalid when not), for a caller that checks its input before
+// it connects.
+func CheckEventCursor(s string) error {
+	_, err := parseEventCursor(s)
+	return err
+}
+
+// parseEventCursor reads a cursor of EventPage.Next or a bare id. It is a
+// client's input: bound as parameters, never spliced, and refused here
+// unless every part is well formed.
+func parseEventCursor(s string) (eventCursor, error) {
+	if len(s) > maxCursorBytes {
+		return eventCursor{}, invalid("before: a cursor of %d bytes, longer than the %d allowed", len(s), maxCursorBytes)
+	}
+	idText, rest, full := strings.Cut(s, "@")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	switch {
+	case s == "":
+		return eventCursor{}, nil
+	case err != nil:
+		return eventCursor{}, invalid("before: not an event id or a page's cursor (ID@TIME@SNAPSHOT)")
+	case id < 0 || full && id == 0:
+		return eventCursor{}, invalid("before %d: must be a positive event id", id)
+	case !full:
+		return eventCursor{before: id}, nil
+	}
+	timeText, snapText, ok := strings.Cut(rest, "@")
+	taken, err := strconv.ParseInt(timeText, 10, 64)
+	if !ok || err != nil || taken <= 0 {
+		return eventCursor{}, invalid("before: the cursor's time is not Unix seconds (ID@TIME@SNAPSHOT)")
+	}
+	snap, err := parseSnapshot(snapText)
+	if err != nil {
+		return eventCursor{}, invalid("before: the cursor's snapshot: %v", err)
+	}
+	return eventCursor{before: id, snapshot: snap.String(), snap: snap, taken: time.Unix(taken, 0).UTC()}, nil
+}
+
+// pgSnapshot is PostgreSQL's pg_snapshot: transactions below xmin are
+// finished, those from xmax on had not started, and of those between, xip
+// were in progress.
+type pgSnapshot struct {
+	xmin, xmax uint64
+	xip        []uint64
+}
+
+func (p pgSnapshot) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatUint(p.xmin, 10) + ":" + strconv.FormatUint(p.xmax, 10) + ":")
+	for i, x := range p.xip {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(x, 10))
+	}
+	return b.String()
+}
+
+// parseSnapshot reads pg_snapshot text (xmin:xmax:xip,…) as strictly as
+// PostgreSQL's input function: 0 < xmin <= xmax, the xip ascending within
+// [xmin, xmax). Ids past 2^63 are refused: none is that large, and the
+// listing widens xids in bigint.
+func parseSnapshot(s string) (pgSnapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return pgSnapshot{}, errors.New("not xmin:xmax:xip,…")
+	}
+	num := func(t string) (uint64, bool) {
+		n, err := strconv.ParseUint(t, 10, 63)
+		return n, err == nil && t != "" && t[0] != '+'
+	}
+	var p pgSnapshot
+	var ok1, ok2 bool
+	p.xmin, ok1 = num(parts[0])
+	p.xmax, ok2 = num(parts[1])
+	if !ok1 || !ok2 || p.xmin == 0 || p.xmin > p.xmax {
+		return pgSnapshot{}, errors.New("xmin and xmax must be ids, 0 < xmin <= xmax")
+	}
+	if parts[2] == "" {
+		return p, nil
+	}
+	for _, t := range strings.Split(parts[2], ",") {
+		x, ok := num(t)
+		if !ok || x < p.xmin || x >= p.xmax || len(p.xip) > 0 && x <= p.xip[len(p.xip)-1] {
+			return pgSnapshot{}, errors.New("the transactions in progress must be ascending ids in [xmin, xmax)")
+		}
+		p.xip = append(p.xip, x)
+	}
+	return p, nil
 }
 
 // ListEvents returns a page of the events matching f, newest first.
 func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
-	limit, err := checkPage(f.Limit, f.Before, "event", f.Since, f.Until)
+	cur, err := parseEventCursor(f.Cursor)
+	if err != nil {
+		return EventPage{}, err
+	}
+	if f.Cursor != "" && f.Before != 0 {
+		return EventPage{}, invalid("before: give an id or a cursor, not both")
+	}
+	if f.Cursor == "" {
+		cur.before = f.Before
+	}
+	limit, err := checkPage(f.Limit, cur.before, "event", f.Since, f.Until)
 	if err == nil {
 		err = checkText("source", f.Provider, "type", f.EventType, "external_id", f.ExternalEventID, "where", f.Where)
 	}
@@ -112,19 +256,44 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 				return err
 			}
 		}
+		// This transaction's snapshot: the first page's, for the cursor, and
+		// the xmax every page widens a row's xmin from.
+		mine, taken, err := readSnapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
 		arg := queries.AdminListEventsParams{
 			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
-			ExternalEventID: f.ExternalEventID, BeforeID: f.Before, PageSize: int64(limit) + 1, // one more: is there a next page?
+			ExternalEventID: f.ExternalEventID, BeforeID: cur.before, PageSize: int64(limit) + 1, // one more: is there a next page?
 			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: where,
+			XidBase: int64(mine.xmax),
+		}
+		if cur.snapshot == "" {
+			cur.snapshot, cur.snap, cur.taken = mine.String(), mine, taken
+		} else {
+			// A snapshot past this one is of another database (a copy
+			// restored or promoted behind the one that took it); one 2^31
+			// transactions back is past where a row's 32-bit xmin widens
+			// exactly. Either way, list again.
+			if cur.snap.xmax > mine.xmax {
+				return invalid("before: the cursor's snapshot is not of this database (its xmax %d is past the current %d); list again from the first page",
+					cur.snap.xmax, mine.xmax)
+			}
+			if mine.xmax-cur.snap.xmin > 1<<31 {
+				return invalid("before: the cursor is too old (%d transactions since its first page); list again from the first page",
+					mine.xmax-cur.snap.xmin)
+			}
+			settled := cur.taken.Add(-snapshotSettle)
+			arg.Snapshot, arg.SettledBefore = cur.snapshot, &settled
 		}
 		var rows []queries.AdminListEventsRow
-		var err error
 		if f.Where != "" {
 			var wrows []queries.AdminListEventsWhereRow
 			wrows, err = queries.New(tx).AdminListEventsWhere(ctx, queries.AdminListEventsWhereParams{
 				Provider: arg.Provider, EventTypeLike: arg.EventTypeLike, Since: arg.Since, Until: arg.Until,
 				ExternalEventID: arg.ExternalEventID, BeforeID: arg.BeforeID, PageSize: arg.PageSize,
 				OccurredAfter: arg.OccurredAfter, OccurredBefore: arg.OccurredBefore, WherePath: arg.WherePath,
+				Snapshot: arg.Snapshot, SettledBefore: arg.SettledBefore, XidBase: arg.XidBase,
 			})
 			for _, r := range wrows {
 				rows = append(rows, queries.AdminListEventsRow(r))
@@ -156,8 +325,25 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 	if len(page.Events) > limit {
 		page.Events = page.Events[:limit]
 		page.NextBefore = page.Events[limit-1].ID
+		cur.before = page.NextBefore
+		page.Next = cur.String()
 	}
 	return page, nil
+}
+
+// readSnapshot returns the snapshot of tx (REPEATABLE READ: the one all its
+// statements read in) and when tx began, in whole seconds as a cursor
+// carries it.
+func readSnapshot(ctx context.Context, tx pgx.Tx) (pgSnapshot, time.Time, error) {
+	r, err := queries.New(tx).AdminSnapshot(ctx)
+	if err != nil {
+		return pgSnapshot{}, time.Time{}, fmt.Errorf("read the snapshot: %w", err)
+	}
+	snap, err := parseSnapshot(r.Snapshot)
+	if err != nil {
+		return pgSnapshot{}, time.Time{}, fmt.Errorf("read the snapshot %q: %w", r.Snapshot, err)
+	}
+	return snap, r.TakenAt.Truncate(time.Second), nil
 }
 
 // Job is one (event, handler) job with its attempt history.

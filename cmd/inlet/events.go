@@ -37,9 +37,13 @@ func runEventsList(ctx context.Context, env *environment, args []string) error {
 List stored events, newest first: id, time received, when the provider says
 it happened (occurred_at; - when it gives none), source, type, external id,
 body size and each handler's job status. Bodies are never listed (see inlet
-events show). Pages are keyset on the id: when more events match, the
---before to pass for the next page is printed on stderr (with --json, it is
-the list's "next").
+events show). When more events match, the --before to pass for the next page
+is printed on stderr (with --json, it is the list's "next"): a cursor,
+ID@TIME@SNAPSHOT, whose pages show only the events the first page's
+snapshot held, so that all pages together are the log at one moment (ids
+are drawn before commit, so a later commit can land below a page already
+read; list again to see it). --before with a bare id pages by id alone, in
+a fresh snapshot per page.
 
 --where takes a PostgreSQL JSON path predicate over the parsed body
 (events.payload, kept for sources with store_json), passed to PostgreSQL as
@@ -69,7 +73,7 @@ kept still lists them.
 	occBefore := fs.String("occurred-before", "", "only events the provider says happened before (same forms as --since)")
 	where := fs.String("where", "", fmt.Sprintf(`only events whose payload matches this JSON path predicate ('$.data.object.amount > 1000'; at most %d bytes)`, admin.MaxWhereBytes))
 	limit := fs.Int("limit", admin.DefaultLimit, fmt.Sprintf("most events to print (at most %d)", admin.MaxLimit))
-	before := fs.Int64("before", 0, "only events with a smaller id (the next page)")
+	before := fs.String("before", "", `the next page: the cursor a page printed ("next"), or an event id (only events with a smaller one)`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -80,7 +84,10 @@ kept still lists them.
 	if err := limitFlag(*limit); err != nil {
 		return err
 	}
-	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Before: *before, Where: *where}
+	if err := admin.CheckEventCursor(*before); err != nil {
+		return fmt.Errorf("%w: --%v", errUsage, err)
+	}
+	f := admin.EventFilter{Provider: *source, EventType: *typ, ExternalEventID: *external, Limit: *limit, Cursor: *before, Where: *where}
 	var err error
 	if f.OccurredAfter, err = timeFlag("occurred-after", *occAfter); err != nil {
 		return err
@@ -103,7 +110,9 @@ kept still lists them.
 			return err
 		}
 		if *asJSON {
-			return printList(env.stdout, page.Events, page.NextBefore)
+			// next is the cursor (a string with the snapshot), not
+			// printList's id.
+			return printJSON(env.stdout, jsonList[admin.EventSummary]{Items: page.Events, Next: page.Next})
 		}
 		if len(page.Events) == 0 {
 			fmt.Fprintln(env.stdout, "no events match")
@@ -118,8 +127,8 @@ kept still lists them.
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if page.NextBefore != 0 {
-			fmt.Fprintf(env.stderr, "more events match: add --before %d for the next page\n", page.NextBefore)
+		if page.Next != "" {
+			fmt.Fprintf(env.stderr, "more events match: add --before %s for the next page\n", page.Next)
 		}
 		return nil
 	})

@@ -16,6 +16,21 @@
 -- with the custom plan admin forces it is a constant the planner gives to
 -- idx_events_payload (GIN jsonb_path_ops answers @@). Events without a
 -- payload never match a path.
+-- snapshot, settled_before, xid_base: a later page of one listing shows
+-- only the rows visible in its first page's snapshot (snapshot, pg_snapshot
+-- text; '' none), so that all its pages are the log at one moment: ids are
+-- drawn before commit and ingress commits through several transactions, so
+-- an id below the cursor may commit after the first page was read, and
+-- paging on id alone showed it or not depending on the page. A row's
+-- inserting transaction is its xmin (32 bits; the partition's own row),
+-- widened to xid8 from xid_base (this transaction's pg_snapshot_xmax: every
+-- row it can see has a smaller one, and an unfrozen one within 2^31 of it).
+-- A frozen row keeps its raw xmin, which may be of an older epoch, so only
+-- rows received at or after settled_before (an hour before the first page;
+-- received_at is the inserting transaction's now(), and no insert runs that
+-- long) are judged: older ones were committed then. A pg_snapshot does not
+-- list subtransactions, so a row inserted under a SAVEPOINT would be judged
+-- by its subxid, wrongly: no write path inserts events under one.
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
        e.signature_verified, e.secret_index, octet_length(e.raw_body) AS body_size, e.body_sha256, e.occurred_at,
        coalesce(j.handlers, '{}')::text[] AS handlers, coalesce(j.statuses, '{}')::text[] AS statuses
@@ -34,13 +49,25 @@ WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
   AND (sqlc.narg(occurred_after)::timestamptz IS NULL OR e.occurred_at >= sqlc.narg(occurred_after))
   AND (sqlc.narg(occurred_before)::timestamptz IS NULL OR e.occurred_at < sqlc.narg(occurred_before))
   AND (sqlc.arg(where_path)::text = '' OR e.payload @@ sqlc.arg(where_path)::jsonpath)
+  AND (sqlc.arg(snapshot)::text = ''
+       OR e.received_at < sqlc.narg(settled_before)::timestamptz
+       OR pg_catalog.pg_visible_in_snapshot(
+              (sqlc.arg(xid_base)::bigint - ((sqlc.arg(xid_base)::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+              nullif(sqlc.arg(snapshot)::text, '')::pg_catalog.pg_snapshot))
 ORDER BY e.id DESC
 LIMIT sqlc.arg(page_size)::bigint;
 
+-- name: AdminSnapshot :one
+-- The snapshot this transaction reads in (admin's are REPEATABLE READ: one
+-- for all its statements) and when it began: a listing's first page takes
+-- them into its cursor, and every page widens xmin from the snapshot's xmax
+-- (AdminListEvents). pg_snapshot text is xmin:xmax:xip,… of 64-bit ids.
+SELECT pg_catalog.pg_current_snapshot()::text AS snapshot, transaction_timestamp()::timestamptz AS taken_at;
+
 -- name: AdminListEventsWhere :many
--- AdminListEvents with a --where path (where_path, never ''), same parameters and
--- columns. The matches are found first through idx_events_payload and only
--- then sorted: left to itself, the planner estimates a path matches 1 % of
+-- AdminListEvents with a --where path (where_path, never ''), same parameters
+-- and columns (a later page's snapshot as there). The matches are found
+-- first through idx_events_payload and only then sorted: left to itself, the planner estimates a path matches 1 % of
 -- the rows and walks the id index backwards testing every payload (4.8 s
 -- over 1 M events for a customer's 10; bench -only payload). A path that
 -- matches most of the log reads all its matches; narrow it with --since.
@@ -57,6 +84,11 @@ WITH matched AS MATERIALIZED (
       AND (sqlc.arg(before_id)::bigint = 0 OR e.id < sqlc.arg(before_id))
       AND (sqlc.narg(occurred_after)::timestamptz IS NULL OR e.occurred_at >= sqlc.narg(occurred_after))
       AND (sqlc.narg(occurred_before)::timestamptz IS NULL OR e.occurred_at < sqlc.narg(occurred_before))
+      AND (sqlc.arg(snapshot)::text = ''
+           OR e.received_at < sqlc.narg(settled_before)::timestamptz
+           OR pg_catalog.pg_visible_in_snapshot(
+                  (sqlc.arg(xid_base)::bigint - ((sqlc.arg(xid_base)::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+                  nullif(sqlc.arg(snapshot)::text, '')::pg_catalog.pg_snapshot))
 ), page AS (
     SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, body_size,
            body_sha256, occurred_at

@@ -739,8 +739,13 @@ WHERE ($1::text = '' OR e.provider = $1)
   AND ($7::timestamptz IS NULL OR e.occurred_at >= $7)
   AND ($8::timestamptz IS NULL OR e.occurred_at < $8)
   AND ($9::text = '' OR e.payload @@ $9::jsonpath)
+  AND ($10::text = ''
+       OR e.received_at < $11::timestamptz
+       OR pg_catalog.pg_visible_in_snapshot(
+              ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+              nullif($10::text, '')::pg_catalog.pg_snapshot))
 ORDER BY e.id DESC
-LIMIT $10::bigint
+LIMIT $13::bigint
 `
 
 type AdminListEventsParams struct {
@@ -753,6 +758,9 @@ type AdminListEventsParams struct {
 	OccurredAfter   *time.Time
 	OccurredBefore  *time.Time
 	WherePath       string
+	Snapshot        string
+	SettledBefore   *time.Time
+	XidBase         int64
 	PageSize        int64
 }
 
@@ -788,6 +796,21 @@ type AdminListEventsRow struct {
 // with the custom plan admin forces it is a constant the planner gives to
 // idx_events_payload (GIN jsonb_path_ops answers @@). Events without a
 // payload never match a path.
+// snapshot, settled_before, xid_base: a later page of one listing shows
+// only the rows visible in its first page's snapshot (snapshot, pg_snapshot
+// text; ” none), so that all its pages are the log at one moment: ids are
+// drawn before commit and ingress commits through several transactions, so
+// an id below the cursor may commit after the first page was read, and
+// paging on id alone showed it or not depending on the page. A row's
+// inserting transaction is its xmin (32 bits; the partition's own row),
+// widened to xid8 from xid_base (this transaction's pg_snapshot_xmax: every
+// row it can see has a smaller one, and an unfrozen one within 2^31 of it).
+// A frozen row keeps its raw xmin, which may be of an older epoch, so only
+// rows received at or after settled_before (an hour before the first page;
+// received_at is the inserting transaction's now(), and no insert runs that
+// long) are judged: older ones were committed then. A pg_snapshot does not
+// list subtransactions, so a row inserted under a SAVEPOINT would be judged
+// by its subxid, wrongly: no write path inserts events under one.
 func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams) ([]AdminListEventsRow, error) {
 	rows, err := q.db.Query(ctx, AdminListEvents,
 		arg.Provider,
@@ -799,6 +822,9 @@ func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams
 		arg.OccurredAfter,
 		arg.OccurredBefore,
 		arg.WherePath,
+		arg.Snapshot,
+		arg.SettledBefore,
+		arg.XidBase,
 		arg.PageSize,
 	)
 	if err != nil {
@@ -847,10 +873,15 @@ WITH matched AS MATERIALIZED (
       AND ($7::bigint = 0 OR e.id < $7)
       AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
       AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
+      AND ($10::text = ''
+           OR e.received_at < $11::timestamptz
+           OR pg_catalog.pg_visible_in_snapshot(
+                  ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+                  nullif($10::text, '')::pg_catalog.pg_snapshot))
 ), page AS (
     SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, body_size,
            body_sha256, occurred_at
-    FROM matched ORDER BY id DESC LIMIT $10::bigint
+    FROM matched ORDER BY id DESC LIMIT $13::bigint
 )
 SELECT e.id, e.provider, e.scheme, e.external_event_id, e.event_type, e.received_at,
        e.signature_verified, e.secret_index, e.body_size, e.body_sha256, e.occurred_at,
@@ -874,6 +905,9 @@ type AdminListEventsWhereParams struct {
 	BeforeID        int64
 	OccurredAfter   *time.Time
 	OccurredBefore  *time.Time
+	Snapshot        string
+	SettledBefore   *time.Time
+	XidBase         int64
 	PageSize        int64
 }
 
@@ -893,9 +927,9 @@ type AdminListEventsWhereRow struct {
 	Statuses          []string
 }
 
-// AdminListEvents with a --where path (where_path, never ”), same parameters and
-// columns. The matches are found first through idx_events_payload and only
-// then sorted: left to itself, the planner estimates a path matches 1 % of
+// AdminListEvents with a --where path (where_path, never ”), same parameters
+// and columns (a later page's snapshot as there). The matches are found
+// first through idx_events_payload and only then sorted: left to itself, the planner estimates a path matches 1 % of
 // the rows and walks the id index backwards testing every payload (4.8 s
 // over 1 M events for a customer's 10; bench -only payload). A path that
 // matches most of the log reads all its matches; narrow it with --since.
@@ -910,6 +944,9 @@ func (q *Queries) AdminListEventsWhere(ctx context.Context, arg AdminListEventsW
 		arg.BeforeID,
 		arg.OccurredAfter,
 		arg.OccurredBefore,
+		arg.Snapshot,
+		arg.SettledBefore,
+		arg.XidBase,
 		arg.PageSize,
 	)
 	if err != nil {
@@ -1084,6 +1121,26 @@ func (q *Queries) AdminSetSubscriptionsEnabled(ctx context.Context, arg AdminSet
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const AdminSnapshot = `-- name: AdminSnapshot :one
+SELECT pg_catalog.pg_current_snapshot()::text AS snapshot, transaction_timestamp()::timestamptz AS taken_at
+`
+
+type AdminSnapshotRow struct {
+	Snapshot string
+	TakenAt  time.Time
+}
+
+// The snapshot this transaction reads in (admin's are REPEATABLE READ: one
+// for all its statements) and when it began: a listing's first page takes
+// them into its cursor, and every page widens xmin from the snapshot's xmax
+// (AdminListEvents). pg_snapshot text is xmin:xmax:xip,… of 64-bit ids.
+func (q *Queries) AdminSnapshot(ctx context.Context) (AdminSnapshotRow, error) {
+	row := q.db.QueryRow(ctx, AdminSnapshot)
+	var i AdminSnapshotRow
+	err := row.Scan(&i.Snapshot, &i.TakenAt)
+	return i, err
 }
 
 const AdminSourceKnown = `-- name: AdminSourceKnown :one
