@@ -3,7 +3,9 @@
 // dlq, inlet replay) and the admin HTTP API ([API]) both call:
 //
 //   - the event log: [ListEvents] filtered by source, event type glob, time
-//     range and external id, paged newest first by id; [GetEvent] with its
+//     range and external id, paged newest first by id, every page after the
+//     first showing the log as of the first's snapshot (its cursor,
+//     EventPage.Next); [GetEvent] with its
 //     headers, the exact stored bytes, and every handler's job with its
 //     attempt history (failed attempts from job_attempts, the successful one
 //     from its job row: the view webhook_ingress.attempts);
