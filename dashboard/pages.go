@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -126,15 +125,13 @@ type eventsPage struct {
 
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	before, err := optionalID(q.Get("before"))
-	if err != nil {
-		d.fail(w, r, s, http.StatusBadRequest, "before: "+err.Error())
-		return
-	}
 	ctx, cancel := d.context(r)
 	defer cancel()
 	p := eventsPage{Source: q.Get("source"), Sources: d.cfg.Sources}
-	p.Page, err = admin.ListEvents(ctx, d.cfg.DB, admin.EventFilter{Provider: p.Source, Before: before, Limit: eventsPerPage})
+	// before is the previous page's cursor (EventPage.Next: every page shows
+	// the log as of the first's snapshot), or a bare id.
+	var err error
+	p.Page, err = admin.ListEvents(ctx, d.cfg.DB, admin.EventFilter{Provider: p.Source, Cursor: q.Get("before"), Limit: eventsPerPage})
 	if err != nil {
 		d.failErr(w, r, s, err)
 		return
@@ -247,17 +244,6 @@ func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	http.Redirect(w, r, back, http.StatusSeeOther) //nolint:gosec // G710: back went through localPath: a path under the dashboard, never another host
-}
-
-func optionalID(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, errors.New("must be a positive integer")
-	}
-	return n, nil
 }
 
 // age is now - t for display, never negative.
