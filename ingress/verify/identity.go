@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -264,16 +266,132 @@ func jsonScalar(raw []byte) (string, bool) {
 }
 
 // jsonKeyIs reports whether key, a member name as it is written (quoted,
-// escapes and all), decodes to name. Most keys are plain ASCII or UTF-8
-// without escapes and compare as written; the others are decoded as
-// encoding/json decodes a map key (invalid UTF-8 becomes U+FFFD).
+// escapes and all), decodes to name exactly as encoding/json decodes it
+// (json.Unmarshal into a string): the escapes \" \\ \/ \b \f \n \r \t
+// and \uXXXX, a UTF-16 surrogate pair as one rune, a lone surrogate and
+// each byte of invalid UTF-8 as U+FFFD; a key that is no valid JSON string
+// decodes to nothing. It runs once per member and path on unauthenticated
+// bodies, so it decodes incrementally against name, without allocating,
+// and stops at the first byte that differs: decoding each escaped key with
+// json.Unmarshal cost a decoder and a string per key and path, 16-58 times
+// a 1 MiB body of escaped keys (review helper-212). Each step consumes at
+// least one byte of name, so a key costs at most len(name)+1 steps.
 func jsonKeyIs(key []byte, name string) bool {
-	text := key[1 : len(key)-1]
-	if bytes.IndexByte(text, '\\') < 0 && utf8.Valid(text) {
-		return string(text) == name
+	if len(key) < 2 || key[0] != '"' || key[len(key)-1] != '"' {
+		return false
 	}
-	var s string
-	return json.Unmarshal(key, &s) == nil && s == name
+	text := key[1 : len(key)-1]
+	w := 0 // bytes of name matched so far
+	// rest reports whether name continues with rr's UTF-8 encoding, and
+	// consumes it.
+	rest := func(rr rune) bool {
+		var buf [utf8.UTFMax]byte
+		n := utf8.EncodeRune(buf[:], rr)
+		if len(name)-w < n || name[w:w+n] != string(buf[:n]) {
+			return false
+		}
+		w += n
+		return true
+	}
+	for r := 0; r < len(text); {
+		switch c := text[r]; {
+		case c == '\\':
+			if r+1 >= len(text) {
+				return false
+			}
+			var b byte
+			switch text[r+1] {
+			case '"', '\\', '/':
+				b = text[r+1]
+			case 'b':
+				b = '\b'
+			case 'f':
+				b = '\f'
+			case 'n':
+				b = '\n'
+			case 'r':
+				b = '\r'
+			case 't':
+				b = '\t'
+			case 'u':
+				rr := jsonHex4(text[r:])
+				if rr < 0 {
+					return false
+				}
+				r += 6
+				if utf16.IsSurrogate(rr) {
+					// A high surrogate followed by a low one is one rune;
+					// anything else is U+FFFD and the next escape, if any,
+					// is read on its own (as encoding/json does).
+					if dec := utf16.DecodeRune(rr, jsonHex4(text[r:])); dec != unicode.ReplacementChar {
+						rr = dec
+						r += 6
+					} else {
+						rr = unicode.ReplacementChar
+					}
+				}
+				if !rest(rr) {
+					return false
+				}
+				continue
+			default: // \' too: encoding/json's scanner refuses it
+				return false
+			}
+			if w >= len(name) || name[w] != b {
+				return false
+			}
+			r += 2
+			w++
+		case c == '"' || c < ' ':
+			return false // invalid in a JSON string
+		case c < utf8.RuneSelf:
+			if w >= len(name) || name[w] != c {
+				return false
+			}
+			r++
+			w++
+		default:
+			rr, size := utf8.DecodeRune(text[r:])
+			if rr == utf8.RuneError && size == 1 {
+				// Invalid UTF-8 (a stray byte, an overlong or surrogate
+				// encoding) decodes byte by byte to U+FFFD.
+				if !rest(unicode.ReplacementChar) {
+					return false
+				}
+			} else {
+				// Valid UTF-8 decodes to itself.
+				if len(name)-w < size || name[w:w+size] != string(text[r:r+size]) {
+					return false
+				}
+				w += size
+			}
+			r += size
+		}
+	}
+	return w == len(name)
+}
+
+// jsonHex4 returns the code unit of the \uXXXX escape at the start of s,
+// or -1 if s does not start with one.
+func jsonHex4(s []byte) rune {
+	if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
+		return -1
+	}
+	var r rune
+	for _, c := range s[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
 }
 
 // The scanners below walk JSON that json.Valid accepted: they find bounds

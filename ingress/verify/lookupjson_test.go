@@ -139,6 +139,19 @@ var lookupJSONCases = []struct {
 	{`{"a":1e400}`, "a"},
 	{`{"a":"}]{[\""}`, "a"},
 	{`{"b":"}","a":"x"}`, "a"},
+	// Escaped keys, compared as they decode without decoding them (review
+	// helper-212): pairs, lone surrogates, \u0000, an escaped slash.
+	{`{"\u0065vent":"x","event":"y"}`, "event"},
+	{`{"event":"y","\u0065vent":"x"}`, "event"},
+	{`{"\ud83d\ude00":"x"}`, "😀"},
+	{`{"\ud83d":"x"}`, "\uFFFD"},
+	{`{"\ude00\ud83d":"x"}`, "\uFFFD\uFFFD"},
+	{`{"\ud83dx":"x"}`, "\uFFFDx"},
+	{`{"a\u0000":"x"}`, "a\x00"},
+	{`{"a\/b":"x"}`, "a/b"},
+	{`{"\u0073ignature":{"t\u006fken":"t"}}`, "signature.token"},
+	{"{\"\xc0\x80\":\"x\"}", "\uFFFD\uFFFD"}, // an overlong NUL: two bytes of invalid UTF-8
+	{"{\"\xed\xa0\x80\":\"x\"}", "\uFFFD\uFFFD\uFFFD"},
 }
 
 func splitPath(p string) []string {

@@ -2,16 +2,21 @@ package verify
 
 import (
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
 )
 
 // TestStandardWebhooksSignatureListBounded checks that a signature list of
-// more than maxStandardSignatures entries is refused as malformed, for v1
-// and v1a, under webhook-* and svix-* names, even when its last entry is
-// genuine, and that a list of exactly that many is verified as before.
-// Without the bound each forged v1a entry cost an Ed25519 verify of the
-// whole body (review helper-199).
+// more than maxStandardSignatures well-formed v1a (Ed25519) entries is
+// refused as malformed, under webhook-* and svix-* names, even when its
+// last entry is genuine, and that a list of exactly that many is verified
+// as before. Without the bound each forged v1a entry cost an Ed25519 verify
+// of the whole body (review helper-199). Entries that cost no verify are
+// not counted (review helper-212): any number of v1 entries (one HMAC per
+// secret, then a compare each), of other versions, or of malformed v1a
+// entries is verified as before; the bound counted them all, so a genuine
+// Svix sender listing many v1 entries across rotations was refused.
 func TestStandardWebhooksSignatureListBounded(t *testing.T) {
 	t.Parallel()
 	priv, whpk := standardEdKeys(t)
@@ -37,21 +42,48 @@ func TestStandardWebhooksSignatureListBounded(t *testing.T) {
 		return strings.Join(append(forgedEntries, genuine), " ")
 	}
 	ok := Result{EventID: standardMsgID, EventType: "invoice.paid"}
+	many := 4 * maxStandardSignatures
 	var cases []verifyCase
 	for _, family := range []string{"webhook", "svix"} {
-		for _, k := range []struct {
-			version, secret, genuine string
-		}{{"v1", standardSecret, v1}, {"v1a", whpk, v1a}} {
-			name := family + " " + k.version
-			cases = append(cases,
-				verifyCase{name: name + " at the bound", secrets: []string{k.secret},
-					header: standardHeadersOf(family, standardMsgID, ts, list(forged(k.genuine, maxStandardSignatures-1), k.genuine)), wantRes: ok},
-				verifyCase{name: name + " over the bound", secrets: []string{k.secret},
-					header:  standardHeadersOf(family, standardMsgID, ts, list(forged(k.genuine, maxStandardSignatures), k.genuine)),
-					wantErr: ErrSignatureMalformed, wantInErr: "more than the 8 accepted"},
-			)
-		}
+		cases = append(cases,
+			verifyCase{name: family + " v1a at the bound", secrets: []string{whpk},
+				header: standardHeadersOf(family, standardMsgID, ts, list(forged(v1a, maxStandardSignatures-1), v1a)), wantRes: ok},
+			verifyCase{name: family + " v1a over the bound", secrets: []string{whpk},
+				header:  standardHeadersOf(family, standardMsgID, ts, list(forged(v1a, maxStandardSignatures), v1a)),
+				wantErr: ErrSignatureMalformed, wantInErr: "more than the 8 accepted"},
+			verifyCase{name: family + " v1 entries are not counted", secrets: []string{standardSecret},
+				header: standardHeadersOf(family, standardMsgID, ts, list(forged(v1, many), v1)), wantRes: ok},
+		)
 	}
+	// A source with both kinds of key: v1a entries at the bound beside many
+	// v1 entries pass; one v1a more is refused, whichever entry is genuine.
+	both := []string{standardSecret, whpk}
+	mixed := func(v1aEntries int, genuine string) http.Header {
+		return standardHeadersOf("webhook", standardMsgID, ts,
+			list(append(forged(v1, many), forged(v1a, v1aEntries)...), genuine))
+	}
+	cases = append(cases,
+		verifyCase{name: "v1a at the bound beside many v1, v1 genuine", secrets: both,
+			header: mixed(maxStandardSignatures, v1), wantRes: ok},
+		verifyCase{name: "v1a at the bound beside many v1, v1a genuine", secrets: both,
+			header: mixed(maxStandardSignatures-1, v1a), wantRes: Result{EventID: standardMsgID, EventType: "invoice.paid", SecretIndex: 1}},
+		verifyCase{name: "v1a over the bound beside many v1, v1 genuine", secrets: both,
+			header:  mixed(maxStandardSignatures+1, v1),
+			wantErr: ErrSignatureMalformed, wantInErr: "more than the 8 accepted"},
+	)
+	// Entries of other versions and malformed v1a entries cost no verify.
+	other := make([]string, many)
+	short := make([]string, many)
+	for i := range other {
+		other[i] = "v2," + strings.TrimPrefix(v1a, "v1a,")
+		short[i] = v1a[:len(v1a)-4]
+	}
+	cases = append(cases,
+		verifyCase{name: "other versions are not counted", secrets: []string{whpk},
+			header: standardHeadersOf("webhook", standardMsgID, ts, list(other, v1a)), wantRes: ok},
+		verifyCase{name: "malformed v1a entries are not counted", secrets: []string{whpk},
+			header: standardHeadersOf("webhook", standardMsgID, ts, list(short, v1a)), wantRes: ok},
+	)
 	// Extra spaces are no entries.
 	cases = append(cases, verifyCase{name: "spaces are no entries", secrets: []string{whpk},
 		header: standardHeadersOf("webhook", standardMsgID, ts, strings.Join(append(forged(v1a, maxStandardSignatures-1), v1a), "   ")), wantRes: ok})
