@@ -2,16 +2,19 @@ package consumers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/inlet-dev/inlet/schema"
 )
 
 var (
-	consumerAliveSQL    = schema.Query("ConsumerAlive")
-	consumerDrainingSQL = schema.Query("ConsumerDraining")
-	consumerGoneSQL     = schema.Query("ConsumerGone")
+	consumerAliveSQL       = schema.Query("ConsumerAlive")
+	consumerAliveScopedSQL = schema.Query("ConsumerAliveScoped")
+	consumerDrainingSQL    = schema.Query("ConsumerDraining")
+	consumerGoneSQL        = schema.Query("ConsumerGone")
 )
 
 // handlerNames are the names of the service's handlers.
@@ -24,20 +27,95 @@ func (s *Service) handlerNames() []string {
 }
 
 // sayAlive records that this service is alive for its handlers for three
-// AliveIntervals. Taking an attempt writes nothing, so this is how
-// streamers and the reaper know a consumer is there (see ReapExpiredLeases).
+// AliveIntervals. Taking an attempt writes nothing but, at most, this
+// (sayAliveSince), so this is how streamers and the reaper know a consumer
+// is there (see ReapExpiredLeases).
 // Once Stop has ended the subscriptions it writes nothing (sayDraining
 // did).
 func (s *Service) sayAlive(ctx context.Context) error {
 	s.aliveMu.Lock()
 	defer s.aliveMu.Unlock()
+	return s.sayAliveLocked(ctx)
+}
+
+// sayAliveSince makes sure this service's liveness was written at or after
+// leasedAt, a lease's start on the database's clock (jobs.attempted_at),
+// before a handler runs on that lease. The reaper counts an expired lease
+// whose consumer did not extend it only when a consumer was seen after the
+// lease began; the periodic write always precedes a lease taken and run
+// within one AliveInterval, so a handler that killed its process (a poison
+// job: fatal error, OOM kill, segfault) was given back uncounted at every
+// restart slower than the lease, and never dead-lettered (review
+// helper-211). It writes only when no known write covers the lease: a
+// write's seen_at is 250 ms ahead of it (ConsumerAlive), and the takes
+// waiting on aliveMu share the one write (rechecked under it), so a steady
+// flow costs at most about four writes a second, not one per attempt.
+func (s *Service) sayAliveSince(ctx context.Context, leasedAt time.Time) error {
+	if leasedAt.UnixNano() <= s.seenUntil.Load() {
+		return nil
+	}
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	if leasedAt.UnixNano() <= s.seenUntil.Load() {
+		return nil // written while this take waited
+	}
+	return s.sayAliveLocked(ctx)
+}
+
+// sayAliveLocked is sayAlive under aliveMu. It remembers the database time
+// up to which the write covers leases (seenUntil: the seen_at written), and
+// says once, when the set changes, which handlers the service's scoped role
+// is no longer given: ConsumerAliveScoped writes only those it still is
+// (one taken away made every write fail, and the liveness of the others
+// ran out: review helper-211).
+func (s *Service) sayAliveLocked(ctx context.Context) error {
 	if s.draining {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
 	defer cancel()
-	_, err := s.cfg.Pool.Exec(ctx, consumerAliveSQL, s.cfg.WorkerID, s.handlerNames(), 3*s.cfg.AliveInterval)
-	return err
+	names := s.handlerNames()
+	sql := consumerAliveSQL
+	if s.scoped {
+		sql = consumerAliveScopedSQL
+	}
+	rows, err := s.cfg.Pool.Query(ctx, sql, s.cfg.WorkerID, names, 3*s.cfg.AliveInterval)
+	if err != nil {
+		return fmt.Errorf("record liveness of consumer %q for handlers %v: %w", s.cfg.WorkerID, names, err)
+	}
+	written := make(map[string]bool, len(names))
+	var seen time.Time
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h, &seen); err != nil {
+			rows.Close()
+			return fmt.Errorf("record liveness of consumer %q: read the rows written: %w", s.cfg.WorkerID, err)
+		}
+		written[h] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("record liveness of consumer %q for handlers %v: %w", s.cfg.WorkerID, names, err)
+	}
+	if len(written) > 0 && seen.UnixNano() > s.seenUntil.Load() {
+		s.seenUntil.Store(seen.UnixNano())
+	}
+	var refused []string
+	for _, h := range names {
+		if !written[h] {
+			refused = append(refused, h)
+		}
+	}
+	if key := strings.Join(refused, ","); key != s.refused {
+		s.refused = key
+		if len(refused) > 0 {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "handlers no longer given to this consumer's database role: their liveness is not recorded and their jobs are not run here; redeploy without them or give them back (inlet roles create-consumer)",
+				slog.String("worker_id", s.cfg.WorkerID), slog.Any("handlers", refused))
+		} else {
+			s.logger.LogAttrs(ctx, slog.LevelInfo, "every handler is given to this consumer's database role again",
+				slog.String("worker_id", s.cfg.WorkerID))
+		}
+	}
+	return nil
 }
 
 // sayDraining records, once Stop has ended the subscriptions, that this

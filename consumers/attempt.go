@@ -238,7 +238,9 @@ type lease struct {
 // It returns a nil event when the job's event no longer exists, and an error
 // wrapping pgx.ErrNoRows when the reference's lease is not current (stale,
 // finished or misrouted). A lease that would run out before its first
-// extension (the reference waited in the bus) is extended first.
+// extension (the reference waited in the bus) is extended first; any other
+// that began after this service's last liveness write is covered by one
+// more (sayAliveSince) before its handler runs.
 func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx int) (*Event, lease, error) {
 	var t taken
 	var err error
@@ -267,6 +269,14 @@ func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx in
 			return nil, lease{}, fmt.Errorf("extend lease of attempt %d of job %d before it starts: %w", ref.Attempt, ref.JobID, err)
 		}
 		t.l.expires = expires
+	} else if err := s.sayAliveSince(ctx, t.l.leasedAt); err != nil && ctx.Err() == nil {
+		// A lease extended above names this consumer (worker_id) and
+		// counts if it expires; one not extended counts only if a consumer
+		// was seen after it began (sayAliveSince). The handler runs all
+		// the same: should this process die in it, the attempt may be
+		// given back uncounted, as before.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness before running the handler failed; if this process dies in it, the attempt may not count",
+			slog.Int64("job_id", ref.JobID), slog.String("handler", ref.Handler), slog.String("error", err.Error()))
 	}
 	return t.ev, t.l, nil
 }

@@ -30,13 +30,18 @@
 // expiry upstream. Every AliveInterval the service says in Postgres that it
 // is alive for its handlers: streamers lease nothing of a handler none of
 // whose consumers is alive, and an expired lease counts as an attempt only
-// when one was (or its consumer extended it). An attempt cut short by
-// [Service.Stop]'s deadline gives its lease back instead: its job is pending
-// again at once and the attempt does not count, so a forced stop (a deploy)
-// does not dead-letter a job on its last attempt. Only if giving it back
-// fails is it left to lease expiry, and counted. Delivery is therefore
-// at-least-once; [Event.IdempotencyKey] lets handlers make their side
-// effects idempotent.
+// when one was seen after the lease began (or its consumer extended it), so
+// the service says it once more before it runs a handler on a lease that
+// began after its last write (a write covers the 250 ms after it): a job
+// whose handler kills the process is counted, and dead-lettered in the
+// end. A scoped role's service says it only for the handlers the role is
+// still given, and logs once the handlers it no longer may run. An attempt
+// cut short by [Service.Stop]'s deadline gives its lease back instead: its
+// job is pending again at once and the attempt does not count, so a forced
+// stop (a deploy) does not dead-letter a job on its last attempt. Only if
+// giving it back fails is it left to lease expiry, and counted. Delivery is
+// therefore at-least-once; [Event.IdempotencyKey] lets handlers make their
+// side effects idempotent.
 //
 // Can a handler run twice for one attempt? Yes: reading an attempt writes
 // nothing, so if the bus delivers one message (one reference, or the list of

@@ -55,6 +55,19 @@ type Service struct {
 	// aliveMu orders it with the liveness writes.
 	aliveMu  sync.Mutex
 	draining bool
+	// seenUntil is the database time (unix ns) up to which the last
+	// successful liveness write covers leases (ConsumerAlive's seen_at):
+	// a handler runs on a lease that began later only after one more
+	// write (sayAliveSince). Written under aliveMu, read without it.
+	seenUntil atomic.Int64
+	// refused are the handlers, comma-joined, the last liveness write left
+	// out because the role is no longer given them (logged when it changes);
+	// under aliveMu.
+	refused string
+	// scoped: the service runs as a scoped consumer role (ConsumerDBRole,
+	// read at Start), whose liveness writes only the handlers it is still
+	// given (ConsumerAliveScoped).
+	scoped bool
 	// running holds the attempts (runKey) running in this process, so a
 	// reference the bus delivers twice to one process runs once.
 	running sync.Map
@@ -246,6 +259,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start consumers: read the database role: %w", err)
 	}
+	s.scoped = role != ""
 	base := context.WithoutCancel(ctx)
 	subCtx, subCancel := context.WithCancel(base)
 	type subscription struct {

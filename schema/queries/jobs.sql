@@ -242,6 +242,12 @@ SELECT count(*) FROM deferred;
 -- dead_letter with reason lease_expired when that was the last attempt.
 -- When no such consumer was alive (an outage), no handler ran: back to
 -- pending and the attempt does not count. At most batch_size per call.
+-- A consumer about to run a handler on a lease that began after its last
+-- liveness write (ConsumerAlive's seen_at) writes it once more first, so
+-- one that dies in the handler (a poison job that crashes its process,
+-- restarting slower than the lease) was seen after the lease began and
+-- the attempt counts: before, its last write always preceded the lease,
+-- and the job was given back uncounted for ever (review helper-211).
 --
 -- Could have received it: a consumer of the handler of a version before 064
 -- (db_role NULL: it reads the handler's topic), of an unrestricted role
@@ -250,6 +256,12 @@ SELECT count(*) FROM deferred;
 -- the handler when no role of its consumers given the handler covers the
 -- job (not '' either), since the streamer then publishes it on the
 -- handler's own topic, which every consumer reads (ListJobRoutes, topicOf).
+-- A role is one of the handler's as ListJobRoutes' members say: '', or a
+-- role that exists (pg_roles) and consumer_roles still gives the handler.
+-- A role dropped by hand (DROP ROLE: its consumer_roles and scopes rows
+-- stay, as 038 allows) is no longer routed to, but its ended consumer rows
+-- still "covered" its jobs here: every expiry of a job only it covered was
+-- judged an outage and given back uncounted, for a day (review helper-211).
 -- Judged per handler, a routed handler's other role kept alive counted
 -- every expiry of the jobs waiting on the topic of a role whose consumers
 -- were all down, and dead-lettered them unrun (review helper-205). Only
@@ -266,14 +278,18 @@ WITH expired AS (
                SELECT 1 FROM webhook_ingress.consumers c
                WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at
                  AND (c.db_role IS NULL OR c.db_role = ''
-                      OR EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
-                                 WHERE s.role_name = c.db_role
-                                   AND j.provider LIKE s.provider_like AND j.event_type LIKE s.event_type_like)
+                      OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r
+                                  WHERE r.handler = j.handler AND r.role_name = c.db_role)
+                          AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = c.db_role)
+                          AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
+                                      WHERE s.role_name = c.db_role
+                                        AND j.provider LIKE s.provider_like AND j.event_type LIKE s.event_type_like))
                       OR NOT EXISTS (SELECT FROM webhook_ingress.consumers o
                                      WHERE o.handler = j.handler
                                        AND (o.db_role = ''
                                             OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r
                                                         WHERE r.handler = j.handler AND r.role_name = o.db_role)
+                                                AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = o.db_role)
                                                 AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
                                                             WHERE s.role_name = o.db_role
                                                               AND j.provider LIKE s.provider_like
@@ -476,10 +492,19 @@ SELECT handler::text AS handler, role_name::text AS role_name, alive::boolean AS
 FROM routes
 ORDER BY handler, NOT alive, role_name = '', role_name, provider_pattern, event_type_pattern;
 
--- name: ConsumerAlive :execrows
+-- name: ConsumerAlive :many
 -- Consumer $1 is alive for handlers $2 until now() + $3, saying the scoped
 -- role it runs as (db_role; '' for an unrestricted one: ConsumerDBRole);
--- rows of its handlers not heard from for a day are removed.
+-- rows of its handlers not heard from for a day are removed. It returns the
+-- rows written with their seen_at, the database time up to which the
+-- reaper counts this consumer's leases (ReapExpiredLeases): the consumer
+-- says alive again before it runs a handler on a lease that began later.
+-- seen_at is 250 ms ahead, so one write covers the leases of the next
+-- 250 ms: a write per claim batch cost ~5 % of jobs/s on the burn-down
+-- (review helper-211). The trade: a lease taken in those 250 ms and
+-- never received, its consumer dead, counts as an attempt when it expires,
+-- as one taken just before the write always did. A consumer of a scoped
+-- role says ConsumerAliveScoped instead.
 WITH gone AS (
     DELETE FROM webhook_ingress.consumers
     WHERE handler = ANY ($2::text[])
@@ -490,19 +515,50 @@ WITH gone AS (
                        AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')), '') AS db_role
 )
 INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
-SELECT h, $1, now(), now() + $3::interval, me.db_role
+SELECT h, $1, now() + interval '250 milliseconds', now() + $3::interval, me.db_role
 FROM unnest($2::text[]) AS h, me
 ON CONFLICT (handler, worker_id) DO UPDATE
-SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role;
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role
+RETURNING handler::text AS handler, seen_at;
+
+-- name: ConsumerAliveScoped :many
+-- ConsumerAlive for a consumer of a scoped role (ConsumerDBRole not ''):
+-- it writes only the handlers of $2 that consumer_roles still gives the
+-- role, which 011's consumer_own_handlers policy would refuse otherwise.
+-- One statement for all of them failed as soon as an operator took one
+-- handler away from a running role, and the liveness of the handlers it
+-- kept ran out: none of their jobs was leased (review helper-211). A
+-- handler of $2 missing from the rows returned is no longer the role's.
+-- seen_at 250 ms ahead, as ConsumerAlive.
+-- A statement of its own: webhook_worker may not read consumer_roles.
+WITH gone AS (
+    DELETE FROM webhook_ingress.consumers
+    WHERE handler = ANY ($2::text[])
+      AND alive_until < now() - interval '1 day'
+), me AS (
+    SELECT coalesce((SELECT a.rolname::text FROM pg_catalog.pg_roles a
+                     WHERE a.rolname = current_user AND NOT (a.rolsuper OR a.rolbypassrls)
+                       AND pg_catalog.pg_has_role(a.oid, 'webhook_consumer', 'USAGE')), '') AS db_role
+)
+INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
+SELECT h, $1, now() + interval '250 milliseconds', now() + $3::interval, me.db_role
+FROM unnest($2::text[]) AS h, me
+WHERE h IN (SELECT r.handler FROM webhook_ingress.consumer_roles r WHERE r.role_name = current_user)
+ON CONFLICT (handler, worker_id) DO UPDATE
+SET seen_at = excluded.seen_at, alive_until = excluded.alive_until, db_role = excluded.db_role
+RETURNING handler::text AS handler, seen_at;
 
 -- name: ConsumerDraining :execrows
 -- Consumer $1 stopped reading its topics and drains its attempts: no longer
 -- alive for handlers $2 (streamers route it nothing and lease nothing of a
 -- handler it alone runs), seen now and not again, so the reaper counts the
 -- attempts it took before (and those it extends: worker_id), not leases
--- taken after it stopped reading (review helper-175).
+-- taken after it stopped reading (review helper-175). now(), not the
+-- greatest with seen_at: ConsumerAlive's seen_at is ahead of its write, and
+-- leases taken in that margin after the consumer stopped reading must not
+-- count.
 UPDATE webhook_ingress.consumers
-SET seen_at = greatest(seen_at, now()), alive_until = least(alive_until, now())
+SET seen_at = now(), alive_until = least(alive_until, now())
 WHERE worker_id = $1
   AND handler = ANY ($2::text[]);
 
