@@ -266,7 +266,7 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 			Provider: f.Provider, EventTypeLike: globLike(f.EventType), Since: nullTime(f.Since), Until: nullTime(f.Until),
 			ExternalEventID: f.ExternalEventID, BeforeID: cur.before, PageSize: int64(limit) + 1, // one more: is there a next page?
 			OccurredAfter: nullTime(f.OccurredAfter), OccurredBefore: nullTime(f.OccurredBefore), WherePath: where,
-			XidBase: int64(mine.xmax),
+			XidBase: int64(mine.xmax), //nolint:gosec // G115: a 64-bit transaction id stays far below 2^63
 		}
 		if cur.snapshot == "" {
 			cur.snapshot, cur.snap, cur.taken = mine.String(), mine, taken

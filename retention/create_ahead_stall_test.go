@@ -53,7 +53,7 @@ func TestCreatingPartitionsAheadDoesNotStallIngest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reader.Rollback(ctx) //nolint:errcheck
+	defer reader.Rollback(ctx)
 	if _, err := reader.Exec(ctx, `SELECT count(*) FROM webhook_ingress.events`); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestVerifyDuringARetentionDropReportsPrunedEventsMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(ctx) //nolint:errcheck
+	defer holder.Rollback(ctx)
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(192192)`); err != nil {
 		t.Fatal(err)
 	}

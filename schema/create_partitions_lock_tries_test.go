@@ -92,7 +92,7 @@ func TestCreatePartitionsLockTriesKeepTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rtx.Rollback(ctx) //nolint:errcheck
+	defer rtx.Rollback(ctx)
 	if _, err := rtx.Exec(ctx, `SELECT count(*) FROM webhook_ingress.events`); err != nil {
 		t.Fatal(err)
 	}

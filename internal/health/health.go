@@ -93,9 +93,11 @@ func (l *ReadyLog) Note(log *slog.Logger, reason string, err error) {
 	prev := l.reason
 	l.reason = reason
 	l.mu.Unlock()
-	switch {
-	case reason == prev:
-	case reason == "":
+	if reason == prev {
+		return
+	}
+	switch reason {
+	case "":
 		log.Info("ready again", slog.String("was", prev))
 	default:
 		msg := "<nil>"
