@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -33,10 +34,24 @@ func (s *Service) handlerNames() []string {
 // Once Stop has ended the subscriptions it writes nothing (sayDraining
 // did).
 func (s *Service) sayAlive(ctx context.Context) error {
-	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
+	if err := s.lockAlive(ctx); err != nil {
+		return err
+	}
+	defer s.unlockAlive()
 	return s.sayAliveLocked(ctx)
 }
+
+// lockAlive takes aliveMu, waiting no longer than ctx.
+func (s *Service) lockAlive(ctx context.Context) error {
+	select {
+	case s.aliveMu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the consumer's liveness write in progress: %w", ctx.Err())
+	}
+}
+
+func (s *Service) unlockAlive() { <-s.aliveMu }
 
 // sayAliveSince makes sure this service's liveness was written at or after
 // leasedAt, a lease's start on the database's clock (jobs.attempted_at),
@@ -50,16 +65,43 @@ func (s *Service) sayAlive(ctx context.Context) error {
 // write's seen_at is 250 ms ahead of it (ConsumerAlive), and the takes
 // waiting on aliveMu share the one write (rechecked under it), so a steady
 // flow costs at most about four writes a second, not one per attempt.
+//
+// ctx bounds the wait, the lock's and the write's (take gives it a part of
+// what is left of the lease, and extends the lease after it when needed). A
+// write that failed within the last AliveInterval is not tried again by
+// every take behind it: they go on without (errAliveRecentlyFailed), or a
+// row locked for long (an operator's transaction, another service with the
+// same WorkerID, a failover) let one take at a time through per timeout
+// (review helper-215).
 func (s *Service) sayAliveSince(ctx context.Context, leasedAt time.Time) error {
 	if leasedAt.UnixNano() <= s.seenUntil.Load() {
 		return nil
 	}
-	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
-	if leasedAt.UnixNano() <= s.seenUntil.Load() {
+	if s.aliveRecentlyFailed() {
+		return errAliveRecentlyFailed
+	}
+	if err := s.lockAlive(ctx); err != nil {
+		return err
+	}
+	defer s.unlockAlive()
+	switch {
+	case leasedAt.UnixNano() <= s.seenUntil.Load():
 		return nil // written while this take waited
+	case s.aliveRecentlyFailed():
+		return errAliveRecentlyFailed // failed while this take waited
 	}
 	return s.sayAliveLocked(ctx)
+}
+
+// errAliveRecentlyFailed: the take's liveness write was not tried, the last
+// one having failed within an AliveInterval.
+var errAliveRecentlyFailed = errors.New("the last liveness write failed within an AliveInterval; not tried again for this attempt")
+
+// aliveRecentlyFailed reports whether a liveness write failed within the
+// last AliveInterval.
+func (s *Service) aliveRecentlyFailed() bool {
+	at := s.aliveFailedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < s.cfg.AliveInterval
 }
 
 // sayAliveLocked is sayAlive under aliveMu. It remembers the database time
@@ -79,6 +121,18 @@ func (s *Service) sayAliveLocked(ctx context.Context) error {
 	if s.scoped {
 		sql = consumerAliveScopedSQL
 	}
+	err := s.writeAlive(ctx, sql, names)
+	if err != nil {
+		s.aliveFailedAt.Store(time.Now().UnixNano())
+		return err
+	}
+	s.aliveFailedAt.Store(0)
+	return nil
+}
+
+// writeAlive runs sql, a ConsumerAlive statement, for names, and records
+// what it wrote (sayAliveLocked). Under aliveMu.
+func (s *Service) writeAlive(ctx context.Context, sql string, names []string) error {
 	rows, err := s.cfg.Pool.Query(ctx, sql, s.cfg.WorkerID, names, 3*s.cfg.AliveInterval)
 	if err != nil {
 		return fmt.Errorf("record liveness of consumer %q for handlers %v: %w", s.cfg.WorkerID, names, err)
@@ -128,8 +182,10 @@ func (s *Service) sayAliveLocked(ctx context.Context) error {
 // moving seen_at, and such leases were dead-lettered unrun). Under aliveMu:
 // an alive tick in flight does not undo it.
 func (s *Service) sayDraining(ctx context.Context) error {
-	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
+	if err := s.lockAlive(ctx); err != nil {
+		return err
+	}
+	defer s.unlockAlive()
 	s.draining = true
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
 	defer cancel()

@@ -263,20 +263,39 @@ func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx in
 	if !t.found {
 		return nil, lease{}, fmt.Errorf("read attempt %d of job %d: %w", ref.Attempt, ref.JobID, pgx.ErrNoRows)
 	}
-	if t.l.expires.Sub(t.l.started) < s.cfg.LeaseExtend/2 {
+	remaining := t.l.expires.Sub(t.l.started)
+	if remaining >= s.cfg.LeaseExtend/2 {
+		// A lease not extended counts, should this process die in the
+		// handler, only if a consumer was seen after it began
+		// (sayAliveSince). Its wait is bounded by half of what is left of
+		// the lease, and the lease is extended below if the wait left
+		// less than the first extension needs: the SDK's own bookkeeping
+		// never lets a lease lapse under a running handler (review
+		// helper-215).
+		began := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, remaining/2)
+		err := s.sayAliveSince(wctx, t.l.leasedAt)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			// The handler runs all the same: should this process die in
+			// it, the attempt may be given back uncounted, as before.
+			level := slog.LevelWarn
+			if errors.Is(err, errAliveRecentlyFailed) {
+				level = slog.LevelDebug // the failed write was logged once
+			}
+			s.logger.LogAttrs(ctx, level, "record consumer liveness before running the handler failed; if this process dies in it, the attempt may not count",
+				slog.Int64("job_id", ref.JobID), slog.String("handler", ref.Handler), slog.String("error", err.Error()))
+		}
+		remaining -= time.Since(began)
+	}
+	if remaining < s.cfg.LeaseExtend/2 {
+		// Extended, the lease names this consumer (worker_id) and counts
+		// if it expires.
 		expires, err := s.extend(ctx, ref, t.l)
 		if err != nil {
 			return nil, lease{}, fmt.Errorf("extend lease of attempt %d of job %d before it starts: %w", ref.Attempt, ref.JobID, err)
 		}
 		t.l.expires = expires
-	} else if err := s.sayAliveSince(ctx, t.l.leasedAt); err != nil && ctx.Err() == nil {
-		// A lease extended above names this consumer (worker_id) and
-		// counts if it expires; one not extended counts only if a consumer
-		// was seen after it began (sayAliveSince). The handler runs all
-		// the same: should this process die in it, the attempt may be
-		// given back uncounted, as before.
-		s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness before running the handler failed; if this process dies in it, the attempt may not count",
-			slog.Int64("job_id", ref.JobID), slog.String("handler", ref.Handler), slog.String("error", err.Error()))
 	}
 	return t.ev, t.l, nil
 }

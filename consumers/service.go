@@ -52,14 +52,19 @@ type Service struct {
 	aliveCancel context.CancelFunc
 	aliveDone   chan struct{}
 	// draining is set once Stop has ended the subscriptions (sayDraining);
-	// aliveMu orders it with the liveness writes.
-	aliveMu  sync.Mutex
+	// aliveMu orders it with the liveness writes: a channel of one, so a
+	// take waits for it no longer than its context (lockAlive).
+	aliveMu  chan struct{}
 	draining bool
 	// seenUntil is the database time (unix ns) up to which the last
 	// successful liveness write covers leases (ConsumerAlive's seen_at):
 	// a handler runs on a lease that began later only after one more
 	// write (sayAliveSince). Written under aliveMu, read without it.
 	seenUntil atomic.Int64
+	// aliveFailedAt is when (this process's clock, unix ns) the last
+	// liveness write failed, 0 after a success: takes meanwhile do not
+	// each wait for a write of their own (sayAliveSince).
+	aliveFailedAt atomic.Int64
 	// refused are the handlers, comma-joined, the last liveness write left
 	// out because the role is no longer given them (logged when it changes);
 	// under aliveMu.
@@ -136,8 +141,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("consumers config: %w", err)
 	}
 	s := &Service{
-		cfg:    cfg,
-		logger: cfg.Logger.With(slog.String("component", "consumers")),
+		cfg:     cfg,
+		logger:  cfg.Logger.With(slog.String("component", "consumers")),
+		aliveMu: make(chan struct{}, 1),
 	}
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
