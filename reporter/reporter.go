@@ -59,8 +59,9 @@ type Config struct {
 	// GapTTL is how long an id the cursor passed without seeing it is looked
 	// for again (its transaction may commit after later ids). Time the
 	// reporter spends retrying a failed read or send (the database or the
-	// control plane unavailable) does not count: it cannot look then.
-	// Defaults to 10m.
+	// control plane unavailable) does not count: it cannot look then; nor
+	// do rounds that left the id unread for want of budget (they were
+	// busy reporting others found late). Defaults to 10m.
 	GapTTL time.Duration
 	// HTTPClient sends the requests. Defaults to a client with a 30s timeout.
 	HTTPClient *http.Client
@@ -342,7 +343,9 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 // per run and place one index range scan, so a run costs the same however
 // long it is). A statement that fills the budget has looked at every id up to
 // the last it returned; what is above stays a gap, as do the chunks after
-// it, and r.more makes the next round follow at once (each such round
+// it, aged from this round's clock (not looked at, they do not age: a run of
+// more late attempts than GapTTL's rounds can drain was cut off at GapTTL
+// before), and r.more makes the next round follow at once (each such round
 // reports a full budget, so this ends). So every live gap is looked at in
 // every round, at most Interval apart, however many gaps there are; it was
 // BatchSize/2 gaps a round before, and more than that many late attempts,
@@ -367,7 +370,11 @@ func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, erro
 		chunk := live[:min(len(live), gapChunk)]
 		live = live[len(chunk):]
 		if budget == 0 {
-			next = append(next, chunk...) // looked at next round, which follows at once
+			// Looked at next round, which follows at once. Not looked at in
+			// this one, so not aged by it: from now.
+			for _, g := range chunk {
+				next, dropped = addGaps(next, g.lo, g.hi, nil, now, dropped)
+			}
 			continue
 		}
 		arg := queries.ReporterAttemptsInRunsParams{Lo: make([]int64, len(chunk)), Hi: make([]int64, len(chunk)), BatchSize: budget}
@@ -379,11 +386,23 @@ func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, erro
 			return nil, fmt.Errorf("read attempts of %d gaps from id %d: %w", len(chunk), chunk[0].lo, err)
 		}
 		budget -= int64(len(rows))
+		// looked is the highest id this statement looked at in full: all
+		// of them, unless it filled the budget, when the runs may hold more
+		// above the last id it read.
+		looked := chunk[len(chunk)-1].hi
 		if budget == 0 {
-			r.more = true // the runs may hold more above the last id read
+			r.more = true
+			looked = rows[len(rows)-1].ID
 		}
 		// rows and chunk are both in ascending id order and the runs are
-		// disjoint: one pass splits each run at the ids read.
+		// disjoint: one pass splits each run at the ids read. What was
+		// looked at and is still missing keeps its age; what lies above
+		// looked (the rest of a run being drained, a budget a round) was
+		// not looked at, so it ages from now: a transaction of more
+		// attempts than GapTTL's rounds can drain, committed in time, is
+		// reported whole. It stays bounded: each round that skips it
+		// reports a full budget, and once one looks at it in full it ages
+		// as any gap.
 		k := 0
 		for _, g := range chunk {
 			var read []int64
@@ -394,7 +413,8 @@ func (r *Reporter) readGaps(ctx context.Context, batch []Record) ([]Record, erro
 				batch = r.collect(queries.ReporterAttemptsAfterRow(rows[k]), batch)
 				read = append(read, rows[k].ID)
 			}
-			next, dropped = addGaps(next, g.lo, g.hi, read, g.since, dropped)
+			next, dropped = addGaps(next, g.lo, min(g.hi, looked), read, g.since, dropped)
+			next, dropped = addGaps(next, max(g.lo, looked+1), g.hi, nil, now, dropped)
 		}
 	}
 	r.nextGaps = next

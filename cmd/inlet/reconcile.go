@@ -45,7 +45,7 @@ Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
 run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	cfgPath := configFlag(fs)
 	since := fs.String("since", "24h", "start of the window (RFC 3339, a date, now, or 24h, 7d ago)")
-	until := fs.String("until", "", "end of the window (same forms as --since; default now)")
+	until := fs.String("until", "", "end of the window (same forms as --since; default now; a later time is clamped to now)")
 	dryRun := fs.Bool("dry-run", false, "count what is missing; store nothing")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	api := providerAPIFlags(fs)
@@ -65,6 +65,17 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		if to, err = timeFlag("until", *until); err != nil {
 			return err
 		}
+	}
+	// The clock is read after the flag is parsed, so --until now is no
+	// future.
+	if now := time.Now(); to.After(now) {
+		// A run compares only the events that exist when it lists them, and
+		// the scheduled reconcile takes its recorded window as compared time
+		// (up to when it started): a future end (a date is midnight UTC,
+		// "reconcile today") is clamped and said, not taken silently.
+		fmt.Fprintf(env.stderr, "reconcile: --until %s is in the future: the window ends now, %s (a run compares only the events that exist when it lists them)\n",
+			to.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		to = now
 	}
 	if !from.Before(to) {
 		return fmt.Errorf("%w: --since %s is not before --until %s", errUsage, from.Format(time.RFC3339), to.Format(time.RFC3339))

@@ -40,10 +40,16 @@ ORDER BY source, id DESC;
 -- Gaps and islands over the windows [window_since, window_until] of the
 -- runs that read their whole window (finished, no error) and stored what was
 -- missing (not dry runs): a still-running or killed run (finished_at NULL)
--- or a failed one covers nothing. reached is how far the runs before a row,
--- in window_since order, covered (overlaps, nested windows and identical
--- ends merge); a row that starts after it opens a gap, and the first such
--- gap (reached only grows) starts at the smallest reached among them. A gap
+-- or a failed one covers nothing. A run ends at least(window_until,
+-- started_at): it can only compare the events that existed when it listed
+-- them, so a window ahead of the run (inlet reconcile --until a date,
+-- midnight ahead) covers nothing of the future it never saw, and a run that
+-- started before its window began covers nothing at all (started_at is the
+-- database's clock; settle keeps a scheduled window well before it).
+-- reached is how far the runs before a row, in window_since order, covered
+-- (overlaps, nested windows and identical ends merge); a row that starts
+-- after it opens a gap, and the first such gap (reached only grows) starts
+-- at the smallest reached among them. A gap
 -- that any later completed run covers merges away. A gap before the
 -- earliest run is not one: the schedule had not started.
 --
@@ -53,13 +59,13 @@ ORDER BY source, id DESC;
 -- completed a run. reconcile_runs holds a row per run (a few a day per
 -- source): the (source, id) index narrows it to the source's.
 WITH covered AS (
-    SELECT window_since, window_until FROM webhook_ingress.reconcile_runs
+    SELECT window_since, least(window_until, started_at) AS window_until FROM webhook_ingress.reconcile_runs
     WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-      AND window_until >= sqlc.arg(not_before)::timestamptz
+      AND started_at > window_since AND least(window_until, started_at) >= sqlc.arg(not_before)::timestamptz
     UNION ALL
     (SELECT sqlc.arg(not_before)::timestamptz, sqlc.arg(not_before)::timestamptz FROM webhook_ingress.reconcile_runs
      WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-       AND window_until < sqlc.arg(not_before)::timestamptz
+       AND started_at > window_since AND least(window_until, started_at) < sqlc.arg(not_before)::timestamptz
      LIMIT 1)
 ), ordered AS (
     SELECT window_since, window_until,
