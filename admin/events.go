@@ -102,13 +102,19 @@ type EventPage struct {
 	Next string `json:"next_before,omitempty"`
 }
 
-// snapshotSettle is how long before a listing's first page an event must
-// have been received for its pages to take it as visible to that page
-// without judging its xmin: received_at is its inserting transaction's
-// now(), and inserts run seconds (ingress bounds a batch at 5 s). Older
-// rows may be frozen with the raw xmin of an earlier epoch, which cannot be
-// widened to an xid8 exactly.
+// snapshotSettle is how long before a listing's first page an event stored
+// before migration 070 (no inserted_xid) must have been received for its
+// pages to take it as visible to that page without judging its xmin:
+// received_at is its inserting transaction's now(), and inserts run seconds
+// (ingress bounds a batch at 5 s). Older rows may be frozen with the raw
+// xmin of an earlier epoch, which cannot be widened to an xid8 exactly. A
+// row stored since is judged by its inserted_xid, exactly, whatever its age.
 const snapshotSettle = time.Hour
+
+// maxCursorSkew is how far past this host's clock a cursor's time may be:
+// it was read from the database server's clock, which may differ, by as
+// much as a time zone when one of them is set wrong.
+const maxCursorSkew = 24 * time.Hour
 
 // maxCursorBytes bounds an event cursor: its snapshot lists the
 // transactions in flight when it was taken (a few, at most one per
@@ -159,6 +165,14 @@ func parseEventCursor(s string) (eventCursor, error) {
 	taken, err := strconv.ParseInt(timeText, 10, 64)
 	if !ok || err != nil || taken <= 0 {
 		return eventCursor{}, invalid("before: the cursor's time is not Unix seconds (ID@TIME@SNAPSHOT)")
+	}
+	// The time is when the first page's transaction began, so never
+	// later than now (give or take the clocks' skew). A later one is forged
+	// or corrupt, and one past PostgreSQL's timestamptz range failed the
+	// query in the database: a 500 for a client's bad input (review
+	// helper-216).
+	if latest := time.Now().Add(maxCursorSkew).Unix(); taken > latest {
+		return eventCursor{}, invalid("before: the cursor's time %d is later than now (at most %d); list again from the first page", taken, latest)
 	}
 	snap, err := parseSnapshot(snapText)
 	if err != nil {
@@ -257,7 +271,8 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 			}
 		}
 		// This transaction's snapshot: the first page's, for the cursor, and
-		// the xmax every page widens a row's xmin from.
+		// the xmax every page widens the xmin of a row stored before 070
+		// from.
 		mine, taken, err := readSnapshot(ctx, tx)
 		if err != nil {
 			return err
@@ -273,8 +288,8 @@ func ListEvents(ctx context.Context, db DB, f EventFilter) (EventPage, error) {
 		} else {
 			// A snapshot past this one is of another database (a copy
 			// restored or promoted behind the one that took it); one 2^31
-			// transactions back is past where a row's 32-bit xmin widens
-			// exactly. Either way, list again.
+			// transactions back is past where the 32-bit xmin of a row
+			// stored before 070 widens exactly. Either way, list again.
 			if cur.snap.xmax > mine.xmax {
 				return invalid("before: the cursor's snapshot is not of this database (its xmax %d is past the current %d); list again from the first page",
 					cur.snap.xmax, mine.xmax)

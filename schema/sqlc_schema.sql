@@ -110,7 +110,8 @@ CREATE TABLE webhook_ingress.events (
     secret_index smallint,
     trace_parent text,
     occurred_at timestamp with time zone,
-    payload jsonb
+    payload jsonb,
+    inserted_xid xid8
 );
 
 CREATE TABLE webhook_ingress.events_default (
@@ -128,7 +129,8 @@ CREATE TABLE webhook_ingress.events_default (
     secret_index smallint,
     trace_parent text,
     occurred_at timestamp with time zone,
-    payload jsonb
+    payload jsonb,
+    inserted_xid xid8
 );
 
 CREATE TABLE webhook_ingress.filter_version (

@@ -740,10 +740,13 @@ WHERE ($1::text = '' OR e.provider = $1)
   AND ($8::timestamptz IS NULL OR e.occurred_at < $8)
   AND ($9::text = '' OR e.payload @@ $9::jsonpath)
   AND ($10::text = ''
-       OR e.received_at < $11::timestamptz
-       OR pg_catalog.pg_visible_in_snapshot(
-              ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
-              nullif($10::text, '')::pg_catalog.pg_snapshot))
+       OR e.inserted_xid IS NOT NULL
+          AND pg_catalog.pg_visible_in_snapshot(e.inserted_xid, nullif($10::text, '')::pg_catalog.pg_snapshot)
+       OR e.inserted_xid IS NULL
+          AND (e.received_at < $11::timestamptz
+               OR pg_catalog.pg_visible_in_snapshot(
+                      ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+                      nullif($10::text, '')::pg_catalog.pg_snapshot)))
 ORDER BY e.id DESC
 LIMIT $13::bigint
 `
@@ -801,15 +804,23 @@ type AdminListEventsRow struct {
 // text; ” none), so that all its pages are the log at one moment: ids are
 // drawn before commit and ingress commits through several transactions, so
 // an id below the cursor may commit after the first page was read, and
-// paging on id alone showed it or not depending on the page. A row's
-// inserting transaction is its xmin (32 bits; the partition's own row),
+// paging on id alone showed it or not depending on the page. A row is
+// judged by the transaction that inserted it: inserted_xid (070), 64 bits
+// and the top-level transaction's, exact whatever the row's age. Not by
+// xmin: inlet backfill stored UPDATEs a row (occurred_at, payload), and the
+// new version's xmin is the backfill's transaction, which the first page's
+// snapshot does not see (review helper-216). A row stored before 070
+// (inserted_xid NULL) is judged by its xmin as before (one of those the
+// backfill fills between two pages, received within the hour before the
+// first, is still missed): xmin is 32 bits (the partition's own row),
 // widened to xid8 from xid_base (this transaction's pg_snapshot_xmax: every
-// row it can see has a smaller one, and an unfrozen one within 2^31 of it).
-// A frozen row keeps its raw xmin, which may be of an older epoch, so only
-// rows received at or after settled_before (an hour before the first page;
-// received_at is the inserting transaction's now(), and no insert runs that
-// long) are judged: older ones were committed then. A pg_snapshot does not
-// list subtransactions, so a row inserted under a SAVEPOINT would be judged
+// row it can see has a smaller one, and an unfrozen one within 2^31 of
+// it). A frozen row keeps its raw xmin,
+// which may be of an older epoch, so only such rows received at or after
+// settled_before (an hour before the first page; received_at is the
+// inserting transaction's now(), and no insert runs that long) are judged:
+// older ones were committed then. A pg_snapshot does not list
+// subtransactions, so such a row inserted under a SAVEPOINT would be judged
 // by its subxid, wrongly: no write path inserts events under one.
 func (q *Queries) AdminListEvents(ctx context.Context, arg AdminListEventsParams) ([]AdminListEventsRow, error) {
 	rows, err := q.db.Query(ctx, AdminListEvents,
@@ -874,10 +885,13 @@ WITH matched AS MATERIALIZED (
       AND ($8::timestamptz IS NULL OR e.occurred_at >= $8)
       AND ($9::timestamptz IS NULL OR e.occurred_at < $9)
       AND ($10::text = ''
-           OR e.received_at < $11::timestamptz
-           OR pg_catalog.pg_visible_in_snapshot(
-                  ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
-                  nullif($10::text, '')::pg_catalog.pg_snapshot))
+           OR e.inserted_xid IS NOT NULL
+              AND pg_catalog.pg_visible_in_snapshot(e.inserted_xid, nullif($10::text, '')::pg_catalog.pg_snapshot)
+           OR e.inserted_xid IS NULL
+              AND (e.received_at < $11::timestamptz
+                   OR pg_catalog.pg_visible_in_snapshot(
+                          ($12::bigint - (($12::bigint - e.xmin::text::bigint) & 4294967295))::text::pg_catalog.xid8,
+                          nullif($10::text, '')::pg_catalog.pg_snapshot)))
 ), page AS (
     SELECT id, provider, scheme, external_event_id, event_type, received_at, signature_verified, secret_index, body_size,
            body_sha256, occurred_at
@@ -1134,8 +1148,9 @@ type AdminSnapshotRow struct {
 
 // The snapshot this transaction reads in (admin's are REPEATABLE READ: one
 // for all its statements) and when it began: a listing's first page takes
-// them into its cursor, and every page widens xmin from the snapshot's xmax
-// (AdminListEvents). pg_snapshot text is xmin:xmax:xip,… of 64-bit ids.
+// them into its cursor, and every page widens the xmin of a row stored
+// before 070 from the snapshot's xmax (AdminListEvents). pg_snapshot text
+// is xmin:xmax:xip,… of 64-bit ids.
 func (q *Queries) AdminSnapshot(ctx context.Context) (AdminSnapshotRow, error) {
 	row := q.db.QueryRow(ctx, AdminSnapshot)
 	var i AdminSnapshotRow

@@ -111,6 +111,7 @@ type Event struct {
 	TraceParent       *string
 	OccurredAt        *time.Time
 	Payload           []byte
+	InsertedXid       pgtype.Uint64
 }
 
 type EventKey struct {
@@ -158,6 +159,7 @@ type EventsDefault struct {
 	TraceParent       *string
 	OccurredAt        *time.Time
 	Payload           []byte
+	InsertedXid       pgtype.Uint64
 }
 
 type FetchJobsResult struct {
