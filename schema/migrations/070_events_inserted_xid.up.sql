@@ -20,10 +20,10 @@
 --     them by xmin as before);
 --   * the default is set afterwards, so it applies to new rows only; it is
 --     the parent's, which routes every insert through events (ingress,
---     reconcile, backfill) into any partition, the default one included,
---     and ALTER … SET DEFAULT on the parent sets it on every existing
---     partition too; a partition created later (create_partitions: CREATE
---     TABLE … PARTITION OF) takes the parent's defaults;
+--     reconcile, backfill) into any partition, the default one included
+--     (set with ONLY: the parent's default is the one an insert through
+--     the parent uses, whatever partition the row lands in, and setting
+--     it needs no partition's ownership);
 --   * both statements hold the ACCESS EXCLUSIVE lock for an instant, under
 --     inlet migrate's 10 s lock_timeout (behind a long query: nothing
 --     changed, run it again);
@@ -38,8 +38,22 @@
 -- OLD and NEW: the backfill's UPDATE keeps inserted_xid, and any change to
 -- it is refused. The audit seals named columns (audit/hash.go), not this one.
 
-ALTER TABLE webhook_ingress.events ADD COLUMN IF NOT EXISTS inserted_xid pg_catalog.xid8;
-ALTER TABLE webhook_ingress.events ALTER COLUMN inserted_xid SET DEFAULT pg_catalog.pg_current_xact_id();
+-- Adding a column to events adds it to every partition, which takes owning
+-- them all: a partition another login owns (060 could not give it to the
+-- owner, and named it in a notice) stops this migration with what to run.
+-- The default is the parent's alone (ONLY: no partition's ownership needed;
+-- every insert goes through events, whose default applies in whatever
+-- partition the row lands).
+DO $$
+BEGIN
+    ALTER TABLE webhook_ingress.events ADD COLUMN IF NOT EXISTS inserted_xid pg_catalog.xid8;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE EXCEPTION 'migration 070 adds column inserted_xid to webhook_ingress.events and so to each of its partitions: %', SQLERRM
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'a partition belongs to a login this migration''s role may not act as (migration 060 named it in a notice): as that login or a superuser run ALTER TABLE webhook_ingress.<partition> OWNER TO <the owner of webhook_ingress.events>, then inlet migrate again';
+END
+$$;
+ALTER TABLE ONLY webhook_ingress.events ALTER COLUMN inserted_xid SET DEFAULT pg_catalog.pg_current_xact_id();
 
 COMMENT ON COLUMN webhook_ingress.events.inserted_xid IS
     'The transaction that inserted the row (pg_current_xact_id(), 64-bit), kept by the one UPDATE events allows (inlet backfill stored), unlike xmin: a listing''s later pages show a row only when this is visible in the first page''s snapshot. NULL for rows stored before migration 070.';
