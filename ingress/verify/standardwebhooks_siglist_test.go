@@ -1,3 +1,5 @@
+//go:build !fuzzonly
+
 package verify
 
 import (
