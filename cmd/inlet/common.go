@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/admin"
@@ -61,11 +62,12 @@ const devDataDir = ".inlet"
 const databaseHelp = `The database comes from --database-url (where the command has it), else
 database_url in the config file, else DATABASE_URL, else the local PostgreSQL
 that inlet dev started from this directory or the nearest parent directory
-that has one (.inlet/database_url, looked for as git looks for .git).`
+that has one (.inlet/database_url, looked for as git looks for .git,
+not past a directory holding an inlet.yaml or a .git).`
 
 // findDevFile is the path of .inlet/name in the working directory, else in
-// the nearest parent directory that has one, up to the filesystem root: as
-// git finds .git, so a command run in a subdirectory of the one inlet dev
+// the nearest parent directory that has one, up to the filesystem root or
+// the first directory holding an inlet.yaml or a .git: as git finds .git, so a command run in a subdirectory of the one inlet dev
 // runs in finds what it wrote. "" when there is none.
 func findDevFile(name string) string {
 	dir, err := os.Getwd()
@@ -77,12 +79,30 @@ func findDevFile(name string) string {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p
 		}
+		// A project's own directory ends the search, as git stops at its
+		// repository: a subproject with its own inlet.yaml or .git, where
+		// inlet dev has not run yet, must not reach the parent project's
+		// database (review helper-220).
+		if projectRoot(dir) {
+			return ""
+		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
 			return ""
 		}
 		dir = parent
 	}
+}
+
+// projectRoot reports whether dir is a project's own directory: it holds
+// an inlet.yaml or a .git.
+func projectRoot(dir string) bool {
+	for _, n := range []string{defaultConfigPath, ".git"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // devStateDir is the .inlet directory holding the database_url that
@@ -144,13 +164,22 @@ localhost).`
 // from from (the config file, or the embedded defaults), as this machine
 // reaches it.
 func ingressURL(cfg inletyaml.Config, from string) (url, origin string) {
+	stale := ""
 	if p := findDevFile("ingress_url"); p != "" {
 		b, err := os.ReadFile(p) //nolint:gosec // G304: inlet dev's own file, found as git finds .git
-		if u := strings.TrimSpace(string(b)); err == nil && u != "" {
-			return u, p + ", written by inlet dev when it started there"
+		// "URL PID": the file of an inlet dev that is gone (a kill -9
+		// leaves it) is skipped, or send would post to whatever listens
+		// on that port since (review helper-220).
+		f := strings.Fields(string(b))
+		switch {
+		case err != nil || len(f) == 0:
+		case len(f) > 1 && !processAlive(f[1]):
+			stale = " (" + p + " is stale: the inlet dev that wrote it, pid " + f[1] + ", is gone)"
+		default:
+			return f[0], p + ", written by inlet dev when it started there"
 		}
 	}
-	return "http://" + dashboardHost(cfg.Ingress.Listen), "ingress.listen of " + from
+	return "http://" + dashboardHost(cfg.Ingress.Listen), "ingress.listen of " + from + stale
 }
 
 // maxKnownNames caps the names that a usage error about an unknown source
@@ -185,22 +214,37 @@ func checkSource(ctx context.Context, pool *pgxpool.Pool, cfg inletyaml.Config, 
 	if stored {
 		return nil
 	}
-	// event_types (a row per source and type, at most
-	// silence.max_types_per_source + 1 per source) knows the sources seen,
-	// also those whose events retention has dropped since; EventTypes folds
-	// the latest arrivals in first.
-	types, err := admin.EventTypes(ctx, pool, maxTypesPerSource(cfg))
+	// event_types (a row per source and type) knows the sources seen, also
+	// those whose events retention has dropped since; folding the latest
+	// arrivals first (EventTypes) names the ones not folded yet too. The
+	// fold is a write the auditor's role may not make: it reads what is
+	// folded (review helper-220).
+	seen, err := seenSources(ctx, pool, maxTypesPerSource(cfg))
 	if err != nil {
 		return fmt.Errorf("look up source %q: %w", name, err)
 	}
-	seen := make([]string, 0, len(types))
-	for _, t := range types {
-		if t.Source == name {
-			return nil
-		}
-		seen = append(seen, t.Source)
+	if slices.Contains(seen, name) {
+		return nil
 	}
 	return errUnknownName("source", name, from, configured, seen)
+}
+
+// seenSources are the sources event_types has seen, the latest arrivals
+// folded in first where the role may fold (webhook_operator), as they stand
+// where it may not (webhook_auditor: SQLSTATE 42501).
+func seenSources(ctx context.Context, pool *pgxpool.Pool, maxPerSource int) ([]string, error) {
+	types, err := admin.EventTypes(ctx, pool, maxPerSource)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return queries.New(pool).AdminSeenSources(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen := make([]string, 0, len(types))
+	for _, t := range types {
+		seen = append(seen, t.Source)
+	}
+	return slices.Compact(seen), nil
 }
 
 // checkHandler is checkSource for a --handler filter: a handler of the

@@ -303,7 +303,10 @@ func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // removed from there, whatever the working directory is by then
 	}
-	u := "http://" + dashboardHost(addr)
+	// The URL and this process's id: inlet send skips the file of an inlet
+	// dev that is gone (a kill -9 leaves it behind, and another process may
+	// listen on that port since: review helper-220).
+	u := "http://" + dashboardHost(addr) + " " + strconv.Itoa(os.Getpid())
 	if err := os.MkdirAll(dataDir, 0o755); err != nil { //nolint:gosec // G301: as lockDataDir's
 		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
 		return func() {}

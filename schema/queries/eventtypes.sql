@@ -129,3 +129,10 @@ WITH t AS (
     SELECT id, event_received_at, 0, session_user::text, now(), now(), 'replayed' FROM created
 )
 SELECT (SELECT count(*) FROM created) AS created, coalesce((SELECT max(id) FROM batch), 0)::bigint AS last_event_id;
+
+-- name: AdminSeenSources :many
+-- Every source event_types has seen (also those whose events retention has
+-- since dropped), without folding the latest arrivals first (a read: the
+-- auditor may not fold); a source whose events are not folded yet is in the
+-- log itself (AdminSourceKnown). For a usage error naming the known sources.
+SELECT DISTINCT provider FROM webhook_ingress.event_types ORDER BY provider;

@@ -209,6 +209,34 @@ func (q *Queries) AdminEventTypes(ctx context.Context) ([]AdminEventTypesRow, er
 	return items, nil
 }
 
+const AdminSeenSources = `-- name: AdminSeenSources :many
+SELECT DISTINCT provider FROM webhook_ingress.event_types ORDER BY provider
+`
+
+// Every source event_types has seen (also those whose events retention has
+// since dropped), without folding the latest arrivals first (a read: the
+// auditor may not fold); a source whose events are not folded yet is in the
+// log itself (AdminSourceKnown). For a usage error naming the known sources.
+func (q *Queries) AdminSeenSources(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, AdminSeenSources)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var provider string
+		if err := rows.Scan(&provider); err != nil {
+			return nil, err
+		}
+		items = append(items, provider)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const FoldEventTypes = `-- name: FoldEventTypes :one
 
 SELECT webhook_ingress.fold_event_types($1::integer) AS folded
