@@ -183,7 +183,14 @@ func TestRateLimitedSlowRoleBurnsAttempts(t *testing.T) {
 		 SELECT 'stripe', 'stripe', 'evt_rl_burn_' || g, 'x', '{}', true FROM generate_series(1, 300) g`); err != nil {
 		t.Fatal(err)
 	}
-	st := rr.p.startStreamer(t, streamer.Config{ID: "s1", LeaseDuration: 4 * time.Second, PollInterval: 50 * time.Millisecond,
+	// An 8 s lease: half a lease at team A's pace (8 references, 4 s of
+	// its work) is the slack a waiting reference has, less the references
+	// of the message team A holds extended ahead of it. With a 4 s lease
+	// (2 s of slack), a CI run starving the test's process of CPU made team
+	// A start its jobs late enough for a few to expire (22 in one run under
+	// 12 busy loops, 0 without); the defect this test describes gave ~10 s
+	// of work where 4 s fit, and still expires within 20 s at 8 s.
+	st := rr.p.startStreamer(t, streamer.Config{ID: "s1", LeaseDuration: 8 * time.Second, PollInterval: 50 * time.Millisecond,
 		ReapInterval: 100 * time.Millisecond})
 	time.Sleep(20 * time.Second)
 
@@ -217,6 +224,6 @@ func TestRateLimitedSlowRoleBurnsAttempts(t *testing.T) {
 	if expired > 0 || len(ids) > 0 {
 		t.Errorf("a healthy slow role of a rate-limited shared handler: %d leases expired as counted attempts and %d jobs "+
 			"dead-lettered (%d never run by team A) in 20 s: its topic was given ~%d unextended references where half a lease at "+
-			"its pace is 4", expired, len(ids), neverRan, unext)
+			"its pace is 8", expired, len(ids), neverRan, unext)
 	}
 }
