@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,9 @@ type apartGroup struct {
 	name    string // for logs: "limited" or "ordered"
 	ordered bool
 	wake    chan struct{}
+
+	timerMu sync.Mutex
+	timer   *time.Timer // the wake-up the last round asked for (wakeIn)
 }
 
 func newApartGroups() [2]*apartGroup {
@@ -43,6 +47,31 @@ func (g *apartGroup) wakeUp() {
 	select {
 	case g.wake <- struct{}{}:
 	default:
+	}
+}
+
+// wakeIn asks g's loop for a round in d: one timer per group, each round's
+// ask replacing the one before (the round that asks has the fresher view).
+// A timer per round piled up: each wake-up from elsewhere (a NOTIFY hint, a
+// poll tick, Wake) started another chain re-arming itself every 50 ms while
+// an in-flight limit stayed full, and the loop claimed back to back, each
+// claim locking the handler's handler_limits row (review helper-222).
+func (g *apartGroup) wakeIn(d time.Duration) {
+	g.timerMu.Lock()
+	defer g.timerMu.Unlock()
+	if g.timer == nil {
+		g.timer = time.AfterFunc(d, g.wakeUp)
+		return
+	}
+	g.timer.Reset(d)
+}
+
+// stopWake stops the wake-up a round asked for (wakeIn), as g's loop ends.
+func (g *apartGroup) stopWake() {
+	g.timerMu.Lock()
+	defer g.timerMu.Unlock()
+	if g.timer != nil {
+		g.timer.Stop()
 	}
 }
 
@@ -141,6 +170,7 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 		if timer != nil {
 			timer.Stop()
 		}
+		g.stopWake()
 	}()
 	round := func(ctx context.Context) (int, bool, error) {
 		// Each claim runs to its own deadline, not Stop's (see claimRound);
@@ -265,11 +295,11 @@ func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apar
 		if heldWake == 0 {
 			heldWake = limitedWake
 		}
-		time.AfterFunc(max(heldWake, 5*time.Millisecond), g.wakeUp)
+		g.wakeIn(max(heldWake, 5*time.Millisecond))
 	case limitedLeased > 0:
 		// Tokens refill continuously: look again soon rather than at the
 		// next poll, so a rate limit paces evenly.
-		time.AfterFunc(limitedWake, g.wakeUp)
+		g.wakeIn(limitedWake)
 	}
 	n, err := s.publishBatch(ctx, &b)
 	return n, more, err
