@@ -297,7 +297,9 @@ func startDevPostgreSQL(ctx context.Context, cfg *inletyaml.Config, dataDir stri
 // remove deletes it, as a second signal does (onForcedExit), so a stopped
 // inlet dev leaves no URL behind to aim at; only while it still holds this
 // URL, in case another inlet dev here (on an external database, which
-// takes no lock on dataDir) has written its own since.
+// takes no lock on dataDir) has written its own since. When this one
+// overwrote the URL of another inlet dev here that still runs, remove puts
+// that one back instead: the second stopping left the first unfound.
 func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
 	path := filepath.Join(dataDir, "ingress_url")
 	if abs, err := filepath.Abs(path); err == nil {
@@ -311,14 +313,26 @@ func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
 		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
 		return func() {}
 	}
+	prev := "" // another running inlet dev's "URL PID", overwritten here
+	if b, err := os.ReadFile(path); err == nil { //nolint:gosec // G304: inlet dev's own --data-dir
+		if f := strings.Fields(string(b)); len(f) == 2 && f[1] != strconv.Itoa(os.Getpid()) && processAlive(f[1]) {
+			prev = f[0] + " " + f[1]
+		}
+	}
 	if err := os.WriteFile(path, []byte(u+"\n"), 0o600); err != nil {
 		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
 		return func() {}
 	}
 	rm := sync.OnceFunc(func() {
-		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == u { //nolint:gosec // G304: inlet dev's own --data-dir
-			_ = os.Remove(path)
+		b, err := os.ReadFile(path) //nolint:gosec // G304: inlet dev's own --data-dir
+		if err != nil || strings.TrimSpace(string(b)) != u {
+			return
 		}
+		if prev != "" && processAlive(strings.Fields(prev)[1]) {
+			_ = os.WriteFile(path, []byte(prev+"\n"), 0o600)
+			return
+		}
+		_ = os.Remove(path)
 	})
 	unhook := onForcedExit(rm)
 	return func() { unhook(); rm() }
