@@ -2,7 +2,7 @@ package audit
 
 import (
 	"cmp"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/inlet-dev/inlet/schema"
@@ -32,10 +32,14 @@ func (s Section) WithDefaults() Section {
 	return s
 }
 
-// Validate checks the section (after WithDefaults) and names the bad key.
+// Validate checks the section (after WithDefaults) and names the first bad
+// key, only that one.
 func (s Section) Validate() error {
-	if s.SealEvery < 0 || s.Grace < 0 {
-		return errors.New("audit.seal_every and audit.grace: must not be negative")
+	switch {
+	case s.SealEvery < 0:
+		return fmt.Errorf("audit.seal_every: must not be negative, got %s", s.SealEvery)
+	case s.Grace < 0:
+		return fmt.Errorf("audit.grace: must not be negative, got %s", s.Grace)
 	}
 	return nil
 }

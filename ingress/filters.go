@@ -56,7 +56,7 @@ func newFilters(pool *pgxpool.Pool) *filters {
 		compiled: map[string]*filter.Filter{},
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "filter_evaluations_total",
-			Help: "Subscription filters evaluated at ingress, by handler and result (match, miss, error: a miss whose expression failed on the event).",
+			Help: "Subscription filters evaluated at ingress, by handler and result (match, miss, error: a miss whose expression failed on the event); once per event stored or found a duplicate, with the verdict its insert used.",
 		}, []string{"handler", "result"})}
 }
 
@@ -140,19 +140,43 @@ func (f *filters) changed() {
 	f.stale = true
 }
 
-// match returns the filtered subscriptions e passes, and the version of
-// filtered routing they were read at (the insert's trigger checks it). The body is
-// parsed once, and only when some subscription's patterns match e. An error
-// (see current) means e must not be stored yet.
-func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
+// verdicts is what matching one event concluded: the filtered subscriptions
+// it passed (ids), the version of filtered routing they were read at (the
+// insert's trigger checks it), and each evaluation's result, counted in
+// inlet_ingress_filter_evaluations_total only once the insert that used
+// them committed (filters.count): verdicts an insert refused for a changed
+// filter (filtersChanged) threw away, or one that failed, are not counted.
+type verdicts struct {
+	ids     []int64
+	version int64
+	results []verdict
+}
+
+// verdict is one evaluation's result: match, miss or error.
+type verdict struct{ handler, result string }
+
+// count adds v's results to inlet_ingress_filter_evaluations_total: call it
+// once per event, after the insert that used v committed (the event stored
+// or a duplicate).
+func (f *filters) count(v verdicts) {
+	for _, r := range v.results {
+		f.evaluations.WithLabelValues(r.handler, r.result).Inc()
+	}
+}
+
+// match returns the verdicts of the filtered subscriptions on e; it counts
+// nothing (see verdicts). The body is parsed once, and only when some
+// subscription's patterns match e. An error (see current) means e must not
+// be stored yet.
+func (f *filters) match(ctx context.Context, e *Event) (verdicts, error) {
 	subs, version, err := f.current(ctx)
+	v := verdicts{version: version}
 	if err != nil || len(subs) == 0 {
-		return nil, version, err
+		return v, err
 	}
 	var (
 		ev     filter.Event
 		parsed bool
-		ids    []int64
 	)
 	for _, s := range subs {
 		if !s.provider.MatchString(e.Provider) || !s.etype.MatchString(e.EventType) {
@@ -168,7 +192,7 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 			ev.Payload = filter.ParsePayload(e.RawBody)
 		}
 		if s.f == nil { // its filter does not compile (current)
-			f.evaluations.WithLabelValues(s.handler, "error").Inc()
+			v.results = append(v.results, verdict{s.handler, "error"})
 			continue
 		}
 		ok, err := s.f.MatchContext(ctx, ev)
@@ -178,17 +202,17 @@ func (f *filters) match(ctx context.Context, e *Event) ([]int64, int64, error) {
 			// webhook is not stored (503), the provider retries. Matching
 			// runs before any write (and after a refused one), so nothing
 			// of it can commit: not written, not outcome_unknown.
-			return nil, version, fmt.Errorf("evaluate filter of subscription %d: %w: %w", s.id, errNotWritten, err)
+			return verdicts{version: version}, fmt.Errorf("evaluate filter of subscription %d: %w: %w", s.id, errNotWritten, err)
 		case err != nil:
-			f.evaluations.WithLabelValues(s.handler, "error").Inc()
+			v.results = append(v.results, verdict{s.handler, "error"})
 		case ok:
-			f.evaluations.WithLabelValues(s.handler, "match").Inc()
-			ids = append(ids, s.id)
+			v.results = append(v.results, verdict{s.handler, "match"})
+			v.ids = append(v.ids, s.id)
 		default:
-			f.evaluations.WithLabelValues(s.handler, "miss").Inc()
+			v.results = append(v.results, verdict{s.handler, "miss"})
 		}
 	}
-	return ids, version, nil
+	return v, nil
 }
 
 var fanOutFilteredSQL = schema.Query("FanOutFiltered")

@@ -97,10 +97,10 @@ type pending struct {
 	event   atomic.Pointer[Event]
 	headers string
 	size    int64
-	// matches are the filtered subscriptions the event passed, read at
-	// filtered routing's version version.
-	matches []int64
-	version int64
+	// verdicts are its filters' (the subscriptions it passed and the
+	// version they were read at), counted once an insert that used them
+	// commits.
+	verdicts verdicts
 }
 
 // useLogger sends the store's own log lines to l (see PGStore.useLogger).
@@ -130,11 +130,11 @@ func (g *GroupStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode headers of %s event %s: %w: %w", e.Provider, logvalue.Text(e.ExternalID), ErrUnstorable, err)
 	}
-	matches, version, err := g.single.filters.match(ctx, e)
+	v, err := g.single.filters.match(ctx, e)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
-	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), matches: matches, version: version}
+	p := &pending{headers: string(headers), size: int64(len(e.RawBody) + len(headers)), verdicts: v}
 	p.event.Store(e)
 	stored, err := g.group.Do(ctx, p)
 	switch {
@@ -180,8 +180,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		r       *groupcommit.Request[*pending, bool]
 		e       *Event
 		headers string
-		matches []int64
-		version int64
+		v       verdicts
 		// dup: an earlier item of this batch has the same key. It is not
 		// written: it is that item's duplicate, and its filter matches
 		// were evaluated on its own body, not the one stored.
@@ -200,7 +199,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 			r.Answer(false, context.Canceled)
 			continue
 		}
-		live = append(live, item{r: r, e: e, headers: r.Value.headers, matches: r.Value.matches, version: r.Value.version})
+		live = append(live, item{r: r, e: e, headers: r.Value.headers, v: r.Value.verdicts})
 	}
 	if len(live) == 0 {
 		return
@@ -228,10 +227,10 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	events, matches := make([]*Event, n), make([][]int64, n)
 	// The oldest version any event was matched at: FanOutFiltered refuses
 	// the batch when any of them is out of date.
-	version := live[0].version
+	version := live[0].v.version
 	i := 0
 	for _, it := range live {
-		version = min(version, it.version)
+		version = min(version, it.v.version)
 		if it.dup {
 			continue
 		}
@@ -239,7 +238,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		provider[i], scheme[i], extID[i], evType[i], headers[i] = e.Provider, e.Scheme, e.ExternalID, e.EventType, it.headers
 		bodies[i], verified[i], secret[i], uri[i], trace[i] = e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent
 		storeJSON[i], occurred[i] = e.StoreJSON, occurredAt(e)
-		events[i], matches[i] = e, it.matches
+		events[i], matches[i] = e, it.v.ids
 		i++
 	}
 	ctx, cancel := context.WithTimeout(g.batches, g.cfg.Timeout)
@@ -295,6 +294,9 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 	case err == nil:
 		anyStored := len(stored) > 0
 		for _, it := range live {
+			// Committed: each event's verdicts applied (a duplicate's
+			// too, as on PGStore), counted before its caller hears.
+			g.single.filters.count(it.v)
 			// A later item of a key answers "duplicate", whether the
 			// first was stored or was itself a duplicate.
 			it.r.Answer(!it.dup && stored[[2]string{it.e.Provider, it.e.ExternalID}], nil)
@@ -320,7 +322,7 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		// on its own data, it gets its own outcome.
 		anyStored := false
 		for _, it := range live {
-			s, err := g.single.insertMatched(it.r.Ctx, it.e, []byte(it.headers), it.matches, it.version)
+			s, err := g.single.insertMatched(it.r.Ctx, it.e, []byte(it.headers), it.v)
 			anyStored = anyStored || s
 			it.r.Answer(s, err)
 		}

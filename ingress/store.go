@@ -103,19 +103,20 @@ func (s *PGStore) Insert(ctx context.Context, e *Event) (bool, error) {
 	}
 	// Filters before the connection: reading the filtered subscriptions
 	// takes one of the pool's own.
-	matches, version, err := s.filters.match(ctx, e)
+	v, err := s.filters.match(ctx, e)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 	}
-	return s.insertMatched(ctx, e, headers, matches, version)
+	return s.insertMatched(ctx, e, headers, v)
 }
 
-// insertMatched is Insert of an event whose filters were matched already, at
-// filtered routing's version version (GroupStore's batch, stored again event
-// by event after one event's data failed it: matched once, counted once in
-// inlet_ingress_filter_evaluations_total). It matches again only when that
-// version moved.
-func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, matches []int64, version int64) (bool, error) {
+// insertMatched is Insert of an event whose filters were matched already
+// (GroupStore's batch, stored again event by event after one event's data
+// failed it: matched once). It matches again only when filtered routing's
+// version moved since v was read (the insert is refused: filtersChanged),
+// and counts in inlet_ingress_filter_evaluations_total only the verdicts of
+// the insert that committed: those of a refused insert were thrown away.
+func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, v verdicts) (bool, error) {
 	// A connection first: giving up while waiting for one is known to have
 	// written nothing, unlike giving up while the statement runs.
 	conn, err := s.pool.Acquire(ctx)
@@ -128,13 +129,13 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, m
 	// and the event is matched again and stored again.
 	insert := func(storeJSON bool) (pgconn.CommandTag, error) {
 		args := []any{e.Provider, e.Scheme, e.ExternalID, e.EventType, headers, e.RawBody, e.Verified, secretIndex(e), e.RequestURI, e.TraceParent,
-			storeJSON, occurredAt(e), version}
-		if len(matches) == 0 {
+			storeJSON, occurredAt(e), v.version}
+		if len(v.ids) == 0 {
 			return conn.Exec(ctx, insertEventSQL, args...)
 		}
 		// The jobs of the filters it passed, in the same implicit
 		// transaction (a pipelined batch).
-		fp, fx, fs := fanOutArgs([]*Event{e}, [][]int64{matches})
+		fp, fx, fs := fanOutArgs([]*Event{e}, [][]int64{v.ids})
 		b := &pgx.Batch{}
 		b.Queue(insertEventSQL, args...)
 		b.Queue(fanOutFilteredSQL, fp, fx, fs)
@@ -160,13 +161,15 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, m
 			break
 		}
 		s.filters.changed()
-		if matches, version, err = s.filters.match(ctx, e); err != nil {
+		if v, err = s.filters.match(ctx, e); err != nil {
 			return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), unstorable(err))
 	}
+	// Committed, stored or a duplicate: the verdicts that applied.
+	s.filters.count(v)
 	stored := tag.RowsAffected() == 1
 	if stored && s.hinter != nil {
 		s.hinter.Hint()

@@ -4,8 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"time"
+
+	"github.com/inlet-dev/inlet/internal/config"
 )
 
 // Section is the silence: section of inlet.yaml (its old name heartbeat: is
@@ -79,9 +83,11 @@ func (s Section) Validate() error {
 	case s.MaxTypesPerSource < 1:
 		return fmt.Errorf("silence.max_types_per_source: %d must be at least 1", s.MaxTypesPerSource)
 	}
-	for name, d := range s.MaxSilence {
-		if d <= 0 {
-			return fmt.Errorf("silence.max_silence.%s: %s must be positive", name, d)
+	// In name order, so the key named is the same on every run. The path
+	// travels typed: a source name may hold '-'.
+	for _, name := range slices.Sorted(maps.Keys(s.MaxSilence)) {
+		if d := s.MaxSilence[name]; d <= 0 {
+			return config.KeyErrorf("silence.max_silence."+name, "%s must be positive", d)
 		}
 	}
 	if s.AlertURL != "" {

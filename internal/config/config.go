@@ -166,7 +166,7 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 		c = c.WithDefaults()
 		if err := c.Validate(); err != nil {
 			for _, e := range flatten(err) {
-				path, msg := splitPath(e.Error())
+				path, msg := problemOf(e)
 				ps.add(0, path, msg)
 			}
 			return zero, ps
@@ -202,7 +202,7 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 	}
 	all = all.WithDefaults()
 	for _, e := range flatten(all.Validate()) {
-		path, msg := splitPath(e.Error())
+		path, msg := problemOf(e)
 		if slices.ContainsFunc(unset, func(u unsetRef) bool { return related(path, u.path) }) {
 			continue // it may hold once the variable is set
 		}

@@ -86,9 +86,38 @@ func splitLine(msg string) (int, string) {
 	return n, msg[len(m[0]):]
 }
 
+// KeyError is a validation error that carries the key path it is about
+// (silence.max_silence.stripe-eu), so the path is not read back out of its
+// text: a map key is the operator's own (a source name may hold '-'). Its
+// text is `path: message`, as every section's errors. A section returns
+// it itself (not wrapped) for a problem whose path holds a map key.
+type KeyError struct {
+	Path    string
+	Message string
+}
+
+func (e *KeyError) Error() string { return e.Path + ": " + e.Message }
+
+// KeyErrorf returns a *KeyError at path with the message format and args
+// make.
+func KeyErrorf(path, format string, args ...any) error {
+	return &KeyError{Path: path, Message: fmt.Sprintf(format, args...)}
+}
+
 // leadingPath is the key path a validation message starts with
-// (`streamer.wake: ...`, `sources[1].name: ...`), and the rest of it.
-var leadingPath = regexp.MustCompile(`^[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*|\[\d+\])*`)
+// (`streamer.wake: ...`, `sources[1].name: ...`), and the rest of it. A
+// top-level key is lower-case; a key below it may be a map key, which
+// may hold '-' and capitals (a source name: silence.max_silence.stripe-eu).
+var leadingPath = regexp.MustCompile(`^[a-z_][a-z0-9_]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*|\[\d+\])*`)
+
+// problemOf is the key path a validation error names, and the rest of its
+// text: a *KeyError's own, else read from the start of its text.
+func problemOf(err error) (path, rest string) {
+	if ke, ok := err.(*KeyError); ok { //nolint:errorlint // only an unwrapped one: a wrapper's text may name another path
+		return ke.Path, ke.Message
+	}
+	return splitPath(err.Error())
+}
 
 func splitPath(msg string) (path, rest string) {
 	path = leadingPath.FindString(msg)
