@@ -639,7 +639,13 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	unlock := s.failingLock(ref.Handler) // before a connection is taken (see breaker.failing)
 	defer unlock()
 	err := retryWhileUnavailable(ctx, func() error {
-		return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		// The transaction holds the job's row lock from FailJob to its
+		// COMMIT, and the reaper skips locked rows: BEGIN bounds, in the
+		// same message, how long the session may sit idle in it
+		// (boundIdleSQL), so that a consumer frozen before the COMMIT does
+		// not hold the job past its lease (review helper-221). Nothing but
+		// this function's statements runs in it.
+		return pgx.BeginTxFunc(ctx, s.cfg.Pool, recordTxOptions, func(tx pgx.Tx) error {
 			outcome = ""
 			err := tx.QueryRow(ctx, failJobSQL,
 				ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt, s.cfg.WorkerID).Scan(&outcome)
@@ -680,6 +686,9 @@ func retryWhileUnavailable(ctx context.Context, f func() error) error {
 var (
 	failJobSQL       = schema.Query("FailJob")
 	insertAttemptSQL = schema.Query("InsertAttempt")
+	// recordTxOptions begin record's transaction with its idle time
+	// bounded, in one simple-protocol message.
+	recordTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; " + boundIdleSQL}
 )
 
 // complete records a success: batched with the others finishing now when

@@ -61,8 +61,12 @@
 // [TxHandlerFunc]). An error, a panic, a lost lease (a stale attempt, a
 // replay, a duplicate delivery that completed first) or a crash before the
 // commit rolls the writes back; each job's effects are committed
-// once however often its handler ran. An operator's replay of a completed job is
-// a new run by request and commits its effects again. See [TxHandlerFunc].
+// once however often its handler ran. A consumer frozen or cut off between
+// the completion and the commit (or while recording a failure) holds the
+// job's row lock at most 15s: the SDK bounds those transactions' idle time
+// on the server (idle_in_transaction_session_timeout), and PostgreSQL then
+// ends the session. An operator's replay of a completed job is a new run by
+// request and commits its effects again. See [TxHandlerFunc].
 //
 // Error text returned by a handler is stored in Postgres only (jobs.last_error,
 // job_attempts.error); logs and everything else outside Postgres carry only

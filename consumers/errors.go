@@ -57,10 +57,17 @@ func (e *permanentError) Unwrap() error          { return e.err }
 func (e *permanentError) errorClass() ErrorClass { return ClassPermanent }
 
 // WithClass attaches class to err; the job's attempt is recorded with it. A
-// class not in [Classes] becomes [ClassHandlerError]. WithClass(nil, c) is nil.
+// class not in [Classes] becomes [ClassHandlerError]. WithClass(err,
+// [ClassPermanent]) is [Permanent](err): the job goes to dead_letter after
+// this attempt, as the class says (review helper-221: it was retried to
+// max_attempts, every attempt recorded as permanent). WithClass(nil, c) is
+// nil.
 func WithClass(err error, class ErrorClass) error {
 	if err == nil {
 		return nil
+	}
+	if class == ClassPermanent {
+		return Permanent(err)
 	}
 	if !class.valid() {
 		class = ClassHandlerError
@@ -79,7 +86,9 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err, or any error it wraps, was made by
-// [Permanent].
+// [Permanent] or by [WithClass] with [ClassPermanent]. A permanent error
+// wrapped in an outer [WithClass] of another class is still permanent: the
+// class recorded is the outer one.
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)

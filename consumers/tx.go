@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,10 +46,11 @@ import (
 // other through the job rows they complete, and of those that conflict one
 // commits each round) runs again after a short random pause, within the
 // same attempt and its Timeout (one deadline for all its runs), before it
-// counts as a failed attempt; a Permanent error, or a 40001 the handler met
-// on another connection, does not. SERIALIZABLE transactional attempts so
-// take turns on the job table: prefer REPEATABLE READ unless the handler
-// needs SERIALIZABLE.
+// counts as a failed attempt, also when the handler met it in a savepoint
+// of tx (pgx.BeginFunc(ctx, tx, …)) and returns it; a Permanent error, or
+// a 40001 the handler met on another connection, does not. SERIALIZABLE
+// transactional attempts so take turns on the job table: prefer REPEATABLE
+// READ unless the handler needs SERIALIZABLE.
 //
 // Each open transaction holds one of the pool's connections. The service
 // keeps two of them for its own statements (reading events, extending
@@ -71,7 +73,11 @@ import (
 // tx runs as the consumer's database role (webhook_worker, or the team's
 // consumer role): grant it what the handler writes. The handler must not
 // use tx after returning; its Commit and Rollback return an error (the
-// service ends the transaction).
+// service ends the transaction). With the completion the service sets the
+// transaction's idle_in_transaction_session_timeout to 15s (SET LOCAL; a
+// stricter one in force is kept), so that a consumer frozen or cut off
+// before its commit does not hold the job's row lock past it; the
+// handler's own idle time is not bounded by the SDK.
 type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, e *Event) error
 
 // ClassTransaction is the class of an attempt whose handler succeeded but
@@ -93,7 +99,7 @@ const ClassTransaction ErrorClass = "transaction"
 //
 // A transaction PostgreSQL aborted to resolve a conflict (a serialization
 // failure or a deadlock's victim, 40001 or 40P01, raised in it: by the
-// handler's statements, the completion or the commit) runs again after a
+// handler's statements, in a savepoint too, the completion or the commit) runs again after a
 // short random pause, in a new transaction, within the same attempt and its
 // Timeout: SERIALIZABLE attempts of different jobs abort each other through
 // the job rows they complete, and of those that conflict one commits each
@@ -215,17 +221,21 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		defer rcancel()
 		_ = tx.Rollback(rctx) // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
 	}()
-	herr = callTx(actx, h.TxFunc, handlerTx{tx}, ev)
+	raised := &conflicts{}
+	herr = callTx(actx, h.TxFunc, handlerTx{watchedTx{Tx: tx, raised: raised}}, ev)
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	// Before the completion takes the job's row lock: an extension waiting
 	// on it would read the completed row as a lost lease.
 	stopExtending()
 	if herr != nil {
-		// Run again only when this transaction is the one aborted ('E':
-		// failed, waiting for its rollback), not for a 40001 the handler
-		// met on another connection.
+		// Run again only for a conflict raised in this transaction: it is
+		// the one aborted ('E': failed, waiting for its rollback), or one
+		// of its statements returned the error the handler returns (in a
+		// savepoint, pgx.BeginFunc(ctx, tx, …), which pgx rolled back to,
+		// so the transaction is not aborted: review helper-221). Not for a
+		// 40001 the handler met on another connection.
 		aborted := tx.Conn().PgConn().TxStatus() == 'E'
-		return timedOut, "", false, herr, aborted && conflict(herr)
+		return timedOut, "", false, herr, conflict(herr) && (aborted || raised.returned(herr))
 	}
 	if tx.Conn().PgConn().TxStatus() == 'I' {
 		// The handler ended its transaction itself: a COMMIT or ROLLBACK
@@ -238,9 +248,15 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	}
 
 	// The completion and the commit get their own deadline, as record does.
+	// From the completion on, the transaction holds the job's row lock,
+	// which the reaper skips: the completion bounds, in the same round
+	// trip, how long the session may then sit idle (idleBounded), so that
+	// a consumer frozen before its COMMIT does not hold the job past its
+	// lease (review helper-221). Not at BEGIN: the handler may
+	// legitimately be idle in its transaction between its statements.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer rcancel()
-	done, err := s.completeJobsOn(rctx, tx, []completion{{ref: ref, l: l}})
+	done, err := s.completeJobsOn(rctx, idleBounded{tx}, []completion{{ref: ref, l: l}})
 	if err != nil {
 		return timedOut, "", false, WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction), conflict(err)
 	}
@@ -264,13 +280,217 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 
 // handlerTx is the transaction as the handler sees it: it may not end it.
 // Committing would commit the handler's writes without the job's
-// completion (run again by the next attempt).
-type handlerTx struct{ pgx.Tx }
+// completion (run again by the next attempt). Its statements, and those of
+// the savepoints begun on it, report the conflicts they raise (watchedTx).
+type handlerTx struct{ watchedTx }
 
 var errHandlerEndsTx = errors.New("a transactional handler must not commit or roll back its transaction: return nil to commit, an error to roll back")
 
 func (handlerTx) Commit(context.Context) error   { return errHandlerEndsTx }
 func (handlerTx) Rollback(context.Context) error { return errHandlerEndsTx }
+
+// conflicts are the conflict errors (40001, 40P01) the statements of one
+// handler transaction returned, savepoints included: a handler that returns
+// one of them returns a conflict raised in its transaction, though the
+// transaction is no longer aborted once a savepoint was rolled back.
+type conflicts struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// note remembers err when it is a conflict, and returns it.
+func (c *conflicts) note(err error) error {
+	if err == nil || !conflict(err) {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.errs {
+		if errors.Is(e, err) {
+			return err // seen again (rows' Next, Close and Err report one error)
+		}
+	}
+	c.errs = append(c.errs, err)
+	return err
+}
+
+// returned reports whether err is, or wraps, a conflict noted.
+func (c *conflicts) returned(err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.errs {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchedTx is a handler's transaction, or a savepoint of it, whose
+// statements note the conflicts they raise in raised. Statements sent on
+// tx.Conn() are not seen; a conflict there leaves the transaction aborted,
+// which runTxOnce sees.
+type watchedTx struct {
+	pgx.Tx
+	raised *conflicts
+}
+
+func (t watchedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	sp, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, t.raised.note(err)
+	}
+	return watchedTx{Tx: sp, raised: t.raised}, nil
+}
+
+func (t watchedTx) Commit(ctx context.Context) error { return t.raised.note(t.Tx.Commit(ctx)) }
+
+func (t watchedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.Tx.Exec(ctx, sql, args...)
+	return tag, t.raised.note(err)
+}
+
+func (t watchedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := t.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, t.raised.note(err)
+	}
+	return watchedRows{Rows: rows, raised: t.raised}, nil
+}
+
+func (t watchedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return watchedRow{row: t.Tx.QueryRow(ctx, sql, args...), raised: t.raised}
+}
+
+func (t watchedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return watchedBatch{BatchResults: t.Tx.SendBatch(ctx, b), raised: t.raised}
+}
+
+func (t watchedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	n, err := t.Tx.CopyFrom(ctx, table, columns, src)
+	return n, t.raised.note(err)
+}
+
+// watchedRows notes the conflict a query's rows end with.
+type watchedRows struct {
+	pgx.Rows
+	raised *conflicts
+}
+
+func (r watchedRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	_ = r.raised.note(r.Rows.Err()) // noted; Err reports it
+	return false
+}
+
+func (r watchedRows) Close() {
+	r.Rows.Close()
+	_ = r.raised.note(r.Rows.Err()) // noted; Err reports it
+}
+
+func (r watchedRows) Err() error { return r.raised.note(r.Rows.Err()) }
+
+// watchedRow notes the conflict a QueryRow's Scan returns.
+type watchedRow struct {
+	row    pgx.Row
+	raised *conflicts
+}
+
+func (r watchedRow) Scan(dest ...any) error { return r.raised.note(r.row.Scan(dest...)) }
+
+// watchedBatch notes the conflicts a batch's results return.
+type watchedBatch struct {
+	pgx.BatchResults
+	raised *conflicts
+}
+
+func (b watchedBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.raised.note(err)
+}
+
+func (b watchedBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		return rows, b.raised.note(err)
+	}
+	return watchedRows{Rows: rows, raised: b.raised}, nil
+}
+
+func (b watchedBatch) QueryRow() pgx.Row {
+	return watchedRow{row: b.BatchResults.QueryRow(), raised: b.raised}
+}
+
+func (b watchedBatch) Close() error { return b.raised.note(b.BatchResults.Close()) }
+
+// boundIdleSQL bounds how long the session may sit idle in the rest of its
+// transaction (SET LOCAL: until COMMIT or ROLLBACK) to recordTimeout, the
+// most the SDK itself waits for the statements and the commit that follow;
+// a stricter bound already in force (the role's, the database's, the
+// handler's own SET LOCAL) is kept. PostgreSQL then ends a session whose
+// client froze (SIGSTOP, a paused VM, a partition that closes nothing)
+// before its COMMIT, which rolls the transaction back and frees the job's
+// row lock, which the reaper's FOR UPDATE SKIP LOCKED would skip for as
+// long as TCP takes to notice (hours; never, for a stopped process).
+var boundIdleSQL = fmt.Sprintf(`SELECT set_config('idle_in_transaction_session_timeout', '%[1]dms', true)
+WHERE current_setting('idle_in_transaction_session_timeout')::interval NOT BETWEEN '1 microsecond' AND '%[1]dms'`,
+	recordTimeout.Milliseconds())
+
+// idleBounded runs a statement in a transaction after boundIdleSQL, both in
+// one batch: one round trip, as the statement alone.
+type idleBounded struct{ tx pgx.Tx }
+
+func (q idleBounded) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue(boundIdleSQL)
+	b.Queue(sql, args...)
+	br := q.tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("bound the transaction's idle time (idle_in_transaction_session_timeout): %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of a batch's last statement; closing them closes
+// the batch, whose error Err then reports.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
 
 // callTx calls f, turning a panic into an error.
 func callTx(ctx context.Context, f TxHandlerFunc, tx pgx.Tx, ev *Event) (err error) {
