@@ -181,7 +181,8 @@ func sameOrigin(r *http.Request) error {
 type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
 
 // authenticated lets through a request with a live session cookie or a
-// valid bearer header. Without either a GET is redirected to the login
+// script's valid bearer header (one without a dashboard cookie, not a
+// browser navigation). Without either a GET is redirected to the login
 // form; anything else is refused. A state-changing request on a cookie must
 // come from our own origin and carry the session's CSRF token.
 func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
@@ -194,12 +195,20 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 		// shared address out of the API. Behind a live session the header
 		// is neither compared nor charged.
 		var s *session
+		stale := false // a dashboard cookie, but no live session
 		if c, err := r.Cookie(cookieName); err == nil {
 			s = d.sessions.get(c.Value)
+			stale = s == nil
 		}
-		// Without one, a bearer token is an attempt; another scheme (Basic,
-		// from a proxy in front) is not.
-		if auth := r.Header.Get("Authorization"); s == nil && admin.BearerPresented(r) {
+		// Without one, a bearer token is an attempt, but only a script's: a
+		// request that carries a dashboard cookie (stale: expired, or of a
+		// process before a restart) or that a browser sent navigating
+		// comes from a browser, which cannot send a bearer itself; the
+		// header is a proxy's in front (review helper-227). It is neither
+		// compared (no oracle) nor charged, and the request goes to the
+		// login form as one without a session. Another scheme (Basic, from
+		// a proxy in front) is never an attempt.
+		if auth := r.Header.Get("Authorization"); s == nil && !stale && !browserNavigation(r) && admin.BearerPresented(r) {
 			end, ok := d.limit(w, r, nil)
 			if !ok {
 				return
@@ -238,6 +247,15 @@ func (d *Dashboard) authenticated(next handlerFunc) http.Handler {
 		}
 		next(w, r, s)
 	})
+}
+
+// browserNavigation reports whether a browser sent r navigating to a page
+// (Sec-Fetch-Mode: navigate, or Sec-Fetch-Dest: document): a page load or
+// a form post, never a script's fetch. Browsers set these headers and pages
+// cannot; a script that sets them only gives up its bearer token.
+func browserNavigation(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Sec-Fetch-Mode"), "navigate") ||
+		strings.EqualFold(r.Header.Get("Sec-Fetch-Dest"), "document")
 }
 
 // readForm parses r's form, at most maxFormBody bytes, before any field is

@@ -23,11 +23,15 @@
 // sets a session cookie: a random id kept in this process's memory (a
 // restart logs everyone out), never the token, HttpOnly, SameSite=Strict,
 // Path=/dashboard/, Secure over TLS (this server's, or a TLS-terminating
-// proxy's that sends X-Forwarded-Proto or Forwarded proto=https). A request
-// with a valid Authorization: Bearer header passes too; behind a live
-// session cookie the header is not read (an SSO proxy in front may send its
-// own bearer with every request). Without either, pages redirect to the
-// login form.
+// proxy's that sends X-Forwarded-Proto or Forwarded proto=https). A script's
+// request with a valid Authorization: Bearer header passes too (no dashboard
+// cookie, not a browser navigation); a wrong one counts against the
+// AuthLimiter as on the admin API. From a browser the header is not read:
+// behind a live session cookie, with a stale one (expired, or from before a
+// restart), or on a navigation (Sec-Fetch-Mode: navigate or Sec-Fetch-Dest:
+// document), since a browser cannot send a bearer itself and an SSO proxy in
+// front may send its own with every request. Without a session, pages
+// redirect to the login form (a form post is a 401 whose page links to it).
 //
 // The replay form is a POST protected against cross-site requests three
 // ways: the SameSite=Strict cookie, a per-session CSRF token in the form, and
