@@ -8,7 +8,7 @@
 // leaves the relay. A verified one is forwarded over HTTPS to
 // <target>/webhooks/{source} with its exact bytes and its headers (less the
 // hop-by-hop ones and those a proxy in front of the relay adds about that
-// hop: X-Forwarded-*, Forwarded, X-Real-Ip, Via), signed with the relay's
+// hop: X-Forwarded-*, Forwarded, X-Real-Ip, Via, X-Amzn-Trace-Id), signed with the relay's
 // own Inlet-Relay-Signature (see verify.SignRelay for the format). The ingress hashes the headers it
 // receives, so the relay signs and sends them as net/http will put them on
 // the wire (wireHeaders): the first User-Agent only, none when it is empty;

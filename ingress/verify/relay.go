@@ -85,14 +85,17 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 // they would make the ingress refuse every delivery behind such proxies
 // (relay_headers_mismatch), so a relay treats them as hop-by-hop; so does
 // every X-Forwarded-* header (proxyHeaderPrefix). No provider signs them.
-var proxyHeaders = []string{"Forwarded", "X-Real-Ip", "Via"}
+//
+// X-Amzn-Trace-Id too: an AWS load balancer in front of the relay sets it
+// (Root=…), and one in front of the ingress adds its own Self=… field to it.
+var proxyHeaders = []string{"Forwarded", "X-Real-Ip", "Via", "X-Amzn-Trace-Id"}
 
 const proxyHeaderPrefix = "X-Forwarded-"
 
 // RelayForwardHeaders returns the request headers a relay forwards: h without
 // hop-by-hop headers (and those named in Connection), Host, Content-Length,
 // the headers a proxy adds about the hop into the relay (X-Forwarded-*,
-// Forwarded, X-Real-Ip, Via), and any Inlet-Relay-* header a sender put
+// Forwarded, X-Real-Ip, Via, X-Amzn-Trace-Id), and any Inlet-Relay-* header a sender put
 // there.
 func RelayForwardHeaders(h http.Header) http.Header {
 	out := h.Clone()
