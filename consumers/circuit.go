@@ -137,7 +137,11 @@ func (s *Service) reset(handler string, ok success) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
 	defer cancel()
 	var r queries.HandlerSucceededRow
-	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+	// The row lock every streamer's limited claim of handler needs: BEGIN
+	// bounds how long the session may sit idle holding it
+	// (recordTxOptions), so a consumer frozen mid-reset does not stop the
+	// handler's delivery on every replica (review helper-234).
+	err := pgx.BeginTxFunc(ctx, s.cfg.Pool, recordTxOptions, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		if err := q.LockHandlerLimits(ctx, handler); err != nil {
 			return err

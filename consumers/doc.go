@@ -65,7 +65,9 @@
 // the completion and the commit (or while recording a failure) holds the
 // job's row lock at most 15s: the SDK bounds those transactions' idle time
 // on the server (idle_in_transaction_session_timeout), and PostgreSQL then
-// ends the session. An operator's replay of a completed job is a new run by
+// ends the session; so do a circuit breaker's reset (the handler's
+// handler_limits row, which every streamer's limited claim locks) and
+// Register. An operator's replay of a completed job is a new run by
 // request and commits its effects again. See [TxHandlerFunc].
 //
 // Error text returned by a handler is stored in Postgres only (jobs.last_error,

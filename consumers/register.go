@@ -28,7 +28,10 @@ func (s *Service) Register(ctx context.Context) error {
 	// sharing it) lock its rows in one order, never crosswise.
 	handlers := slices.Clone(s.cfg.Handlers)
 	slices.SortFunc(handlers, func(a, b Handler) int { return strings.Compare(a.Name, b.Name) })
-	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+	// Its locks (subscriptions, handler_limits) are ones ingress's fan-out
+	// and the streamers' claims need: BEGIN bounds how long the session may
+	// sit idle holding them (recordTxOptions), as record's does.
+	err := pgx.BeginTxFunc(ctx, s.cfg.Pool, recordTxOptions, func(tx pgx.Tx) error {
 		for _, h := range handlers {
 			h.Patterns = slices.Clone(h.Patterns)
 			slices.SortFunc(h.Patterns, func(a, b Pattern) int {
