@@ -1,8 +1,7 @@
 // Package httpforward is a ready consumer that forwards each event to an
 // internal HTTP service: a POST of the exact raw body, with the provider's
 // original headers (hop-by-hop and transport headers removed, and the
-// sender's trace context replaced by the attempt's W3C traceparent) and
-// Inlet's own:
+// sender's credentials and trace context too, see below) and Inlet's own:
 //
 //	Inlet-Job-Id, Inlet-Event-Id, Inlet-Provider, Inlet-Event-Type,
 //	Inlet-Attempt, Idempotency-Key (= Event.IdempotencyKey())
@@ -22,4 +21,23 @@
 // slow ones with timeout. Redirects are not followed. Only the status and
 // at most 200 bytes of the answer go into the error text, which stays in
 // Postgres; the URL never does, as it may carry credentials.
+//
+// Some of the provider's headers are never forwarded:
+//
+//   - Authorization, Proxy-Authorization and Cookie: they are the
+//     credentials of the provider's request to ingress (checked there, or by
+//     a proxy before it), not the service's to read, and the URL's own
+//     credentials (https://user:pass@svc/hooks) are sent as Authorization
+//     in their place.
+//   - Proxy, which a CGI-style service reads as HTTP_PROXY and would send
+//     its own outbound requests through ("httpoxy").
+//   - The sender's trace context, which is not trusted (ingress starts a
+//     trace of its own): Traceparent, Tracestate, Baggage, B3, X-B3-*,
+//     Uber-Trace-Id, Uberctx-*, X-Amzn-Trace-Id, X-Cloud-Trace-Context,
+//     X-Datadog-* and Sentry-Trace. The request carries the attempt's W3C
+//     traceparent instead.
+//
+// Names spelt with '_' for '-' (X_B3_Traceid) are dropped alike, as CGI,
+// WSGI, Rack and PHP read them as the same header; so is any claiming
+// Inlet's own names (Inlet-*, Idempotency-Key).
 package httpforward

@@ -113,7 +113,9 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 	}
 	req.Header = forwardHeaders(e.Headers)
 	// The attempt's own trace context, never the sender's (forwardHeaders
-	// drops it): Inlet's trace goes on into the service.
+	// drops it, in every format it knows): Inlet's trace goes on into the
+	// service. The URL's user:password, if any, is the request's
+	// Authorization: forwardHeaders drops the provider's.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set(HeaderJobID, strconv.FormatInt(e.JobID, 10))
 	req.Header.Set(HeaderEventID, strconv.FormatInt(e.EventID, 10))
@@ -205,22 +207,43 @@ func unwrapURL(err error) error {
 }
 
 // hopByHop are the headers that describe one connection (RFC 9110 §7.6.1),
-// plus those the outgoing request sets itself (the trace context included).
+// plus those the outgoing request sets itself.
 var hopByHop = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Host": true, "Content-Length": true, "Accept-Encoding": true,
 	// The provider's 100-continue was for ingress: sent on, it makes the
 	// transport hold the body back until the service answers (up to 1 s).
 	"Expect": true,
-	// The sender's trace context is not trusted (ingress starts a trace of
-	// its own): the forwarded request carries the attempt's instead.
-	"Traceparent": true, "Tracestate": true, "Baggage": true,
 }
 
+// providersOnly are headers of the provider's request that are not the
+// service's to read.
+var providersOnly = map[string]bool{
+	// Credentials of the hop into ingress (its verifier's or a proxy's):
+	// sent on, they hand the provider's credential to another service, and
+	// net/http adds the URL's user:password only to a request without an
+	// Authorization of its own.
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true,
+	// Proxy: a CGI-style service reads it as HTTP_PROXY and sends its own
+	// outbound requests through the sender's host ("httpoxy").
+	"Proxy": true,
+	// The sender's trace context, in each format a common propagator or
+	// mesh reads, is not trusted (ingress starts a trace of its own): the
+	// forwarded request carries the attempt's W3C traceparent instead.
+	"Traceparent": true, "Tracestate": true, "Baggage": true, // W3C
+	"B3": true, "Uber-Trace-Id": true, // Zipkin single header, Jaeger
+	"X-Amzn-Trace-Id": true, "X-Cloud-Trace-Context": true, "Sentry-Trace": true,
+}
+
+// providersOnlyPrefixes extends providersOnly to header families: B3's
+// multi-header form, Datadog's, and Jaeger's baggage.
+var providersOnlyPrefixes = []string{"X-B3-", "X-Datadog-", "Uberctx-"}
+
 // forwardHeaders copies the provider's headers minus hop-by-hop ones, those
-// the Connection header names, and any claiming Inlet's own names: only
-// Inlet sets Inlet-* and Idempotency-Key.
+// the Connection header names, the provider's credentials and trace
+// context, and any claiming Inlet's own names: only Inlet sets Inlet-* and
+// Idempotency-Key.
 func forwardHeaders(in http.Header) http.Header {
 	drop := map[string]bool{}
 	for _, v := range in.Values("Connection") {
@@ -233,13 +256,24 @@ func forwardHeaders(in http.Header) http.Header {
 	out := make(http.Header, len(in))
 	for k, vs := range in {
 		ck := textproto.CanonicalMIMEHeaderKey(k)
-		// CGI, WSGI, Rack and PHP read '_' as '-' (HTTP_IDEMPOTENCY_KEY):
-		// Idempotency_key is Inlet's header there too.
+		// CGI, WSGI, Rack and PHP read '_' as '-' (HTTP_IDEMPOTENCY_KEY,
+		// HTTP_X_B3_TRACEID): Idempotency_key is Inlet's header there too,
+		// and X_B3_Traceid the sender's trace.
 		own := textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(ck, "_", "-"))
-		if hopByHop[ck] || drop[ck] || strings.HasPrefix(own, "Inlet-") || own == HeaderIdempotencyKey {
+		if hopByHop[ck] || drop[ck] || providersOnly[own] || hasAnyPrefix(own, providersOnlyPrefixes) ||
+			strings.HasPrefix(own, "Inlet-") || own == HeaderIdempotencyKey {
 			continue
 		}
 		out[ck] = append(out[ck], vs...)
 	}
 	return out
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
