@@ -12,6 +12,9 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/inlet-dev/inlet/admin"
 	"github.com/inlet-dev/inlet/audit"
@@ -300,4 +303,75 @@ func Dev() (Config, error) {
 		return Config{}, fmt.Errorf("embedded dev config: %w", err)
 	}
 	return c, nil
+}
+
+// WithDevDefaults gives c, read from the config file file, inlet dev's own
+// defaults where the services' would leave it without what its
+// documentation promises (a sealer, a quick silence check, the admin API
+// and dashboard), for each of those keys the file leaves out:
+// audit.seal_every and silence.check_every (10s), admin.listen
+// (127.0.0.1:8084), with admin.token when the file sets neither (the public
+// development token, which Validate keeps to a loopback listener). The
+// values are dev.yaml's, whatever the environment says (its variables move
+// the embedded defaults only). A key the file has keeps its value, 0 or ""
+// (off) included. It returns the keys it set, for inlet dev to say so.
+func WithDevDefaults(c Config, file []byte) (Config, []string, error) {
+	set, err := keysSet(file, c.RenamedKeys())
+	if err != nil {
+		return c, nil, err
+	}
+	dev, err := Parse(devYAML, func(string) (string, bool) { return "", false })
+	if err != nil {
+		return c, nil, fmt.Errorf("embedded dev config: %w", err)
+	}
+	var applied []string
+	if !set("audit.seal_every") {
+		c.Audit.SealEvery = dev.Audit.SealEvery
+		applied = append(applied, "audit.seal_every")
+	}
+	if !set("silence.check_every") {
+		c.Silence.CheckEvery = dev.Silence.CheckEvery
+		applied = append(applied, "silence.check_every")
+	}
+	if !set("admin.listen") {
+		c.Admin.Listen = dev.Admin.Listen
+		applied = append(applied, "admin.listen")
+		if !set("admin.token") {
+			c.Admin.Token = dev.Admin.Token
+			applied = append(applied, "admin.token")
+		}
+	}
+	return c, applied, nil
+}
+
+// keysSet reads the YAML document b (aliases and merge keys resolved, an
+// old top-level name read as its new one) and reports whether it has a
+// dotted key such as "audit.seal_every", whatever its value (null, 0 or
+// "" included).
+func keysSet(b []byte, renamed map[string]string) (func(key string) bool, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("read the keys of the config file: %w", err)
+	}
+	for old, key := range renamed {
+		if v, ok := doc[old]; ok {
+			if _, both := doc[key]; !both {
+				doc[key] = v
+			}
+		}
+	}
+	return func(key string) bool {
+		m := doc
+		for {
+			k, rest, nested := strings.Cut(key, ".")
+			v, ok := m[k]
+			if !ok || !nested {
+				return ok
+			}
+			if m, ok = v.(map[string]any); !ok {
+				return false
+			}
+			key = rest
+		}
+	}, nil
 }

@@ -76,7 +76,7 @@ reporter:
   interval: 200ms
 `, addr, failing.URL, cpAddr))
 	env := cleanEnv("DATABASE_URL="+dbURL, "REPORT_TOKEN="+tenantToken, "REPORT_KEY=e2e-control-plane-hmac-key")
-	dev := start(t, env, "dev", "--config", devCfg)
+	dev := start(t, env, "dev", "--config", devCfg, "--admin-listen", "off") // a file without admin: would take 127.0.0.1:8084
 	dev.waitOutput("Ctrl-C stops.", 60*time.Second)
 
 	const n = 3

@@ -88,7 +88,7 @@ consumer:
       timeout: 60s
 `)
 	env := cleanEnv("DATABASE_URL=" + dbURL)
-	first := start(t, env, "dev", "--config", cfg)
+	first := start(t, env, "dev", "--config", cfg, "--admin-listen", "off") // a file without admin: would take 127.0.0.1:8084
 	first.waitOutput("Ctrl-C stops.", time.Minute)
 	body := `{"id":"evt_crash","type":"invoice.paid","note":"caf` + "\u00e9" + `"}`
 	bodyFile := writeFile(t, dir, "body.json", body)
@@ -106,7 +106,7 @@ consumer:
 	}
 	<-first.done
 
-	second := start(t, env, "dev", "--config", cfg)
+	second := start(t, env, "dev", "--config", cfg, "--admin-listen", "off")
 	second.waitOutput("Ctrl-C stops.", time.Minute)
 	select {
 	case <-ft.got:

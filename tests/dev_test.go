@@ -115,7 +115,7 @@ log:
   format: text
 `, addr, freeAddr(t)))
 	env := cleanEnv()
-	p := startIn(t, dir, inletBin, env, "dev")
+	p := startIn(t, dir, inletBin, env, "dev", "--admin-listen", "off") // a file without admin: would take 127.0.0.1:8084
 	p.waitOutput("Ctrl-C stops.", 3*time.Minute)
 	if out, errOut, code := runInletIn(t, dir, env, "send", "stripe", "--url", "http://"+addr); code != 0 || !strings.Contains(out, `"stored"`) {
 		t.Fatalf("send: exit %d\n%s%s", code, out, errOut)

@@ -27,20 +27,36 @@ import (
 const defaultConfigPath = "inlet.yaml"
 
 func configFlag(fs *flag.FlagSet) *string {
-	return fs.String("config", defaultConfigPath, "path of the YAML configuration file")
+	return fs.String("config", defaultConfigPath, "path of the YAML configuration file (inlet.yaml here, else the project's: see inlet help)")
 }
 
 // loadConfig reads path. When the path is the default and the file does not
-// exist, fallback (if non-nil) supplies the configuration instead.
+// exist, the project's inlet.yaml (projectConfig) is read, else fallback (if
+// non-nil) supplies the configuration instead.
 func loadConfig(path string, fallback func() (inletyaml.Config, error)) (inletyaml.Config, string, error) {
 	return loadServiceConfig(path, config.AllSections, fallback)
 }
 
-// loadServiceConfig is loadConfig of the sections service reads.
+// loadServiceConfig is loadConfig of the sections service reads. The string
+// it returns says where the configuration came from: the file read, or
+// "embedded defaults".
 func loadServiceConfig(path string, service config.Service, fallback func() (inletyaml.Config, error)) (inletyaml.Config, string, error) {
 	c, err := inletyaml.LoadFor(path, service)
 	if err == nil {
 		return c, path, nil
+	}
+	if path == defaultConfigPath && errors.Is(err, fs.ErrNotExist) {
+		// In a subdirectory of a project, the project's file: the one
+		// beside the .inlet/ that findDevFile finds, so a command does not
+		// mix inlet dev's database and ingress with another configuration
+		// (its secrets: review helper-231).
+		if p := projectConfig(); p != "" {
+			c, err := inletyaml.LoadFor(p, service)
+			if err != nil {
+				return inletyaml.Config{}, "", err
+			}
+			return c, p, nil
+		}
 	}
 	if fallback != nil && path == defaultConfigPath && errors.Is(err, fs.ErrNotExist) {
 		c, err := fallback()
@@ -50,6 +66,33 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 		return inletyaml.Config{}, "", fmt.Errorf("config file %s does not exist (copy inlet.example.yaml, or pass --config)", path)
 	}
 	return inletyaml.Config{}, "", err
+}
+
+// projectConfig is the inlet.yaml of the project the working directory is
+// in, as git reads the config of the repository it runs in: that of the
+// nearest directory, the working one or a parent, that is a project's own
+// (projectRoot, where findDevFile stops), if it holds one. "" when there is
+// none (the nearest project root holds only a .git, or there is no root
+// up to /).
+func projectConfig() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if projectRoot(dir) {
+			p := filepath.Join(dir, defaultConfigPath)
+			if _, err := os.Stat(p); err != nil {
+				return ""
+			}
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // devDataDir is inlet dev's default --data-dir: its local PostgreSQL, the

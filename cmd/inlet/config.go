@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"os"
 	"strings"
 
 	"github.com/inlet-dev/inlet/inletyaml"
@@ -48,6 +50,12 @@ with a warning on stderr.`)
 	service := config.AllSections
 	if *allowUnset {
 		service = config.NoSection
+	}
+	if *cfgPath == defaultConfigPath {
+		// The file every other command here would read (loadServiceConfig).
+		if _, err := os.Stat(*cfgPath); errors.Is(err, iofs.ErrNotExist) {
+			*cfgPath = cmp.Or(projectConfig(), *cfgPath)
+		}
 	}
 	cfg, err := inletyaml.LoadFor(*cfgPath, service)
 	if ps, ok := errors.AsType[*config.Problems](err); ok {

@@ -36,13 +36,19 @@ import (
 
 func runDev(ctx context.Context, env *environment, args []string) (err error) {
 	fs := newFlagSet(env, "dev", "", `
-Run Inlet in one process for local use. Without --config (and without an
-./inlet.yaml) it uses embedded defaults: sources stripe, github and acme
-(Standard Webhooks) with development secrets, the webhook listener on :8080,
-/metrics on 127.0.0.1:8083 and the admin API and dashboard on 127.0.0.1:8084
+Run Inlet in one process for local use. Without --config it reads
+./inlet.yaml, else the project's (that of the nearest parent directory
+holding an inlet.yaml or a .git, as every command does); with neither it uses
+embedded defaults: sources stripe, github and acme (Standard Webhooks) with
+development secrets, the webhook listener on :8080, /metrics on
+127.0.0.1:8083 and the admin API and dashboard on 127.0.0.1:8084
 (INLET_LISTEN, INLET_METRICS_LISTEN and INLET_ADMIN_LISTEN move them, as the
-flags below do). Each listener is checked before anything starts: one in use
-fails at once, naming its setting.
+flags below do). A config file gets inlet dev's own defaults for the keys it
+leaves out among audit.seal_every (10s), silence.check_every (10s) and
+admin.listen (127.0.0.1:8084, with the public development token when it sets
+no admin.token either); a key it sets keeps its value, 0 or "" (off)
+included. Each listener is checked before anything starts: one in use fails
+at once, naming its setting.
 
 Without a database URL (database_url in the config file, else DATABASE_URL)
 it starts a throwaway PostgreSQL from this machine's binaries with its data
@@ -80,6 +86,12 @@ next inlet dev here replaces it, and inlet send's error names it.)`)
 	if err != nil {
 		return err
 	}
+	var devDefaults []string // the keys the file leaves out that take inlet dev's own defaults
+	if from != "embedded defaults" {
+		if cfg, devDefaults, err = withDevDefaults(cfg, from); err != nil {
+			return err
+		}
+	}
 	if err := applyDevListeners(&cfg, *portBase, *listen, *metricsListen, *adminListen); err != nil {
 		return err
 	}
@@ -111,6 +123,11 @@ next inlet dev here replaces it, and inlet send's error names it.)`)
 		}
 	}()
 	log.Info("configuration loaded", slog.String("from", from), slog.Int("sources", len(cfg.Sources)))
+	if len(devDefaults) > 0 {
+		log.Info("keys the config file leaves out take inlet dev's own defaults (set them in the file to change them)",
+			slog.String("file", from), slog.String("keys", strings.Join(devDefaults, ", ")),
+			slog.Duration("audit.seal_every", cfg.Audit.SealEvery), slog.Duration("silence.check_every", cfg.Silence.CheckEvery))
+	}
 	stopTracing, err := setupTracing(ctx, cfg, "dev", log)
 	if err != nil {
 		return err
@@ -214,6 +231,21 @@ next inlet dev here replaces it, and inlet send's error names it.)`)
 	return err
 }
 
+// withDevDefaults is cfg, read from the config file path, with inlet dev's
+// own defaults for the keys the file leaves out (inletyaml.WithDevDefaults:
+// those the documentation gives as "X in inlet dev"), and those keys.
+func withDevDefaults(cfg inletyaml.Config, path string) (inletyaml.Config, []string, error) {
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's own config file, read a moment ago
+	if err != nil {
+		return cfg, nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	cfg, keys, err := inletyaml.WithDevDefaults(cfg, b)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return cfg, keys, nil
+}
+
 // startDevPostgreSQL starts the local PostgreSQL of inlet dev under dataDir,
 // on the port of its last start when that is free, points cfg at it and
 // writes its URL to dataDir/database_url. stop stops it; a second signal
@@ -313,7 +345,7 @@ func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
 		log.Warn("inlet send will not find the webhook listener without --url", slog.String("error", err.Error()))
 		return func() {}
 	}
-	prev := "" // another running inlet dev's "URL PID", overwritten here
+	prev := ""                                   // another running inlet dev's "URL PID", overwritten here
 	if b, err := os.ReadFile(path); err == nil { //nolint:gosec // G304: inlet dev's own --data-dir
 		if f := strings.Fields(string(b)); len(f) == 2 && f[1] != strconv.Itoa(os.Getpid()) && processAlive(f[1]) {
 			prev = f[0] + " " + f[1]
@@ -329,7 +361,7 @@ func recordIngressURL(dataDir, addr string, log *slog.Logger) (remove func()) {
 			return
 		}
 		if prev != "" && processAlive(strings.Fields(prev)[1]) {
-			_ = os.WriteFile(path, []byte(prev+"\n"), 0o600)
+			_ = os.WriteFile(path, []byte(prev+"\n"), 0o600) //nolint:gosec // G703: inlet dev's own --data-dir
 			return
 		}
 		_ = os.Remove(path)

@@ -202,11 +202,15 @@ Commands:
 	fmt.Fprint(w, `
 Run 'inlet <command> --help' (or 'inlet help <command>') for a command's
 flags. Configuration is one YAML file (--config, default inlet.yaml; see
-inlet.example.yaml). Every command uses the same database: --database-url
-where a command has it, else the file's database_url, else DATABASE_URL, else
-the local PostgreSQL that inlet dev started from this directory or the
-nearest parent directory that has one (.inlet/database_url, looked for as
-git looks for .git). inlet send posts to the inlet dev running there
+inlet.example.yaml). Without --config a command reads ./inlet.yaml, else the
+project's: that of the nearest parent directory holding an inlet.yaml or a
+.git (as git finds its repository), when it holds an inlet.yaml; with
+neither, inlet dev, send and the operator commands use inlet dev's embedded
+defaults. Every command uses the same database: --database-url where a
+command has it, else the file's database_url, else DATABASE_URL, else the
+local PostgreSQL that inlet dev started from this directory or the nearest
+parent directory that has one (.inlet/database_url, looked for as git looks
+for .git). inlet send posts to the inlet dev running there
 (.inlet/ingress_url) unless given --url.
 `)
 }
