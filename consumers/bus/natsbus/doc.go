@@ -12,6 +12,9 @@
 // although it exists (recreated by another replica first, or a pull the
 // server refused) is consumed again. Until then [NATS.Healthy] reports the
 // subscription; lease expiry republishes the references lost with a durable.
+// A process without stream settings of its own (Config with no Storage or
+// Replicas: an SDK consumer) makes a lost stream again with the settings of
+// the one it last found, so a memory stream comes back a memory stream.
 //
 // A message is never sent over the server's max_payload (1 MiB by default,
 // often lowered by operators), headers included: a message of several job

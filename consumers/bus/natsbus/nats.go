@@ -44,9 +44,14 @@ type Config struct {
 	MaxAge time.Duration
 	// Replicas of the stream in a NATS cluster. Defaults to 1. With
 	// Replicas and Storage both unset, an existing stream is used as it is
-	// (made by the streamer, whose settings it keeps) and only a missing one
-	// is made, with the defaults; set either, and the stream is made or
-	// updated to them (inlet's services pass bus: from their config file).
+	// (made by the streamer, whose settings it keeps), and one lost later (a
+	// NATS restart with memory storage) is made again with the settings of
+	// the stream last found; with no stream there, it is made with the
+	// defaults and marked so (metadata inlet.defaults), and a process with
+	// settings of its own replaces it if its storage differs. Set either,
+	// and the stream is made or updated to them (inlet's services pass bus:
+	// from their config file); a stream of other storage fails New (JetStream
+	// cannot change it in place).
 	Replicas int
 	// Storage of the stream: "file" (the default: references survive a
 	// NATS restart) or "memory" (a restart loses the references in flight;
@@ -72,6 +77,15 @@ type NATS struct {
 
 	mu      sync.Mutex
 	closing chan struct{}
+	// stream is INLET_JOBS as this process makes it again once it is lost:
+	// with cfg's settings, or in adopt mode with those of the stream it
+	// last found (a NATS restart loses a memory stream, and the streamer's
+	// settings, not the defaults, must come back).
+	stream jetstream.StreamConfig
+	// streamLost is when a subscription's check first found the stream
+	// missing that this process knows as made with the defaults (zero
+	// while it is there): leaveToOwner.
+	streamLost time.Time
 	// streamChecked is when a failed publish last recreated the stream.
 	streamChecked time.Time
 	subs          sync.WaitGroup
@@ -162,7 +176,24 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(cfg.URL), err)
 	}
-	if err := ensureStream(ctx, conn, cfg, adopt); err != nil {
+	// An acknowledgement that never comes (a stream leader without quorum,
+	// a server that took the message and stalled) expires: its future would
+	// otherwise stay among the pending ones until a reconnect, and past
+	// 4,000 of them every publish fails, JetStream answering again or not.
+	js2, err := jetstream.New(conn, jetstream.WithPublishAsyncTimeout(publishTimeout))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("JetStream: %w", err)
+	}
+	want := streamConfig(cfg)
+	if adopt {
+		// Made by this process, the stream has the defaults, not an
+		// operator's settings: marked so, the streamer replaces it if its
+		// storage differs (ensureStream).
+		want.Metadata = map[string]string{defaultsKey: "true"}
+	}
+	stream, err := ensureStream(ctx, js2, cfg.URL, want, adopt, log)
+	if err != nil {
 		connected := conn.IsConnected()
 		conn.Close()
 		if !connected {
@@ -191,39 +222,28 @@ func New(ctx context.Context, cfg Config) (*NATS, error) {
 		conn.Close()
 		return nil, fmt.Errorf("NATS publisher: %w", err)
 	}
-	// An acknowledgement that never comes (a stream leader without quorum,
-	// a server that took the message and stalled) expires: its future would
-	// otherwise stay among the pending ones until a reconnect, and past
-	// 4,000 of them every publish fails, JetStream answering again or not.
-	js2, err := jetstream.New(conn, jetstream.WithPublishAsyncTimeout(publishTimeout))
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("JetStream: %w", err)
-	}
-	return &NATS{conn: conn, js: js2, cfg: cfg, adopt: adopt, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
+	return &NATS{conn: conn, js: js2, cfg: cfg, adopt: adopt, stream: stream, ackWait: cfg.AckWait, pub: pub, log: log, closing: make(chan struct{})}, nil
 }
 
-func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config, adopt bool) error {
-	js, err := jetstream.New(conn)
-	if err != nil {
-		return fmt.Errorf("JetStream: %w", err)
-	}
+// defaultsKey marks, in INLET_JOBS' metadata, a stream made by a process
+// without stream settings of its own (an SDK consumer started before the
+// streamer on a fresh NATS): it has the defaults, not the operator's
+// bus settings, and a process with settings of its own (the streamer)
+// replaces it when its storage differs, which JetStream cannot change in
+// place. Updated by such a process, the stream loses the mark.
+const defaultsKey = "inlet.defaults"
+
+// ensureTries bounds ensureStream's rounds of looking the stream up and
+// making it, when another process makes, replaces or changes it meanwhile.
+const ensureTries = 5
+
+// streamConfig is INLET_JOBS with cfg's settings.
+func streamConfig(cfg Config) jetstream.StreamConfig {
 	storage := jetstream.FileStorage
 	if cfg.Storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if adopt {
-		// No settings of its own: an existing stream is someone's (the
-		// streamer's) and stays as it is.
-		if _, err := js.Stream(ctx, StreamName); err == nil {
-			return nil
-		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("look up JetStream stream %s at %s (is JetStream enabled, nats-server -js?): %w", StreamName, redactURL(cfg.URL), err)
-		}
-	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "Inlet job references (ids only); Postgres is the source of truth",
 		Subjects:    []string{bus.TopicPrefix + ">"},
@@ -231,11 +251,158 @@ func ensureStream(ctx context.Context, conn *nats.Conn, cfg Config, adopt bool) 
 		MaxAge:      cfg.MaxAge,
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("create or update JetStream stream %s at %s (is JetStream enabled, nats-server -js?): %w", StreamName, redactURL(cfg.URL), err)
 	}
+}
+
+// adopted is INLET_JOBS as a process in adopt mode makes it again once it is
+// lost: with the settings (and the defaults mark) of the stream it found.
+func adopted(found jetstream.StreamConfig) jetstream.StreamConfig {
+	c := streamConfig(Config{MaxAge: found.MaxAge, Replicas: max(found.Replicas, 1)})
+	c.Storage = found.Storage
+	if found.Metadata[defaultsKey] != "" {
+		c.Metadata = map[string]string{defaultsKey: "true"}
+	}
+	return c
+}
+
+// ensureStream makes INLET_JOBS as want has it and returns the settings to
+// make it with when it is lost. In adopt mode (a process without settings
+// of its own) an existing stream stays as it is (the streamer's: its
+// replicas, storage and max age), and its settings are returned; else an
+// existing stream is updated to want, and one marked defaultsKey whose
+// storage differs is deleted and made again. A stream of another storage
+// that is not marked is an error: JetStream cannot change it in place.
+func ensureStream(ctx context.Context, js jetstream.JetStream, url string, want jetstream.StreamConfig, adopt bool, log *slog.Logger) (jetstream.StreamConfig, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for try := 1; ; try++ {
+		s, err := js.Stream(ctx, StreamName)
+		switch {
+		case err == nil:
+			have := s.CachedInfo().Config
+			if adopt {
+				return adopted(have), nil
+			}
+			if have.Storage != want.Storage {
+				if have.Metadata[defaultsKey] == "" {
+					return want, fmt.Errorf("JetStream stream %s at %s has %s storage, not bus.storage %s, and JetStream cannot change a stream's storage: "+
+						"stop every service, delete the stream (nats stream rm %s) and start them again",
+						StreamName, redactURL(url), storageName(have.Storage), storageName(want.Storage), StreamName)
+				}
+				log.Warn("JetStream stream made with the defaults by a service without bus settings: replacing it with this one's storage; lease expiry republishes the references lost",
+					slog.String("stream", StreamName), slog.String("storage", storageName(have.Storage)), slog.String("bus.storage", storageName(want.Storage)))
+				if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+					return want, fmt.Errorf("delete JetStream stream %s at %s (%s storage, made with the defaults) to make it with %s storage: %w",
+						StreamName, redactURL(url), storageName(have.Storage), storageName(want.Storage), err)
+				}
+			}
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return want, fmt.Errorf("look up JetStream stream %s at %s%s: %w", StreamName, redactURL(url), jetStreamHint(err), err)
+		}
+		if adopt {
+			// Create, not update: a stream another process made meanwhile
+			// keeps its settings (the next round adopts them).
+			_, err = js.CreateStream(ctx, want)
+		} else {
+			_, err = js.CreateOrUpdateStream(ctx, want)
+		}
+		if err == nil {
+			return want, nil
+		}
+		// The server refused (a stream of other settings made, replaced or
+		// changed meanwhile by another process): look again.
+		var api jetstream.JetStreamError
+		if try < ensureTries && errors.As(err, &api) && api.APIError() != nil && ctx.Err() == nil {
+			continue
+		}
+		return want, fmt.Errorf("create or update JetStream stream %s at %s (%s storage, %d replicas)%s: %w",
+			StreamName, redactURL(url), storageName(want.Storage), want.Replicas, jetStreamHint(err), err)
+	}
+}
+
+// jetStreamHint is the hint for an error that says JetStream is not there.
+func jetStreamHint(err error) string {
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders) {
+		return " (is JetStream enabled, nats-server -js?)"
+	}
+	return ""
+}
+
+// storageName is bus.storage's word for st.
+func storageName(st jetstream.StorageType) string {
+	if st == jetstream.MemoryStorage {
+		return "memory"
+	}
+	return "file"
+}
+
+// ensureStream makes the stream again if it is lost (ensureStream), and
+// in adopt mode remembers the settings of the stream it finds.
+func (n *NATS) ensureStream(ctx context.Context) error {
+	n.mu.Lock()
+	want := n.stream
+	n.mu.Unlock()
+	got, err := ensureStream(ctx, n.js, n.cfg.URL, want, n.adopt, n.log)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.stream = got
+	n.mu.Unlock()
 	return nil
+}
+
+// ownerGrace is how long a process in adopt mode leaves a lost stream made
+// with the defaults to a process with settings of its own (leaveToOwner).
+const ownerGrace = time.Second
+
+// leaveToOwner reports whether a subscription's check leaves the missing
+// stream, for now, to a process with settings of its own: in adopt mode,
+// while the stream this process knows was made with the defaults, for
+// ownerGrace after a check first found it missing. The streamer replaces
+// such a stream by deleting it and making it again; a consumer that made it
+// again in between, as its durable's loss makes it check at once, would
+// fail the streamer's start.
+func (n *NATS) leaveToOwner() bool {
+	if !n.adopt {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stream.Metadata[defaultsKey] == "" {
+		return false
+	}
+	if n.streamLost.IsZero() {
+		n.streamLost = time.Now()
+	}
+	return time.Since(n.streamLost) < ownerGrace
+}
+
+// learnStream, in adopt mode, remembers the settings of the stream as it
+// is now. Called once a durable is made: the stream a durable is made on
+// may not be the one ensureStream found or made (the streamer replaced it
+// meanwhile), and one replaced later deletes the durable, whose check then
+// calls learnStream again. A failed lookup keeps what was known.
+func (n *NATS) learnStream(ctx context.Context) {
+	if !n.adopt {
+		return
+	}
+	s, err := n.js.Stream(ctx, StreamName)
+	if err != nil {
+		n.log.Debug("look up JetStream stream's settings failed; keeping those known", slog.String("stream", StreamName), slog.String("error", err.Error()))
+		return
+	}
+	n.mu.Lock()
+	n.stream = adopted(s.CachedInfo().Config)
+	n.mu.Unlock()
+}
+
+// streamStorage is the storage this process makes the stream with.
+func (n *NATS) streamStorage() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return storageName(n.stream.Storage)
 }
 
 // publishTimeout bounds waiting for JetStream to store one Publish's
@@ -399,8 +566,8 @@ func (n *NATS) streamMissing(err error) {
 	}
 	n.streamChecked = time.Now()
 	n.mu.Unlock()
-	n.log.Warn("JetStream has no stream for the references: recreating it", slog.String("stream", StreamName), slog.String("storage", n.cfg.Storage))
-	if err := ensureStream(context.Background(), n.conn, n.cfg, n.adopt); err != nil {
+	n.log.Warn("JetStream has no stream for the references: recreating it", slog.String("stream", StreamName), slog.String("storage", n.streamStorage()))
+	if err := n.ensureStream(context.Background()); err != nil {
 		n.log.Warn("recreate JetStream stream failed; the next publish tries again", slog.String("error", err.Error()))
 	}
 }
@@ -433,6 +600,17 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 	consumerConfig := n.consumerConfig(topic)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	cons, err := n.js.CreateOrUpdateConsumer(cctx, StreamName, consumerConfig)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Lost since New (a NATS restart with memory storage, or the
+		// streamer replacing a stream made with the defaults): make it
+		// again, as a subscription's check would.
+		if err = n.ensureStream(cctx); err == nil {
+			cons, err = n.js.CreateOrUpdateConsumer(cctx, StreamName, consumerConfig)
+		}
+	}
+	if err == nil {
+		n.learnStream(cctx)
+	}
 	cancel()
 	if err != nil {
 		n.subs.Done()
@@ -709,12 +887,19 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := n.js.Consumer(ctx, StreamName, cfg.Durable)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		n.mu.Lock()
+		n.streamLost = time.Time{}
+		n.mu.Unlock()
+	} else if n.leaveToOwner() {
+		return nil
+	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
 	}
 	n.log.Warn("JetStream lost the stream or this handler's durable consumer (a NATS restart with memory storage, or a delete): recreating; lease expiry republishes the references lost",
-		slog.String("stream", StreamName), slog.String("consumer", cfg.Durable), slog.String("storage", n.cfg.Storage))
-	if err := ensureStream(ctx, n.conn, n.cfg, n.adopt); err != nil {
+		slog.String("stream", StreamName), slog.String("consumer", cfg.Durable), slog.String("storage", n.streamStorage()))
+	if err := n.ensureStream(ctx); err != nil {
 		n.log.Warn("recreate JetStream stream failed; retrying", slog.String("error", err.Error()))
 		return nil
 	}
@@ -723,6 +908,7 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 		n.log.Warn("recreate JetStream consumer failed; retrying", slog.String("consumer", cfg.Durable), slog.String("error", err.Error()))
 		return nil
 	}
+	n.learnStream(ctx)
 	return cons
 }
 
