@@ -1,6 +1,7 @@
 package consumers_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -130,23 +131,43 @@ func TestTxConsumerCutOffDoesNotHoldItsJobPastTheLease(t *testing.T) {
 }
 
 // partitionProxy forwards TCP connections to the test database until
-// frozen; then, as a network partition does, it forwards nothing in either
-// direction, connects nothing new, and closes nothing (the server sees
-// neither data nor FIN) until close.
+// frozen; then, as a network partition does (or a frozen process or host),
+// it forwards nothing in either direction, connects nothing new, and closes
+// nothing (the server sees neither data nor FIN) until close. It freezes
+// when freeze is called, or, given a marker (newFreezeProxy), once a
+// connection has sent the marker and then a COMMIT (a simple-protocol Query
+// "commit", as pgx sends it): that message and everything after is dropped.
 type partitionProxy struct {
 	t        *testing.T
 	ln       net.Listener
 	port     uint16
 	network  string
 	addr     string
+	marker   []byte // nil: frozen only by freeze
 	mu       sync.Mutex
 	frozen   bool
+	frozenCh chan struct{} // closed once frozen
 	released chan struct{}
 	conns    []net.Conn
 	once     sync.Once
 }
 
+// commitQuery is the Query message pgx's Tx.Commit sends.
+var commitQuery = append([]byte{'Q', 0, 0, 0, byte(4 + len("commit") + 1)}, "commit\x00"...)
+
 func newPartitionProxy(t *testing.T, cfg *pgxpool.Config) *partitionProxy {
+	t.Helper()
+	return startProxy(t, cfg, nil)
+}
+
+// newFreezeProxy is a partitionProxy that freezes at the first COMMIT a
+// connection sends after marker.
+func newFreezeProxy(t *testing.T, cfg *pgxpool.Config, marker []byte) *partitionProxy {
+	t.Helper()
+	return startProxy(t, cfg, marker)
+}
+
+func startProxy(t *testing.T, cfg *pgxpool.Config, marker []byte) *partitionProxy {
 	t.Helper()
 	network, addr := "tcp", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
 	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
@@ -156,7 +177,8 @@ func newPartitionProxy(t *testing.T, cfg *pgxpool.Config) *partitionProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &partitionProxy{t: t, ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), network: network, addr: addr, released: make(chan struct{})}
+	p := &partitionProxy{t: t, ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), network: network, addr: addr,
+		marker: marker, frozenCh: make(chan struct{}), released: make(chan struct{})}
 	go p.accept()
 	return p
 }
@@ -183,8 +205,8 @@ func (p *partitionProxy) accept() {
 			if !p.track(s) {
 				return
 			}
-			go p.pump(c, s)
-			go p.pump(s, c)
+			go p.pump(c, s, true)
+			go p.pump(s, c, false)
 		}()
 	}
 }
@@ -208,13 +230,31 @@ func (p *partitionProxy) isFrozen() bool {
 	return p.frozen
 }
 
-func (p *partitionProxy) pump(src, dst net.Conn) {
+// pump copies src to dst; from the client (fromClient), given a marker, it
+// watches for the marker and then for the COMMIT that freezes the proxy.
+func (p *partitionProxy) pump(src, dst net.Conn, fromClient bool) {
 	buf := make([]byte, 32<<10)
+	keep := max(len(p.marker), len(commitQuery))
+	var tail []byte
+	marked := false
 	for {
 		n, err := src.Read(buf)
 		if p.isFrozen() {
 			<-p.released // dropped: nothing crosses a partition, not even a close
 			return
+		}
+		if p.marker != nil && fromClient && n > 0 {
+			window := append(tail, buf[:n]...)
+			if !marked && bytes.Contains(window, p.marker) {
+				marked = true
+				window = window[bytes.Index(window, p.marker)+len(p.marker):]
+			}
+			if marked && bytes.Contains(window, commitQuery) {
+				p.freeze()
+				<-p.released
+				return
+			}
+			tail = append([]byte(nil), window[max(0, len(window)-keep):]...)
 		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -235,7 +275,10 @@ func (p *partitionProxy) pump(src, dst net.Conn) {
 func (p *partitionProxy) freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.frozen = true
+	if !p.frozen {
+		p.frozen = true
+		close(p.frozenCh)
+	}
 }
 
 func (p *partitionProxy) close() {
