@@ -22,8 +22,14 @@ func TestReporterMetricsShowAControlPlaneDown(t *testing.T) {
 	}
 	startReporter(t, d, cp, func(c *reporter.Config) { c.Metrics = reg })
 	cp.waitRequests(t, "two requests dropped while down", &cp.refused, 0, 2)
-	if n := metricValue(t, reg, "inlet_reporter_failures_total", "fetch_cursor"); n < 2 {
-		t.Errorf("failures_total{step=fetch_cursor} = %v while the control plane dropped every request, want >= 2", n)
+	// The control plane counts a request it drops before the reporter sees
+	// the dropped connection and counts its failure: wait for the count.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := metricValue(t, reg, "inlet_reporter_failures_total", "fetch_cursor"); n < 2; n = metricValue(t, reg, "inlet_reporter_failures_total", "fetch_cursor") {
+		if time.Now().After(deadline) {
+			t.Fatalf("failures_total{step=fetch_cursor} = %v while the control plane dropped every request, want >= 2", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if n := metricValue(t, reg, "inlet_reporter_failures_total", "send") + metricValue(t, reg, "inlet_reporter_failures_total", "read"); n != 0 {
 		t.Errorf("failures of read and send before any cursor: %v", n)
@@ -34,7 +40,7 @@ func TestReporterMetricsShowAControlPlaneDown(t *testing.T) {
 
 	cp.down.Store(false)
 	cp.waitStored(t, 4)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for metricValue(t, reg, "inlet_reporter_records_sent_total", "") < 4 {
 		if time.Now().After(deadline) {
 			t.Fatalf("records_sent_total %v after 4 were stored", metricValue(t, reg, "inlet_reporter_records_sent_total", ""))
