@@ -70,6 +70,17 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 
 func (g *GitHub) key() string { return "github " + g.cfg.BaseURL + g.path }
 
+// scope is the webhook listed, repo=owner/name hook=123 or org=acme
+// hook=123 (lower case, as GitHub reads names): a run lists one hook's
+// deliveries, never the whole source.
+func (g *GitHub) scope() string {
+	hook := " hook=" + strconv.FormatInt(g.cfg.HookID, 10)
+	if g.cfg.Repo != "" {
+		return "repo=" + strings.ToLower(g.cfg.Repo) + hook
+	}
+	return "org=" + strings.ToLower(g.cfg.Org) + hook
+}
+
 func (g *GitHub) auth(r *http.Request) {
 	r.Header.Set("Authorization", "Bearer "+g.cfg.Token)
 	r.Header.Set("Accept", "application/vnd.github+json")

@@ -129,9 +129,12 @@ type Report struct {
 // asked per page of the list, by dedupe key; an event listed twice is
 // counted once (and as a duplicate). A GitHub delivery's payload is fetched
 // only when it is missing. The run is recorded in reconcile_runs when it
-// starts and when it ends, with the error if it stops early; the Report is
-// valid on error too. Running it again stores nothing more: what it stored
-// is then already stored.
+// starts and when it ends, with the error if it stops early, and with what
+// l lists (its scope: Stripe's types, GitHub's hook), the only listing the
+// run's window counts as compared for in the scheduled reconcile's coverage
+// (a run without a type filter counts for every scope of its source); the
+// Report is valid on error too. Running it again stores nothing more: what
+// it stored is then already stored.
 func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
@@ -149,7 +152,7 @@ func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, erro
 		}}
 	q := queries.New(cfg.DB)
 	id, err := q.StartReconcileRun(ctx, queries.StartReconcileRunParams{Source: cfg.Source, Api: rep.API,
-		WindowSince: rep.Since, WindowUntil: rep.Until, DryRun: cfg.DryRun})
+		WindowSince: rep.Since, WindowUntil: rep.Until, DryRun: cfg.DryRun, Scope: l.scope()})
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %s: record the run: %w", cfg.Source, err)
 	}

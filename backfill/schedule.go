@@ -42,15 +42,16 @@ type ScheduleConfig struct {
 // the last Window up to Settle ago, while this replica leads, until ctx is
 // done. The first round is at once. A round that starts late (the last one
 // ran longer than Interval: rate-limit waits, many pages) or follows a
-// failed one reaches back to where the source's completed runs first left
-// a stretch uncompared (a manual run's later window does not hide it), so
-// no stretch of time goes uncompared (at most 30 days back, what the
-// providers keep). That point is read from reconcile_runs each round, not
-// kept in memory, so it survives a restart and a failover to another
-// replica. A source's failure is logged and recorded in its reconcile_runs
-// row; the others still run. Events keep the stored scheme's
-// default occurred_at and payload copy (the streamer does not read
-// sources:).
+// failed one reaches back to where the completed runs of the entry's
+// listing (its Stripe types, its GitHub hook; or of the whole source) first
+// left a stretch uncompared (a manual run's later window does not hide it,
+// nor does another entry's run of the same source), so no stretch of time
+// goes uncompared (at most 30 days back, what the providers keep). That
+// point is read from reconcile_runs each round, not kept in memory, so it
+// survives a restart and a failover to another replica. A source's failure
+// is logged and recorded in its reconcile_runs row; the others still run.
+// Events keep the stored scheme's default occurred_at and payload copy (the
+// streamer does not read sources:).
 func Schedule(ctx context.Context, cfg ScheduleConfig) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -83,12 +84,21 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 		return
 	}
 	until := cfg.Now().Add(-*cfg.Section.Settle)
-	for _, src := range cfg.Section.Sources {
+	for i, src := range cfg.Section.Sources {
 		if ctx.Err() != nil {
 			return
 		}
-		log := cfg.Logger.With(slog.String("source", src.Source))
-		since, err := scheduledSince(ctx, cfg, src.Source, until)
+		// The entry's index tells apart several entries of one source.
+		log := cfg.Logger.With(slog.String("source", src.Source), slog.Int("entry", i))
+		// What the entry lists (its types, its hook): the coverage it
+		// reaches back over is that of its own listing, not of the other
+		// entries of its source. It does not depend on the window.
+		probe, err := src.Lister(time.Time{}, time.Time{})
+		if err != nil { // Validate saw it already
+			log.Error("reconcile: bad source", slog.String("error", err.Error()))
+			continue
+		}
+		since, err := scheduledSince(ctx, cfg, src.Source, probe.scope(), until)
 		if err != nil {
 			// Without where the completed runs' coverage stops, the
 			// default window could leave a stretch uncompared; the next
@@ -119,24 +129,28 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 	}
 }
 
-// scheduledSince is where source's scheduled window starts: Window before
-// until, or earlier, where the source's compared time first stops (a round
-// that failed, started late, or ran in a process that has since stopped
-// left the stretch after it uncompared), at most 30 days before until. That
-// is the end of the earliest stretch of completed runs that a gap follows,
-// not the latest run's end: a manual run (inlet reconcile --since 2h) after
-// failed rounds would otherwise skip the stretch they left. Read from
+// scheduledSince is where the scheduled window of source's entry listing
+// scope starts: Window before until, or earlier, where the scope's compared
+// time first stops (a round that failed, started late, or ran in a process
+// that has since stopped left the stretch after it uncompared), at most 30
+// days before until. That is the end of the earliest stretch of completed
+// runs that a gap follows, not the latest run's end: a manual run (inlet
+// reconcile --since 2h) after failed rounds would otherwise skip the
+// stretch they left. Only the runs that listed scope, or the whole source
+// (scope ""), count: another entry of the source (other Stripe types,
+// another repository's hook) compared none of this one's events. Read from
 // reconcile_runs, which every run of every replica and the command write,
 // not from this process's memory.
-func scheduledSince(ctx context.Context, cfg ScheduleConfig, source string, until time.Time) (time.Time, error) {
+func scheduledSince(ctx context.Context, cfg ScheduleConfig, source, scope string, until time.Time) (time.Time, error) {
 	since := until.Add(-cfg.Section.Window)
 	oldest := until.Add(-StripeRetention)
-	covered, err := queries.New(cfg.DB).ReconcileCoveredUntil(ctx, queries.ReconcileCoveredUntilParams{Source: source, NotBefore: oldest})
+	covered, err := queries.New(cfg.DB).ReconcileCoveredUntil(ctx,
+		queries.ReconcileCoveredUntilParams{Source: source, Scope: scope, NotBefore: oldest})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // never completed a run: the window alone
 		return since, nil
 	case err != nil:
-		return time.Time{}, fmt.Errorf("reconcile %s: read where the completed runs' coverage stops: %w", source, err)
+		return time.Time{}, fmt.Errorf("reconcile %s (%s): read where the completed runs' coverage stops: %w", source, scopeName(scope), err)
 	}
 	if covered.Before(since) {
 		since = covered
@@ -145,4 +159,12 @@ func scheduledSince(ctx context.Context, cfg ScheduleConfig, source string, unti
 		}
 	}
 	return since, nil
+}
+
+// scopeName is scope for an error message: "the whole source" for "".
+func scopeName(scope string) string {
+	if scope == "" {
+		return "the whole source"
+	}
+	return scope
 }

@@ -72,12 +72,21 @@ func (s *Stripe) key() string {
 	if !s.cfg.Until.IsZero() {
 		k += " until=" + strconv.FormatInt(s.cfg.Until.Unix(), 10)
 	}
-	if len(s.cfg.Types) > 0 {
-		// In a fixed order: --types a,b and b,a are the same backfill.
-		types := slices.Sorted(slices.Values(s.cfg.Types))
-		k += " types=" + strings.Join(slices.Compact(types), ",")
+	if sc := s.scope(); sc != "" {
+		k += " " + sc
 	}
 	return k
+}
+
+// scope is the types listed, sorted and without repeats (--types a,b and
+// b,a list the same events), as types=a,b; "" without a type filter: every
+// event of the account.
+func (s *Stripe) scope() string {
+	if len(s.cfg.Types) == 0 {
+		return ""
+	}
+	types := slices.Sorted(slices.Values(s.cfg.Types))
+	return "types=" + strings.Join(slices.Compact(types), ",")
 }
 
 // pinned is the Since a relative --since resolved to, kept in the state

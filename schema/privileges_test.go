@@ -74,7 +74,7 @@ webhook_ingress_writer SELECT events: provider, external_event_id
 webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
 webhook_ingress_writer SELECT event_keys: provider, external_event_id
 webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, event_type_pattern, enabled, filter
-webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run
+webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run, scope
 webhook_ingress_writer UPDATE reconcile_runs: finished_at, listed, already_stored, missing, stored, duplicates, by_type, error
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
 webhook_streamer SELECT jobs: id, event_id, event_received_at, handler, provider, event_type, status, attempt_count, max_attempts, next_attempt_at, lease_holder_id, lease_expires_at, attempted_at, worker_id, last_error_class, created_at, updated_at, completed_at, trace_parent, completed_attempt_id, order_at

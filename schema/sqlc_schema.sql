@@ -262,7 +262,8 @@ CREATE TABLE webhook_ingress.reconcile_runs (
     stored bigint NOT NULL,
     duplicates bigint NOT NULL,
     by_type jsonb NOT NULL,
-    error text
+    error text,
+    scope text
 );
 
 CREATE TABLE webhook_ingress.retention_keys_due (

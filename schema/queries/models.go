@@ -311,6 +311,7 @@ type ReconcileRun struct {
 	Duplicates    int64
 	ByType        []byte
 	Error         *string
+	Scope         *string
 }
 
 type RetentionLog struct {

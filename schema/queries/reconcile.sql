@@ -8,9 +8,12 @@ WHERE provider = sqlc.arg(provider)::text AND external_event_id = ANY(sqlc.arg(e
 -- name: StartReconcileRun :one
 -- A run's row, written when it starts: its id is the Inlet-Reconcile header
 -- of every event it stores, so an event points at the run that stored it
--- even if the run is killed before FinishReconcileRun.
-INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run)
-VALUES (sqlc.arg(source), sqlc.arg(api), sqlc.arg(window_since), sqlc.arg(window_until), sqlc.arg(dry_run))
+-- even if the run is killed before FinishReconcileRun. scope is what the run
+-- listed when narrower than the whole source (empty: all of it, stored as
+-- NULL, as the runs recorded before migration 071 are), the scope its
+-- coverage counts for (ReconcileCoveredUntil).
+INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run, scope)
+VALUES (sqlc.arg(source), sqlc.arg(api), sqlc.arg(window_since), sqlc.arg(window_until), sqlc.arg(dry_run), nullif(sqlc.arg(scope)::text, ''))
 RETURNING id;
 
 -- name: FinishReconcileRun :exec
@@ -24,16 +27,22 @@ WHERE id = sqlc.arg(id);
 -- The newest run of each source, for the dashboard (a handful of sources; the
 -- index on (source, id) makes each a probe).
 SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
-       listed, already_stored, missing, stored, duplicates, by_type, error
+       listed, already_stored, missing, stored, duplicates, by_type, error, scope
 FROM webhook_ingress.reconcile_runs
 ORDER BY source, id DESC;
 
 -- name: ReconcileCoveredUntil :one
--- Where the source's compared time first stops: the end of the earliest
--- stretch of completed coverage that a gap follows, else the end of the
--- latest. The scheduled reconcile reaches back to it after a failed round, a
--- late one, or a restart or failover to another streamer (a process's memory
--- would forget it). Not simply the latest end: a manual run (inlet reconcile
+-- Where the compared time of the source's listing scope (a reconcile.sources
+-- entry's: its Stripe types, its GitHub repository or organization and hook;
+-- empty for the whole source) first stops: the end of the earliest stretch of
+-- completed coverage that a gap follows, else the end of the latest. A run
+-- covers the scope when it listed that scope or the whole source (scope
+-- empty or NULL: a Stripe run without types, a run recorded before migration
+-- 071): a run of another entry of the same source compared only what it
+-- listed, and its window would close the gap of this one. The scheduled
+-- reconcile reaches back to it after a failed round, a late one, or a
+-- restart or failover to another streamer (a process's memory would forget
+-- it). Not simply the latest end: a manual run (inlet reconcile
 -- --since 2h) after failed rounds is recorded here too, and its end would
 -- skip the stretch the failed rounds left uncompared.
 --
@@ -55,16 +64,18 @@ ORDER BY source, id DESC;
 --
 -- Only the last 30 days are read (what the providers keep): older runs
 -- count as one point at not_before, so a gap just after it, left by runs
--- that failed for longer than that, still shows. No row: the source never
--- completed a run. reconcile_runs holds a row per run (a few a day per
--- source): the (source, id) index narrows it to the source's.
+-- that failed for longer than that, still shows. No row: no completed run
+-- covers the scope. reconcile_runs holds a row per run (a few a
+-- day per entry): the (source, id) index narrows it to the source's.
 WITH covered AS (
     SELECT window_since, least(window_until, started_at) AS window_until FROM webhook_ingress.reconcile_runs
-    WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+    WHERE source = sqlc.arg(source)::text AND coalesce(scope, '') IN ('', sqlc.arg(scope)::text)
+      AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
       AND started_at > window_since AND least(window_until, started_at) >= sqlc.arg(not_before)::timestamptz
     UNION ALL
     (SELECT sqlc.arg(not_before)::timestamptz, sqlc.arg(not_before)::timestamptz FROM webhook_ingress.reconcile_runs
-     WHERE source = sqlc.arg(source)::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+     WHERE source = sqlc.arg(source)::text AND coalesce(scope, '') IN ('', sqlc.arg(scope)::text)
+       AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
        AND started_at > window_since AND least(window_until, started_at) < sqlc.arg(not_before)::timestamptz
      LIMIT 1)
 ), ordered AS (

@@ -45,7 +45,7 @@ func (q *Queries) FinishReconcileRun(ctx context.Context, arg FinishReconcileRun
 
 const LatestReconcileRuns = `-- name: LatestReconcileRuns :many
 SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
-       listed, already_stored, missing, stored, duplicates, by_type, error
+       listed, already_stored, missing, stored, duplicates, by_type, error, scope
 FROM webhook_ingress.reconcile_runs
 ORDER BY source, id DESC
 `
@@ -77,6 +77,7 @@ func (q *Queries) LatestReconcileRuns(ctx context.Context) ([]ReconcileRun, erro
 			&i.Duplicates,
 			&i.ByType,
 			&i.Error,
+			&i.Scope,
 		); err != nil {
 			return nil, err
 		}
@@ -91,12 +92,14 @@ func (q *Queries) LatestReconcileRuns(ctx context.Context) ([]ReconcileRun, erro
 const ReconcileCoveredUntil = `-- name: ReconcileCoveredUntil :one
 WITH covered AS (
     SELECT window_since, least(window_until, started_at) AS window_until FROM webhook_ingress.reconcile_runs
-    WHERE source = $1::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-      AND started_at > window_since AND least(window_until, started_at) >= $2::timestamptz
+    WHERE source = $1::text AND coalesce(scope, '') IN ('', $2::text)
+      AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+      AND started_at > window_since AND least(window_until, started_at) >= $3::timestamptz
     UNION ALL
-    (SELECT $2::timestamptz, $2::timestamptz FROM webhook_ingress.reconcile_runs
-     WHERE source = $1::text AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-       AND started_at > window_since AND least(window_until, started_at) < $2::timestamptz
+    (SELECT $3::timestamptz, $3::timestamptz FROM webhook_ingress.reconcile_runs
+     WHERE source = $1::text AND coalesce(scope, '') IN ('', $2::text)
+       AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+       AND started_at > window_since AND least(window_until, started_at) < $3::timestamptz
      LIMIT 1)
 ), ordered AS (
     SELECT window_since, window_until,
@@ -110,14 +113,21 @@ HAVING count(*) > 0
 
 type ReconcileCoveredUntilParams struct {
 	Source    string
+	Scope     string
 	NotBefore time.Time
 }
 
-// Where the source's compared time first stops: the end of the earliest
-// stretch of completed coverage that a gap follows, else the end of the
-// latest. The scheduled reconcile reaches back to it after a failed round, a
-// late one, or a restart or failover to another streamer (a process's memory
-// would forget it). Not simply the latest end: a manual run (inlet reconcile
+// Where the compared time of the source's listing scope (a reconcile.sources
+// entry's: its Stripe types, its GitHub repository or organization and hook;
+// empty for the whole source) first stops: the end of the earliest stretch of
+// completed coverage that a gap follows, else the end of the latest. A run
+// covers the scope when it listed that scope or the whole source (scope
+// empty or NULL: a Stripe run without types, a run recorded before migration
+// 071): a run of another entry of the same source compared only what it
+// listed, and its window would close the gap of this one. The scheduled
+// reconcile reaches back to it after a failed round, a late one, or a
+// restart or failover to another streamer (a process's memory would forget
+// it). Not simply the latest end: a manual run (inlet reconcile
 // --since 2h) after failed rounds is recorded here too, and its end would
 // skip the stretch the failed rounds left uncompared.
 //
@@ -139,11 +149,11 @@ type ReconcileCoveredUntilParams struct {
 //
 // Only the last 30 days are read (what the providers keep): older runs
 // count as one point at not_before, so a gap just after it, left by runs
-// that failed for longer than that, still shows. No row: the source never
-// completed a run. reconcile_runs holds a row per run (a few a day per
-// source): the (source, id) index narrows it to the source's.
+// that failed for longer than that, still shows. No row: no completed run
+// covers the scope. reconcile_runs holds a row per run (a few a
+// day per entry): the (source, id) index narrows it to the source's.
 func (q *Queries) ReconcileCoveredUntil(ctx context.Context, arg ReconcileCoveredUntilParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, ReconcileCoveredUntil, arg.Source, arg.NotBefore)
+	row := q.db.QueryRow(ctx, ReconcileCoveredUntil, arg.Source, arg.Scope, arg.NotBefore)
 	var covered_until time.Time
 	err := row.Scan(&covered_until)
 	return covered_until, err
@@ -183,8 +193,8 @@ func (q *Queries) ReconcileStoredKeys(ctx context.Context, arg ReconcileStoredKe
 }
 
 const StartReconcileRun = `-- name: StartReconcileRun :one
-INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO webhook_ingress.reconcile_runs (source, api, window_since, window_until, dry_run, scope)
+VALUES ($1, $2, $3, $4, $5, nullif($6::text, ''))
 RETURNING id
 `
 
@@ -194,11 +204,15 @@ type StartReconcileRunParams struct {
 	WindowSince time.Time
 	WindowUntil time.Time
 	DryRun      bool
+	Scope       string
 }
 
 // A run's row, written when it starts: its id is the Inlet-Reconcile header
 // of every event it stores, so an event points at the run that stored it
-// even if the run is killed before FinishReconcileRun.
+// even if the run is killed before FinishReconcileRun. scope is what the run
+// listed when narrower than the whole source (empty: all of it, stored as
+// NULL, as the runs recorded before migration 071 are), the scope its
+// coverage counts for (ReconcileCoveredUntil).
 func (q *Queries) StartReconcileRun(ctx context.Context, arg StartReconcileRunParams) (int64, error) {
 	row := q.db.QueryRow(ctx, StartReconcileRun,
 		arg.Source,
@@ -206,6 +220,7 @@ func (q *Queries) StartReconcileRun(ctx context.Context, arg StartReconcileRunPa
 		arg.WindowSince,
 		arg.WindowUntil,
 		arg.DryRun,
+		arg.Scope,
 	)
 	var id int64
 	err := row.Scan(&id)
