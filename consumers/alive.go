@@ -32,7 +32,7 @@ func (s *Service) handlerNames() []string {
 // (sayAliveSince), so this is how streamers and the reaper know a consumer
 // is there (see ReapExpiredLeases).
 // Once Stop has ended the subscriptions it writes nothing (sayDraining
-// did).
+// did), nor while the bus is not delivering to it (errBusDown).
 func (s *Service) sayAlive(ctx context.Context) error {
 	if err := s.lockAlive(ctx); err != nil {
 		return err
@@ -73,6 +73,8 @@ func (s *Service) unlockAlive() { <-s.aliveMu }
 // row locked for long (an operator's transaction, another service with the
 // same WorkerID, a failover) let one take at a time through per timeout
 // (review helper-215).
+// While the bus is not delivering it writes nothing and returns errBusDown
+// (sayAliveLocked): the take extends its lease instead.
 func (s *Service) sayAliveSince(ctx context.Context, leasedAt time.Time) error {
 	if leasedAt.UnixNano() <= s.seenUntil.Load() {
 		return nil
@@ -97,6 +99,16 @@ func (s *Service) sayAliveSince(ctx context.Context, leasedAt time.Time) error {
 // one having failed within an AliveInterval.
 var errAliveRecentlyFailed = errors.New("the last liveness write failed within an AliveInterval; not tried again for this attempt")
 
+// errBusDown: the liveness write was skipped, the Subscriber saying it is
+// not delivering (sayAliveLocked). A take that gets it extends its lease
+// before the handler runs instead (take).
+var errBusDown = errors.New("the bus is not delivering to this consumer; its liveness is not recorded until it is")
+
+// busRecheck is how often, while the bus is not delivering, the alive loop
+// asks it whether it is again, so the first liveness write after its return
+// does not wait for the next AliveInterval.
+const busRecheck = 100 * time.Millisecond
+
 // aliveRecentlyFailed reports whether a liveness write failed within the
 // last AliveInterval.
 func (s *Service) aliveRecentlyFailed() bool {
@@ -110,9 +122,36 @@ func (s *Service) aliveRecentlyFailed() bool {
 // is no longer given: ConsumerAliveScoped writes only those it still is
 // (one taken away made every write fail, and the liveness of the others
 // ran out: review helper-211).
+//
+// While the Subscriber says it is not delivering (busHealthy: natsbus not
+// connected to NATS, or a durable not consuming) it writes nothing and
+// returns errBusDown: this consumer can receive no reference, and alive it
+// had streamers lease its handlers' jobs and the reaper count every expiry
+// as an attempt, so jobs were dead-lettered unrun for as long as its path
+// to NATS was cut (review helper-243). Its last write then runs out as a
+// stopped consumer's does: within three AliveIntervals streamers hold a
+// handler none of whose consumers is alive (quiet), and the expiry of a
+// lease that began after that write's seen_at is an outage, not counted. A
+// blip between two writes changes nothing; the alive loop writes as soon
+// as the bus is back (busRecheck).
 func (s *Service) sayAliveLocked(ctx context.Context) error {
 	if s.draining {
 		return nil
+	}
+	if err := s.busHealthy(); err != nil {
+		if !s.busDown.Swap(true) {
+			select {
+			case s.busDownSet <- struct{}{}:
+			default:
+			}
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "the bus is not delivering to this consumer: its liveness is not recorded until it is, so streamers hold its handlers' jobs and their expired leases do not count",
+				slog.String("worker_id", s.cfg.WorkerID), slog.String("error", err.Error()))
+		}
+		return fmt.Errorf("%w: %w", errBusDown, err)
+	}
+	if s.busDown.Swap(false) {
+		s.logger.LogAttrs(ctx, slog.LevelInfo, "the bus is delivering to this consumer again: recording its liveness",
+			slog.String("worker_id", s.cfg.WorkerID))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AliveInterval)
 	defer cancel()
@@ -195,11 +234,16 @@ func (s *Service) sayDraining(ctx context.Context) error {
 
 // aliveLoop says the service is alive every AliveInterval until ctx ends,
 // and then that it is gone, so streamers stop leasing at once for handlers
-// that have no other consumer.
+// that have no other consumer. While the bus is not delivering (busDown) it
+// also asks it every busRecheck, and says alive as soon as it is back.
 func (s *Service) aliveLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.AliveInterval)
 	defer t.Stop()
 	for {
+		var back <-chan time.Time
+		if s.busDown.Load() {
+			back = time.After(busRecheck)
+		}
 		select {
 		case <-ctx.Done():
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AliveInterval)
@@ -209,9 +253,15 @@ func (s *Service) aliveLoop(ctx context.Context) {
 					slog.String("error", err.Error()))
 			}
 			return
+		case <-s.busDownSet:
+			continue // a take found the bus down: check for its return
 		case <-t.C:
+		case <-back:
+			if s.busHealthy() != nil {
+				continue
+			}
 		}
-		if err := s.sayAlive(ctx); err != nil && ctx.Err() == nil {
+		if err := s.sayAlive(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errBusDown) {
 			s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness failed",
 				slog.String("error", err.Error()))
 		}

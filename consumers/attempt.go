@@ -276,7 +276,17 @@ func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx in
 		wctx, cancel := context.WithTimeout(ctx, remaining/2)
 		err := s.sayAliveSince(wctx, t.l.leasedAt)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		remaining -= time.Since(began)
+		switch {
+		case errors.Is(err, errBusDown):
+			// The bus says it is not delivering (this reference came
+			// through all the same: buffered before a cut, or on a
+			// durable that still consumes), and saying alive would have
+			// streamers lease what cannot reach this consumer. The lease
+			// is extended below instead: it then names this consumer and
+			// counts should it die in the handler (review helper-243).
+			remaining = 0
+		case err != nil && ctx.Err() == nil:
 			// The handler runs all the same: should this process die in
 			// it, the attempt may be given back uncounted, as before.
 			level := slog.LevelWarn
@@ -286,7 +296,6 @@ func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx in
 			s.logger.LogAttrs(ctx, level, "record consumer liveness before running the handler failed; if this process dies in it, the attempt may not count",
 				slog.Int64("job_id", ref.JobID), slog.String("handler", ref.Handler), slog.String("error", err.Error()))
 		}
-		remaining -= time.Since(began)
 	}
 	if remaining < s.cfg.LeaseExtend/2 {
 		// Extended, the lease names this consumer (worker_id) and counts

@@ -65,6 +65,13 @@ type Service struct {
 	// liveness write failed, 0 after a success: takes meanwhile do not
 	// each wait for a write of their own (sayAliveSince).
 	aliveFailedAt atomic.Int64
+	// busDown: the last liveness write was skipped because the bus said it
+	// was not delivering (busHealthy); the alive loop then checks every
+	// busRecheck for its return and writes at once. Written under aliveMu,
+	// which signals busDownSet (one slot) when it becomes true, so the loop
+	// also learns it from a take's write.
+	busDown    atomic.Bool
+	busDownSet chan struct{}
 	// refused are the handlers, comma-joined, the last liveness write left
 	// out because the role is no longer given them (logged when it changes);
 	// under aliveMu.
@@ -141,9 +148,10 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("consumers config: %w", err)
 	}
 	s := &Service{
-		cfg:     cfg,
-		logger:  cfg.Logger.With(slog.String("component", "consumers")),
-		aliveMu: make(chan struct{}, 1),
+		cfg:        cfg,
+		logger:     cfg.Logger.With(slog.String("component", "consumers")),
+		aliveMu:    make(chan struct{}, 1),
+		busDownSet: make(chan struct{}, 1),
 	}
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
@@ -287,7 +295,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.workCtx, s.workCancel = context.WithCancelCause(base)
 	// Streamers lease nothing of a handler whose known consumers are all
 	// quiet: say so before the first reference is awaited.
-	if err := s.sayAlive(ctx); err != nil {
+	if err := s.sayAlive(ctx); err != nil && !errors.Is(err, errBusDown) { // the bus down was logged
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "record consumer liveness failed", slog.String("error", err.Error()))
 	}
 	aliveCtx, aliveCancel := context.WithCancel(base)
@@ -431,10 +439,8 @@ func (s *Service) Healthy() error {
 	if name := s.lost.Load(); name != nil {
 		return fmt.Errorf("the bus closed the subscription of handler %q", *name)
 	}
-	if h, ok := s.cfg.Subscriber.(healthReporter); ok {
-		if err := h.Healthy(); err != nil {
-			return fmt.Errorf("the bus: %w", err)
-		}
+	if err := s.busHealthy(); err != nil {
+		return fmt.Errorf("the bus: %w", err)
 	}
 	return nil
 }
@@ -443,6 +449,16 @@ func (s *Service) Healthy() error {
 // although its subscriptions are open (natsbus.NATS).
 type healthReporter interface {
 	Healthy() error
+}
+
+// busHealthy is the Subscriber's own health (healthReporter): nil for a
+// transport without one (the in-process bus), which always delivers. While
+// it is not nil the service does not say it is alive (sayAliveLocked).
+func (s *Service) busHealthy() error {
+	if h, ok := s.cfg.Subscriber.(healthReporter); ok {
+		return h.Healthy()
+	}
+	return nil
 }
 
 // read takes r's messages until ctx ends. A message carries one job
