@@ -226,6 +226,7 @@ func (c Config) Source(name string) (sources.Source, bool) {
 }
 
 // Load reads, expands, parses, defaults and validates the whole file at path.
+// A relative ${file:PATH} in it is read from the file's directory.
 func Load(path string) (Config, error) { return LoadFor(path, config.AllSections) }
 
 // LoadFor is Load of the sections service reads.
@@ -233,7 +234,8 @@ func LoadFor(path string, service config.Service) (Config, error) {
 	return config.Load[Config](path, service)
 }
 
-// Parse is Load on bytes, with lookup resolving ${VAR}.
+// Parse is Load on bytes, with lookup resolving ${VAR}; having no file, it
+// reads a relative ${file:PATH} from the working directory.
 func Parse(b []byte, lookup func(string) (string, bool)) (Config, error) {
 	return ParseFor(b, lookup, config.AllSections)
 }

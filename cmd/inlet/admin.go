@@ -50,7 +50,9 @@ func operatorConfig(path string) (inletyaml.Config, string, error) {
 		return cfg, from, err
 	}
 	if cfg.Admin.DatabaseURL == "" {
-		cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
+		if cfg.DatabaseURL, err = databaseURL("", cfg.DatabaseURL); err != nil {
+			return cfg, from, err
+		}
 	}
 	if cfg.Admin.DatabaseURL == "" && cfg.DatabaseURL == "" {
 		return cfg, from, errNoDatabase(path, false)

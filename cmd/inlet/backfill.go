@@ -103,7 +103,11 @@ that has one (.inlet/database_url).`)
 	if *statePath == "" {
 		// Beside the database_url of the inlet dev found here or above, so
 		// a run resumed from another directory of the tree finds it.
-		*statePath = filepath.Join(devStateDir(), "backfill-"+src.Name+".json")
+		dir, err := devStateDir("pass --state PATH for the cursor file")
+		if err != nil {
+			return err
+		}
+		*statePath = filepath.Join(dir, "backfill-"+src.Name+".json")
 	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-backfill", MaxConns: 2})
 	if err != nil {

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,7 +34,8 @@ func configFlag(fs *flag.FlagSet) *string {
 
 // loadConfig reads path. When the path is the default and the file does not
 // exist, the project's inlet.yaml (projectConfig) is read, else fallback (if
-// non-nil) supplies the configuration instead.
+// non-nil) supplies the configuration instead. A project's inlet.yaml of
+// another user is refused (projectConfig).
 func loadConfig(path string, fallback func() (inletyaml.Config, error)) (inletyaml.Config, string, error) {
 	return loadServiceConfig(path, config.AllSections, fallback)
 }
@@ -50,7 +53,11 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 		// beside the .inlet/ that findDevFile finds, so a command does not
 		// mix inlet dev's database and ingress with another configuration
 		// (its secrets: review helper-231).
-		if p := projectConfig(); p != "" {
+		p, err := projectConfig()
+		if err != nil {
+			return inletyaml.Config{}, "", err
+		}
+		if p != "" {
 			c, err := inletyaml.LoadFor(p, service)
 			if err != nil {
 				return inletyaml.Config{}, "", err
@@ -73,26 +80,65 @@ func loadServiceConfig(path string, service config.Service, fallback func() (inl
 // nearest directory, the working one or a parent, that is a project's own
 // (projectRoot, where findDevFile stops), if it holds one. "" when there is
 // none (the nearest project root holds only a .git, or there is no root
-// up to /).
-func projectConfig() string {
+// up to /). An error when that inlet.yaml is another user's (checkOwner), as
+// git refuses a repository of another owner: one planted in a shared parent
+// such as /tmp would give a command its database, sources and forwarding
+// URLs, with the user's own ${file:} secrets expanded into them.
+func projectConfig() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	for {
 		if projectRoot(dir) {
 			p := filepath.Join(dir, defaultConfigPath)
 			if _, err := os.Stat(p); err != nil {
-				return ""
+				return "", nil
 			}
-			return p
+			if err := checkOwner(p, "pass --config "+p+" to use it"); err != nil {
+				return "", err
+			}
+			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return ""
+			return "", nil
 		}
 		dir = parent
 	}
+}
+
+// checkOwner refuses path, a file that the working directory's walk up
+// found (projectConfig, findDevFile), when another user owns it: the entry
+// itself, or what it names when it is a symbolic link. Its error names the
+// file, its owner, and the way out: wayOut (the flag that uses it
+// deliberately, or does without it), or a directory of the user's own. nil
+// when the user owns it, or the system does not tell owners (fileOwner).
+func checkOwner(path, wayOut string) error {
+	uid := os.Getuid()
+	for _, stat := range []func(string) (os.FileInfo, error){os.Lstat, os.Stat} {
+		fi, err := stat(path)
+		if err != nil {
+			continue // the read that follows says why
+		}
+		owner, ok := fileOwner(fi)
+		if !ok || int64(owner) == int64(uid) {
+			continue
+		}
+		return fmt.Errorf("%s is owned by %s, not by you (uid %d): not read, as git refuses a repository of another user "+
+			"(it could point this command at their database and URLs); %s, or run inlet from a directory of your own",
+			path, ownerName(owner), uid, wayOut)
+	}
+	return nil
+}
+
+// ownerName is "uid N (name)", or "uid N" when the name is unknown.
+func ownerName(uid uint32) string {
+	id := strconv.FormatUint(uint64(uid), 10)
+	if u, err := user.LookupId(id); err == nil && u.Username != "" {
+		return "uid " + id + " (" + u.Username + ")"
+	}
+	return "uid " + id
 }
 
 // devDataDir is inlet dev's default --data-dir: its local PostgreSQL, the
@@ -111,27 +157,35 @@ not past a directory holding an inlet.yaml or a .git).`
 // findDevFile is the path of .inlet/name in the working directory, else in
 // the nearest parent directory that has one, up to the filesystem root or
 // the first directory holding an inlet.yaml or a .git: as git finds .git, so a command run in a subdirectory of the one inlet dev
-// runs in finds what it wrote. "" when there is none.
-func findDevFile(name string) string {
+// runs in finds what it wrote. "" when there is none. An error when the
+// .inlet/ found, or its file, is another user's (checkOwner): their inlet
+// dev's database or ingress is not this user's; wayOut says how to do
+// without it.
+func findDevFile(name, wayOut string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	for {
 		p := filepath.Join(dir, devDataDir, name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
+			for _, q := range []string{filepath.Dir(p), p} {
+				if err := checkOwner(q, wayOut); err != nil {
+					return "", err
+				}
+			}
+			return p, nil
 		}
 		// A project's own directory ends the search, as git stops at its
 		// repository: a subproject with its own inlet.yaml or .git, where
 		// inlet dev has not run yet, must not reach the parent project's
 		// database (review helper-220).
 		if projectRoot(dir) {
-			return ""
+			return "", nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return ""
+			return "", nil
 		}
 		dir = parent
 	}
@@ -150,13 +204,23 @@ func projectRoot(dir string) bool {
 
 // devStateDir is the .inlet directory holding the database_url that
 // databaseURL finds (this directory's or a parent's), else ./.inlet: where a
-// command keeps its own state beside inlet dev's (backfill's cursor).
-func devStateDir() string {
-	if p := findDevFile("database_url"); p != "" {
-		return filepath.Dir(p)
+// command keeps its own state beside inlet dev's (backfill's cursor). An
+// error when that is another user's (findDevFile); wayOut says how to do
+// without it.
+func devStateDir(wayOut string) (string, error) {
+	p, err := findDevFile("database_url", wayOut)
+	if err != nil {
+		return "", err
 	}
-	return devDataDir
+	if p != "" {
+		return filepath.Dir(p), nil
+	}
+	return devDataDir, nil
 }
+
+// devDatabaseWayOut is how a command does without the .inlet/database_url
+// of another user that findDevFile refuses.
+const devDatabaseWayOut = "set DATABASE_URL (or database_url in the config file, or pass --database-url where the command has it) to name a database"
 
 // databaseURL is the database a command connects to, by one rule for every
 // command: flagURL (--database-url), else configured (the config file's
@@ -165,20 +229,21 @@ func devStateDir() string {
 // its local PostgreSQL here or in a parent directory (findDevFile). inlet
 // dev itself starts that PostgreSQL exactly when configured is empty, so
 // every command reaches the database inlet dev uses, with or without a
-// config file. "" when there is none.
-func databaseURL(flagURL, configured string) string {
+// config file. "" when there is none; an error when the .inlet/ found is
+// another user's (findDevFile).
+func databaseURL(flagURL, configured string) (string, error) {
 	if u := cmp.Or(flagURL, configured); u != "" {
-		return u
+		return u, nil
 	}
-	p := findDevFile("database_url")
-	if p == "" {
-		return ""
+	p, err := findDevFile("database_url", devDatabaseWayOut)
+	if p == "" || err != nil {
+		return "", err
 	}
 	b, err := os.ReadFile(p) //nolint:gosec // G304: inlet dev's own file, found as git finds .git
 	if err != nil {
-		return ""
+		return "", nil
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(b)), nil
 }
 
 // errNoDatabase is the error of a command that found no database URL;
@@ -205,10 +270,15 @@ localhost).`
 // --url, and where that came from (for its errors): the URL inlet dev wrote
 // to .inlet/ingress_url (findDevFile), else ingress.listen of cfg, read
 // from from (the config file, or the embedded defaults), as this machine
-// reaches it.
-func ingressURL(cfg inletyaml.Config, from string) (url, origin string) {
+// reaches it. An error when the .inlet/ found is another user's
+// (findDevFile).
+func ingressURL(cfg inletyaml.Config, from string) (url, origin string, err error) {
 	stale := ""
-	if p := findDevFile("ingress_url"); p != "" {
+	p, err := findDevFile("ingress_url", "pass --url to name the ingress")
+	if err != nil {
+		return "", "", err
+	}
+	if p != "" {
 		b, err := os.ReadFile(p) //nolint:gosec // G304: inlet dev's own file, found as git finds .git
 		// "URL PID": the file of an inlet dev that is gone (a kill -9
 		// leaves it) is skipped, or send would post to whatever listens
@@ -219,10 +289,10 @@ func ingressURL(cfg inletyaml.Config, from string) (url, origin string) {
 		case len(f) > 1 && !processAlive(f[1]):
 			stale = " (" + p + " is stale: the inlet dev that wrote it, pid " + f[1] + ", is gone)"
 		default:
-			return f[0], p + ", written by inlet dev when it started there"
+			return f[0], p + ", written by inlet dev when it started there", nil
 		}
 	}
-	return "http://" + dashboardHost(cfg.Ingress.Listen), "ingress.listen of " + from + stale
+	return "http://" + dashboardHost(cfg.Ingress.Listen), "ingress.listen of " + from + stale, nil
 }
 
 // maxKnownNames caps the names that a usage error about an unknown source

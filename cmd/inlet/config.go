@@ -54,7 +54,11 @@ with a warning on stderr.`)
 	if *cfgPath == defaultConfigPath {
 		// The file every other command here would read (loadServiceConfig).
 		if _, err := os.Stat(*cfgPath); errors.Is(err, iofs.ErrNotExist) {
-			*cfgPath = cmp.Or(projectConfig(), *cfgPath)
+			p, err := projectConfig()
+			if err != nil {
+				return err
+			}
+			*cfgPath = cmp.Or(p, *cfgPath)
 		}
 	}
 	cfg, err := inletyaml.LoadFor(*cfgPath, service)

@@ -40,7 +40,9 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	if err != nil {
 		return err
 	}
-	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
+	if cfg.DatabaseURL, err = databaseURL("", cfg.DatabaseURL); err != nil {
+		return err
+	}
 	if *listen != "" {
 		cfg.Ingress.Listen = *listen
 	}

@@ -206,12 +206,15 @@ inlet.example.yaml). Without --config a command reads ./inlet.yaml, else the
 project's: that of the nearest parent directory holding an inlet.yaml or a
 .git (as git finds its repository), when it holds an inlet.yaml; with
 neither, inlet dev, send and the operator commands use inlet dev's embedded
-defaults. Every command uses the same database: --database-url where a
-command has it, else the file's database_url, else DATABASE_URL, else the
-local PostgreSQL that inlet dev started from this directory or the nearest
-parent directory that has one (.inlet/database_url, looked for as git looks
-for .git). inlet send posts to the inlet dev running there
-(.inlet/ingress_url) unless given --url.
+defaults. A relative ${file:PATH} is read from the directory of the config
+file that holds it. Every command uses the same database: --database-url
+where a command has it, else the file's database_url, else DATABASE_URL, else
+the local PostgreSQL that inlet dev started from this directory or the
+nearest parent directory that has one (.inlet/database_url, looked for as git
+looks for .git). inlet send posts to the inlet dev running there
+(.inlet/ingress_url) unless given --url. A parent's inlet.yaml, or an
+.inlet/, that another user owns is refused, as git refuses another owner's
+repository (--config PATH reads a file whoever owns it).
 `)
 }
 

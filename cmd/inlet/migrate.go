@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -23,7 +24,11 @@ asks for ahead of now (inlet retention does too). Partition indexes a
 migration left for later (012's payload index on partitions over 10,000 rows)
 are then built one partition at a time with CREATE INDEX CONCURRENTLY, so
 ingest goes on meanwhile; each build is printed, and an interrupted run picks
-up where it stopped. Running it again is a no-op. The migrations' notices and
+up where it stopped. Running it again is a no-op. On a schema a newer release
+migrated (a host of this version during a rolling upgrade, a rolled-back
+binary) it applies nothing and builds no index, says so, creates the
+partitions ahead through the database's own function, and exits 0: the
+services of this version run against that schema. The migrations' notices and
 warnings (a change one could not make as this role, with the statement to run
 as another) are printed on stderr as "inlet migrate: notice: ..."; the exit
 status stays 0.
@@ -41,7 +46,10 @@ status stays 0.
 	if err != nil {
 		return err
 	}
-	url := databaseURL(*dbURL, c.DatabaseURL)
+	url, err := databaseURL(*dbURL, c.DatabaseURL)
+	if err != nil {
+		return err
+	}
 	if url == "" {
 		return errNoDatabase(*cfgPath, true)
 	}
@@ -60,6 +68,10 @@ status stays 0.
 	notices = true
 	applied, err := schema.Migrate(ctx, conn)
 	notices = false
+	var newer *schema.NewerSchemaError
+	if errors.As(err, &newer) {
+		return migrateNewer(ctx, env, conn, c, newer)
+	}
 	if err != nil {
 		return err
 	}
@@ -82,19 +94,54 @@ status stays 0.
 	if len(built) > 0 {
 		fmt.Fprintf(env.stdout, "built %s\n", plural(len(built), "partition index"))
 	}
+	_, err = createPartitionsAhead(ctx, env, conn, c)
+	return err
+}
+
+// migrateNewer is inlet migrate on a schema a newer release migrated (a host
+// of this version rebooting during a rolling upgrade, a binary rolled back
+// after the new one's migrate): nothing applied, and exit 0, as the services
+// of this version accept that schema and the shipped units start them only
+// after migrate succeeded (review helper-240). The partition index builds
+// are the newer release's to run: its migrations decided which indexes
+// exist and which it left to build, and how (this version's builds, lock
+// and definition parsing are its own). The partitions ahead are still made,
+// through the database's own webhook_ingress.create_partitions, whose body
+// is the newer migration's (this binary passes only the period and how
+// many): unless the newer release changed its arguments, then the newer
+// inlet migrate and inlet retention make them.
+func migrateNewer(ctx context.Context, env *environment, conn *pgx.Conn, c inletyaml.Config, newer *schema.NewerSchemaError) error {
+	fmt.Fprintf(env.stdout, "schema %s is at version %d, newer than this binary's %d: nothing applied; "+
+		"services of this version run against it (partition indexes are left to the newer inlet migrate)\n",
+		schema.Name, newer.Version, newer.Latest)
+	skipped, err := createPartitionsAhead(ctx, env, conn, c)
+	if skipped {
+		fmt.Fprintf(env.stdout, "partitions ahead not created: webhook_ingress.create_partitions of schema %d takes other arguments "+
+			"than this binary passes; the newer inlet migrate and inlet retention create them\n", newer.Version)
+		return nil
+	}
+	return err
+}
+
+// createPartitionsAhead creates the period partitions the retention section asks
+// for ahead of now and prints them. skipped reports that the database has
+// no create_partitions this binary can call (undefined_function: a newer
+// schema changed its arguments); the error is then returned too.
+func createPartitionsAhead(ctx context.Context, env *environment, conn *pgx.Conn, c inletyaml.Config) (skipped bool, err error) {
 	o, err := c.Retention.Options()
 	if err != nil {
-		return err
+		return false, err
 	}
 	created, err := retention.EnsurePartitions(ctx, conn, o.Interval, o.Ahead, o.LockTimeout)
 	if err != nil {
-		return err
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "42883", err // undefined_function
 	}
 	if len(created) > 0 {
 		fmt.Fprintf(env.stdout, "created %s, %s to %s\n", plural(len(created), o.Interval+" partition"),
 			created[0].Start.UTC().Format("2006-01-02"), created[len(created)-1].End.UTC().Format("2006-01-02"))
 	}
-	return nil
+	return false, nil
 }
 
 // connectMigrate is connectURL with the server's notices passed to onNotice:

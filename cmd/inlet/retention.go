@@ -88,7 +88,10 @@ ALTER TABLE ... OWNER TO to run as that role or a superuser.`)
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	url := databaseURL(*dbURL, cfg.DatabaseURL)
+	url, err := databaseURL(*dbURL, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
 	if url == "" {
 		return errNoDatabase(*cfgPath, true)
 	}

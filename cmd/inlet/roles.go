@@ -74,7 +74,9 @@ func withOwner(ctx context.Context, cfgPath, dbURL string, f func(tx pgx.Tx) err
 		if err != nil {
 			return err
 		}
-		url = databaseURL("", c.DatabaseURL)
+		if url, err = databaseURL("", c.DatabaseURL); err != nil {
+			return err
+		}
 	}
 	conn, err := connectOwner(ctx, url, cfgPath, "inlet-roles")
 	if err != nil {

@@ -70,7 +70,9 @@ sending it (for any source whose request does not carry the secret itself).
 	// that reaches nothing there.
 	base, origin := *target, ""
 	if base == "" {
-		base, origin = ingressURL(cfg, from)
+		if base, origin, err = ingressURL(cfg, from); err != nil {
+			return err
+		}
 		origin = " (from " + origin + "; pass --url to send elsewhere)"
 	}
 	src, ok := cfg.Source(name)

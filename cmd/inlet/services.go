@@ -70,7 +70,9 @@ or the lease expires.`)
 	if err != nil {
 		return err
 	}
-	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
+	if cfg.DatabaseURL, err = databaseURL("", cfg.DatabaseURL); err != nil {
+		return err
+	}
 	log := stderrLogger(cfg, "json").With(slog.String("service", "streamer"))
 	stopTracing, err := setupTracing(ctx, cfg, "streamer", log)
 	if err != nil {
@@ -159,7 +161,9 @@ consumers/example).`)
 	if err != nil {
 		return err
 	}
-	cfg.DatabaseURL = databaseURL("", cfg.DatabaseURL)
+	if cfg.DatabaseURL, err = databaseURL("", cfg.DatabaseURL); err != nil {
+		return err
+	}
 	if len(cfg.Consumer.Handlers) == 0 {
 		return errors.New("consumer.handlers: none configured, nothing to run")
 	}

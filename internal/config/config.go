@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -89,15 +90,21 @@ func ServiceOf(subcommand string) Service {
 	return AllSections
 }
 
-// Load reads the file at path as service does (see Parse). A file that is
-// wrong gives *Problems naming it, each problem with its line and key path.
+// Load reads the file at path as service does (see Parse). A relative
+// ${file:PATH} in it is the file's: resolved against the directory of path,
+// whatever the working directory. A file that is wrong gives *Problems
+// naming it, each problem with its line and key path.
 func Load[T File[T]](path string, service Service) (T, error) {
 	var zero T
 	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's own -config file
 	if err != nil {
 		return zero, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse[T](b, os.LookupEnv, service)
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return zero, fmt.Errorf("config file %s: the directory of its ${file:...} paths: %w", path, err)
+	}
+	c, err := parse[T](b, os.LookupEnv, service, dir)
 	if ps, ok := errors.AsType[*Problems](err); ok {
 		ps.File = path
 		return zero, ps
@@ -131,8 +138,16 @@ func emptyDocument(n *yaml.Node) bool {
 // have, in a section service does not read, goes unchecked: a streamer is
 // not given the webhook secrets. The T returned holds only the sections
 // service reads (the others zero, then defaulted). A wrong file gives
-// *Problems listing everything found, not only the first.
+// *Problems listing everything found, not only the first. A relative
+// ${file:PATH} is read from the working directory (Load reads it from the
+// file's own).
 func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Service) (T, error) {
+	return parse[T](b, lookup, service, "")
+}
+
+// parse is Parse with a relative ${file:PATH} resolved against dir ("": the
+// working directory).
+func parse[T File[T]](b []byte, lookup func(string) (string, bool), service Service, dir string) (T, error) {
 	var zero T
 	ps := &Problems{}
 	var root yaml.Node
@@ -177,7 +192,7 @@ func Parse[T File[T]](b []byte, lookup func(string) (string, bool), service Serv
 	if r, ok := any(zero).(Renamer); ok {
 		renameKeys(doc, r.RenamedKeys(), ps)
 	}
-	unset := expand(doc, lookup, service, ps)
+	unset := expand(doc, lookup, dir, service, ps)
 	skip := map[*yaml.Node]bool{}
 	for _, u := range unset {
 		skip[u.node] = true
@@ -312,16 +327,16 @@ type unsetRef struct {
 	path string
 }
 
-// expand expands every value of the document (expandValue). A reference it
-// cannot resolve is a problem in a section service reads; in one it does
-// not, the value is made null and listed, so that what depends on it is not
-// checked.
-func expand(doc *yaml.Node, lookup func(string) (string, bool), service Service, ps *Problems) []unsetRef {
+// expand expands every value of the document (expandValue, a relative
+// ${file:PATH} against dir). A reference it cannot resolve is a problem in a
+// section service reads; in one it does not, the value is made null and
+// listed, so that what depends on it is not checked.
+func expand(doc *yaml.Node, lookup func(string) (string, bool), dir string, service Service, ps *Problems) []unsetRef {
 	var unset []unsetRef
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
 		if n.Kind == yaml.ScalarNode {
-			err := expandValue(n, lookup)
+			err := expandValue(n, lookup, dir)
 			if err == nil {
 				return
 			}
@@ -359,11 +374,13 @@ var (
 
 // expandValue replaces, in the scalar n, ${file:PATH} with the file's
 // content (one trailing newline dropped: a mounted Kubernetes or Docker
-// secret), and ${VAR} and ${VAR:-default} with the environment's. It works on
-// parsed values, not the raw text, so a secret with YAML syntax in it stays
-// one string, and a file's content is never expanded again. Errors name the
-// variable or file, never a value.
-func expandValue(n *yaml.Node, lookup func(string) (string, bool)) error {
+// secret), and ${VAR} and ${VAR:-default} with the environment's. A relative
+// PATH is resolved against dir, the config file's directory ("": the working
+// directory). It works on parsed values, not the raw text, so a secret with
+// YAML syntax in it stays one string, and a file's content is never expanded
+// again. Errors name the variable or file (a relative one with the path it
+// was resolved to), never a value.
+func expandValue(n *yaml.Node, lookup func(string) (string, bool), dir string) error {
 	if strings.Contains(n.Value, "${") {
 		var missing string
 		var missingEmpty bool // set, but to ""
@@ -379,13 +396,18 @@ func expandValue(n *yaml.Node, lookup func(string) (string, bool)) error {
 			}
 			parts, fromFile = append(parts, rest[:loc[0]]), append(fromFile, false)
 			path := rest[loc[2]:loc[3]]
-			b, err := os.ReadFile(path) //nolint:gosec // G304: a ${file:...} reference in the operator's own config
+			resolved, named := path, path
+			if dir != "" && !filepath.IsAbs(path) {
+				resolved = filepath.Join(dir, path)
+				named = path + " (" + resolved + ")"
+			}
+			b, err := os.ReadFile(resolved) //nolint:gosec // G304: a ${file:...} reference in the operator's own config
 			if err != nil && fileErr == nil {
 				var pe *fs.PathError
 				if errors.As(err, &pe) {
 					err = pe.Err
 				}
-				fileErr = fmt.Errorf("secret file %s: %w", path, err)
+				fileErr = fmt.Errorf("secret file %s: %w", named, err)
 			}
 			parts = append(parts, strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
 			fromFile = append(fromFile, true)
