@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,8 +27,14 @@ type Derive struct {
 type StoredConfig struct {
 	// Sources maps a source name (events.provider) to how its columns are
 	// derived. A source not in it (no longer configured) is derived from its
-	// stored scheme's defaults.
+	// stored scheme's defaults, unless OnlyConfigured.
 	Sources map[string]Derive
+	// OnlyConfigured leaves the events of a source not in Sources as they
+	// are, counted in StoredStats.Skipped, instead of deriving them from
+	// their scheme's defaults: those may keep a JSON copy the source's
+	// configuration did not (store_json: false), and a filled value is never
+	// taken back (inlet backfill stored sets it: review helper-240).
+	OnlyConfigured bool
 	// BatchSize is how many events each transaction fills. Defaults to 1000.
 	BatchSize int
 	// Restart ignores the saved progress and starts from the oldest event.
@@ -42,6 +49,11 @@ type StoredStats struct {
 	Read            int64 // events read
 	Occurred        int64 // given an occurred_at
 	Payloads        int64 // given a payload
+	// Skipped counts the events left unfilled (occurred_at or payload
+	// NULL) because their source is not in StoredConfig.Sources
+	// (OnlyConfigured), and SkippedSources names those sources, sorted.
+	Skipped        int64
+	SkippedSources []string
 }
 
 const storedName = "occurred_at,payload"
@@ -118,6 +130,15 @@ func FillStored(ctx context.Context, conn *pgx.Conn, cfg StoredConfig) (StoredSt
 			}
 			last = id
 			st.Read++
+			if _, ok := cfg.Sources[provider]; !ok && cfg.OnlyConfigured {
+				if noOcc || noPayload {
+					st.Skipped++
+					if i, found := slices.BinarySearch(st.SkippedSources, provider); !found {
+						st.SkippedSources = slices.Insert(st.SkippedSources, i, provider)
+					}
+				}
+				continue
+			}
 			d := derive(provider, scheme)
 			var occ pgtype.Timestamptz
 			if noOcc && d.OccurredAt != nil {

@@ -76,9 +76,27 @@ func Latest() int {
 // webhook_ingress.schema_migrations, each in its own transaction, under an
 // advisory lock so concurrent callers apply each migration once. It returns the
 // migrations it applied; none when the schema is current (running it twice is a
-// no-op).
+// no-op). On a schema a newer release migrated it applies nothing and returns
+// a *NewerSchemaError.
 func Migrate(ctx context.Context, conn *pgx.Conn) ([]Migration, error) {
 	return migrateTo(ctx, conn, Latest())
+}
+
+// NewerSchemaError is Migrate's error when the database has migrations this
+// binary does not know: a newer release migrated it (a host of this version
+// rebooting during a rolling upgrade, or a binary rolled back after the new
+// one's inlet migrate). Migrate applied nothing and changed nothing: this
+// binary's migrations must not write objects of an older version over the
+// newer ones. The services of this version run against such a schema (Check
+// accepts it), so inlet migrate reports it and succeeds (review helper-240).
+type NewerSchemaError struct {
+	Version int // the database's newest applied migration
+	Latest  int // this binary's newest migration
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("database schema is at version %d, newer than this binary's %d: nothing applied (a newer inlet migrates it further)",
+		e.Version, e.Latest)
 }
 
 // migrateTo is Migrate up to version last (tests of a migration's data
@@ -127,7 +145,7 @@ $$;`); err != nil {
 		return nil, nil
 	}
 	if current > len(ms) {
-		return nil, fmt.Errorf("database schema is at version %d, newer than this binary's %d: upgrade inlet", current, len(ms))
+		return nil, &NewerSchemaError{Version: current, Latest: len(ms)}
 	}
 	var applied []Migration
 	for _, m := range ms[current:] {
