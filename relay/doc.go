@@ -7,9 +7,14 @@
 // ingress/verify, the same source configuration), so a forged webhook never
 // leaves the relay. A verified one is forwarded over HTTPS to
 // <target>/webhooks/{source} with its exact bytes and its headers (less the
-// hop-by-hop ones and those a proxy in front of the relay adds about that
-// hop: X-Forwarded-*, Forwarded, X-Real-Ip, Via, X-Amzn-Trace-Id), signed with the relay's
-// own Inlet-Relay-Signature (see verify.SignRelay for the format). The ingress hashes the headers it
+// hop-by-hop ones and those a proxy or CDN edge in front of the relay adds
+// about that hop, which one in front of the ingress sets anew: X-Forwarded-*,
+// Forwarded, X-Real-Ip, Via, X-Amzn-Trace-Id, X-Cloud-Trace-Context,
+// Cloudflare's CF-Ray and the rest, CDN-Loop, True-Client-IP, X-Request-Id,
+// X-Envoy-*, Traceparent, Tracestate, B3, X-B3-*, Fastly-*, X-Azure-*,
+// Akamai-*, and those of relay.unsigned_headers; a header the source's
+// configuration reads is kept), signed with the relay's own
+// Inlet-Relay-Signature (see verify.SignRelay for the format). The ingress hashes the headers it
 // receives, so the relay signs and sends them as net/http will put them on
 // the wire (wireHeaders): the first User-Agent only, none when it is empty;
 // Cookie as the one "; "-joined value an HTTP/2 receiver rebuilds from its

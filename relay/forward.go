@@ -108,14 +108,14 @@ type outcome struct {
 // forward sends body to the ingress, signed; a connection error is retried
 // once while time remains. Retrying a POST that may have arrived is safe: the
 // ingress deduplicates by the provider's event id.
-func (f *forwarder) forward(ctx context.Context, source string, r *http.Request, body []byte, relayID string) outcome {
+func (f *forwarder) forward(ctx context.Context, source string, unsigned verify.RelayUnsigned, r *http.Request, body []byte, relayID string) outcome {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	requestURI := "/webhooks/" + source
 	if r.URL.RawQuery != "" {
 		requestURI += "?" + r.URL.RawQuery
 	}
-	header := verify.RelayForwardHeaders(r.Header)
+	header := unsigned.ForwardHeaders(r.Header)
 	wireHeaders(header)
 	signed := verify.SignRelay(f.secrets, f.now(), source, requestURI, header, body)
 	for k, v := range signed {
@@ -144,7 +144,8 @@ func (f *forwarder) forward(ctx context.Context, source string, r *http.Request,
 // business alone and relays and ingresses of other versions still agree.
 // The other headers the transport sets or drops (Host, Content-Length,
 // Transfer-Encoding, the hop-by-hop ones) are not forwarded at all
-// (verify.RelayForwardHeaders), and net/http sends the rest as they are.
+// (verify.RelayUnsigned.ForwardHeaders), and net/http sends the rest as
+// they are.
 func wireHeaders(h http.Header) {
 	// The client sends at most one User-Agent, the first value, and none
 	// when that is empty (net/http's request write and its HTTP/2

@@ -68,6 +68,9 @@ type Server struct {
 type source struct {
 	name     string
 	verifier verify.Verifier
+	// unsigned are the headers not forwarded nor signed for this source:
+	// relay.unsigned_headers and the defaults, less those it reads.
+	unsigned verify.RelayUnsigned
 }
 
 // New checks cfg and builds a verifier per source and the forwarding client.
@@ -88,12 +91,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, sources: map[string]*source{}, rejectLog: logvalue.NewLimiter(rejectLogEvery),
 		body: bodyread.Reader{Budget: bodyread.NewBudget(cfg.MaxInflightBytes, cfg.MaxBodyBytes), WaitTimeout: cfg.Timeout, ReadTimeout: readTimeout}}
+	unsigned, err := verify.NewRelayUnsigned(cfg.UnsignedHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("relay.unsigned_headers%w", err)
+	}
 	for i, sc := range cfg.Sources {
 		v, err := verify.New(sc.Config)
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] %q: %w", i, sc.Name, err)
 		}
-		s.sources[sc.Name] = &source{name: sc.Name, verifier: v}
+		reads := verify.RelaySourceHeaders(sc.Config)
+		for _, h := range reads {
+			if unsigned.Matches(h) {
+				cfg.Logger.Warn("source reads a header proxies set about each hop: forwarded and signed, so no proxy in front of the ingress may set it",
+					slog.String("source", sc.Name), slog.String("header", h))
+			}
+		}
+		s.sources[sc.Name] = &source{name: sc.Name, verifier: v, unsigned: unsigned.Keeping(reads)}
 	}
 	names := make([]string, 0, len(cfg.Sources))
 	for _, sc := range cfg.Sources {
@@ -316,7 +330,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	// A provider that hangs up does not cut the forward off half-way: it
 	// finishes (within Timeout), and the provider's retry is a duplicate.
 	fstart := time.Now()
-	out := s.fwd.forward(context.WithoutCancel(r.Context()), name, r, body, relayID)
+	out := s.fwd.forward(context.WithoutCancel(r.Context()), name, src.unsigned, r, body, relayID)
 	s.metrics.forward.WithLabelValues(name).Observe(time.Since(fstart).Seconds())
 	if out.err != nil {
 		log.Warn("webhook not relayed", slog.String("error_class", out.class), slog.Int("attempts", out.attempts),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress/sources"
+	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/internal/config"
 )
 
@@ -57,6 +58,20 @@ type Section struct {
 	// /readyz on a listener of its own, never the public webhook port.
 	// Defaults to "127.0.0.1:8085": this machine only; "off" disables it.
 	MetricsListen string `yaml:"metrics_listen"`
+	// UnsignedHeaders are request headers the relay neither forwards nor
+	// signs, beside the hop-by-hop ones and the defaults (those proxies and
+	// CDN edges set about each hop: X-Forwarded-*, Forwarded, X-Real-Ip,
+	// Via, X-Amzn-Trace-Id, X-Cloud-Trace-Context, Cloudflare's CF-Ray,
+	// CF-Connecting-IP and the rest, CDN-Loop, True-Client-IP,
+	// X-Request-Id, X-Envoy-*, Traceparent, Tracestate, B3, X-B3-*,
+	// Fastly-*, X-Azure-*, Akamai-*): for an edge in front of the relay and
+	// one in front of the ingress that set a header of their own, which
+	// signed would get every relayed delivery refused
+	// (relay_headers_mismatch). Each is a header name, or a prefix followed
+	// by '*' (X-Edge-*); names match in any case. A header a source's
+	// configuration reads (its event_id_header, signature header, ...) is
+	// forwarded and signed all the same. Defaults to none.
+	UnsignedHeaders []string `yaml:"unsigned_headers"`
 }
 
 // DefaultMaxInflightBytes is relay.max_inflight_bytes when unset (and
@@ -123,6 +138,9 @@ func (r Section) Validate() error {
 	}
 	if r.MaxInflightBytes < 0 {
 		return errors.New("relay.max_inflight_bytes: must be positive")
+	}
+	if _, err := verify.NewRelayUnsigned(r.UnsignedHeaders); err != nil {
+		return fmt.Errorf("relay.unsigned_headers%w", err)
 	}
 	if mb := r.WithDefaults().MaxBodyBytes; r.MaxInflightBytes > 0 && r.MaxInflightBytes < mb {
 		return fmt.Errorf("relay.max_inflight_bytes: %d is less than relay.max_body_bytes (%d), so a body of the largest size could never be read",

@@ -26,11 +26,12 @@ import (
 // forwarded and signed, each with at least one value. Headers added on the
 // way (a proxy's X-Forwarded-For) are not listed and not covered; removing,
 // changing, reordering or adding a value of a listed header breaks the
-// signature. The relay neither forwards nor signs the headers a proxy in
-// front of it adds about that hop (X-Forwarded-*, Forwarded, X-Real-Ip,
-// Via): a proxy in front of the ingress may add or append to them. The
-// canonical headers are, for each listed name in order and for each of its
-// values in the order received, the line
+// signature. The relay neither forwards nor signs the headers a proxy or
+// CDN edge in front of it adds about that hop (relayUnsignedDefaults:
+// X-Forwarded-*, Forwarded, Via, CF-Ray, X-Request-Id, ...; and the
+// operator's relay.unsigned_headers): one in front of the ingress may set
+// or append to them. The canonical headers are, for each listed name in
+// order and for each of its values in the order received, the line
 //
 //	<name> ":" <value without surrounding spaces and tabs> "\n"
 //
@@ -78,26 +79,141 @@ var (
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect", "Host", "Content-Length"}
 
-// proxyHeaders describe the hop into the relay, not the provider's request:
-// a TLS-terminating proxy in front of the relay sets them, and one in front
-// of the ingress sets or appends to them again (nginx's
-// $proxy_add_x_forwarded_for, an AWS ALB, httputil.ReverseProxy). Signed,
-// they would make the ingress refuse every delivery behind such proxies
-// (relay_headers_mismatch), so a relay treats them as hop-by-hop; so does
-// every X-Forwarded-* header (proxyHeaderPrefix). No provider signs them.
+// relayUnsignedDefaults are the headers a relay neither forwards nor signs
+// besides the hop-by-hop ones (an entry ending in '*' is a prefix; names
+// match in any case). They describe the hops into the relay, not the
+// provider's request: a TLS-terminating proxy, load balancer or CDN edge in
+// front of the relay sets them, and one in front of the ingress sets them
+// anew or appends to them (nginx's $proxy_add_x_forwarded_for, an AWS ALB's
+// X-Amzn-Trace-Id Self=…, Cloudflare's CF-Ray and CDN-Loop, an Envoy edge's
+// x-request-id and B3 span). Signed, they would make the ingress refuse
+// every delivery behind such proxies (relay_headers_mismatch). By origin:
 //
-// X-Amzn-Trace-Id too: an AWS load balancer in front of the relay sets it
-// (Root=…), and one in front of the ingress adds its own Self=… field to it.
-var proxyHeaders = []string{"Forwarded", "X-Real-Ip", "Via", "X-Amzn-Trace-Id"}
+//   - any proxy: X-Forwarded-*, Forwarded, X-Real-Ip, Via;
+//   - AWS load balancers: X-Amzn-Trace-Id; Google's: X-Cloud-Trace-Context;
+//   - Cloudflare: CF-Ray, CF-Connecting-IP, CF-Connecting-IPv6,
+//     CF-IPCountry, CF-Visitor, CF-EW-Via, CF-Pseudo-IPv4, CF-Worker,
+//     CDN-Loop, True-Client-IP (also Akamai's);
+//   - Envoy edges (Istio, Envoy Gateway, Contour, Emissary): X-Request-Id,
+//     X-Envoy-*, and the trace context they start or continue with a span
+//     of their own (Traceparent, Tracestate, B3, X-B3-*);
+//   - Fastly: Fastly-*; Azure Front Door: X-Azure-*; Akamai: Akamai-*.
+//
+// No provider preset or scheme reads any of them
+// (TestRelayUnsignedDefaultsReadByNoProvider): Sentry's Request-ID,
+// Bitbucket's X-Request-UUID and Cloudflare's own cf-webhook-auth are other
+// names, which is why CF-* is listed name by name. A source whose
+// configuration reads one anyway (event_id_header: X-Request-Id) keeps it
+// forwarded and signed (RelaySourceHeaders, RelayUnsigned.Keeping). An
+// operator adds names and prefixes with relay.unsigned_headers
+// (NewRelayUnsigned).
+var relayUnsignedDefaults = []string{
+	"X-Forwarded-*", "Forwarded", "X-Real-Ip", "Via",
+	"X-Amzn-Trace-Id", "X-Cloud-Trace-Context",
+	"Cf-Ray", "Cf-Connecting-Ip", "Cf-Connecting-Ipv6", "Cf-Ipcountry", "Cf-Visitor", "Cf-Ew-Via",
+	"Cf-Pseudo-Ipv4", "Cf-Worker", "Cdn-Loop", "True-Client-Ip",
+	"X-Request-Id", "X-Envoy-*", "Traceparent", "Tracestate", "B3", "X-B3-*",
+	"Fastly-*", "X-Azure-*", "Akamai-*",
+}
 
-const proxyHeaderPrefix = "X-Forwarded-"
+// RelayUnsigned is the set of request headers a relay neither forwards nor
+// signs, beyond the hop-by-hop ones: relayUnsignedDefaults and the
+// operator's relay.unsigned_headers, less the names one source reads
+// (Keeping). The zero value is the defaults alone. It is one set for both:
+// SignRelay signs exactly what ForwardHeaders forwards.
+type RelayUnsigned struct {
+	names, prefixes []string // the operator's, lower case, prefixes without '*'
+	keep            []string // lower case: read by the source, never dropped
+}
 
-// RelayForwardHeaders returns the request headers a relay forwards: h without
-// hop-by-hop headers (and those named in Connection), Host, Content-Length,
-// the headers a proxy adds about the hop into the relay (X-Forwarded-*,
-// Forwarded, X-Real-Ip, Via, X-Amzn-Trace-Id), and any Inlet-Relay-* header a sender put
-// there.
+// defaultNames and defaultPrefixes are relayUnsignedDefaults, lower case.
+var defaultNames, defaultPrefixes = func() (names, prefixes []string) {
+	for _, e := range relayUnsignedDefaults {
+		if err := CheckRelayUnsignedEntry(e); err != nil {
+			panic("verify: relayUnsignedDefaults: " + err.Error())
+		}
+		if p, ok := strings.CutSuffix(strings.ToLower(e), "*"); ok {
+			prefixes = append(prefixes, p)
+		} else {
+			names = append(names, strings.ToLower(e))
+		}
+	}
+	return names, prefixes
+}()
+
+// RelayUnsignedDefaults returns the default unsigned headers, as documented
+// (an entry ending in '*' is a prefix).
+func RelayUnsignedDefaults() []string { return slices.Clone(relayUnsignedDefaults) }
+
+// NewRelayUnsigned returns the defaults plus extra (relay.unsigned_headers),
+// each a header name or a prefix of one followed by '*'
+// (CheckRelayUnsignedEntry). The error names the first bad entry by index.
+func NewRelayUnsigned(extra []string) (RelayUnsigned, error) {
+	var u RelayUnsigned
+	for i, e := range extra {
+		if err := CheckRelayUnsignedEntry(e); err != nil {
+			return RelayUnsigned{}, fmt.Errorf("[%d]: %w", i, err)
+		}
+		if p, ok := strings.CutSuffix(strings.ToLower(e), "*"); ok {
+			u.prefixes = append(u.prefixes, p)
+		} else {
+			u.names = append(u.names, strings.ToLower(e))
+		}
+	}
+	return u, nil
+}
+
+// CheckRelayUnsignedEntry checks one entry of relay.unsigned_headers: a
+// header name (an RFC 9110 token: letters, digits and !#$%&'+-.^_`|~), or
+// such a name followed by one '*' for every header it starts (X-Edge-*).
+func CheckRelayUnsignedEntry(entry string) error {
+	name, prefix := strings.CutSuffix(entry, "*")
+	switch {
+	case name == "" && prefix:
+		return errors.New(`"*" alone would drop every header, the provider's signature included: give a prefix (X-Edge-*)`)
+	case name == "" || strings.ContainsRune(name, '*') || !validHeaderName(name):
+		return fmt.Errorf("%q: want a header name (letters, digits, -), or a prefix of one followed by * (X-Edge-*)", cutEntry(entry))
+	}
+	return nil
+}
+
+// Keeping returns u without names: the headers a source's verifier reads
+// (RelaySourceHeaders), forwarded and signed even when u lists them.
+func (u RelayUnsigned) Keeping(names []string) RelayUnsigned {
+	keep := slices.Clone(u.keep)
+	for _, n := range names {
+		keep = append(keep, strings.ToLower(n))
+	}
+	u.keep = keep
+	return u
+}
+
+// Matches reports whether u lists the header name (in any case), Keeping
+// aside: true for a listed header a source reads too.
+func (u RelayUnsigned) Matches(name string) bool {
+	lname := strings.ToLower(name)
+	hasPrefix := func(p string) bool { return strings.HasPrefix(lname, p) }
+	return slices.Contains(defaultNames, lname) || slices.Contains(u.names, lname) ||
+		slices.ContainsFunc(defaultPrefixes, hasPrefix) || slices.ContainsFunc(u.prefixes, hasPrefix)
+}
+
+// drops reports whether u drops name: it is listed and no source reads it.
+func (u RelayUnsigned) drops(name string) bool {
+	return u.Matches(name) && !slices.Contains(u.keep, strings.ToLower(name))
+}
+
+// RelayForwardHeaders returns the request headers a relay forwards with
+// the default unsigned set: RelayUnsigned{}.ForwardHeaders(h).
 func RelayForwardHeaders(h http.Header) http.Header {
+	return RelayUnsigned{}.ForwardHeaders(h)
+}
+
+// ForwardHeaders returns the request headers a relay forwards: h without
+// hop-by-hop headers (and those named in Connection), Host, Content-Length,
+// the headers u drops (those proxies and edges add about the hops,
+// relayUnsignedDefaults, and the operator's), and any Inlet-Relay-* header
+// a sender put there. h is left as it is.
+func (u RelayUnsigned) ForwardHeaders(h http.Header) http.Header {
 	out := h.Clone()
 	for _, c := range h.Values("Connection") {
 		for name := range strings.SplitSeq(c, ",") {
@@ -110,21 +226,77 @@ func RelayForwardHeaders(h http.Header) http.Header {
 		out.Del(name)
 	}
 	for k := range out {
-		if isProxyHeader(k) {
+		if u.drops(k) {
 			delete(out, k)
 		}
 	}
 	return StripRelay(out)
 }
 
-// isProxyHeader reports whether name, in any case, is one of proxyHeaders or
-// starts with proxyHeaderPrefix.
-func isProxyHeader(name string) bool {
-	if len(name) >= len(proxyHeaderPrefix) && strings.EqualFold(name[:len(proxyHeaderPrefix)], proxyHeaderPrefix) {
-		return true
+// RelaySourceHeaders returns the request headers the verifier of cfg reads
+// by its configuration and provider preset: event id, type and time
+// headers, signature and timestamp headers, and each {header:Name} of a
+// signed payload, with the fixed names of the built-in schemes (stripe,
+// github, ...); canonical, sorted, each once. A relay keeps them
+// (RelayUnsigned.Keeping), so a source reading a header an edge sets
+// (event_id_header: X-Request-Id) still gets it at the ingress, and an
+// operator's relay.unsigned_headers cannot drop a source's signature.
+func RelaySourceHeaders(cfg Config) []string {
+	var names []string
+	add := func(ns ...string) {
+		for _, n := range ns {
+			if n != "" {
+				names = append(names, http.CanonicalHeaderKey(n))
+			}
+		}
 	}
-	return slices.ContainsFunc(proxyHeaders, func(p string) bool { return strings.EqualFold(p, name) })
+	addTemplate := func(tmpl string) {
+		segs, err := parseTemplate(tmpl)
+		if err != nil {
+			return // verify.New refuses it
+		}
+		for _, s := range segs {
+			if s.kind == segHeader {
+				add(s.text)
+			}
+		}
+	}
+	addHMAC := func(c HMACConfig) {
+		add(c.Header, c.TimestampHeader)
+		add(c.AltHeaders...)
+		addTemplate(c.SignedPayload)
+	}
+	add(cfg.EventIDHeader, cfg.EventTypeHeader, cfg.OccurredAtHeader)
+	add(schemeHeaders[cfg.Type]...)
+	addHMAC(cfg.HMAC)
+	if p := presets[cfg.Type]; p != nil {
+		add(schemeHeaders[p.scheme]...)
+		add(p.idHeader, p.typeHeader, p.occurredHeader, p.keySig.header, p.keySig.timestampHeader, p.token.header)
+		addHMAC(p.hmac)
+		addTemplate(p.keySig.signedPayload)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
+
+// schemeHeaders are the request headers each built-in scheme reads (its
+// signature, timestamp, event id and type headers).
+var schemeHeaders = map[string][]string{
+	typeGitHub:           {githubSignatureHeader, githubSHA1Header, githubDeliveryHeader, githubEventHeader},
+	typeGitLab:           {gitlabTokenHeader, gitlabUUIDHeader, gitlabIdempotencyHeader, gitlabEventHeader},
+	typePaddle:           {paddleHeader},
+	typeShopify:          {shopifySignatureHeader, shopifyEventIDHeader, shopifyWebhookIDHeader, shopifyTopicHeader},
+	typeSlack:            {slackSignatureHeader, slackTimestampHeader},
+	typeStripe:           {stripeHeader},
+	typeTwilio:           {twilioSignatureHeader, twilioIdempotencyHeader},
+	typeStandardWebhooks: standardHeaderNames,
+	typeSvix:             standardHeaderNames,
+}
+
+// standardHeaderNames are the Standard Webhooks headers, in both spellings
+// its verifier reads.
+var standardHeaderNames = []string{webhookHeaders.id, webhookHeaders.timestamp, webhookHeaders.signature,
+	svixHeaders.id, svixHeaders.timestamp, svixHeaders.signature}
 
 // StripRelay returns h without its Inlet-Relay-* headers (h itself when it
 // has none).
