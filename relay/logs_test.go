@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"time"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ func TestRelayLogsOfAnUnknownSourceAreCutAndLimited(t *testing.T) {
 	b := setup(t, options{})
 	name := strings.Repeat("p", 100) + canary + strings.Repeat("q", 4000)
 	ingressClient := &http.Client{Transport: mustTransport(t, b.caFile)}
+	started := time.Now()
 	for range 20 {
 		req, _ := http.NewRequest(http.MethodPost, b.relayURL+"/webhooks/"+name, strings.NewReader("{}"))
 		if code, _, _ := do(t, req); code != http.StatusNotFound {
@@ -31,12 +33,15 @@ func TestRelayLogsOfAnUnknownSourceAreCutAndLimited(t *testing.T) {
 		}
 	}
 	relayLogs := b.relayLogs.String()
+	// One line a second: a loaded machine may take more than a second
+	// for the 20 requests, each second allowing one more.
+	allowed := 1 + int(time.Since(started)/time.Second)
 	if strings.Contains(b.ingestLogs.String(), canary) {
 		t.Errorf("ingress log holds the sender's path beyond its 64-byte cut")
 	}
 	lines := strings.Count(relayLogs, "unknown_source")
-	if strings.Contains(relayLogs, canary) || lines > 1 {
-		t.Errorf("relay log holds the sender's path beyond 64 bytes (%v) in %d lines for 20 requests (ingress: 1 line, cut); %d bytes of relay log",
-			strings.Contains(relayLogs, canary), lines, len(relayLogs))
+	if strings.Contains(relayLogs, canary) || lines > allowed {
+		t.Errorf("relay log holds the sender's path beyond 64 bytes (%v) in %d lines for 20 requests, want at most %d (one a second; ingress: 1 line, cut); %d bytes of relay log",
+			strings.Contains(relayLogs, canary), lines, allowed, len(relayLogs))
 	}
 }
