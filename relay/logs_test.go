@@ -1,10 +1,10 @@
 package relay_test
 
 import (
-	"time"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The source name of a request path is the sender's. The ingress cuts it to
