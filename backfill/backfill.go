@@ -104,10 +104,10 @@ type Lister interface {
 	// key identifies the query (account, repository, filters) so a cursor
 	// is never resumed against another one.
 	key() string
-	// scope is what narrows the listing within its source (Stripe's types,
-	// GitHub's repository or organization and hook), "" for the whole
-	// source: a reconcile run records it, and its coverage counts for that
-	// scope only (ReconcileCoveredUntil).
+	// scope is what narrows the listing within its source (the operator's
+	// account label; Stripe's types, GitHub's repository or organization
+	// and hook), "" for the whole source: a reconcile run records it, and
+	// its coverage counts for that scope only (ReconcileCoveredUntil).
 	scope() string
 	// page returns the events of the page that starts at cursor ("" for the
 	// newest) and the cursor of the next page ("" when this is the last).

@@ -26,6 +26,12 @@ type GitHubConfig struct {
 	Org string
 	// HookID is the webhook's id. Required.
 	HookID int64
+	// Account is the operator's label of the account or server the webhook
+	// is read from (com, ghes), never sent to GitHub: where two reconcile
+	// entries of one source list the same repository or organization and
+	// hook id on different servers, a run's scope names it. Empty: no
+	// label. See CheckAccount for its form.
+	Account string
 }
 
 // GitHub lists a webhook's deliveries (GET …/hooks/{id}/deliveries, newest
@@ -50,6 +56,9 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	case (cfg.Repo == "") == (cfg.Org == ""):
 		return nil, errors.New("github backfill: set exactly one of a repository (owner/name) and an organization")
 	}
+	if err := CheckAccount(cfg.Account); err != nil {
+		return nil, fmt.Errorf("github backfill: %w", err)
+	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = "https://api.github.com"
 	}
@@ -71,14 +80,20 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 func (g *GitHub) key() string { return "github " + g.cfg.BaseURL + g.path }
 
 // scope is the webhook listed, repo=owner/name hook=123 or org=acme
-// hook=123 (lower case, as GitHub reads names): a run lists one hook's
-// deliveries, never the whole source.
+// hook=123 (lower case, as GitHub reads names), after the account label
+// when set (account=ghes repo=…): a run lists one hook's deliveries, never
+// the whole source. The token and the base URL are left out, as Stripe's
+// key and base URL are (see Stripe.scope).
 func (g *GitHub) scope() string {
+	var sc string
+	if g.cfg.Account != "" {
+		sc = "account=" + g.cfg.Account + " "
+	}
 	hook := " hook=" + strconv.FormatInt(g.cfg.HookID, 10)
 	if g.cfg.Repo != "" {
-		return "repo=" + strings.ToLower(g.cfg.Repo) + hook
+		return sc + "repo=" + strings.ToLower(g.cfg.Repo) + hook
 	}
-	return "org=" + strings.ToLower(g.cfg.Org) + hook
+	return sc + "org=" + strings.ToLower(g.cfg.Org) + hook
 }
 
 func (g *GitHub) auth(r *http.Request) {

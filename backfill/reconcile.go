@@ -130,9 +130,10 @@ type Report struct {
 // counted once (and as a duplicate). A GitHub delivery's payload is fetched
 // only when it is missing. The run is recorded in reconcile_runs when it
 // starts and when it ends, with the error if it stops early, and with what
-// l lists (its scope: Stripe's types, GitHub's hook), the only listing the
-// run's window counts as compared for in the scheduled reconcile's coverage
-// (a run without a type filter counts for every scope of its source); the
+// l lists (its scope: its account label, Stripe's types, GitHub's hook),
+// the only listing the run's window counts as compared for in the scheduled
+// reconcile's coverage (a Stripe run with neither an account label nor a
+// type filter counts for every scope of its source); the
 // Report is valid on error too. Running it again stores nothing more: what
 // it stored is then already stored.
 func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, error) {

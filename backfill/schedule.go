@@ -43,7 +43,8 @@ type ScheduleConfig struct {
 // done. The first round is at once. A round that starts late (the last one
 // ran longer than Interval: rate-limit waits, many pages) or follows a
 // failed one reaches back to where the completed runs of the entry's
-// listing (its Stripe types, its GitHub hook; or of the whole source) first
+// listing (its account label, its Stripe types, its GitHub hook; or of the
+// whole source) first
 // left a stretch uncompared (a manual run's later window does not hide it,
 // nor does another entry's run of the same source), so no stretch of time
 // goes uncompared (at most 30 days back, what the providers keep). That
@@ -88,9 +89,13 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 		if ctx.Err() != nil {
 			return
 		}
-		// The entry's index tells apart several entries of one source.
+		// The entry's index (and account label) tells apart several
+		// entries of one source.
 		log := cfg.Logger.With(slog.String("source", src.Source), slog.Int("entry", i))
-		// What the entry lists (its types, its hook): the coverage it
+		if src.Account != "" {
+			log = log.With(slog.String("account", src.Account))
+		}
+		// What the entry lists (its account, types, hook): the coverage it
 		// reaches back over is that of its own listing, not of the other
 		// entries of its source. It does not depend on the window.
 		probe, err := src.Lister(time.Time{}, time.Time{})
@@ -137,8 +142,9 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 // runs that a gap follows, not the latest run's end: a manual run (inlet
 // reconcile --since 2h) after failed rounds would otherwise skip the
 // stretch they left. Only the runs that listed scope, or the whole source
-// (scope ""), count: another entry of the source (other Stripe types,
-// another repository's hook) compared none of this one's events. Read from
+// (scope ""), count: another entry of the source (another account label,
+// other Stripe types, another repository's hook) compared none of this
+// one's events. Read from
 // reconcile_runs, which every run of every replica and the command write,
 // not from this process's memory.
 func scheduledSince(ctx context.Context, cfg ScheduleConfig, source, scope string, until time.Time) (time.Time, error) {

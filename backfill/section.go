@@ -49,6 +49,17 @@ type ReconcileSource struct {
 	// Types keeps only these Stripe event types (the webhook endpoint's).
 	// Empty: every type of the account.
 	Types []string `yaml:"types"`
+	// Account labels the account the entry's api_key (or token and
+	// base_url) lists: a short name the operator chooses (us, eu, test).
+	// Required to tell apart entries of one source that would otherwise
+	// list the same scope (two Stripe accounts, or live and test mode,
+	// posting to one source; one hook on two GitHub servers): a run's
+	// coverage counts for its entry's scope, which the label is part of
+	// (account=us types=a,b), and an entry without a label or types covers
+	// the whole source. Keep it when the key is rotated; renaming it starts
+	// a scope whose coverage only the runs recorded under the new name
+	// (and the whole-source runs) give. Never sent to the provider.
+	Account string `yaml:"account"`
 	// Token may read the GitHub webhook (${GITHUB_TOKEN}). Required for
 	// github, with HookID and one of Repo and Org.
 	Token  string `yaml:"token"`
@@ -85,9 +96,48 @@ func (s Section) Validate() error {
 	case s.Enabled && len(s.Sources) == 0:
 		return fmt.Errorf("reconcile.sources: enabled with no source to reconcile")
 	}
+	scopes := make([]string, len(s.Sources))
 	for i, src := range s.Sources {
-		if _, err := src.Lister(time.Time{}, time.Time{}); err != nil {
+		l, err := src.Lister(time.Time{}, time.Time{})
+		if err != nil {
 			return fmt.Errorf("reconcile.sources[%d] %q: %w", i, src.Source, err)
+		}
+		scopes[i] = l.scope()
+	}
+	return checkScopes(s.Sources, scopes)
+}
+
+// checkScopes refuses two entries of one source whose runs would count as
+// the other's coverage: the same listing scope (the same account label, or
+// none, and the same types; the same repository or organization and hook),
+// or an entry of the whole source (no account label, no types) beside any
+// other. Their keys may list different accounts (US and EU, live and test
+// mode), which the scope cannot see: one entry's catch-up after an outage
+// would close the other's gap, and the other's events in it would never be
+// compared. scopes[i] is Sources[i]'s.
+func checkScopes(srcs []ReconcileSource, scopes []string) error {
+	for j := range srcs {
+		for i := range j {
+			if srcs[i].Source != srcs[j].Source {
+				continue
+			}
+			switch {
+			case scopes[i] == scopes[j]:
+				return fmt.Errorf("reconcile.sources[%d] and reconcile.sources[%d] (source %q) list the same scope (%s): "+
+					"give each an account: label naming the account its key lists (account: us, account: eu), "+
+					"or a run of one counts as compared for the other, whose events would go uncompared after an outage; "+
+					"if both list the same account, remove one",
+					i, j, srcs[i].Source, scopeName(scopes[i]))
+			case scopes[i] == "" || scopes[j] == "":
+				whole, other := i, j
+				if scopes[j] == "" {
+					whole, other = j, i
+				}
+				return fmt.Errorf("reconcile.sources[%d] and reconcile.sources[%d] (source %q): reconcile.sources[%d] has no account: and no types:, "+
+					"so a run of it counts as compared for the whole source, reconcile.sources[%d] (%s) too: "+
+					"give each an account: label naming the account its key lists (account: us, account: eu)",
+					i, j, srcs[i].Source, whole, other, scopes[other])
+			}
 		}
 	}
 	return nil
@@ -100,9 +150,9 @@ func (src ReconcileSource) Lister(since, until time.Time) (Lister, error) {
 	}
 	switch src.Type {
 	case "stripe":
-		return NewStripe(StripeConfig{APIKey: src.APIKey, BaseURL: src.BaseURL, Types: src.Types, Since: since, Until: until})
+		return NewStripe(StripeConfig{APIKey: src.APIKey, BaseURL: src.BaseURL, Types: src.Types, Account: src.Account, Since: since, Until: until})
 	case "github":
-		return NewGitHub(GitHubConfig{Token: src.Token, BaseURL: src.BaseURL, Repo: src.Repo, Org: src.Org, HookID: src.HookID})
+		return NewGitHub(GitHubConfig{Token: src.Token, BaseURL: src.BaseURL, Repo: src.Repo, Org: src.Org, HookID: src.HookID, Account: src.Account})
 	}
 	return nil, fmt.Errorf("type: %q is not stripe or github", src.Type)
 }

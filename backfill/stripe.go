@@ -34,6 +34,12 @@ type StripeConfig struct {
 	// Types keeps only these event types (types[]; at most 20, "invoice.*"
 	// wildcards allowed by Stripe). Empty: every type.
 	Types []string
+	// Account is the operator's label of the account APIKey lists (us, eu,
+	// test), never sent to Stripe: where several reconcile entries of one
+	// source list different accounts, a run's scope names it (account=us),
+	// so its window counts as compared for that account only. Empty: no
+	// label. See CheckAccount for its form.
+	Account string
 }
 
 // StripeRetention is how long Stripe keeps events listable: 30 days.
@@ -53,6 +59,9 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	}
 	if len(cfg.Types) > 20 {
 		return nil, fmt.Errorf("stripe backfill: at most 20 types, got %d", len(cfg.Types))
+	}
+	if err := CheckAccount(cfg.Account); err != nil {
+		return nil, fmt.Errorf("stripe backfill: %w", err)
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = "https://api.stripe.com"
@@ -78,15 +87,24 @@ func (s *Stripe) key() string {
 	return k
 }
 
-// scope is the types listed, sorted and without repeats (--types a,b and
-// b,a list the same events), as types=a,b; "" without a type filter: every
-// event of the account.
+// scope is the account label and the types listed, sorted and without
+// repeats (--types a,b and b,a list the same events): account=us
+// types=a,b, account=us, types=a,b; "" with neither: every event of the
+// source. The API key is left out (a rotated key, the usual end of an
+// outage, lists the same account, and would start a scope with no
+// coverage), and so is the base URL (how the API is reached, not what it
+// lists: a proxy put in front would do the same); the account label tells
+// apart the accounts an entry's key or endpoint selects.
 func (s *Stripe) scope() string {
-	if len(s.cfg.Types) == 0 {
-		return ""
+	var parts []string
+	if s.cfg.Account != "" {
+		parts = append(parts, "account="+s.cfg.Account)
 	}
-	types := slices.Sorted(slices.Values(s.cfg.Types))
-	return "types=" + strings.Join(slices.Compact(types), ",")
+	if len(s.cfg.Types) > 0 {
+		types := slices.Sorted(slices.Values(s.cfg.Types))
+		parts = append(parts, "types="+strings.Join(slices.Compact(types), ","))
+	}
+	return strings.Join(parts, " ")
 }
 
 // pinned is the Since a relative --since resolved to, kept in the state

@@ -15,6 +15,9 @@ import (
 type providerAPI struct {
 	source, baseURL, apiKey, types, token, repo, org *string
 	hookID                                           *int64
+	// account is inlet reconcile's --account (nil for inlet backfill): the
+	// label of the account listed, part of the run's recorded scope.
+	account *string
 }
 
 func providerAPIFlags(fs *flag.FlagSet) *providerAPI {
@@ -46,7 +49,8 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 	var err error
 	switch kind {
 	case "stripe":
-		c := backfill.StripeConfig{APIKey: orEnv(*p.apiKey, "STRIPE_API_KEY"), BaseURL: *p.baseURL, Since: since, SinceAsGiven: sinceAsGiven, Until: until}
+		c := backfill.StripeConfig{APIKey: orEnv(*p.apiKey, "STRIPE_API_KEY"), BaseURL: *p.baseURL, Since: since, SinceAsGiven: sinceAsGiven, Until: until,
+			Account: p.accountLabel()}
 		if c.APIKey == "" {
 			return nil, fmt.Errorf("%w: inlet %s stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage, command)
 		}
@@ -57,7 +61,8 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 		}
 		lister, err = backfill.NewStripe(c)
 	case "github":
-		c := backfill.GitHubConfig{Token: orEnv(*p.token, "GITHUB_TOKEN"), BaseURL: *p.baseURL, Repo: *p.repo, Org: *p.org, HookID: *p.hookID}
+		c := backfill.GitHubConfig{Token: orEnv(*p.token, "GITHUB_TOKEN"), BaseURL: *p.baseURL, Repo: *p.repo, Org: *p.org, HookID: *p.hookID,
+			Account: p.accountLabel()}
 		if c.Token == "" {
 			return nil, fmt.Errorf("%w: inlet %s github needs a token: --token or $GITHUB_TOKEN", errUsage, command)
 		}
@@ -69,6 +74,14 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return lister, nil
+}
+
+// accountLabel is --account, "" where the command has no such flag.
+func (p *providerAPI) accountLabel() string {
+	if p.account == nil {
+		return ""
+	}
+	return *p.account
 }
 
 // orEnv is v, or the environment variable name when v is empty.

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/inlet-dev/inlet/backfill"
@@ -18,7 +20,7 @@ Compare the provider's own list of events for a window with the event log,
 and store each event the log lacks: a webhook the provider never delivered
 (or gave up on) is otherwise invisible to every receiver.
 
-  inlet reconcile stripe [--since 24h] [--until now] [--dry-run] [--json]
+  inlet reconcile stripe [--since 24h] [--until now] [--account us] [--dry-run] [--json]
   inlet reconcile github --repo owner/name --hook-id 123 [--since 24h]
 
 Stripe: GET /v1/events created in the window (Stripe keeps 30 days), with
@@ -28,6 +30,14 @@ compare only the types the webhook endpoint is subscribed to. GitHub: the
 webhook's deliveries sent in the window (GitHub keeps about 3 days), with a
 token from --token or $GITHUB_TOKEN; only the missing deliveries' payloads
 are fetched.
+
+--account LABEL names the account the key lists, as the account: of the
+reconcile.sources entry it catches up for (us, eu, test): the run is recorded
+for that entry's scope (with --types, its types too), and the scheduled
+reconcile counts its window as compared for that entry only. A Stripe run
+with neither --account nor --types is recorded for the whole source, every
+entry of it; where reconcile.sources labels the accounts of the source, it
+is refused without --account (a dry run records no coverage and is not).
 
 A missing event is stored as inlet backfill stores one (signature_verified =
 false, the API's bytes, header Inlet-Backfill naming the API) with the header
@@ -49,6 +59,7 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	dryRun := fs.Bool("dry-run", false, "count what is missing; store nothing")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	api := providerAPIFlags(fs)
+	api.account = fs.String("account", "", "the account: label of the reconcile.sources entry whose account the key lists (us, eu); recorded in the run's scope")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -97,6 +108,11 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	if err != nil {
 		return err
 	}
+	if kind == "stripe" && !*dryRun {
+		if err := accountLabelNeeded(cfg.Reconcile, src.Name, *api.account, *api.types); err != nil {
+			return err
+		}
+	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-reconcile", MaxConns: 2})
 	if err != nil {
 		return err
@@ -124,6 +140,30 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 	}
 	printReconcile(env, rep)
 	return nil
+}
+
+// accountLabelNeeded refuses a Stripe run without --account and --types
+// (recorded for the whole source) of a source whose reconcile.sources
+// entries label their accounts: the entries list different accounts, and
+// the run, listing one of them, would count as compared for all of them, so
+// the others' events in its window would never be compared.
+func accountLabelNeeded(rc backfill.Section, source, account, types string) error {
+	if account != "" || strings.Trim(types, " ,") != "" {
+		return nil
+	}
+	var labels []string
+	for _, e := range rc.Sources {
+		if e.Source == source && e.Account != "" && !slices.Contains(labels, e.Account) {
+			labels = append(labels, e.Account)
+		}
+	}
+	if len(labels) == 0 {
+		return nil
+	}
+	slices.Sort(labels)
+	return fmt.Errorf("%w: reconcile.sources labels the accounts of source %q (%s): pass --account with the label of the account this API key lists; "+
+		"without it (or --types) the run is recorded for the whole source and counts as compared for every account's entry",
+		errUsage, source, strings.Join(labels, ", "))
 }
 
 func printReconcile(env *environment, rep backfill.Report) {

@@ -33,13 +33,15 @@ ORDER BY source, id DESC;
 
 -- name: ReconcileCoveredUntil :one
 -- Where the compared time of the source's listing scope (a reconcile.sources
--- entry's: its Stripe types, its GitHub repository or organization and hook;
--- empty for the whole source) first stops: the end of the earliest stretch of
--- completed coverage that a gap follows, else the end of the latest. A run
--- covers the scope when it listed that scope or the whole source (scope
--- empty or NULL: a Stripe run without types, a run recorded before migration
--- 071): a run of another entry of the same source compared only what it
--- listed, and its window would close the gap of this one. The scheduled
+-- entry's: its account label, its Stripe types, its GitHub repository or
+-- organization and hook, as account=us types=a,b; empty for the whole
+-- source) first stops: the end of the earliest stretch of completed coverage
+-- that a gap follows, else the end of the latest. A run covers the scope
+-- when it listed that scope or the whole source (scope empty or NULL: a
+-- Stripe run with neither an account label nor types, a run recorded before
+-- migration 071): a run of another entry of the same source (another
+-- account, other types, another hook) compared only what it listed, and its
+-- window would close the gap of this one. The scheduled
 -- reconcile reaches back to it after a failed round, a late one, or a
 -- restart or failover to another streamer (a process's memory would forget
 -- it). Not simply the latest end: a manual run (inlet reconcile
