@@ -33,6 +33,10 @@ type Service struct {
 	// while the first was still draining, and its caller closed the pool).
 	stopped chan struct{}
 	stopErr error
+	// phase is where Start and Stop are (phaseNew, …), for Healthy: state
+	// is under mu, which Start holds while it registers and subscribes, so
+	// a readiness probe cannot wait for it.
+	phase atomic.Int32
 
 	subCancel  context.CancelFunc      // ends the subscriptions
 	workCtx    context.Context         // parent of every attempt
@@ -129,6 +133,15 @@ const (
 	stateNew = iota
 	stateStarted
 	stateStopped
+)
+
+// The phases Healthy reports: the service is ready only while running.
+const (
+	phaseNew      int32 = iota // Start not called yet, or it failed
+	phaseStarting              // Start registering and subscribing
+	phaseRunning               // Start returned: every handler's topic subscribed
+	phaseStopping              // Stop begun: reading nothing more, draining
+	phaseStopped               // Stop done, or called before Start
 )
 
 // errShutdown is the cause of attempt contexts cancelled because Stop's
@@ -239,8 +252,9 @@ func txSlots(cfg Config) chan struct{} {
 // Start registers the subscriptions (see Register), subscribes to every
 // handler's topic and starts processing; it returns once subscribed. ctx
 // bounds registering and subscribing only (its values reach the handlers):
-// the service then runs until Stop. A service starts once.
-func (s *Service) Start(ctx context.Context) error {
+// the service then runs until Stop. A service starts once. Healthy reports
+// an error until Start has returned nil.
+func (s *Service) Start(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.state {
@@ -249,6 +263,12 @@ func (s *Service) Start(ctx context.Context) error {
 	case stateStopped:
 		return errors.New("start consumers: the service was stopped; a service starts once (make a new one with New)")
 	}
+	s.phase.Store(phaseStarting)
+	defer func() {
+		if err != nil {
+			s.phase.Store(phaseNew) // it may be started again
+		}
+	}()
 	if err := s.Register(ctx); err != nil {
 		return fmt.Errorf("start consumers: %w", err)
 	}
@@ -317,6 +337,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.state = stateStarted
 	s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers started",
 		slog.Int("handlers", len(s.runners)), slog.String("worker_id", s.cfg.WorkerID))
+	s.phase.Store(phaseRunning)
 	return nil
 }
 
@@ -345,6 +366,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		// nothing (review helper-151: a SIGTERM handled before a `go
 		// svc.Start()` ran left a service running that nothing stopped).
 		s.state = stateStopped
+		s.phase.Store(phaseStopped)
 		s.stopped = make(chan struct{})
 		close(s.stopped)
 		s.mu.Unlock()
@@ -365,10 +387,12 @@ func (s *Service) Stop(ctx context.Context) error {
 		}
 	}
 	s.state = stateStopped
+	s.phase.Store(phaseStopping)
 	s.stopped = make(chan struct{})
 	s.mu.Unlock()
 	err := s.stop(ctx)
 	s.stopErr = err
+	s.phase.Store(phaseStopped)
 	close(s.stopped)
 	return err
 }
@@ -430,12 +454,26 @@ func (s *Service) stopBackground() {
 	}
 }
 
-// Healthy reports an error once the transport has closed a handler's
-// subscription while the service runs: it then takes no more of that
-// handler's jobs, and readiness should say so (restart the process). It also
-// reports the transport's own error while the transport has one (see
-// healthReporter): natsbus, while a subscription is not consuming.
+// Healthy reports an error unless the service runs: until Start has
+// returned nil (it is still registering and subscribing: a probe served
+// before Start, as inlet consumer's /readyz, answered ready while nothing was
+// subscribed, review helper-253) and once Stop has begun. While it runs, it
+// reports an error once the transport has closed a handler's subscription:
+// it then takes no more of that handler's jobs, and readiness should say so
+// (restart the process). It also reports the transport's own error while
+// the transport has one (see healthReporter): natsbus, while a subscription
+// is not consuming. It never waits for Start or Stop.
 func (s *Service) Healthy() error {
+	switch s.phase.Load() {
+	case phaseNew:
+		return errors.New("not started: Start has not subscribed the handlers")
+	case phaseStarting:
+		return errors.New("starting: subscribing handlers")
+	case phaseStopping:
+		return errors.New("stopping")
+	case phaseStopped:
+		return errors.New("stopped")
+	}
 	if name := s.lost.Load(); name != nil {
 		return fmt.Errorf("the bus closed the subscription of handler %q", *name)
 	}

@@ -111,8 +111,9 @@ type handlerStats struct {
 	// HasLag is false when none is due.
 	Lag    time.Duration
 	HasLag bool
-	// Attempts and Failures (failed or dead_letter outcomes) finished in
-	// the failure-rate window.
+	// Attempts and Failures (failed, dead_letter and lease_expired
+	// outcomes: an expired lease the reaper counted as an attempt ran the
+	// handler, which never reported) finished in the failure-rate window.
 	Attempts, Failures int64
 	// Circuit is the state of its circuit breaker (closed, open, half_open),
 	// "" without one; Limits its rate and in-flight limits as text, "" for

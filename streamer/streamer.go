@@ -214,6 +214,10 @@ type Streamer struct {
 	mu      sync.Mutex
 	loops   loop.Group
 	started bool
+	// phase is where Start and Stop are (phaseIdle, …), for Healthy: Start
+	// holds mu while it opens the replication stream (up to 15s), so a
+	// readiness probe cannot wait for it.
+	phase atomic.Int32
 
 	// leasedAt is, per handler, the newest lease time this process got back
 	// from any of its claims, recorded before their references are
@@ -289,7 +293,21 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Healthy reports an error while the bus refuses every reference this
+// The phases of Start and Stop that Healthy reports.
+const (
+	phaseIdle     int32 = iota // never started (or Start failed): driven by ClaimOnce, if at all
+	phaseStarting              // Start under way (opening the replication stream)
+	phaseRunning               // Start returned: the loops run
+	phaseStopping              // Stop begun: the loops end, claiming nothing more
+)
+
+// Healthy reports an error while Start is under way and once Stop has
+// begun: the streamer claims nothing then (a probe served before Start, as
+// inlet streamer's /readyz, answered ready while Start was still opening the
+// replication stream, review helper-253). A streamer never started, driven
+// by ClaimOnce alone, is judged by the bus alone; a program that serves
+// Healthy before it calls Start gates it on Start's return itself. While it
+// runs, it reports an error while the bus refuses every reference this
 // streamer publishes: a publish failed (its leases were given back) and none
 // has succeeded since. One handler's full topic beside others being published
 // is not a fault of the streamer: it is held back (hold.go), others go on.
@@ -297,6 +315,12 @@ type pinger interface {
 // a publisher that can be pinged is asked instead, so an idle streamer's
 // health follows the bus's recovery.
 func (s *Streamer) Healthy(ctx context.Context) error {
+	switch s.phase.Load() {
+	case phaseStarting:
+		return errors.New("streamer: starting: opening its wake sources")
+	case phaseStopping:
+		return errors.New("streamer: stopping")
+	}
 	r := s.refused.Load()
 	if r == nil {
 		return nil
@@ -324,15 +348,18 @@ func (s *Streamer) Wake() {
 // background until Stop. With ReplicationConnect it first opens the
 // replication stream (up to 15s), and fails with ErrReplicationSetup when it
 // cannot work as configured; when Postgres is merely unreachable it starts
-// anyway and polls until the stream opens.
+// anyway and polls until the stream opens. Healthy reports an error while
+// Start is under way.
 func (s *Streamer) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return errors.New("streamer: already started")
 	}
+	s.phase.Store(phaseStarting)
 	if s.replication != nil {
 		if err := s.replication.prepare(ctx); err != nil {
+			s.phase.CompareAndSwap(phaseStarting, phaseIdle) // a Stop meanwhile keeps phaseStopping
 			return err
 		}
 	}
@@ -356,6 +383,7 @@ func (s *Streamer) Start(ctx context.Context) error {
 		slog.Bool("replication", s.replication != nil),
 		slog.Int("batch_size", s.cfg.BatchSize), slog.Duration("poll_interval", s.cfg.PollInterval))
 	s.Wake()
+	s.phase.CompareAndSwap(phaseStarting, phaseRunning) // a Stop meanwhile keeps phaseStopping
 	return nil
 }
 
@@ -363,8 +391,10 @@ func (s *Streamer) Start(ctx context.Context) error {
 // and publish what it leased: at most claimRoundTimeout, and
 // giveBackTimeout more to give back what a claim that failed may have
 // leased (15 s in all). Jobs it leased stay leased until consumers report or
-// the lease expires; nothing is lost.
+// the lease expires; nothing is lost. From its start Healthy reports an
+// error: the streamer claims nothing more.
 func (s *Streamer) Stop() {
+	s.phase.Store(phaseStopping)
 	s.loops.Stop()
 }
 

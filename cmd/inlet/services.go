@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
@@ -53,10 +54,11 @@ topic on the bus (bus.kind: nats). Any number of streamers may run at once.
 Watches every source for silence (silence:), and reconciles with the
 providers' event lists when reconcile.enabled (one replica at a time). Serves
 GET /healthz, /readyz and /metrics on streamer.health_listen (default
-127.0.0.1:8081: this machine only); /readyz answers 503 while the database
-does not answer or takes no writes (a standby, read-only), the connection
-to NATS is down, or the bus has refused every reference since the last it
-took. SIGTERM finishes the claim round in
+127.0.0.1:8081: this machine only); /readyz answers 503 until the streamer
+has started, from SIGTERM on, and while the database does not answer or
+takes no writes (a standby, read-only), the connection to NATS is down, or
+the bus has refused every reference since the last it took (/healthz
+answers 200 throughout). SIGTERM finishes the claim round in
 progress and exits; jobs it leased stay leased until their consumers report
 or the lease expires.`)
 	cfgPath := configFlag(fs)
@@ -100,7 +102,15 @@ or the lease expires.`)
 		return err
 	}
 	defer stopReconcile()
+	// Served before str.Start, so that /healthz answers while Start waits
+	// (the replication stream, up to 15s), but not ready until it has
+	// returned: str.Healthy judges a streamer never started by the bus
+	// alone, and this one claims nothing yet (review helper-253).
+	var started atomic.Bool
 	hs, err := health.Start(ctx, cfg.Streamer.HealthListen, func(ctx context.Context) error {
+		if !started.Load() {
+			return errors.New("streamer: starting")
+		}
 		// Not ready while the bus refuses every reference or (NATS) the
 		// connection is down: nothing is delivered meanwhile.
 		// The database must take writes too: a standby or a read-only
@@ -124,9 +134,10 @@ or the lease expires.`)
 	if err := str.Start(ctx); err != nil {
 		return err
 	}
+	started.Store(true)
 	<-ctx.Done()
 	log.Info("stopping streamer")
-	str.Stop()
+	str.Stop() // not ready from here on (Streamer.Healthy)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Stop(sctx)
@@ -140,7 +151,10 @@ Run the ready consumers of consumer.handlers (log, http-forward): register
 their subscriptions, take their jobs from the bus (bus.kind: nats), and record
 each outcome on its job. Replicas of the same handlers share the work.
 Serves GET /healthz, /readyz and /metrics on consumer.health_listen (default
-127.0.0.1:8082: this machine only). SIGTERM stops
+127.0.0.1:8082: this machine only); /readyz answers 503 until every
+handler's topic is subscribed, from SIGTERM on, and while the database does
+not answer or takes no writes, or a subscription is not consuming (/healthz
+answers 200 throughout). SIGTERM stops
 taking jobs and waits up to --drain-timeout for running attempts; an attempt
 still running then is cut off, records nothing and gives its lease back: its
 job is pending again at once and the attempt does not count (should giving it
@@ -185,6 +199,8 @@ consumers/example).`)
 	}
 	defer pool.Close()
 	hs, err := health.Start(ctx, cfg.Consumer.HealthListen, func(ctx context.Context) error {
+		// svc.Healthy is not nil until svc.Start has subscribed every
+		// handler's topic, nor once svc.Stop has begun (review helper-253).
 		// Writable too: every outcome is a write (schema.ErrReadOnly).
 		return errors.Join(svc.Healthy(), schema.CheckWritable(ctx, pool))
 	}, metricsHandler(reg), log)

@@ -48,8 +48,14 @@ ORDER BY s.n;
 -- attempt since failures_since): its unfinished jobs by status; the lag, now
 -- minus the due time of its oldest due pending or failed job (has_lag false:
 -- none due; a flag rather than a NULL, which sqlc cannot type); and the
--- attempts that finished since failures_since, all of them and the failed or
--- dead-lettered ones. Replay markers are not attempts and are left out.
+-- attempts that finished since failures_since, all of them and the failures:
+-- failed, dead-lettered, and the leases the reaper closed as lease_expired.
+-- The reaper records an expired lease as an attempt only when a consumer that
+-- could have run it was alive (ReapExpiredLeases): the handler ran and never
+-- reported (its consumer crashed, hung or was killed in it), so it failed;
+-- left out, a poison event that kills its consumer on every try showed 0%
+-- while its jobs dead-lettered (review helper-253). Replay markers are not
+-- attempts and are left out.
 -- A finished attempt is counted where it is kept (010_lease_token): a job's
 -- successful attempt on its job row (completed_attempt_id, completed_at),
 -- everything else in job_attempts: failures and expired leases, and the
@@ -83,7 +89,7 @@ WITH jobs AS (
 ), attempts AS (
     SELECT handler,
            count(*) AS total,
-           count(*) FILTER (WHERE outcome IN ('failed', 'dead_letter')) AS failures
+           count(*) FILTER (WHERE outcome IN ('failed', 'dead_letter', 'lease_expired')) AS failures
     FROM finished
     GROUP BY handler
 ), handlers AS (
