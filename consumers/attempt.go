@@ -274,17 +274,18 @@ func (s *Service) take(ctx context.Context, ref bus.Ref, rd *messageRead, idx in
 		// helper-215).
 		began := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, remaining/2)
-		err := s.sayAliveSince(wctx, t.l.leasedAt)
+		err := s.sayAliveSince(wctx, ref.Handler, t.l.leasedAt)
 		cancel()
 		remaining -= time.Since(began)
 		switch {
 		case errors.Is(err, errBusDown):
-			// The bus says it is not delivering (this reference came
-			// through all the same: buffered before a cut, or on a
-			// durable that still consumes), and saying alive would have
-			// streamers lease what cannot reach this consumer. The lease
-			// is extended below instead: it then names this consumer and
-			// counts should it die in the handler (review helper-243).
+			// The bus says it is not delivering to this consumer, or to
+			// this handler (this reference came through all the same:
+			// buffered before a cut, or on the handler's other topic,
+			// which consumes), and saying alive would have streamers
+			// lease what cannot reach it. The lease is extended below
+			// instead: it then names this consumer and counts should it
+			// die in the handler (review helper-243, helper-251).
 			remaining = 0
 		case err != nil && ctx.Err() == nil:
 			// The handler runs all the same: should this process die in

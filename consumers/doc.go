@@ -37,17 +37,23 @@
 // end. A scoped role's service says it only for the handlers the role is
 // still given, and logs once the handlers it no longer may run. It says
 // nothing while its transport reports that it is not delivering (bus/natsbus:
-// not connected to NATS, or a durable consumer not consuming; the error
-// [Service.Healthy] also reports): a consumer cut off from NATS while
-// Postgres stays reachable (a network policy, revoked NATS credentials)
-// could receive no reference, and saying it was alive had the reaper count
-// every expired lease as an attempt and dead-letter jobs whose handler
-// never ran. Its last word then runs out as a stopped consumer's does:
-// within three AliveIntervals streamers lease nothing of a handler it alone
-// runs, and leases begun after its last write expire uncounted. A reference
-// that still reaches it meanwhile has its lease extended before the handler
-// runs (so it counts should the process die in it), and the service says it
-// is alive again within 100 ms of the transport's recovery. A transport with
+// not connected to NATS; the error [Service.Healthy] also reports): a
+// consumer cut off from NATS while Postgres stays reachable (a network
+// policy, revoked NATS credentials) could receive no reference, and saying
+// it was alive had the reaper count every expired lease as an attempt and
+// dead-letter jobs whose handler never ran. Its last word then runs out as
+// a stopped consumer's does: within three AliveIntervals streamers lease
+// nothing of a handler it alone runs, and leases begun after its last write
+// expire uncounted. While only some of its subscriptions are not consuming
+// (bus/natsbus: a handler's durable consumer lost and not made again, as
+// at a stream or account consumer limit, or not consumed again; Healthy
+// reports them too) it leaves out only their handlers, whose liveness runs
+// out so, and says it for the others, which run on. A reference that still
+// reaches a handler left out meanwhile has its lease extended before the
+// handler runs (so it counts should the process die in it), and the
+// service says it is alive for that handler again within 100 ms of the
+// transport's recovery. A transport that reports only its health as a
+// whole (Healthy) leaves out every handler while it is not nil; one with
 // no health of its own (the in-process bus) always delivers. An attempt
 // cut short by [Service.Stop]'s deadline gives its lease back instead: its
 // job is pending again at once and the attempt does not count, so a forced

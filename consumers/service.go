@@ -60,22 +60,29 @@ type Service struct {
 	// take waits for it no longer than its context (lockAlive).
 	aliveMu  chan struct{}
 	draining bool
-	// seenUntil is the database time (unix ns) up to which the last
-	// successful liveness write covers leases (ConsumerAlive's seen_at):
-	// a handler runs on a lease that began later only after one more
-	// write (sayAliveSince). Written under aliveMu, read without it.
-	seenUntil atomic.Int64
+	// aliveMark is what the last successful liveness write covers: leases
+	// that began up to its seen_at (the database's time), of the handlers
+	// it did not leave out (the bus not delivering to them). A handler runs
+	// on a lease it does not cover only after one more write, or with the
+	// lease extended (sayAliveSince). Written under aliveMu, read without it.
+	aliveMark atomic.Pointer[aliveMark]
 	// aliveFailedAt is when (this process's clock, unix ns) the last
 	// liveness write failed, 0 after a success: takes meanwhile do not
 	// each wait for a write of their own (sayAliveSince).
 	aliveFailedAt atomic.Int64
-	// busDown: the last liveness write was skipped because the bus said it
-	// was not delivering (busHealthy); the alive loop then checks every
-	// busRecheck for its return and writes at once. Written under aliveMu,
-	// which signals busDownSet (one slot) when it becomes true, so the loop
-	// also learns it from a take's write.
-	busDown    atomic.Bool
-	busDownSet chan struct{}
+	// busGap is what the bus was not delivering when the last liveness
+	// write was made or skipped (busReach: nothing, the connection down, or
+	// some handlers' subscriptions not consuming; nil before the first).
+	// While it leaves something out the alive loop asks the bus every
+	// busRecheck and writes as soon as that changed. Written under aliveMu
+	// (noteBus), which signals busGapSet (one slot) when it comes to leave
+	// something out, so the loop also learns it from a take's write.
+	busGap    atomic.Pointer[busReach]
+	busGapSet chan struct{}
+	// topicHandler is the handler of each topic the service subscribed to
+	// (set by Start before anything reads it), to tell which handlers a
+	// subscription not consuming leaves out (busReach).
+	topicHandler map[string]string
 	// refused are the handlers, comma-joined, the last liveness write left
 	// out because the role is no longer given them (logged when it changes);
 	// under aliveMu.
@@ -161,10 +168,10 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("consumers config: %w", err)
 	}
 	s := &Service{
-		cfg:        cfg,
-		logger:     cfg.Logger.With(slog.String("component", "consumers")),
-		aliveMu:    make(chan struct{}, 1),
-		busDownSet: make(chan struct{}, 1),
+		cfg:       cfg,
+		logger:    cfg.Logger.With(slog.String("component", "consumers")),
+		aliveMu:   make(chan struct{}, 1),
+		busGapSet: make(chan struct{}, 1),
 	}
 	for _, h := range cfg.Handlers {
 		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
@@ -301,8 +308,10 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		ch <-chan *message.Message
 	}
 	var subs []subscription
+	s.topicHandler = make(map[string]string, 2*len(s.runners))
 	for _, r := range s.runners {
 		for _, topic := range []string{bus.Topic(r.h.Name), bus.RoleTopic(r.h.Name, role)} {
+			s.topicHandler[topic] = r.h.Name
 			ch, err := s.cfg.Subscriber.Subscribe(subCtx, topic)
 			if err != nil {
 				subCancel()
@@ -461,8 +470,10 @@ func (s *Service) stopBackground() {
 // reports an error once the transport has closed a handler's subscription:
 // it then takes no more of that handler's jobs, and readiness should say so
 // (restart the process). It also reports the transport's own error while
-// the transport has one (see healthReporter): natsbus, while a subscription
-// is not consuming. It never waits for Start or Stop.
+// the transport has one (see healthReporter): natsbus, while not connected
+// to NATS or while a subscription is not consuming (the liveness then
+// leaves out only that subscription's handler, busReach). It never waits
+// for Start or Stop.
 func (s *Service) Healthy() error {
 	switch s.phase.Load() {
 	case phaseNew:
@@ -490,8 +501,10 @@ type healthReporter interface {
 }
 
 // busHealthy is the Subscriber's own health (healthReporter): nil for a
-// transport without one (the in-process bus), which always delivers. While
-// it is not nil the service does not say it is alive (sayAliveLocked).
+// transport without one (the in-process bus), which always delivers. The
+// liveness writes ask busReach, which tells a connection down (no handler
+// said alive) from some subscriptions not consuming (only their handlers
+// left out), and use busHealthy for a transport that tells neither.
 func (s *Service) busHealthy() error {
 	if h, ok := s.cfg.Subscriber.(healthReporter); ok {
 		return h.Healthy()

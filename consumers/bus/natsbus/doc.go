@@ -11,7 +11,10 @@
 // an operator is recreated, and a durable that the library stopped consuming
 // although it exists (recreated by another replica first, or a pull the
 // server refused) is consumed again. Until then [NATS.Healthy] reports the
-// subscription; lease expiry republishes the references lost with a durable.
+// subscription and [NATS.Stalled] lists its topic (a consumer service
+// leaves its handler out of its liveness, while [NATS.ConnectionHealthy],
+// the connection being down, leaves out all of them); lease expiry
+// republishes the references lost with a durable.
 // A process without stream settings of its own (Config with no Storage or
 // Replicas: an SDK consumer) makes a lost stream again with the settings of
 // the one it last found, so a memory stream comes back a memory stream.

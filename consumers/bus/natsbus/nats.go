@@ -89,8 +89,9 @@ type NATS struct {
 	// streamChecked is when a failed publish last recreated the stream.
 	streamChecked time.Time
 	subs          sync.WaitGroup
-	// stalled are the durable consumers whose subscription is not consuming
-	// now (recreated, and Consume failing): Healthy reports them.
+	// stalled are the subscriptions, by topic, that are not consuming now
+	// (their durable recreated and Consume failing, or lost and not made
+	// again): Healthy reports them, Stalled lists their topics.
 	stalled map[string]error
 
 	closeOnce sync.Once
@@ -724,11 +725,11 @@ func (n *NATS) Subscribe(ctx context.Context, topic string) (<-chan *message.Mes
 				// The durable is there (another replica recreated it, or
 				// it was never lost) but this subscription no longer
 				// consumes it: consume it again.
-				restored = n.existingConsumer(lctx, name)
+				restored = n.existingConsumer(lctx, topic)
 			}
 			if restored != nil {
 				cc.Stop()
-				cc = n.resume(lctx, name, func() (jetstream.ConsumeContext, error) {
+				cc = n.resume(lctx, topic, func() (jetstream.ConsumeContext, error) {
 					return restored.Consume(deliver, jetstream.PullMaxMessages(64), onErr)
 				})
 				done = cc == nil
@@ -798,10 +799,11 @@ var resumeFault = func() error { return nil }
 
 // resume consumes a recreated durable (start), retrying with backoff until it
 // succeeds: the old consume context is stopped, so giving up would leave the
-// subscription open and delivering nothing. Meanwhile Healthy reports it.
-// It returns nil when ctx is done or the transport closes first.
-func (n *NATS) resume(ctx context.Context, name string, start func() (jetstream.ConsumeContext, error)) jetstream.ConsumeContext {
-	defer n.setStalled(name, nil)
+// subscription open and delivering nothing. Meanwhile Healthy and Stalled
+// report it. It returns nil when ctx is done or the transport closes first.
+func (n *NATS) resume(ctx context.Context, topic string, start func() (jetstream.ConsumeContext, error)) jetstream.ConsumeContext {
+	name := DurableName(topic)
+	defer n.setStalled(topic, nil)
 	wait := resumeBackoffMin
 	for try := 1; ; try++ {
 		err := resumeFault()
@@ -816,7 +818,7 @@ func (n *NATS) resume(ctx context.Context, name string, start func() (jetstream.
 			return cc
 		}
 		err = fmt.Errorf("consume recreated JetStream consumer %s: %w", name, err)
-		n.setStalled(name, err)
+		n.setStalled(topic, err)
 		n.log.Warn("resume JetStream consumer failed; retrying", slog.String("consumer", name),
 			slog.Int("attempt", try), slog.Duration("retry_in", wait), slog.String("error", err.Error()))
 		t := time.NewTimer(wait)
@@ -833,36 +835,58 @@ func (n *NATS) resume(ctx context.Context, name string, start func() (jetstream.
 	}
 }
 
-// setStalled records that the subscription of durable name is not
-// consuming (err) or is again (nil).
-func (n *NATS) setStalled(name string, err error) {
+// setStalled records that the subscription of topic is not consuming (err)
+// or is again (nil).
+func (n *NATS) setStalled(topic string, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err == nil {
-		delete(n.stalled, name)
+		delete(n.stalled, topic)
 		return
 	}
 	if n.stalled == nil {
 		n.stalled = map[string]error{}
 	}
-	n.stalled[name] = err
+	n.stalled[topic] = err
 }
 
-// Healthy reports an error while the connection to NATS is down (the client
-// is reconnecting: nothing is published or delivered meanwhile) and while a
-// subscription is not consuming: its durable was recreated and consuming it
-// keeps failing, so its handler gets no references until a retry succeeds.
+// Healthy reports an error while the connection to NATS is down
+// (ConnectionHealthy) and while a subscription is not consuming (Stalled):
+// its durable was recreated and consuming it keeps failing, or it was lost
+// and cannot be made again (a stream or account consumer limit, credentials
+// that may consume but not create consumers), so its handler gets no
+// references until a retry succeeds.
 func (n *NATS) Healthy() error {
 	var errs []error
-	if st := n.conn.Status(); st != nats.CONNECTED {
-		errs = append(errs, fmt.Errorf("nats: not connected to %s (%s)", redactURL(n.cfg.URL), st))
+	if err := n.ConnectionHealthy(); err != nil {
+		errs = append(errs, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(n.stalled)) {
-		errs = append(errs, n.stalled[name])
+	for _, topic := range slices.Sorted(maps.Keys(n.stalled)) {
+		errs = append(errs, n.stalled[topic])
 	}
 	return errors.Join(errs...)
+}
+
+// ConnectionHealthy reports an error while the connection to NATS is down
+// (the client is reconnecting: nothing is published or delivered to any
+// subscription meanwhile).
+func (n *NATS) ConnectionHealthy() error {
+	if st := n.conn.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats: not connected to %s (%s)", redactURL(n.cfg.URL), st)
+	}
+	return nil
+}
+
+// Stalled returns the topics, sorted, whose subscription is not consuming
+// now (what Healthy reports besides the connection): their references are
+// not delivered, while the other subscriptions' are. A consumer service
+// leaves their handlers out of its liveness until they consume again.
+func (n *NATS) Stalled() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Sorted(maps.Keys(n.stalled))
 }
 
 // Ping asks JetStream for this account's information: nil when it answers
@@ -915,8 +939,10 @@ func (n *NATS) restoreConsumer(ctx context.Context, cfg jetstream.ConsumerConfig
 // existingConsumer looks the durable name up for a subscription whose
 // consume context the library ended (nil when it cannot: NATS is away, or the
 // durable is gone, which restoreConsumer handles on the next check). Until
-// it is consumed again, Healthy reports the subscription stalled.
-func (n *NATS) existingConsumer(ctx context.Context, name string) jetstream.Consumer {
+// it is consumed again, Healthy and Stalled report the subscription of
+// topic.
+func (n *NATS) existingConsumer(ctx context.Context, topic string) jetstream.Consumer {
+	name := DurableName(topic)
 	err := consumerCheckFault()
 	if err == nil && !n.conn.IsConnected() {
 		err = errors.New("NATS is not connected")
@@ -929,7 +955,7 @@ func (n *NATS) existingConsumer(ctx context.Context, name string) jetstream.Cons
 	}
 	if err != nil {
 		err = fmt.Errorf("JetStream consumer %s stopped consuming and cannot be looked up: %w", name, err)
-		n.setStalled(name, err)
+		n.setStalled(topic, err)
 		n.log.Warn("JetStream stopped consuming a durable; retrying", slog.String("consumer", name), slog.String("error", err.Error()))
 		return nil
 	}
