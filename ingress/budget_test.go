@@ -195,7 +195,7 @@ func TestInflightBudgetHoldsBodiesBack(t *testing.T) {
 		t.Fatalf("inflight_bytes = %v after every answer, want 0", got)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP inlet_ingress_overloaded_total Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for ingress.store_timeout (the database is not keeping up with the bodies arriving).
+# HELP inlet_ingress_overloaded_total Webhooks answered 503 overloaded, nothing stored, for want of memory: ingress.max_inflight_bytes stayed in use for ingress.store_timeout (the database is not keeping up with the bodies arriving), too many requests were waiting for it already, or the room to parse bodies for subscription filters stayed in use for ingress.store_timeout.
 # TYPE inlet_ingress_overloaded_total counter
 inlet_ingress_overloaded_total{source="github"} 0
 inlet_ingress_overloaded_total{source="gitlab"} 0

@@ -16,6 +16,10 @@
 // would meet again is 4xx and stores nothing; only one that may pass is 5xx.
 //
 // Bodies are held within ingress.max_inflight_bytes: room for a body's head
-// first, for its rest once the head has arrived (see budget), so slow senders
-// hold little of it and the rest waits unread while it is spent.
+// (and its request's headers) first, for its rest once the head has arrived
+// (see internal/bodyread), so slow senders hold little of it and the rest
+// waits unread while it is spent; the requests waiting are bounded too, and
+// past that bound answered 503 overloaded at once. A body parsed for the
+// subscription filters reserves room for its parse first (parseRoom), and
+// ingress.max_connections bounds the connections open at once.
 package ingress

@@ -31,6 +31,12 @@ const (
 // database (waiting for a pool connection, or queued for a batch).
 var errNotWritten = errors.New("not written")
 
+// errOverloaded marks an insert given up, before any of it reached the
+// database, for want of memory: no room to parse its body for the
+// subscription filters within the store timeout. Answered as a body that
+// found no room in the budget: 503 overloaded.
+var errOverloaded = errors.New("overloaded")
+
 // classify says what err from Store.Insert means. What it cannot place is
 // outcome unknown: the one answer that is never wrong.
 func classify(err error) storeFault {

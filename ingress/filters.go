@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,6 +42,10 @@ type filters struct {
 	subs     []filteredSub
 	compiled map[string]*filter.Filter // by expression, across refreshes
 
+	// room bounds the memory of the bodies parsed at once (see parseRoom);
+	// the server sizes it from its budget (useParseRoom).
+	room atomic.Pointer[parseRoom]
+
 	evaluations *prometheus.CounterVec
 }
 
@@ -52,12 +57,14 @@ type filteredSub struct {
 }
 
 func newFilters(pool *pgxpool.Pool) *filters {
-	return &filters{pool: pool, logger: slog.Default().With(slog.String("component", "ingress")),
+	f := &filters{pool: pool, logger: slog.Default().With(slog.String("component", "ingress")),
 		compiled: map[string]*filter.Filter{},
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "filter_evaluations_total",
 			Help: "Subscription filters evaluated at ingress, by handler and result (match, miss, error: a miss whose expression failed on the event); once per event stored or found a duplicate, with the verdict its insert used.",
 		}, []string{"handler", "result"})}
+	f.room.Store(newParseRoom(DefaultMaxInflightBytes))
+	return f
 }
 
 // filterLoadTimeout bounds one read of the filtered subscriptions.
@@ -166,8 +173,9 @@ func (f *filters) count(v verdicts) {
 
 // match returns the verdicts of the filtered subscriptions on e; it counts
 // nothing (see verdicts). The body is parsed once, and only when some
-// subscription's patterns match e. An error (see current) means e must not
-// be stored yet.
+// subscription's patterns match e, within the parse room (waiting in line
+// for it: past ctx's end the error wraps errOverloaded). An error (see
+// current) means e must not be stored yet.
 func (f *filters) match(ctx context.Context, e *Event) (verdicts, error) {
 	subs, version, err := f.current(ctx)
 	v := verdicts{version: version}
@@ -177,7 +185,10 @@ func (f *filters) match(ctx context.Context, e *Event) (verdicts, error) {
 	var (
 		ev     filter.Event
 		parsed bool
+		room   = f.room.Load()
+		held   int64 // in room, until the filters are evaluated
 	)
+	defer func() { room.release(held) }()
 	for _, s := range subs {
 		if !s.provider.MatchString(e.Provider) || !s.etype.MatchString(e.EventType) {
 			continue
@@ -188,6 +199,11 @@ func (f *filters) match(ctx context.Context, e *Event) (verdicts, error) {
 			if !e.OccurredAt.IsZero() {
 				at := e.OccurredAt
 				ev.OccurredAt = &at
+			}
+			if held, err = room.acquire(ctx, e.RawBody); err != nil {
+				// Nothing of it written: 503 overloaded, the provider retries.
+				return verdicts{version: version}, fmt.Errorf("wait for room to parse a %d-byte body for the filter of subscription %d: %w: %w: %w",
+					len(e.RawBody), s.id, errOverloaded, errNotWritten, err)
 			}
 			ev.Payload = filter.ParsePayload(e.RawBody)
 		}
@@ -239,6 +255,13 @@ func fanOutArgs(events []*Event, matches [][]int64) (providers, extIDs []string,
 	}
 	return providers, extIDs, subs
 }
+
+// useParseRoom sizes the room of the bodies parsed for the filters at once
+// from the server's ingress.max_inflight_bytes (ingress.New).
+func (s *PGStore) useParseRoom(inflight int64) { s.filters.room.Store(newParseRoom(inflight)) }
+
+// useParseRoom: see PGStore.useParseRoom.
+func (g *GroupStore) useParseRoom(inflight int64) { g.single.useParseRoom(inflight) }
 
 // FilterMetrics is the subscription filters' metric
 // (inlet_ingress_filter_evaluations_total); ingress.New registers it.

@@ -15,9 +15,13 @@ const memoryLimitBase = 48 << 20
 // the defaults).
 //
 // Bodies are nearly all of ingress's heap, and the budget caps the ones held
-// at once; but with the collector's default pacing (GOGC=100) the heap grows
-// to twice what was live before each collection, and the pages it freed are
-// returned to the system slowly. Measured with 1,000 connections posting
+// at once (with their requests' headers); the requests waiting for room
+// (their headers) and the bodies parsed for subscription filters are
+// bounded by half the budget each more, the connections whose headers are
+// still arriving by ingress.max_connections, so the live heap stays under
+// the limit whatever the concurrency. But with the collector's default
+// pacing (GOGC=100) the heap grows to twice what was live before each
+// collection, and the pages it freed are returned to the system slowly. Measured with 1,000 connections posting
 // 1 MiB bodies at once and a 32 MiB budget: about 55 MB live, 146-164 MiB
 // resident without a limit, 118 MiB with a 100 MiB one (bench: memory,
 // burst). Bodies are pointer-free, so collecting more often costs little

@@ -46,8 +46,9 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bo
 		unavailable: counter("unavailable_total", "Verified webhooks answered 503 because the database failed: not stored, or outcome unknown.", "source"),
 		outcomeUnknown: counter("outcome_unknown_total", "Verified webhooks answered 503 whose write was sent but not answered (store timeout, connection "+
 			"lost): the event may be stored, and the provider's retry is then answered duplicate. Included in unavailable_total.", "source"),
-		overloaded: counter("overloaded_total", "Webhooks answered 503 unread because ingress.max_inflight_bytes stayed in use for "+
-			"ingress.store_timeout (the database is not keeping up with the bodies arriving).", "source"),
+		overloaded: counter("overloaded_total", "Webhooks answered 503 overloaded, nothing stored, for want of memory: ingress.max_inflight_bytes stayed in use for "+
+			"ingress.store_timeout (the database is not keeping up with the bodies arriving), too many requests were waiting for it already, "+
+			"or the room to parse bodies for subscription filters stayed in use for ingress.store_timeout.", "source"),
 		handshakes: counter("handshakes_total", "Provider endpoint checks answered (Slack url_verification, Meta subscribe, X crc, Zoom url_validation, "+
 			"Twitch callback_verification, Discord ping, ...), by source and kind. Not events: nothing is stored. A refused one counts in rejected_total.", "source", "kind"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -65,7 +66,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bo
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "ingress", Name: name, Help: help}, f)
 	}
-	inUse := gauge("inflight_bytes", "Body bytes reserved now by requests being read, verified or stored (at most inflight_limit_bytes).",
+	inUse := gauge("inflight_bytes", "Bytes reserved now by requests being read, verified or stored: their bodies and headers (at most inflight_limit_bytes).",
 		func() float64 { return float64(inflight.InUse()) })
 	limit := gauge("inflight_limit_bytes", "ingress.max_inflight_bytes: the most body bytes held at once; requests past it wait unread.",
 		func() float64 { return float64(inflight.Size()) })

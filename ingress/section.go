@@ -33,9 +33,24 @@ type Section struct {
 	// before reading the body; while the budget is spent it waits unread, so
 	// TCP holds the sender back, and one that waits longer than
 	// store_timeout is answered 503 + Retry-After (nothing acknowledged, the
-	// provider retries). At least max_body_bytes. Defaults to 32 MiB, or
-	// max_body_bytes if that is larger.
+	// provider retries). A request's headers are counted with its body.
+	// The requests waiting for room may hold half as much again (their
+	// headers; past that a request is answered 503 at once), and the
+	// bodies parsed for subscription filters half as much again (a parse
+	// that finds no room waits, as a body does). At least max_body_bytes.
+	// Defaults to 32 MiB, or max_body_bytes if that is larger.
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// MaxConnections caps the connections open at once, so the memory held
+	// for connections is bounded whatever the number of clients: each holds
+	// its buffers and headers, about 85 KiB with the largest headers the
+	// listener reads (64 KiB), 6-10 KiB with a provider's usual ones, from
+	// before they are whole (ingress cannot count them in
+	// max_inflight_bytes until then). Past it a new connection waits in
+	// the kernel's accept queue, unrefused, until one closes; while ingress
+	// is full, keep-alive is off (idle connections closed, each answer
+	// closing its connection), so idle connections do not keep new ones
+	// out. Defaults to 512 (at most about 43 MiB).
+	MaxConnections int `yaml:"max_connections"`
 	// DBRole is the role ingress assumes (SET ROLE) after connecting, so it
 	// runs with the ingress privileges even when the login role has more.
 	// Empty string keeps the login role. Defaults to "webhook_ingress_writer".
@@ -76,6 +91,7 @@ type GroupCommit struct {
 const (
 	DefaultMaxInflightBytes = 32 << 20
 	DefaultMaxBatchBytes    = 1 << 20
+	DefaultMaxConnections   = 512
 )
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -87,6 +103,7 @@ func (s Section) WithDefaults() Section {
 	s.IdleTimeout = cmp.Or(s.IdleTimeout, 120*time.Second)
 	s.StoreTimeout = cmp.Or(s.StoreTimeout, 5*time.Second)
 	s.MaxInflightBytes = cmp.Or(s.MaxInflightBytes, max(DefaultMaxInflightBytes, s.MaxBodyBytes))
+	s.MaxConnections = cmp.Or(s.MaxConnections, DefaultMaxConnections)
 	if s.DBRole == nil {
 		r := schema.IngressRole
 		s.DBRole = &r
@@ -124,6 +141,9 @@ func (s Section) Validate() error {
 	if s.MaxInflightBytes < s.MaxBodyBytes {
 		return fmt.Errorf("ingress.max_inflight_bytes: %d is less than ingress.max_body_bytes (%d), so a body of the largest size could never be read",
 			s.MaxInflightBytes, s.MaxBodyBytes)
+	}
+	if s.MaxConnections < 1 {
+		return fmt.Errorf("ingress.max_connections: %d must be positive", s.MaxConnections)
 	}
 	if s.GroupCommit.MaxBatchBytes < 1 {
 		return fmt.Errorf("ingress.group_commit.max_batch_bytes: %d must be positive", s.GroupCommit.MaxBatchBytes)

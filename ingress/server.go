@@ -139,6 +139,11 @@ func New(cfg Config) (*Server, error) {
 	if sl, ok := cfg.Store.(interface{ useLogger(*slog.Logger) }); ok {
 		sl.useLogger(cfg.Logger)
 	}
+	// The bodies it parses for the subscription filters are bounded by a
+	// room sized from the budget (parseRoom).
+	if pr, ok := cfg.Store.(interface{ useParseRoom(int64) }); ok {
+		pr.useParseRoom(cfg.MaxInflightBytes)
+	}
 	if len(cfg.Sources) == 0 {
 		return nil, errors.New("sources: at least one source is required to receive webhooks")
 	}
@@ -224,6 +229,7 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		MaxConnections:    s.cfg.MaxConnections,
 		ErrorLog:          s.cfg.Logger,
 	})
 	if err != nil {
@@ -477,12 +483,12 @@ func (wh *webhook) read(ctx context.Context) (body []byte, held int64, ok bool) 
 		return nil, held, false // the sender left while waiting
 	case bodyread.Overloaded:
 		// Not all read, nothing acknowledged: the provider retries.
-		wh.s.metrics.overloaded.WithLabelValues(wh.src.name).Inc()
-		wh.span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
-		wh.w.Header().Set("Retry-After", "5")
 		wh.w.Header().Set("Connection", "close") // the body is left unread
-		writeJSON(wh.w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
-		wh.log.Warn("webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout",
+		wh.s.overloaded(wh.w, wh.span, wh.src.name)
+		// At most a line a second: when the requests waiting are too many
+		// this comes at once, as fast as they arrive.
+		wh.s.logLimited(wh.log, wh.src.name, "overloaded", slog.LevelWarn,
+			"webhook not read: ingress.max_inflight_bytes stayed in use for ingress.store_timeout, or too many requests were waiting for it",
 			slog.Int64("content_length", wh.r.ContentLength))
 		return nil, held, false
 	case bodyread.TooLarge:
@@ -617,6 +623,13 @@ const rejectLogEvery = time.Second
 // logRejected writes a "webhook rejected" line unless one for source and
 // reason was written less than rejectLogEvery ago.
 func (s *Server) logRejected(log *slog.Logger, source, reason string, attrs ...any) {
+	s.logLimited(log, source, reason, slog.LevelInfo, "webhook rejected", attrs...)
+}
+
+// logLimited writes msg at level unless a line for source and reason was
+// written less than rejectLogEvery ago; the lines held back are counted in
+// the next one (suppressed).
+func (s *Server) logLimited(log *slog.Logger, source, reason string, level slog.Level, msg string, attrs ...any) {
 	ok, suppressed := s.rejectLog.Allow(source+"\x00"+reason, time.Now())
 	if !ok {
 		return
@@ -624,13 +637,30 @@ func (s *Server) logRejected(log *slog.Logger, source, reason string, attrs ...a
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
-	log.Info("webhook rejected", attrs...)
+	log.Log(context.Background(), level, msg, attrs...)
+}
+
+// overloaded answers 503 overloaded with Retry-After, nothing stored: a
+// request ingress had no memory for (see read, storeFailed).
+func (s *Server) overloaded(w http.ResponseWriter, span trace.Span, source string) {
+	s.metrics.overloaded.WithLabelValues(source).Inc()
+	span.SetAttributes(attribute.String("inlet.outcome", "unavailable"), attribute.String("inlet.reason", "overloaded"))
+	w.Header().Set("Retry-After", "5")
+	writeJSON(w, http.StatusServiceUnavailable, answer{Status: "unavailable", Reason: "overloaded"})
 }
 
 // storeFailed answers a webhook whose Store.Insert failed, after what the
 // error says about the write (classify).
 func (s *Server) storeFailed(w http.ResponseWriter, span trace.Span, log *slog.Logger, source, eventType string, err error,
 	reject func(code int, reason string)) {
+	if errors.Is(err, errOverloaded) {
+		// No room to parse its body for the filters: known not written.
+		s.overloaded(w, span, source)
+		s.logLimited(log, source, "overloaded", slog.LevelWarn,
+			"webhook not stored: no room to parse its body for the subscription filters within ingress.store_timeout",
+			append(logvalue.Attrs("event_type", eventType), logvalue.ErrorAttr(err))...)
+		return
+	}
 	fault := classify(err)
 	if fault == faultPermanent {
 		// The database refused the event's own data (or a store's limit

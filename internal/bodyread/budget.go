@@ -2,6 +2,7 @@ package bodyread
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -30,7 +31,16 @@ const restStep = 64 << 10
 // unread, and those reserving their rest can always be served, so waiting
 // ones never block each other for good.
 //
-// Both semaphores serve waiters in arrival order, so a large body is not
+// A request's head reservation also holds what net/http read for it before
+// the body (its headers and its connection's buffers: requestCost), for as
+// long as the request runs, so a request that sends headers and no body
+// holds its headers within the budget. Requests waiting for a head's room
+// hold those too, outside the budget: they are bounded by the waiting share
+// (half the budget, each waiter's requestCost a place in it), and a request
+// that finds no place there is refused at once rather than queued, so
+// connections opened by the thousand cannot grow the memory held for them.
+//
+// The semaphores serve waiters in arrival order, so a large body is not
 // passed over forever by a stream of small ones.
 type Budget struct {
 	size int64
@@ -53,13 +63,22 @@ type Budget struct {
 	growSize int64
 	grow     *semaphore.Weighted
 	growUsed atomic.Int64
+	// waitSize bounds the requestCost of the requests waiting for a head's
+	// room (never waited for: no place, no wait).
+	waitSize int64
+	waiting  *semaphore.Weighted
 }
+
+// errNoRoomToWait is a request that found no room for its head and no
+// place among those waiting for it: refused at once (Overloaded).
+var errNoRoomToWait = errors.New("no room to wait for: the waiting share is full")
 
 // NewBudget is a budget of size bytes for bodies of at most maxBody bytes.
 // Heads get an eighth of it, at least one head's room, and at most what
 // leaves a whole largest body room beside them; growing bodies get what is
 // left beside the heads and a largest body's rest (nothing when maxBody is
-// not set).
+// not set). Requests waiting for a head's room may hold half of size more
+// (see Budget).
 func NewBudget(size, maxBody int64) *Budget {
 	heads := max(size/8, min(headBytes, size))
 	var grow int64
@@ -68,8 +87,9 @@ func NewBudget(size, maxBody int64) *Budget {
 		largestRest := max(0, min(maxBody, size)-min(headBytes, heads))
 		grow = max(0, size-heads-largestRest)
 	}
+	wait := max(size/2, 1)
 	return &Budget{size: size, sem: semaphore.NewWeighted(size), headsSize: heads, heads: semaphore.NewWeighted(heads),
-		growSize: grow, grow: semaphore.NewWeighted(grow)}
+		growSize: grow, grow: semaphore.NewWeighted(grow), waitSize: wait, waiting: semaphore.NewWeighted(wait)}
 }
 
 // acquire reserves n bytes (at most the whole budget), waiting in line until
@@ -97,25 +117,44 @@ func (b *Budget) Release(n int64) {
 	b.sem.Release(n)
 }
 
-// acquireHead reserves room for a head of n bytes (at most headBytes): a
-// place among the heads, then the bytes in the budget. It returns what it
-// reserved in each, for releaseHead and release.
-func (b *Budget) acquireHead(ctx context.Context, n int64) (head int64, waited bool, err error) {
+// acquireHead reserves room for a head of n bytes (at most headBytes) and
+// for cost, what the request holds beside its body (requestCost; counted as
+// far as the heads' share leaves room beside the head): a place among the
+// heads, then the bytes in the budget. When either is not free at once the
+// request waits in line, if it finds a place among those waiting (cost, at
+// most the waiting share); else it fails at once with errNoRoomToWait. It
+// returns what it reserved for the head and for cost, their sum held in the
+// heads' share (releaseHead) and in the budget (Release).
+func (b *Budget) acquireHead(ctx context.Context, n, cost int64) (head, extra int64, err error) {
 	n = max(0, min(n, headBytes, b.headsSize))
-	w1 := false
-	if !b.heads.TryAcquire(n) {
-		if err := b.heads.Acquire(ctx, n); err != nil {
-			return 0, true, err
+	extra = max(0, min(cost, b.headsSize-n))
+	place := n + extra
+	gotPlace := b.heads.TryAcquire(place)
+	if gotPlace && b.sem.TryAcquire(place) {
+		b.headsUsed.Add(place)
+		b.used.Add(place)
+		return n, extra, nil
+	}
+	// Waiting: the request holds its headers unread meanwhile.
+	waitPlace := max(0, min(cost, b.waitSize))
+	if !b.waiting.TryAcquire(waitPlace) {
+		if gotPlace {
+			b.heads.Release(place)
 		}
-		w1 = true
+		return 0, 0, errNoRoomToWait
 	}
-	b.headsUsed.Add(n)
-	if _, w2, err := b.acquire(ctx, n); err != nil {
-		b.releaseHead(n)
-		return 0, true, err
-	} else {
-		return n, w1 || w2, nil
+	defer b.waiting.Release(waitPlace)
+	if !gotPlace {
+		if err := b.heads.Acquire(ctx, place); err != nil {
+			return 0, 0, err
+		}
 	}
+	b.headsUsed.Add(place)
+	if _, _, err := b.acquire(ctx, place); err != nil {
+		b.releaseHead(place)
+		return 0, 0, err
+	}
+	return n, extra, nil
 }
 
 // releaseHead gives back a place among the heads (the bytes stay reserved

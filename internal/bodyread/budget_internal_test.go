@@ -60,7 +60,7 @@ func TestBudgetServesEveryWaiterWithinItsSize(t *testing.T) {
 	for range requests {
 		wg.Go(func() {
 			want := 1 + rand.Int64N(maxBody)
-			head, _, err := b.acquireHead(ctx, want)
+			head, _, err := b.acquireHead(ctx, want, 0)
 			if err != nil {
 				t.Errorf("head: %v", err)
 				return

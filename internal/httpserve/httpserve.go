@@ -38,6 +38,14 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes caps the request headers. Defaults to net/http's 1 MB.
 	MaxHeaderBytes int
+	// MaxConnections caps the connections open at once, so the memory
+	// held for connections (their buffers, the headers being read) is
+	// bounded whatever the number of clients. Past it new connections wait
+	// in the kernel's accept queue, unrefused, until one closes; while the
+	// server is full, keep-alive is off (idle connections are closed, and
+	// each answer closes its connection), so idle connections do not keep
+	// new ones out. Zero: no cap.
+	MaxConnections int
 	// ErrorLog, when set, receives net/http's own complaints (bad requests,
 	// handler panics) at Warn. Nil: the log package's default logger.
 	ErrorLog *slog.Logger
@@ -64,6 +72,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s listen on %s: %w", cfg.Name, cfg.Addr, err)
 	}
+	if cfg.MaxConnections < 0 {
+		_ = ln.Close()
+		return nil, fmt.Errorf("%s: max connections %d must not be negative", cfg.Name, cfg.MaxConnections)
+	}
 	s := &Server{
 		srv: &http.Server{
 			Handler:           cfg.Handler,
@@ -82,9 +94,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ErrorLog != nil {
 		s.srv.ErrorLog = slog.NewLogLogger(cfg.ErrorLog.Handler(), slog.LevelWarn)
 	}
+	serveOn := ln
+	if cfg.MaxConnections > 0 {
+		serveOn = newLimitListener(ln, cfg.MaxConnections, s.srv.SetKeepAlivesEnabled)
+	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(serveOn); !errors.Is(err, http.ErrServerClosed) {
 			s.err = fmt.Errorf("%s serve on %s: %w", cfg.Name, ln.Addr(), err)
 		}
 	}()
