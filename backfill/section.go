@@ -3,6 +3,8 @@ package backfill
 import (
 	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/inlet-dev/inlet/schema"
@@ -155,4 +157,67 @@ func (src ReconcileSource) Lister(since, until time.Time) (Lister, error) {
 		return NewGitHub(GitHubConfig{Token: src.Token, BaseURL: src.BaseURL, Repo: src.Repo, Org: src.Org, HookID: src.HookID, Account: src.Account})
 	}
 	return nil, fmt.Errorf("type: %q is not stripe or github", src.Type)
+}
+
+// AccountRun is what a manual Stripe run labelled with an account (inlet
+// reconcile stripe --account) lists, and which reconcile.sources entry its
+// recorded scope is.
+type AccountRun struct {
+	// Types are the event types the run lists: its own (--types), or,
+	// without them, those of the entry its label names.
+	Types []string
+	// Entry is the index in Sources of the entry whose scope the run
+	// records, whose schedule counts its window as compared; -1 for none
+	// (no entry of that label, or other types than the entry's: the run
+	// records a scope of its own, which counts for no entry).
+	Entry int
+}
+
+// AccountRun resolves a manual Stripe run of source labelled account (not
+// ""), types its --types (empty: not given). Without types it lists the
+// types of the source's Stripe entry of that label, so that it records
+// exactly the entry's scope (account=us types=a,b) and closes the entry's
+// gap, as the label says it catches up for that entry: recorded as
+// account=us alone it would count for no typed entry, and the schedule
+// would list the API over the stretch again. Of several entries of the
+// label (other types each) it takes the one without types, else it is an
+// error naming their types (the run must choose with --types). With types
+// it lists those, and counts for the entry of the label whose types are the
+// same (in any order, repeats aside), for none otherwise.
+func (s Section) AccountRun(source, account string, types []string) (AccountRun, error) {
+	run := AccountRun{Types: types, Entry: -1}
+	var entries []int
+	for i, e := range s.Sources {
+		if e.Source == source && e.Type == "stripe" && e.Account == account {
+			entries = append(entries, i)
+		}
+	}
+	if len(types) > 0 {
+		for _, i := range entries {
+			if typesKey(s.Sources[i].Types) == typesKey(types) {
+				run.Entry = i
+			}
+		}
+		return run, nil
+	}
+	for _, i := range entries {
+		if len(s.Sources[i].Types) == 0 {
+			run.Entry = i
+			return run, nil
+		}
+	}
+	switch len(entries) {
+	case 0:
+		return run, nil
+	case 1:
+		run.Entry = entries[0]
+		run.Types = slices.Clone(s.Sources[entries[0]].Types)
+		return run, nil
+	}
+	lists := make([]string, len(entries))
+	for j, i := range entries {
+		lists[j] = fmt.Sprintf("reconcile.sources[%d] types %s", i, typesKey(s.Sources[i].Types))
+	}
+	return run, fmt.Errorf("reconcile.sources has %d stripe entries of source %q with account: %s (%s): pass --types with the types of the entry the run catches up for",
+		len(entries), source, account, strings.Join(lists, "; "))
 }

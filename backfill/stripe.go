@@ -101,10 +101,15 @@ func (s *Stripe) scope() string {
 		parts = append(parts, "account="+s.cfg.Account)
 	}
 	if len(s.cfg.Types) > 0 {
-		types := slices.Sorted(slices.Values(s.cfg.Types))
-		parts = append(parts, "types="+strings.Join(slices.Compact(types), ","))
+		parts = append(parts, "types="+typesKey(s.cfg.Types))
 	}
 	return strings.Join(parts, " ")
+}
+
+// typesKey is Stripe types as a scope names them: sorted, without repeats,
+// comma-separated ("" for none), so a,b and b,a are one listing.
+func typesKey(types []string) string {
+	return strings.Join(slices.Compact(slices.Sorted(slices.Values(types))), ",")
 }
 
 // pinned is the Since a relative --since resolved to, kept in the state

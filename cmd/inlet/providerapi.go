@@ -18,6 +18,10 @@ type providerAPI struct {
 	// account is inlet reconcile's --account (nil for inlet backfill): the
 	// label of the account listed, part of the run's recorded scope.
 	account *string
+	// entryTypes, when not nil, are the Stripe types listed in place of
+	// --types: inlet reconcile --account without --types takes those of the
+	// reconcile.sources entry of the label (backfill.Section.AccountRun).
+	entryTypes []string
 }
 
 func providerAPIFlags(fs *flag.FlagSet) *providerAPI {
@@ -54,10 +58,9 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 		if c.APIKey == "" {
 			return nil, fmt.Errorf("%w: inlet %s stripe needs an API key: --api-key or $STRIPE_API_KEY", errUsage, command)
 		}
-		for _, t := range strings.Split(*p.types, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				c.Types = append(c.Types, t)
-			}
+		c.Types = p.stripeTypes()
+		if p.entryTypes != nil {
+			c.Types = p.entryTypes
 		}
 		lister, err = backfill.NewStripe(c)
 	case "github":
@@ -74,6 +77,17 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return lister, nil
+}
+
+// stripeTypes are the types of --types, trimmed, the empty ones left out.
+func (p *providerAPI) stripeTypes() []string {
+	var types []string
+	for _, t := range strings.Split(*p.types, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			types = append(types, t)
+		}
+	}
+	return types
 }
 
 // accountLabel is --account, "" where the command has no such flag.

@@ -32,12 +32,18 @@ token from --token or $GITHUB_TOKEN; only the missing deliveries' payloads
 are fetched.
 
 --account LABEL names the account the key lists, as the account: of the
-reconcile.sources entry it catches up for (us, eu, test): the run is recorded
-for that entry's scope (with --types, its types too), and the scheduled
-reconcile counts its window as compared for that entry only. A Stripe run
-with neither --account nor --types is recorded for the whole source, every
-entry of it; where reconcile.sources labels the accounts of the source, it
-is refused without --account (a dry run records no coverage and is not).
+reconcile.sources entry it catches up for (us, eu, test): the run lists and
+is recorded for that entry's scope, and the scheduled reconcile counts its
+window as compared for that entry only. Without --types a Stripe run lists
+the entry's types: (of several entries of the label, the one without
+types:; else --types must name one entry's). With --types it lists those:
+the same as the entry's (in any order), it counts for the entry; others are
+recorded as a scope of their own, which counts as compared for no entry
+(said on stderr), and the entry's scheduled reconcile lists that window
+again. A Stripe run with neither --account nor --types is recorded for the
+whole source, every entry of it; where reconcile.sources labels the
+accounts of the source, it is refused without --account (a dry run records
+no coverage and is not).
 
 A missing event is stored as inlet backfill stores one (signature_verified =
 false, the API's bytes, header Inlet-Backfill naming the API) with the header
@@ -113,6 +119,11 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 			return err
 		}
 	}
+	if kind == "stripe" && *api.account != "" {
+		if lister, err = accountEntry(env, cfg.Reconcile, src.Name, api, from, to, *dryRun); err != nil {
+			return err
+		}
+	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, database.Options{Role: *cfg.Ingress.DBRole, AppName: "inlet-reconcile", MaxConns: 2})
 	if err != nil {
 		return err
@@ -164,6 +175,37 @@ func accountLabelNeeded(rc backfill.Section, source, account, types string) erro
 	return fmt.Errorf("%w: reconcile.sources labels the accounts of source %q (%s): pass --account with the label of the account this API key lists; "+
 		"without it (or --types) the run is recorded for the whole source and counts as compared for every account's entry",
 		errUsage, source, strings.Join(labels, ", "))
+}
+
+// accountEntry is the lister of a Stripe run with --account (api's lister
+// over [from, to]) that lists and records the scope of the reconcile.sources
+// entry of source with that label (backfill.Section.AccountRun): without
+// --types, the entry's types. A run that counts for no entry of a source
+// the schedule reconciles (other types than the entry's, or a label no entry
+// has) is said on stderr, unless it is a dry run (which records no
+// coverage): its window stays uncompared for the entries.
+func accountEntry(env *environment, rc backfill.Section, source string, api *providerAPI, from, to time.Time, dryRun bool) (backfill.Lister, error) {
+	given := api.stripeTypes()
+	run, err := rc.AccountRun(source, *api.account, given)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	scheduled := slices.ContainsFunc(rc.Sources, func(e backfill.ReconcileSource) bool { return e.Source == source && e.Type == "stripe" })
+	switch {
+	case run.Entry >= 0 && len(given) == 0 && len(run.Types) > 0:
+		fmt.Fprintf(env.stderr, "reconcile: --account %s: listing the types of reconcile.sources[%d] (%s), the entry the run is recorded for\n",
+			*api.account, run.Entry, strings.Join(run.Types, ","))
+		api.entryTypes = run.Types
+	case run.Entry >= 0 || !scheduled || dryRun:
+	case len(given) == 0:
+		fmt.Fprintf(env.stderr, "reconcile: no reconcile.sources entry of source %q has account: %s: the run is recorded as a scope of its own "+
+			"and counts as compared for no entry\n", source, *api.account)
+	default:
+		fmt.Fprintf(env.stderr, "reconcile: --types %s are not the types of the reconcile.sources entry of source %q with account: %s: "+
+			"the run is recorded as a scope of its own and counts as compared for no entry (the entry's scheduled reconcile lists this window again)\n",
+			strings.Join(given, ","), source, *api.account)
+	}
+	return api.lister("reconcile", "stripe", from, to)
 }
 
 func printReconcile(env *environment, rep backfill.Report) {

@@ -139,7 +139,7 @@ func setupTracing(ctx context.Context, cfg inletyaml.Config, service string, log
 		return nil, err
 	}
 	if cfg.Tracing.OTLPEndpoint != "" {
-		log.Info("tracing on", slog.Float64("sample_ratio", cfg.Tracing.SampleRatio))
+		log.Info("tracing on", slog.Float64("sample_ratio", cfg.Tracing.Ratio()))
 	}
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -31,9 +31,11 @@ type Config struct {
 	// (spans are POSTed to /v1/traces unless the URL has a path). "" turns
 	// tracing off.
 	Endpoint string
-	// SampleRatio is the share of new traces kept (0 < r ≤ 1); a trace
-	// continues as its parent was sampled. Defaults to 1.
-	SampleRatio float64
+	// SampleRatio is the share of new traces kept (0 ≤ r ≤ 1; 0: none); a
+	// span with a parent (a remote one: an event's trace_parent, a bus
+	// message's traceparent) is sampled as its parent was, whatever the
+	// ratio. Defaults to 1 (nil). A pointer, so that an explicit 0 is kept.
+	SampleRatio *float64
 	// Service names this process: inlet-ingress, inlet-streamer, ...
 	Service string
 }
@@ -58,18 +60,27 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
-	ratio := cfg.SampleRatio
-	if ratio == 0 {
-		ratio = 1
-	}
 	res := resource.NewSchemaless(semconv.ServiceName(cfg.Service))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		sdktrace.WithSampler(sampler(cfg.SampleRatio)),
 	)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// sampler keeps ratio (nil: 1) of the traces this process starts (0: none)
+// and follows the parent of every other span: a trace sampled where it
+// started stays whole across processes. Ingress starts a new root for each
+// webhook (a sender's traceparent is not followed), so the parents are
+// Inlet's own.
+func sampler(ratio *float64) sdktrace.Sampler {
+	r := 1.0
+	if ratio != nil {
+		r = *ratio
+	}
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r))
 }
 
 // Tracer is the tracer of an Inlet package.
