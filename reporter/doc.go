@@ -24,5 +24,18 @@
 // At start the reporter asks the control plane for the last attempt id it
 // holds (GET /api/v1/cursor) and continues after it; the control plane stores
 // records idempotently on (tenant, attempt id), so a batch sent twice after
-// a lost answer is harmless.
+// a lost answer is harmless. A database restored from a backup, or a new one
+// under the same tenant token, would draw ids the control plane already
+// holds: whenever the cursor is fetched, and in every round that finds
+// nothing after it, the reporter moves job_attempts' id sequence past the
+// cursor if it is behind (never lower; migration 072) and logs it at warn.
+//
+// A control plane's refusal (400, 413, 422) is not sent again as it was: the
+// batch is narrowed down to the record refused (the records[i] its reason
+// names, else by halves), which is sent once more alone with its values
+// folded to what every control plane takes (error class handler_error, no
+// provider or event type) and, refused again, skipped: logged by attempt id
+// and counted in inlet_reporter_failures_total{step="refused"}. The rest of
+// the batch is sent and the cursor moves on. Any other failure is retried
+// with backoff.
 package reporter

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -134,6 +135,9 @@ type Reporter struct {
 	// records than a round's look took.
 	gaps, nextGaps []gap
 	more           bool
+	// refusedCursor is the last cursor whose ids advanceIDs refused to
+	// follow (too far ahead), so it is logged once.
+	refusedCursor int64
 	// stalled is the time spent in failed tries of a read or a send and the
 	// waits after them: no gap was looked for then, so [Reporter.clock]
 	// leaves it out and an outage does not expire the gaps.
@@ -187,11 +191,11 @@ func New(cfg Config) (*Reporter, error) {
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "records_sent_total",
 			Help: "Attempt records the control plane acknowledged (sent again after a restart or a lost answer: counted again)."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "failures_total",
-			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database)."}, []string{"step"}),
+			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database); and refused: records the control plane refused even with their values folded, skipped."}, []string{"step"}),
 		succeeded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "last_success_timestamp_seconds",
 			Help: "When a step last succeeded (unix seconds): a reporter that stopped getting through shows as its age, failures_total as why."}),
 	}
-	for _, step := range []string{"fetch_cursor", "read", "send"} {
+	for _, step := range []string{"fetch_cursor", "read", "send", "refused"} {
 		r.failures.WithLabelValues(step)
 	}
 	reg := metrics.OrDiscard(cfg.Metrics)
@@ -231,8 +235,11 @@ func (r *Reporter) run(ctx context.Context) {
 	var cursor int64
 	err := r.retry(ctx, "fetch_cursor", func() error {
 		c, err := r.fetchCursor(ctx)
+		if err != nil {
+			return err
+		}
 		cursor = c
-		return err
+		return r.advanceIDs(ctx, cursor)
 	})
 	if err != nil {
 		return // ctx ended
@@ -258,11 +265,12 @@ func (r *Reporter) run(ctx context.Context) {
 			return
 		}
 		if len(batch) > 0 {
-			if err := r.retry(ctx, "send", func() error { return r.send(ctx, batch) }); err != nil {
+			acked, err := r.deliver(ctx, batch)
+			if err != nil {
 				return
 			}
-			r.sent.Add(float64(len(batch)))
-			log.Debug("report acknowledged", slog.Int("records", len(batch)), slog.Int64("cursor", next))
+			r.sent.Add(float64(acked))
+			log.Debug("report acknowledged", slog.Int("records", acked), slog.Int("refused", len(batch)-acked), slog.Int64("cursor", next))
 		}
 		r.gaps, r.nextGaps = r.nextGaps, nil
 		if next > cursor {
@@ -284,7 +292,9 @@ func (r *Reporter) run(ctx context.Context) {
 // backoff and jitter between tries. step names it in the log and in
 // failures_total. Each failed try and the wait after it are added to
 // r.stalled before the next try, so that try's look at the gaps already
-// leaves them out.
+// leaves them out. A refusal of what was sent (an [errStatus] that is
+// [errStatus.refusal]: the same request meets it again) ends it at once and
+// is returned: the caller narrows the batch down instead.
 func (r *Reporter) retry(ctx context.Context, step string, f func() error) error {
 	wait := r.cfg.MinBackoff
 	for try := 1; ; try++ {
@@ -296,6 +306,9 @@ func (r *Reporter) retry(ctx context.Context, step string, f func() error) error
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if st := (*errStatus)(nil); step == "send" && errors.As(err, &st) && st.refusal() {
+			return err
 		}
 		r.failures.WithLabelValues(step).Inc()
 		r.cfg.Logger.Warn("reporter: "+strings.ReplaceAll(step, "_", " ")+" failed, retrying", slog.Int("try", try),
@@ -324,6 +337,16 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 		AfterID: cursor, BatchSize: int64(max(r.cfg.BatchSize-len(batch), 1))})
 	if err != nil {
 		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
+	}
+	if len(rows) == 0 {
+		// Nothing after the cursor, which is also what a database restored
+		// under a running reporter looks like (PITR in place: the
+		// connections come back to a sequence that draws ids below the
+		// cursor again). Behind, the sequence is moved past the cursor;
+		// otherwise this reads it and takes no lock.
+		if err := r.advanceIDs(ctx, cursor); err != nil {
+			return nil, cursor, err
+		}
 	}
 	n := len(batch)
 	for _, row := range rows {
@@ -543,10 +566,168 @@ func (r *Reporter) logDropped(runs int) {
 	}
 }
 
+// advanceIDs moves the data plane's attempt id sequence past cursor when it
+// is behind it, and says so at warn. Every record's id comes from that one
+// sequence (job_attempts.id, jobs.completed_attempt_id), and the control
+// plane keeps the first record of each id: a database restored from a backup
+// (or a new one under the same tenant token) would give its next attempts
+// ids the control plane holds from the lost timeline, and they were lost.
+// The function (schema migration 072) never lowers the sequence, and locks
+// it only when it is behind.
+func (r *Reporter) advanceIDs(ctx context.Context, cursor int64) error {
+	drawn, err := queries.New(r.cfg.Pool).ReporterAdvanceAttemptIDs(ctx, cursor)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22003" /* numeric_value_out_of_range */ {
+		// The cursor is further ahead than any restore rewinds (the
+		// function refuses 2^32 ids or more): a control plane, or a holder
+		// of the tenant's token, pushing this database's ids towards their
+		// end. Not followed: reporting stays behind that cursor, delivery
+		// here goes on. Said once per cursor.
+		if r.refusedCursor != cursor {
+			r.refusedCursor = cursor
+			r.cfg.Logger.Error("reporter: the control plane's cursor is further ahead of this database's attempt ids than a restore rewinds; "+
+				"its ids are not moved, and attempts are not reported until the cursor is corrected on the control plane",
+				slog.Int64("cursor", cursor), slog.String("error", pgErr.Message))
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("advance attempt ids past cursor %d: %w", cursor, err)
+	}
+	if drawn < cursor {
+		r.cfg.Logger.Warn("reporter: the data plane's attempt ids were behind the control plane's cursor "+
+			"(its database restored from a backup, or a new database under this tenant's token); moved past the cursor, so new attempts are reported. "+
+			"The control plane keeps the records of the ids up to the cursor it already held",
+			slog.Int64("last_attempt_id", drawn), slog.Int64("cursor", cursor))
+	}
+	return nil
+}
+
+// deliver sends batch until the control plane has acknowledged each record
+// or refused it for good, and returns how many it acknowledged. Any other
+// failure (no answer, a 5xx) is retried as it was (retry). A refusal (400, 413, 422: the
+// same batch would meet it again, and one record the control plane does
+// not take, e.g. a class of a newer release, stopped every report after
+// it) is narrowed down to the record refused: the one the answer names
+// (records[i]), else by halves. That record is sent once more alone with
+// its values folded to what every control plane takes (settle), and
+// skipped if it is refused again; the batch's other records are sent, and
+// the cursor moves on.
+func (r *Reporter) deliver(ctx context.Context, batch []Record) (int, error) {
+	return r.deliverPart(ctx, batch, true)
+}
+
+// deliverPart is deliver of a batch or, not whole, of a part of one being
+// narrowed down (the batch's refusal is logged once).
+func (r *Reporter) deliverPart(ctx context.Context, batch []Record, whole bool) (int, error) {
+	acked := 0
+	for first := whole; len(batch) > 0; first = false {
+		err := r.retry(ctx, "send", func() error { return r.send(ctx, batch) })
+		if err == nil {
+			return acked + len(batch), nil
+		}
+		var st *errStatus
+		if !errors.As(err, &st) || !st.refusal() {
+			return acked, err // ctx ended
+		}
+		if first {
+			r.cfg.Logger.Warn("reporter: the control plane refused a batch; looking for the record it refused",
+				slog.Int("records", len(batch)), slog.Int64("first_attempt_id", batch[0].AttemptID),
+				slog.Int("status", st.status), slog.String("reason", st.reason))
+		}
+		if len(batch) == 1 {
+			n, err := r.settle(ctx, batch[0], st)
+			return acked + n, err
+		}
+		i, named := st.record()
+		if !named || i >= len(batch) {
+			half := len(batch) / 2
+			n, err := r.deliverPart(ctx, batch[:half], false)
+			acked += n
+			if err != nil {
+				return acked, err
+			}
+			batch = batch[half:]
+			continue
+		}
+		if i > 0 {
+			n, err := r.deliverPart(ctx, batch[:i], false)
+			acked += n
+			if err != nil {
+				return acked, err
+			}
+		}
+		n, err := r.settle(ctx, batch[i], st)
+		acked += n
+		if err != nil {
+			return acked, err
+		}
+		batch = batch[i+1:]
+	}
+	return acked, nil
+}
+
+// settle sends rec, which the control plane refused (why), once more alone
+// with its values folded to what every control plane takes: an error class
+// as handler_error, no provider and no event type. Refused again, it is
+// skipped: logged by attempt id (no value of it) and counted in
+// failures_total{step="refused"}. It returns 1 if the control plane took it.
+func (r *Reporter) settle(ctx context.Context, rec Record, why *errStatus) (int, error) {
+	folded := rec
+	if folded.ErrorClass != "" {
+		folded.ErrorClass = consumers.ClassHandlerError
+	}
+	folded.Provider, folded.EventType = "", ""
+	err := r.retry(ctx, "send", func() error { return r.send(ctx, []Record{folded}) })
+	if err == nil {
+		r.cfg.Logger.Warn("reporter: the control plane refused a record; sent again with its error class as "+string(consumers.ClassHandlerError)+
+			" and without provider and event type, and acknowledged",
+			slog.Int64("attempt_id", rec.AttemptID), slog.Int("status", why.status), slog.String("reason", why.reason))
+		return 1, nil
+	}
+	var st *errStatus
+	if !errors.As(err, &st) || !st.refusal() {
+		return 0, err // ctx ended
+	}
+	r.failures.WithLabelValues("refused").Inc()
+	r.cfg.Logger.Warn("reporter: the control plane refused a record, also with its values folded; skipped, not reported",
+		slog.Int64("attempt_id", rec.AttemptID), slog.Int("status", st.status), slog.String("reason", st.reason))
+	return 0, nil
+}
+
 // errStatus is a control plane answer other than 2xx.
 type errStatus struct {
 	status int
 	reason string
+}
+
+// refusal reports whether the control plane refused what it was sent: 400,
+// 413 or 422, which the same request meets again. Every other answer (5xx,
+// 429, 401 while a token is rotated, ...) is worth sending the same again.
+func (e *errStatus) refusal() bool {
+	switch e.status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// record is the index of the record the reason names ("records[3]: ..."
+// from the control plane's Batch.Validate), if it names one.
+func (e *errStatus) record() (int, bool) {
+	rest, ok := strings.CutPrefix(e.reason, "records[")
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(digits)
+	if err != nil || i < 0 {
+		return 0, false
+	}
+	return i, true
 }
 
 func (e *errStatus) Error() string {

@@ -116,7 +116,10 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 		// consumer role's own handlers only.
 		"handler_failures_since webhook_consumer", "handler_failures_since webhook_worker",
 		// 046: whether a pattern lies in a role's scopes (a boolean, no row).
-		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker", "type_subscribed webhook_streamer"}
+		"in_registrant_scope webhook_consumer", "in_registrant_scope webhook_worker",
+		// 072: the reporter moves job_attempts' id sequence past the
+		// control plane's cursor (a number in, a number out; never lower).
+		"reporter_advance_attempt_ids webhook_streamer", "type_subscribed webhook_streamer"}
 	if !slices.Equal(definers, want) {
 		t.Errorf("SECURITY DEFINER functions and who may call them: %q; want %q", definers, want)
 	}

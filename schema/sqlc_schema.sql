@@ -440,5 +440,8 @@ CREATE TABLE webhook_ingress.partitions_result (period_start timestamp with time
 CREATE FUNCTION webhook_ingress.partitions() RETURNS SETOF webhook_ingress.partitions_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.reporter_advance_attempt_ids(p_past bigint) RETURNS bigint
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.type_subscribed(p_provider text, p_event_type text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;

@@ -93,3 +93,12 @@ SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, durat
 ) finished
 ORDER BY 1
 LIMIT sqlc.arg(batch_size)::bigint;
+
+-- name: ReporterAdvanceAttemptIDs :one
+-- Moves job_attempts' id sequence past the control plane's cursor when it is
+-- behind it (the database was restored from a backup, or is new under the
+-- same tenant token: the next attempts would draw ids the control plane
+-- holds from the lost timeline), never lowering it; returns the last id
+-- drawn before, 0 for none. webhook_streamer holds nothing on the sequence:
+-- the function (072) is SECURITY DEFINER and takes the value only.
+SELECT webhook_ingress.reporter_advance_attempt_ids(sqlc.arg(past)::bigint)::bigint AS drawn;

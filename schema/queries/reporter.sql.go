@@ -10,6 +10,23 @@ import (
 	"time"
 )
 
+const ReporterAdvanceAttemptIDs = `-- name: ReporterAdvanceAttemptIDs :one
+SELECT webhook_ingress.reporter_advance_attempt_ids($1::bigint)::bigint AS drawn
+`
+
+// Moves job_attempts' id sequence past the control plane's cursor when it is
+// behind it (the database was restored from a backup, or is new under the
+// same tenant token: the next attempts would draw ids the control plane
+// holds from the lost timeline), never lowering it; returns the last id
+// drawn before, 0 for none. webhook_streamer holds nothing on the sequence:
+// the function (072) is SECURITY DEFINER and takes the value only.
+func (q *Queries) ReporterAdvanceAttemptIDs(ctx context.Context, past int64) (int64, error) {
+	row := q.db.QueryRow(ctx, ReporterAdvanceAttemptIDs, past)
+	var drawn int64
+	err := row.Scan(&drawn)
+	return drawn, err
+}
+
 const ReporterAttemptsAfter = `-- name: ReporterAttemptsAfter :many
 
 SELECT id, job_id, attempt, outcome, error_class, started_at, finished_at, duration_ms, provider, event_type FROM (
