@@ -135,6 +135,9 @@ type Reporter struct {
 	// records than a round's look took.
 	gaps, nextGaps []gap
 	more           bool
+	// tookSince is whether the control plane took a send since the last
+	// record skipped on a refusal that named none (settle).
+	tookSince bool
 	// refusedCursor is the last cursor whose ids advanceIDs refused to
 	// follow (too far ahead), so it is logged once.
 	refusedCursor int64
@@ -624,6 +627,7 @@ func (r *Reporter) deliverPart(ctx context.Context, batch []Record, whole bool) 
 	for first := whole; len(batch) > 0; first = false {
 		err := r.retry(ctx, "send", func() error { return r.send(ctx, batch) })
 		if err == nil {
+			r.tookSince = true
 			return acked + len(batch), nil
 		}
 		var st *errStatus
@@ -678,8 +682,26 @@ func (r *Reporter) settle(ctx context.Context, rec Record, why *errStatus) (int,
 		folded.ErrorClass = consumers.ClassHandlerError
 	}
 	folded.Provider, folded.EventType = "", ""
-	err := r.retry(ctx, "send", func() error { return r.send(ctx, []Record{folded}) })
+	// A refusal that names no record (not the control plane's own, which
+	// names records[i]: a proxy or firewall in front of it) is taken as
+	// this record's only once after the control plane took something
+	// (tookSince): one that refuses everything skips at most one record,
+	// then this record is sent again and again, as any failure, until it
+	// is taken or refused by name.
+	unnamedSkip := r.tookSince
+	err := r.retry(ctx, "send", func() error {
+		err := r.send(ctx, []Record{folded})
+		var st *errStatus
+		if errors.As(err, &st) && st.refusal() {
+			if _, named := st.record(); !named && !unnamedSkip {
+				return fmt.Errorf("record of attempt %d refused without being named, with nothing taken since the last such refusal "+
+					"(a proxy in front of the control plane?): not skipped, sent again: %s", rec.AttemptID, st.Error())
+			}
+		}
+		return err
+	})
 	if err == nil {
+		r.tookSince = true
 		r.cfg.Logger.Warn("reporter: the control plane refused a record; sent again with its error class as "+string(consumers.ClassHandlerError)+
 			" and without provider and event type, and acknowledged",
 			slog.Int64("attempt_id", rec.AttemptID), slog.Int("status", why.status), slog.String("reason", why.reason))
@@ -688,6 +710,9 @@ func (r *Reporter) settle(ctx context.Context, rec Record, why *errStatus) (int,
 	var st *errStatus
 	if !errors.As(err, &st) || !st.refusal() {
 		return 0, err // ctx ended
+	}
+	if _, named := st.record(); !named {
+		r.tookSince = false
 	}
 	r.failures.WithLabelValues("refused").Inc()
 	r.cfg.Logger.Warn("reporter: the control plane refused a record, also with its values folded; skipped, not reported",

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"sort"
@@ -549,4 +550,46 @@ func TestCursorFarAheadDoesNotMoveTheDataPlanesIDs(t *testing.T) {
 	if n := strings.Count(logs.String(), "further ahead"); n != 1 {
 		t.Errorf("the refusal logged %d times, want once", n)
 	}
+}
+
+// A proxy or firewall in front of the control plane that refuses every
+// report with a 400 naming no record (not the control plane's own refusal,
+// which names records[i]) costs at most one record: with nothing taken
+// since, the next lone record is not skipped but sent again, as any
+// failure, until the proxy lets reports through; then the rest are stored.
+func TestProxyRefusingEverythingSkipsAtMostOneRecord(t *testing.T) {
+	t.Parallel()
+	d, cp := newDataPlane(t), newControlPlane(t)
+	target, err := url.Parse(cp.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool
+	var refused atomic.Int64
+	refuse.Store(true)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && refuse.Load() {
+			refused.Add(1)
+			http.Error(w, "400 Bad Request", http.StatusBadRequest)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	for range 4 {
+		d.complete(t, d.super, d.job(t), 1)
+	}
+	reg := prometheus.NewRegistry()
+	startReporter(t, d, &controlPlane{pool: cp.pool, url: front.URL}, func(c *reporter.Config) { c.Metrics = reg })
+	testwait.Eventually(t, 30*time.Second, "the reporter kept sending while every report was refused", func() (bool, string) {
+		n := refused.Load()
+		return n >= 20, fmt.Sprintf("%d refused", n)
+	})
+	if n := metricValue(t, reg, "inlet_reporter_failures_total", "refused"); n > 1 {
+		t.Errorf("failures_total{step=refused} = %v while a proxy refused everything: want at most one record skipped", n)
+	}
+	skipped := int(metricValue(t, reg, "inlet_reporter_failures_total", "refused"))
+	refuse.Store(false)
+	cp.waitStored(t, 4-skipped)
 }
