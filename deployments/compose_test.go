@@ -6,8 +6,8 @@ package deployments
 // condition they can meet), bind mounts exist, named volumes are declared,
 // inlet commands are valid, the mounted inlet.yaml loads with Inlet's own
 // loader from each container's environment, healthchecks probe /healthz on
-// the port the config listens on, and stop grace periods outlast the drain
-// deadlines. The Dockerfile they build is checked too.
+// the port the config serves it on (ingress: its metrics listener, not the
+// webhook port), and stop grace periods outlast the drain deadlines. The Dockerfile they build is checked too.
 
 import (
 	"bufio"
@@ -407,7 +407,7 @@ func checkComposeInlet(t *testing.T, cli inletCLI, cf composeFile, name string, 
 	if s.Healthcheck == nil {
 		t.Fatal("no healthcheck")
 	}
-	want := []string{"CMD", "inlet-healthcheck", fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}
+	want := []string{"CMD", "inlet-healthcheck", fmt.Sprintf("http://127.0.0.1:%d/healthz", probePort(t, host, cfg, name))}
 	if !slices.Equal(s.Healthcheck.Test, want) {
 		t.Errorf("healthcheck test %q, want %q", s.Healthcheck.Test, want)
 	}

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/openapi"
 	k8syaml "sigs.k8s.io/yaml"
 
+	"github.com/inlet-dev/inlet/inletyaml"
 	"github.com/inlet-dev/inlet/internal/config"
 )
 
@@ -801,6 +803,32 @@ func containerPort(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 	return 0, false
 }
 
+// probePort is the port where service answers the probes in cfg: the
+// health listener of the streamer and consumer, and ingress's metrics
+// listener, not its webhook port. That port takes at most
+// ingress.max_connections connections at once; past them a probe waits in
+// the accept queue with the webhooks, so a flood of connections or a slow
+// database would fail it and get a healthy ingress restarted.
+func probePort(t *testing.T, where string, cfg inletyaml.Config, service string) int {
+	t.Helper()
+	if service != "ingress" {
+		return listenPort(t, where, cfg, service)
+	}
+	addr := cfg.Ingress.MetricsListen
+	if addr == "off" {
+		t.Fatalf("%s: ingress.metrics_listen is off: the probes need it (the webhook port is capped by ingress.max_connections)", where)
+	}
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s: ingress.metrics_listen %q: %v", where, addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("%s: ingress.metrics_listen %q has no numeric port", where, addr)
+	}
+	return n
+}
+
 // checkPod checks one pod template (name is the inlet subcommand it runs) and
 // returns how many database connections one of its pods may open.
 func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod corev1.PodTemplateSpec) int {
@@ -983,8 +1011,9 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 	cfg := parseConfig(t, "ConfigMap inlet.yaml in pod "+name, name, []byte(cfgYAML), env)
 
 	// Probes: /healthz for liveness, /readyz for readiness, on the port the
-	// service listens on.
-	want := int32(listenPort(t, "ConfigMap inlet.yaml", cfg, name))
+	// service answers them on (ingress: its metrics listener, not the
+	// webhook port).
+	want := int32(probePort(t, "ConfigMap inlet.yaml", cfg, name))
 	for kind, p := range map[string]struct {
 		probe *corev1.Probe
 		path  string
@@ -1000,7 +1029,7 @@ func checkPod(t *testing.T, cli inletCLI, objs kubeObjects, name string, pod cor
 		if !ok {
 			t.Errorf("%s: port %s is no containerPort", kind, p.probe.HTTPGet.Port.String())
 		} else if port != want {
-			t.Errorf("%s: port %d, but inlet %s listens on %d", kind, port, name, want)
+			t.Errorf("%s: port %d, but inlet %s answers the probes on %d", kind, port, name, want)
 		}
 	}
 

@@ -46,10 +46,13 @@ type Section struct {
 	// listener reads (64 KiB), 6-10 KiB with a provider's usual ones, from
 	// before they are whole (ingress cannot count them in
 	// max_inflight_bytes until then). Past it a new connection waits in
-	// the kernel's accept queue, unrefused, until one closes; while ingress
-	// is full, keep-alive is off (idle connections closed, each answer
-	// closing its connection), so idle connections do not keep new ones
-	// out. Defaults to 512 (at most about 43 MiB).
+	// the kernel's accept queue, unrefused, until one closes. While ingress
+	// is full it makes room: keep-alive is off (idle connections closed,
+	// each answer closing its connection), and a connection that has not
+	// sent a request's headers whole within 1 s of its accept (of its
+	// connect, if it sent nothing while queued) is closed, so neither idle
+	// connections nor ones that send nothing keep new ones out for long.
+	// Defaults to 512 (at most about 43 MiB).
 	MaxConnections int `yaml:"max_connections"`
 	// DBRole is the role ingress assumes (SET ROLE) after connecting, so it
 	// runs with the ingress privileges even when the login role has more.

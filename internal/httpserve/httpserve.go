@@ -41,10 +41,13 @@ type Config struct {
 	// MaxConnections caps the connections open at once, so the memory
 	// held for connections (their buffers, the headers being read) is
 	// bounded whatever the number of clients. Past it new connections wait
-	// in the kernel's accept queue, unrefused, until one closes; while the
-	// server is full, keep-alive is off (idle connections are closed, and
-	// each answer closes its connection), so idle connections do not keep
-	// new ones out. Zero: no cap.
+	// in the kernel's accept queue, unrefused, until one closes. While the
+	// server is full it makes room: keep-alive is off (idle connections are
+	// closed, and each answer closes its connection), and a connection that
+	// has not sent a request's headers whole within 1 s of its accept (on
+	// Linux, of its connect when it sent nothing while queued) is closed, so
+	// neither idle connections nor ones that send nothing keep new ones out
+	// for long. Zero: no cap.
 	MaxConnections int
 	// ErrorLog, when set, receives net/http's own complaints (bad requests,
 	// handler panics) at Warn. Nil: the log package's default logger.
@@ -96,7 +99,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	serveOn := ln
 	if cfg.MaxConnections > 0 {
-		serveOn = newLimitListener(ln, cfg.MaxConnections, s.srv.SetKeepAlivesEnabled)
+		ll := newLimitListener(ln, cfg.MaxConnections, s.srv.SetKeepAlivesEnabled)
+		s.srv.ConnState = ll.connState(s.srv.ConnState)
+		serveOn = ll
 	}
 	go func() {
 		defer close(s.done)

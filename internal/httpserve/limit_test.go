@@ -3,11 +3,14 @@ package httpserve_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,5 +122,170 @@ func TestMaxConnectionsMustNotBeNegative(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "ingress") || !strings.Contains(err.Error(), "-1") {
 		t.Errorf("error %q does not name the server and the value", err)
+	}
+}
+
+// startFull starts a server of MaxConnections n whose requests to /block
+// wait for release, and fills n-1 slots with such requests, so the next
+// connection fills it. ReadHeaderTimeout is a minute: any connection closed
+// sooner was closed to make room.
+func startFull(t *testing.T, n int) (s *httpserve.Server, releaseAll func()) {
+	t.Helper()
+	var inside atomic.Int32
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			inside.Add(1)
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	s, err := httpserve.Start(context.Background(), httpserve.Config{Name: "test", Addr: "127.0.0.1:0", Handler: h,
+		MaxConnections: n, ReadHeaderTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	var once sync.Once
+	releaseAll = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // runs before Stop
+	for range n - 1 {
+		get("http://" + s.Addr().String() + "/block")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for inside.Load() < int32(n-1) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := inside.Load(); got != int32(n-1) {
+		t.Fatalf("premise: %d requests at the handler, want %d", got, n-1)
+	}
+	return s, releaseAll
+}
+
+// closed reports whether c is closed by the server within d (read ends
+// without a timeout).
+func closed(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.Read(make([]byte, 1))
+	ne, ok := errors.AsType[net.Error](err)
+	return err != nil && (!ok || !ne.Timeout())
+}
+
+// A connection that sends nothing does not keep a new one out for long:
+// while the listener is full it is closed about a second after its accept,
+// not after ReadHeaderTimeout (a minute here), and the next connection is
+// served.
+func TestMaxConnectionsClosesSilentConnectionsWhenFull(t *testing.T) {
+	t.Parallel()
+	s, _ := startFull(t, 2)
+	silent, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(100 * time.Millisecond) // accepted: the listener is full
+	began := time.Now()
+	r := wait(t, get("http://"+s.Addr().String()+"/"), "answer on a new connection")
+	took := time.Since(began)
+	if r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("new connection while a silent one held the last slot: %+v", r)
+	}
+	if took > 3*time.Second {
+		t.Errorf("new connection served after %s, want about a second (the grace of the silent one)", took)
+	}
+	if !closed(silent, 5*time.Second) {
+		t.Error("the connection that sent nothing is still open; want it closed to make room")
+	}
+}
+
+// Headers sent whole within the grace, even in pieces, are served while the
+// listener is full: only a connection with no request to serve is cut.
+func TestMaxConnectionsServesHeadersSentWithinTheGrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		first, after string
+		delay        time.Duration
+	}{
+		{"all after 600ms", "", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 600 * time.Millisecond},
+		{"the end after 700ms", "GET / HTTP/1.1\r\nHost: x\r\n", "X-Late: 1\r\n\r\n", 700 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := startFull(t, 2)
+			c, err := net.Dial("tcp", s.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// A connection waiting behind it keeps the listener wanting a slot.
+			queued := get("http://" + s.Addr().String() + "/")
+			if _, err := io.WriteString(c, tc.first); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(tc.delay)
+			if _, err := io.WriteString(c, tc.after); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("headers sent whole %s after connecting to a full listener: %v; want an answer", tc.delay, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, want 200", resp.StatusCode)
+			}
+			if r := wait(t, queued, "answer of the queued request"); r.err != nil || r.status != http.StatusOK {
+				t.Fatalf("queued request: %+v", r)
+			}
+		})
+	}
+}
+
+// A connection that waited in the accept queue longer than the grace
+// without sending a byte is closed as soon as it is accepted (Linux, where
+// the kernel says how long it was silent), so a webhook queued behind any
+// number of them waits about the grace at most.
+func TestMaxConnectionsClosesConnectionsSilentInTheQueueAtOnce(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the time a connection waited in the accept queue is read from Linux's TCP_INFO")
+	}
+	s, release := startFull(t, 2)
+	// The last slot: a request that holds it until release.
+	last := get("http://" + s.Addr().String() + "/block")
+	time.Sleep(100 * time.Millisecond)
+	var silent []net.Conn
+	for range 8 {
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	time.Sleep(50 * time.Millisecond)
+	behind := make(chan time.Time, 1)
+	go func() {
+		r := <-get("http://" + s.Addr().String() + "/")
+		if r.err != nil || r.status != http.StatusOK {
+			t.Errorf("request queued behind the silent connections: %+v", r)
+		}
+		behind <- time.Now()
+	}()
+	time.Sleep(1500 * time.Millisecond) // the silent ones pass their grace in the queue
+	released := time.Now()
+	release()
+	if r := wait(t, last, "answer of a blocked request"); r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("blocked request: %+v", r)
+	}
+	if took := wait(t, behind, "answer of the request behind the silent connections").Sub(released); took > 500*time.Millisecond {
+		t.Errorf("request queued behind 8 connections silent for 1.5 s served %s after a slot freed; want them closed at once", took)
+	}
+	for i, c := range silent {
+		if !closed(c, 5*time.Second) {
+			t.Errorf("silent connection %d still open", i)
+		}
 	}
 }
