@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,24 @@ func (f *typedStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"type":"invalid_request_error","message":"Expired API Key provided"}}`, http.StatusUnauthorized)
 		return
 	}
-	q := r.URL.Query()
+	types := r.URL.Query()["types[]"]
+	writeStripeEventsPage(w, r.URL.Query(), f.events, func(e reconcileEvent) bool {
+		if len(types) == 0 {
+			return true
+		}
+		for _, t := range types {
+			if p, ok := strings.CutSuffix(t, "*"); ok && strings.HasPrefix(e.typ, p) || t == e.typ {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// writeStripeEventsPage answers a Stripe GET /v1/events from events (newest
+// first) as Stripe does: those created within created[gte] and created[lte]
+// that keep accepts, 100 a page from starting_after, and has_more.
+func writeStripeEventsPage(w http.ResponseWriter, q url.Values, events []reconcileEvent, keep func(reconcileEvent) bool) {
 	gte, lte := int64(-1<<62), int64(1<<62)
 	if v := q.Get("created[gte]"); v != "" {
 		gte, _ = strconv.ParseInt(v, 10, 64)
@@ -44,21 +62,9 @@ func (f *typedStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("created[lte]"); v != "" {
 		lte, _ = strconv.ParseInt(v, 10, 64)
 	}
-	types := q["types[]"]
-	typeOK := func(typ string) bool {
-		if len(types) == 0 {
-			return true
-		}
-		for _, t := range types {
-			if p, ok := strings.CutSuffix(t, "*"); ok && strings.HasPrefix(typ, p) || t == typ {
-				return true
-			}
-		}
-		return false
-	}
 	var in []reconcileEvent
-	for _, e := range f.events {
-		if s := e.at.Unix(); s >= gte && s <= lte && typeOK(e.typ) {
+	for _, e := range events {
+		if s := e.at.Unix(); s >= gte && s <= lte && keep(e) {
 			in = append(in, e)
 		}
 	}
@@ -105,6 +111,72 @@ func runRoundOf(t *testing.T, b *reconcileBundle, section backfill.Section, runs
 	})
 	cancel()
 	<-done
+}
+
+// roundsAcrossOutage runs the rounds before a fix: one completes at now−47h;
+// then outage sets the fake (the lost events created, the keys expired) and
+// the round at now−20h fails. Each round waits for `runs` finished runs.
+func roundsAcrossOutage(t *testing.T, b *reconcileBundle, section backfill.Section, runs int, now time.Time, outage func()) {
+	t.Helper()
+	runRoundOf(t, b, section, runs, func() time.Time { return now.Add(-47 * time.Hour) })
+	outage()
+	runRoundOf(t, b, section, runs, func() time.Time { return now.Add(-20 * time.Hour) })
+}
+
+// storedStripe counts the stored events of source stripe with the id.
+func storedStripe(t *testing.T, b *reconcileBundle, id string) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = $1`, id)
+}
+
+// runWindows lists reconcile_runs in order as [now±Nh, now±Nh ok=B], with
+// " scope=S" (<NULL> for none) before the bracket when withScope is set.
+func runWindows(t *testing.T, b *reconcileBundle, now time.Time, withScope bool) []string {
+	t.Helper()
+	var runs []string
+	rows, err := b.admin.Query(context.Background(), `SELECT window_since, window_until, error IS NULL, coalesce(scope, '<NULL>')
+		FROM webhook_ingress.reconcile_runs ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var since, until time.Time
+		var ok bool
+		var scope string
+		if err := rows.Scan(&since, &until, &ok, &scope); err != nil {
+			t.Fatal(err)
+		}
+		run := fmt.Sprintf("[now%+.0fh, now%+.0fh ok=%v", since.Sub(now).Hours(), until.Sub(now).Hours(), ok)
+		if withScope {
+			run += " scope=" + scope
+		}
+		runs = append(runs, run+"]")
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+// manualRunScope runs one manual reconcile of source stripe by a Stripe
+// lister of cfg over [cfg.Since, cfg.Until] and returns the scope its run
+// recorded (nil for NULL).
+func manualRunScope(t *testing.T, b *reconcileBundle, cfg backfill.StripeConfig) *string {
+	t.Helper()
+	l, err := backfill.NewStripe(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := backfill.Reconcile(context.Background(), b.config("stripe", "stripe", cfg.Since, cfg.Until, false), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scope *string
+	if err := b.admin.QueryRow(context.Background(), `SELECT scope FROM webhook_ingress.reconcile_runs WHERE id = $1`, rep.RunID).Scan(&scope); err != nil {
+		t.Fatal(err)
+	}
+	return scope
 }
 
 // TestScheduleCoverageIsPerListingScope (review helper-241, fixed).
@@ -158,37 +230,16 @@ func TestScheduleCoverageIsPerListingScope(t *testing.T) {
 		t.Fatalf("two entries for one source are accepted (test premise): %v", err)
 	}
 
-	// Two days ago a round completes for both entries.
-	runRoundOf(t, b, section, 2, func() time.Time { return now.Add(-47 * time.Hour) })
-	// The events are created, their webhooks lost; the key expires and a
-	// round fails for both entries.
-	fake.set([]reconcileEvent{lostInvoice, lostCharge}, true)
-	runRoundOf(t, b, section, 2, func() time.Time { return now.Add(-20 * time.Hour) })
+	// Two days ago a round completes for both entries. The events are
+	// created, their webhooks lost; the key expires and a round fails for
+	// both entries.
+	roundsAcrossOutage(t, b, section, 2, now, func() { fake.set([]reconcileEvent{lostInvoice, lostCharge}, true) })
 	// The key is fixed: the next round.
 	fake.set(nil, false)
 	runRoundOf(t, b, section, 2, time.Now)
 
-	var runs []string
-	rows, err := b.admin.Query(context.Background(), `SELECT window_since, window_until, error IS NULL FROM webhook_ingress.reconcile_runs ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var since, until time.Time
-		var ok bool
-		if err := rows.Scan(&since, &until, &ok); err != nil {
-			t.Fatal(err)
-		}
-		runs = append(runs, fmt.Sprintf("[now%+.0fh, now%+.0fh ok=%v]", since.Sub(now).Hours(), until.Sub(now).Hours(), ok))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	stored := func(id string) int {
-		return b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = $1`, id)
-	}
-	inv, ch := stored(lostInvoice.id), stored(lostCharge.id)
+	runs := runWindows(t, b, now, false)
+	inv, ch := storedStripe(t, b, lostInvoice.id), storedStripe(t, b, lostCharge.id)
 	if inv != 1 || ch != 1 {
 		t.Fatalf("after the outage, the lost invoice.paid was stored %d times and the lost charge.refunded %d times (want 1 and 1): "+
 			"the first entry's catch-up closed the source's gap, so the second entry never compared its types in it; runs: %s",
@@ -214,53 +265,26 @@ func TestManualTypedRunCoversItsTypesOnly(t *testing.T) {
 		{Source: "stripe", Type: "stripe", APIKey: "sk_test_reconcile", BaseURL: srv.URL, Types: []string{"charge.*"}},
 	}}.WithDefaults()
 
-	runRoundOf(t, b, section, 1, func() time.Time { return now.Add(-47 * time.Hour) })
-	fake.set([]reconcileEvent{lostInvoice, lostCharge}, true)
-	runRoundOf(t, b, section, 1, func() time.Time { return now.Add(-20 * time.Hour) })
+	roundsAcrossOutage(t, b, section, 1, now, func() { fake.set([]reconcileEvent{lostInvoice, lostCharge}, true) })
 	fake.set(nil, false)
 
 	// The operator reconciles the invoices over the gap by hand.
 	since, until := now.Add(-48*time.Hour), now.Add(-time.Hour)
-	l, err := backfill.NewStripe(backfill.StripeConfig{APIKey: "sk_test_reconcile", BaseURL: srv.URL,
+	scope := manualRunScope(t, b, backfill.StripeConfig{APIKey: "sk_test_reconcile", BaseURL: srv.URL,
 		Types: []string{"invoice.*", "invoice.*"}, Since: since, Until: until})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := backfill.Reconcile(context.Background(), b.config("stripe", "stripe", since, until, false), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var scope *string
-	if err := b.admin.QueryRow(context.Background(), `SELECT scope FROM webhook_ingress.reconcile_runs WHERE id = $1`, rep.RunID).Scan(&scope); err != nil {
-		t.Fatal(err)
-	}
 	if scope == nil || *scope != "types=invoice.*" {
 		t.Fatalf("the manual run's recorded scope is %v, want types=invoice.* (sorted, without repeats)", scope)
 	}
 
 	// The next round: the charge entry's coverage still has the gap.
 	runRoundOf(t, b, section, 1, time.Now)
-	stored := func(id string) int {
-		return b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = $1`, id)
-	}
-	if inv, ch := stored(lostInvoice.id), stored(lostCharge.id); inv != 1 || ch != 1 {
+	if inv, ch := storedStripe(t, b, lostInvoice.id), storedStripe(t, b, lostCharge.id); inv != 1 || ch != 1 {
 		t.Fatalf("lost invoice.paid stored %d times, lost charge.refunded %d times, want 1 and 1: "+
 			"the manual invoice run closed the charge entry's gap", inv, ch)
 	}
 
 	// An untyped run lists the whole source: its scope is NULL.
-	all, err := backfill.NewStripe(backfill.StripeConfig{APIKey: "sk_test_reconcile", BaseURL: srv.URL, Since: since, Until: until})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err = backfill.Reconcile(context.Background(), b.config("stripe", "stripe", since, until, false), all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.admin.QueryRow(context.Background(), `SELECT scope FROM webhook_ingress.reconcile_runs WHERE id = $1`, rep.RunID).Scan(&scope); err != nil {
-		t.Fatal(err)
-	}
-	if scope != nil {
+	if scope := manualRunScope(t, b, backfill.StripeConfig{APIKey: "sk_test_reconcile", BaseURL: srv.URL, Since: since, Until: until}); scope != nil {
 		t.Fatalf("an untyped run's recorded scope is %q, want NULL (the whole source)", *scope)
 	}
 }
@@ -285,34 +309,7 @@ func (f *accountsStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"type":"invalid_request_error","message":"Expired API Key provided"}}`, http.StatusUnauthorized)
 		return
 	}
-	q := r.URL.Query()
-	gte, lte := int64(-1<<62), int64(1<<62)
-	if v := q.Get("created[gte]"); v != "" {
-		gte, _ = strconv.ParseInt(v, 10, 64)
-	}
-	if v := q.Get("created[lte]"); v != "" {
-		lte, _ = strconv.ParseInt(v, 10, 64)
-	}
-	var in []reconcileEvent
-	for _, e := range events {
-		if s := e.at.Unix(); s >= gte && s <= lte {
-			in = append(in, e)
-		}
-	}
-	start := 0
-	if after := q.Get("starting_after"); after != "" {
-		for i, e := range in {
-			if e.id == after {
-				start = i + 1
-			}
-		}
-	}
-	end := min(start+100, len(in))
-	var data []string
-	for _, e := range in[start:end] {
-		data = append(data, stripeEventJSON(e))
-	}
-	fmt.Fprintf(w, `{"object":"list","url":"/v1/events","has_more":%t,"data":[%s]}`, end < len(in), strings.Join(data, ","))
+	writeStripeEventsPage(w, r.URL.Query(), events, func(reconcileEvent) bool { return true })
 }
 
 func (f *accountsStripe) set(accounts map[string][]reconcileEvent, failing bool) {
@@ -392,37 +389,16 @@ func TestScheduleCoverageIsPerAccount(t *testing.T) {
 		t.Fatalf("two accounts' entries for one source, labelled, are accepted: %v", err)
 	}
 
-	runRoundOf(t, b, section, 2, func() time.Time { return now.Add(-47 * time.Hour) })
 	// Each account creates an event, its webhook lost; the keys fail for a
 	// round.
-	fake.set(map[string][]reconcileEvent{"sk_live_us": {lostUS}, "sk_live_eu": {lostEU}}, true)
-	runRoundOf(t, b, section, 2, func() time.Time { return now.Add(-20 * time.Hour) })
+	roundsAcrossOutage(t, b, section, 2, now, func() {
+		fake.set(map[string][]reconcileEvent{"sk_live_us": {lostUS}, "sk_live_eu": {lostEU}}, true)
+	})
 	fake.set(nil, false)
 	runRoundOf(t, b, section, 2, time.Now)
 
-	var runs []string
-	rows, err := b.admin.Query(context.Background(), `SELECT window_since, window_until, error IS NULL, coalesce(scope, '<NULL>')
-		FROM webhook_ingress.reconcile_runs ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var since, until time.Time
-		var ok bool
-		var scope string
-		if err := rows.Scan(&since, &until, &ok, &scope); err != nil {
-			t.Fatal(err)
-		}
-		runs = append(runs, fmt.Sprintf("[now%+.0fh, now%+.0fh ok=%v scope=%s]", since.Sub(now).Hours(), until.Sub(now).Hours(), ok, scope))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	stored := func(id string) int {
-		return b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = $1`, id)
-	}
-	us, eu := stored(lostUS.id), stored(lostEU.id)
+	runs := runWindows(t, b, now, true)
+	us, eu := storedStripe(t, b, lostUS.id), storedStripe(t, b, lostEU.id)
 	t.Logf("runs: %s", strings.Join(runs, " "))
 	if us != 1 || eu != 1 {
 		t.Fatalf("after the outage the lost US event was stored %d times and the lost EU event %d times (want 1 and 1): "+
@@ -503,35 +479,21 @@ func TestManualAccountRunCoversItsAccountOnly(t *testing.T) {
 		{Source: "stripe", Type: "stripe", APIKey: "sk_live_eu", BaseURL: srv.URL, Account: "eu"},
 	}}.WithDefaults()
 
-	runRoundOf(t, b, section, 1, func() time.Time { return now.Add(-47 * time.Hour) })
-	fake.set(map[string][]reconcileEvent{"sk_live_us": {lostUS}, "sk_live_eu": {lostEU}}, true)
-	runRoundOf(t, b, section, 1, func() time.Time { return now.Add(-20 * time.Hour) })
+	roundsAcrossOutage(t, b, section, 1, now, func() {
+		fake.set(map[string][]reconcileEvent{"sk_live_us": {lostUS}, "sk_live_eu": {lostEU}}, true)
+	})
 	fake.set(nil, false)
 
 	// The operator reconciles the US account over the gap by hand.
 	since, until := now.Add(-48*time.Hour), now.Add(-time.Hour)
-	l, err := backfill.NewStripe(backfill.StripeConfig{APIKey: "sk_live_us", BaseURL: srv.URL, Account: "us", Since: since, Until: until})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := backfill.Reconcile(context.Background(), b.config("stripe", "stripe", since, until, false), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var scope *string
-	if err := b.admin.QueryRow(context.Background(), `SELECT scope FROM webhook_ingress.reconcile_runs WHERE id = $1`, rep.RunID).Scan(&scope); err != nil {
-		t.Fatal(err)
-	}
+	scope := manualRunScope(t, b, backfill.StripeConfig{APIKey: "sk_live_us", BaseURL: srv.URL, Account: "us", Since: since, Until: until})
 	if scope == nil || *scope != "account=us" {
 		t.Fatalf("the manual run's recorded scope is %v, want account=us", scope)
 	}
 
 	// The next round: the EU entry's coverage still has the gap.
 	runRoundOf(t, b, section, 1, time.Now)
-	stored := func(id string) int {
-		return b.count(t, `SELECT count(*) FROM webhook_ingress.events WHERE provider = 'stripe' AND external_event_id = $1`, id)
-	}
-	if us, eu := stored(lostUS.id), stored(lostEU.id); us != 1 || eu != 1 {
+	if us, eu := storedStripe(t, b, lostUS.id), storedStripe(t, b, lostEU.id); us != 1 || eu != 1 {
 		t.Fatalf("lost US event stored %d times, lost EU event %d times, want 1 and 1: "+
 			"the manual US run closed the EU entry's gap", us, eu)
 	}

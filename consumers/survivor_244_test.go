@@ -16,6 +16,33 @@ import (
 	"github.com/inlet-dev/inlet/consumers/internal/consumertest"
 )
 
+// workerCounters creates public.name (id int PRIMARY KEY, n int NOT NULL)
+// holding rows, which the worker role may read and update.
+func workerCounters(t *testing.T, b *testBundle, name, rows string) {
+	t.Helper()
+	if _, err := b.Admin.Exec(context.Background(), fmt.Sprintf(`
+CREATE TABLE public.%[1]s (id int PRIMARY KEY, n int NOT NULL);
+INSERT INTO public.%[1]s VALUES %[2]s;
+GRANT SELECT, UPDATE ON public.%[1]s TO webhook_worker`, name, rows)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runOneJob starts the service on cfg and a streamer leasing for lease,
+// stores one event and waits until its "ledger" job is completed or
+// dead-lettered; it returns the job's id.
+func runOneJob(t *testing.T, b *testBundle, cfg consumers.Config, lease time.Duration) int64 {
+	t.Helper()
+	b.start(t, cfg)
+	b.StartStreamer(t, consumertest.StreamerOptions{Lease: lease})
+	id := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
+	consumertest.WaitFor(t, wait, "the job to finish", func() bool {
+		s := b.Job(t, id).Status
+		return s == "completed" || s == "dead_letter"
+	})
+	return id
+}
+
 // TestSurvivor244_TxPermanentOwnConflictIsNotRerun (helper-244, mutation
 // testing).
 //
@@ -36,13 +63,7 @@ import (
 func TestSurvivor244_TxPermanentOwnConflictIsNotRerun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	if _, err := b.Admin.Exec(ctx, `
-CREATE TABLE public.counter (id int PRIMARY KEY, n int NOT NULL);
-INSERT INTO public.counter VALUES (1, 0);
-GRANT SELECT, UPDATE ON public.counter TO webhook_worker`); err != nil {
-		t.Fatal(err)
-	}
+	workerCounters(t, b, "counter", `(1, 0)`)
 	var calls atomic.Int32
 	var sawConflict atomic.Bool
 	h := consumers.Handler{Name: "ledger", MaxAttempts: 5, Backoff: noBackoff, Timeout: 30 * time.Second,
@@ -70,13 +91,7 @@ GRANT SELECT, UPDATE ON public.counter TO webhook_worker`); err != nil {
 			}
 			return consumers.Permanent(fmt.Errorf("the ledger refuses this event for good: %w", err))
 		}}
-	b.start(t, b.config(h))
-	b.StartStreamer(t, consumertest.StreamerOptions{Lease: time.Minute})
-	id := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
-	consumertest.WaitFor(t, wait, "the job to finish", func() bool {
-		s := b.Job(t, id).Status
-		return s == "completed" || s == "dead_letter"
-	})
+	id := runOneJob(t, b, b.config(h), time.Minute)
 	if !sawConflict.Load() {
 		t.Fatal("the handler's own update raised no 40001; the test needs one")
 	}
@@ -109,12 +124,7 @@ func TestSurvivor244_TxDeadlockVictimRunsAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.Admin.Exec(ctx, `
-CREATE TABLE public.pair (id int PRIMARY KEY, n int NOT NULL);
-INSERT INTO public.pair VALUES (1, 0), (2, 0);
-GRANT SELECT, UPDATE ON public.pair TO webhook_worker`); err != nil {
-		t.Fatal(err)
-	}
+	workerCounters(t, b, "pair", `(1, 0), (2, 0)`)
 	var calls atomic.Int32
 	var attempts [8]atomic.Int32 // the attempt number each run saw
 	var sawDeadlock atomic.Bool
@@ -175,13 +185,7 @@ GRANT SELECT, UPDATE ON public.pair TO webhook_worker`); err != nil {
 			}
 			return err
 		}}
-	b.start(t, b.config(h))
-	b.StartStreamer(t, consumertest.StreamerOptions{Lease: time.Minute})
-	id := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
-	consumertest.WaitFor(t, wait, "the job to finish", func() bool {
-		s := b.Job(t, id).Status
-		return s == "completed" || s == "dead_letter"
-	})
+	id := runOneJob(t, b, b.config(h), time.Minute)
 	select {
 	case err := <-other:
 		if err != nil {
@@ -230,13 +234,7 @@ GRANT SELECT, UPDATE ON public.pair TO webhook_worker`); err != nil {
 func TestSurvivor244_TxWrappedSavepointConflictRunsAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	if _, err := b.Admin.Exec(ctx, `
-CREATE TABLE public.wrapped_counter (id int PRIMARY KEY, n int NOT NULL);
-INSERT INTO public.wrapped_counter VALUES (1, 0);
-GRANT SELECT, UPDATE ON public.wrapped_counter TO webhook_worker`); err != nil {
-		t.Fatal(err)
-	}
+	workerCounters(t, b, "wrapped_counter", `(1, 0)`)
 	var calls atomic.Int32
 	var attempts [8]atomic.Int32
 	h := consumers.Handler{Name: "ledger", MaxAttempts: 5, Backoff: noBackoff,
@@ -266,13 +264,7 @@ GRANT SELECT, UPDATE ON public.wrapped_counter TO webhook_worker`); err != nil {
 			}
 			return nil
 		}}
-	b.start(t, b.config(h))
-	b.StartStreamer(t, consumertest.StreamerOptions{Lease: time.Minute})
-	id := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
-	consumertest.WaitFor(t, wait, "the job to finish", func() bool {
-		s := b.Job(t, id).Status
-		return s == "completed" || s == "dead_letter"
-	})
+	id := runOneJob(t, b, b.config(h), time.Minute)
 	j := b.Job(t, id)
 	if j.Status != "completed" || j.AttemptCount != 1 || calls.Load() != 2 || attempts[1].Load() != 1 {
 		t.Errorf("job %s on attempt %d after %d runs (run 2 in attempt %d); want completed on attempt 1 after 2 runs: a wrapped conflict of a savepoint runs again within its attempt",
@@ -324,13 +316,7 @@ func TestSurvivor244_TxRepeatableReadLeaseNotExtendedUnderItsSnapshot(t *testing
 		}}
 	cfg := b.config(h)
 	cfg.LeaseExtend = lease
-	b.start(t, cfg)
-	b.StartStreamer(t, consumertest.StreamerOptions{Lease: 10 * time.Second})
-	id := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
-	consumertest.WaitFor(t, wait, "the job to finish", func() bool {
-		s := b.Job(t, id).Status
-		return s == "completed" || s == "dead_letter"
-	})
+	id := runOneJob(t, b, cfg, 10*time.Second)
 	j := b.Job(t, id)
 	if j.Status != "completed" || j.AttemptCount != 1 || calls.Load() != 1 {
 		t.Errorf("job %s on attempt %d after %d handler runs; want completed on attempt 1 after one run: nothing of the service writes the job row under a REPEATABLE READ handler's snapshot",

@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -73,21 +72,7 @@ func TestSilentConnectionsDoNotKeepWebhooksOut(t *testing.T) {
 		c.Section.StoreTimeout = 0 // the defaults of inlet ingress
 		cfg = *c
 	})
-	cfg.Metrics = nil
-	cfg.Section.Listen = "127.0.0.1:0"
-	srv, err := ingress.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = srv.Stop(ctx)
-	})
-	addr := srv.Addr().String()
+	addr := startSecondServer(t, cfg)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 90 * time.Second}
 	post := func(id string) (int, string, time.Duration) {
 		body := fmt.Appendf(nil, `{"id":%q,"type":"invoice.paid"}`, id)

@@ -162,6 +162,29 @@ func TestFilterParsesStayWithinTheMemoryBounds(t *testing.T) {
 	}
 }
 
+// startSecondServer starts, as inlet ingress starts it, a server of cfg (the
+// config a setupWith gave its own server, so on the same store) on a port
+// of its own without metrics, stopped when the test ends; it returns its
+// address.
+func startSecondServer(t *testing.T, cfg ingress.Config) string {
+	t.Helper()
+	cfg.Metrics = nil
+	cfg.Section.Listen = "127.0.0.1:0"
+	srv, err := ingress.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = srv.Stop(ctx)
+	})
+	return srv.Addr().String()
+}
+
 // TestRequestsWaitingForRoomStayWithinTheMemoryBounds (review helper-252, fixed).
 // The defect below describes the code before the fix.
 //
@@ -218,21 +241,7 @@ func TestRequestsWaitingForRoomStayWithinTheMemoryBounds(t *testing.T) {
 		cfg = *c
 	})
 	// A second server on the same store, started as inlet ingress starts it.
-	cfg.Metrics = nil
-	cfg.Section.Listen = "127.0.0.1:0"
-	srv, err := ingress.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = srv.Stop(ctx)
-	})
-	addr := srv.Addr().String()
+	addr := startSecondServer(t, cfg)
 	req := fmt.Appendf(nil, "POST /webhooks/stripe HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", addr, 1<<20)
 	pad := make([]byte, 300)
 	for i := range pad {

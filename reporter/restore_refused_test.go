@@ -199,6 +199,26 @@ type staleControlPlane struct {
 
 func newStaleControlPlane(t *testing.T, unknownClass string) *staleControlPlane {
 	t.Helper()
+	s := &staleControlPlane{}
+	s.controlPlane = frontedControlPlane(t, func(w http.ResponseWriter, b []byte) bool {
+		s.posts.Add(1)
+		if !bytes.Contains(b, []byte(`"error_class":"`+unknownClass+`"`)) {
+			return false
+		}
+		s.refused.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"records[0]: invalid record: error_class: must be one of [handler_error timeout panic permanent http_4xx http_5xx network event_missing lease_expired]"}`+"\n")
+		return true
+	})
+	return s
+}
+
+// frontedControlPlane is the real control plane on a new database behind
+// real HTTP, with a front that sees each POST's body first: answer answers
+// it itself (and returns true) or leaves it to the control plane.
+func frontedControlPlane(t *testing.T, answer func(w http.ResponseWriter, body []byte) bool) *controlPlane {
+	t.Helper()
 	ctx := context.Background()
 	pool := openPool(t, pgtest.NewEmptyDatabase(t))
 	if _, err := controlplane.Migrate(ctx, pool); err != nil {
@@ -208,16 +228,11 @@ func newStaleControlPlane(t *testing.T, unknownClass string) *staleControlPlane 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &staleControlPlane{controlPlane: &controlPlane{pool: pool}}
+	cp := &controlPlane{pool: pool}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
-			s.posts.Add(1)
 			b, _ := io.ReadAll(r.Body)
-			if bytes.Contains(b, []byte(`"error_class":"`+unknownClass+`"`)) {
-				s.refused.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = io.WriteString(w, `{"error":"records[0]: invalid record: error_class: must be one of [handler_error timeout panic permanent http_4xx http_5xx network event_missing lease_expired]"}`+"\n")
+			if answer(w, b) {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))
@@ -225,8 +240,8 @@ func newStaleControlPlane(t *testing.T, unknownClass string) *staleControlPlane 
 		srv.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	s.url = hs.URL
-	return s
+	cp.url = hs.URL
+	return cp
 }
 
 // TestOneRefusedRecordDoesNotStopAllReporting (review helper-260, fixed).
@@ -410,43 +425,28 @@ type refusingControlPlane struct {
 
 func newRefusingControlPlane(t *testing.T, poison string, status int, named bool) *refusingControlPlane {
 	t.Helper()
-	ctx := context.Background()
-	pool := openPool(t, pgtest.NewEmptyDatabase(t))
-	if _, err := controlplane.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := controlplane.New(controlplane.Config{Pool: pool, Tenants: []controlplane.Tenant{{Name: "acme", Token: tenantToken}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &refusingControlPlane{controlPlane: &controlPlane{pool: pool}}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			s.posts.Add(1)
-			b, _ := io.ReadAll(r.Body)
-			var batch reporter.Batch
-			if err := json.Unmarshal(b, &batch); err != nil {
-				t.Errorf("report body: %v", err)
-			}
-			for i, rec := range batch.Records {
-				if rec.Job != poison {
-					continue
-				}
-				reason := "body: refused"
-				if named {
-					reason = fmt.Sprintf("records[%d]: invalid record: job: refused", i)
-				}
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(status)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error": reason})
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
+	s := &refusingControlPlane{}
+	s.controlPlane = frontedControlPlane(t, func(w http.ResponseWriter, b []byte) bool {
+		s.posts.Add(1)
+		var batch reporter.Batch
+		if err := json.Unmarshal(b, &batch); err != nil {
+			t.Errorf("report body: %v", err)
 		}
-		srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	s.url = hs.URL
+		for i, rec := range batch.Records {
+			if rec.Job != poison {
+				continue
+			}
+			reason := "body: refused"
+			if named {
+				reason = fmt.Sprintf("records[%d]: invalid record: job: refused", i)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": reason})
+			return true
+		}
+		return false
+	})
 	return s
 }
 

@@ -184,22 +184,8 @@ func TestManualAccountRunCoversTheDocumentedTypedEntry(t *testing.T) {
 	got := reqs[len(reqs)-1]
 	want := now.Add(-*section.Settle - section.Window)
 
-	var scopes []string
-	rows, err := admin.Query(ctx, `SELECT coalesce(scope, '<whole source>') || ' [' || to_char(window_since AT TIME ZONE 'UTC', 'MM-DD HH24:MI') || ', ' ||
+	scopes := textColumn(t, admin, `SELECT coalesce(scope, '<whole source>') || ' [' || to_char(window_since AT TIME ZONE 'UTC', 'MM-DD HH24:MI') || ', ' ||
 		to_char(window_until AT TIME ZONE 'UTC', 'MM-DD HH24:MI') || ']' FROM webhook_ingress.reconcile_runs ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		scopes = append(scopes, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
 	if d := got.Sub(want); d < -10*time.Minute || d > 10*time.Minute {
 		t.Errorf("after `inlet reconcile stripe --account us` compared [now-49h, now-2h], the scheduled round of the entry "+
 			"{account: us, types: [%s]} still asked the API from %s (%.1f h before now), want its plain window from %s (%.1f h): "+
@@ -291,21 +277,7 @@ func TestReconcileCLIAccountTakesTheEntryTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var scopes []string
-	rows, err := conn.Query(ctx, `SELECT coalesce(scope, '<NULL>') FROM webhook_ingress.reconcile_runs WHERE NOT dry_run AND error IS NULL ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		scopes = append(scopes, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	scopes := textColumn(t, conn, `SELECT coalesce(scope, '<NULL>') FROM webhook_ingress.reconcile_runs WHERE NOT dry_run AND error IS NULL ORDER BY id`)
 	want := []string{"account=us types=charge.refunded,invoice.paid", "account=us types=charge.refunded,invoice.paid", "account=us types=invoice.paid", "account=eu"}
 	if !slices.Equal(scopes, want) {
 		t.Errorf("recorded scopes %q, want %q", scopes, want)

@@ -13,6 +13,21 @@ import (
 	"github.com/inlet-dev/inlet/internal/pgtest"
 )
 
+// textColumn runs query, of one text column, and returns its values in
+// order.
+func textColumn(t *testing.T, conn *pgx.Conn, query string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return values
+}
+
 // inlet reconcile --account records the run for the scope of the
 // reconcile.sources entry of that account label (account=eu), so the
 // scheduled reconcile counts its window as compared for that entry only; a
@@ -62,21 +77,7 @@ func TestReconcileCLIAccountLabel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var scopes []string
-	rows, err := conn.Query(ctx, `SELECT coalesce(scope, '<NULL>') FROM webhook_ingress.reconcile_runs WHERE NOT dry_run ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		scopes = append(scopes, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	scopes := textColumn(t, conn, `SELECT coalesce(scope, '<NULL>') FROM webhook_ingress.reconcile_runs WHERE NOT dry_run ORDER BY id`)
 	if len(scopes) != 1 || scopes[0] != "account=eu" {
 		t.Fatalf("recorded runs' scopes %q, want exactly [account=eu]", scopes)
 	}

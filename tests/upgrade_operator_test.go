@@ -14,6 +14,40 @@ import (
 	"github.com/inlet-dev/inlet/schema"
 )
 
+// ownerDatabase gives the test its own migrated database: its URL (the
+// owner's) and a connection to it, closed when the test ends.
+func ownerDatabase(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return url, conn
+}
+
+// recordNextRelease records a newer release's migration (version Latest+1),
+// as the next release's inlet migrate writes it, and returns that version.
+func recordNextRelease(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	next := schema.Latest() + 1
+	if _, err := conn.Exec(context.Background(), `INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, 'next_release')`, next); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// insertUnfilledStripeEvent stores an event of source provider (scheme
+// stripe) with payload and occurred_at NULL, as an ingress before 012 did.
+func insertUnfilledStripeEvent(t *testing.T, conn *pgx.Conn, provider, id, body string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
+		VALUES ($1, 'stripe', $2, 'charge.succeeded', '{}', convert_to($3, 'UTF8'), true)`, provider, id, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMigrateOnNewerSchemaAppliesNothingAndSucceeds (review helper-240, fixed).
 //
 // Defect: during a rolling upgrade (docs/pipeline.md "Upgrading from the
@@ -52,16 +86,8 @@ import (
 func TestMigrateOnNewerSchemaAppliesNothingAndSucceeds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	next := schema.Latest() + 1
-	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, 'next_release')`, next); err != nil {
-		t.Fatal(err)
-	}
+	url, conn := ownerDatabase(t)
+	next := recordNextRelease(t, conn)
 	// Control: every service of this version accepts the newer schema.
 	if err := schema.CheckWritable(ctx, conn); err != nil {
 		t.Fatalf("the services' schema check on a schema at %d: %v; want accepted", next, err)
@@ -115,20 +141,11 @@ func TestMigrateOnNewerSchemaAppliesNothingAndSucceeds(t *testing.T) {
 func TestBackfillStoredRefusesWithoutTheSourcesConfig(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	url, conn := ownerDatabase(t)
 	// Two events of quiet stored with payload NULL (as before 012, or by an
 	// ingress that kept none): inserted by the owner, as an old ingress did.
 	for _, id := range []string{"evt_review240_a", "evt_review240_b"} {
-		if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
-			VALUES ('quiet', 'stripe', $1, 'charge.succeeded', '{}', convert_to($2, 'UTF8'), true)`,
-			id, `{"id":"`+id+`","created":1765000000,"type":"charge.succeeded","card":"4242424242424242"}`); err != nil {
-			t.Fatal(err)
-		}
+		insertUnfilledStripeEvent(t, conn, "quiet", id, `{"id":"`+id+`","created":1765000000,"type":"charge.succeeded","card":"4242424242424242"}`)
 	}
 	payloadOf := func(id string) *string {
 		t.Helper()
@@ -187,16 +204,8 @@ func TestBackfillStoredRefusesWithoutTheSourcesConfig(t *testing.T) {
 func TestMigrateOnNewerSchemaBuildsNoIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	next := schema.Latest() + 1
-	if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.schema_migrations (version, name) VALUES ($1, 'next_release')`, next); err != nil {
-		t.Fatal(err)
-	}
+	url, conn := ownerDatabase(t)
+	next := recordNextRelease(t, conn)
 	if _, err := conn.Exec(ctx, `CREATE INDEX idx_events_next_release ON ONLY webhook_ingress.events (event_type)`); err != nil {
 		t.Fatal(err)
 	}
@@ -233,18 +242,9 @@ func TestMigrateOnNewerSchemaBuildsNoIndex(t *testing.T) {
 func TestBackfillStoredSkipsSourcesNotConfigured(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	url, conn := ownerDatabase(t)
 	for _, e := range []struct{ provider, id string }{{"kept", "evt_kept"}, {"gone", "evt_gone"}} {
-		if _, err := conn.Exec(ctx, `INSERT INTO webhook_ingress.events (provider, scheme, external_event_id, event_type, headers, raw_body, signature_verified)
-			VALUES ($1, 'stripe', $2, 'charge.succeeded', '{}', convert_to($3, 'UTF8'), true)`,
-			e.provider, e.id, `{"id":"`+e.id+`","created":1765000000,"type":"charge.succeeded"}`); err != nil {
-			t.Fatal(err)
-		}
+		insertUnfilledStripeEvent(t, conn, e.provider, e.id, `{"id":"`+e.id+`","created":1765000000,"type":"charge.succeeded"}`)
 	}
 	cfg := writeFile(t, t.TempDir(), "inlet.yaml", `sources:
   - name: kept

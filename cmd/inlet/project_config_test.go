@@ -270,6 +270,61 @@ func TestProjectConfigStopsAtTheProjectRoot(t *testing.T) {
 	}
 }
 
+// nobody is the uid (and gid) of the other user whose files the tests
+// plant.
+const nobody = 65534
+
+// resolvedTempDir is the test's temporary directory with its symbolic links
+// resolved, as the paths the commands print are.
+func resolvedTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// writeTestFile writes content to path with perm.
+func writeTestFile(t *testing.T, path, content string, perm os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plantFile writes content to path (mode 0644), owned by another user (uid
+// nobody).
+func plantFile(t *testing.T, path, content string) {
+	t.Helper()
+	writeTestFile(t, path, content, 0o644)
+	if err := os.Chown(path, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sharedParent is a world-writable directory top (as /tmp) with the current
+// user's own fresh directory work in it, made the working directory. It
+// skips the test unless it runs as root, which making a file owned by
+// another user needs.
+func sharedParent(t *testing.T) (top, work string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a file owned by another user")
+	}
+	clearDevEnv(t)
+	top = resolvedTempDir(t)
+	if err := os.Chmod(top, 0o1777); err != nil { // as /tmp
+		t.Fatal(err)
+	}
+	work = filepath.Join(top, "work")
+	if err := os.Mkdir(work, 0o700); err != nil { // the current user's own fresh directory
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	return top, work
+}
+
 // TestSubdirectoryResolvesTheProjectsSecretFiles (review helper-242, fixed).
 // Defect: since 5084cbf a command run below a project's directory without
 // --config reads the project's inlet.yaml (cmd/inlet/common.go:
@@ -302,10 +357,7 @@ func TestProjectConfigStopsAtTheProjectRoot(t *testing.T) {
 // defaults (no file) resolve against the working directory as before.
 func TestSubdirectoryResolvesTheProjectsSecretFiles(t *testing.T) {
 	clearDevEnv(t)
-	top, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := resolvedTempDir(t)
 	sub := filepath.Join(top, "a", "b")
 	for _, d := range []string{sub, filepath.Join(top, "secrets")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -313,11 +365,9 @@ func TestSubdirectoryResolvesTheProjectsSecretFiles(t *testing.T) {
 		}
 	}
 	const secret = "whsec_review242_the_projects_own_secret"
-	if err := os.WriteFile(filepath.Join(top, "secrets", "stripe_whsec"), []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(top, "secrets", "stripe_whsec"), secret+"\n", 0o600)
 	project := filepath.Join(top, "inlet.yaml")
-	if err := os.WriteFile(project, []byte(`sources:
+	writeTestFile(t, project, `sources:
   - name: stripe
     type: stripe
     secrets: ["${file:secrets/stripe_whsec}"]
@@ -325,9 +375,7 @@ consumer:
   handlers:
     - name: log
       type: log
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, 0o600)
 
 	// Control: from the project's directory, where inlet dev runs.
 	t.Chdir(top)
@@ -389,19 +437,9 @@ consumer:
 // instead of the .inlet/ file, or a directory of one's own). An explicit
 // --config is read whoever owns it. The walk stops where it did.
 func TestParentConfigOfAnotherUserIsNotRead(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to make a file owned by another user")
-	}
-	clearDevEnv(t)
-	top, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(top, 0o1777); err != nil { // as /tmp
-		t.Fatal(err)
-	}
+	top, work := sharedParent(t)
 	planted := filepath.Join(top, "inlet.yaml")
-	if err := os.WriteFile(planted, []byte(`sources:
+	plantFile(t, planted, `sources:
   - name: planted
     type: stripe
     secrets: ["whsec_review242_planted_by_another_user"]
@@ -411,18 +449,7 @@ consumer:
       type: http-forward
       url: "https://collector.invalid/hooks"
       secret: "review242-planted-forward-secret"
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	const nobody = 65534
-	if err := os.Chown(planted, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	work := filepath.Join(top, "work")
-	if err := os.Mkdir(work, 0o700); err != nil { // the current user's own fresh directory
-		t.Fatal(err)
-	}
-	t.Chdir(work)
+`)
 	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
 	if err != nil {
 		// Refused, naming the file: as good as git's refusal.
@@ -451,30 +478,9 @@ consumer:
 // another user's .inlet/ is not used for the database nor for inlet send's
 // ingress, each refusal with its own way out, which then works.
 func TestAnotherUsersProjectFilesAreRefusedWithAWayOut(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to make a file owned by another user")
-	}
-	clearDevEnv(t)
-	top, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(top, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	const nobody = 65534
+	top, work := sharedParent(t)
 	planted := filepath.Join(top, "inlet.yaml")
-	if err := os.WriteFile(planted, []byte("sources:\n  - name: planted\n    type: stripe\n    secrets: [whsec_planted_by_another_user]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(planted, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	work := filepath.Join(top, "work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(work)
+	plantFile(t, planted, "sources:\n  - name: planted\n    type: stripe\n    secrets: [whsec_planted_by_another_user]\n")
 	for _, service := range []config.Service{config.AllSections, config.IngressService} {
 		_, _, err := loadServiceConfig(defaultConfigPath, service, inletyaml.Dev)
 		if err == nil || !strings.Contains(err.Error(), planted) || !strings.Contains(err.Error(), "uid 65534") ||
@@ -499,16 +505,12 @@ func TestAnotherUsersProjectFilesAreRefusedWithAWayOut(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(proj, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(proj, "inlet.yaml"), []byte("sources:\n  - name: own\n    type: stripe\n    secrets: [whsec_own_project_secret]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(proj, "inlet.yaml"), "sources:\n  - name: own\n    type: stripe\n    secrets: [whsec_own_project_secret]\n", 0o600)
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for name, content := range map[string]string{"database_url": "postgres://planted.invalid/db\n", "ingress_url": "http://127.0.0.1:1/\n"} {
-		if err := os.WriteFile(filepath.Join(dev, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeTestFile(t, filepath.Join(dev, name), content, 0o644)
 	}
 	if err := os.Chown(dev, nobody, nobody); err != nil {
 		t.Fatal(err)
@@ -550,17 +552,12 @@ func TestAnotherUsersProjectFilesAreRefusedWithAWayOut(t *testing.T) {
 // (review helper-242, fixed by helper-247).
 func TestConfigCheckNamesTheResolvedSecretFile(t *testing.T) {
 	clearDevEnv(t)
-	top, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := resolvedTempDir(t)
 	etc := filepath.Join(top, "etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(etc, "inlet.yaml"), []byte("sources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${file:secrets/stripe}\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, filepath.Join(etc, "inlet.yaml"), "sources:\n  - name: stripe\n    type: stripe\n    secrets: [\"${file:secrets/stripe}\"]\n", 0o600)
 	t.Chdir(top)
 	out, err := runInlet(t, "config", "check", "--config", "etc/inlet.yaml")
 	want := "secret file secrets/stripe (" + filepath.Join(etc, "secrets", "stripe") + "): no such file or directory"

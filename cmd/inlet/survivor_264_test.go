@@ -9,27 +9,19 @@ import (
 	"github.com/inlet-dev/inlet/inletyaml"
 )
 
-// survivor264Top is a world-writable directory (as /tmp) with the current
-// user's own fresh work directory in it, made the working directory.
-func survivor264Top(t *testing.T) (top string) {
+// refusedOrRead fails the test unless loading the configuration from the
+// working directory is refused naming link and its owner; read describes
+// what a load that succeeded read.
+func refusedOrRead(t *testing.T, link string, read func(cfg inletyaml.Config, from string)) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to make a file owned by another user")
-	}
-	clearDevEnv(t)
-	top, err := filepath.EvalSymlinks(t.TempDir())
+	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
 	if err != nil {
-		t.Fatal(err)
+		if !strings.Contains(err.Error(), link) || !strings.Contains(err.Error(), "uid 65534") {
+			t.Errorf("refused with %v; want the error to name %s and its owner uid %d", err, link, nobody)
+		}
+		return
 	}
-	if err := os.Chmod(top, 0o1777); err != nil { // as /tmp
-		t.Fatal(err)
-	}
-	work := filepath.Join(top, "work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(work)
-	return top
+	read(cfg, from)
 }
 
 // TestSurvivor264_PlantedSymlinkOfAnotherUserIsRefused: checkOwner looks at
@@ -46,12 +38,9 @@ func survivor264Top(t *testing.T) (top string) {
 // TestAnotherUsersProjectFilesAreRefusedWithAWayOut) plant regular files
 // and directories only, which Stat and Lstat see alike.
 func TestSurvivor264_PlantedSymlinkOfAnotherUserIsRefused(t *testing.T) {
-	top := survivor264Top(t)
-	const nobody = 65534
+	top, _ := sharedParent(t)
 	target := filepath.Join(top, "victims-other-project.yaml")
-	if err := os.WriteFile(target, []byte("sources:\n  - name: linked\n    type: stripe\n    secrets: [whsec_survivor264_linked]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, target, "sources:\n  - name: linked\n    type: stripe\n    secrets: [whsec_survivor264_linked]\n", 0o644)
 	link := filepath.Join(top, "inlet.yaml")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -59,16 +48,11 @@ func TestSurvivor264_PlantedSymlinkOfAnotherUserIsRefused(t *testing.T) {
 	if err := os.Lchown(link, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
-	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
-	if err != nil {
-		if !strings.Contains(err.Error(), link) || !strings.Contains(err.Error(), "uid 65534") {
-			t.Errorf("refused with %v; want the error to name %s and its owner uid %d", err, link, nobody)
-		}
-		return
-	}
-	_, linked := cfg.Source("linked")
-	t.Errorf("an inlet.yaml symlink owned by uid %d (another user) in a world-writable parent was read: config from %q, source linked %v; want a refusal naming it",
-		nobody, from, linked)
+	refusedOrRead(t, link, func(cfg inletyaml.Config, from string) {
+		_, linked := cfg.Source("linked")
+		t.Errorf("an inlet.yaml symlink owned by uid %d (another user) in a world-writable parent was read: config from %q, source linked %v; want a refusal naming it",
+			nobody, from, linked)
+	})
 }
 
 // TestSurvivor264_OwnSymlinkToAnotherUsersFileIsRefused: checkOwner also
@@ -81,27 +65,16 @@ func TestSurvivor264_PlantedSymlinkOfAnotherUserIsRefused(t *testing.T) {
 // own, was looked at, and the other user's file read through it. Existing
 // tests plant no symbolic link, so Lstat alone saw every owner they set.
 func TestSurvivor264_OwnSymlinkToAnotherUsersFileIsRefused(t *testing.T) {
-	top := survivor264Top(t)
-	const nobody = 65534
+	top, _ := sharedParent(t)
 	theirs := filepath.Join(top, "theirs.yaml")
-	if err := os.WriteFile(theirs, []byte("sources:\n  - name: theirs\n    type: stripe\n    secrets: [whsec_survivor264_theirs]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(theirs, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
+	plantFile(t, theirs, "sources:\n  - name: theirs\n    type: stripe\n    secrets: [whsec_survivor264_theirs]\n")
 	link := filepath.Join(top, "inlet.yaml")
 	if err := os.Symlink(theirs, link); err != nil { // owned by the current user
 		t.Fatal(err)
 	}
-	cfg, from, err := loadConfig(defaultConfigPath, inletyaml.Dev)
-	if err != nil {
-		if !strings.Contains(err.Error(), link) || !strings.Contains(err.Error(), "uid 65534") {
-			t.Errorf("refused with %v; want the error to name %s and its owner uid %d", err, link, nobody)
-		}
-		return
-	}
-	_, read := cfg.Source("theirs")
-	t.Errorf("an inlet.yaml link of the user's own pointing at a file of uid %d (another user) was read: config from %q, source theirs %v; want a refusal naming it",
-		nobody, from, read)
+	refusedOrRead(t, link, func(cfg inletyaml.Config, from string) {
+		_, read := cfg.Source("theirs")
+		t.Errorf("an inlet.yaml link of the user's own pointing at a file of uid %d (another user) was read: config from %q, source theirs %v; want a refusal naming it",
+			nobody, from, read)
+	})
 }
