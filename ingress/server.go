@@ -110,6 +110,11 @@ type Server struct {
 	// readyLog logs /readyz failures once per change of state.
 	readyLog health.ReadyLog
 
+	// stopping is set when Stop begins: Ready answers ErrStopping from then
+	// on, so a load balancer probing the metrics listener takes the
+	// instance out while it drains.
+	stopping atomic.Bool
+
 	mu sync.Mutex
 	hs *httpserve.Server
 	// cut ends with Stop's deadline: the writes still running then are cut
@@ -253,6 +258,7 @@ func (s *Server) Addr() net.Addr {
 // Stop stops accepting requests and waits for in-flight ones until ctx is done;
 // requests still running then are cut off.
 func (s *Server) Stop(ctx context.Context) error {
+	s.stopping.Store(true)
 	s.mu.Lock()
 	hs := s.hs
 	s.mu.Unlock()
@@ -276,10 +282,23 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
+// ErrStopping is Ready's answer once Stop has begun.
+var ErrStopping = errors.New("ingress is stopping: draining the requests in flight")
+
+// Ready is the ingress's readiness: Config.Ready's, and ErrStopping once
+// Stop has begun. Serve it on the metrics listener's /readyz (the webhook
+// port stops accepting when Stop begins).
+func (s *Server) Ready(ctx context.Context) error {
+	if s.stopping.Load() {
+		return ErrStopping
+	}
+	return s.cfg.Ready(ctx)
+}
+
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.Ready(ctx); err != nil {
+	if err := s.Ready(ctx); err != nil {
 		reason := readinessReason(err)
 		// Once per change of state: this port is public and unauthenticated.
 		s.readyLog.Note(s.cfg.Logger, reason, err)

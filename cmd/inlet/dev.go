@@ -210,7 +210,7 @@ next inlet dev here replaces it, and inlet send's error names it.)`)
 	if err != nil {
 		return err
 	}
-	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, database.Ready(pool), log)
+	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, srv.Ready, log)
 	if err != nil {
 		return err
 	}

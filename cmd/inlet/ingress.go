@@ -72,7 +72,7 @@ replay; bearer admin.token) on that listener, as admin.db_role.`)
 	if err != nil {
 		return err
 	}
-	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, database.Ready(pool), log)
+	ms, err := startMetricsListener(ctx, cfg.Ingress.MetricsListen, reg, srv.Ready, log)
 	if err != nil {
 		return err
 	}
