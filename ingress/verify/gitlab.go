@@ -93,6 +93,18 @@ func (v *gitlabVerifier) Verify(req *Request) (Result, error) {
 	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }
 
+// gitlabFormerIDs is the gitlab scheme's id rule before Idempotency-Key
+// (review helper-77): X-Gitlab-Event-UUID as it is, else the synthetic body
+// hash. An event stored under it verifies today with another id (the
+// Idempotency-Key, or the UUID with the body's digest); re-verification
+// accepts the stored one ([FormerEventIDs]).
+func gitlabFormerIDs(header http.Header, body []byte) []string {
+	if id := header.Get(gitlabUUIDHeader); id != "" {
+		return []string{id}
+	}
+	return []string{syntheticID(body)}
+}
+
 const storedTokenPrefix = "sha256:"
 
 // RedactForStorage implements StorageRedactor: X-Gitlab-Token is stored as

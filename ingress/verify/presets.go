@@ -256,15 +256,24 @@ func PerDeliveryID(cfg Config) bool {
 }
 
 // FormerEventIDs are the ids earlier versions of Inlet gave an event of a
-// source of cfg with these headers and body, where the preset's id rule has
-// changed since (WooCommerce, Sentry, HubSpot): re-verification accepts a
-// stored id that is one of them. None for a source that names its own id.
+// source of cfg with these headers and body, where the id rule of its
+// preset or scheme has changed since (WooCommerce, Sentry, HubSpot; the
+// gitlab scheme): re-verification accepts a stored id that is one of them.
+// None for a source that names its own id.
 func FormerEventIDs(cfg Config, header http.Header, body []byte) []string {
-	p := presets[cfg.Type]
-	if p == nil || p.formerIDs == nil || cfg.EventIDHeader != "" || cfg.EventIDJSON != "" {
+	if cfg.EventIDHeader != "" || cfg.EventIDJSON != "" {
 		return nil
 	}
-	return p.formerIDs(header, body)
+	if p := presets[cfg.Type]; p != nil {
+		if p.formerIDs == nil {
+			return nil
+		}
+		return p.formerIDs(header, body)
+	}
+	if cfg.Type == typeGitLab {
+		return gitlabFormerIDs(header, body)
+	}
+	return nil
 }
 
 // formerIDHeader is a formerIDs that read the id from header name.
