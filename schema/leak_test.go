@@ -110,6 +110,9 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 		// (a boolean, no row).
 		"another_role_may_own webhook_consumer", "another_role_may_own webhook_worker",
 		"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
+		// 073: the reaper counts expired attempts against their handlers'
+		// breakers (handler names in, circuits out; no job row).
+		"count_expired_attempts webhook_streamer",
 		"fan_out_filtered webhook_ingress_writer", "fold_event_types webhook_operator", "fold_event_types webhook_streamer",
 		"give_back_attempt webhook_consumer", "give_back_attempt webhook_worker",
 		// 059: a count of a handler's failures (a number, no row), a

@@ -368,6 +368,11 @@ CREATE TABLE webhook_ingress.complete_jobs_result (id bigint);
 CREATE FUNCTION webhook_ingress.complete_jobs(p_ids bigint[], p_attempts integer[], p_received_at timestamp with time zone[], p_leased_at timestamp with time zone[], p_worker_id text) RETURNS SETOF webhook_ingress.complete_jobs_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE TABLE webhook_ingress.count_expired_attempts_result (handler text, was text, circuit text);
+
+CREATE FUNCTION webhook_ingress.count_expired_attempts(p_handlers text[]) RETURNS SETOF webhook_ingress.count_expired_attempts_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE TABLE webhook_ingress.create_consumer_role_result (role_name text, role_created boolean, handler text, change text);
 
 CREATE FUNCTION webhook_ingress.create_consumer_role(p_role text, p_handlers text[], p_scope_providers text[], p_scope_types text[]) RETURNS SETOF webhook_ingress.create_consumer_role_result

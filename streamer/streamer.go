@@ -1076,7 +1076,8 @@ func (s *Streamer) reapLoop(ctx context.Context) {
 const reapBatch = 1000
 
 // ReapOnce returns up to 1000 expired leases to pending (or dead_letter after
-// the last attempt) and reports how many it handled.
+// the last attempt) and reports how many it handled. Those whose attempt ran
+// count against their handlers' circuit breakers.
 func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
 	rows, err := queries.New(s.cfg.Pool).ReapExpiredLeases(ctx, reapBatch)
 	if err != nil {
@@ -1084,10 +1085,19 @@ func (s *Streamer) ReapOnce(ctx context.Context) (int, error) {
 	}
 	var n, dead int
 	byHandler := map[string]int{}
+	opened := map[string]bool{}
 	rt := s.inFlight.routeTable()
 	for _, r := range rows {
 		n++
 		byHandler[r.Handler]++
+		if r.CircuitOpened && !opened[r.Handler] {
+			// The attempts that ran and expired count against the
+			// handler's breaker (073): logged once, as a consumer logs
+			// the circuit its failure opened.
+			opened[r.Handler] = true
+			s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "circuit opened: the handler's jobs wait, one probe per interval",
+				slog.String("handler", r.Handler), slog.String("cause", "lease_expired"))
+		}
 		if len(rt[r.Handler]) > 0 {
 			s.inFlight.topicExpired(rt.topicOf(r.Handler, r.Provider, r.EventType))
 		}

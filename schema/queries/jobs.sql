@@ -272,6 +272,16 @@ SELECT count(*) FROM deferred;
 -- reason is composed from the lease's columns, the attempts that ran and
 -- those that did not are updated apart (a job that did not run keeps its
 -- last error untouched), and the history row takes the reason composed.
+--
+-- An attempt that ran and expired is a failure of its handler's circuit
+-- breaker, counted as HandlerFailed counts a consumer's (073
+-- count_expired_attempts: one more consecutive failure each, the circuit
+-- open at breaker_failures, an expired half-open probe opens it again): a
+-- poison event that hangs its handler or kills its consumer never reports,
+-- and its handler was fed until every job was dead-lettered (review
+-- helper-273). A lease given back unrun counts nothing: no handler ran.
+-- circuit_opened says that this reap opened the job's handler's circuit
+-- (the streamer logs it once).
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
            (j.worker_id IS NOT NULL OR EXISTS (
@@ -336,10 +346,17 @@ WITH expired AS (
     INSERT INTO webhook_ingress.job_attempts (job_id, event_received_at, attempt, worker_id, started_at, outcome, error_class, error)
     SELECT id, event_received_at, attempt, worker_id, coalesce(attempted_at, now()), 'lease_expired', 'lease_expired', reason
     FROM ran
+), breaker AS MATERIALIZED (
+    -- Called once, and only when an attempt that ran expired (STRICT: a
+    -- NULL list calls nothing).
+    SELECT b.handler, b.was <> 'open' AND b.circuit = 'open' AS opened
+    FROM webhook_ingress.count_expired_attempts((SELECT array_agg(r.handler) FROM ran r)) AS b
 )
-SELECT id, status, handler, provider, event_type FROM ran
+SELECT r.id, r.status, r.handler, r.provider, r.event_type,
+       coalesce((SELECT b.opened FROM breaker b WHERE b.handler = r.handler), false)::boolean AS circuit_opened
+FROM ran r
 UNION ALL
-SELECT id, status, handler, provider, event_type FROM idle;
+SELECT i.id, i.status, i.handler, i.provider, i.event_type, false AS circuit_opened FROM idle i;
 
 -- name: FetchJobs :many
 -- The consumer's read of a batch of references, writing nothing: attempt

@@ -46,8 +46,10 @@ type ClaimLimitedJobsRow struct {
 // limits allow now: the tokens of its bucket (refilled at rate_per_second
 // since refilled_at, up to burst), max_in_flight less its jobs leased now,
 // and while its circuit is not closed nothing but one probe once
-// next_probe_at has passed (the circuit is then half_open until the probe's
-// outcome, or the next probe time). The handler's row is locked, so
+// next_probe_at has passed and none of its jobs is leased (those leased
+// before it opened end first, and a probe runs alone: 073); the circuit is
+// then half_open until the probe's outcome, or the next probe time. The
+// handler's row is locked, so
 // streamers claiming side by side take turns and the limits hold across all
 // of them. An ordered handler's jobs are leased under claim_jobs's rules,
 // its per-key locks included (033_claim_limited_jobs_key_lock). Returns
@@ -142,7 +144,8 @@ type HandlerFailedRow struct {
 // transaction began before the handler's newest success (last_success_at,
 // 056) is older than that success: not counted. Returns the circuit before
 // and after; no row when the handler has no breaker or the failure is not
-// counted.
+// counted. The reaper counts an attempt that ran and expired the same way
+// (ReapExpiredLeases, 073 count_expired_attempts).
 func (q *Queries) HandlerFailed(ctx context.Context, handler string) (HandlerFailedRow, error) {
 	row := q.db.QueryRow(ctx, HandlerFailed, handler)
 	var i HandlerFailedRow
@@ -286,7 +289,8 @@ WHERE l.handler = $1::text
 // open; the time to its next token when its bucket is empty; 0 when its
 // in-flight limit is full (a slot frees when a job ends, which nothing
 // signals, so it is looked at again soon). NULL otherwise: none is due,
-// its circuit waits for a probe's outcome, or what is due is held back by
+// its circuit waits for a probe's outcome, or for the jobs leased before
+// it opened to end before its probe, or what is due is held back by
 // its order alone (an earlier job of its key unfinished), which a limit's
 // wake-up would not move (the poll and the hints wake it then).
 func (q *Queries) LimitedWakeIn(ctx context.Context, handler string) (float64, error) {

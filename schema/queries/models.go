@@ -404,6 +404,12 @@ type WebhookIngressConsumerRoleScope struct {
 	EventTypeLike    *string
 }
 
+type WebhookIngressCountExpiredAttemptsResult struct {
+	Handler *string
+	Was     *string
+	Circuit *string
+}
+
 type WebhookIngressFilterVersion struct {
 	One     bool
 	Version int64
