@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -773,15 +774,19 @@ func migratedTo031(t *testing.T) (string, *pgx.Conn) {
 }
 
 // sealV1 seals what a sealer of 031 would, as it would: checkpoints without
-// a received_at range, hashed in the v1 form, written with 031's columns.
+// a received_at range, hashed in the v1 form, of v1 event leaves (no
+// occurred_at), written with 031's columns. As the owner: this sealer's
+// query reads occurred_at, which webhook_sealer may read only since 075.
 func (b *bundle) sealV1(t *testing.T) []Checkpoint {
 	t.Helper()
 	ctx := context.Background()
 	time.Sleep(5 * time.Millisecond) // past the test's 1ms grace
+	b.sealer.leaf = eventLeafV1
+	defer func() { b.sealer.leaf = nil }()
 	var out []Checkpoint
 	for {
 		var cp Checkpoint
-		err := pgx.BeginFunc(ctx, b.sealDB, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, b.owner, func(tx pgx.Tx) error {
 			var now time.Time
 			if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 				return err
@@ -842,11 +847,18 @@ func TestUpgradeTo032KeepsV1Checkpoints(t *testing.T) {
 	if len(v1) != 2 || v1[1].LastEventID != 20 {
 		t.Fatalf("sealed at 031: %s want 1..10 and 11..20", sealed(v1))
 	}
+	// This version's sealer before inlet migrate: webhook_sealer may not read
+	// occurred_at yet (075), and the error says what to run.
+	b.insert(t, ctx)
+	time.Sleep(5 * time.Millisecond)
+	if cps, err := b.sealer.Seal(ctx); err == nil || len(cps) != 0 || !strings.Contains(err.Error(), "migration 075") || !strings.Contains(err.Error(), "run inlet migrate") {
+		t.Fatalf("seal before inlet migrate: %d checkpoints, %v; want none and an error naming migration 075", len(cps), err)
+	}
 
 	if _, err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatalf("migrate to 032: %v", err)
 	}
-	for range 10 {
+	for range 9 {
 		b.insert(t, ctx)
 	}
 	v2 := b.seal(t)

@@ -16,14 +16,31 @@
 // is its last event id. A leaf's hash is tlog.RecordHash(data), that is
 // SHA-256(0x00 || data), where data is, for an event,
 //
-//	"inlet-audit-event-v1\n"
+//	"inlet-audit-event-v2\n"
 //	uint64 id | str provider | str external_event_id | str event_type |
 //	int64 received_at (Unix microseconds, UTC) | body_sha256 (32 bytes) |
 //	SHA-256 of headers::text (32 bytes; jsonb output is canonical) |
 //	str scheme | str request_uri | byte signature_verified (0 or 1) |
-//	int32 secret_index (-1 for NULL)
+//	int32 secret_index (-1 for NULL) |
+//	byte 0 when occurred_at is NULL, else byte 1 and int64 occurred_at
+//	(Unix microseconds, UTC)
 //
-// and, for an id with no event (a rolled-back insert: identity values are
+// Sealers before migration 075 wrote format v1: the tag
+// "inlet-audit-event-v1\n" and the same fields without occurred_at. Verify
+// accepts either: the tags differ, so a leaf hash is of one form only, and
+// a v1 leaf matches a row whatever its occurred_at (see below) while a v2
+// leaf does not. No checkpoint records the format, and none sealed before
+// changes.
+//
+// An event whose occurred_at was NULL when it was sealed (v2) and holds a
+// time now, every other sealed column intact, is not reported as altered:
+// inlet backfill stored fills occurred_at where it is NULL (the one UPDATE
+// events_guard allows) when a source's occurred_at setting finds the time
+// in the stored bytes. Verify counts and lists such events instead
+// (Report.OccurredAtFilled), without failing. A sealed occurred_at that was
+// changed, or set to NULL, is an altered event.
+//
+// For an id with no event (a rolled-back insert: identity values are
 // allocated before commit and never reused), "inlet-audit-skip-v1\n" and
 // uint64 id. Integers are big-endian; str is a uint32 length and the bytes.
 // raw_body enters through body_sha256, so the sealer never reads bodies; an
@@ -143,4 +160,11 @@
 //
 // Compare the periods retention_log lists with what inlet retention logged
 // when it dropped them, kept outside the database, to close these.
+//
+// occurred_at is not proven for an event sealed before 075 (a v1 leaf): the
+// owner can move it unseen. Nor is an occurred_at filled after sealing: the
+// owner can write any time into one that was sealed NULL, as the backfill
+// does; Verify only counts and lists those events. Compare them with what
+// inlet backfill stored reported filling, or with the time in each body
+// (Stripe's created, …).
 package audit

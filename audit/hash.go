@@ -26,12 +26,20 @@ type Event struct {
 	RequestURI        string
 	SignatureVerified bool
 	SecretIndex       int
+	// OccurredAt is the provider's own event time (nil for NULL), sealed
+	// since leaf format v2 (075_audit_occurred_at): auditors query it
+	// (delivery lag, --occurred-after), so moving it is tampering.
+	OccurredAt *time.Time
 }
 
 const (
-	eventLeafTag  = "inlet-audit-event-v1\n"
-	skipLeafTag   = "inlet-audit-skip-v1\n"
-	checkpointTag = "inlet-audit-checkpoint-v1\n"
+	eventLeafTag = "inlet-audit-event-v1\n"
+	// eventLeafV2Tag is the form of an event leaf that seals occurred_at
+	// too (075_audit_occurred_at): what the sealer writes now. Verify
+	// still accepts v1 leaves, which the tags tell apart (matchLeaf).
+	eventLeafV2Tag = "inlet-audit-event-v2\n"
+	skipLeafTag    = "inlet-audit-skip-v1\n"
+	checkpointTag  = "inlet-audit-checkpoint-v1\n"
 	// checkpointV2Tag is the form of a checkpoint that records the
 	// received_at range of its events (032_audit_checkpoint_received_range).
 	checkpointV2Tag = "inlet-audit-checkpoint-v2\n"
@@ -43,12 +51,41 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// eventLeaf is the RFC 6962 leaf hash of e.
+// eventLeaf is the RFC 6962 leaf hash of e as the sealer writes it now:
+// format v2, occurred_at included.
+func eventLeaf(e Event) tlog.Hash { return eventLeafV2(e, e.OccurredAt) }
+
+// eventLeafV1 is the leaf hash of e in format v1, which every sealer before
+// 075_audit_occurred_at wrote: occurred_at is not in it.
+func eventLeafV1(e Event) tlog.Hash {
+	return tlog.RecordHash(appendEventFields(eventLeafBuf(e, eventLeafTag), e))
+}
+
+// eventLeafV2 is the leaf hash of e in format v2 with occurred as its
+// occurred_at (nil: NULL): the v1 fields after the v2 tag, then a byte 0
+// for NULL, or 1 and int64 occurred_at (Unix microseconds, UTC).
+func eventLeafV2(e Event, occurred *time.Time) tlog.Hash {
+	b := appendEventFields(eventLeafBuf(e, eventLeafV2Tag), e)
+	if occurred == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint64(b, uint64(occurred.UTC().UnixMicro()))
+	}
+	return tlog.RecordHash(b)
+}
+
+// eventLeafBuf is a buffer for e's leaf data, holding tag.
+func eventLeafBuf(e Event, tag string) []byte {
+	b := make([]byte, 0, 160+len(e.Provider)+len(e.ExternalEventID)+len(e.EventType)+len(e.Scheme)+len(e.RequestURI))
+	return append(b, tag...)
+}
+
+// appendEventFields appends the fields of e both leaf formats seal, in
+// order (see the package doc).
 //
 //nolint:gosec // G115: the audit format encodes each integer as its fixed-width two's-complement bits; lengths are far below 2^32
-func eventLeaf(e Event) tlog.Hash {
-	b := make([]byte, 0, 128+len(e.Provider)+len(e.ExternalEventID)+len(e.EventType))
-	b = append(b, eventLeafTag...)
+func appendEventFields(b []byte, e Event) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(e.ID))
 	b = appendString(b, e.Provider)
 	b = appendString(b, e.ExternalEventID)
@@ -63,8 +100,7 @@ func eventLeaf(e Event) tlog.Hash {
 	} else {
 		b = append(b, 0)
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(int32(e.SecretIndex)))
-	return tlog.RecordHash(b)
+	return binary.BigEndian.AppendUint32(b, uint32(int32(e.SecretIndex)))
 }
 
 // skipLeaf is the leaf hash of an id that has no event.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/inlet-dev/inlet/internal/loop"
@@ -94,6 +95,9 @@ type Sealer struct {
 	// beforeInsert, when set (tests), runs after the events are read and
 	// before the checkpoint is written, inside the seal transaction.
 	beforeInsert func()
+	// leaf, when set (tests), is the event leaf written instead of
+	// eventLeaf's: eventLeafV1 seals as every sealer before 075 did.
+	leaf func(Event) tlog.Hash
 }
 
 // NewSealer returns a sealer of cfg.
@@ -294,6 +298,11 @@ func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint,
 	cutoff := now.Add(-s.cfg.Grace)
 	first := prev.LastEventID + 1
 	rows, err := queries.New(tx).AuditEventsToSeal(ctx, queries.AuditEventsToSealParams{FirstID: first, BatchSize: int64(s.cfg.MaxLeaves)})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Most likely a sealer of this version on a schema before 075,
+		// which lets webhook_sealer read occurred_at (the leaves seal it).
+		return Checkpoint{}, 0, fmt.Errorf("read events from id %d: %w (the sealer reads occurred_at since migration 075, which grants it to webhook_sealer: run inlet migrate)", first, err)
+	}
 	if err != nil {
 		return Checkpoint{}, 0, fmt.Errorf("read events from id %d: %w", first, err)
 	}
@@ -301,7 +310,8 @@ func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint,
 	for i, r := range rows {
 		events[i] = Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID, EventType: r.EventType,
 			ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
-			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex)}
+			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex),
+			OccurredAt: r.OccurredAt}
 	}
 
 	cp := Checkpoint{Seq: prev.Seq + 1, FirstEventID: first, Prev: prev.Hash, CreatedAt: now,
@@ -311,6 +321,10 @@ func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint,
 		cp.leaves = append(cp.leaves, h)
 		cp.frontier = frontierAppend(cp.frontier, n, h)
 		n++
+	}
+	leaf := eventLeaf
+	if s.leaf != nil {
+		leaf = s.leaf
 	}
 	expect := first
 	var gap int64
@@ -340,7 +354,7 @@ fill:
 		if len(cp.leaves) == s.cfg.MaxLeaves {
 			break
 		}
-		add(eventLeaf(e))
+		add(leaf(e))
 		expect = e.ID + 1
 		// The received_at range a prune of these ids must overlap (v2).
 		if cp.MinReceivedAt == nil || e.ReceivedAt.Before(*cp.MinReceivedAt) {

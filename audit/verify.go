@@ -76,6 +76,15 @@ type Report struct {
 	// MissingEvent whose reason names the row. An id of a v1 checkpoint
 	// (sealed before 032, no range) gets the first checks only.
 	Pruned int64 `json:"pruned"`
+	// OccurredAtFilled counts sealed events whose occurred_at was NULL when
+	// they were sealed (leaf format v2) and holds a value now, the rest of
+	// the row intact: what inlet backfill stored does, legitimately, when a
+	// source's occurred_at setting now finds the time in the stored bytes.
+	// Not a problem, but not vouched for either: the owner could have
+	// written any value (see the package doc). OccurredAtFilledIDs lists
+	// them, at most VerifyOptions.MaxProblems, in id order.
+	OccurredAtFilled    int64   `json:"occurred_at_filled"`
+	OccurredAtFilledIDs []int64 `json:"occurred_at_filled_ids,omitempty"`
 	// Head is the newest checkpoint's hash (hex), Root its tree root.
 	Head string `json:"head,omitempty"`
 	Root string `json:"root,omitempty"`
@@ -462,20 +471,58 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 				}
 				continue
 			}
-			switch {
-			case want == skipLeaf(id):
+			if want == skipLeaf(id) {
 				v.add(v.problem(OutOfOrderEvent, cp.Seq, id, "event %d inserted out of order: checkpoint %d sealed id %d as skipped", id, cp.Seq, id))
-			case eventLeaf(e.Event) != want:
+				break
+			}
+			switch m := matchLeaf(e.Event, want); {
+			case m == leafAltered:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq))
 			case !e.bodyOK:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id))
 			case !e.payloadOK:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: payload is not raw_body parsed", id))
+			case m == leafOccurredAtFilled:
+				v.rep.OccurredAtFilled++
+				if len(v.rep.OccurredAtFilledIDs) < v.maxProblems {
+					v.rep.OccurredAtFilledIDs = append(v.rep.OccurredAtFilledIDs, id)
+				}
 			}
 			break
 		}
 	}
 	return nil, nil
+}
+
+// leafMatch is how an event row matches the leaf a checkpoint sealed for its
+// id.
+type leafMatch int
+
+const (
+	// leafAltered: the row hashes to no form of the leaf: it changed.
+	leafAltered leafMatch = iota
+	// leafIntact: the leaf is the row's, in format v2 (occurred_at sealed)
+	// or v1 (sealed before 075_audit_occurred_at: occurred_at not in it).
+	leafIntact
+	// leafOccurredAtFilled: a v2 leaf sealed while occurred_at was NULL,
+	// which now holds a value; every other sealed column is intact.
+	leafOccurredAtFilled
+)
+
+// matchLeaf says how e matches want, the leaf sealed for its id. The two
+// leaf formats start with different tags, so a sealed leaf is of one form
+// only: the row's v1 hash, which leaves occurred_at out, can equal a leaf
+// a sealer before 075 wrote, never a v2 one, whatever occurred_at now
+// holds. An intact row matches at the first hash (v2) or, sealed before
+// 075, at the second.
+func matchLeaf(e Event, want tlog.Hash) leafMatch {
+	switch {
+	case eventLeafV2(e, e.OccurredAt) == want, eventLeafV1(e) == want:
+		return leafIntact
+	case e.OccurredAt != nil && eventLeafV2(e, nil) == want:
+		return leafOccurredAtFilled
+	}
+	return leafAltered
 }
 
 const checkpointPage = 16
@@ -552,7 +599,8 @@ func (c *eventCursor) fill(ctx context.Context) error {
 	for _, r := range rows {
 		c.page = append(c.page, verifyEvent{Event: Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID,
 			EventType: r.EventType, ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
-			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex)},
+			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex),
+			OccurredAt: r.OccurredAt},
 			bodyOK: r.BodyIntact, payloadOK: r.PayloadIntact})
 	}
 	if len(c.page) < verifyPage {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
 	"github.com/inlet-dev/inlet/schema/queries"
@@ -20,6 +22,16 @@ import (
 // signature_verified = false and Inlet-Backfill naming the API, it tells an
 // auditor the event was fetched from the provider's list, not delivered.
 const ReconcileHeader = "Inlet-Reconcile"
+
+// ErrWindowDropped is the error of a Reconcile whose whole window lies
+// before the end of the newest period inlet retention dropped: nothing is
+// compared (the log no longer holds those events, nor their dedupe keys)
+// and no run is recorded.
+var ErrWindowDropped = errors.New("inlet retention dropped the whole window")
+
+// SkippedRetention is the Reason of the part of a window before the end of
+// the newest period inlet retention dropped.
+const SkippedRetention = "retention"
 
 // ReconcileConfig configures one reconcile run.
 type ReconcileConfig struct {
@@ -34,7 +46,9 @@ type ReconcileConfig struct {
 	// (reconcile_runs), as the ingress role. Required.
 	DB queries.DBTX
 	// Since and Until bound the window: events the provider made (Stripe)
-	// or sent (GitHub) in [Since, Until]. Required.
+	// or sent (GitHub) in [Since, Until]. Required. A Since before the end
+	// of the newest period inlet retention dropped starts the run there
+	// (Report.Skipped).
 	Since, Until time.Time
 	// DryRun counts what is missing and stores nothing (the run is still
 	// recorded, marked dry_run).
@@ -107,13 +121,28 @@ type TypeCounts struct {
 	Counts
 }
 
+// Skipped is a part of the asked window a run did not compare.
+type Skipped struct {
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// Reason is why: SkippedRetention, inlet retention dropped the periods
+	// before Until (the end of the newest it dropped) and their dedupe
+	// keys, so each event listed there would have been taken for missing,
+	// stored again under a new id and handled a second time.
+	Reason string `json:"reason"`
+}
+
 // Report is what a reconcile run did.
 type Report struct {
-	RunID          int64        `json:"run_id"` // reconcile_runs.id, the Inlet-Reconcile header of what it stored
-	Source         string       `json:"source"`
-	API            string       `json:"api"`
-	Since          time.Time    `json:"since"`
-	Until          time.Time    `json:"until"`
+	RunID  int64     `json:"run_id"` // reconcile_runs.id, the Inlet-Reconcile header of what it stored
+	Source string    `json:"source"`
+	API    string    `json:"api"`
+	Since  time.Time `json:"since"` // the window compared and recorded: the asked one, less Skipped
+	Until  time.Time `json:"until"`
+	// Skipped is the part of the asked window not compared: nil when none.
+	// It ends after Since only when retention dropped a period while the
+	// run listed.
+	Skipped        *Skipped     `json:"skipped,omitempty"`
 	DryRun         bool         `json:"dry_run"`
 	Types          []TypeCounts `json:"items"` // by type, sorted
 	Total          Counts       `json:"total"`
@@ -136,6 +165,14 @@ type Report struct {
 // type filter counts for every scope of its source); the
 // Report is valid on error too. Running it again stores nothing more: what
 // it stored is then already stored.
+//
+// Nothing before the end of the newest period inlet retention dropped is
+// compared or stored (read when the run starts and again with each page):
+// the log no longer holds those events, nor event_keys their keys, so each
+// would be taken for missing and handled a second time under a new id. A
+// window reaching back past it starts there, recorded and reported so
+// (Report.Since), the part left out in Report.Skipped; a window wholly
+// before it is ErrWindowDropped, with no run recorded.
 func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
@@ -152,6 +189,17 @@ func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, erro
 			}
 		}}
 	q := queries.New(cfg.DB)
+	kept, err := keptSince(ctx, q)
+	if err != nil {
+		return rep, fmt.Errorf("reconcile %s: %w", cfg.Source, err)
+	}
+	if !rep.skip(kept) {
+		return rep, fmt.Errorf("reconcile %s: %w: [%s, %s] ends before %s, the end of the newest period it dropped; the log keeps no older event nor its dedupe key: nothing compared, no run recorded",
+			cfg.Source, ErrWindowDropped, rep.Skipped.Since.Format(time.RFC3339), rep.Until.Format(time.RFC3339), kept.UTC().Format(time.RFC3339))
+	}
+	if rep.Skipped != nil {
+		rep.Since = rep.Skipped.Until
+	}
 	id, err := q.StartReconcileRun(ctx, queries.StartReconcileRunParams{Source: cfg.Source, Api: rep.API,
 		WindowSince: rep.Since, WindowUntil: rep.Until, DryRun: cfg.DryRun, Scope: l.scope()})
 	if err != nil {
@@ -183,6 +231,42 @@ func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, erro
 	return rep, err
 }
 
+// skip records in r.Skipped the part of r's window before kept, the end of
+// the newest period retention dropped (zero: none), and whether anything of
+// the window is left. It only ever extends Skipped: the window's start, once
+// recorded, stays.
+func (r *Report) skip(kept time.Time) bool {
+	since := r.Since
+	if r.Skipped != nil {
+		since = r.Skipped.Until
+	}
+	if !kept.After(since) {
+		return true
+	}
+	if r.Skipped == nil {
+		r.Skipped = &Skipped{Since: r.Since, Reason: SkippedRetention}
+	}
+	if kept.Before(r.Until) {
+		r.Skipped.Until = kept.UTC()
+		return true
+	}
+	r.Skipped.Until = r.Until
+	return false
+}
+
+// keptSince is the end of the newest period inlet retention dropped: the
+// log keeps nothing received before it. Zero when none was dropped.
+func keptSince(ctx context.Context, q *queries.Queries) (time.Time, error) {
+	end, err := q.RetentionDroppedThrough(ctx)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("read where inlet retention's dropped periods end (retention_log; run inlet migrate if permission is denied): %w", err)
+	}
+	return end, nil
+}
+
 func reconcile(ctx context.Context, cfg ReconcileConfig, l Lister, c *client, q *queries.Queries, rep *Report, byType map[string]*Counts) error {
 	counts := func(typ string) *Counts {
 		n := byType[typ]
@@ -204,7 +288,18 @@ func reconcile(ctx context.Context, cfg ReconcileConfig, l Lister, c *client, q 
 			return fmt.Errorf("reconcile %s: page %d: %w", cfg.Source, rep.Pages+1, err)
 		}
 		rep.Pages++
-		// The lists are newest first: past Since, the rest of the list is
+		// A period retention dropped since the last look is out too: its
+		// events' keys are going.
+		kept, err := keptSince(ctx, q)
+		if err != nil {
+			return fmt.Errorf("reconcile %s: page %d: %w", cfg.Source, rep.Pages, err)
+		}
+		rep.skip(kept)
+		since := rep.Since
+		if kept.After(since) {
+			since = kept
+		}
+		// The lists are newest first: past since, the rest of the list is
 		// older still.
 		older := false
 		var fresh []item
@@ -212,7 +307,7 @@ func reconcile(ctx context.Context, cfg ReconcileConfig, l Lister, c *client, q 
 			if !it.At.IsZero() && it.At.After(cfg.Until) {
 				continue
 			}
-			if !it.At.IsZero() && it.At.Before(cfg.Since) {
+			if !it.At.IsZero() && it.At.Before(since) {
 				older = true
 				continue
 			}

@@ -47,7 +47,9 @@ type ScheduleConfig struct {
 // whole source) first
 // left a stretch uncompared (a manual run's later window does not hide it,
 // nor does another entry's run of the same source), so no stretch of time
-// goes uncompared (at most 30 days back, what the providers keep). That
+// goes uncompared (at most 30 days back, what the providers keep, and never
+// before the end of the newest period inlet retention dropped: the log
+// keeps nothing older to compare with, see Reconcile). That
 // point is read from reconcile_runs each round, not kept in memory, so it
 // survives a restart and a failover to another replica. A source's failure
 // is logged and recorded in its reconcile_runs row; the others still run.
@@ -103,7 +105,7 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 			log.Error("reconcile: bad source", slog.String("error", err.Error()))
 			continue
 		}
-		since, err := scheduledSince(ctx, cfg, src.Source, probe.scope(), until)
+		since, kept, err := scheduledSince(ctx, cfg, src.Source, probe.scope(), until)
 		if err != nil {
 			// Without where the completed runs' coverage stops, the
 			// default window could leave a stretch uncompared; the next
@@ -111,6 +113,12 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 			cfg.Metrics.finished(src.Source, err)
 			log.Error("reconcile failed", logvalue.ErrorAttr(err))
 			continue
+		}
+		if !kept.IsZero() && since.Equal(kept) {
+			// Said while no completed run covers from there: the round
+			// that does closes the gap, and the next reaches back no more.
+			log.Warn("reconcile: the stretch the completed runs left uncompared reaches back past what the log keeps; comparing from the end of the newest period inlet retention dropped",
+				slog.Time("retained_since", kept))
 		}
 		l, err := src.Lister(since, until)
 		if err != nil { // Validate saw it already
@@ -123,7 +131,16 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics}, l)
 		attrs := []any{slog.Int64("run", rep.RunID), slog.Int64("listed", rep.Total.Listed), slog.Int64("already_stored", rep.Total.AlreadyStored),
 			slog.Int64("missing", rep.Total.Missing), slog.Int64("stored", rep.Total.Stored), slog.Int64("duplicates", rep.Total.Duplicates)}
+		if sk := rep.Skipped; sk != nil {
+			// reconcile.window longer than retention.max_age: each round
+			// compares the part of its window the log keeps.
+			attrs = append(attrs, slog.Time("skipped_since", sk.Since), slog.Time("skipped_until", sk.Until), slog.String("skipped_reason", sk.Reason))
+		}
 		switch {
+		case errors.Is(err, ErrWindowDropped):
+			// retention.max_age shorter than reconcile.settle: nothing the
+			// schedule compares is kept. No run, no failure counted.
+			log.Warn("reconcile: inlet retention dropped the whole window; nothing compared", append(attrs, logvalue.ErrorAttr(err))...)
 		case err != nil && !errors.Is(err, context.Canceled):
 			log.Error("reconcile failed", append(attrs, logvalue.ErrorAttr(err))...)
 		case err == nil && rep.Total.Missing > 0:
@@ -138,7 +155,11 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 // scope starts: Window before until, or earlier, where the scope's compared
 // time first stops (a round that failed, started late, or ran in a process
 // that has since stopped left the stretch after it uncompared), at most 30
-// days before until. That is the end of the earliest stretch of completed
+// days before until and not before kept, the end of the newest period inlet
+// retention dropped (zero: none), which it returns too. Coverage before
+// kept is not asked for: those events and their dedupe keys are gone, so no
+// run compares them (Reconcile starts at kept), and a gap left there would
+// make every later round reach back to kept again. That is the end of the earliest stretch of completed
 // runs that a gap follows, not the latest run's end: a manual run (inlet
 // reconcile --since 2h) after failed rounds would otherwise skip the
 // stretch they left. Only the runs that listed scope, or the whole source
@@ -147,16 +168,23 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 // one's events. Read from
 // reconcile_runs, which every run of every replica and the command write,
 // not from this process's memory.
-func scheduledSince(ctx context.Context, cfg ScheduleConfig, source, scope string, until time.Time) (time.Time, error) {
-	since := until.Add(-cfg.Section.Window)
+func scheduledSince(ctx context.Context, cfg ScheduleConfig, source, scope string, until time.Time) (since, kept time.Time, err error) {
+	since = until.Add(-cfg.Section.Window)
 	oldest := until.Add(-StripeRetention)
-	covered, err := queries.New(cfg.DB).ReconcileCoveredUntil(ctx,
+	q := queries.New(cfg.DB)
+	if kept, err = keptSince(ctx, q); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("reconcile %s (%s): %w", source, scopeName(scope), err)
+	}
+	if kept.After(oldest) {
+		oldest = kept
+	}
+	covered, err := q.ReconcileCoveredUntil(ctx,
 		queries.ReconcileCoveredUntilParams{Source: source, Scope: scope, NotBefore: oldest})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // never completed a run: the window alone
-		return since, nil
+		return since, kept, nil
 	case err != nil:
-		return time.Time{}, fmt.Errorf("reconcile %s (%s): read where the completed runs' coverage stops: %w", source, scopeName(scope), err)
+		return time.Time{}, time.Time{}, fmt.Errorf("reconcile %s (%s): read where the completed runs' coverage stops: %w", source, scopeName(scope), err)
 	}
 	if covered.Before(since) {
 		since = covered
@@ -164,7 +192,7 @@ func scheduledSince(ctx context.Context, cfg ScheduleConfig, source, scope strin
 			since = oldest
 		}
 	}
-	return since, nil
+	return since, kept, nil
 }
 
 // scopeName is scope for an error message: "the whole source" for "".

@@ -123,7 +123,7 @@ func TestScheduledSinceCoverage(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := scheduledSince(ctx, cfg, source, c.scope, until)
+		got, _, err := scheduledSince(ctx, cfg, source, c.scope, until)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue

@@ -41,8 +41,9 @@ var (
 // TestIngressCannotChooseReceivedAt). reconcile_runs (018) records each inlet
 // reconcile run: the ingress
 // role, which reconcile stores events as, inserts a run when it starts and
-// fills in its counts when it ends, and reads event_keys' two key columns to
-// find what the log lacks. order_lanes (020) is kept by triggers on jobs
+// fills in its counts when it ends, reads event_keys' two key columns to
+// find what the log lacks, and reads when the periods in retention_log end
+// and were dropped (074), to compare nothing retention dropped. order_lanes (020) is kept by triggers on jobs
 // (owner's rights): the streamer's claim and the operator's DLQ read it.
 // consumer_role_scopes (038) are the events each consumer role may
 // subscribe to and read; inlet roles (the owner) writes them, and the
@@ -59,7 +60,7 @@ var (
 const wantMatrix = `
 | role | events | event_keys | jobs | job_attempts | attempts | subscriptions | consumers | consumer_roles | audit_checkpoints | audit_verifications | retention_log | schema_migrations | event_types | event_type_arrivals | handler_limits | reconcile_runs | order_lanes | consumer_role_scopes | derived_backfill | filter_version | source_alerts | retention_keys_due |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | ----- | Siu-- | ----- | ----- | ----- | S---- | ----- | ----- |
+| webhook_ingress_writer | si--- | s---- | ----- | ----- | ----- | s---- | ----- | ----- | ----- | ----- | s---- | S---- | ----- | ----- | ----- | Siu-- | ----- | ----- | ----- | S---- | ----- | ----- |
 | webhook_streamer | s---- | ----- | s-u-- | si--- | ----- | s---- | S---- | S---- | ----- | S---- | ----- | S---- | S-u-- | ----- | S-u-- | ----- | ----- | S---- | ----- | ----- | SIU-- | ----- |
 | webhook_worker | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | ----- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | ----- | ----- | ----- | ----- | ----- |
 | webhook_consumer | S---- | ----- | S-u-- | Si--- | ----- | Siu-- | SIUD- | S---- | ----- | ----- | ----- | S---- | ----- | ----- | SiuD- | ----- | ----- | S---- | ----- | ----- | ----- | ----- |
@@ -74,6 +75,7 @@ webhook_ingress_writer SELECT events: provider, external_event_id
 webhook_ingress_writer INSERT events: provider, scheme, external_event_id, event_type, headers, request_uri, raw_body, signature_verified, secret_index, trace_parent, occurred_at, payload
 webhook_ingress_writer SELECT event_keys: provider, external_event_id
 webhook_ingress_writer SELECT subscriptions: id, handler, provider_pattern, event_type_pattern, enabled, filter
+webhook_ingress_writer SELECT retention_log: period_end, dropped_at
 webhook_ingress_writer INSERT reconcile_runs: source, api, window_since, window_until, dry_run, scope
 webhook_ingress_writer UPDATE reconcile_runs: finished_at, listed, already_stored, missing, stored, duplicates, by_type, error
 webhook_streamer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, signature_verified
@@ -100,7 +102,7 @@ webhook_operator INSERT jobs: event_id, event_received_at, handler, provider, ev
 webhook_operator UPDATE jobs: status, attempt_count, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_operator INSERT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome
 webhook_operator UPDATE subscriptions: enabled, updated_at
-webhook_sealer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, headers, request_uri, body_sha256, signature_verified, secret_index
+webhook_sealer SELECT events: id, provider, scheme, external_event_id, event_type, received_at, headers, request_uri, body_sha256, signature_verified, secret_index, occurred_at
 `
 
 // The privilege matrix, read from the catalog and printed; every privilege

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,6 +56,12 @@ Prints, per event type and in total: listed (distinct events in the
 window), already stored, missing, stored now, and duplicates (extra listings
 of one event, such as GitHub redeliveries). --json prints
 {"items": [per type], "total": {...}, "run_id": …}.
+
+Nothing before the end of the newest period inlet retention dropped is
+compared: the log keeps none of those events nor their dedupe keys, and
+each would be stored again and handled a second time. A --since before it
+starts the run there (stderr says so; --json's "skipped"); a window wholly
+before it is refused (exit 2).
 
 Rate limits (429 with Retry-After; GitHub's 403 with X-RateLimit-Remaining:
 0 or with Retry-After) are waited out; 5xx and network errors are retried with backoff. Writes
@@ -139,6 +146,15 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		OccurredAt: verify.NewOccurredAt(src.Config), StoreJSON: keepJSON, StoreJSONMaxBytes: jsonMax,
 		EventType: verify.NewEventTypeOf(src.Config),
 	}, lister)
+	if errors.Is(err, backfill.ErrWindowDropped) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if sk := rep.Skipped; sk != nil {
+		// The log's events before sk.Until are gone, and their dedupe keys:
+		// each would be stored again and handled a second time.
+		fmt.Fprintf(env.stderr, "reconcile: skipped %s to %s: inlet retention dropped the log's events (and their dedupe keys) before %s; compared from there\n",
+			sk.Since.Format(time.RFC3339), sk.Until.Format(time.RFC3339), sk.Until.Format(time.RFC3339))
+	}
 	if err != nil {
 		if rep.RunID != 0 {
 			fmt.Fprintf(env.stderr, "reconcile %s: run %d stopped after %d pages: %d listed, %d missing, %d stored\n",

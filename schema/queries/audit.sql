@@ -17,10 +17,11 @@ LIMIT 1;
 -- name: AuditEventsToSeal :many
 -- The sealed columns of the next batch_size events from id first_id, in id
 -- order; the headers as their digest (jsonb output is canonical), the body as
--- body_sha256.
+-- body_sha256; occurred_at since leaf format v2 (075_audit_occurred_at).
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       occurred_at
 FROM webhook_ingress.events
 WHERE id >= sqlc.arg(first_id)
 ORDER BY id
@@ -66,7 +67,8 @@ LIMIT sqlc.arg(batch_size)::bigint;
 
 -- name: AuditEventsToVerify :many
 -- What verify recomputes, batch_size events after (after_id,
--- after_received_at) in primary key order: the sealed columns, and whether
+-- after_received_at) in primary key order: the sealed columns (occurred_at
+-- too, sealed in leaf format v2: 075_audit_occurred_at), and whether
 -- raw_body still hashes to body_sha256 and payload, when kept, is still
 -- raw_body parsed (051). Paged on the whole key, not the id
 -- alone: a second row with an id already read (the key is (id,
@@ -75,6 +77,7 @@ LIMIT sqlc.arg(batch_size)::bigint;
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       occurred_at,
        coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact,
        (payload IS NULL OR coalesce(payload = webhook_ingress.jsonb_of(raw_body), false))::boolean AS payload_intact
 FROM webhook_ingress.events

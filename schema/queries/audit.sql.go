@@ -62,7 +62,8 @@ func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsPara
 const AuditEventsToSeal = `-- name: AuditEventsToSeal :many
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index
+       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       occurred_at
 FROM webhook_ingress.events
 WHERE id >= $1
 ORDER BY id
@@ -86,11 +87,12 @@ type AuditEventsToSealRow struct {
 	RequestUri        string
 	SignatureVerified bool
 	SecretIndex       int16
+	OccurredAt        *time.Time
 }
 
 // The sealed columns of the next batch_size events from id first_id, in id
 // order; the headers as their digest (jsonb output is canonical), the body as
-// body_sha256.
+// body_sha256; occurred_at since leaf format v2 (075_audit_occurred_at).
 func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealParams) ([]AuditEventsToSealRow, error) {
 	rows, err := q.db.Query(ctx, AuditEventsToSeal, arg.FirstID, arg.BatchSize)
 	if err != nil {
@@ -112,6 +114,7 @@ func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealPa
 			&i.RequestUri,
 			&i.SignatureVerified,
 			&i.SecretIndex,
+			&i.OccurredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -127,6 +130,7 @@ const AuditEventsToVerify = `-- name: AuditEventsToVerify :many
 SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
+       occurred_at,
        coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact,
        (payload IS NULL OR coalesce(payload = webhook_ingress.jsonb_of(raw_body), false))::boolean AS payload_intact
 FROM webhook_ingress.events
@@ -153,12 +157,14 @@ type AuditEventsToVerifyRow struct {
 	RequestUri        string
 	SignatureVerified bool
 	SecretIndex       int16
+	OccurredAt        *time.Time
 	BodyIntact        bool
 	PayloadIntact     bool
 }
 
 // What verify recomputes, batch_size events after (after_id,
-// after_received_at) in primary key order: the sealed columns, and whether
+// after_received_at) in primary key order: the sealed columns (occurred_at
+// too, sealed in leaf format v2: 075_audit_occurred_at), and whether
 // raw_body still hashes to body_sha256 and payload, when kept, is still
 // raw_body parsed (051). Paged on the whole key, not the id
 // alone: a second row with an id already read (the key is (id,
@@ -185,6 +191,7 @@ func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVeri
 			&i.RequestUri,
 			&i.SignatureVerified,
 			&i.SecretIndex,
+			&i.OccurredAt,
 			&i.BodyIntact,
 			&i.PayloadIntact,
 		); err != nil {

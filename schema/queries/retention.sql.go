@@ -125,6 +125,31 @@ func (q *Queries) RetentionDropPartition(ctx context.Context, periodStart time.T
 	return i, err
 }
 
+const RetentionDroppedThrough = `-- name: RetentionDroppedThrough :one
+SELECT period_end FROM webhook_ingress.retention_log
+WHERE period_end <= dropped_at
+ORDER BY period_end DESC
+LIMIT 1
+`
+
+// The end of the newest period inlet retention dropped: before it the log
+// may lack events it once held, and event_keys (once the drop's keys are
+// deleted) their dedupe keys. inlet reconcile compares and stores nothing
+// older, or every event of a dropped period would be "missing" and stored
+// again under a new id, with new jobs (review helper-272); an older period
+// retention kept (open jobs) is left uncompared with it. Only the periods
+// that had ended when dropped count, as every one inlet retention drops has
+// (past max_age): a current or future period the owner dropped by hand
+// would otherwise hold every reconcile back until its end. Read as the
+// ingress role, which 074 grants these two columns. No row: nothing was
+// dropped. A row per dropped period: a few a month.
+func (q *Queries) RetentionDroppedThrough(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, RetentionDroppedThrough)
+	var period_end time.Time
+	err := row.Scan(&period_end)
+	return period_end, err
+}
+
 const RetentionKeysPending = `-- name: RetentionKeysPending :one
 SELECT EXISTS (SELECT 1 FROM webhook_ingress.retention_keys_due) AS pending
 `

@@ -1,0 +1,19 @@
+-- 074_reconcile_retained_since: inlet reconcile compares only what the log
+-- still keeps (review helper-272).
+--
+-- inlet retention drops whole periods and then deletes their dedupe keys
+-- (event_keys, 054). inlet reconcile judges "already stored" by event_keys,
+-- so a window reaching into a dropped period (Stripe lists 30 days;
+-- reconcile.window allows 720h; a scheduled round reaches back after failed
+-- ones) found every event of it missing and stored it again, under a new
+-- event id, with a new job per subscribed handler: handlers ran weeks-old
+-- events a second time. A run now starts no earlier than the end of the
+-- newest period retention dropped (retention_log.period_end, of the periods
+-- that had ended when dropped_at), and the schedule's coverage ignores the
+-- time before it. The ingress role, which reconcile runs as, reads those two
+-- columns: when dropped periods end and were dropped, nothing of an event.
+--
+-- Safe on a live log: a column grant on a small table (a row per dropped
+-- period), nothing rewritten, events untouched. Runs twice safely (granting
+-- a privilege held changes nothing).
+GRANT SELECT (period_end, dropped_at) ON webhook_ingress.retention_log TO webhook_ingress_writer;

@@ -1,0 +1,25 @@
+-- 075_audit_occurred_at: the audit seals events.occurred_at (review
+-- helper-272).
+--
+-- occurred_at (012), the provider's own event time, is what auditors query
+-- (the delivery lag received_at - occurred_at, inlet events list
+-- --occurred-after/--occurred-before), but it was in no audit leaf: the
+-- owner, with the append-only trigger off, could move a sealed event's
+-- occurred_at and inlet audit verify still said intact (audit
+-- TestVerifyNoticesARewrittenOccurredAt). The sealer now writes event
+-- leaves in format v2, which seal occurred_at too (audit/hash.go, the
+-- package audit doc); verify still accepts the v1 leaves sealed before,
+-- which the leaf's tag tells apart, so no checkpoint needs to record its
+-- format and nothing already sealed changes. The sealer, webhook_sealer,
+-- reads the sealed columns only (003): it now reads occurred_at as well,
+-- and still neither raw_body nor payload.
+--
+-- Safe on a large live log: a column grant changes the catalog only (no
+-- row is read or rewritten, and nothing waits on events beyond the
+-- statement's instant), and it runs twice safely (granting again changes
+-- nothing). Until it has run, a sealer of this version fails each pass
+-- with permission denied and seals nothing (nothing is lost: the first
+-- pass after inlet migrate seals it all); a sealer of the previous version
+-- keeps sealing v1 leaves, which verify accepts.
+
+GRANT SELECT (occurred_at) ON webhook_ingress.events TO webhook_sealer;
