@@ -84,8 +84,12 @@ type Handler struct {
 	MaxInFlight int
 	// BreakerFailures opens the handler's circuit after that many
 	// consecutive failed attempts: its jobs then wait without spending
-	// attempts, one probe job runs every BreakerProbeInterval, and a
-	// success closes the circuit. 0: no circuit breaker.
+	// attempts, one probe job runs every BreakerProbeInterval (once none of
+	// the handler's jobs is leased), and a success closes the circuit. An
+	// attempt that ran and never reported (the handler hung past Timeout
+	// ignoring its context, or the consumer died in it), which the
+	// streamer's reaper ends as lease_expired, counts as a failure too.
+	// 0: no circuit breaker.
 	BreakerFailures int
 	// BreakerProbeInterval is the time between probes of an open circuit.
 	// Defaults to 30s when BreakerFailures is set.

@@ -88,7 +88,9 @@
 //     webhook_ingress.consumers every AliveInterval; of a shared handler's
 //     roles, one whose scopes cover the job, an unrestricted one, or one of
 //     a version before 064) or its consumer extended it: in an outage no
-//     handler ran, and nothing is spent. A lease is recovered within LeaseDuration + ReapInterval, and
+//     handler ran, and nothing is spent. An expired attempt that counts
+//     counts toward its handler's circuit breaker as a consumer's failure
+//     does (count_expired_attempts, 073). A lease is recovered within LeaseDuration + ReapInterval, and
 //     leased again by the next claim (a job of an event received over
 //     RecentWindow before, by the next claim over every partition: within
 //     a PollInterval more).
