@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -64,6 +65,9 @@ func ConnectReplication(ctx context.Context, url string) (*pgconn.PgConn, error)
 		// string with spaces around '=' is not masked).
 		return nil, errors.New("replication connection URL is not a valid PostgreSQL connection string")
 	}
+	// A service's URL sets its pool's size (pool_max_conns): the server
+	// refuses a connection that sends it.
+	database.DropClientParams(cfg.RuntimeParams)
 	cfg.RuntimeParams["replication"] = "database"
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "inlet-streamer-replication"

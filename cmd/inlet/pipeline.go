@@ -41,15 +41,7 @@ func newStreamer(ctx context.Context, cfg inletyaml.Config, pub bus.PubSub, reg 
 			return streamer.ConnectReplication(ctx, url)
 		}
 	case "notify":
-		url := cfg.DatabaseURL
-		sc.ListenConnect = func(ctx context.Context) (*pgx.Conn, error) {
-			c, err := pgx.ParseConfig(url)
-			if err != nil {
-				return nil, fmt.Errorf("database URL is not a valid PostgreSQL connection string")
-			}
-			c.RuntimeParams["application_name"] = "inlet-streamer-listen"
-			return pgx.ConnectConfig(ctx, c)
-		}
+		sc.ListenConnect = listenConnect(cfg.DatabaseURL)
 	}
 	s, err := streamer.New(sc)
 	if err == nil {
@@ -147,4 +139,20 @@ func startSealer(ctx context.Context, cfg inletyaml.Config, log *slog.Logger) (f
 		return nil, err
 	}
 	return func() { s.Stop(); pool.Close() }, nil
+}
+
+// listenConnect opens the streamer's LISTEN connection to url, the
+// service's DATABASE_URL, without the settings that are its pool's
+// (pool_max_conns, which the deployment files set): the server refuses a
+// connection that sends them.
+func listenConnect(url string) func(ctx context.Context) (*pgx.Conn, error) {
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		c, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, fmt.Errorf("database URL is not a valid PostgreSQL connection string")
+		}
+		database.DropClientParams(c.RuntimeParams)
+		c.RuntimeParams["application_name"] = "inlet-streamer-listen"
+		return pgx.ConnectConfig(ctx, c)
+	}
 }

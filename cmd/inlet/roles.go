@@ -15,6 +15,7 @@ import (
 
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/inletyaml"
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
@@ -95,6 +96,7 @@ func connectURL(ctx context.Context, url, appName string, opts ...func(*pgx.Conn
 	if err != nil {
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
+	database.DropClientParams(cc.RuntimeParams) // pool_max_conns: the server refuses it
 	cc.RuntimeParams["application_name"] = appName
 	if cc.ConnectTimeout == 0 {
 		// As database.Open: a server that takes the connection but never

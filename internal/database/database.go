@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,5 +124,24 @@ func IsUnavailable(err error) bool {
 func Ready(pool *pgxpool.Pool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		return schema.CheckWritable(ctx, pool)
+	}
+}
+
+// clientParams are connection-string settings pgx and pgxpool read
+// themselves; a server refuses a connection that sends them (42704
+// unrecognized configuration parameter).
+var clientParams = []string{"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode"}
+
+// DropClientParams removes from params, the RuntimeParams of a single
+// connection parsed with pgconn.ParseConfig or pgx.ParseConfig, the
+// settings of a pool's URL that are not the server's: pool_* (pgxpool's,
+// such as the pool_max_conns the deployment files set in every service's
+// DATABASE_URL) and pgx's own. A LISTEN, replication or command connection
+// opened from a service's URL would otherwise be refused.
+func DropClientParams(params map[string]string) {
+	for k := range params {
+		if strings.HasPrefix(k, "pool_") || slices.Contains(clientParams, k) {
+			delete(params, k)
+		}
 	}
 }
