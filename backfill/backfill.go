@@ -109,12 +109,12 @@ type Lister interface {
 	// and hook), "" for the whole source: a reconcile run records it, and
 	// its coverage counts for that scope only (ReconcileCoveredUntil).
 	scope() string
-	// page returns the events of the page that starts at cursor ("" for the
-	// newest) and the cursor of the next page ("" when this is the last).
-	page(ctx context.Context, c *client, cursor string) (page, error)
-	// list is page without each event's bytes where reading them costs a
-	// request of its own (GitHub's deliveries): such items have load set.
-	// Reconcile reads the bytes of the missing events only.
+	// list returns the events of the page that starts at cursor ("" for
+	// the newest) and the cursor of the next page ("" when this is the
+	// last). Where reading an event's bytes costs a request of its own
+	// (GitHub's deliveries) they are left out and the item has load set:
+	// Run loads each just before storing it, so one payload is held at a
+	// time; reconcile loads the missing events only.
 	list(ctx context.Context, c *client, cursor string) (page, error)
 	// auth sets the request's credentials.
 	auth(r *http.Request)
@@ -202,15 +202,36 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 	defer p.finish()
 	seen := map[string]bool{st.Cursor: true}
 	for {
-		pg, err := l.page(ctx, c, st.Cursor)
+		pg, err := l.list(ctx, c, st.Cursor)
 		if err != nil {
+			if st.Cursor != "" && cursorRefused(statusCode(err)) {
+				return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w: %w (the saved cursor in %s may have aged out of the provider's history, or belong to another key's account or mode: remove that file, or run with --restart, to start over from the newest event)",
+					cfg.Source, st.Pages+1, ErrCursorRefused, err, cfg.StatePath)
+			}
 			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
 		}
 		if err := checkCursor(seen, pg.Next); err != nil {
 			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
 		}
-		for _, it := range pg.Events {
+		// Each item's bytes are read just before it is stored: a page of
+		// GitHub deliveries (100 payloads of up to 25 MB) is never held
+		// whole, and a failed read keeps what was stored before it. The
+		// page's cursor is saved only after the page, so a run stopped
+		// inside it reads the whole page again (duplicates, nothing lost).
+		for i := range pg.Events {
+			it := pg.Events[i]
+			pg.Events[i] = item{} // the list's copy is not needed again
 			p.update(func(s *Stats) { s.Seen++ })
+			if it.load != nil {
+				loaded, err := it.load(ctx, c)
+				if err != nil {
+					return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
+				}
+				if loaded.At.IsZero() {
+					loaded.At = it.At
+				}
+				it = loaded
+			}
 			if it.Skip {
 				p.update(func(s *Stats) { s.Skipped++ })
 				continue
@@ -361,6 +382,24 @@ func occurredAt(f verify.OccurredAt, it item) time.Time {
 		return time.Time{}
 	}
 	return f(http.Header(it.Headers), it.Body)
+}
+
+// ErrCursorRefused marks a run stopped because the provider refused the
+// page at a saved cursor (400, 404, 410, 422): the cursor aged out of the
+// provider's history, or names an event of another account or mode.
+// Running again would be refused the same way; remove the state file or
+// run with Restart.
+var ErrCursorRefused = errors.New("the provider refused the saved cursor")
+
+// cursorRefused reports whether a final status answering a page at a
+// cursor says the cursor is the fault (a bad or unknown id), not the
+// credential (401, 403) or a limit (429).
+func cursorRefused(code int) bool {
+	switch code {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // ErrCursorRepeated marks a provider API that answered a page with a next

@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,12 +10,59 @@ import (
 	"net/http"
 	neturl "net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+
+	"github.com/inlet-dev/inlet/internal/logvalue"
 )
 
 // ErrStatus is wrapped by the error of a request the provider refused for
 // good (a 4xx other than a rate limit, or 5xx after every retry).
 var ErrStatus = errors.New("provider answered with an error status")
+
+// statusError is a provider's answer with an error status: the path asked
+// (never the query, which may hold a cursor or filters), the status, and
+// for a 4xx what the provider said of it (detail), so that a refused key or
+// token names the permission it lacks. It wraps ErrStatus.
+type statusError struct {
+	path   string
+	status string // "403 Forbidden"
+	code   int
+	// detail is the provider's own message and, from GitHub, the
+	// permissions and scopes its headers name: one line, bounded, without
+	// control characters or the credential (providerText); "" when it said
+	// none. Never the rest of the body.
+	detail string
+}
+
+func (e *statusError) Error() string {
+	s := "GET " + e.path + ": " + ErrStatus.Error() + ": " + e.status
+	if e.detail != "" {
+		s += ": " + e.detail
+	}
+	return s
+}
+
+func (e *statusError) Unwrap() error { return ErrStatus }
+
+// statusCode is the HTTP status of the provider's answer err reports, 0 when
+// err is not one.
+func statusCode(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code
+	}
+	return 0
+}
+
+// maxProviderText bounds one provider message or header value quoted in an
+// error: enough for Stripe's permission sentence, not for a body.
+const maxProviderText = 300
+
+// maxErrorBody bounds the error body read for its message; a provider's
+// error object is a few hundred bytes.
+const maxErrorBody = 64 << 10
 
 // maxResponseBytes bounds one API response; a page of 100 events is far less.
 const maxResponseBytes = 64 << 20
@@ -111,32 +159,137 @@ func (c *client) try(ctx context.Context, url string) (body []byte, header http.
 	if resp.StatusCode/100 == 2 {
 		return body, resp.Header, retry{}, nil
 	}
-	err = fmt.Errorf("GET %s: %w: %s", req.URL.Path, ErrStatus, resp.Status)
+	se := &statusError{path: req.URL.Path, status: resp.Status, code: resp.StatusCode}
+	var message string
+	if resp.StatusCode/100 == 4 {
+		message = providerMessage(body)
+		se.detail = refusalDetail(message, resp.Header, bearer(req))
+	}
 	now := time.Now()
+	h := resp.Header
+	if rem := h.Get("X-RateLimit-Remaining"); rem != "" && rem != "0" {
+		// Requests left: X-RateLimit-Reset is when the primary limit
+		// resets, not when this one lifts (GitHub: "If the
+		// x-ratelimit-remaining header is 0, … wait until … the
+		// x-ratelimit-reset header. Otherwise, wait for at least one
+		// minute").
+		h = h.Clone()
+		h.Del("X-RateLimit-Reset")
+	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests,
 		// GitHub's primary rate limit (no requests left), and its
-		// secondary one (too many at once), a 403 with Retry-After while
-		// requests are left.
-		resp.StatusCode == http.StatusForbidden && (resp.Header.Get("X-RateLimit-Remaining") == "0" || resp.Header.Get("Retry-After") != ""):
+		// secondary one (too many at once, requests left), a 403 with
+		// Retry-After or, without one, a message saying so. Any other 403
+		// (a permission the token lacks) stays final.
+		resp.StatusCode == http.StatusForbidden && (h.Get("X-RateLimit-Remaining") == "0" || h.Get("Retry-After") != "" || githubSecondaryLimit(message)):
 		r = retry{rateLimited: true}
-		if _, ok := askedWait(resp.Header, now); ok {
-			r.asked = c.rateLimitWait(resp.Header, now)
-		} else if resp.Header.Get("X-GitHub-Request-Id") != "" { // every answer of GitHub's API carries it
+		if _, ok := askedWait(h, now); ok {
+			r.asked = c.rateLimitWait(h, now)
+		} else if h.Get("X-GitHub-Request-Id") != "" || githubSecondaryLimit(message) { // every answer of GitHub's API carries the id
 			r.atLeast = githubMinWait
 		}
-		return nil, nil, r, err
+		return nil, nil, r, se
 	case resp.StatusCode >= 500:
 		// A 503 may say when to come back (maintenance, overload); a
 		// sooner retry would only be refused again.
-		if resp.Header.Get("Retry-After") != "" {
-			if _, ok := askedWait(resp.Header, now); ok {
-				r.asked = c.rateLimitWait(resp.Header, now)
+		if h.Get("Retry-After") != "" {
+			if _, ok := askedWait(h, now); ok {
+				r.asked = c.rateLimitWait(h, now)
 			}
 		}
-		return nil, nil, r, err
+		return nil, nil, r, se
 	}
-	return nil, nil, retry{final: true}, err
+	return nil, nil, retry{final: true}, se
+}
+
+// githubSecondaryLimit reports whether a 403's message is GitHub's
+// secondary rate limit ("You have exceeded a secondary rate limit"; "…
+// triggered an abuse detection mechanism" on older GitHub Enterprise
+// Servers).
+func githubSecondaryLimit(message string) bool {
+	m := strings.ToLower(message)
+	return strings.Contains(m, "secondary rate limit") || strings.Contains(m, "abuse detection")
+}
+
+// providerMessage is the message of a provider's JSON error body: Stripe's
+// error.message, GitHub's message; "" when it has none. Nothing else of the
+// body is kept.
+func providerMessage(body []byte) string {
+	if len(body) > maxErrorBody {
+		return ""
+	}
+	var v struct {
+		Message string `json:"message"` // GitHub
+		Error   struct {
+			Message string `json:"message"` // Stripe
+		} `json:"error"`
+	}
+	// A field of another type ("error": "…") fails the decode but leaves
+	// the fields read before and after it.
+	_ = json.Unmarshal(body, &v)
+	if v.Error.Message != "" {
+		return v.Error.Message
+	}
+	return v.Message
+}
+
+// refusalDetail is what a 4xx answer says of the refusal: the provider's
+// message, and GitHub's headers naming the fine-grained permissions and the
+// OAuth scopes the endpoint accepts and the scopes the token has. Each is
+// made one bounded line without secret (providerText).
+func refusalDetail(message string, h http.Header, secret string) string {
+	var parts []string
+	if m := providerText(message, secret); m != "" {
+		parts = append(parts, "the provider says "+strconv.Quote(m))
+	}
+	for _, hd := range []struct{ name, says string }{
+		{"X-Accepted-GitHub-Permissions", "GitHub accepts the permissions"},
+		{"X-Accepted-OAuth-Scopes", "GitHub accepts the OAuth scopes"},
+		{"X-OAuth-Scopes", "the token has the scopes"},
+	} {
+		if _, ok := h[http.CanonicalHeaderKey(hd.name)]; !ok {
+			continue
+		}
+		v := providerText(h.Get(hd.name), secret)
+		if v == "" {
+			v = "(none)"
+		}
+		parts = append(parts, hd.says+" "+strconv.Quote(v))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// providerText is s, a provider's text, fit to quote in an error: the
+// credential secret (when s holds it) replaced, control and format
+// characters dropped, runs of spaces made one, cut to maxProviderText bytes.
+func providerText(s, secret string) string {
+	s = strings.ToValidUTF8(s, "")
+	if len(secret) >= 8 {
+		s = strings.ReplaceAll(s, secret, "[credential]")
+	}
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case unicode.IsControl(r) || unicode.IsSpace(r):
+			return ' '
+		case unicode.Is(unicode.Cf, r): // bidi overrides, zero-width characters
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.Join(strings.Fields(s), " ")
+	s, _ = logvalue.Clip(s, maxProviderText)
+	return s
+}
+
+// bearer is the credential req carries (Authorization: Bearer …), "" for
+// none; only to keep it out of the errors.
+func bearer(req *http.Request) string {
+	a := req.Header.Get("Authorization")
+	if v, ok := strings.CutPrefix(a, "Bearer "); ok {
+		return v
+	}
+	return a
 }
 
 // askedWait is the wait h asks for: Retry-After (seconds or an HTTP date),

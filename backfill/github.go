@@ -108,20 +108,6 @@ func (g *GitHub) auth(r *http.Request) {
 var githubKeptHeaders = []string{"X-GitHub-Event", "X-GitHub-Delivery", "X-GitHub-Hook-ID",
 	"X-GitHub-Hook-Installation-Target-ID", "X-GitHub-Hook-Installation-Target-Type"}
 
-// page is list with each delivery fetched for its headers and payload.
-func (g *GitHub) page(ctx context.Context, c *client, cursor string) (page, error) {
-	p, err := g.list(ctx, c, cursor)
-	if err != nil {
-		return page{}, err
-	}
-	for i, it := range p.Events {
-		if p.Events[i], err = it.load(ctx, c); err != nil {
-			return page{}, err
-		}
-	}
-	return p, nil
-}
-
 // list reads one page of the deliveries list: each delivery's guid, event
 // and time; its request (headers, payload) is read by the item's load.
 func (g *GitHub) list(ctx context.Context, c *client, cursor string) (page, error) {
@@ -131,6 +117,12 @@ func (g *GitHub) list(ctx context.Context, c *client, cursor string) (page, erro
 	}
 	body, header, err := c.get(ctx, g.cfg.BaseURL+g.path+"?"+q.Encode())
 	if err != nil {
+		if statusCode(err) == http.StatusNotFound {
+			// GitHub answers 404, not 403, to a token that may not read the
+			// hook, as if it did not exist.
+			return page{}, fmt.Errorf("%w (GitHub answers 404 also to a classic token without %s, or a fine-grained token without the Webhooks permission, as if the hook did not exist: check the token as well as the %s and the hook id)",
+				err, g.adminScope(), g.owner())
+		}
 		return page{}, err
 	}
 	var list []struct {
@@ -166,6 +158,22 @@ func (g *GitHub) list(ctx context.Context, c *client, cursor string) (page, erro
 		return page{}, fmt.Errorf("GET %s: %w", g.path, err)
 	}
 	return p, nil
+}
+
+// adminScope is the classic token scope that reads the hook's deliveries.
+func (g *GitHub) adminScope() string {
+	if g.cfg.Repo != "" {
+		return "the admin:repo_hook scope"
+	}
+	return "the admin:org_hook scope"
+}
+
+// owner names what holds the hook: repository or organization.
+func (g *GitHub) owner() string {
+	if g.cfg.Repo != "" {
+		return "repository"
+	}
+	return "organization"
 }
 
 // delivery fetches one delivery's request: its identifying headers and its

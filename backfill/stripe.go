@@ -70,8 +70,15 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	return &Stripe{cfg: cfg}, nil
 }
 
+// key is the query: base URL, the key's mode (a cursor is an event id of
+// one mode: a test-mode cursor resumed with a live key, or the reverse, is
+// refused by Stripe on every run), since, until and scope. The key itself is
+// left out (see scope).
 func (s *Stripe) key() string {
 	k := "stripe " + s.cfg.BaseURL
+	if m := stripeMode(s.cfg.APIKey); m != "" {
+		k += " mode=" + m
+	}
 	switch {
 	case s.cfg.SinceAsGiven != "":
 		k += " since=" + s.cfg.SinceAsGiven
@@ -85,6 +92,20 @@ func (s *Stripe) key() string {
 		k += " " + sc
 	}
 	return k
+}
+
+// stripeMode is the mode a Stripe API key's prefix names (sk_test_,
+// rk_test_: "test"; sk_live_, rk_live_: "live"), "" for a key of another
+// form. Nothing past the prefix is read.
+func stripeMode(apiKey string) string {
+	for _, kind := range []string{"sk_", "rk_"} {
+		for _, mode := range []string{"test", "live"} {
+			if strings.HasPrefix(apiKey, kind+mode+"_") {
+				return mode
+			}
+		}
+	}
+	return ""
 }
 
 // scope is the account label and the types listed, sorted and without
@@ -135,12 +156,9 @@ func (s *Stripe) auth(r *http.Request) {
 	r.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
 }
 
-// list is page: a Stripe list carries each event whole.
+// list reads one page of events; a Stripe list carries each event whole
+// (no item has load set).
 func (s *Stripe) list(ctx context.Context, c *client, cursor string) (page, error) {
-	return s.page(ctx, c, cursor)
-}
-
-func (s *Stripe) page(ctx context.Context, c *client, cursor string) (page, error) {
 	q := url.Values{"limit": {"100"}}
 	if cursor != "" {
 		q.Set("starting_after", cursor)

@@ -44,17 +44,23 @@ subscribed handler. Backfilled events have signature_verified = false, the
 body exactly as the API returned it, and a header Inlet-Backfill naming the
 API; credentials are never stored or printed.
 
-Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0 or with
-Retry-After, its secondary limit) are waited out as Retry-After or
-X-RateLimit-Reset asks; 5xx and network errors are retried
-with exponential backoff.
+Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0, and its
+secondary limit: a 403 with Retry-After or saying "secondary rate limit")
+are waited out as Retry-After or X-RateLimit-Reset asks, else from at least
+a minute (GitHub) backing off; 5xx and network errors are retried with
+exponential backoff. A refused key or token's error quotes what the
+provider says it lacks (Stripe's message, GitHub's accepted permissions
+and scopes).
 
 Resumable: after every page the cursor is written to --state (default
 .inlet/backfill-<source>.json, in the .inlet directory where the database_url
 below was found, else in this directory). An interrupted run (Ctrl-C, an error) is
 continued by running the same command again; the file is removed when the
 history has been read to the end. --restart ignores the file and starts from
-the newest event (nothing is stored twice either way).
+the newest event (nothing is stored twice either way). A Stripe cursor is
+kept per key mode (test or live). A saved cursor the provider refuses (aged
+out of its history) stops the run with that advice: remove the file or run
+with --restart.
 
 Writes run as ingress.db_role (default webhook_ingress_writer) on the
 config file's database_url, else DATABASE_URL, else the local PostgreSQL
@@ -134,7 +140,7 @@ that has one (.inlet/database_url).`)
 		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)
 		// Name the cursor file only if there is one: none is written before
 		// the first page is stored.
-		if _, serr := os.Stat(*statePath); serr == nil && !errors.Is(err, backfill.ErrStateMismatch) && !errors.Is(err, backfill.ErrStateUnreadable) {
+		if _, serr := os.Stat(*statePath); serr == nil && !errors.Is(err, backfill.ErrStateMismatch) && !errors.Is(err, backfill.ErrStateUnreadable) && !errors.Is(err, backfill.ErrCursorRefused) {
 			return fmt.Errorf("%w; run the same command again to resume from the cursor in %s", err, *statePath)
 		}
 		if errors.Is(err, context.Canceled) {
