@@ -617,15 +617,14 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 // extended them (zero before the first): the next reference's wait starts
 // from it rather than from the leases the references carry, so one
 // extension serves every wait of the message until it is due again.
+//
+// Every expiry here is on this process's monotonic clock: the references'
+// leases are read as durations left (slotWaitExpiry), an extension's as
+// LeaseExtend from when it was sent.
 func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time, done <-chan struct{}) bool {
 	expires := *extended
 	if expires.IsZero() {
-		expires = time.Now().Add(s.cfg.LeaseExtend)
-		for _, ref := range waiting {
-			if !ref.LeaseExpiresAt.IsZero() && ref.LeaseExpiresAt.Before(expires) {
-				expires = ref.LeaseExpiresAt
-			}
-		}
+		expires = slotWaitExpiry(time.Now(), s.cfg.LeaseExtend, waiting)
 	}
 	wait := max(time.Until(expires)/2, 50*time.Millisecond)
 	for {
@@ -653,6 +652,42 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time,
 			}
 		}
 	}
+}
+
+// slotWaitExpiry is when, on now's monotonic clock, the first lease of
+// waiting runs out, at most extend after now (the first extension is due
+// before half of it): what is left of each is its LeaseExpiresAt less this
+// host's time, which is right only while the hosts' clocks agree, as
+// LeaseExpiresAt is on the database's clock. No lease has more left than
+// its whole length (LeaseExpiresAt less LeasedAt, both on the database's
+// clock, so their difference is on none): more than that by over a
+// quarter of it, this host's clock is behind the database's and what is
+// left is unknown (the time the reference waited in the bus with it), so
+// the first extension is tried at once; by less, the lease's length bounds
+// it. Read on this host's clock alone, a clock minutes behind the
+// database's put the first extension a whole LeaseExtend/2 away, and a
+// lease shorter than that ran out while its reference waited: the reaper
+// counted an attempt never run (review helper-270). A clock ahead of the
+// database's reads less left than there is: the extension comes early,
+// which costs a statement, never a lease.
+func slotWaitExpiry(now time.Time, extend time.Duration, waiting []bus.Ref) time.Time {
+	left := extend
+	for _, ref := range waiting {
+		if ref.LeaseExpiresAt.IsZero() {
+			continue // a reference from before it was sent
+		}
+		l := ref.LeaseExpiresAt.Sub(now)
+		if !ref.LeasedAt.IsZero() {
+			switch length := ref.LeaseExpiresAt.Sub(ref.LeasedAt); {
+			case l > length+length/4:
+				l = 0
+			case l > length:
+				l = length
+			}
+		}
+		left = min(left, l)
+	}
+	return now.Add(left)
 }
 
 // extendWaiting extends the leases of references waiting for a slot, in one

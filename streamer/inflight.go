@@ -71,6 +71,11 @@ type inFlight struct {
 	// another role's sharing the handler, and the handler's pace is theirs
 	// together (review helper-173). See Streamer.paceRoutes.
 	topics map[string]*topicPace
+	// origin is when this inFlight was made, on this process's monotonic
+	// clock: the topics' deferral chains are offsets from it (durations,
+	// never wall-clock instants), so a due time is handed to the database
+	// as a delay from its own now() (DeferJobs).
+	origin time.Time
 }
 
 // topicPace is one topic's pace and its unextended leases, by the recounts
@@ -80,10 +85,10 @@ type topicPace struct {
 	pace  handlerPace
 	unext int
 	// deferred is when the last reference deferred on the topic is due
-	// again: the next one is due a job's time after it, so a backlog
-	// deferred over several claims comes back at the topic's pace, not all
-	// at once.
-	deferred time.Time
+	// again, as an offset from inFlight.origin on the monotonic clock: the
+	// next one is due a job's time after it, so a backlog deferred over
+	// several claims comes back at the topic's pace, not all at once.
+	deferred time.Duration
 	// counted is the server's time of the last recount's snapshot: a lease
 	// taken before it is in the count (pace.prev), a later one is not.
 	// Other claim loops of this streamer lease, publish and defer between
@@ -97,7 +102,7 @@ type topicPace struct {
 func newInFlight(limit int, refresh, lease time.Duration, floor, batch int) *inFlight {
 	return &inFlight{limit: limit, refresh: refresh, atLimitRefresh: refresh / 10, counts: map[string]int{},
 		lease: lease, floor: floor, batch: batch, pace: map[string]*handlerPace{}, unext: map[string]int{},
-		topics: map[string]*topicPace{}}
+		topics: map[string]*topicPace{}, origin: time.Now()}
 }
 
 // handlerPace estimates how fast a handler's leases end (completed, failed,
@@ -548,29 +553,36 @@ func (f *inFlight) released(h string, n int) {
 	f.mu.Unlock()
 }
 
-// topicDefer is when a reference deferred now on topic t is due again: a
-// job's time per after the topic's last deferred one (or after now), at
-// most deferLimit from now. With per 0 (the topic's pace not read yet) it is
+// topicDefer is how long after now a reference deferred now on topic t is
+// due again: a job's time per after the topic's last deferred one (or after
+// now), at most deferLimit. With per 0 (the topic's pace not read yet) it is
 // paceMaxWindow, unchained: by then the pace is read (a reading comes
 // within paceMaxWindow), and the references are deferred by it if need be;
 // sooner, a slow role's whole backlog was leased and deferred again every
 // few recounts until then.
-func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.Time {
+//
+// now is a reading of this process's clock (time.Now): the chain is kept
+// on its monotonic clock, and the delay is added to the database's now()
+// by DeferJobs, as every claim compares due times with that. A due time on
+// this process's wall clock was the skew between the clocks off: in the
+// database's past when its clock ran ahead, the slow role's deferred
+// backlog was due again at once, leased and deferred on every claim, and
+// the other roles' jobs behind it never reached (review helper-270).
+func (f *inFlight) topicDefer(t string, per time.Duration, now time.Time) time.Duration {
 	if per == 0 {
-		return now.Add(paceMaxWindow)
+		return paceMaxWindow
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tp := f.topicPaceOf(t)
-	due := now.Add(per)
-	if tp.deferred.After(now) {
-		due = tp.deferred.Add(per)
+	at := now.Sub(f.origin)
+	due := at + per
+	if tp.deferred > at {
+		due = tp.deferred + per
 	}
-	if limit := now.Add(f.deferLimit()); due.After(limit) {
-		due = limit
-	}
+	due = min(due, at+f.deferLimit())
 	tp.deferred = due
-	return due
+	return due - at
 }
 
 // deferLimit is how far ahead a deferred reference may be due: a lease

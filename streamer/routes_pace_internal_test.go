@@ -56,28 +56,37 @@ func TestTopicPaceCountsEachLeaseOnce(t *testing.T) {
 
 // Deferred references come back one job's time after another, chained
 // across claims, at most a lease ahead; while the topic's pace is not
-// read they come back soon and unchained.
+// read they come back soon and unchained. Each is a delay from now (on
+// this process's monotonic clock), which DeferJobs adds to the database's
+// now(): never a due time on this host's wall clock (review helper-270).
 func TestTopicDeferSpreadsAtThePace(t *testing.T) {
 	t.Parallel()
 	f := newInFlight(5000, time.Hour, 4*time.Second, 4, 100)
 	now := time.Now()
-	if got := f.topicDefer("t", 0, now); got != now.Add(paceMaxWindow) {
-		t.Fatalf("deferred with no pace: due in %s, want %s", got.Sub(now), paceMaxWindow)
+	if got := f.topicDefer("t", 0, now); got != paceMaxWindow {
+		t.Fatalf("deferred with no pace: due in %s, want %s", got, paceMaxWindow)
 	}
-	if got := f.topicDefer("t", 0, now); got != now.Add(paceMaxWindow) {
-		t.Fatalf("deferred again with no pace: due in %s, want %s (unchained)", got.Sub(now), paceMaxWindow)
+	if got := f.topicDefer("t", 0, now); got != paceMaxWindow {
+		t.Fatalf("deferred again with no pace: due in %s, want %s (unchained)", got, paceMaxWindow)
 	}
 	per := 50 * time.Millisecond
 	for i := 1; i <= 3; i++ {
-		if got := f.topicDefer("t", per, now); got != now.Add(time.Duration(i)*per) {
-			t.Fatalf("deferral %d: due in %s, want %s", i, got.Sub(now), time.Duration(i)*per)
+		if got := f.topicDefer("t", per, now); got != time.Duration(i)*per {
+			t.Fatalf("deferral %d: due in %s, want %s", i, got, time.Duration(i)*per)
 		}
 	}
-	later := now.Add(time.Second) // the chain is behind: start from now
-	if got := f.topicDefer("t", per, later); got != later.Add(per) {
-		t.Fatalf("deferral after the chain ran out: due in %s, want %s", got.Sub(later), per)
+	soon := now.Add(60 * time.Millisecond) // the chain is 90 ms ahead of it
+	if got := f.topicDefer("t", per, soon); got != 4*per-60*time.Millisecond {
+		t.Fatalf("deferral 60 ms later: due in %s, want %s (after the chain's last)", got, 4*per-60*time.Millisecond)
 	}
-	if got := f.topicDefer("t", time.Hour, later); got != later.Add(4*time.Second) {
-		t.Fatalf("deferral of an hour: due in %s, want the lease, 4s", got.Sub(later))
+	later := now.Add(time.Second) // the chain is behind: start from now
+	if got := f.topicDefer("t", per, later); got != per {
+		t.Fatalf("deferral after the chain ran out: due in %s, want %s", got, per)
+	}
+	if got := f.topicDefer("t", time.Hour, later); got != 4*time.Second {
+		t.Fatalf("deferral of an hour: due in %s, want the lease, 4s", got)
+	}
+	if got := f.topicDefer("t", per, later); got != 4*time.Second {
+		t.Fatalf("deferral behind one at the limit: due in %s, want the lease, 4s", got)
 	}
 }

@@ -694,8 +694,10 @@ func (s *Streamer) publishBatch(ctx context.Context, b *leaseBatch) (int, error)
 // its role is expected to have room for it: one role's job time after the
 // topic's last deferred one (at most a lease from now:
 // inFlight.deferLimit), so the claims reach the other roles' jobs behind a
-// slow role's backlog. If the give-back fails, everything is published as
-// before.
+// slow role's backlog. Each goes to DeferJobs as a delay, which it adds to
+// the database's now(): the due time is on the clock the claims compare it
+// with, whatever this host's clock says (review helper-270). If the
+// give-back fails, everything is published as before.
 func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
 	rt := s.inFlight.routeTable()
 	if len(rt) == 0 {
@@ -709,7 +711,7 @@ func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
 	topicOf := make([]string, len(b.refs)) // "" for a handler not routed
 	deferred := make([]bool, len(b.refs))
 	var back queries.DeferJobsParams
-	now := time.Now()
+	now := time.Now() // for the deferral chains, on the monotonic clock: DeferJobs gets delays
 	for i, r := range b.refs {
 		if len(rt[r.Handler]) == 0 {
 			continue
@@ -730,7 +732,7 @@ func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
 		back.JobIds = append(back.JobIds, r.JobID)
 		back.Attempts = append(back.Attempts, int32(r.Attempt)) //nolint:gosec // G115: Ref.Attempt is jobs.attempt_count, an int4 the claim read
 		back.LeasedAt = append(back.LeasedAt, r.LeasedAt)
-		back.DueAt = append(back.DueAt, s.inFlight.topicDefer(t, st.per, now))
+		back.Delays = append(back.Delays, s.inFlight.topicDefer(t, st.per, now))
 	}
 	if len(back.JobIds) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)

@@ -182,22 +182,26 @@ SELECT '', '', '', 0, 0, now();
 -- name: DeferJobs :exec
 -- Give back leases, unpublished, as ReleaseJobs does (pending, the attempt
 -- not counted, named by token and holder, locked in id order), each job
--- due again at due_at[i] instead of at once: the references of a routed
--- handler beyond what their role's consumers start within half a lease,
--- due when that role is expected to have room for them. Claimed at once
--- again, a backlog of the slow role ahead in due order would be leased and
--- given back on every claim, and the other roles' jobs behind it never
--- reached. The job's due time moves, so the lag (MonitorLag) of a deferred
--- job counts from due_at. A rate-limited handler's claim (claim_limited_jobs)
+-- due again delays[i] after now() instead of at once: the references of a
+-- routed handler beyond what their role's consumers start within half a
+-- lease, due when that role is expected to have room for them. Claimed at
+-- once again, a backlog of the slow role ahead in due order would be leased
+-- and given back on every claim, and the other roles' jobs behind it never
+-- reached. The delay is a duration, added here to the database's clock,
+-- which every claim compares next_attempt_at with: a due time computed on
+-- the streamer's clock was in the database's past when its clock ran ahead,
+-- and the slow role's backlog was due again at once (review helper-270).
+-- The job's due time moves, so the lag (MonitorLag) of a deferred job
+-- counts from it. A rate-limited handler's claim (claim_limited_jobs)
 -- took a token for each lease: a deferred lease gives it back (up to the
 -- burst), or a slow role's backlog ahead in due order spent the rate on
 -- leases given back, and the other roles' jobs behind it waited for it
 -- (review helper-185).
 WITH token AS (
-    SELECT u.id, u.attempt, u.leased_at, u.due_at
+    SELECT u.id, u.attempt, u.leased_at, u.delay
     FROM ROWS FROM (unnest(sqlc.arg(job_ids)::bigint[]), unnest(sqlc.arg(attempts)::integer[]),
-                    unnest(sqlc.arg(leased_at)::timestamptz[]), unnest(sqlc.arg(due_at)::timestamptz[]))
-         AS u(id, attempt, leased_at, due_at)
+                    unnest(sqlc.arg(leased_at)::timestamptz[]), unnest(sqlc.arg(delays)::interval[]))
+         AS u(id, attempt, leased_at, delay)
 ), target AS (
     SELECT j.id FROM webhook_ingress.jobs j
     JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
@@ -212,7 +216,7 @@ WITH token AS (
         attempt_count    = j.attempt_count - 1,
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
-        next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+        next_attempt_at  = greatest(j.next_attempt_at, now() + t.delay),
         updated_at       = now()
     FROM token t
     WHERE j.id = ANY(ARRAY(SELECT id FROM target))

@@ -549,10 +549,10 @@ func (q *Queries) CountLeasedRoutedJobs(ctx context.Context, handlers []string) 
 
 const DeferJobs = `-- name: DeferJobs :exec
 WITH token AS (
-    SELECT u.id, u.attempt, u.leased_at, u.due_at
+    SELECT u.id, u.attempt, u.leased_at, u.delay
     FROM ROWS FROM (unnest($1::bigint[]), unnest($2::integer[]),
-                    unnest($3::timestamptz[]), unnest($4::timestamptz[]))
-         AS u(id, attempt, leased_at, due_at)
+                    unnest($3::timestamptz[]), unnest($4::interval[]))
+         AS u(id, attempt, leased_at, delay)
 ), target AS (
     SELECT j.id FROM webhook_ingress.jobs j
     JOIN token t ON t.id = j.id AND t.attempt = j.attempt_count AND t.leased_at = j.attempted_at
@@ -567,7 +567,7 @@ WITH token AS (
         attempt_count    = j.attempt_count - 1,
         lease_holder_id  = NULL,
         lease_expires_at = NULL,
-        next_attempt_at  = greatest(j.next_attempt_at, t.due_at),
+        next_attempt_at  = greatest(j.next_attempt_at, now() + t.delay),
         updated_at       = now()
     FROM token t
     WHERE j.id = ANY(ARRAY(SELECT id FROM target))
@@ -592,19 +592,23 @@ type DeferJobsParams struct {
 	JobIds      []int64
 	Attempts    []int32
 	LeasedAt    []time.Time
-	DueAt       []time.Time
+	Delays      []time.Duration
 	LeaseHolder string
 }
 
 // Give back leases, unpublished, as ReleaseJobs does (pending, the attempt
 // not counted, named by token and holder, locked in id order), each job
-// due again at due_at[i] instead of at once: the references of a routed
-// handler beyond what their role's consumers start within half a lease,
-// due when that role is expected to have room for them. Claimed at once
-// again, a backlog of the slow role ahead in due order would be leased and
-// given back on every claim, and the other roles' jobs behind it never
-// reached. The job's due time moves, so the lag (MonitorLag) of a deferred
-// job counts from due_at. A rate-limited handler's claim (claim_limited_jobs)
+// due again delays[i] after now() instead of at once: the references of a
+// routed handler beyond what their role's consumers start within half a
+// lease, due when that role is expected to have room for them. Claimed at
+// once again, a backlog of the slow role ahead in due order would be leased
+// and given back on every claim, and the other roles' jobs behind it never
+// reached. The delay is a duration, added here to the database's clock,
+// which every claim compares next_attempt_at with: a due time computed on
+// the streamer's clock was in the database's past when its clock ran ahead,
+// and the slow role's backlog was due again at once (review helper-270).
+// The job's due time moves, so the lag (MonitorLag) of a deferred job
+// counts from it. A rate-limited handler's claim (claim_limited_jobs)
 // took a token for each lease: a deferred lease gives it back (up to the
 // burst), or a slow role's backlog ahead in due order spent the rate on
 // leases given back, and the other roles' jobs behind it waited for it
@@ -614,7 +618,7 @@ func (q *Queries) DeferJobs(ctx context.Context, arg DeferJobsParams) error {
 		arg.JobIds,
 		arg.Attempts,
 		arg.LeasedAt,
-		arg.DueAt,
+		arg.Delays,
 		arg.LeaseHolder,
 	)
 	return err
