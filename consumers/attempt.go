@@ -41,8 +41,12 @@ const (
 // carried by the message) and is the parent of the handler's spans.
 // handlerDone is called once the handler has returned (or was never called):
 // the handler's concurrency slot is free while the outcome waits for its
-// batch to be written.
-func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messageRead, idx int, handlerDone func()) {
+// batch to be written. handlerDeadline is its slot's record of when the
+// handler's Timeout ends (unix ns), set once the handler is called: the
+// wait for a transactional handler's connection is not its time, and
+// extendLease and a reference waiting for a slot (runner.slotsHung) tell a
+// handler that ignores its context by it.
+func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messageRead, idx int, handlerDeadline *atomic.Int64, handlerDone func()) {
 	ctx, span := s.tracer.Start(withTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
@@ -89,12 +93,9 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 
 	extendCtx, cancelExtending := context.WithCancel(ctx)
 	extendDone := make(chan struct{})
-	// When the handler's Timeout ends (unix ns), set once it starts: the
-	// wait for a transactional handler's connection is not its time.
-	var handlerDeadline atomic.Int64
 	go func() {
 		defer close(extendDone)
-		s.extendLease(extendCtx, ref, l, &handlerDeadline, attrs)
+		s.extendLease(extendCtx, ref, l, handlerDeadline, attrs)
 	}()
 	stopExtending := func() {
 		cancelExtending()
@@ -120,7 +121,7 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	if h.TxFunc != nil {
 		var outcome string
 		var recorded, notRun bool
-		timedOut, outcome, recorded, notRun, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, &handlerDeadline)
+		timedOut, outcome, recorded, notRun, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, handlerDeadline)
 		returned = true
 		handlerDone()
 		switch {
@@ -460,9 +461,29 @@ func (s *Service) giveBackLease(ctx context.Context, ref bus.Ref, partition, lea
 // deadline left unstarted (the rest of a message whose first references
 // ran), as giveBack does for an attempt cut short: left to expire, the
 // reaper would count each one whenever another consumer of the handler was
-// alive, though no handler ran. One deadline for them all, so a database
-// that does not answer holds Stop up once, not once per reference.
+// alive, though no handler ran.
 func (s *Service) giveBackUnstarted(handler string, refs []bus.Ref) {
+	s.giveBackRefs(handler, refs, slog.LevelInfo, "consumers stopped before these job references started; their leases were given back (those not given back expire, and the reaper counts them)")
+}
+
+// giveBackHung gives back the leases of references that waited for one of
+// r's slots r.waitBound and found every slot held by an attempt whose
+// handler ignores its context (waitForSlot): uncounted, and no failure of
+// the handler's circuit breaker (GiveBackAttempt), each job is due again
+// at once for another consumer of the handler, or for its circuit's probe,
+// which is leased only while none of the handler's jobs is (073). Warned:
+// the process holds hung handlers until it is restarted.
+func (s *Service) giveBackHung(r *runner, refs []bus.Ref) {
+	s.giveBackRefs(r.h.Name, refs, slog.LevelWarn, "job references waited for a slot past the bound, every slot held by an attempt whose handler has not returned a LeaseExtend past its Timeout (it ignores its context); "+
+		"their leases were given back and the attempts do not count, for another consumer of the handler to run (those not given back expire, and the reaper counts them); restart this process to free the slots",
+		slog.Duration("wait_bound", r.waitBound), slog.Int("slots", cap(r.slots)))
+}
+
+// giveBackRefs gives back the leases of refs, references that never
+// started, and logs how many at level, or at warn when some were not. One
+// deadline for them all, so a database that does not answer holds the
+// caller up once, not once per reference.
+func (s *Service) giveBackRefs(handler string, refs []bus.Ref, level slog.Level, msg string, extra ...slog.Attr) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
 	defer cancel()
 	given, notGiven := 0, 0
@@ -483,16 +504,15 @@ func (s *Service) giveBackUnstarted(handler string, refs []bus.Ref) {
 			notGiven++
 		}
 	}
-	attrs := []slog.Attr{slog.String("handler", handler), slog.Int("references", len(refs)), slog.Int64("job_id", refs[0].JobID),
-		slog.Int("given_back", given)}
+	attrs := append([]slog.Attr{slog.String("handler", handler), slog.Int("references", len(refs)), slog.Int64("job_id", refs[0].JobID),
+		slog.Int("given_back", given)}, extra...)
 	if lastErr != nil {
 		attrs = append(attrs, slog.String("error", lastErr.Error()))
 	}
-	level := slog.LevelInfo
 	if notGiven > 0 {
-		level = slog.LevelWarn
+		level = max(level, slog.LevelWarn)
 	}
-	s.logger.LogAttrs(ctx, level, "consumers stopped before these job references started; their leases were given back (those not given back expire, and the reaper counts them)", attrs...)
+	s.logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // run calls the handler under its timeout, turning a panic into an error. It

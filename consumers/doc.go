@@ -58,9 +58,16 @@
 // cut short by [Service.Stop]'s deadline gives its lease back instead: its
 // job is pending again at once and the attempt does not count, so a forced
 // stop (a deploy) does not dead-letter a job on its last attempt. Only if
-// giving it back fails is it left to lease expiry, and counted. Delivery is
-// therefore at-least-once; [Event.IdempotencyKey] lets handlers make their
-// side effects idempotent.
+// giving it back fails is it left to lease expiry, and counted. References
+// waiting for a concurrency slot that the handler's own attempts hold for
+// good give their leases back too: once they have waited the handler's
+// Timeout and a LeaseExtend while every slot is held by a handler that has
+// not returned a LeaseExtend past its Timeout (it ignores its context),
+// uncounted and no failure of the circuit breaker, for another consumer of
+// the handler (or the circuit's probe) to take; a slow handler that
+// returns frees its slot in its time, and its backlog waits on.
+// Delivery is therefore at-least-once; [Event.IdempotencyKey] lets handlers
+// make their side effects idempotent.
 //
 // Can a handler run twice for one attempt? Yes: reading an attempt writes
 // nothing, so if the bus delivers one message (one reference, or the list of

@@ -159,6 +159,83 @@ var errShutdown = errors.New("consumer service stopped before the attempt finish
 type runner struct {
 	h     Handler
 	slots chan struct{}
+	// hangLimit is how long past its Timeout an honest attempt of the
+	// handler may hold its slot (slotHangLimit), and waitBound how long a
+	// reference waits for a slot before it may be given back (the Timeout
+	// and hangLimit: slotWaitBound).
+	hangLimit, waitBound time.Duration
+	// held are the attempts holding a slot, from start until their handler
+	// returns, so that a reference waiting for one can tell slots that free
+	// from slots held by handlers that ignore their context (slotsHung).
+	heldMu sync.Mutex
+	held   map[*slotHold]struct{}
+}
+
+// slotHold is one slot held by an attempt: its handler's deadline, unix ns
+// (deadlineNanos), 0 until the handler is called.
+type slotHold struct{ deadline atomic.Int64 }
+
+// hold records a slot taken by an attempt; release gives the record up
+// (before the slot itself is freed).
+func (r *runner) hold() (h *slotHold, release func()) {
+	h = &slotHold{}
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if r.held == nil {
+		r.held = map[*slotHold]struct{}{}
+	}
+	r.held[h] = struct{}{}
+	return h, func() {
+		r.heldMu.Lock()
+		defer r.heldMu.Unlock()
+		delete(r.held, h)
+	}
+}
+
+// slotsHung reports whether every slot of r is held by an attempt whose
+// handler was called and has run more than hangLimit past its Timeout: an
+// attempt the SDK has given up on (extendLease no longer extends its lease,
+// and the reaper takes its job back), which frees its slot only when its
+// handler returns, if ever. A slot free, being taken, or held by an attempt
+// still reading its event, waiting for a transaction slot or within its
+// Timeout and hangLimit, frees in its time: a slow handler that finishes is
+// never taken for a hung one.
+func (r *runner) slotsHung(now time.Time) bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if len(r.held) < cap(r.slots) {
+		return false
+	}
+	for h := range r.held {
+		d := h.deadline.Load()
+		if d == 0 || !now.After(time.Unix(0, d).Add(r.hangLimit)) {
+			return false
+		}
+	}
+	return true
+}
+
+// slotHangLimit is how long past its Timeout an honest attempt of h holds
+// its slot: a LeaseExtend, the limit past which extendLease gives the lease
+// of a handler still running up (it ignores its context); for a
+// transactional handler its completion, commit and rollback too, as
+// txHoldLimit allows.
+func slotHangLimit(h Handler, leaseExtend time.Duration) time.Duration {
+	if h.TxFunc != nil {
+		return satAdd(recordTimeout+giveBackTimeout, leaseExtend)
+	}
+	return leaseExtend
+}
+
+// slotWaitBound is the least time a reference of h waits for a slot before
+// it may be given back (waitForSlot): as long as an honest attempt holds
+// one, its Timeout and slotHangLimit. A reference waiting when the last
+// slot hung has waited about that long by then; one delivered to a process
+// whose slots are all hung waits that long too, so a job given back comes
+// round to it at most once per bound, never spinning between the streamer
+// and a hung process.
+func slotWaitBound(h Handler, leaseExtend time.Duration) time.Duration {
+	return satAdd(h.Timeout, slotHangLimit(h, leaseExtend))
 }
 
 // New checks cfg (after WithDefaults) and returns a service ready to Start.
@@ -174,7 +251,8 @@ func New(cfg Config) (*Service, error) {
 		busGapSet: make(chan struct{}, 1),
 	}
 	for _, h := range cfg.Handlers {
-		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency)})
+		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency),
+			hangLimit: slotHangLimit(h, cfg.LeaseExtend), waitBound: slotWaitBound(h, cfg.LeaseExtend)})
 		if h.BreakerFailures > 0 {
 			if s.breakers == nil {
 				s.breakers = map[string]*breaker{}
@@ -519,7 +597,10 @@ func (s *Service) busHealthy() error {
 // are the backpressure. The rest of a message's references wait here for
 // slots, also while the service stops gracefully (they were acknowledged on
 // the bus, so nothing else would run them before their leases expire); at
-// Stop's deadline (workCtx) their leases are given back (giveBackUnstarted).
+// Stop's deadline (workCtx) their leases are given back (giveBackUnstarted),
+// as they are, uncounted, when every slot is held by a handler that ignores
+// its context (giveBackHung, after runner.waitBound), and the message is
+// then acknowledged: the streamer publishes their jobs again.
 func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
 	for {
 		var msg *message.Message
@@ -560,13 +641,15 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 			continue
 		}
 		var extended time.Time // when the waiting references' leases run out, once extended here
+	refs:
 		for i := 0; i < len(mine); {
 			if i == 0 {
 				// The first reference waits like the others, its message's
 				// leases extended meanwhile (review helper-103: a message
 				// waiting behind a slow handler had them run out, and the
 				// reaper dead-lettered jobs that never ran).
-				if !s.waitForSlot(r, mine, &extended, ctx.Done()) {
+				switch s.waitForSlot(r, mine, &extended, ctx.Done()) {
+				case slotDone:
 					if !extended.IsZero() {
 						// Their leases were extended here (worker_id
 						// this consumer's): the reaper would count an
@@ -577,11 +660,24 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					}
 					msg.Nack() // nothing of it started: the bus gives it to another replica
 					return
+				case slotHung:
+					// Acknowledged, not Nacked: their leases are given
+					// back, so its lease tokens are stale, and the
+					// streamer publishes the jobs again as it leases them.
+					s.giveBackHung(r, mine)
+					msg.Ack()
+					break refs
 				}
 				msg.Ack()
-			} else if !s.waitForSlot(r, mine[i:], &extended, s.workCtx.Done()) {
-				s.giveBackUnstarted(r.h.Name, mine[i:])
-				return
+			} else {
+				switch s.waitForSlot(r, mine[i:], &extended, s.workCtx.Done()) {
+				case slotDone:
+					s.giveBackUnstarted(r.h.Name, mine[i:])
+					return
+				case slotHung:
+					s.giveBackHung(r, mine[i:])
+					break refs
+				}
 			}
 			// The next references whose slots are free now start together
 			// with this one and share its read, up to TakeBatch of them.
@@ -604,10 +700,30 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 	}
 }
 
-// waitForSlot takes one of r's slots for waiting[0], and reports false when
+// slotWait is how a wait for a slot ended.
+type slotWait int
+
+const (
+	slotTaken slotWait = iota // the reference has a slot
+	slotDone                  // done came first
+	slotHung                  // every slot is held by a hung attempt: give the references back
+)
+
+// waitForSlot takes one of r's slots for waiting[0]. It reports slotDone when
 // done came first (the subscription ending, for a message's first reference,
-// not yet acknowledged; Stop's deadline, workCtx, for the others). The
-// references waiting (not started) have their leases extended while they wait,
+// not yet acknowledged; Stop's deadline, workCtx, for the others), and
+// slotHung once the references have waited r.waitBound and every slot of r
+// is held by an attempt whose handler ignores its context (runner.slotsHung):
+// the caller then gives their leases back, uncounted (giveBackHung), for
+// another consumer of the handler to run, or for its circuit's probe.
+// Waiting, they kept their jobs leased behind slots that may never free
+// (review helper-283: a poison event hanging its handler opened the
+// handler's circuit, whose probe is leased only once none of its jobs is,
+// and every replica of the handler was fed nothing until the hung process
+// restarted). A slow handler that returns frees its slot in its time, so
+// its backlog waits on.
+//
+// The references waiting (not started) have their leases extended while they wait,
 // before each would run out: a slow handler's backlog held here otherwise
 // expired, the reaper counted attempts that never ran (a consumer of the
 // handler was alive), and jobs were dead-lettered without their handler
@@ -621,36 +737,48 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 // Every expiry here is on this process's monotonic clock: the references'
 // leases are read as durations left (slotWaitExpiry), an extension's as
 // LeaseExtend from when it was sent.
-func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time, done <-chan struct{}) bool {
+func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time, done <-chan struct{}) slotWait {
+	began := time.Now()
 	expires := *extended
 	if expires.IsZero() {
-		expires = slotWaitExpiry(time.Now(), s.cfg.LeaseExtend, waiting)
+		expires = slotWaitExpiry(began, s.cfg.LeaseExtend, waiting)
 	}
-	wait := max(time.Until(expires)/2, 50*time.Millisecond)
+	extendAt := began.Add(max(time.Until(expires)/2, 50*time.Millisecond))
 	for {
-		t := time.NewTimer(wait)
+		next := time.Until(extendAt)
+		if left := r.waitBound - time.Since(began); left > 0 {
+			next = min(next, left) // the bound is looked at when it is reached
+		}
+		t := time.NewTimer(max(next, 0))
 		select {
 		case r.slots <- struct{}{}:
 			t.Stop()
-			return true
+			return slotTaken
 		case <-done:
 			t.Stop()
-			return false
+			return slotDone
 		case <-t.C:
-			// Only an extension that succeeded moves the expiry: after a
-			// failed one the next try comes at half the time left, not a
-			// whole LeaseExtend/2 later, past the lease's end (review
-			// helper-118: the reaper then counted an attempt never run).
-			at := time.Now()
-			if s.extendWaiting(r.h.Name, waiting) {
-				expires = at.Add(s.cfg.LeaseExtend)
-				*extended = expires
-			}
-			wait = max(time.Until(expires)/2, 50*time.Millisecond)
-			if time.Until(expires) <= 0 {
-				wait = time.Second // past its end unless a try landed: now and then
-			}
 		}
+		if time.Since(began) >= r.waitBound && r.slotsHung(time.Now()) {
+			return slotHung
+		}
+		if time.Now().Before(extendAt) {
+			continue
+		}
+		// Only an extension that succeeded moves the expiry: after a
+		// failed one the next try comes at half the time left, not a
+		// whole LeaseExtend/2 later, past the lease's end (review
+		// helper-118: the reaper then counted an attempt never run).
+		at := time.Now()
+		if s.extendWaiting(r.h.Name, waiting) {
+			expires = at.Add(s.cfg.LeaseExtend)
+			*extended = expires
+		}
+		wait := max(time.Until(expires)/2, 50*time.Millisecond)
+		if time.Until(expires) <= 0 {
+			wait = time.Second // past its end unless a try landed: now and then
+		}
+		extendAt = time.Now().Add(wait)
 	}
 }
 
@@ -732,14 +860,20 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 		return
 	}
 	s.inFlight.Add(1)
+	hold, release := r.hold()
 	var freed sync.Once
-	free := func() { freed.Do(func() { <-r.slots }) }
+	free := func() {
+		freed.Do(func() {
+			release()
+			<-r.slots
+		})
+	}
 	s.attempts.Go(func() {
 		defer func() {
 			s.running.Delete(key)
 			s.inFlight.Add(-1)
 			free()
 		}()
-		s.attempt(r.h, ref, traceParent, rd, idx, free)
+		s.attempt(r.h, ref, traceParent, rd, idx, &hold.deadline, free)
 	})
 }

@@ -170,6 +170,12 @@
 //     as a cap. A slot that cap invalidated (a streamer down longer than it
 //     allows; wal_status 'lost') is dropped and created afresh by the next
 //     start or reconnect, with a warning: polling covered the gap.
+//   - Going back: a streamer without the replication wake source drops the
+//     slot of its SlotName that replication left (a permanent pgoutput slot
+//     of its database), once nothing reads it, with a warning; its login
+//     role needs REPLICATION (else the warning names the statement). A slot
+//     left behind retains WAL, and PostgreSQL does not start with wal_level
+//     below logical while any logical slot exists: drop every one first.
 //   - Decoding on the primary: each replica's walsender decodes all WAL and
 //     ships every published change of jobs (claims and outcomes included,
 //     with publish 'update'), so the cost grows with replicas × job churn.

@@ -372,8 +372,10 @@ func (r *Replication) dropIfUnusable(ctx context.Context, conn *pgconn.PgConn) (
 		r.publicationGone.Store(false)
 		return true, nil
 	}
+	// Only this database's: a slot of that name elsewhere is not this
+	// stream's to drop (creating or starting it here then fails, saying so).
 	results, err := conn.Exec(ctx, "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = '"+
-		strings.ReplaceAll(r.slot, "'", "''")+"'").ReadAll()
+		strings.ReplaceAll(r.slot, "'", "''")+"' AND database = pg_catalog.current_database()").ReadAll()
 	if err != nil {
 		return false, explain(fmt.Errorf("look up replication slot %q: %w", r.slot, err))
 	}
@@ -382,7 +384,9 @@ func (r *Replication) dropIfUnusable(ctx context.Context, conn *pgconn.PgConn) (
 	}
 	r.logger.Warn("replication slot was invalidated (wal_status lost: max_slot_wal_keep_size passed while no streamer read it): dropped and created afresh; polling covered the gap",
 		slog.String("slot", r.slot))
-	if err := pglogrepl.DropReplicationSlot(ctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+	err = pglogrepl.DropReplicationSlot(ctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{})
+	var pgErr *pgconn.PgError
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") { // undefined_object: another replica dropped it first
 		return false, explain(fmt.Errorf("drop invalidated replication slot %q: %w", r.slot, err))
 	}
 	return true, nil
@@ -520,6 +524,174 @@ func (r *Replication) ensureSlot(ctx context.Context, conn *pgconn.PgConn, dropp
 	default:
 		return explain(fmt.Errorf("create replication slot %q: %w", r.slot, err))
 	}
+}
+
+// retireSlotRecheck is how often a streamer whose wake source is not
+// replication looks again at a slot of its slot_name that is still read (a
+// replica still on wake: replication, during a rollout), so the slot goes
+// once that replica has stopped; also the longest wait between attempts
+// while Postgres cannot be reached.
+const retireSlotRecheck = time.Minute
+
+// slotOfNameSQL describes the slot named $1 for retireSlot
+// (pg_replication_slots is readable by every role, webhook_streamer too).
+// retained is the WAL it holds, -1 where that is not known (a standby, a
+// slot that reserved none).
+const slotOfNameSQL = `SELECT s.slot_type, coalesce(s.plugin, ''), coalesce(s.database, ''),
+       s.database IS NOT DISTINCT FROM pg_catalog.current_database() AS here,
+       s.temporary, s.active, coalesce(s.wal_status, ''),
+       CASE WHEN pg_catalog.pg_is_in_recovery() OR s.restart_lsn IS NULL THEN -1
+            ELSE pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn)::bigint
+       END AS retained
+FROM pg_catalog.pg_replication_slots s
+WHERE s.slot_name = $1`
+
+// dropRetiredSlotSQL drops the slot named $1 only while it is still what
+// retireSlot found: a permanent logical slot of this database made by
+// pgoutput (the replication wake source's plugin), read by nobody. A reader
+// that attaches after the check makes the drop fail with object_in_use.
+const dropRetiredSlotSQL = `SELECT pg_catalog.pg_drop_replication_slot(s.slot_name)
+FROM pg_catalog.pg_replication_slots s
+WHERE s.slot_name = $1
+  AND s.slot_type = 'logical' AND s.plugin = 'pgoutput'
+  AND s.database = pg_catalog.current_database()
+  AND NOT s.temporary AND NOT s.active`
+
+// slotDB is what retireSlot needs of the streamer's pool.
+type slotDB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// retireSlot runs, until ctx ends, for a streamer whose wake source is not
+// replication (notify or poll): it drops the slot of its slot_name that an
+// earlier wake: replication left behind. Nothing reads that slot any more,
+// yet it retains WAL without bound (max_slot_wal_keep_size is off by
+// default), and PostgreSQL refuses to start with wal_level below logical
+// while any logical slot exists: an operator who went back to notify and
+// lowered wal_level, as only replication needs logical, had a server that
+// did not start (review helper-281). Only a permanent logical slot of this
+// database made by pgoutput is dropped; one that a replica still reads (on
+// replication during a rollout) is left and looked at again every recheck
+// (retireSlotRecheck) until it is unread or gone. The slot is only ever a
+// wake source: a replica that goes back to replication creates it afresh,
+// and its first claim finds what was committed meanwhile. It returns once
+// the slot is gone, is not Inlet's, or may not be dropped (then it says,
+// at Warn, what an operator should run): it never fails the streamer.
+func retireSlot(ctx context.Context, db slotDB, slot string, recheck time.Duration, logger *slog.Logger) {
+	dropWith := "SELECT pg_drop_replication_slot('" + slot + "')"
+	delay := time.Second
+	saidActive := false
+	for {
+		wait, done := retireSlotStep(ctx, db, slot, dropWith, recheck, logger, &saidActive)
+		if done || ctx.Err() != nil {
+			return
+		}
+		if wait == 0 { // unreachable: back off
+			wait = delay
+			delay = min(delay*2, recheck)
+		} else {
+			delay = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// retireSlotStep is one look at the slot (and a drop when it qualifies). It
+// reports whether retireSlot is done; if not, how long to wait before the
+// next look (0: Postgres was unreachable, back off).
+func retireSlotStep(ctx context.Context, db slotDB, slot, dropWith string, recheck time.Duration, logger *slog.Logger, saidActive *bool) (time.Duration, bool) {
+	var (
+		slotType, plugin, dbName, walStatus string
+		here, temporary, active             bool
+		retained                            int64
+	)
+	err := db.QueryRow(ctx, slotOfNameSQL, slot).Scan(&slotType, &plugin, &dbName, &here, &temporary, &active, &walStatus, &retained)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, true
+	case err != nil:
+		return retireSlotFailed(ctx, fmt.Errorf("look up replication slot %q: %w", slot, err), slot, dropWith, logger)
+	case slotType != "logical" || plugin != "pgoutput" || !here || temporary:
+		logger.Info("a replication slot of this streamer's slot_name exists but is not one this database's wake: replication made; left alone",
+			slog.String("slot", slot), slog.String("slot_type", slotType), slog.String("plugin", plugin),
+			slog.String("database", dbName), slog.Bool("temporary", temporary))
+		return 0, true
+	case active:
+		if !*saidActive {
+			*saidActive = true
+			logger.Warn("replication slot of this streamer's slot_name is still read (a replica still on streamer.wake: replication, during a rollout?) though this streamer's wake source is not replication: left, and dropped once nothing reads it",
+				slog.String("slot", slot), slog.Duration("recheck_every", recheck))
+		}
+		return recheck, false
+	}
+	dropped, err := dropRetiredSlot(ctx, db, slot)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && dropped:
+		logger.Warn("replication slot dropped: this streamer's wake source is no longer replication, and the slot an earlier wake: replication left retained WAL (and with it PostgreSQL would not start with wal_level below logical)",
+			slog.String("slot", slot), slog.Int64("retained_wal_bytes", retained), slog.String("wal_status", walStatus))
+		return 0, true
+	case err == nil:
+		// It changed between the look and the drop (attached, or gone): look again.
+		return time.Second, false
+	case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined_object: dropped meanwhile
+		return 0, true
+	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: a reader attached meanwhile
+		return recheck, false
+	}
+	return retireSlotFailed(ctx, err, slot, dropWith, logger)
+}
+
+// dropRetiredSlot runs dropRetiredSlotSQL as the pool's login role: the
+// slot was created by wake: replication's connection, which logs in with
+// that role and takes no SET ROLE, and dropping a slot needs REPLICATION (or
+// a superuser), which webhook_streamer has not. SET LOCAL ends with the
+// transaction; the pool's connection is webhook_streamer again after it.
+func dropRetiredSlot(ctx context.Context, db slotDB, slot string) (bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("drop replication slot %q: begin: %w", slot, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE NONE"); err != nil {
+		return false, fmt.Errorf("drop replication slot %q: back to the login role: %w", slot, err)
+	}
+	tag, err := tx.Exec(ctx, dropRetiredSlotSQL, slot)
+	if err != nil {
+		return false, fmt.Errorf("drop replication slot %q: %w", slot, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("drop replication slot %q: commit: %w", slot, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// retireSlotFailed handles err from retireSlotStep's look or drop: Postgres
+// unreachable is retried (wait 0); anything else (the login role without
+// REPLICATION, 42501) is logged at Warn with what to run, and ends
+// retireSlot.
+func retireSlotFailed(ctx context.Context, err error, slot, dropWith string, logger *slog.Logger) (time.Duration, bool) {
+	if ctx.Err() != nil {
+		return 0, true
+	}
+	if database.IsUnavailable(err) {
+		logger.Debug("replication slot not checked yet (Postgres unreachable); trying again",
+			slog.String("slot", slot), slog.String("error", err.Error()))
+		return 0, false
+	}
+	hint := "run drop_with as a role with REPLICATION or a superuser once no streamer reads it, before lowering wal_level"
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		hint = "the streamer's login role may not drop replication slots (that needs REPLICATION or superuser): " + hint
+	}
+	logger.Warn("replication slot an earlier streamer.wake: replication left is not dropped: it retains WAL, and PostgreSQL does not start with wal_level below logical while it exists; "+hint,
+		slog.String("slot", slot), slog.String("drop_with", dropWith), slog.String("error", err.Error()))
+	return 0, true
 }
 
 // stream reads the replication stream until ctx is done (then it confirms

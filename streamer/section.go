@@ -19,8 +19,10 @@ type Section struct {
 	// tick alone). Defaults to "notify".
 	Wake string `yaml:"wake"`
 	// SlotName is the replication slot of streamer.wake replication. A slot
-	// has one reader: every streamer replica needs its own stable name.
-	// Defaults to "inlet_streamer".
+	// has one reader: every streamer replica needs its own stable name. With
+	// wake notify or poll, the streamer drops the slot of this name that an
+	// earlier wake replication left, once nothing reads it (see
+	// Config.SlotName). Defaults to "inlet_streamer".
 	SlotName string `yaml:"slot_name"`
 	// BatchSize is the most jobs one claim leases. Defaults to 100.
 	BatchSize int `yaml:"batch_size"`
@@ -115,9 +117,10 @@ func (s Section) Validate() error {
 
 // Config is the streamer's Config with the section's settings; the caller
 // adds the pool, the publisher, the wake connection (per Wake) and the
-// logger. SlotName is set only for Wake "replication", the one that reads it.
+// logger. SlotName is set whatever Wake is: replication reads the slot, the
+// others drop it if replication left it behind.
 func (s Section) Config() Config {
-	c := Config{
+	return Config{
 		BatchSize:           s.BatchSize,
 		RefsPerMessage:      s.RefsPerMessage,
 		MaxLeasedPerHandler: s.MaxLeasedPerHandler,
@@ -125,9 +128,6 @@ func (s Section) Config() Config {
 		LeaseDuration:       s.LeaseDuration,
 		PollInterval:        s.PollInterval,
 		ReapInterval:        s.ReapInterval,
+		SlotName:            s.SlotName,
 	}
-	if s.Wake == "replication" {
-		c.SlotName = s.SlotName
-	}
-	return c
 }

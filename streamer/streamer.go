@@ -46,7 +46,11 @@ type Config struct {
 	ReplicationConnect func(ctx context.Context) (*pgconn.PgConn, error)
 	// SlotName is the replication slot this streamer reads. A slot has one
 	// reader and keeps its position across restarts, so every replica needs
-	// its own stable name. Defaults to "inlet_streamer".
+	// its own stable name. Without ReplicationConnect, Start drops the slot
+	// of this name an earlier replication wake source left behind (a
+	// permanent pgoutput slot of this database that nothing reads): it would
+	// retain WAL for good, and keep PostgreSQL from starting once wal_level
+	// is lowered. Defaults to "inlet_streamer".
 	SlotName string
 	// ID names this streamer as lease holder (jobs.lease_holder_id).
 	// Defaults to "streamer-<hostname>-<pid>-<random>".
@@ -348,8 +352,11 @@ func (s *Streamer) Wake() {
 // background until Stop. With ReplicationConnect it first opens the
 // replication stream (up to 15s), and fails with ErrReplicationSetup when it
 // cannot work as configured; when Postgres is merely unreachable it starts
-// anyway and polls until the stream opens. Healthy reports an error while
-// Start is under way.
+// anyway and polls until the stream opens. Without ReplicationConnect it
+// drops, in the background, the slot of SlotName a replication wake source
+// left behind, once nothing reads it (retireSlot; a role that may not is
+// warned about, never a failed Start). Healthy reports an error while Start
+// is under way.
 func (s *Streamer) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -367,6 +374,11 @@ func (s *Streamer) Start(ctx context.Context) error {
 	// The loops run until Stop, not until ctx ends. Stop ends them last
 	// started first: the claim loop before the wake sources that feed it.
 	ctx = context.WithoutCancel(ctx)
+	if s.replication == nil {
+		s.loops.Go(ctx, func(ctx context.Context) {
+			retireSlot(ctx, s.cfg.Pool, s.cfg.SlotName, retireSlotRecheck, s.cfg.Logger)
+		})
+	}
 	if s.listener != nil {
 		s.loops.Go(ctx, s.listener.Run)
 	}

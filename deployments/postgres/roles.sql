@@ -3,6 +3,13 @@
 -- which grants them column by column). The services then SET ROLE to that
 -- group role (ingress.db_role, streamer.db_role, consumer.db_role), so even a
 -- login role given more by mistake runs with only its service's grants.
+-- inlet_streamer is also a member of webhook_sealer, for the tamper-evidence
+-- sealer the shipped inlet.yaml runs inside the streamer (audit.seal_every,
+-- audit.db_role): inlet retention drops only sealed periods. webhook_sealer
+-- reads the sealed columns of events (headers and body_sha256, never
+-- raw_body) and appends checkpoints. Running the sealer apart instead
+-- (`inlet audit seal --every 1m` with a login role of its own)? Drop that
+-- grant and audit.seal_every.
 --
 -- Run it with psql as a superuser or as the role that owns the schema (the
 -- one inlet migrate connects as: it created the group roles, so it may grant
@@ -22,7 +29,7 @@
 -- The group roles, NOLOGIN and without privileges, when inlet migrate has not
 -- made them yet (it creates only the missing ones and grants to them).
 SELECT format('CREATE ROLE %I NOLOGIN', r)
-FROM unnest(ARRAY['webhook_ingress_writer', 'webhook_streamer', 'webhook_worker', 'webhook_auditor']) AS r
+FROM unnest(ARRAY['webhook_ingress_writer', 'webhook_streamer', 'webhook_worker', 'webhook_auditor', 'webhook_sealer']) AS r
 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r)
 \gexec
 
@@ -38,6 +45,7 @@ ALTER ROLE inlet_consumer PASSWORD :'consumer_password';
 
 GRANT webhook_ingress_writer TO inlet_ingress;
 GRANT webhook_streamer TO inlet_streamer;
+GRANT webhook_sealer TO inlet_streamer;
 GRANT webhook_worker TO inlet_consumer;
 
 GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_consumer;
@@ -45,10 +53,17 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO inlet_ingress, inlet_streamer, inlet_cons
 -- REVOKE CONNECT, TEMPORARY ON DATABASE :"DBNAME" FROM PUBLIC;
 
 -- Only for streamer.wake: replication. A logical replication connection needs
--- the REPLICATION attribute (powerful: keep it to the streamer), and the
--- publication must exist; the streamer creates it when its role may, else
--- run this as the owner of webhook_ingress.jobs after inlet migrate:
+-- the REPLICATION attribute (powerful: keep it to the streamer). Only a
+-- superuser may give it (PostgreSQL 16 and later: also a CREATEROLE role
+-- that has REPLICATION itself and ADMIN OPTION on inlet_streamer), not the
+-- owner, whose CREATEROLE is not enough. On a managed service without a
+-- superuser, its own way: on Amazon RDS and Aurora, GRANT rds_replication TO
+-- inlet_streamer; on Cloud SQL, with the cloudsql.logical_decoding flag on,
+-- ALTER ROLE inlet_streamer WITH REPLICATION as a cloudsqlsuperuser member
+-- (the postgres user). So, as a superuser:
 -- ALTER ROLE inlet_streamer REPLICATION;
+-- The publication must exist too; the streamer creates it when its role may,
+-- else run this as the owner of webhook_ingress.jobs after inlet migrate:
 -- CREATE PUBLICATION inlet_jobs FOR TABLE webhook_ingress.jobs WITH (publish = 'insert, update', publish_via_partition_root = true);
 
 -- Several teams' consumers: give each team a consumer role of its own, which
