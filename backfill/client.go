@@ -159,7 +159,10 @@ func (c *client) try(ctx context.Context, url string) (body []byte, header http.
 	if resp.StatusCode/100 == 2 {
 		return body, resp.Header, retry{}, nil
 	}
-	se := &statusError{path: req.URL.Path, status: resp.Status, code: resp.StatusCode}
+	// The status as Go names the code, not the server's own reason phrase,
+	// which a provider or a proxy before it chooses: unbounded, and it may
+	// carry control characters or the credential (review helper-290).
+	se := &statusError{path: req.URL.Path, status: strings.TrimSpace(strconv.Itoa(resp.StatusCode) + " " + http.StatusText(resp.StatusCode)), code: resp.StatusCode}
 	var message string
 	if resp.StatusCode/100 == 4 {
 		message = providerMessage(body)
@@ -265,9 +268,6 @@ func refusalDetail(message string, h http.Header, secret string) string {
 // characters dropped, runs of spaces made one, cut to maxProviderText bytes.
 func providerText(s, secret string) string {
 	s = strings.ToValidUTF8(s, "")
-	if len(secret) >= 8 {
-		s = strings.ReplaceAll(s, secret, "[credential]")
-	}
 	s = strings.Map(func(r rune) rune {
 		switch {
 		case unicode.IsControl(r) || unicode.IsSpace(r):
@@ -277,6 +277,12 @@ func providerText(s, secret string) string {
 		}
 		return r
 	}, s)
+	// The credential is replaced after the characters are dropped: a
+	// zero-width character inside it hid it from the replacement, and
+	// dropping the character then put it back together (review helper-290).
+	if len(secret) >= 8 {
+		s = strings.ReplaceAll(s, secret, "[credential]")
+	}
 	s = strings.Join(strings.Fields(s), " ")
 	s, _ = logvalue.Clip(s, maxProviderText)
 	return s
