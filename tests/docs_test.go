@@ -52,14 +52,17 @@ func TestEveryExportedMetricIsDocumented(t *testing.T) {
 	if out, errOut, code := runInlet(t, env, "send", "stripe", "--url", "http://"+addr); code != 0 {
 		t.Fatalf("inlet send stripe: exit %d\n%s%s", code, out, errOut)
 	}
-	// The job done, the silence detector's first check (10 s in inlet dev)
-	// and the event-type fold past, so every series inlet dev exports is on
+	// The job done, the silence detector's first check after the event (10 s
+	// apart in inlet dev) and the event-type fold past, so every series inlet dev exports is on
 	// the page (the job may be done before the fold ran).
 	var page string
 	testwait.Eventually(t, 60*time.Second, "/metrics with the job completed, the source gauges and the event types", func() (bool, string) {
 		page = httpGet(t, "http://"+metricsAddr+"/metrics")
 		return strings.Contains(page, `inlet_consumer_attempts_total{handler="log",outcome="completed"} 1`) &&
 			strings.Contains(page, `inlet_source_silent{source="stripe"}`) &&
+			// Set by a check that saw the event: one that ran before it was
+			// stored sets inlet_source_silent only (the next is 10 s on).
+			strings.Contains(page, `inlet_source_last_event_timestamp_seconds{source="stripe"}`) &&
 			strings.Contains(page, `inlet_events_types_seen_total{`), page
 	})
 
