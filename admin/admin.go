@@ -62,6 +62,11 @@ const (
 	// batchSize bounds the rows one statement of a replay or a
 	// re-verification touches.
 	batchSize = 500
+	// batchBytes bounds the stored bodies and headers one page of a
+	// re-verification or a filtered catch-up reads (past its first row),
+	// which the admin API holds inside the ingress process: 500 bodies of
+	// max_body_bytes would not be bounded.
+	batchBytes = 8 << 20
 )
 
 // checkPage validates a list request's page and time range and returns the

@@ -63,7 +63,7 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 	for after := int64(0); ; {
 		rows, err := q.AdminMissingFilteredCandidates(ctx, queries.AdminMissingFilteredCandidatesParams{
 			Handler: req.Handler, Provider: req.Provider, EventTypeLike: like, Since: since, Until: until,
-			AfterID: after, BatchSize: batchSize, Unrouted: req.Unrouted})
+			AfterID: after, BatchSize: batchSize, BatchBytes: batchBytes, MaxPayload: filter.MaxPayload, Unrouted: req.Unrouted})
 		if err != nil {
 			return total, err
 		}
@@ -72,10 +72,8 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			received []time.Time
 			subs     []int64
 			events   int // events that passed one
-			seen     int
 		)
 		for _, r := range rows {
-			seen++
 			after = r.ID
 			if skip != nil && skip(r.Provider, r.EventType) {
 				continue
@@ -86,7 +84,7 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 			}
 			id, at, provider, etype, body := r.ID, r.ReceivedAt, r.Provider, r.EventType, r.RawBody
 			ev := filter.Event{Source: provider, Type: etype, Headers: headers, OccurredAt: r.OccurredAt}
-			ev.Payload = filter.ParsePayload(body) // as ingress does at arrival
+			ev.Payload = filter.ParsePayload(body) // as ingress does at arrival; a body over MaxPayload is read as nil
 			passed := false
 			for _, f := range fs {
 				if !f.provider.MatchString(provider) || !f.etype.MatchString(etype) {
@@ -117,7 +115,9 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 		} else {
 			total += events
 		}
-		if seen < batchSize {
+		// Go on after the last row returned while the page was full or cut
+		// short of its rows by the byte budget.
+		if len(rows) == 0 || (rows[0].PageRows < batchSize && int(rows[0].PageRows) == len(rows)) {
 			return total, nil
 		}
 	}

@@ -98,8 +98,11 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 	err := readTx(ctx, db, func(tx pgx.Tx) error {
 		var after int64
 		for {
+			// A page is cut by bytes as well as rows (batchBytes): its
+			// bodies are held together.
 			rows, err := queries.New(tx).AdminEventsToVerify(ctx, queries.AdminEventsToVerifyParams{EventID: req.ID,
-				Provider: req.Provider, Since: nullTime(req.Since), Until: nullTime(req.Until), AfterID: after, BatchSize: batchSize})
+				Provider: req.Provider, Since: nullTime(req.Since), Until: nullTime(req.Until), AfterID: after,
+				BatchSize: batchSize, BatchBytes: batchBytes})
 			if err != nil {
 				return err
 			}
@@ -123,7 +126,9 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 					rep.Failures = append(rep.Failures, f)
 				}
 			}
-			if len(batch) < batchSize {
+			// Go on after the last row returned while the page was full or
+			// cut short of its rows by the byte budget.
+			if len(rows) == 0 || (rows[0].PageRows < batchSize && int(rows[0].PageRows) == len(rows)) {
 				break
 			}
 			after = batch[len(batch)-1].id

@@ -198,20 +198,39 @@ LIMIT sqlc.arg(page_size)::bigint;
 SELECT EXISTS (SELECT 1 FROM webhook_ingress.events WHERE id = sqlc.arg(id)::bigint AND NOT signature_verified);
 
 -- name: AdminEventsToVerify :many
--- What re-verification reads, batch_size at a time after id after_id, oldest first: event
--- event_id alone, or every event of provider provider ('' any) received in [since, until).
--- Events stored without a signature (backfilled from a provider's API) have
--- none to re-check and are left out.
-SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
-FROM webhook_ingress.events
-WHERE signature_verified
-  AND (sqlc.arg(event_id)::bigint = 0 OR id = sqlc.arg(event_id))
-  AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
-  AND (sqlc.narg(since)::timestamptz IS NULL OR received_at >= sqlc.narg(since))
-  AND (sqlc.narg(until)::timestamptz IS NULL OR received_at < sqlc.narg(until))
-  AND id > sqlc.arg(after_id)
-ORDER BY id
-LIMIT sqlc.arg(batch_size)::bigint;
+-- What re-verification reads, oldest first after id after_id: event
+-- event_id alone, or every event of provider provider ('' any) received in
+-- [since, until). Events stored without a signature (backfilled from a
+-- provider's API) have none to re-check and are left out.
+-- A page is at most batch_size rows, cut before the first row whose body and
+-- headers take the page past batch_bytes (the first row always stays), so
+-- the admin API holds a bounded number of bytes inside the ingress process
+-- whatever the bodies' size. octet_length and pg_column_size read a stored
+-- value's size without detoasting it. page_rows is how many rows the page
+-- had before the cut: the reader goes on after the last row returned while
+-- the page was full (batch_size) or cut.
+WITH page AS (
+    SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
+    FROM webhook_ingress.events
+    WHERE signature_verified
+      AND (sqlc.arg(event_id)::bigint = 0 OR id = sqlc.arg(event_id))
+      AND (sqlc.arg(provider)::text = '' OR provider = sqlc.arg(provider))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR received_at < sqlc.narg(until))
+      AND id > sqlc.arg(after_id)
+    ORDER BY id
+    LIMIT sqlc.arg(batch_size)::bigint
+), sized AS (
+    SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body,
+           sum(octet_length(raw_body) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (octet_length(raw_body) + pg_column_size(headers)) AS bytes_before,
+           count(*) OVER () AS page_rows
+    FROM page
+)
+SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body, page_rows::bigint AS page_rows
+FROM sized
+WHERE bytes_before < sqlc.arg(batch_bytes)::bigint
+ORDER BY id;
 
 -- name: AdminLockJob :one
 -- The job a single replay is about, locked until the replay commits.

@@ -285,25 +285,38 @@ func (q *Queries) AdminEventUnsigned(ctx context.Context, id int64) (bool, error
 }
 
 const AdminEventsToVerify = `-- name: AdminEventsToVerify :many
-SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
-FROM webhook_ingress.events
-WHERE signature_verified
-  AND ($1::bigint = 0 OR id = $1)
-  AND ($2::text = '' OR provider = $2)
-  AND ($3::timestamptz IS NULL OR received_at >= $3)
-  AND ($4::timestamptz IS NULL OR received_at < $4)
-  AND id > $5
+WITH page AS (
+    SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body
+    FROM webhook_ingress.events
+    WHERE signature_verified
+      AND ($2::bigint = 0 OR id = $2)
+      AND ($3::text = '' OR provider = $3)
+      AND ($4::timestamptz IS NULL OR received_at >= $4)
+      AND ($5::timestamptz IS NULL OR received_at < $5)
+      AND id > $6
+    ORDER BY id
+    LIMIT $7::bigint
+), sized AS (
+    SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body,
+           sum(octet_length(raw_body) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (octet_length(raw_body) + pg_column_size(headers)) AS bytes_before,
+           count(*) OVER () AS page_rows
+    FROM page
+)
+SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body, page_rows::bigint AS page_rows
+FROM sized
+WHERE bytes_before < $1::bigint
 ORDER BY id
-LIMIT $6::bigint
 `
 
 type AdminEventsToVerifyParams struct {
-	EventID   int64
-	Provider  string
-	Since     *time.Time
-	Until     *time.Time
-	AfterID   int64
-	BatchSize int64
+	BatchBytes int64
+	EventID    int64
+	Provider   string
+	Since      *time.Time
+	Until      *time.Time
+	AfterID    int64
+	BatchSize  int64
 }
 
 type AdminEventsToVerifyRow struct {
@@ -315,14 +328,23 @@ type AdminEventsToVerifyRow struct {
 	Headers         []byte
 	RequestUri      string
 	RawBody         []byte
+	PageRows        int64
 }
 
-// What re-verification reads, batch_size at a time after id after_id, oldest first: event
-// event_id alone, or every event of provider provider (” any) received in [since, until).
-// Events stored without a signature (backfilled from a provider's API) have
-// none to re-check and are left out.
+// What re-verification reads, oldest first after id after_id: event
+// event_id alone, or every event of provider provider (” any) received in
+// [since, until). Events stored without a signature (backfilled from a
+// provider's API) have none to re-check and are left out.
+// A page is at most batch_size rows, cut before the first row whose body and
+// headers take the page past batch_bytes (the first row always stays), so
+// the admin API holds a bounded number of bytes inside the ingress process
+// whatever the bodies' size. octet_length and pg_column_size read a stored
+// value's size without detoasting it. page_rows is how many rows the page
+// had before the cut: the reader goes on after the last row returned while
+// the page was full (batch_size) or cut.
 func (q *Queries) AdminEventsToVerify(ctx context.Context, arg AdminEventsToVerifyParams) ([]AdminEventsToVerifyRow, error) {
 	rows, err := q.db.Query(ctx, AdminEventsToVerify,
+		arg.BatchBytes,
 		arg.EventID,
 		arg.Provider,
 		arg.Since,
@@ -346,6 +368,7 @@ func (q *Queries) AdminEventsToVerify(ctx context.Context, arg AdminEventsToVeri
 			&i.Headers,
 			&i.RequestUri,
 			&i.RawBody,
+			&i.PageRows,
 		); err != nil {
 			return nil, err
 		}

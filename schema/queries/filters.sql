@@ -30,7 +30,7 @@ WHERE handler = sqlc.arg(handler) AND enabled AND filter IS NOT NULL
 ORDER BY id;
 
 -- name: AdminMissingFilteredCandidates :many
--- The next batch_size events after id after_id that match the replay's filter (provider source,
+-- The next events after id after_id that match the replay's filter (provider source,
 -- event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
 -- patterns of one of handler handler's enabled filtered subscriptions, and have
 -- no job of handler (with unrouted, no job made when it arrived, a catch-up's
@@ -38,32 +38,54 @@ ORDER BY id;
 -- event_types counts as unrouted, exactly as AdminCountUnroutedJobs reads
 -- them, so a filter only narrows what --unrouted catches up): catch-up
 -- evaluates the filters on them.
-SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.raw_body, e.occurred_at
-FROM webhook_ingress.events e
-WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
-  AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
-  AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
-  AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
-  AND e.id > sqlc.arg(after_id)
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
-  AND (NOT sqlc.arg(unrouted)::boolean OR (
-        NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
-                    WHERE j.event_id = e.id AND j.event_received_at = e.received_at
-                      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
-                                      WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
-                                        AND a.outcome = 'replayed' AND a.started_at = j.created_at))
-        AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
-                    WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
-                      AND ((t.event_type <> '_other' AND t.event_type = e.event_type)
-                           OR (t.event_type = '_other'
-                               AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
-                                               WHERE n.provider = e.provider AND n.event_type = e.event_type
-                                                 AND n.event_type <> '_other' AND e.received_at >= n.first_seen))))))
-  AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NOT NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
-ORDER BY e.id
-LIMIT sqlc.arg(batch_size)::bigint;
+-- A body over max_payload (filter.MaxPayload, never parsed: a filter sees
+-- no payload) is read as NULL. A page is at most batch_size rows, cut
+-- before the first row whose body and headers take the page past
+-- batch_bytes (the first row always stays), so the admin API holds a
+-- bounded number of bytes inside the ingress process whatever the bodies'
+-- size; octet_length and pg_column_size read a stored value's size without
+-- detoasting it. page_rows is how many rows the page had before the cut:
+-- the reader goes on after the last row returned while the page was full
+-- (batch_size) or cut.
+WITH page AS (
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.occurred_at,
+           (CASE WHEN octet_length(e.raw_body) <= sqlc.arg(max_payload)::bigint THEN e.raw_body END)::bytea AS raw_body
+    FROM webhook_ingress.events e
+    WHERE (sqlc.arg(provider)::text = '' OR e.provider = sqlc.arg(provider))
+      AND (sqlc.arg(event_type_like)::text = '' OR e.event_type LIKE sqlc.arg(event_type_like))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR e.received_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR e.received_at < sqlc.narg(until))
+      AND e.id > sqlc.arg(after_id)
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = sqlc.arg(handler))
+      AND (NOT sqlc.arg(unrouted)::boolean OR (
+            NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+                        WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                          AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                          WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                            AND a.outcome = 'replayed' AND a.started_at = j.created_at))
+            AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
+                        WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
+                          AND ((t.event_type <> '_other' AND t.event_type = e.event_type)
+                               OR (t.event_type = '_other'
+                                   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
+                                                   WHERE n.provider = e.provider AND n.event_type = e.event_type
+                                                     AND n.event_type <> '_other' AND e.received_at >= n.first_seen))))))
+      AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
+                  WHERE s.handler = sqlc.arg(handler) AND s.enabled AND s.filter IS NOT NULL
+                    AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+    ORDER BY e.id
+    LIMIT sqlc.arg(batch_size)::bigint
+), sized AS (
+    SELECT id, received_at, provider, event_type, headers, raw_body, occurred_at,
+           sum(coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) AS bytes_before,
+           count(*) OVER () AS page_rows
+    FROM page
+)
+SELECT id, received_at, provider, event_type, headers, raw_body, occurred_at, page_rows::bigint AS page_rows
+FROM sized
+WHERE bytes_before < sqlc.arg(batch_bytes)::bigint
+ORDER BY id;
 
 -- name: AdminCreateFilteredJobs :one
 -- Jobs of handler handler for the events a filtered subscription of it

@@ -115,35 +115,50 @@ func (q *Queries) AdminHandlerFilters(ctx context.Context, handler string) ([]Ad
 }
 
 const AdminMissingFilteredCandidates = `-- name: AdminMissingFilteredCandidates :many
-SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.raw_body, e.occurred_at
-FROM webhook_ingress.events e
-WHERE ($1::text = '' OR e.provider = $1)
-  AND ($2::text = '' OR e.event_type LIKE $2)
-  AND ($3::timestamptz IS NULL OR e.received_at >= $3)
-  AND ($4::timestamptz IS NULL OR e.received_at < $4)
-  AND e.id > $5
-  AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $6)
-  AND (NOT $7::boolean OR (
-        NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
-                    WHERE j.event_id = e.id AND j.event_received_at = e.received_at
-                      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
-                                      WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
-                                        AND a.outcome = 'replayed' AND a.started_at = j.created_at))
-        AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
-                    WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
-                      AND ((t.event_type <> '_other' AND t.event_type = e.event_type)
-                           OR (t.event_type = '_other'
-                               AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
-                                               WHERE n.provider = e.provider AND n.event_type = e.event_type
-                                                 AND n.event_type <> '_other' AND e.received_at >= n.first_seen))))))
-  AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
-              WHERE s.handler = $6 AND s.enabled AND s.filter IS NOT NULL
-                AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
-ORDER BY e.id
-LIMIT $8::bigint
+WITH page AS (
+    SELECT e.id, e.received_at, e.provider, e.event_type, e.headers, e.occurred_at,
+           (CASE WHEN octet_length(e.raw_body) <= $2::bigint THEN e.raw_body END)::bytea AS raw_body
+    FROM webhook_ingress.events e
+    WHERE ($3::text = '' OR e.provider = $3)
+      AND ($4::text = '' OR e.event_type LIKE $4)
+      AND ($5::timestamptz IS NULL OR e.received_at >= $5)
+      AND ($6::timestamptz IS NULL OR e.received_at < $6)
+      AND e.id > $7
+      AND NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j WHERE j.event_id = e.id AND j.handler = $8)
+      AND (NOT $9::boolean OR (
+            NOT EXISTS (SELECT 1 FROM webhook_ingress.jobs j
+                        WHERE j.event_id = e.id AND j.event_received_at = e.received_at
+                          AND NOT EXISTS (SELECT 1 FROM webhook_ingress.job_attempts a
+                                          WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.attempt = 0
+                                            AND a.outcome = 'replayed' AND a.started_at = j.created_at))
+            AND EXISTS (SELECT 1 FROM webhook_ingress.event_types t
+                        WHERE t.unrouted_events > 0 AND t.provider = e.provider AND e.received_at >= t.first_unrouted_at
+                          AND ((t.event_type <> '_other' AND t.event_type = e.event_type)
+                               OR (t.event_type = '_other'
+                                   AND NOT EXISTS (SELECT 1 FROM webhook_ingress.event_types n
+                                                   WHERE n.provider = e.provider AND n.event_type = e.event_type
+                                                     AND n.event_type <> '_other' AND e.received_at >= n.first_seen))))))
+      AND EXISTS (SELECT 1 FROM webhook_ingress.subscriptions s
+                  WHERE s.handler = $8 AND s.enabled AND s.filter IS NOT NULL
+                    AND e.provider LIKE s.provider_like AND e.event_type LIKE s.event_type_like)
+    ORDER BY e.id
+    LIMIT $10::bigint
+), sized AS (
+    SELECT id, received_at, provider, event_type, headers, raw_body, occurred_at,
+           sum(coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) AS bytes_before,
+           count(*) OVER () AS page_rows
+    FROM page
+)
+SELECT id, received_at, provider, event_type, headers, raw_body, occurred_at, page_rows::bigint AS page_rows
+FROM sized
+WHERE bytes_before < $1::bigint
+ORDER BY id
 `
 
 type AdminMissingFilteredCandidatesParams struct {
+	BatchBytes    int64
+	MaxPayload    int64
 	Provider      string
 	EventTypeLike string
 	Since         *time.Time
@@ -162,9 +177,10 @@ type AdminMissingFilteredCandidatesRow struct {
 	Headers    []byte
 	RawBody    []byte
 	OccurredAt *time.Time
+	PageRows   int64
 }
 
-// The next batch_size events after id after_id that match the replay's filter (provider source,
+// The next events after id after_id that match the replay's filter (provider source,
 // event_type_like type LIKE, since since, until until, as AdminCountMissingJobs) and the
 // patterns of one of handler handler's enabled filtered subscriptions, and have
 // no job of handler (with unrouted, no job made when it arrived, a catch-up's
@@ -172,8 +188,19 @@ type AdminMissingFilteredCandidatesRow struct {
 // event_types counts as unrouted, exactly as AdminCountUnroutedJobs reads
 // them, so a filter only narrows what --unrouted catches up): catch-up
 // evaluates the filters on them.
+// A body over max_payload (filter.MaxPayload, never parsed: a filter sees
+// no payload) is read as NULL. A page is at most batch_size rows, cut
+// before the first row whose body and headers take the page past
+// batch_bytes (the first row always stays), so the admin API holds a
+// bounded number of bytes inside the ingress process whatever the bodies'
+// size; octet_length and pg_column_size read a stored value's size without
+// detoasting it. page_rows is how many rows the page had before the cut:
+// the reader goes on after the last row returned while the page was full
+// (batch_size) or cut.
 func (q *Queries) AdminMissingFilteredCandidates(ctx context.Context, arg AdminMissingFilteredCandidatesParams) ([]AdminMissingFilteredCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, AdminMissingFilteredCandidates,
+		arg.BatchBytes,
+		arg.MaxPayload,
 		arg.Provider,
 		arg.EventTypeLike,
 		arg.Since,
@@ -198,6 +225,7 @@ func (q *Queries) AdminMissingFilteredCandidates(ctx context.Context, arg AdminM
 			&i.Headers,
 			&i.RawBody,
 			&i.OccurredAt,
+			&i.PageRows,
 		); err != nil {
 			return nil, err
 		}
