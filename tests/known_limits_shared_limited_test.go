@@ -7,7 +7,6 @@ package tests
 // on the current code, for the reasons their comments give:
 // go test -tags knownlimits -race -run TestKnownLimit ./tests/
 
-
 import (
 	"context"
 	"errors"
