@@ -69,6 +69,14 @@ const (
 	batchBytes = 8 << 20
 )
 
+// lastPage reports whether a page of returned rows, cut by bytes from the
+// pageRows its query selected (batchSize at most), was the last: nothing
+// returned, or a page neither full nor cut. The reader otherwise goes on
+// after the last row returned.
+func lastPage(returned int, pageRows int64) bool {
+	return returned == 0 || (pageRows < batchSize && int(pageRows) == returned)
+}
+
 // checkPage validates a list request's page and time range and returns the
 // page size; what names the kind of id Before is ("event", "job").
 func checkPage(limit int, before int64, what string, since, until time.Time) (int, error) {

@@ -115,9 +115,7 @@ func missingFiltered(ctx context.Context, tx pgx.Tx, req ReplayRequest, create b
 		} else {
 			total += events
 		}
-		// Go on after the last row returned while the page was full or cut
-		// short of its rows by the byte budget.
-		if len(rows) == 0 || (rows[0].PageRows < batchSize && int(rows[0].PageRows) == len(rows)) {
+		if len(rows) == 0 || lastPage(len(rows), rows[0].PageRows) {
 			return total, nil
 		}
 	}

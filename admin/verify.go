@@ -126,9 +126,7 @@ func Reverify(ctx context.Context, db DB, sources Sources, req VerifyRequest) (V
 					rep.Failures = append(rep.Failures, f)
 				}
 			}
-			// Go on after the last row returned while the page was full or
-			// cut short of its rows by the byte budget.
-			if len(rows) == 0 || (rows[0].PageRows < batchSize && int(rows[0].PageRows) == len(rows)) {
+			if len(rows) == 0 || lastPage(len(rows), rows[0].PageRows) {
 				break
 			}
 			after = batch[len(batch)-1].id
