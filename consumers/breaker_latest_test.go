@@ -156,6 +156,13 @@ func TestBreakerOlderSuccessDoesNotUndoANewer(t *testing.T) {
 	// HandlerFailed in one transaction): with breaker_failures 3 the circuit
 	// must stay closed.
 	dJob := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{Provider: "ph"}), "h")
+	// The service has stopped: a consumer of h alive again (its liveness
+	// row), since a limited claim leases only jobs a live consumer could
+	// receive (076).
+	if _, err := b.Admin.Exec(ctx, `UPDATE webhook_ingress.consumers SET alive_until = now() + interval '1 hour'
+		WHERE handler = 'h'`); err != nil {
+		t.Fatal(err)
+	}
 	var dRow queries.ClaimLimitedJobsRow
 	if err := consumertest.AsRole(ctx, b.Admin, "webhook_streamer", func(tx pgx.Tx) error {
 		q := queries.New(tx)

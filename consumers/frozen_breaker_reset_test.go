@@ -97,6 +97,13 @@ func TestFrozenBreakerResetDoesNotStopTheHandler(t *testing.T) {
 		t.Fatalf("the consumer never sent the COMMIT of a breaker reset (job %d: %+v)", first, b.Job(t, first))
 	}
 	frozeAt := time.Now()
+	// Another replica of the handler is alive (its liveness row, as
+	// ConsumerAlive writes it): the frozen one's liveness runs out, and a
+	// limited claim leases only jobs a live consumer could receive (076).
+	if _, err := b.Admin.Exec(ctx, `INSERT INTO webhook_ingress.consumers (handler, worker_id, seen_at, alive_until, db_role)
+		VALUES ($1, 'replica-2', now(), now() + interval '1 hour', '')`, handler); err != nil {
+		t.Fatal(err)
+	}
 	refusedBefore := claims.refused.Load()
 	second := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), handler)
 	const bound = 40 * time.Second

@@ -39,7 +39,10 @@
 //     Handlers with limits (ClaimLimitedJobs) and ordered handlers
 //     (ClaimHandlerJobs, migration 031; ClaimLimitedJobs when limited too)
 //     are claimed apart, one statement per handler, in two loops of their
-//     own beside the claim loop, one for limited handlers and one for
+//     own beside the claim loop (a limited handler's claim leases only jobs
+//     a live consumer could receive: a job only a role with no live
+//     consumer may run waits, and takes neither its probe nor an in-flight
+//     slot; migration 076), one for limited handlers and one for
 //     ordered ones (apart.go): ClaimJobs passes them over
 //     (idx_jobs_due_by_handler), so a backlog that an ordered handler's
 //     order holds back, which each of its claims walks past, costs the

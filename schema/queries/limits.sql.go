@@ -267,7 +267,9 @@ func (q *Queries) HandlerSucceeded(ctx context.Context, arg HandlerSucceededPara
 const LimitedWakeIn = `-- name: LimitedWakeIn :one
 SELECT (CASE
     WHEN NOT EXISTS (SELECT FROM webhook_ingress.jobs j
-                     WHERE j.handler = l.handler AND j.status IN ('pending', 'failed') AND j.next_attempt_at <= now())
+                     WHERE j.handler = l.handler AND j.status IN ('pending', 'failed') AND j.next_attempt_at <= now()
+                       AND (webhook_ingress.job_receivable(j.handler, j.provider, j.event_type, '-infinity', now())
+                            OR NOT EXISTS (SELECT FROM webhook_ingress.consumers c WHERE c.handler = l.handler)))
         THEN NULL
     WHEN l.breaker_failures IS NOT NULL AND l.circuit <> 'closed'
         THEN CASE WHEN l.next_probe_at > now() THEN extract(epoch FROM l.next_probe_at - now()) END
@@ -288,7 +290,9 @@ WHERE l.handler = $1::text
 // limits held them back: the time to its next probe when its circuit is
 // open; the time to its next token when its bucket is empty; 0 when its
 // in-flight limit is full (a slot frees when a job ends, which nothing
-// signals, so it is looked at again soon). NULL otherwise: none is due,
+// signals, so it is looked at again soon). NULL otherwise: none is due
+// that a live consumer could receive (claim_limited_jobs leases no other
+// unless no consumer of the handler is known at all, 076),
 // its circuit waits for a probe's outcome, or for the jobs leased before
 // it opened to end before its probe, or what is due is held back by
 // its order alone (an earlier job of its key unfinished), which a limit's

@@ -1,11 +1,9 @@
-//go:build knownlimits
-
 package tests
 
-// A known limit (docs/pipeline.md, the breaker paragraph), proven by review
-// helper-291 and kept out of go tool task test until fixed; these tests fail
-// on the current code, for the reasons their comments give:
-// go test -tags knownlimits -race -run TestKnownLimit ./tests/
+// A limited handler (breaker or max_in_flight) shared by scoped consumer
+// roles while one role has no live consumer (review helper-291, fixed in
+// migration 076: claim_limited_jobs leases only jobs a live consumer could
+// receive).
 
 import (
 	"context"
@@ -23,41 +21,24 @@ import (
 	"github.com/inlet-dev/inlet/streamer"
 )
 
-// TestKnownLimitSharedHandlerProbeStuckOnDownRolesJob (review helper-291).
-// Defect: a handler shared by two scoped consumer roles (docs/operations.md
-// "A database role per consumer") with a circuit breaker never closes its
-// circuit while every consumer of ONE role is down, even though the other
-// role's consumers are healthy and its downstream works again: the healthy
-// role is fed nothing for as long as the other role's outage lasts.
-// claim_limited_jobs (schema/migrations/073_breaker_counts_expiry.up.sql)
-// picks the probe as the handler's first due job (ORDER BY next_attempt_at,
-// id), whoever can run it. When that is a job only the down role covers,
-// the streamer publishes it on that role's topic, nobody takes it, its
-// lease expires and ReapExpiredLeases (schema/queries/jobs.sql, its idle
-// branch: no consumer that could have received it was alive) gives it back
-// uncounted with its due time kept (least(next_attempt_at, now())): no
-// outcome, so the circuit stays half_open, and the next probe, once that
-// lease is gone (a probe waits for every leased job: 073), is the very same
-// job. docs/pipeline.md: "one probe job is leased every interval ... a
-// success closes it"; docs/operations.md: while a role is down "the job
-// waits on that role's topic" — it is not meant to stop the other role.
+// TestSharedHandlerProbeSkipsDownRolesJob (review helper-291): a handler
+// shared by two scoped consumer roles (docs/operations.md "A database role
+// per consumer") with a circuit breaker closes its circuit while every
+// consumer of ONE role is down, once the other role's downstream works
+// again. Before 076, claim_limited_jobs picked the probe as the handler's
+// first due job whoever could run it: a job only the down role covers went
+// to that role's topic, nobody took it, the reaper gave it back uncounted
+// with its due time kept, and the next probe was the very same job, for as
+// long as the role stayed down (the circuit half_open, the healthy role fed
+// nothing). Now the probe is chosen among jobs a live consumer could
+// receive; the down role's job waits, pending and never leased, and runs
+// once its role is back.
 // Setup: real PostgreSQL, in-process bus, one streamer (lease 2 s). Handler
 // "shared", BreakerFailures 1, BreakerProbeInterval 1 s, run by role A
 // (scope stripe) and role B (scope github). Both consumers start, then B's
 // stops gracefully. A stripe job fails on A (circuit open); then a github
 // job g1 (only B covers it) and a stripe job s2 arrive, g1 first.
-// Expected: within a few probe intervals a probe reaches A's job s2, A runs
-// it, the circuit closes.
-// Observed: after 30 s s2 is still pending and never run, the circuit
-// half_open, g1 leased again and again as the probe (e.g. 11 leases, every
-// one of them given back uncounted, attempt_count 0).
-// Suggested fix: choose the probe among jobs a live consumer could receive
-// (the reaper's "could have received it" test, or the streamer's route
-// table's live roles), or have the reaper's uncounted give-back of a
-// half-open circuit's probe move that job behind the others
-// (next_attempt_at = now()) and make the probe due at once, so the next
-// probe is another job.
-func TestKnownLimitSharedHandlerProbeStuckOnDownRolesJob(t *testing.T) {
+func TestSharedHandlerProbeSkipsDownRolesJob(t *testing.T) {
 	rr := newReviewRouting(t)
 	ctx := context.Background()
 	a := rr.role(t, "a", "stripe")
@@ -118,9 +99,8 @@ func TestKnownLimitSharedHandlerProbeStuckOnDownRolesJob(t *testing.T) {
 	g1Leased := map[time.Time]bool{} // g1's distinct lease times seen
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		done := rs.count("evt_s2") > 0
-		if done {
-			return
+		if rs.count("evt_s2") > 0 {
+			break
 		}
 		var at *time.Time
 		if err := rr.p.admin.QueryRow(ctx, `SELECT j.attempted_at FROM webhook_ingress.jobs j
@@ -133,58 +113,62 @@ func TestKnownLimitSharedHandlerProbeStuckOnDownRolesJob(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var g1Status string
-	var g1Attempts, g1Leases int
-	if err := rr.p.admin.QueryRow(ctx, `SELECT j.status::text, j.attempt_count,
-			(SELECT count(*) FROM webhook_ingress.job_attempts x WHERE x.job_id = j.id)
-		FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
-		WHERE j.handler = 'shared' AND e.external_event_id = 'evt_g1'`).Scan(&g1Status, &g1Attempts, &g1Leases); err != nil {
-		t.Fatal(err)
+	g1 := func() (status string, attempts, rows int) {
+		t.Helper()
+		if err := rr.p.admin.QueryRow(ctx, `SELECT j.status::text, j.attempt_count,
+				(SELECT count(*) FROM webhook_ingress.job_attempts x WHERE x.job_id = j.id)
+			FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+			WHERE j.handler = 'shared' AND e.external_event_id = 'evt_g1'`).Scan(&status, &attempts, &rows); err != nil {
+			t.Fatal(err)
+		}
+		return status, attempts, rows
 	}
-	var s2Status string
-	if err := rr.p.admin.QueryRow(ctx, `SELECT j.status::text FROM webhook_ingress.jobs j
-		JOIN webhook_ingress.events e ON e.id = j.event_id
-		WHERE j.handler = 'shared' AND e.external_event_id = 'evt_s2'`).Scan(&s2Status); err != nil {
-		t.Fatal(err)
+	if rs.count("evt_s2") == 0 {
+		g1Status, g1Attempts, g1Leases := g1()
+		var s2Status string
+		if err := rr.p.admin.QueryRow(ctx, `SELECT j.status::text FROM webhook_ingress.jobs j
+			JOIN webhook_ingress.events e ON e.id = j.event_id
+			WHERE j.handler = 'shared' AND e.external_event_id = 'evt_s2'`).Scan(&s2Status); err != nil {
+			t.Fatal(err)
+		}
+		t.Fatalf("30 s after team A's job s2 arrived it never ran (status %s), circuit %s: the probe keeps landing on team B's "+
+			"job g1 (leased %d times, status %s, attempt_count %d, attempt rows %d), which only the down role B may take; "+
+			"runs %s; want a probe to reach the healthy role's job and close the circuit",
+			s2Status, circuit(), len(g1Leased), g1Status, g1Attempts, g1Leases, rs.String())
 	}
-	runs := rs.String()
-	t.Fatalf("30 s after team A's job s2 arrived it never ran (status %s), circuit %s: the probe keeps landing on team B's "+
-		"job g1 (leased %d times, status %s, attempt_count %d, attempt rows %d), which only the down role B may take and which is given back "+
-		"uncounted at each expiry; runs %s; want a probe to reach the healthy role's job and close the circuit",
-		s2Status, circuit(), len(g1Leased), g1Status, g1Attempts, g1Leases, runs)
+	testwait.Eventually(t, 10*time.Second, "circuit closed by the probe on s2", func() (bool, string) {
+		c := circuit()
+		return c == "closed", "circuit " + c
+	})
+	// g1 waited, never leased: only the down role may run it.
+	if st, att, rows := g1(); len(g1Leased) != 0 || st != "pending" || att != 0 || rows != 0 {
+		t.Fatalf("team B's job g1 while B was down: leased %d times, status %s, attempt_count %d, attempt rows %d; "+
+			"want never leased (pending, 0, 0)", len(g1Leased), st, att, rows)
+	}
+	// Team B comes back: g1 runs, once.
+	newSvc("team-b", rr.p.pool(t, b, 8), "github")
+	testwait.Eventually(t, 30*time.Second, "g1 completed once team B is back", func() (bool, string) {
+		st, att, _ := g1()
+		return st == "completed", fmt.Sprintf("g1 %s after %d attempts", st, att)
+	})
+	if n, m := rs.count("evt_g1"), rs.count("evt_s2"); n != 1 || m != 1 {
+		t.Fatalf("g1 ran %d times, s2 %d times; want once each (runs %s)", n, m, rs.String())
+	}
 }
 
-// TestKnownLimitInFlightSlotsHeldByDownRolesJobs (review helper-291).
-// Defect: a handler shared by two scoped consumer roles with MaxInFlight
-// runs none of the healthy role's jobs while the other role is down and has
-// MaxInFlight jobs due ahead of them: the in-flight limit is spent, lease
-// after lease, on references nobody can take. claim_limited_jobs
-// (schema/migrations/073_breaker_counts_expiry.up.sql) leases the handler's
-// first due jobs (ORDER BY next_attempt_at, id) up to max_in_flight less
-// those leased, whoever can run them; the down role's jobs go to its topic,
-// which nobody reads, hold their slots for a whole lease, and
-// ReapExpiredLeases (schema/queries/jobs.sql, idle branch) gives them back
-// uncounted with their due time kept, so the next claim leases the same
-// jobs into the freed slots. docs/pipeline.md: MaxInFlight is "at most that
-// many of its jobs leased at once" (a cap, not a reservation for a role
-// that is away); docs/operations.md: while a role is down "the job waits on
-// that role's topic" — the other role is not meant to wait with it. Same
-// root cause as TestKnownLimitSharedHandlerProbeStuckOnDownRolesJob.
+// TestInFlightSlotsSkipDownRolesJobs (review helper-291): a handler shared
+// by two scoped consumer roles with MaxInFlight runs the healthy role's jobs
+// while the other role is down and has MaxInFlight jobs due ahead of them.
+// Before 076 the in-flight limit was spent, lease after lease, on the down
+// role's references, which nobody took and the reaper gave back uncounted
+// with their due time kept (docs/pipeline.md: MaxInFlight is a cap, not a
+// reservation for a role that is away). The down role's jobs now wait,
+// pending and never leased, and run once the role is back.
 // Setup: real PostgreSQL, in-process bus, one streamer (lease 2 s). Handler
 // "shared", MaxInFlight 2, run by role A (scope stripe) and role B (scope
 // github); B's consumer stops gracefully. Two github jobs (B's alone)
 // arrive, then one stripe job s1 (A's).
-// Expected: A runs s1 within seconds (at most a lease or two).
-// Observed: after 30 s s1 is still pending and never run; the two github
-// jobs were leased again and again (e.g. 14 distinct leases), attempt
-// rows 0 (every expiry uncounted).
-// Suggested fix: in claim_limited_jobs (and the probe choice), pass over
-// jobs no live consumer could receive (the reaper's "could have received
-// it" test: a live consumer of a role whose scope covers the job, an
-// unrestricted one, or of the previous version), as CountLeasedJobs' quiet
-// rule already does for a handler whose consumers are all gone; or do not
-// count such leases toward max_in_flight.
-func TestKnownLimitInFlightSlotsHeldByDownRolesJobs(t *testing.T) {
+func TestInFlightSlotsSkipDownRolesJobs(t *testing.T) {
 	rr := newReviewRouting(t)
 	ctx := context.Background()
 	a := rr.role(t, "a", "stripe")
@@ -223,7 +207,7 @@ func TestKnownLimitInFlightSlotsHeldByDownRolesJobs(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if rs.count("evt_s1") > 0 {
-			return
+			break
 		}
 		rows, err := rr.p.admin.Query(ctx, `SELECT j.id, j.attempted_at FROM webhook_ingress.jobs j
 			WHERE j.handler = 'shared' AND j.provider = 'github' AND j.attempted_at IS NOT NULL`)
@@ -241,21 +225,39 @@ func TestKnownLimitInFlightSlotsHeldByDownRolesJobs(t *testing.T) {
 		rows.Close()
 		time.Sleep(100 * time.Millisecond)
 	}
-	var s1Status string
-	var gAttemptRows, gLeased int
-	if err := rr.p.admin.QueryRow(ctx, `SELECT
-			(SELECT j.status::text FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
-			 WHERE j.handler = 'shared' AND e.external_event_id = 'evt_s1'),
-			(SELECT count(*) FROM webhook_ingress.job_attempts x JOIN webhook_ingress.jobs j ON j.id = x.job_id
-			 WHERE j.handler = 'shared' AND j.provider = 'github'),
-			(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'shared' AND provider = 'github' AND status = 'leased')`).
-		Scan(&s1Status, &gAttemptRows, &gLeased); err != nil {
-		t.Fatal(err)
+	github := func() (s1Status string, attemptRows, leased, completed int) {
+		t.Helper()
+		if err := rr.p.admin.QueryRow(ctx, `SELECT
+				(SELECT j.status::text FROM webhook_ingress.jobs j JOIN webhook_ingress.events e ON e.id = j.event_id
+				 WHERE j.handler = 'shared' AND e.external_event_id = 'evt_s1'),
+				(SELECT count(*) FROM webhook_ingress.job_attempts x JOIN webhook_ingress.jobs j ON j.id = x.job_id
+				 WHERE j.handler = 'shared' AND j.provider = 'github'),
+				(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'shared' AND provider = 'github' AND status = 'leased'),
+				(SELECT count(*) FROM webhook_ingress.jobs WHERE handler = 'shared' AND provider = 'github' AND status = 'completed')`).
+			Scan(&s1Status, &attemptRows, &leased, &completed); err != nil {
+			t.Fatal(err)
+		}
+		return s1Status, attemptRows, leased, completed
 	}
-	t.Fatalf("30 s after team A's job s1 arrived it never ran (status %s): the handler's 2 in-flight slots went, lease after "+
-		"lease, to team B's github jobs (%d distinct leases seen, %d leased now, %d attempt rows: every expiry uncounted), "+
-		"which only the down role B may take; runs %s; want s1 run within a lease or two",
-		s1Status, len(leases), gLeased, gAttemptRows, rs.String())
+	if rs.count("evt_s1") == 0 {
+		s1Status, gAttemptRows, gLeased, _ := github()
+		t.Fatalf("30 s after team A's job s1 arrived it never ran (status %s): the handler's 2 in-flight slots went, lease after "+
+			"lease, to team B's github jobs (%d distinct leases seen, %d leased now, %d attempt rows: every expiry uncounted), "+
+			"which only the down role B may take; runs %s; want s1 run within a lease or two",
+			s1Status, len(leases), gLeased, gAttemptRows, rs.String())
+	}
+	if len(leases) != 0 {
+		t.Fatalf("team B's github jobs were leased %d times while B was down; want never (only B may run them)", len(leases))
+	}
+	// Team B comes back: its two jobs run, once each.
+	rs.service(t, rr, "team-b", rr.p.pool(t, b, 8), "github", limits)
+	testwait.Eventually(t, 30*time.Second, "the github jobs completed once team B is back", func() (bool, string) {
+		_, _, leased, completed := github()
+		return completed == 2, fmt.Sprintf("%d completed, %d leased", completed, leased)
+	})
+	if g1, g2, s1 := rs.count("evt_g1"), rs.count("evt_g2"), rs.count("evt_s1"); g1 != 1 || g2 != 1 || s1 != 1 {
+		t.Fatalf("runs %s; want g1, g2 and s1 once each", rs.String())
+	}
 }
 
 // review291Runs counts the calls of the test's handlers by event id.
