@@ -417,9 +417,6 @@ CREATE FUNCTION webhook_ingress.handler_failures_since(p_handler text, p_since t
 CREATE FUNCTION webhook_ingress.in_registrant_scope(p_role text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.job_receivable(p_handler text, p_provider text, p_event_type text, p_seen_since timestamp with time zone, p_alive_at timestamp with time zone) RETURNS boolean
-    LANGUAGE sql AS $$ SELECT NULL $$;
-
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
@@ -448,10 +445,18 @@ CREATE TABLE webhook_ingress.partitions_result (period_start timestamp with time
 CREATE FUNCTION webhook_ingress.partitions() RETURNS SETOF webhook_ingress.partitions_result
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE TABLE webhook_ingress.receivable_scopes_result (open boolean, uncovered boolean, live_pairs text[], member_pairs text[], live_scopes text[], member_scopes text[]);
+
+CREATE FUNCTION webhook_ingress.receivable_scopes(p_handler text) RETURNS SETOF webhook_ingress.receivable_scopes_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE FUNCTION webhook_ingress.receives(p_provider text, p_event_type text, p_open boolean, p_uncovered boolean, p_live_pairs text[], p_member_pairs text[], p_live_scopes text[], p_member_scopes text[]) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.reporter_advance_attempt_ids(p_past bigint) RETURNS bigint
     LANGUAGE sql AS $$ SELECT NULL $$;
 
-CREATE FUNCTION webhook_ingress.role_covers(p_handler text, p_role text, p_provider text, p_event_type text) RETURNS boolean
+CREATE FUNCTION webhook_ingress.scopes_cover(p_provider text, p_event_type text, p_scopes text[]) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.type_subscribed(p_provider text, p_event_type text) RETURNS boolean

@@ -13,67 +13,113 @@
 -- role to come back (tests TestSharedHandlerProbeSkipsDownRolesJob and
 -- TestInFlightSlotsSkipDownRolesJobs).
 --
--- job_receivable is the reaper's "could a consumer have received it" test
--- (ReapExpiredLeases), written once for both: a consumer of the handler of
--- a version before 064 (db_role NULL: it reads the handler's topic), of an
--- unrestricted role (''), or of a scoped role one of whose scopes covers
--- the job's source and type; or any consumer of the handler when no role of
--- its consumers covers the job (then the streamer publishes it on the
--- handler's own topic, which every consumer reads). role_covers says
--- whether a role is one of the handler's (consumer_roles gives it the
--- handler and the role exists, as ListJobRoutes' members) with a scope
--- covering the job (the LIKE forms, as 038's policies match them). The
--- reaper asks about consumers seen after the lease began (p_seen_since),
--- the claim about consumers alive now (p_alive_at). A job no live consumer
--- could receive stays pending, its due time kept, and is leased once one
--- is back; jobs of its order key behind it wait for it, as for any earlier
--- unfinished job of the key. A handler no consumer of which is known at
--- all (none in the last day) is claimed as before, as CountLeasedJobs'
--- quiet rule leaves it.
+-- The test is the reaper's "could a consumer have received it"
+-- (ReapExpiredLeases), asked of the consumers alive now: a consumer of the
+-- handler of a version before 064 (db_role NULL: it reads the handler's
+-- topic), of an unrestricted role (''), or of a scoped role that is one of
+-- the handler's (consumer_roles gives it the handler and the role exists,
+-- as ListJobRoutes' members) with a scope covering the job's source and
+-- type (the LIKE forms, as 038's policies match them); or any consumer of
+-- the handler when no role of its consumers covers the job (then the
+-- streamer publishes it on the handler's own topic, which every consumer
+-- reads). A handler no consumer of which is known at all (none in the last
+-- day) is claimed as before, as CountLeasedJobs' quiet rule leaves it. A
+-- job no live consumer could receive stays pending, its due time kept, and
+-- is leased once one is back; jobs of its order key behind it wait for it,
+-- as for any earlier unfinished job of the key.
 --
--- Both functions are plain SQL without SET, so the planner inlines them
--- into the reaper's statement; every name in them is schema-qualified,
--- since they run under the caller's search_path (claim_limited_jobs' is
--- pg_catalog, pg_temp). Safe on a live database: CREATE OR REPLACE of
--- functions only, nothing read or rewritten, and it runs twice safely. A
--- streamer of the previous version keeps its own reaper statement, which
--- is the same test written out, and calls the new claim_limited_jobs,
--- whose signature is unchanged.
+-- Judged once per claim, not once per job: receivable_scopes reads the
+-- handler's few consumer rows and their roles' scopes into arrays, and
+-- receives matches a job's source and type against them with LIKE ANY (no
+-- query, and no function call, per job). A first draft asked a SQL function with sub-selects per due job,
+-- which PostgreSQL does not inline: with 50,000 due jobs of a down role
+-- ahead, one claim took 26-86 s, past the streamer's 10 s claim deadline,
+-- and the handler stopped altogether (review helper-294,
+-- TestDownRoleBacklogDoesNotStallLimitedHandler). What is left is the
+-- scan itself: each claim of such a handler walks the down role's due
+-- jobs ahead of the first it may lease (about a microsecond or two each),
+-- and the streamer claims a handler whose claims come back short and slow
+-- less often (apart.go).
+--
+-- Safe on a live database: functions only (CREATE OR REPLACE), nothing
+-- read or rewritten, and it runs twice safely. A streamer of the previous
+-- version calls the new claim_limited_jobs, whose signature is unchanged.
 
-CREATE OR REPLACE FUNCTION webhook_ingress.role_covers(p_handler text, p_role text, p_provider text, p_event_type text)
-    RETURNS boolean
+CREATE OR REPLACE FUNCTION webhook_ingress.receivable_scopes(p_handler text)
+    RETURNS TABLE (open boolean, uncovered boolean, live_pairs text[], member_pairs text[],
+                   live_scopes text[], member_scopes text[])
     LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT EXISTS (SELECT FROM webhook_ingress.consumer_roles r WHERE r.handler = p_handler AND r.role_name = p_role)
-       AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = p_role)
-       AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
-                   WHERE s.role_name = p_role
-                     AND p_provider LIKE s.provider_like AND p_event_type LIKE s.event_type_like)
+    WITH c AS (
+        SELECT c.db_role, c.alive_until > now() AS alive,
+               c.db_role <> ''
+                   AND EXISTS (SELECT FROM webhook_ingress.consumer_roles r
+                               WHERE r.handler = p_handler AND r.role_name = c.db_role)
+                   AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = c.db_role) AS member
+        FROM webhook_ingress.consumers c
+        WHERE c.handler = p_handler
+    ), s AS (
+        SELECT s.provider_like AS p, s.event_type_like AS e, bool_or(c.alive) AS alive
+        FROM c JOIN webhook_ingress.consumer_role_scopes s ON s.role_name = c.db_role
+        WHERE c.member AND s.provider_like IS NOT NULL AND s.event_type_like IS NOT NULL
+        GROUP BY s.provider_like, s.event_type_like
+    )
+    SELECT NOT EXISTS (SELECT FROM c)
+               OR EXISTS (SELECT FROM c WHERE c.alive AND (c.db_role IS NULL OR c.db_role = '')),
+           EXISTS (SELECT FROM c WHERE c.alive) AND NOT EXISTS (SELECT FROM c WHERE c.db_role = ''),
+           coalesce((SELECT array_agg(s.p || chr(31) || s.e) FROM s WHERE s.alive), '{}'),
+           coalesce((SELECT array_agg(s.p || chr(31) || s.e) FROM s), '{}'),
+           coalesce((SELECT array_agg(x) FROM s, LATERAL unnest(ARRAY[s.p, s.e]) x WHERE s.alive), '{}'),
+           coalesce((SELECT array_agg(x) FROM s, LATERAL unnest(ARRAY[s.p, s.e]) x), '{}')
 $$;
-COMMENT ON FUNCTION webhook_ingress.role_covers(text, text, text, text) IS
-    'Whether role p_role is one of handler p_handler''s consumer roles (consumer_roles, and the role exists) with a scope covering source p_provider and type p_event_type (076).';
-REVOKE ALL ON FUNCTION webhook_ingress.role_covers(text, text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION webhook_ingress.role_covers(text, text, text, text) TO webhook_streamer;
+COMMENT ON FUNCTION webhook_ingress.receivable_scopes(text) IS
+    'Who could receive handler p_handler''s jobs now, read once per limited claim for receives(): open (any job: a live consumer of a version before 064 or of an unrestricted role, or no consumer known), uncovered (a job no role of its consumers covers goes to a live consumer), the scopes of its roles with a live consumer and of all its roles, as LIKE pairs joined by U+001F and as flat (provider, type, ...) lists (076).';
+REVOKE ALL ON FUNCTION webhook_ingress.receivable_scopes(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION webhook_ingress.receivable_scopes(text) TO webhook_streamer;
 
-CREATE OR REPLACE FUNCTION webhook_ingress.job_receivable(p_handler text, p_provider text, p_event_type text,
-                                                          p_seen_since timestamptz, p_alive_at timestamptz)
+CREATE OR REPLACE FUNCTION webhook_ingress.scopes_cover(p_provider text, p_event_type text, p_scopes text[])
     RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT EXISTS (
-        SELECT FROM webhook_ingress.consumers c
-        WHERE c.handler = p_handler AND c.seen_at >= p_seen_since AND c.alive_until > p_alive_at
-          AND (c.db_role IS NULL OR c.db_role = ''
-               OR webhook_ingress.role_covers(p_handler, c.db_role, p_provider, p_event_type)
-               OR NOT EXISTS (SELECT FROM webhook_ingress.consumers o
-                              WHERE o.handler = p_handler
-                                AND (o.db_role = ''
-                                     OR webhook_ingress.role_covers(p_handler, o.db_role, p_provider, p_event_type)))))
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_scopes, 1), 0) / 2 LOOP
+        IF p_provider LIKE p_scopes[2 * i - 1] AND p_event_type LIKE p_scopes[2 * i] THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
 $$;
-COMMENT ON FUNCTION webhook_ingress.job_receivable(text, text, text, timestamptz, timestamptz) IS
-    'Whether a consumer of handler p_handler seen at or after p_seen_since and alive after p_alive_at could receive a job of source p_provider and type p_event_type (its role''s topic or the handler''s): the reaper''s test of an expired lease, and the limited claim''s of a due job (076).';
-REVOKE ALL ON FUNCTION webhook_ingress.job_receivable(text, text, text, timestamptz, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION webhook_ingress.job_receivable(text, text, text, timestamptz, timestamptz) TO webhook_streamer;
+COMMENT ON FUNCTION webhook_ingress.scopes_cover(text, text, text[]) IS
+    'Whether source p_provider and type p_event_type match one of the scopes given as a flat list of LIKE patterns (provider, type, provider, type, ...) (076).';
+REVOKE ALL ON FUNCTION webhook_ingress.scopes_cover(text, text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION webhook_ingress.scopes_cover(text, text, text[]) TO webhook_streamer;
+
+-- receives is one expression (no sub-select), so the planner inlines it
+-- where it is called: native LIKE ANY over the joined pairs, about a
+-- microsecond per job. A pair's U+001F stands between source and type: a
+-- pattern matches the joined text as its two halves match their sides,
+-- since the text holds that one U+001F, unless the source or type has one
+-- of its own (no HTTP header may; a body's JSON might), which is judged
+-- side by side (scopes_cover) instead.
+CREATE OR REPLACE FUNCTION webhook_ingress.receives(p_provider text, p_event_type text, p_open boolean, p_uncovered boolean,
+                                                    p_live_pairs text[], p_member_pairs text[],
+                                                    p_live_scopes text[], p_member_scopes text[])
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_open
+        OR CASE WHEN strpos(p_provider, chr(31)) = 0 AND strpos(p_event_type, chr(31)) = 0
+                THEN (p_provider || chr(31) || p_event_type) LIKE ANY (p_live_pairs)
+                     OR (p_uncovered AND NOT (p_provider || chr(31) || p_event_type) LIKE ANY (p_member_pairs))
+                ELSE webhook_ingress.scopes_cover(p_provider, p_event_type, p_live_scopes)
+                     OR (p_uncovered AND NOT webhook_ingress.scopes_cover(p_provider, p_event_type, p_member_scopes))
+           END
+$$;
+COMMENT ON FUNCTION webhook_ingress.receives(text, text, boolean, boolean, text[], text[], text[], text[]) IS
+    'Whether a job of source p_provider and type p_event_type could be received by a live consumer, given its handler''s receivable_scopes (076).';
+REVOKE ALL ON FUNCTION webhook_ingress.receives(text, text, boolean, boolean, text[], text[], text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION webhook_ingress.receives(text, text, boolean, boolean, text[], text[], text[], text[]) TO webhook_streamer;
 
 CREATE OR REPLACE FUNCTION webhook_ingress.claim_limited_jobs(p_handler text, p_batch_size bigint, p_lease_holder text, p_lease_for interval)
     RETURNS TABLE (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer,
@@ -100,6 +146,11 @@ DECLARE
     v_skip     boolean;
     v_leased   bigint;   -- the handler's jobs leased now
     v_open     boolean;  -- a live consumer receives any of its jobs
+    v_unc      boolean;  -- a job no role covers goes to a live consumer
+    v_lpairs   text[];   -- the scopes of its roles with a live consumer
+    v_mpairs   text[];   -- the scopes of all its roles
+    v_lscopes  text[];   -- the same, as flat lists
+    v_mscopes  text[];
 BEGIN
     -- The handler's leased jobs, counted once: the in-flight limit, and the
     -- jobs a probe waits for (041, 073). On a snapshot taken after
@@ -140,16 +191,10 @@ BEGIN
     v_quota := least(v_quota, coalesce(floor(v_tokens)::bigint, v_quota));
     -- Does a dead letter let its key go on? Asked once (see 031).
     v_skip := webhook_ingress.order_skips_dead(p_handler);
-    -- A live consumer of a version before 064 or of an unrestricted role
-    -- receives every job of the handler (its topic, or the '*' route
-    -- tried before any dead role's): then no job need be asked about; nor
-    -- when no consumer of the handler is known at all (none registered in
-    -- the last day, or one of a version that does not say it is alive),
-    -- whose jobs are leased as usual, as CountLeasedJobs' quiet rule does.
-    v_open := EXISTS (SELECT FROM webhook_ingress.consumers c
-                      WHERE c.handler = p_handler AND c.alive_until > now()
-                        AND (c.db_role IS NULL OR c.db_role = ''))
-              OR NOT EXISTS (SELECT FROM webhook_ingress.consumers c WHERE c.handler = p_handler);
+    -- Who could receive its jobs now, read once (receivable_scopes).
+    SELECT r.open, r.uncovered, r.live_pairs, r.member_pairs, r.live_scopes, r.member_scopes
+    INTO v_open, v_unc, v_lpairs, v_mpairs, v_lscopes, v_mscopes
+    FROM webhook_ingress.receivable_scopes(p_handler) r;
 
     IF v_quota > 0 THEN
         SELECT array_agg(d.id), array_agg(d.ctid), min(d.event_received_at), max(d.event_received_at),
@@ -165,7 +210,7 @@ BEGIN
               -- Only a job a live consumer could receive (076): one only an
               -- absent role may run waits, pending, for the role, and takes
               -- neither the probe nor an in-flight slot from the others.
-              AND (v_open OR webhook_ingress.job_receivable(p_handler, j.provider, j.event_type, '-infinity', now()))
+              AND webhook_ingress.receives(j.provider, j.event_type, v_open, v_unc, v_lpairs, v_mpairs, v_lscopes, v_mscopes)
               -- An ordered handler's job waits for the earlier unfinished
               -- ones of its key (020; a dead one only under its handler's
               -- live order policy block, 027) and for a leased one of its

@@ -260,8 +260,8 @@ SELECT count(*) FROM deferred;
 -- the handler when no role of its consumers given the handler covers the
 -- job (not '' either), since the streamer then publishes it on the
 -- handler's own topic, which every consumer reads (ListJobRoutes, topicOf).
--- The test is 076's job_receivable, which claim_limited_jobs asks too, of
--- the consumers alive now, before it leases a job.
+-- claim_limited_jobs asks the same of the consumers alive now, before it
+-- leases a job (076 receivable_scopes: judged once per claim, not per job).
 -- A role is one of the handler's as ListJobRoutes' members say: '', or a
 -- role that exists (pg_roles) and consumer_roles still gives the handler.
 -- A role dropped by hand (DROP ROLE: its consumer_roles and scopes rows
@@ -290,8 +290,26 @@ SELECT count(*) FROM deferred;
 -- (the streamer logs it once).
 WITH expired AS (
     SELECT j.id, j.event_received_at, j.worker_id,
-           (j.worker_id IS NOT NULL
-            OR webhook_ingress.job_receivable(j.handler, j.provider, j.event_type, j.attempted_at, '-infinity')) AS ran,
+           (j.worker_id IS NOT NULL OR EXISTS (
+               SELECT 1 FROM webhook_ingress.consumers c
+               WHERE c.handler = j.handler AND c.seen_at >= j.attempted_at
+                 AND (c.db_role IS NULL OR c.db_role = ''
+                      OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r
+                                  WHERE r.handler = j.handler AND r.role_name = c.db_role)
+                          AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = c.db_role)
+                          AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
+                                      WHERE s.role_name = c.db_role
+                                        AND j.provider LIKE s.provider_like AND j.event_type LIKE s.event_type_like))
+                      OR NOT EXISTS (SELECT FROM webhook_ingress.consumers o
+                                     WHERE o.handler = j.handler
+                                       AND (o.db_role = ''
+                                            OR (EXISTS (SELECT FROM webhook_ingress.consumer_roles r
+                                                        WHERE r.handler = j.handler AND r.role_name = o.db_role)
+                                                AND EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.rolname = o.db_role)
+                                                AND EXISTS (SELECT FROM webhook_ingress.consumer_role_scopes s
+                                                            WHERE s.role_name = o.db_role
+                                                              AND j.provider LIKE s.provider_like
+                                                              AND j.event_type LIKE s.event_type_like))))))) AS ran,
            'attempt ' || j.attempt_count || ' leased at ' || j.attempted_at || ' expired at ' || j.lease_expires_at
                || ' without an outcome (its consumer died or hung, or the reference was lost)' AS reason
     FROM webhook_ingress.jobs j

@@ -268,8 +268,8 @@ const LimitedWakeIn = `-- name: LimitedWakeIn :one
 SELECT (CASE
     WHEN NOT EXISTS (SELECT FROM webhook_ingress.jobs j
                      WHERE j.handler = l.handler AND j.status IN ('pending', 'failed') AND j.next_attempt_at <= now()
-                       AND (webhook_ingress.job_receivable(j.handler, j.provider, j.event_type, '-infinity', now())
-                            OR NOT EXISTS (SELECT FROM webhook_ingress.consumers c WHERE c.handler = l.handler)))
+                       AND webhook_ingress.receives(j.provider, j.event_type, v.open, v.uncovered, v.live_pairs,
+                                                    v.member_pairs, v.live_scopes, v.member_scopes))
         THEN NULL
     WHEN l.breaker_failures IS NOT NULL AND l.circuit <> 'closed'
         THEN CASE WHEN l.next_probe_at > now() THEN extract(epoch FROM l.next_probe_at - now()) END
@@ -282,6 +282,7 @@ SELECT (CASE
         THEN 0
     END)::float8 AS wake_in
 FROM webhook_ingress.handler_limits l
+CROSS JOIN LATERAL webhook_ingress.receivable_scopes(l.handler) v
 WHERE l.handler = $1::text
 `
 
@@ -291,8 +292,8 @@ WHERE l.handler = $1::text
 // open; the time to its next token when its bucket is empty; 0 when its
 // in-flight limit is full (a slot frees when a job ends, which nothing
 // signals, so it is looked at again soon). NULL otherwise: none is due
-// that a live consumer could receive (claim_limited_jobs leases no other
-// unless no consumer of the handler is known at all, 076),
+// that a live consumer could receive (claim_limited_jobs leases no other,
+// judged as it judges them: 076 receivable_scopes),
 // its circuit waits for a probe's outcome, or for the jobs leased before
 // it opened to end before its probe, or what is due is held back by
 // its order alone (an earlier job of its key unfinished), which a limit's

@@ -425,6 +425,15 @@ type WebhookIngressOrderLane struct {
 	Leased          bool
 }
 
+type WebhookIngressReceivableScopesResult struct {
+	Open         *bool
+	Uncovered    *bool
+	LivePairs    []string
+	MemberPairs  []string
+	LiveScopes   []string
+	MemberScopes []string
+}
+
 type WebhookIngressRetentionKeysDue struct {
 	PeriodStart time.Time
 	PeriodEnd   time.Time
