@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/inlet-dev/inlet/ingress"
 	"github.com/inlet-dev/inlet/ingress/verify"
+	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Config configures one backfill run.
@@ -24,6 +27,13 @@ type Config struct {
 	Scheme string
 	// Store is ingress's write path (ingress.NewPGStore). Required.
 	Store ingress.Store
+	// DB reads where the log inlet retention keeps starts (retention_log),
+	// as the ingress role: the pool Store writes through. Required: an
+	// event made before it is skipped, never stored again (see Run).
+	DB queries.DBTX
+	// Logger gets a line for each listed delivery gone before its fetch
+	// (its id, never its bytes). Defaults to slog.Default().
+	Logger *slog.Logger
 	// OccurredAt reads each event's time, as ingress does for the source
 	// (verify.NewOccurredAt). Defaults to nil: occurred_at NULL.
 	OccurredAt verify.OccurredAt
@@ -79,6 +89,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Minute)
 	c.MaxRateLimitWait = cmp.Or(c.MaxRateLimitWait, 15*time.Minute)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c
 }
 
@@ -90,6 +103,8 @@ func (c Config) validate() error {
 		return errors.New("backfill config: Scheme is required")
 	case c.Store == nil:
 		return errors.New("backfill config: Store is required")
+	case c.DB == nil:
+		return errors.New("backfill config: DB is required")
 	case c.StatePath == "":
 		return errors.New("backfill config: StatePath is required")
 	case c.MaxRetries < 0:
@@ -148,25 +163,62 @@ type item struct {
 
 // Stats counts what a run did.
 type Stats struct {
-	Pages          int  // pages finished, including those of earlier interrupted runs
-	Seen           int  // events read in this run
-	Stored         int  // new events
-	Duplicates     int  // already in the log (by webhook or an earlier backfill)
-	Skipped        int  // listed but not storable
+	Pages      int // pages finished, including those of earlier interrupted runs
+	Seen       int // events read in this run
+	Stored     int // new events
+	Duplicates int // already in the log (by webhook or an earlier backfill)
+	// Skipped is the events listed but not stored: without a payload, gone
+	// before their fetch (Gone), or made before KeptSince (Dropped).
+	Skipped int
+	// Dropped is the events of Skipped made before KeptSince: inlet
+	// retention dropped their period and their dedupe keys, so each would
+	// have been stored again and handled a second time.
+	Dropped int
+	// Gone is the events of Skipped the provider listed but no longer had
+	// when their payload was fetched (a GitHub delivery answering 404 or
+	// 410: aged out between the list and the fetch).
+	Gone int
+	// KeptSince is the end of the newest period inlet retention dropped, as
+	// last read: the log keeps nothing received before it. Zero: none.
+	KeptSince      time.Time
 	RateLimitWaits int  // waits asked for by the provider
 	Retries        int  // retries after a 5xx or network error
 	Resumed        bool // started from a saved cursor
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d pages, %d events seen: %d stored, %d duplicates, %d skipped, %d rate-limit waits, %d retries",
-		s.Pages, s.Seen, s.Stored, s.Duplicates, s.Skipped, s.RateLimitWaits, s.Retries)
+	var why []string
+	if s.Dropped > 0 {
+		why = append(why, fmt.Sprintf("%d made before %s, where the log inlet retention keeps starts", s.Dropped, s.KeptSince.UTC().Format(time.RFC3339)))
+	}
+	if s.Gone > 0 {
+		why = append(why, fmt.Sprintf("%d gone from the provider before their fetch", s.Gone))
+	}
+	skipped := strconv.Itoa(s.Skipped) + " skipped"
+	if len(why) > 0 {
+		skipped += " (" + strings.Join(why, ", ") + ")"
+	}
+	return fmt.Sprintf("%d pages, %d events seen: %d stored, %d duplicates, %s, %d rate-limit waits, %d retries",
+		s.Pages, s.Seen, s.Stored, s.Duplicates, skipped, s.RateLimitWaits, s.Retries)
 }
 
 // Run reads l's history from the saved cursor (or the newest event) to its
 // end, storing each event through cfg.Store. After every page the cursor is
 // saved, so a failed or cancelled run is resumed by the next; the state file
 // is removed when the end is reached. The Stats are valid on error too.
+//
+// The end is also the end of what the log keeps: nothing made before the
+// end of the newest period inlet retention dropped is stored (read when the
+// run starts and again with each page, as Reconcile reads it). The log no
+// longer holds those events nor their dedupe keys, so each would be stored
+// again under a new id and handled a second time. Such events are counted
+// in Stats.Skipped and Stats.Dropped, and since the lists are newest first
+// the pages after one are not read. A listing wholly before that point (a
+// Stripe Until before it) is ErrWindowDropped, with nothing listed.
+//
+// A listed GitHub delivery whose fetch answers 404 or 410 (gone from
+// GitHub between the list and the fetch) is counted in Stats.Skipped and
+// Stats.Gone and logged with its id; any other failed fetch stops the run.
 func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -195,8 +247,19 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 			st = saved
 		}
 	}
+	q := queries.New(cfg.DB)
+	kept, err := keptSince(ctx, q)
+	if err != nil {
+		return Stats{}, fmt.Errorf("backfill %s: %w", cfg.Source, err)
+	}
+	if w, ok := l.(windowed); ok {
+		if _, until := w.window(); !until.IsZero() && !kept.Before(until) {
+			return Stats{KeptSince: kept}, fmt.Errorf("backfill %s: %w: the events asked for end %s, before %s, the end of the newest period it dropped; the log keeps no older event nor its dedupe key: nothing listed or stored",
+				cfg.Source, ErrWindowDropped, until.UTC().Format(time.RFC3339), kept.UTC().Format(time.RFC3339))
+		}
+	}
 	p := &progress{w: cfg.Progress, terminal: cfg.Terminal, interval: cfg.ProgressInterval, source: cfg.Source}
-	p.stats.Pages, p.stats.Resumed = st.Pages, st.Cursor != ""
+	p.stats.Pages, p.stats.Resumed, p.stats.KeptSince = st.Pages, st.Cursor != "", kept
 	c := &client{http: cfg.HTTPClient, auth: l.auth, maxRetries: cfg.MaxRetries,
 		backoff: cfg.Backoff, maxBackoff: cfg.MaxBackoff, maxWait: cfg.MaxRateLimitWait, onWait: p.wait}
 	defer p.finish()
@@ -213,6 +276,13 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 		if err := checkCursor(seen, pg.Next); err != nil {
 			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
 		}
+		// A period retention dropped since the last look is out too: its
+		// events' keys are going.
+		if kept, err = keptSince(ctx, q); err != nil {
+			return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
+		}
+		p.update(func(s *Stats) { s.KeptSince = kept })
+		older := false
 		// Each item's bytes are read just before it is stored: a page of
 		// GitHub deliveries (100 payloads of up to 25 MB) is never held
 		// whole, and a failed read keeps what was stored before it. The
@@ -222,8 +292,22 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 			it := pg.Events[i]
 			pg.Events[i] = item{} // the list's copy is not needed again
 			p.update(func(s *Stats) { s.Seen++ })
+			if !it.At.IsZero() && it.At.Before(kept) {
+				// Judged by the listed time, before a GitHub payload is
+				// fetched. The lists are newest first: the pages after
+				// this one are older still.
+				older = true
+				p.update(func(s *Stats) { s.Skipped++; s.Dropped++ })
+				continue
+			}
 			if it.load != nil {
 				loaded, err := it.load(ctx, c)
+				var gone *goneError
+				if errors.As(err, &gone) {
+					logGone(ctx, cfg.Logger, "backfill", cfg.Source, gone)
+					p.update(func(s *Stats) { s.Skipped++; s.Gone++ })
+					continue
+				}
 				if err != nil {
 					return p.snapshot(), fmt.Errorf("backfill %s: page %d: %w", cfg.Source, st.Pages+1, err)
 				}
@@ -260,7 +344,7 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 		}
 		st.Pages++
 		p.update(func(s *Stats) { s.Pages = st.Pages })
-		if pg.Next == "" {
+		if pg.Next == "" || older {
 			return p.snapshot(), removeState(cfg.StatePath)
 		}
 		st.Cursor = pg.Next
@@ -268,6 +352,19 @@ func Run(ctx context.Context, cfg Config, l Lister) (Stats, error) {
 			return p.snapshot(), err
 		}
 	}
+}
+
+// windowed is a Lister limited to the events made in [since, until] (zero:
+// unbounded): Stripe's.
+type windowed interface {
+	window() (since, until time.Time)
+}
+
+// logGone says which listed delivery was gone when its payload was fetched:
+// GitHub's id of it and the status, never its bytes or a header value.
+func logGone(ctx context.Context, log *slog.Logger, command, source string, g *goneError) {
+	log.WarnContext(ctx, command+": a listed delivery was gone when its payload was fetched (aged out of the provider's history between the list and the fetch); skipped",
+		slog.String("source", source), slog.Int64("delivery_id", g.delivery), slog.Int("status", statusCode(g.err)))
 }
 
 // progress keeps the Stats and shows them: one line redrawn in place on a

@@ -52,7 +52,7 @@ func setup(t *testing.T) *testBundle {
 }
 
 func (b *testBundle) config(source, scheme string) backfill.Config {
-	return backfill.Config{Source: source, Scheme: scheme, Store: b.store, StatePath: b.state,
+	return backfill.Config{Source: source, Scheme: scheme, Store: b.store, DB: b.pool, StatePath: b.state,
 		MaxRetries: 2, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
 }
 

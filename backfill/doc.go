@@ -10,6 +10,11 @@
 // signature_verified = false: they came over an authenticated API, not as a
 // signed webhook, and their bytes are the API's rendering of the event.
 //
+// Nothing made before the end of the newest period inlet retention dropped
+// is stored, by a backfill or a reconcile: the log no longer holds those
+// events nor their dedupe keys, so each would be taken for new and handled a
+// second time under a new id.
+//
 // Progress survives interruption: after each page the provider's cursor is
 // written to a small JSON state file, and the next run continues from it. The
 // file is removed when the history has been read to its end, so a later run

@@ -182,6 +182,15 @@ func (g *GitHub) delivery(ctx context.Context, c *client, id int64) (item, error
 	path := g.path + "/" + strconv.FormatInt(id, 10)
 	body, _, err := c.get(ctx, g.cfg.BaseURL+path)
 	if err != nil {
+		if code := statusCode(err); code == http.StatusNotFound || code == http.StatusGone {
+			// The same token has just listed it, so this is no refused
+			// permission (which fails the listing): the delivery aged out
+			// of GitHub's history between the list and the fetch, and a
+			// backfill reads the oldest, those about to age out, last. It
+			// stays listed for a while: stopping on it would stop every
+			// run (review helper-296).
+			return item{}, &goneError{delivery: id, err: err}
+		}
 		return item{}, err
 	}
 	var d struct {
@@ -212,6 +221,21 @@ func (g *GitHub) delivery(ctx context.Context, c *client, id int64) (item, error
 	}
 	return item{Type: typ, Headers: headers, Body: []byte(payload)}, nil
 }
+
+// goneError is the error of a listed delivery whose fetch answered 404 Not
+// Found or 410 Gone: GitHub no longer has it. Run and Reconcile count it
+// skipped, log its id and go on; every other failure of a fetch still stops
+// the run.
+type goneError struct {
+	delivery int64 // GitHub's id of the delivery (not X-GitHub-Delivery)
+	err      error // the final 404 or 410
+}
+
+func (e *goneError) Error() string {
+	return fmt.Sprintf("delivery %d is gone: %v", e.delivery, e.err)
+}
+
+func (e *goneError) Unwrap() error { return e.err }
 
 // nextCursor is the cursor of the rel="next" link of a Link header, "" when
 // there is none (the last page).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -69,6 +70,9 @@ type ReconcileConfig struct {
 	MaxRateLimitWait time.Duration
 	// Metrics counts missing events; nil counts nothing.
 	Metrics *ReconcileMetrics
+	// Logger gets a line for each missing delivery gone before its fetch
+	// (its id, never its bytes). Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c ReconcileConfig) validate() error {
@@ -100,11 +104,17 @@ type Counts struct {
 	// Missing is those the log did not hold.
 	Missing int64 `json:"missing"`
 	// Stored is the missing events this run stored (0 in a dry run; less
-	// than Missing when a listed delivery has no payload to store).
+	// than Missing when a listed delivery has no payload to store, or is
+	// Gone).
 	Stored int64 `json:"stored"`
 	// Duplicates is extra listings of an event already listed (a GitHub
 	// redelivery, a page that shifted under the cursor).
 	Duplicates int64 `json:"duplicates"`
+	// Gone is the Missing events not stored because the provider no longer
+	// had them when their payload was fetched (a GitHub delivery answering
+	// 404 or 410: aged out between the list and the fetch). Left out of
+	// the JSON when 0.
+	Gone int64 `json:"gone,omitempty"`
 }
 
 func (c *Counts) add(o Counts) {
@@ -113,6 +123,7 @@ func (c *Counts) add(o Counts) {
 	c.Missing += o.Missing
 	c.Stored += o.Stored
 	c.Duplicates += o.Duplicates
+	c.Gone += o.Gone
 }
 
 // TypeCounts are the Counts of one event type.
@@ -173,9 +184,16 @@ type Report struct {
 // window reaching back past it starts there, recorded and reported so
 // (Report.Since), the part left out in Report.Skipped; a window wholly
 // before it is ErrWindowDropped, with no run recorded.
+//
+// A missing GitHub delivery whose fetch answers 404 or 410 (gone from
+// GitHub between the list and the fetch) is counted Missing and Gone, not
+// stored, and logged with its id; any other failed fetch stops the run.
 func Reconcile(ctx context.Context, cfg ReconcileConfig, l Lister) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	d := Config{HTTPClient: cfg.HTTPClient, MaxRetries: cfg.MaxRetries, Backoff: cfg.Backoff,
 		MaxBackoff: cfg.MaxBackoff, MaxRateLimitWait: cfg.MaxRateLimitWait}.WithDefaults()
@@ -348,6 +366,10 @@ func reconcile(ctx context.Context, cfg ReconcileConfig, l Lister, c *client, q 
 			case notStorable:
 				n.Missing++
 				cfg.Metrics.missing(cfg.Source)
+			case gone:
+				n.Missing++
+				n.Gone++
+				cfg.Metrics.missing(cfg.Source)
 			}
 		}
 		if pg.Next == "" || older {
@@ -383,11 +405,17 @@ const (
 	storedNow       storeOutcome = iota
 	storedMeanwhile              // arrived (by webhook) between the look and the insert
 	notStorable                  // listed without a payload
+	gone                         // listed, but gone from the provider when fetched
 )
 
 func storeMissing(ctx context.Context, cfg ReconcileConfig, c *client, runID int64, it item) (storeOutcome, error) {
 	if it.load != nil {
 		loaded, err := it.load(ctx, c)
+		var g *goneError
+		if errors.As(err, &g) {
+			logGone(ctx, cfg.Logger, "reconcile", cfg.Source, g)
+			return gone, nil
+		}
 		if err != nil {
 			return 0, err
 		}

@@ -29,7 +29,9 @@ func TestGitHubDeliveryFailureMidPageKeepsWhatWasStoredAndResumes(t *testing.T) 
 	var failed atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == ghPath+"/1002" && failed.CompareAndSwap(false, true) {
-			w.WriteHeader(http.StatusNotFound) // a final 4xx: not retried
+			// A refused permission: a final 4xx, not retried (a 404 or
+			// 410 would be a delivery gone, skipped; review helper-296).
+			w.WriteHeader(http.StatusForbidden)
 			return
 		}
 		fake.ServeHTTP(w, r)

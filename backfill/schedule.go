@@ -128,9 +128,12 @@ func scheduledRound(ctx context.Context, cfg ScheduleConfig) {
 		d := Derive{OccurredAt: verify.NewOccurredAt(verify.Config{Type: src.Type}), StoreJSON: true, StoreJSONMaxBytes: 256 << 10}
 		rep, err := Reconcile(ctx, ReconcileConfig{Source: src.Source, Scheme: src.Type, Store: cfg.Store, DB: cfg.DB,
 			Since: since, Until: until, OccurredAt: d.OccurredAt, StoreJSON: d.StoreJSON, StoreJSONMaxBytes: d.StoreJSONMaxBytes,
-			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics}, l)
+			HTTPClient: cfg.HTTPClient, Metrics: cfg.Metrics, Logger: cfg.Logger}, l)
 		attrs := []any{slog.Int64("run", rep.RunID), slog.Int64("listed", rep.Total.Listed), slog.Int64("already_stored", rep.Total.AlreadyStored),
 			slog.Int64("missing", rep.Total.Missing), slog.Int64("stored", rep.Total.Stored), slog.Int64("duplicates", rep.Total.Duplicates)}
+		if rep.Total.Gone > 0 {
+			attrs = append(attrs, slog.Int64("gone", rep.Total.Gone))
+		}
 		if sk := rep.Skipped; sk != nil {
 			// reconcile.window longer than retention.max_age: each round
 			// compares the part of its window the log keeps.

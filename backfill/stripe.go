@@ -133,6 +133,9 @@ func typesKey(types []string) string {
 	return strings.Join(slices.Compact(slices.Sorted(slices.Values(types))), ",")
 }
 
+// window is the events' time the query asks for (created[gte], [lte]).
+func (s *Stripe) window() (since, until time.Time) { return s.cfg.Since, s.cfg.Until }
+
 // pinned is the Since a relative --since resolved to, kept in the state
 // file; "" when the query has no time from the clock.
 func (s *Stripe) pinned() string {

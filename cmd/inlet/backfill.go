@@ -38,11 +38,24 @@ the webhook's deliveries (GET …/hooks/{id}/deliveries, then each delivery's
 request payload), with a token from --token or $GITHUB_TOKEN.
 
 Each event is stored as ingress stores a webhook, under the source (--source,
-default the first configured source of that type): an event already received
-by webhook is a duplicate and is left as it is; a new one gets a job for each
-subscribed handler. Backfilled events have signature_verified = false, the
-body exactly as the API returned it, and a header Inlet-Backfill naming the
-API; credentials are never stored or printed.
+default the first configured source of that type): an event the log holds
+(received by webhook, or backfilled before) is a duplicate and is left as it
+is; a new one gets a job for each subscribed handler. Backfilled events have
+signature_verified = false, the body exactly as the API returned it, and a
+header Inlet-Backfill naming the API; credentials are never stored or
+printed.
+
+Nothing made before the end of the newest period inlet retention dropped is
+stored: the log keeps none of those events nor their dedupe keys, so each
+would be stored again and handled a second time. The run reads that point
+when it starts and with each page, counts such events skipped, stops the
+listing there (it reads newest first; the state file is removed) and says so
+on stderr. So with a retention.max_age under 30 days a backfill reaches back
+about that far, not Stripe's 30 days, whatever --since asks.
+
+A GitHub delivery listed but gone when its payload is fetched (404 or 410:
+it aged out of GitHub's history meanwhile) is counted skipped, logged with
+its delivery id, and the run goes on; any other failed fetch stops it.
 
 Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0, and its
 secondary limit: a 403 with Retry-After or saying "secondary rate limit")
@@ -57,7 +70,7 @@ Resumable: after every page the cursor is written to --state (default
 below was found, else in this directory). An interrupted run (Ctrl-C, an error) is
 continued by running the same command again; the file is removed when the
 history has been read to the end. --restart ignores the file and starts from
-the newest event (nothing is stored twice either way). A Stripe cursor is
+the newest event (what the log holds is not stored twice either way). A Stripe cursor is
 kept per key mode (test or live). A saved cursor the provider refuses (aged
 out of its history) stops the run with that advice: remove the file or run
 with --restart.
@@ -120,7 +133,8 @@ that has one (.inlet/database_url).`)
 		return err
 	}
 	defer pool.Close()
-	hinter := notify.NewHinter(pool, 0, stderrLogger(cfg, "text"))
+	logger := stderrLogger(cfg, "text")
+	hinter := notify.NewHinter(pool, 0, logger)
 	defer hinter.Stop()
 
 	keepJSON, jsonMax := src.JSONCopy()
@@ -129,6 +143,8 @@ that has one (.inlet/database_url).`)
 		Source:     src.Name,
 		Scheme:     src.Type,
 		Store:      ingress.NewPGStore(pool, hinter),
+		DB:         pool,
+		Logger:     logger,
 		OccurredAt: verify.NewOccurredAt(src.Config),
 		EventType:  verify.NewEventTypeOf(src.Config),
 		StatePath:  *statePath,
@@ -136,6 +152,15 @@ that has one (.inlet/database_url).`)
 		Progress:   env.stderr,
 		Terminal:   isTerminal(env.stderr),
 	}, lister)
+	if stats.Dropped > 0 {
+		// Their events and dedupe keys are gone: each would have been
+		// stored again and handled a second time.
+		fmt.Fprintf(env.stderr, "backfill %s: skipped %d events made before %s: inlet retention dropped the log's events (and their dedupe keys) before then; stopped the listing there\n",
+			src.Name, stats.Dropped, stats.KeptSince.UTC().Format(time.RFC3339))
+	}
+	if errors.Is(err, backfill.ErrWindowDropped) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	if err != nil {
 		fmt.Fprintf(env.stderr, "backfill %s: stopped after %s\n", src.Name, stats)
 		// Name the cursor file only if there is one: none is written before

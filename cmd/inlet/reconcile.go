@@ -55,7 +55,10 @@ again stores nothing twice. --dry-run counts and stores nothing.
 Prints, per event type and in total: listed (distinct events in the
 window), already stored, missing, stored now, and duplicates (extra listings
 of one event, such as GitHub redeliveries). --json prints
-{"items": [per type], "total": {...}, "run_id": …}.
+{"items": [per type], "total": {...}, "run_id": …}. A missing GitHub
+delivery gone when its payload is fetched (404 or 410: aged out meanwhile)
+is counted missing and not stored, logged with its delivery id, and said
+below the table (--json: "gone"); any other failed fetch stops the run.
 
 Nothing before the end of the newest period inlet retention dropped is
 compared: the log keeps none of those events nor their dedupe keys, and
@@ -136,7 +139,8 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		return err
 	}
 	defer pool.Close()
-	hinter := notify.NewHinter(pool, 0, stderrLogger(cfg, "text"))
+	logger := stderrLogger(cfg, "text")
+	hinter := notify.NewHinter(pool, 0, logger)
 	defer hinter.Stop()
 	keepJSON, jsonMax := src.JSONCopy()
 	rep, err := backfill.Reconcile(ctx, backfill.ReconcileConfig{
@@ -145,6 +149,7 @@ run as ingress.db_role (default webhook_ingress_writer), as inlet backfill.`)
 		Since: from, Until: to, DryRun: *dryRun,
 		OccurredAt: verify.NewOccurredAt(src.Config), StoreJSON: keepJSON, StoreJSONMaxBytes: jsonMax,
 		EventType: verify.NewEventTypeOf(src.Config),
+		Logger:    logger,
 	}, lister)
 	if errors.Is(err, backfill.ErrWindowDropped) {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -241,6 +246,9 @@ func printReconcile(env *environment, rep backfill.Report) {
 	}
 	row("total", rep.Total)
 	_ = tw.Flush()
+	if rep.Total.Gone > 0 {
+		fmt.Fprintf(env.stdout, "%d missing deliveries were gone from the provider when their payloads were fetched (aged out meanwhile): not stored\n", rep.Total.Gone)
+	}
 }
 
 // cmpEnv is v, or the environment variable name when v is empty.
