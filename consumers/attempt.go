@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -28,10 +29,18 @@ import (
 const (
 	// maxErrorText bounds the error text stored per attempt.
 	maxErrorText = 2000
-	// recordTimeout bounds writing one outcome, retries included.
+	// recordTimeout bounds one try at writing an outcome (a connection that
+	// hangs is then given up for a new one), and writing an outcome whose
+	// lease runs out sooner. While Postgres is unavailable an outcome is
+	// tried again until its lease runs out (retryWhileUnavailable).
 	recordTimeout = 15 * time.Second
+	// outcomeRetryFirst is the wait before an outcome's first retry while
+	// Postgres is unavailable; it doubles up to outcomeRetryMax.
+	outcomeRetryFirst = 250 * time.Millisecond
+	outcomeRetryMax   = 2 * time.Second
 	// giveBackTimeout bounds giving back the lease of an attempt cut short
-	// by Stop's deadline, and how long Stop then waits for such attempts.
+	// by Stop's deadline, and how long Stop then waits, in all, for such
+	// attempts and for the service's own writes in flight.
 	giveBackTimeout = 5 * time.Second
 )
 
@@ -86,8 +95,9 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 		return
 	case ev == nil:
 		// Taken, but its event is gone: no attempt can succeed.
-		herr := Permanent(WithClass(fmt.Errorf("event %d of job %d does not exist", ref.EventID, ref.JobID), ClassEventMissing))
-		traceOutcome(span, s.finish(h, ref, l, herr, ClassEventMissing, attrs), ClassEventMissing)
+		f := failure{err: Permanent(WithClass(fmt.Errorf("event %d of job %d does not exist", ref.EventID, ref.JobID), ClassEventMissing)),
+			verdict: verdict{class: ClassEventMissing, permanent: true}}
+		traceOutcome(span, s.finish(h, ref, l, f, attrs), ClassEventMissing)
 		return
 	}
 
@@ -113,15 +123,18 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 		}
 		stopExtending()
 		handlerDone()
-		herr := WithClass(errors.New("the handler's goroutine exited without returning (runtime.Goexit)"), ClassPanic)
-		traceOutcome(span, s.finish(h, ref, l, herr, ClassPanic, attrs), ClassPanic)
+		f := failure{err: WithClass(errors.New("the handler's goroutine exited without returning (runtime.Goexit)"), ClassPanic),
+			verdict: verdict{class: ClassPanic}}
+		traceOutcome(span, s.finish(h, ref, l, f, attrs), ClassPanic)
 	}()
-	var herr error
+	// The handler's error with its verdict, read once under a recover
+	// (judge): its chain is the handler's code.
+	var f failure
 	var timedOut bool
 	if h.TxFunc != nil {
 		var outcome string
 		var recorded, notRun bool
-		timedOut, outcome, recorded, notRun, herr = s.runTx(ctx, h, ref, l, ev, stopExtending, handlerDeadline)
+		timedOut, outcome, recorded, notRun, f = s.runTx(ctx, h, ref, l, ev, stopExtending, handlerDeadline)
 		returned = true
 		handlerDone()
 		switch {
@@ -137,13 +150,13 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 		}
 	} else {
 		handlerDeadline.Store(deadlineNanos(time.Now().Add(h.Timeout)))
-		herr, timedOut = s.run(ctx, h, ev)
+		f, timedOut = s.run(ctx, h, ev)
 		returned = true
 		stopExtending()
 		handlerDone()
 	}
 
-	if herr != nil && errors.Is(context.Cause(ctx), errShutdown) {
+	if f.err != nil && errors.Is(context.Cause(ctx), errShutdown) {
 		// Not the handler's fault: no failure is recorded, and the lease is
 		// given back so that the attempt does not count either. Left to
 		// expire, it would be counted by the reaper (this consumer extended
@@ -152,14 +165,10 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 		return
 	}
 
-	var class ErrorClass
-	if herr != nil {
-		class = ClassOf(herr)
-		if class == ClassHandlerError && timedOut {
-			class = ClassTimeout
-		}
+	if f.class == ClassHandlerError && timedOut {
+		f.class = ClassTimeout
 	}
-	traceOutcome(span, s.finish(h, ref, l, herr, class, attrs), class)
+	traceOutcome(span, s.finish(h, ref, l, f, attrs), f.class)
 }
 
 // traceOutcome marks an attempt's span with its outcome and error class
@@ -175,9 +184,9 @@ func traceOutcome(span trace.Span, outcome string, class ErrorClass) {
 // finish records the outcome and logs it (metadata and error class only),
 // and returns it as counted: completed, failed, dead_letter, lost or
 // record_error.
-func (s *Service) finish(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass, attrs []slog.Attr) string {
-	outcome, err := s.record(h, ref, l, herr, class)
-	return s.report(h, l, outcome, err, class, attrs)
+func (s *Service) finish(h Handler, ref bus.Ref, l lease, f failure, attrs []slog.Attr) string {
+	outcome, err := s.record(h, ref, l, f)
+	return s.report(h, l, outcome, err, f.class, attrs)
 }
 
 // report counts and logs an attempt's outcome as recorded (err: recording
@@ -231,6 +240,52 @@ type lease struct {
 	maxAttempts int
 	// partition is the job's event_received_at, its partition key.
 	partition time.Time
+	// end is when the lease runs out as this process knows it, shared by
+	// the copies of the lease: an outcome the database cannot take yet is
+	// tried again until then.
+	end *leaseEnd
+}
+
+// leaseEnd is when an attempt's lease runs out, on this process's
+// monotonic clock: the time left when it was read, or the length of an
+// extension, counted from before its statement was sent, so never later
+// than the database's lease_expires_at (the hosts' clocks may disagree;
+// their pace does not).
+type leaseEnd struct{ at atomic.Pointer[time.Time] }
+
+// newLeaseEnd is a lease end at t.
+func newLeaseEnd(t time.Time) *leaseEnd {
+	e := &leaseEnd{}
+	e.at.Store(&t)
+	return e
+}
+
+// until is the lease's end; the zero time when it is not known.
+func (e *leaseEnd) until() time.Time {
+	if e == nil {
+		return time.Time{}
+	}
+	if t := e.at.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// push moves the lease's end out to t, never in: an extension is
+// greatest(lease_expires_at, now() + d).
+func (e *leaseEnd) push(t time.Time) {
+	if e == nil {
+		return
+	}
+	for {
+		old := e.at.Load()
+		if old != nil && !t.After(*old) {
+			return
+		}
+		if e.at.CompareAndSwap(old, &t) {
+			return
+		}
+	}
 }
 
 // take reads this attempt's event, writing nothing: batched with the other
@@ -337,6 +392,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 		byID[r.JobID] = r
 	}
 	s.readStatements.Add(1)
+	sent := time.Now() // the read's now() is no earlier: what is left of a lease counts from here
 	rows, err := s.cfg.Pool.Query(ctx, fetchJobsSQL, ids, attempts, handlers, events, partitions, leased)
 	if err != nil {
 		return nil, err
@@ -362,6 +418,7 @@ func (s *Service) fetch(ctx context.Context, refs []bus.Ref) (map[int64]taken, e
 		}
 		ref := byID[id]
 		l.partition, l.read, l.maxAttempts = ref.EventReceivedAt, read, int(maxAttempts)
+		l.end = newLeaseEnd(sent.Add(l.expires.Sub(l.started)))
 		t := taken{found: true, l: l}
 		if eventID != nil {
 			ev.JobID, ev.Handler, ev.Attempt, ev.MaxAttempts, ev.EventID = ref.JobID, ref.Handler, ref.Attempt, int(maxAttempts), *eventID
@@ -389,10 +446,14 @@ func (s *Service) extend(ctx context.Context, ref bus.Ref, l lease) (time.Time, 
 	return s.extendFor(ctx, ref, l, s.cfg.LeaseExtend)
 }
 
-// extendFor is extend to now()+d.
+// extendFor is extend to now()+d; the lease's end (l.end) moves with it.
 func (s *Service) extendFor(ctx context.Context, ref bus.Ref, l lease, d time.Duration) (time.Time, error) {
 	var expires time.Time
+	sent := time.Now()
 	err := s.cfg.Pool.QueryRow(ctx, extendLeaseSQL, ref.JobID, ref.Attempt, d, l.leasedAt, s.cfg.WorkerID).Scan(&expires)
+	if err == nil {
+		l.end.push(sent.Add(d))
+	}
 	return expires, err
 }
 
@@ -515,13 +576,14 @@ func (s *Service) giveBackRefs(handler string, refs []bus.Ref, level slog.Level,
 	s.logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
-// run calls the handler under its timeout, turning a panic into an error. It
-// reports whether the attempt's own deadline passed.
-func (s *Service) run(ctx context.Context, h Handler, ev *Event) (err error, timedOut bool) {
+// run calls the handler under its timeout, turning a panic into an error,
+// and judges its error once it has returned. It reports whether the
+// attempt's own deadline passed.
+func (s *Service) run(ctx context.Context, h Handler, ev *Event) (f failure, timedOut bool) {
 	actx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
-	err = call(actx, h.Func, ev)
-	return err, errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	f = judge(call(actx, h.Func, ev))
+	return f, errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 }
 
 func call(ctx context.Context, f HandlerFunc, ev *Event) (err error) {
@@ -648,27 +710,28 @@ func (s *Service) backoff(h Handler, attempt int) (d time.Duration) {
 // record writes the attempt's outcome on its job and its history row, in one
 // transaction; the history row is written only when the job update matched,
 // i.e. this attempt still held the lease. It returns the outcome recorded, ""
-// when the lease was lost.
-func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class ErrorClass) (string, error) {
-	// Its own deadline: the handler's may have passed, and a forced shutdown
-	// should not throw away a success.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
+// when the lease was lost. f is the attempt's error with its verdict (judge):
+// the handler's error chain is not walked again here.
+func (s *Service) record(h Handler, ref bus.Ref, l lease, f failure) (string, error) {
+	ctx, cancel := s.outcomeContext(l)
 	defer cancel()
 
-	if herr == nil {
+	if f.err == nil {
 		return s.complete(ctx, ref, l)
 	}
-	text := errorText(herr)
+	text := errorText(f.err)
 	var retryIn time.Duration
-	if !IsPermanent(herr) && (l.maxAttempts == 0 || ref.Attempt < l.maxAttempts) {
+	if !f.permanent && (l.maxAttempts == 0 || ref.Attempt < l.maxAttempts) {
 		// Only when a retry follows; never sooner than the handler's error
 		// asked (RetryAfter).
-		retryIn = max(s.backoff(h, ref.Attempt), RetryAfterOf(herr))
+		retryIn = max(s.backoff(h, ref.Attempt), f.retryAfter)
 	}
 	var outcome string
-	unlock := s.failingLock(ref.Handler) // before a connection is taken (see breaker.failing)
-	defer unlock()
-	err := retryWhileUnavailable(ctx, func() error {
+	err := retryWhileUnavailable(ctx, l.end.until(), func(ctx context.Context) error {
+		// Before a connection is taken (see breaker.failing), and not
+		// held while the next try waits.
+		unlock := s.failingLock(ref.Handler)
+		defer unlock()
 		// The transaction holds the job's row lock from FailJob to its
 		// COMMIT, and the reaper skips locked rows: BEGIN bounds, in the
 		// same message, how long the session may sit idle in it
@@ -678,7 +741,7 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 		return pgx.BeginTxFunc(ctx, s.cfg.Pool, recordTxOptions, func(tx pgx.Tx) error {
 			outcome = ""
 			err := tx.QueryRow(ctx, failJobSQL,
-				ref.JobID, ref.Attempt, text, string(class), retryIn, IsPermanent(herr), l.leasedAt, s.cfg.WorkerID).Scan(&outcome)
+				ref.JobID, ref.Attempt, text, string(f.class), retryIn, f.permanent, l.leasedAt, s.cfg.WorkerID).Scan(&outcome)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
@@ -686,7 +749,7 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 				return err
 			}
 			if _, err = tx.Exec(ctx, insertAttemptSQL,
-				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(class), text); err != nil {
+				ref.JobID, ref.Attempt, s.cfg.WorkerID, l.started, outcome, string(f.class), text); err != nil {
 				return err
 			}
 			return s.failed(ctx, tx, ref.Handler)
@@ -698,19 +761,61 @@ func (s *Service) record(h Handler, ref bus.Ref, l lease, herr error, class Erro
 	return outcome, nil
 }
 
-// retryWhileUnavailable runs f up to three times while it fails because
-// Postgres is unavailable, waiting 0.5s and then 1s between tries.
-func retryWhileUnavailable(ctx context.Context, f func() error) error {
-	for try := 0; ; try++ {
-		err := f()
-		if err == nil || try == 2 || !database.IsUnavailable(err) || ctx.Err() != nil {
+// outcomeContext is what writing l's attempt's outcome runs on: not ended
+// by Stop (the handler's deadline may have passed, and a forced shutdown
+// should not throw away a success), ending when the lease runs out
+// (l.end), or recordTimeout from now when that is later.
+func (s *Service) outcomeContext(l lease) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(recordTimeout)
+	if end := l.end.until(); end.After(deadline) {
+		deadline = end
+	}
+	return context.WithDeadline(context.WithoutCancel(s.workCtx), deadline)
+}
+
+// retryWhileUnavailable runs f, each try on ctx bounded by recordTimeout (a
+// connection that hangs is given up, and the next try takes a new one),
+// until it succeeds, fails for another reason than Postgres being
+// unavailable (outcomeRetryable), ctx ends, or until (when the attempt's
+// lease runs out) has passed, waiting outcomeRetryFirst between tries,
+// doubled each time up to outcomeRetryMax. Three tries in 1.5 s threw
+// away the outcome of every attempt finishing during a database restart
+// (a failover, a minor upgrade: a few seconds of refused connections),
+// and the reaper then counted each one lease_expired, a success too,
+// toward max_attempts and the handler's circuit breaker (review
+// helper-297). The outcomes are fenced on the lease token, so a try after
+// the lease was taken back writes nothing; none is tried past until.
+func retryWhileUnavailable(ctx context.Context, until time.Time, f func(context.Context) error) error {
+	wait := outcomeRetryFirst
+	for {
+		tctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		err := f(tctx)
+		cancel()
+		if err == nil || !outcomeRetryable(err) || ctx.Err() != nil {
 			return err
 		}
+		left := time.Until(until)
+		if left <= 0 {
+			return err
+		}
+		t := time.NewTimer(min(wait, left))
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
+			t.Stop()
+			return err
+		case <-t.C:
 		}
+		wait = min(2*wait, outcomeRetryMax)
 	}
+}
+
+// outcomeRetryable reports whether writing an outcome failed because
+// Postgres could not be reached, or the connection went away under the
+// statement (a server restarting closes them all): an outcome statement is
+// fenced on the lease token, so one that did commit before its answer was
+// lost matches nothing when tried again.
+func outcomeRetryable(err error) bool {
+	return database.IsUnavailable(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 var (
@@ -722,8 +827,10 @@ var (
 )
 
 // complete records a success: batched with the others finishing now when
-// batching is on, else (or when the batch failed, so nothing of it was
-// written) in a statement of its own, retried while Postgres is unavailable.
+// batching is on (the batch is tried again while Postgres is unavailable,
+// as long as its attempts' leases last), else (or when the batch failed,
+// so nothing of it was written) in a statement of its own, retried while
+// Postgres is unavailable until the lease runs out.
 func (s *Service) complete(ctx context.Context, ref bus.Ref, l lease) (string, error) {
 	c := completion{ref: ref, l: l}
 	if s.completions != nil {
@@ -735,7 +842,7 @@ func (s *Service) complete(ctx context.Context, ref bus.Ref, l lease) (string, e
 			slog.Int64("job_id", ref.JobID), slog.String("error", err.Error()))
 	}
 	var done map[int64]bool
-	err := retryWhileUnavailable(ctx, func() error {
+	err := retryWhileUnavailable(ctx, l.end.until(), func(ctx context.Context) error {
 		var err error
 		done, err = s.completeJobs(ctx, []completion{c})
 		return err

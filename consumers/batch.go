@@ -37,35 +37,73 @@ func (s *Service) newCompletions() *completions {
 var completeJobsSQL = schema.Query("CompleteJobs")
 
 // completeBatch answers each attempt with whether its job was completed
-// (false: its lease was lost), or every attempt with the statement's error;
-// nothing of a failed statement was written.
+// (false: its lease was lost), or with the statement's error; nothing of a
+// failed statement was written. While Postgres is unavailable the
+// statement is tried again (retryWhileUnavailable's waits, each try within
+// recordTimeout) for the attempts whose callers still wait and whose
+// leases have not run out; the others are answered with the error as
+// their turn ends. Answered at the first failure, every success finishing
+// during a database restart was lost, and the reaper counted it
+// lease_expired (review helper-297).
 func (s *Service) completeBatch(batch []*groupcommit.Request[completion, bool]) {
-	live := batch[:0]
-	for _, r := range batch {
-		if err := r.Ctx.Err(); err != nil {
-			r.Answer(false, err)
+	live := waiting(batch, time.Time{}, nil)
+	wait := outcomeRetryFirst
+	for len(live) > 0 {
+		cs := make([]completion, len(live))
+		for i, r := range live {
+			cs[i] = r.Value
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
+		done, err := s.completeJobs(ctx, cs)
+		cancel()
+		if err != nil && outcomeRetryable(err) {
+			// Those whose lease has run out are answered now; the others
+			// wait, at most until the last of their leases runs out.
+			now := time.Now()
+			if live = waiting(live, now, err); len(live) == 0 {
+				return
+			}
+			var until time.Time
+			for _, r := range live {
+				if end := r.Value.l.end.until(); end.After(until) {
+					until = end
+				}
+			}
+			time.Sleep(min(wait, until.Sub(now)))
+			wait = min(2*wait, outcomeRetryMax)
+			if live = waiting(live, time.Time{}, err); len(live) == 0 {
+				return
+			}
 			continue
 		}
-		live = append(live, r)
-	}
-	if len(live) == 0 {
+		for _, r := range live {
+			// The bus may have delivered one attempt twice and both runs ended
+			// in this batch: the row was completed once, and the second outcome
+			// is fenced out as it would be in a later statement.
+			id := r.Value.ref.JobID
+			r.Answer(err == nil && done[id], err)
+			delete(done, id)
+		}
 		return
 	}
-	cs := make([]completion, len(live))
-	for i, r := range live {
-		cs[i] = r.Value
+}
+
+// waiting returns the requests of batch still to be written, and answers
+// the others: with their caller's context's error when it gave up, and,
+// when now is not zero, with err when their lease has run out by now.
+func waiting(batch []*groupcommit.Request[completion, bool], now time.Time, err error) []*groupcommit.Request[completion, bool] {
+	live := batch[:0]
+	for _, r := range batch {
+		switch {
+		case r.Ctx.Err() != nil:
+			r.Answer(false, r.Ctx.Err())
+		case !now.IsZero() && !now.Before(r.Value.l.end.until()):
+			r.Answer(false, err)
+		default:
+			live = append(live, r)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), recordTimeout)
-	defer cancel()
-	done, err := s.completeJobs(ctx, cs)
-	for _, r := range live {
-		// The bus may have delivered one attempt twice and both runs ended
-		// in this batch: the row was completed once, and the second outcome
-		// is fenced out as it would be in a later statement.
-		id := r.Value.ref.JobID
-		r.Answer(err == nil && done[id], err)
-		delete(done, id)
-	}
+	return live
 }
 
 // completeJobs records successes in one CompleteJobs statement and returns

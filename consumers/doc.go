@@ -22,7 +22,17 @@
 //     once MaxAttempts are spent or the error is [Permanent];
 //     every failed attempt leaves a row in webhook_ingress.job_attempts with
 //     its [ErrorClass], error text, consumer and times (the view
-//     webhook_ingress.attempts shows failures and successes together).
+//     webhook_ingress.attempts shows failures and successes together). A
+//     panic is a failure of class [ClassPanic]; an error whose chain
+//     panics when the SDK walks it (a typed nil wrapped in another error,
+//     whose Unwrap dereferences its nil receiver) is one of class
+//     [ClassHandlerError], not permanent, without a Retry-After.
+//
+// An outcome Postgres cannot take yet (a restart, a failover: connections
+// refused or closed) is tried again, 250 ms apart doubling to 2s, until the
+// attempt's lease runs out: still fenced on the lease token, so nothing is
+// written once the lease was taken back. Only an outcome still not written
+// then is left to the lease's expiry, and counted by the reaper.
 //
 // Postgres is the source of truth and the bus carries only wake-ups: a
 // message is acknowledged as soon as a concurrency slot is free, and an

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrorClass is the coarse kind of a failed attempt. Classes are the only
@@ -110,4 +113,53 @@ func ClassOf(err error) ErrorClass {
 		return ClassTimeout
 	}
 	return ClassHandlerError
+}
+
+// verdict is what the SDK reads of a failed attempt's error: the class it is
+// recorded with, whether it is [Permanent], the delay its [RetryAfter] asks
+// for, and whether PostgreSQL raised it to resolve a conflict (40001, 40P01:
+// a transactional handler's run may go again).
+type verdict struct {
+	class      ErrorClass
+	permanent  bool
+	retryAfter time.Duration
+	conflict   bool
+}
+
+// failure is an attempt's error with its verdict, read once (judge) and used
+// everywhere after: a nil err is a success.
+type failure struct {
+	err error
+	verdict
+}
+
+// judge reads err's verdict, once, under a recover. A handler's error type
+// is the handler's code, and walking its chain (errors.As and errors.Is call
+// its Unwrap, As and Is methods) runs it outside the handler's recover: a
+// typed nil wrapped once, fmt.Errorf("charge: %w", err) with err a nil
+// *MyError behind the error interface, dereferences its nil receiver in
+// Unwrap, and the panic on the attempt's goroutine ended the process, every
+// attempt in it lost and later counted lease_expired (review helper-297).
+// When walking the chain panics, the attempt fails as an unclassified
+// handler error ([ClassHandlerError]): not permanent, no Retry-After, no
+// conflict. judge(nil) is the zero verdict.
+func judge(err error) (f failure) {
+	f.err = err
+	if err == nil {
+		return f
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			f.verdict = verdict{class: ClassHandlerError}
+		}
+	}()
+	f.verdict = verdict{class: ClassOf(err), permanent: IsPermanent(err), retryAfter: RetryAfterOf(err), conflict: conflict(err)}
+	return f
+}
+
+// conflict reports an error PostgreSQL raised to resolve a conflict
+// (serialization failure, deadlock), which a new transaction may not meet.
+func conflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -429,15 +429,20 @@ func (s *Service) Start(ctx context.Context) (err error) {
 }
 
 // Stop stops taking messages and waits for the attempts in flight to finish
-// and record their outcomes. They keep running under their own Timeout until
-// ctx is done; then their contexts are cancelled, Stop waits a few seconds
-// at most for them to return, and returns ctx's error. An attempt cut short
-// that way records nothing (unless its handler still succeeds) and gives its
-// lease back: its job is pending again at once and the attempt does not
-// count. Should giving it back fail (or its handler not return in time), the
-// lease expires and the streamer's reaper retries the job, counting the
-// attempt (lease_expired, or dead_letter on its last attempt) since this
-// consumer extended the lease or another consumer of the handler was alive.
+// and record their outcomes (an outcome Postgres cannot take yet is tried
+// again until its lease runs out). They keep running under their own
+// Timeout until ctx is done; then their contexts are cancelled, Stop waits
+// a few seconds at most (5s in all) for them to return and for the
+// service's own writes in flight (liveness, a batch of completions,
+// circuit breaker resets), leaves whatever has not finished by then to
+// finish on its own (or fail once the pool is closed), and returns ctx's
+// error. An attempt cut short that way records nothing (unless its handler
+// still succeeds) and gives its lease back: its job is pending again at
+// once and the attempt does not count. Should giving it back fail (or its
+// handler not return in time), the lease expires and the streamer's reaper
+// retries the job, counting the attempt (lease_expired, or dead_letter on
+// its last attempt) since this consumer extended the lease or another
+// consumer of the handler was alive.
 // Stop on a service that never started (which then never starts), or that
 // has stopped, returns nil;
 // a Stop while another is stopping the service waits for it (or for its own
@@ -503,41 +508,82 @@ func (s *Service) stop(ctx context.Context) error {
 		s.attempts.Wait()
 		close(done)
 	}()
+	// Once ctx is done, whatever Stop still waits for gets giveBackTimeout
+	// in all: the attempts cut short, then the background writes.
+	grace, endGrace := graceAfter(ctx, giveBackTimeout)
+	defer endGrace()
 	select {
 	case <-done:
-		s.stopBackground()
+		finished := s.stopBackground(grace)
 		s.workCancel(nil)
+		if !finished {
+			return fmt.Errorf("stop consumers: writes in flight (liveness, a completion batch, circuit breaker resets) still running, left to finish on their own: %w", ctx.Err())
+		}
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "consumers stopped")
 		return nil
 	case <-ctx.Done():
 		n := s.inFlight.Load()
 		s.workCancel(errShutdown)
-		s.readers.Wait() // they start nothing more once workCtx is done
 		// Time for the cancelled attempts to give their leases back before
-		// the program closes the pool; a handler that ignores its context
-		// is not waited for past that.
+		// the program closes the pool (readers start nothing more once
+		// workCtx is done); a handler that ignores its context, or an
+		// outcome the database does not take, is not waited for past that.
 		select {
 		case <-done:
-		case <-time.After(giveBackTimeout):
+		case <-grace.Done():
 		}
 		// Attempts still finishing record their outcomes one by one.
-		s.stopBackground()
+		s.stopBackground(grace)
 		s.logger.LogAttrs(ctx, slog.LevelWarn, "consumers stopped before attempts finished; they were cut short and give their leases back",
 			slog.Int64("attempts", n))
 		return fmt.Errorf("stop consumers: %d attempts still running: %w", n, ctx.Err())
 	}
 }
 
-// stopBackground ends the liveness loop and the batching committers.
-func (s *Service) stopBackground() {
-	s.aliveCancel()
-	<-s.aliveDone
-	if s.completions != nil {
-		s.completions.Close() // its last batches may start breaker resets
+// graceAfter returns a context that ends d after ctx does (not before).
+func graceAfter(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	grace, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer atomic.Pointer[time.Timer]
+	stop := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(d, cancel)) })
+	return grace, func() {
+		stop()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
 	}
-	s.resets.Wait()
-	if s.takes != nil {
-		s.takes.Close()
+}
+
+// stopBackground ends the liveness loop and the batching committers, and
+// waits for what they have in flight: the liveness write, the completion
+// batch (tried again while Postgres is unavailable, as long as its
+// attempts' leases last) and the circuit breaker resets it started, each
+// on a deadline of its own that Stop's does not end. It waits no longer
+// than grace (giveBackTimeout after Stop's ctx is done) and then leaves
+// them to finish in the background, as it does attempts cut short: waited
+// for to the end, a database that stopped answering held Stop past its
+// deadline by a recordTimeout or more (review helper-297). It reports
+// whether they finished.
+func (s *Service) stopBackground(grace context.Context) bool {
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		s.aliveCancel()
+		<-s.aliveDone
+		if s.completions != nil {
+			s.completions.Close() // its last batches may start breaker resets
+		}
+		s.resets.Wait()
+		if s.takes != nil {
+			s.takes.Close()
+		}
+	}()
+	select {
+	case <-finished:
+		return true
+	case <-grace.Done():
+		s.logger.LogAttrs(grace, slog.LevelWarn, "consumers stopped with writes still in flight (liveness, a completion batch, circuit breaker resets): they finish on their own, or fail once the pool is closed")
+		return false
 	}
 }
 

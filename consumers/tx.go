@@ -112,8 +112,9 @@ const ClassTransaction ErrorClass = "transaction"
 // notRun when the handler was never called because no transaction slot
 // came (within txWait, or before Stop's deadline), an attempt that must not
 // count; and the handler's error (or the transaction's, classed
-// [ClassTransaction]) to be recorded as a failed attempt.
-func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded, notRun bool, herr error) {
+// [ClassTransaction]) with its verdict, read once (judge), to be recorded
+// as a failed attempt.
+func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded, notRun bool, f failure) {
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
@@ -140,15 +141,15 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	case <-ctx.Done():
 		wait.Stop()
 		stopExtending()
-		return false, "", false, true, nil
+		return false, "", false, true, failure{}
 	case <-wait.C:
 		stopExtending()
 		if s.overdueTx(h.Name, txHoldLimit(h.Timeout, s.cfg.LeaseExtend)) {
-			return false, "", false, false, WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
+			return false, "", false, false, judge(WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
 				"its own transactions held them longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)",
-				s.txWait), ClassTransaction)
+				s.txWait), ClassTransaction))
 		}
-		return false, "", false, true, nil
+		return false, "", false, true, failure{}
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
 	// transaction and not extended while it is open: an extension from
@@ -164,35 +165,30 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	for try := 1; ; try++ {
 		var rerun bool
 		// A run again begins with the extender stopped (by the last run).
-		timedOut, outcome, recorded, herr, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline, snapshot || try > 1, stopExtending)
-		if !rerun || IsPermanent(herr) || ctx.Err() != nil {
-			return timedOut, outcome, recorded, false, herr
+		timedOut, outcome, recorded, f, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline, snapshot || try > 1, stopExtending)
+		if !rerun || f.permanent || ctx.Err() != nil {
+			return timedOut, outcome, recorded, false, f
 		}
 		pause := time.Duration(1+rand.IntN(20*min(try, 10))) * time.Millisecond //nolint:gosec // G404: jitter
 		if time.Until(deadline) <= pause {
-			return timedOut, outcome, recorded, false, herr
+			return timedOut, outcome, recorded, false, f
 		}
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction aborted by a serialization failure or a deadlock; running it again",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt), slog.Int("try", try))
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return timedOut, outcome, recorded, false, herr
+			return timedOut, outcome, recorded, false, f
 		}
 	}
 }
 
-// conflict reports an error PostgreSQL raised to resolve a conflict
-// (serialization failure, deadlock), which a new transaction may not meet.
-func conflict(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
 // runTxOnce is one run of runTx: the lease pushed out, the transaction, the
 // handler, the completion and the commit, the handler's context ending at
-// deadline. rerun says the transaction was aborted by a conflict.
-func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, deadline time.Time, upfront bool, stopExtending func()) (timedOut bool, outcome string, recorded bool, herr error, rerun bool) {
+// deadline. rerun says the transaction was aborted by a conflict. The
+// handler's error is judged once, right after it returns: its chain is the
+// handler's code (judge).
+func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, deadline time.Time, upfront bool, stopExtending func()) (timedOut bool, outcome string, recorded bool, f failure, rerun bool) {
 	// upfront: the lease covers the whole transaction, the handler's time
 	// left, then the completion and the commit (recordTimeout), from now. A
 	// consumer that dies or is cut off meanwhile holds no lock: the lease
@@ -201,9 +197,9 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		if _, err := s.extendFor(ctx, ref, l, satAdd(time.Until(deadline), recordTimeout+time.Second)); errors.Is(err, pgx.ErrNoRows) {
 			s.logger.LogAttrs(ctx, slog.LevelDebug, "handler not run: the job's lease was lost before its transaction began",
 				slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-			return false, "", true, nil, false
+			return false, "", true, failure{}, false
 		} else if err != nil {
-			return false, "", false, WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction), false
+			return false, "", false, judge(WithClass(fmt.Errorf("extend the lease of job %d for the handler's transaction: %w", ref.JobID, err), ClassTransaction)), false
 		}
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
@@ -212,7 +208,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	tx, err := s.cfg.Pool.BeginTx(actx, h.TxOptions)
 	if err != nil {
 		stopExtending()
-		return false, "", false, WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction), false
+		return false, "", false, judge(WithClass(fmt.Errorf("begin the handler's transaction: %w", err), ClassTransaction)), false
 	}
 	// Whatever is not committed below is rolled back, on a context of its
 	// own: the handler's may have ended.
@@ -222,12 +218,12 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		_ = tx.Rollback(rctx) // after Commit it is a no-op (pgx.ErrTxClosed); a failed rollback closes the connection, which rolls back too
 	}()
 	raised := &conflicts{}
-	herr = callTx(actx, h.TxFunc, handlerTx{watchedTx{Tx: tx, raised: raised}}, ev)
+	f = judge(callTx(actx, h.TxFunc, handlerTx{watchedTx{Tx: tx, raised: raised}}, ev))
 	timedOut = errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	// Before the completion takes the job's row lock: an extension waiting
 	// on it would read the completed row as a lost lease.
 	stopExtending()
-	if herr != nil {
+	if f.err != nil {
 		// Run again only for a conflict raised in this transaction: it is
 		// the one aborted ('E': failed, waiting for its rollback), or one
 		// of its statements returned the error the handler returns (in a
@@ -235,7 +231,7 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		// so the transaction is not aborted: review helper-221). Not for a
 		// 40001 the handler met on another connection.
 		aborted := tx.Conn().PgConn().TxStatus() == 'E'
-		return timedOut, "", false, herr, conflict(herr) && (aborted || raised.returned(herr))
+		return timedOut, "", false, f, f.conflict && (aborted || raised.returned(f.err))
 	}
 	if tx.Conn().PgConn().TxStatus() == 'I' {
 		// The handler ended its transaction itself: a COMMIT or ROLLBACK
@@ -243,8 +239,8 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 		// library's). Completed now, the job would be completed outside
 		// the transaction, unfenced, and with the handler's writes rolled
 		// back or committed without it.
-		return timedOut, "", false, WithClass(fmt.Errorf("the handler ended its transaction itself (COMMIT or ROLLBACK as SQL, or a transaction begun on tx.Conn()): "+
-			"job %d is not completed with it; its writes may have committed without the completion or been rolled back", ref.JobID), ClassTransaction), false
+		return timedOut, "", false, judge(WithClass(fmt.Errorf("the handler ended its transaction itself (COMMIT or ROLLBACK as SQL, or a transaction begun on tx.Conn()): "+
+			"job %d is not completed with it; its writes may have committed without the completion or been rolled back", ref.JobID), ClassTransaction)), false
 	}
 
 	// The completion and the commit get their own deadline, as record does.
@@ -258,24 +254,24 @@ func (s *Service) runTxOnce(ctx context.Context, h Handler, ref bus.Ref, l lease
 	defer rcancel()
 	done, err := s.completeJobsOn(rctx, idleBounded{tx}, []completion{{ref: ref, l: l}})
 	if err != nil {
-		return timedOut, "", false, WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction), conflict(err)
+		return timedOut, "", false, judge(WithClass(fmt.Errorf("complete job %d in the handler's transaction: %w", ref.JobID, err), ClassTransaction)), conflict(err)
 	}
 	if !done[ref.JobID] {
 		// Lost lease: the rollback throws the handler's writes away.
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction rolled back: the job's lease was lost",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt))
-		return timedOut, "", true, nil, false
+		return timedOut, "", true, failure{}, false
 	}
 	if err := tx.Commit(rctx); err != nil {
 		// Not committed, or not known to be: recorded as a failure, which
 		// is fenced like any outcome, so a commit that did land stays the
 		// job's outcome. A conflict at the commit is PostgreSQL's refusal:
 		// nothing committed, so it runs again.
-		return timedOut, "", false, WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction), conflict(err)
+		return timedOut, "", false, judge(WithClass(fmt.Errorf("commit the handler's transaction with job %d's completion: %w", ref.JobID, err), ClassTransaction)), conflict(err)
 	}
 	s.completed.Add(1)
 	s.succeeded([]completion{{ref: ref, l: l}}, began)
-	return timedOut, "completed", true, nil, false
+	return timedOut, "completed", true, failure{}, false
 }
 
 // handlerTx is the transaction as the handler sees it: it may not end it.
@@ -314,10 +310,16 @@ func (c *conflicts) note(err error) error {
 	return err
 }
 
-// returned reports whether err is, or wraps, a conflict noted.
-func (c *conflicts) returned(err error) bool {
+// returned reports whether err is, or wraps, a conflict noted; false when
+// walking err's chain, the handler's code, panics (judge).
+func (c *conflicts) returned(err error) (found bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			found = false
+		}
+	}()
 	for _, e := range c.errs {
 		if errors.Is(err, e) {
 			return true
