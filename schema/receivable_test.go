@@ -15,7 +15,7 @@ import (
 // received it" with sub-selects per expired lease. The two must agree, or a
 // job the claim passes over is one the reaper would count (or the other way
 // round): for every mix of consumers (none, or alive, or gone, of a version
-// before 064 (db_role NULL), of an unrestricted role (''), of two scoped
+// before 064 (db_role NULL), of an unrestricted role (db_role empty), of two scoped
 // roles given the handler, of a scoped role not given it) and jobs whose
 // source or type hold U+001F (the joined pairs' separator, judged side by
 // side instead), receives equals the reaper's predicate asked of the
