@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inlet-dev/inlet/internal/database"
 )
 
 // DB is what the functions need: a *pgxpool.Pool (or *pgx.Conn) connected as
@@ -62,10 +64,10 @@ const (
 	// batchSize bounds the rows one statement of a replay or a
 	// re-verification touches.
 	batchSize = 500
-	// batchBytes bounds the stored bodies and headers one page of a
-	// re-verification or a filtered catch-up reads (past its first row),
-	// which the admin API holds inside the ingress process: 500 bodies of
-	// max_body_bytes would not be bounded.
+	// batchBytes bounds the stored bodies and the headers (as JSON text)
+	// one page of a re-verification or a filtered catch-up reads (past its
+	// first row), which the admin API holds inside the ingress process: 500
+	// bodies of max_body_bytes would not be bounded.
 	batchBytes = 8 << 20
 )
 
@@ -106,33 +108,52 @@ func pageLimit(n int) (int, error) {
 // readTx runs f in a read-only REPEATABLE READ transaction: everything f reads
 // is one snapshot.
 func readTx(ctx context.Context, db DB, f func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := customPlans(ctx, tx); err != nil {
+	return ended(ctx, pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := setLocals(ctx, tx); err != nil {
 			return err
 		}
 		return f(tx)
-	})
+	}))
 }
 
 // writeTx runs f in a READ COMMITTED read-write transaction, so row locks
 // (FOR UPDATE) see and wait for concurrent streamers and consumers.
 func writeTx(ctx context.Context, db DB, f func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if err := customPlans(ctx, tx); err != nil {
+	return ended(ctx, pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := setLocals(ctx, tx); err != nil {
 			return err
 		}
 		return f(tx)
-	})
+	}))
 }
 
-// customPlans makes the optional-filter queries ($1 = ” OR col = $1) be
-// planned for the values given, never with a generic plan that must serve
-// every combination.
-func customPlans(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
-		return fmt.Errorf("set plan_cache_mode: %w", err)
+// setLocals sets, in one round trip, what every transaction of the package
+// runs with: the optional-filter queries (an argument left empty matches
+// every row) planned for the values given, never with a generic plan that
+// must serve every combination; and each statement bounded by the time ctx
+// (the request's timeout) has left, so PostgreSQL stops it there itself
+// should the cancel request the pool sends when ctx ends not reach it: a
+// timed-out request's statement kept a backend busy to its end, and each
+// retry started another (review helper-295).
+func setLocals(ctx context.Context, tx pgx.Tx) error {
+	sql := "SET LOCAL plan_cache_mode = force_custom_plan"
+	if timeout := database.LocalStatementTimeout(ctx); timeout != "" {
+		sql += ";\n" + timeout
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("set plan_cache_mode and statement_timeout: %w", err)
 	}
 	return nil
+}
+
+// ended adds to err, when ctx ended before it came, that the request's
+// time ran out (or its client left): a statement the pool cancelled then
+// fails "canceling statement due to user request", which does not say so.
+func ended(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	return err
 }
 
 // nullTime is t for a timestamptz parameter, NULL when zero.

@@ -43,7 +43,9 @@ type APIConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of relative time bounds ("24h"). Defaults to time.Now.
 	Now func() time.Time
-	// RequestTimeout bounds one request's database work. Defaults to 60s.
+	// RequestTimeout bounds one request's database work: past it the
+	// request's statement is cancelled in PostgreSQL and the request is
+	// answered 503 once it has stopped (see cancelWait). Defaults to 60s.
 	RequestTimeout time.Duration
 	// AuthLimiter limits wrong bearer tokens per client address: past its
 	// budget a client is answered 429 with Retry-After. Give the dashboard
@@ -170,7 +172,7 @@ func (a *API) Start(ctx context.Context) error {
 		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      a.cfg.RequestTimeout + 30*time.Second,
+		WriteTimeout:      a.cfg.RequestTimeout + cancelWait + 30*time.Second,
 		IdleTimeout:       120 * time.Second,
 	})
 	if err != nil {
@@ -281,8 +283,17 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// cancelWait is how long a request past RequestTimeout waits for PostgreSQL
+// to stop its statement (the pool sends a cancel request when the request's
+// context ends) before it is answered and its connection dropped: a request
+// answered is one whose statement is gone, so retries cannot pile up
+// backends beyond the pool's size. PostgreSQL takes a cancel within
+// milliseconds but for a statement that computes long between two checks
+// (a --where path comparing two long arrays: review helper-295).
+const cancelWait = 30 * time.Second
+
 func (a *API) context(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+	return context.WithTimeout(database.WithCancelWait(r.Context(), cancelWait), a.cfg.RequestTimeout)
 }
 
 func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {

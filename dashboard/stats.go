@@ -10,12 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/admin"
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
-// readTx runs f in one read-only snapshot, as package admin reads.
+// readTx runs f in one read-only snapshot, as package admin reads, each
+// statement bounded by the time ctx (the page's RequestTimeout) has left:
+// PostgreSQL stops it there itself, beside the cancel request the pool
+// sends when ctx ends (review helper-295).
 func readTx(ctx context.Context, db admin.DB, f func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, f)
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if timeout := database.LocalStatementTimeout(ctx); timeout != "" {
+			if _, err := tx.Exec(ctx, timeout); err != nil {
+				return fmt.Errorf("set statement_timeout: %w", err)
+			}
+		}
+		return f(tx)
+	})
 }
 
 // series is one source's events per bucket.

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 
@@ -46,6 +47,9 @@ func classify(err error) storeFault {
 	if errors.Is(err, errNotWritten) || errors.Is(err, ErrStoreClosed) {
 		return faultNotStored
 	}
+	if errors.Is(err, errPastDeadline) {
+		return faultUnknown
+	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {
 		return faultNotStored
@@ -68,6 +72,32 @@ func classify(err error) storeFault {
 		return faultNotStored // pgx knows nothing was sent
 	}
 	return faultUnknown
+}
+
+// errPastDeadline marks a write whose context (store_timeout, or shutdown's
+// cut) ended before PostgreSQL answered it: outcome unknown (classify),
+// as a 503 after a timeout always is, whatever the answer then said. The
+// pool sends a cancel request when the context ends (internal/database):
+// the statement then fails (57014) and rolls back, or, its COMMIT waiting
+// for a synchronous standby, is reported done though committed only on the
+// primary (a WARNING), which a failover loses; never a 2xx.
+var errPastDeadline = errors.New("past its deadline")
+
+// pastDeadline is the error of a write ctx ended before PostgreSQL
+// answered it with err (nil: reported committed).
+func pastDeadline(ctx context.Context, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w (%w): reported committed late, possibly only on the primary (a cancelled wait for a synchronous standby)",
+			errPastDeadline, ctx.Err())
+	}
+	return fmt.Errorf("%w (%w): %w", errPastDeadline, ctx.Err(), err)
+}
+
+// cancelled reports a statement PostgreSQL cancelled (57014
+// query_canceled): a cancel request, or statement_timeout.
+func cancelled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // permanentSQLState reports the SQLSTATEs caused by the event's own data:

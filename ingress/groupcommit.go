@@ -290,6 +290,12 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		// on a fresh copy and stored alone, below.
 		g.single.filters.changed()
 	}
+	if ctx.Err() != nil && (err == nil || cancelled(err)) {
+		// The batch's deadline passed before PostgreSQL answered: outcome
+		// unknown for every caller (pastDeadline), below; the streamer's
+		// poll finds any jobs it made.
+		err = pastDeadline(ctx, err)
+	}
 	switch {
 	case err == nil:
 		anyStored := len(stored) > 0

@@ -152,7 +152,7 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, v
 	var tag pgconn.CommandTag
 	for try := 1; ; try++ {
 		tag, err = insert(e.StoreJSON)
-		if err != nil && e.StoreJSON && isStatementError(err) && !filtersChanged(err) {
+		if err != nil && e.StoreJSON && isStatementError(err) && !filtersChanged(err) && ctx.Err() == nil {
 			// The copy is never worth a webhook: should PostgreSQL refuse a
 			// body JSONCopyable let through, store it with payload NULL.
 			tag, err = insert(false)
@@ -164,6 +164,11 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, v
 		if v, err = s.filters.match(ctx, e); err != nil {
 			return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 		}
+	}
+	if ctx.Err() != nil && (err == nil || cancelled(err)) {
+		// store_timeout (or shutdown's cut) passed before PostgreSQL
+		// answered: outcome unknown, whatever the answer (pastDeadline).
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), pastDeadline(ctx, err))
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), unstorable(err))

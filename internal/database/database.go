@@ -1,8 +1,10 @@
 // Package database opens Inlet's PostgreSQL connection pools: one per service,
 // each assuming that service's least-privilege role (SET ROLE) on every new
 // connection, so a service can do only what its role's grants allow even when
-// its login role could do more, and committing durably (synchronous_commit
-// at least on, whatever the database's default).
+// its login role could do more, committing durably (synchronous_commit
+// at least on, whatever the database's default), and cancelling in
+// PostgreSQL a statement whose context ended (a cancel request, not only a
+// cut socket).
 package database
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inlet-dev/inlet/schema"
@@ -63,6 +66,7 @@ func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) 
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
 	cfg.HealthCheckPeriod = 5 * time.Second
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelOnContextEnd
 	role := opts.Role
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if role != "" {
@@ -87,9 +91,81 @@ func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) 
 	return pool, nil
 }
 
-// IsUnavailable reports whether err means the database could not be reached or
-// went away (as opposed to a statement the server rejected), the case where a
-// caller should answer "try again later".
+// DefaultCancelWait is how long a statement whose context ended waits for
+// PostgreSQL to answer the cancel request the pool sends (the statement's
+// error) before its connection is dropped, unless WithCancelWait says
+// otherwise. Short: ingress writes its 503 within 2 s of store_timeout, and
+// a server that answers nothing has been sent the cancel request all the
+// same.
+const DefaultCancelWait = time.Second
+
+type cancelWaitKey struct{}
+
+// WithCancelWait returns ctx under which a statement, once ctx ends, waits
+// up to d (instead of DefaultCancelWait) for PostgreSQL to answer the cancel
+// request before its connection is dropped. For a caller that must not
+// answer while its statement still runs: PostgreSQL takes a cancel only
+// between steps of a statement, and some (a JSON path comparing two long
+// arrays) compute for many seconds without one; a dropped connection
+// leaves that backend running while the pool opens another in its place.
+func WithCancelWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, cancelWaitKey{}, d)
+}
+
+// cancelOnContextEnd makes a context that ends while a statement runs send
+// PostgreSQL a cancel request at once, so the statement stops there too.
+// pgx's default only cut the socket: PostgreSQL does not notice a dropped
+// client while a statement computes, so a request past its timeout (a
+// heavy admin --where, say) kept a backend busy to the end, and each retry
+// started another beyond the pool's size (review helper-295). The socket is
+// still cut should no answer come within the context's cancel wait
+// (WithCancelWait, DefaultCancelWait).
+//
+// A cancelled statement fails with 57014 (IsUnavailable). A COMMIT whose
+// wait for a synchronous standby is cancelled is reported done, committed
+// only locally (a WARNING): a caller that acknowledges durability outside
+// must read a success that returns after its context ended as outcome
+// unknown (ingress does).
+func cancelOnContextEnd(c *pgconn.PgConn) ctxwatch.Handler {
+	return &cancelHandler{CancelRequestContextWatcherHandler: pgconn.CancelRequestContextWatcherHandler{Conn: c}}
+}
+
+// cancelHandler is pgconn's CancelRequestContextWatcherHandler (the cancel
+// request sent at once) waiting as long as the ended context says.
+type cancelHandler struct {
+	pgconn.CancelRequestContextWatcherHandler
+}
+
+func (h *cancelHandler) HandleCancel(ctx context.Context) {
+	h.DeadlineDelay = DefaultCancelWait
+	if d, ok := ctx.Value(cancelWaitKey{}).(time.Duration); ok && d > 0 {
+		h.DeadlineDelay = d
+	}
+	h.CancelRequestContextWatcherHandler.HandleCancel(ctx)
+}
+
+// LocalStatementTimeout returns the statement that bounds each later
+// statement of the current transaction by the time left before ctx's
+// deadline (statement_timeout, SET LOCAL, rounded up to a millisecond),
+// unless the session's own statement_timeout is shorter already; "" when
+// ctx has no deadline. The second line behind cancelOnContextEnd: the
+// server stops the statement itself should the cancel request not reach it.
+// A literal statement without parameters, so it can share a simple-protocol
+// round trip with other SET LOCALs.
+func LocalStatementTimeout(ctx context.Context) string {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	ms := max((time.Until(deadline)+time.Millisecond-1)/time.Millisecond, 1)
+	return fmt.Sprintf(`SELECT pg_catalog.set_config('statement_timeout', '%[1]d', true)
+WHERE (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'statement_timeout') NOT BETWEEN 1 AND %[1]d`, int64(ms))
+}
+
+// IsUnavailable reports whether err means the database could not be reached,
+// went away or cancelled the statement (its caller's context ended, or
+// statement_timeout), as opposed to a statement the server rejected: the
+// case where a caller should answer "try again later".
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -108,9 +184,12 @@ func IsUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// 08: connection exception; 57P: operator intervention (shutdown);
-		// 53: insufficient resources; 40001/40P01 transient conflicts.
+		// 57014: a statement cancelled (its context ended, so the pool
+		// sent a cancel request, or statement_timeout); 53: insufficient
+		// resources; 40001/40P01 transient conflicts.
 		c := pgErr.Code
-		return len(c) >= 2 && (c[:2] == "08" || c[:2] == "53" || (len(c) >= 3 && c[:3] == "57P") || c == "40001" || c == "40P01")
+		return len(c) >= 2 && (c[:2] == "08" || c[:2] == "53" || (len(c) >= 3 && c[:3] == "57P") ||
+			c == "57014" || c == "40001" || c == "40P01")
 	}
 	return pgconn.SafeToRetry(err)
 }

@@ -20,6 +20,7 @@ func TestIsUnavailable(t *testing.T) {
 		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "57P01"}), true}, // admin shutdown
 		{&pgconn.PgError{Code: "08006"}, true},                           // connection failure
 		{&pgconn.PgError{Code: "53300"}, true},                           // too many connections
+		{&pgconn.PgError{Code: "57014"}, true},                           // query_canceled: its context ended, or statement_timeout
 		{&pgconn.PgError{Code: "23505"}, false},                          // unique violation: the statement's fault
 		{&pgconn.PgError{Code: "42501"}, false},                          // permission denied
 		{errors.New("something else"), false},

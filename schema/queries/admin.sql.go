@@ -298,8 +298,8 @@ WITH page AS (
     LIMIT $7::bigint
 ), sized AS (
     SELECT id, provider, scheme, external_event_id, event_type, headers, request_uri, raw_body,
-           sum(octet_length(raw_body) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
-             - (octet_length(raw_body) + pg_column_size(headers)) AS bytes_before,
+           sum(octet_length(raw_body) + octet_length(headers::text)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (octet_length(raw_body) + octet_length(headers::text)) AS bytes_before,
            count(*) OVER () AS page_rows
     FROM page
 )
@@ -338,10 +338,13 @@ type AdminEventsToVerifyRow struct {
 // A page is at most batch_size rows, cut before the first row whose body and
 // headers take the page past batch_bytes (the first row always stays), so
 // the admin API holds a bounded number of bytes inside the ingress process
-// whatever the bodies' size. octet_length and pg_column_size read a stored
-// value's size without detoasting it. page_rows is how many rows the page
-// had before the cut: the reader goes on after the last row returned while
-// the page was full (batch_size) or cut.
+// whatever the bodies' size. A body counts its stored length (octet_length
+// reads it without detoasting); headers count their JSON text, what the
+// reader receives and decodes (octet_length(headers::text): at most twice
+// ingress's 32 KiB of headers, which compress to a few hundred bytes when
+// repetitive, so their stored size undercounted them). page_rows is how
+// many rows the page had before the cut: the reader goes on after the last
+// row returned while the page was full (batch_size) or cut.
 func (q *Queries) AdminEventsToVerify(ctx context.Context, arg AdminEventsToVerifyParams) ([]AdminEventsToVerifyRow, error) {
 	rows, err := q.db.Query(ctx, AdminEventsToVerify,
 		arg.BatchBytes,

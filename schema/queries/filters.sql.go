@@ -145,8 +145,8 @@ WITH page AS (
     LIMIT $10::bigint
 ), sized AS (
     SELECT id, received_at, provider, event_type, headers, raw_body, occurred_at,
-           sum(coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
-             - (coalesce(octet_length(raw_body), 0) + pg_column_size(headers)) AS bytes_before,
+           sum(coalesce(octet_length(raw_body), 0) + octet_length(headers::text)) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING)
+             - (coalesce(octet_length(raw_body), 0) + octet_length(headers::text)) AS bytes_before,
            count(*) OVER () AS page_rows
     FROM page
 )
@@ -193,10 +193,12 @@ type AdminMissingFilteredCandidatesRow struct {
 // before the first row whose body and headers take the page past
 // batch_bytes (the first row always stays), so the admin API holds a
 // bounded number of bytes inside the ingress process whatever the bodies'
-// size; octet_length and pg_column_size read a stored value's size without
-// detoasting it. page_rows is how many rows the page had before the cut:
-// the reader goes on after the last row returned while the page was full
-// (batch_size) or cut.
+// size. A body counts its stored length (octet_length reads it without
+// detoasting); headers count their JSON text, what the reader receives and
+// decodes (octet_length(headers::text): their stored, compressed size
+// undercounted them). page_rows is how many rows the page had before the
+// cut: the reader goes on after the last row returned while the page was
+// full (batch_size) or cut.
 func (q *Queries) AdminMissingFilteredCandidates(ctx context.Context, arg AdminMissingFilteredCandidatesParams) ([]AdminMissingFilteredCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, AdminMissingFilteredCandidates,
 		arg.BatchBytes,
