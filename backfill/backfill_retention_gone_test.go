@@ -254,6 +254,9 @@ type r296GitHub struct {
 	pageSize   int
 	gone       map[int64]bool
 	goneStatus int // the gone fetch's status; 0: 404
+	// goneAge is how long ago the gone deliveries were made, as listed
+	// (0: an hour, as the others).
+	goneAge    time.Duration
 	fetched404 int
 }
 
@@ -275,8 +278,15 @@ func (f *r296GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		end := min(start+f.pageSize, len(f.deliveries))
 		var items []string
 		for _, id := range f.deliveries[start:end] {
+			// goneAge lists the gone deliveries as about to age out of
+			// GitHub's ~3-day history: only such a one is taken for gone
+			// (review helper-303; a recent one's 404 stops the run).
+			age := time.Hour
+			if f.gone[id] && f.goneAge > 0 {
+				age = f.goneAge
+			}
 			items = append(items, fmt.Sprintf(`{"id":%d,"guid":"guid-%d","delivered_at":%q,"redelivery":false,"duration":0.1,"status":"OK","status_code":200,"event":"push","action":null,"installation_id":null,"repository_id":1}`,
-				id, id, time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)))
+				id, id, time.Now().UTC().Add(-age).Format(time.RFC3339)))
 		}
 		if end < len(f.deliveries) {
 			w.Header().Set("Link", fmt.Sprintf(`<http://%s%s?per_page=100&cursor=v1_%d>; rel="next"`, r.Host, r296Path, end))
@@ -333,7 +343,7 @@ func TestBackfillSkipsAGoneGitHubDelivery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	b := r296Setup(t)
-	fake := &r296GitHub{deliveries: []int64{1005, 1004, 1003, 1002, 1001}, pageSize: 2, gone: map[int64]bool{1003: true}}
+	fake := &r296GitHub{deliveries: []int64{1005, 1004, 1003, 1002, 1001}, pageSize: 2, gone: map[int64]bool{1003: true}, goneAge: 71 * time.Hour}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	l, err := NewGitHub(GitHubConfig{Token: "ghp_review296", BaseURL: srv.URL, Repo: "acme/widgets", HookID: 42})
@@ -446,7 +456,7 @@ func TestReconcileSkipsAGoneGitHubDelivery(t *testing.T) {
 	defer cancel()
 	b := r296Setup(t)
 	fake := &r296GitHub{deliveries: []int64{1005, 1004, 1003, 1002, 1001}, pageSize: 2,
-		gone: map[int64]bool{1003: true}, goneStatus: http.StatusGone}
+		gone: map[int64]bool{1003: true}, goneStatus: http.StatusGone, goneAge: 71 * time.Hour}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	l, err := NewGitHub(GitHubConfig{Token: "ghp_review296", BaseURL: srv.URL, Repo: "acme/widgets", HookID: 42})
@@ -455,7 +465,7 @@ func TestReconcileSkipsAGoneGitHubDelivery(t *testing.T) {
 	}
 	now := time.Now()
 	rep, err := Reconcile(ctx, ReconcileConfig{Source: "github", Scheme: "github", Store: b.store, DB: b.pool,
-		Since: now.Add(-2 * time.Hour), Until: now, MaxRetries: 2, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, l)
+		Since: now.Add(-72 * time.Hour), Until: now, MaxRetries: 2, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, l)
 	if err != nil {
 		t.Fatalf("reconcile with a gone delivery: %v", err)
 	}

@@ -139,10 +139,10 @@ func (g *GitHub) list(ctx context.Context, c *client, cursor string) (page, erro
 		if d.GUID == "" || d.ID == 0 {
 			return page{}, fmt.Errorf("GET %s: a delivery without id or guid", g.path)
 		}
-		id, guid, event := d.ID, d.GUID, d.Event
-		p.Events = append(p.Events, item{ID: guid, Type: event, At: d.DeliveredAt,
+		id, guid, event, at := d.ID, d.GUID, d.Event, d.DeliveredAt
+		p.Events = append(p.Events, item{ID: guid, Type: event, At: at,
 			load: func(ctx context.Context, c *client) (item, error) {
-				it, err := g.delivery(ctx, c, id)
+				it, err := g.delivery(ctx, c, id, at)
 				if err != nil {
 					return item{}, err
 				}
@@ -176,22 +176,38 @@ func (g *GitHub) owner() string {
 	return "organization"
 }
 
-// delivery fetches one delivery's request: its identifying headers and its
-// payload, the bytes exactly as the API returned them.
-func (g *GitHub) delivery(ctx context.Context, c *client, id int64) (item, error) {
+// githubAgesOutAfter is how old a delivery must be for a 404 or 410 on its
+// fetch to be read as its having aged out of GitHub's history (about 3
+// days), with a day's margin for GitHub's own pace and the hosts' clocks.
+const githubAgesOutAfter = 48 * time.Hour
+
+// delivery fetches one delivery's request (delivered at deliveredAt, as the
+// list said): its identifying headers and its payload, the bytes exactly as
+// the API returned them.
+func (g *GitHub) delivery(ctx context.Context, c *client, id int64, deliveredAt time.Time) (item, error) {
 	path := g.path + "/" + strconv.FormatInt(id, 10)
 	body, _, err := c.get(ctx, g.cfg.BaseURL+path)
 	if err != nil {
-		if code := statusCode(err); code == http.StatusNotFound || code == http.StatusGone {
-			// The same token has just listed it, so this is no refused
-			// permission (which fails the listing): the delivery aged out
-			// of GitHub's history between the list and the fetch, and a
-			// backfill reads the oldest, those about to age out, last. It
-			// stays listed for a while: stopping on it would stop every
-			// run (review helper-296).
+		code := statusCode(err)
+		if code != http.StatusNotFound && code != http.StatusGone {
+			return item{}, err
+		}
+		if !deliveredAt.IsZero() && time.Since(deliveredAt) > githubAgesOutAfter {
+			// Old enough to have aged out of GitHub's history between
+			// the list and the fetch: a backfill reads the oldest, those
+			// about to age out, last, and such a delivery stays listed
+			// for a while, so stopping on it would stop every run
+			// (review helper-296).
 			return item{}, &goneError{delivery: id, err: err}
 		}
-		return item{}, err
+		// Too recent to have aged out: GitHub answers 404 for a token or
+		// App installation whose access changed, a hook re-created
+		// meanwhile, or a passing fault. Taken for gone, the run would
+		// end "done" with the deliveries still there (review helper-303):
+		// it stops instead, its page's cursor unsaved, and the next run
+		// reads the page again.
+		return item{}, fmt.Errorf("%w (delivery %d, delivered %s, is too recent to have aged out of GitHub's ~3-day history: check that the token still reads the hook's deliveries, then run again)",
+			err, id, deliveredAt.UTC().Format(time.RFC3339))
 	}
 	var d struct {
 		Request struct {

@@ -53,9 +53,11 @@ listing there (it reads newest first; the state file is removed) and says so
 on stderr. So with a retention.max_age under 30 days a backfill reaches back
 about that far, not Stripe's 30 days, whatever --since asks.
 
-A GitHub delivery listed but gone when its payload is fetched (404 or 410:
-it aged out of GitHub's history meanwhile) is counted skipped, logged with
-its delivery id, and the run goes on; any other failed fetch stops it.
+A GitHub delivery made more than 2 days ago, listed but gone when its
+payload is fetched (404 or 410: it aged out of GitHub's history meanwhile),
+is counted skipped, logged with its delivery id, and the run goes on; any
+other failed fetch stops it, a 404 for a more recent delivery too (GitHub
+answers 404 to a token whose access changed).
 
 Rate limits (429; GitHub's 403 with X-RateLimit-Remaining: 0, and its
 secondary limit: a 403 with Retry-After or saying "secondary rate limit")

@@ -56,9 +56,10 @@ Prints, per event type and in total: listed (distinct events in the
 window), already stored, missing, stored now, and duplicates (extra listings
 of one event, such as GitHub redeliveries). --json prints
 {"items": [per type], "total": {...}, "run_id": …}. A missing GitHub
-delivery gone when its payload is fetched (404 or 410: aged out meanwhile)
-is counted missing and not stored, logged with its delivery id, and said
-below the table (--json: "gone"); any other failed fetch stops the run.
+delivery made more than 2 days ago and gone when its payload is fetched
+(404 or 410: aged out meanwhile) is counted missing and not stored, logged
+with its delivery id, and said below the table (--json: "gone"); any other
+failed fetch stops the run, a 404 for a more recent delivery too.
 
 Nothing before the end of the newest period inlet retention dropped is
 compared: the log keeps none of those events nor their dedupe keys, and
