@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -810,11 +811,19 @@ func retryWhileUnavailable(ctx context.Context, until time.Time, f func(context.
 }
 
 // outcomeRetryable reports whether writing an outcome failed because
-// Postgres could not be reached, or the connection went away under the
-// statement (a server restarting closes them all): an outcome statement is
-// fenced on the lease token, so one that did commit before its answer was
-// lost matches nothing when tried again.
+// Postgres could not be reached, the connection went away under the
+// statement (a server restarting closes them all), or the server takes no
+// writes (25006 read_only_sql_transaction: a failover that left the pool on
+// the demoted primary or a standby, default_transaction_read_only set by a
+// managed service whose disk filled; review helper-302): an outcome
+// statement is fenced on the lease token, so one that did commit before
+// its answer was lost matches nothing when tried again, and a read-only
+// server wrote nothing.
 func outcomeRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" {
+		return true
+	}
 	return database.IsUnavailable(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
