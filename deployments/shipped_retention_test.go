@@ -357,8 +357,8 @@ func TestShippedDeploymentsSealSoRetentionDropsOldEvents(t *testing.T) {
 	}
 	if left != 0 {
 		reason := regexp.MustCompile(`(?m)^.*not sealed.*$`).FindString(out)
-		t.Errorf("systemd: the shipped `inlet retention --max-age 90d` kept %d of 3 events received 100 days ago (no job open; streamer audit.seal_every %s; sealed through %d): %q",
-			left, scfg.Audit.SealEvery, sealed, strings.TrimSpace(reason))
+		t.Errorf("systemd: the shipped `inlet retention --max-age 90d` kept %d of 3 events received 100 days ago (no job open; streamer audit.seal_every %s; sealed through %d): %q\nits output:\n%s",
+			left, scfg.Audit.SealEvery, sealed, strings.TrimSpace(reason), out)
 	}
 }
 
