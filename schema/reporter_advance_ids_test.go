@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,15 +98,21 @@ func TestReporterAdvanceAttemptIDsDrawsEachIDOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	const drawers, draws = 4, 400
+	const drawers, draws, moves = 4, 400, 20
 	var wg sync.WaitGroup
 	ids := make([][]int64, drawers)
 	stop := make(chan struct{})
+	// The drawers draw at least draws ids each, and go on until the
+	// sequence was moved behind them moves times (or 30 s): on a busy
+	// machine they once drew their 1,600 ids before the mover moved it
+	// once, and the test had nothing to check (CI at b570085).
+	var advanced atomic.Int64
+	deadline := time.Now().Add(30 * time.Second)
 	for i := range drawers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range draws {
+			for n := 0; n < draws || (advanced.Load() < moves && time.Now().Before(deadline)); n++ {
 				var id int64
 				if err := pool.QueryRow(ctx, `SELECT nextval('webhook_ingress.job_attempts_id_seq')`).Scan(&id); err != nil {
 					t.Error(err)
@@ -114,7 +122,6 @@ func TestReporterAdvanceAttemptIDsDrawsEachIDOnce(t *testing.T) {
 			}
 		}()
 	}
-	advanced := 0
 	var adv sync.WaitGroup
 	adv.Add(1)
 	go func() {
@@ -141,7 +148,7 @@ func TestReporterAdvanceAttemptIDsDrawsEachIDOnce(t *testing.T) {
 				return
 			}
 			if drawn < last+3 {
-				advanced++
+				advanced.Add(1)
 			}
 		}
 	}()
@@ -152,11 +159,11 @@ func TestReporterAdvanceAttemptIDsDrawsEachIDOnce(t *testing.T) {
 	slices.Sort(all)
 	for i := 1; i < len(all); i++ {
 		if all[i] == all[i-1] {
-			t.Fatalf("id %d drawn twice while the sequence was moved (%d moves)", all[i], advanced)
+			t.Fatalf("id %d drawn twice while the sequence was moved (%d moves)", all[i], advanced.Load())
 		}
 	}
-	if advanced == 0 {
+	if advanced.Load() == 0 {
 		t.Fatalf("the sequence was never behind the value asked for: nothing tested")
 	}
-	t.Logf("%d ids drawn, %d moves", len(all), advanced)
+	t.Logf("%d ids drawn, %d moves", len(all), advanced.Load())
 }
