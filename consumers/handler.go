@@ -70,6 +70,12 @@ type Handler struct {
 	// max_leased_per_handler bounds those). Defaults to 64: an attempt spends
 	// most of its time waiting on batched statements, so a handler needs many
 	// in flight to keep up with ingress (8 held inlet dev to ~750/s).
+	// Memory: a process holds at most Concurrency of this handler's bodies
+	// at once (each up to its source's ingress.max_body_bytes, 1 MiB by
+	// default; a handler that hangs keeps its own until it returns), and
+	// messages waiting for a slot hold none: budget the sum over its
+	// handlers of Concurrency × max body (64 MiB per handler at the
+	// defaults).
 	Concurrency int
 	// RateLimit caps how many of this handler's jobs start per second across
 	// every consumer replica: the streamers lease no faster (a token bucket
