@@ -119,17 +119,29 @@ func TestMaxInFlightHoldsWhenClaimsWaitTogether(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT FROM webhook_ingress.handler_limits WHERE handler = 'capped' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
+	// A limited claim waits at most 200 ms for the row (limitsLockTimeout)
+	// and then leases nothing that round: each streamer claims again until
+	// both were seen waiting together (one claim each, started apart on a
+	// loaded CI run, never overlapped, and the test waited 30 s for
+	// nothing), and stops after the round under way when the row is freed.
+	var seen atomic.Bool
 	errs := make(chan error, len(ss))
 	for _, s := range ss {
 		go func() {
-			_, err := s.ClaimOnce(ctx)
-			errs <- err
+			for {
+				n, err := s.ClaimOnce(ctx)
+				if err != nil || n > 0 || seen.Load() {
+					errs <- err
+					return
+				}
+			}
 		}()
 	}
 	testwait.Eventually(t, 30*time.Second, "both claims waiting for the handler's row", func() (bool, string) { // 10 s passed under a loaded CI run
 		n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
 		return n == 2, fmt.Sprintf("%d sessions waiting for a lock", n)
 	})
+	seen.Store(true)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
