@@ -83,9 +83,13 @@ func classify(err error) storeFault {
 // primary (a WARNING), which a failover loses; never a 2xx.
 var errPastDeadline = errors.New("past its deadline")
 
-// pastDeadline is the error of a write ctx ended before PostgreSQL
-// answered it with err (nil: reported committed).
-func pastDeadline(ctx context.Context, err error) error {
+// answeredLate is the error of a write PostgreSQL answered with err (nil:
+// reported committed) after ctx ended, or after a cancel request ctx's end
+// sent (57014); nil for a write answered in time, whose err stands.
+func answeredLate(ctx context.Context, err error) error {
+	if ctx.Err() == nil || (err != nil && !cancelled(err)) {
+		return nil
+	}
 	if err == nil {
 		return fmt.Errorf("%w (%w): reported committed late, possibly only on the primary (a cancelled wait for a synchronous standby)",
 			errPastDeadline, ctx.Err())

@@ -290,11 +290,11 @@ func (g *GroupStore) commit(batch []*groupcommit.Request[*pending, bool]) {
 		// on a fresh copy and stored alone, below.
 		g.single.filters.changed()
 	}
-	if ctx.Err() != nil && (err == nil || cancelled(err)) {
+	if late := answeredLate(ctx, err); late != nil {
 		// The batch's deadline passed before PostgreSQL answered: outcome
-		// unknown for every caller (pastDeadline), below; the streamer's
-		// poll finds any jobs it made.
-		err = pastDeadline(ctx, err)
+		// unknown for every caller, below; the streamer's poll finds any
+		// jobs it made.
+		err = late
 	}
 	switch {
 	case err == nil:

@@ -165,10 +165,10 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, v
 			return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), err)
 		}
 	}
-	if ctx.Err() != nil && (err == nil || cancelled(err)) {
+	if late := answeredLate(ctx, err); late != nil {
 		// store_timeout (or shutdown's cut) passed before PostgreSQL
-		// answered: outcome unknown, whatever the answer (pastDeadline).
-		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), pastDeadline(ctx, err))
+		// answered: outcome unknown, whatever the answer.
+		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), late)
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event %s: %w", e.Provider, logvalue.Text(e.ExternalID), unstorable(err))
