@@ -115,11 +115,21 @@ func permanentSQLState(code string) bool {
 // unstorable wraps err, a statement the server refused because of the
 // event's data, so classify and callers see ErrUnstorable.
 func unstorable(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !sessionEnded(pgErr) && permanentSQLState(pgErr.Code) {
+	if refusedData(err) {
 		return fmt.Errorf("%w: %w", ErrUnstorable, err)
 	}
 	return err
+}
+
+// refusedData reports a statement the server refused because of the data
+// it was given (permanentSQLState): the one kind of error a write without
+// the event's JSON copy may not meet again. A cancel (57014: a DBA's
+// pg_cancel_backend, a statement_timeout, a late cancel request), a lock or
+// a read-only server is not the copy's fault, and a retry without it would
+// keep the event with payload NULL for good (review helper-304).
+func refusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && !sessionEnded(pgErr) && permanentSQLState(pgErr.Code)
 }
 
 // sessionEnded reports an error that ended the session rather than the

@@ -152,9 +152,10 @@ func (s *PGStore) insertMatched(ctx context.Context, e *Event, headers []byte, v
 	var tag pgconn.CommandTag
 	for try := 1; ; try++ {
 		tag, err = insert(e.StoreJSON)
-		if err != nil && e.StoreJSON && isStatementError(err) && !filtersChanged(err) && ctx.Err() == nil {
+		if err != nil && e.StoreJSON && refusedData(err) && !filtersChanged(err) && ctx.Err() == nil {
 			// The copy is never worth a webhook: should PostgreSQL refuse a
-			// body JSONCopyable let through, store it with payload NULL.
+			// body JSONCopyable let through (invalid or too large for jsonb,
+			// classes 22 and 54), store it with payload NULL.
 			tag, err = insert(false)
 		}
 		if !filtersChanged(err) || try == maxFilterTries {

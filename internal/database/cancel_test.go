@@ -109,3 +109,41 @@ func TestLocalStatementTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A connection a cancel request was sent on is closed, never handed to the
+// next caller: a cancel that reaches the server late (after 100 ms through a
+// pooler or proxy) would cancel that caller's statement instead (review
+// helper-304; ingress/review304_test.go shows the harm through a delaying
+// hop). Its backend is gone and the next statement runs on another; a
+// connection whose statements ended in time stays in the pool.
+func TestConnectionACancelWasSentOnIsNotReused(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := database.Open(ctx, url, database.Options{MaxConns: 1, AppName: "cancel-reuse-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pid := func() uint32 {
+		t.Helper()
+		var p uint32
+		if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := pid()
+	if again := pid(); again != first {
+		t.Fatalf("two statements in time ran on backends %d and %d: the pool of one dropped a healthy connection", first, again)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = pool.Exec(qctx, `SELECT pg_sleep(30)`)
+	cancel()
+	if err == nil {
+		t.Fatal("pg_sleep(30) past its 200ms context succeeded")
+	}
+	if next := pid(); next == first {
+		t.Errorf("the statement after a cancel ran on backend %d, the one the cancel request was sent to: a late cancel would cancel it", next)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +68,7 @@ func Open(ctx context.Context, url string, opts Options) (*pgxpool.Pool, error) 
 	}
 	cfg.HealthCheckPeriod = 5 * time.Second
 	cfg.ConnConfig.BuildContextWatcherHandler = cancelOnContextEnd
+	cfg.AfterRelease = func(c *pgx.Conn) bool { return !cancelSent(c.PgConn()) }
 	role := opts.Role
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if role != "" {
@@ -126,22 +128,46 @@ func WithCancelWait(ctx context.Context, d time.Duration) context.Context {
 // only locally (a WARNING): a caller that acknowledges durability outside
 // must read a success that returns after its context ended as outcome
 // unknown (ingress does).
+//
+// A cancel request names the backend, not the statement, and may reach the
+// server after the statement it was sent for has finished (pgx waits only
+// 100 ms; a pooler, a proxy or a busy postmaster can take longer): the
+// connection's next statement would then be cancelled in its place. So a
+// connection a cancel request was sent on never goes back to the pool
+// (cancelSent, the pool's AfterRelease) but is closed, as the socket cut
+// closed it before (review helper-304). One held across statements with
+// Acquire keeps that risk until it is released.
 func cancelOnContextEnd(c *pgconn.PgConn) ctxwatch.Handler {
-	return &cancelHandler{CancelRequestContextWatcherHandler: pgconn.CancelRequestContextWatcherHandler{Conn: c}}
+	h := &cancelHandler{CancelRequestContextWatcherHandler: pgconn.CancelRequestContextWatcherHandler{Conn: c}}
+	c.CustomData()[cancelSentKey] = &h.sent
+	return h
 }
 
 // cancelHandler is pgconn's CancelRequestContextWatcherHandler (the cancel
 // request sent at once) waiting as long as the ended context says.
 type cancelHandler struct {
 	pgconn.CancelRequestContextWatcherHandler
+	sent atomic.Bool
 }
 
 func (h *cancelHandler) HandleCancel(ctx context.Context) {
+	h.sent.Store(true)
 	h.DeadlineDelay = DefaultCancelWait
 	if d, ok := ctx.Value(cancelWaitKey{}).(time.Duration); ok && d > 0 {
 		h.DeadlineDelay = d
 	}
 	h.CancelRequestContextWatcherHandler.HandleCancel(ctx)
+}
+
+// cancelSentKey holds, in a connection's CustomData, whether a cancel
+// request was ever sent on it.
+const cancelSentKey = "inlet.database.cancel_sent"
+
+// cancelSent reports whether a cancel request was sent on c: a late one
+// could cancel its next statement.
+func cancelSent(c *pgconn.PgConn) bool {
+	sent, _ := c.CustomData()[cancelSentKey].(*atomic.Bool)
+	return sent != nil && sent.Load()
 }
 
 // LocalStatementTimeout returns the statement that bounds each later
