@@ -417,6 +417,9 @@ CREATE FUNCTION webhook_ingress.handler_failures_since(p_handler text, p_since t
 CREATE FUNCTION webhook_ingress.in_registrant_scope(p_role text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE FUNCTION webhook_ingress.job_receivable(p_handler text, p_provider text, p_event_type text, p_seen_since timestamp with time zone, p_alive_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.jobs_partition_options() RETURNS text
     LANGUAGE sql AS $$ SELECT NULL $$;
 
@@ -454,6 +457,9 @@ CREATE FUNCTION webhook_ingress.receives(p_provider text, p_event_type text, p_o
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.reporter_advance_attempt_ids(p_past bigint) RETURNS bigint
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
+CREATE FUNCTION webhook_ingress.role_covers(p_handler text, p_role text, p_provider text, p_event_type text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
 CREATE FUNCTION webhook_ingress.scopes_cover(p_provider text, p_event_type text, p_scopes text[]) RETURNS boolean
