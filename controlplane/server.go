@@ -159,11 +159,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // batch refused at record MaxBatch+1: a 2 MiB body of empty records (about
 // 700,000) decoded whole took some 585 MiB before its count was checked
 // (review helper-306), memory every tenant's reports share.
-func decodeBatch(r io.Reader) (reporter.Batch, error) {
+func decodeBatch(body []byte) (reporter.Batch, error) {
 	var b reporter.Batch
-	dec := json.NewDecoder(r)
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := readBatch(dec, &b); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			// Placed in the whole body: a record's decoder counts only
+			// its own bytes. Scanned, not decoded: no memory.
+			var whole json.RawMessage
+			if werr := json.Unmarshal(body, &whole); errors.As(werr, &syn) {
+				err = syn
+			}
+		}
 		return b, decodeError(err)
 	}
 	if dec.More() {
@@ -225,10 +234,17 @@ func readRecords(dec *json.Decoder, b *reporter.Batch) error {
 		if len(b.Records) == reporter.MaxBatch {
 			return fmt.Errorf("%w: more than %d records, at most %d per batch", reporter.ErrInvalidRecord, reporter.MaxBatch, reporter.MaxBatch)
 		}
+		// Each record read whole first, then decoded on its own, so a
+		// wrong kind of value is placed in the batch (start + its offset).
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		start := dec.InputOffset() - int64(len(raw))
 		var rec reporter.Record
-		start := dec.InputOffset()
-		if err := dec.Decode(&rec); err != nil {
-			// Place a wrong kind of value as in the whole batch.
+		rdec := json.NewDecoder(bytes.NewReader(raw))
+		rdec.DisallowUnknownFields()
+		if err := rdec.Decode(&rec); err != nil {
 			var typ *json.UnmarshalTypeError
 			if errors.As(err, &typ) {
 				typ.Field = strings.TrimSuffix("records."+typ.Field, ".")
@@ -311,7 +327,7 @@ func (s *Server) postReports(w http.ResponseWriter, r *http.Request, tenant stri
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
 		return
 	}
-	b, err := decodeBatch(bytes.NewReader(body))
+	b, err := decodeBatch(body)
 	if err != nil {
 		s.log.Warn("report refused", slog.String("tenant", tenant), slog.String("reason", err.Error()))
 		writeError(w, http.StatusBadRequest, err.Error())
