@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -134,7 +135,7 @@ func (f *forwarder) forward(ctx context.Context, e *consumers.Event) error {
 		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
 			class = consumers.ClassTimeout
 		}
-		return consumers.WithClass(fmt.Errorf("forward job %d: %w", e.JobID, err), class)
+		return consumers.WithClass(fmt.Errorf("forward job %d: %w", e.JobID, cutText{err}), class)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 {
@@ -195,6 +196,31 @@ func retryAfter(v string, now time.Time) time.Duration {
 func status(resp *http.Response) string {
 	return strings.TrimSpace(fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode)))
 }
+
+// cutText is a transport error with its text cut to maxTransportText
+// bytes, its chain kept (errors.Is, As): net/http quotes an answer it
+// cannot parse whole ("malformed HTTP response \"…\""), which would put
+// some 2,000 bytes of whatever answered into the stored error text, past
+// the 200 of the answer doc.go promises (review helper-314).
+type cutText struct{ err error }
+
+// maxTransportText bounds net/http's words and the answer they quote
+// together, so the answer stays within maxAnswerText.
+const maxTransportText = maxAnswerText
+
+func (c cutText) Error() string {
+	s := c.err.Error()
+	if len(s) <= maxTransportText {
+		return s
+	}
+	cut := s[:maxTransportText]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
+func (c cutText) Unwrap() error { return c.err }
 
 // unwrapURL drops *url.Error's "Post \"<url>\":" prefix: the URL may carry
 // credentials and the error text is stored.
