@@ -5,11 +5,15 @@
 // Each tenant is one data plane with its own token. POST /api/v1/reports
 // stores a batch idempotently on (tenant, attempt id) after checking every
 // record strictly: unknown fields, values outside the fixed lists or
-// patterns, and oversize batches are refused with 400 and a reason. GET
-// /api/v1/cursor answers the highest attempt id held for the tenant, where
-// its reporter resumes. GET / is the tenant's page (HTTP Basic: the tenant's
-// name and its token as password): jobs by their latest outcome, failure
-// classes and duration percentiles, server-rendered, no script. A token
+// patterns, and oversize batches are refused with 400 and a reason; a
+// stored batch is answered with how many records it had and how many were
+// new, and the tenant's cursor as it was before it (cursor_before), by which
+// a reporter notices records this database lost (restored from a backup)
+// and sends them again. GET /api/v1/cursor answers the highest attempt id
+// held for the tenant, where its reporter resumes. GET / is the tenant's
+// page (HTTP Basic: the tenant's name and its token as password): jobs by
+// their latest outcome, failure classes and duration percentiles,
+// server-rendered, no script. A token
 // selects exactly one tenant, and every query is by that tenant, so one
 // tenant never sees another's data.
 //

@@ -3,15 +3,25 @@
 
 -- name: InsertAttempts
 -- A batch of one tenant's records; a record already held (a resend) is kept
--- as it was.
-INSERT INTO control_plane.attempts (tenant, attempt_id, job, outcome, attempt, duration_ms, error_class,
-                                    started_at, finished_at, provider, event_type)
-SELECT $1, r.attempt_id, r.job, r.outcome, r.attempt, r.duration_ms, nullif(r.error_class, ''),
-       r.started_at, r.finished_at, nullif(r.provider, ''), nullif(r.event_type, '')
-FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::float8[], $7::text[],
-            $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
-     AS r (attempt_id, job, outcome, attempt, duration_ms, error_class, started_at, finished_at, provider, event_type)
-ON CONFLICT (tenant, attempt_id) DO NOTHING
+-- as it was. Answers how many were new and the tenant's cursor (the highest
+-- attempt id held, 0 for none) as it was before the batch: one statement,
+-- one snapshot, so the cursor does not count the batch. A reporter that had
+-- a higher id acknowledged learns from it that records were lost (this
+-- database restored from a backup) and sends them again.
+WITH before AS (
+    SELECT coalesce(max(attempt_id), 0) AS cursor FROM control_plane.attempts WHERE tenant = $1
+), stored AS (
+    INSERT INTO control_plane.attempts (tenant, attempt_id, job, outcome, attempt, duration_ms, error_class,
+                                        started_at, finished_at, provider, event_type)
+    SELECT $1, r.attempt_id, r.job, r.outcome, r.attempt, r.duration_ms, nullif(r.error_class, ''),
+           r.started_at, r.finished_at, nullif(r.provider, ''), nullif(r.event_type, '')
+    FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::float8[], $7::text[],
+                $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
+         AS r (attempt_id, job, outcome, attempt, duration_ms, error_class, started_at, finished_at, provider, event_type)
+    ON CONFLICT (tenant, attempt_id) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM stored), (SELECT cursor FROM before)
 
 -- name: Cursor
 -- The highest attempt id held for the tenant, 0 for none.

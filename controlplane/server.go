@@ -333,24 +333,21 @@ func (s *Server) postReports(w http.ResponseWriter, r *http.Request, tenant stri
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	n, err := s.store(r, tenant, b.Records)
+	n, before, err := s.store(r, tenant, b.Records)
 	if err != nil {
-		s.log.Error("store report", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		s.log.Error("store report", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.String("error", err.Error()))
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "could not store the report; send it again")
 		return
 	}
-	s.log.Debug("report stored", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.Int64("new", n))
-	writeJSON(w, http.StatusOK, struct {
-		Received int   `json:"received"`
-		Stored   int64 `json:"stored"`
-	}{len(b.Records), n})
+	s.log.Debug("report stored", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.Int64("new", n),
+		slog.Int64("cursor_before", before))
+	writeJSON(w, http.StatusOK, reporter.Answer{Received: len(b.Records), Stored: n, CursorBefore: &before})
 }
 
-func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (int64, error) {
-	if len(recs) == 0 {
-		return 0, nil
-	}
+// store stores recs (a record already held is kept as it was) and returns
+// how many were new and the tenant's cursor as it was before them.
+func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (stored, before int64, err error) {
 	n := len(recs)
 	var (
 		ids                                      = make([]int64, n)
@@ -363,11 +360,12 @@ func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (
 		ids[i], jobs[i], outcomes[i], attempts[i], durs[i] = rec.AttemptID, rec.Job, string(rec.Outcome), int32(rec.Attempt), rec.DurationMS //nolint:gosec // G115: decodeBatch's Validate bounds Attempt to [0, 1e6]
 		classes[i], starts[i], ends[i], provs[i], evtTypes[i] = string(rec.ErrorClass), rec.StartedAt, rec.FinishedAt, rec.Provider, rec.EventType
 	}
-	tag, err := s.pool.Exec(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes)
+	err = s.pool.QueryRow(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes).
+		Scan(&stored, &before)
 	if err != nil {
-		return 0, err
+		return 0, 0, fmt.Errorf("insert %d records: %w", n, err)
 	}
-	return tag.RowsAffected(), nil
+	return stored, before, nil
 }
 
 func (s *Server) getCursor(w http.ResponseWriter, r *http.Request, tenant string) {

@@ -30,6 +30,19 @@
 // nothing after it, the reporter moves job_attempts' id sequence past the
 // cursor if it is behind (never lower; migration 072) and logs it at warn.
 //
+// A control plane restored from a backup under a running reporter holds
+// fewer records than it acknowledged. The reporter keeps the highest
+// attempt id acknowledged and compares the control plane's cursor with it:
+// the one each answer to a report carries (cursor_before, the cursor before
+// the batch was stored: [Answer]), and, for a control plane that does not
+// answer it, GET /api/v1/cursor before the first send after one that got no
+// answer and at least each minute. A cursor below it is logged at warn with
+// both ids, and the next round goes back to it: the records after it are
+// read again, oldest first, and sent before newer ones, and the 1,000 ids
+// below it are looked for again, as at a start. Records the data plane no
+// longer holds (below its oldest attempt: retention dropped them) are logged
+// at error by id and counted in inlet_reporter_failures_total{step="lost"}.
+//
 // A control plane's refusal (400, 413, 422) is not sent again as it was: the
 // batch is narrowed down to the record refused (the records[i] its reason
 // names, else by halves), which is sent once more alone with its values

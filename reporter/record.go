@@ -70,6 +70,20 @@ type Cursor struct {
 	AttemptID int64 `json:"attempt_id"`
 }
 
+// Answer is the answer of POST /api/v1/reports.
+type Answer struct {
+	// Received is how many records the batch had, Stored how many of them
+	// the control plane did not hold yet.
+	Received int   `json:"received"`
+	Stored   int64 `json:"stored"`
+	// CursorBefore is the tenant's cursor (as [Cursor]) as it was before
+	// the batch was stored. Below the highest attempt id the reporter had
+	// acknowledged, the control plane lost records (its database restored
+	// from a backup), which the reporter sends again. Nil from a control
+	// plane that does not answer it (releases before it).
+	CursorBefore *int64 `json:"cursor_before,omitempty"`
+}
+
 // MaxBatch is the most records one batch may carry.
 const MaxBatch = 1000
 

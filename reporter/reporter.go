@@ -73,7 +73,20 @@ type Config struct {
 	// step, and when the last step succeeded (alert on its age). Nil
 	// discards them.
 	Metrics prometheus.Registerer
+
+	// cursorCheck is how often a running reporter asks the control plane
+	// for its cursor when no answer to a report carried it. Defaults to
+	// cursorCheckEvery; tests shorten it (export_test.go).
+	cursorCheck time.Duration
 }
+
+// cursorCheckEvery is how often a running reporter compares the control
+// plane's cursor with the highest attempt id it had acknowledged, when no
+// answer to a report did (a control plane of a release that does not answer
+// cursor_before, or nothing to send): a control plane restored from a
+// backup under it is noticed within this, and its lost records sent again.
+// Rounds can be tens of milliseconds apart; one GET a minute costs nothing.
+const cursorCheckEvery = time.Minute
 
 // WithDefaults returns a copy with every unset field at its default.
 func (c Config) WithDefaults() Config {
@@ -82,6 +95,7 @@ func (c Config) WithDefaults() Config {
 	c.MinBackoff = cmp.Or(c.MinBackoff, 500*time.Millisecond)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Minute)
 	c.GapTTL = cmp.Or(c.GapTTL, 10*time.Minute)
+	c.cursorCheck = cmp.Or(c.cursorCheck, cursorCheckEvery)
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -152,6 +166,21 @@ type Reporter struct {
 	// foldedClass is whether an error class outside the list was sent as
 	// handler_error yet (logged at info the first time, then at debug).
 	foldedClass bool
+	// acked is the highest attempt id the control plane acknowledged, or
+	// answered as its cursor: its cursor is below it only if it lost
+	// records (its database restored from a backup).
+	acked int64
+	// rewinding is whether the control plane was seen behind acked since
+	// the last round: the next one goes back to rewindTo, the lowest cursor
+	// it answered since, and sends the records after it again; lostTo is
+	// the highest id it had acknowledged before.
+	rewinding        bool
+	rewindTo, lostTo int64
+	// cursorDue is whether the next send first asks the control plane for
+	// its cursor (after a send it did not answer: it may have been restored
+	// meanwhile); checkedAt is when its cursor was last compared with acked.
+	cursorDue bool
+	checkedAt time.Time
 
 	sent      prometheus.Counter
 	failures  *prometheus.CounterVec
@@ -194,11 +223,12 @@ func New(cfg Config) (*Reporter, error) {
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "records_sent_total",
 			Help: "Attempt records the control plane acknowledged (sent again after a restart or a lost answer: counted again)."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "failures_total",
-			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database); and refused: records the control plane refused even with their values folded, skipped."}, []string{"step"}),
+			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database); refused: records the control plane refused even with their values folded, skipped; " +
+				"and lost: a control plane restored from a backup lost records the data plane no longer holds, not sent again (the log names their ids)."}, []string{"step"}),
 		succeeded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "last_success_timestamp_seconds",
 			Help: "When a step last succeeded (unix seconds): a reporter that stopped getting through shows as its age, failures_total as why."}),
 	}
-	for _, step := range []string{"fetch_cursor", "read", "send", "refused"} {
+	for _, step := range []string{"fetch_cursor", "read", "send", "refused", "lost"} {
 		r.failures.WithLabelValues(step)
 	}
 	reg := metrics.OrDiscard(cfg.Metrics)
@@ -228,7 +258,9 @@ func (r *Reporter) Started() <-chan struct{} { return r.started }
 
 // Stop ends the reporter and waits for it. Records not yet acknowledged are
 // sent again by the next start (the cursor comes from the control plane;
-// the start looks again at the restartLookback ids below it).
+// the start looks again at the restartLookback ids below it). A running
+// reporter also goes back to the control plane's cursor whenever that is
+// below the highest id it acknowledged (rewind).
 func (r *Reporter) Stop() {
 	r.loops.Stop()
 }
@@ -247,6 +279,7 @@ func (r *Reporter) run(ctx context.Context) {
 	if err != nil {
 		return // ctx ended
 	}
+	r.acked, r.checkedAt = cursor, time.Now()
 	// The gaps the last process was looking for are gone with it: the ids
 	// just below the cursor are looked for again (those the control plane
 	// holds already are stored once), so an attempt that committed after
@@ -257,6 +290,27 @@ func (r *Reporter) run(ctx context.Context) {
 	log.Info("reporter started", slog.Int64("cursor", cursor),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
 	for {
+		// A control plane restored from a backup under the running
+		// reporter holds fewer records than it acknowledged: each answer
+		// to a report says so (cursor_before), and its cursor is fetched
+		// after a send it did not answer and at least every cursorCheck.
+		// Seen behind, it gets the records after its cursor again, oldest
+		// first, before anything newer.
+		if time.Since(r.checkedAt) >= r.cfg.cursorCheck {
+			if err := r.retry(ctx, "fetch_cursor", func() error { return r.checkCursor(ctx) }); err != nil {
+				return
+			}
+		}
+		if r.rewinding {
+			err := r.retry(ctx, "read", func() error {
+				var err error
+				cursor, err = r.rewind(ctx, cursor)
+				return err
+			})
+			if err != nil {
+				return
+			}
+		}
 		var batch []Record
 		var next int64
 		err := r.retry(ctx, "read", func() error {
@@ -280,8 +334,8 @@ func (r *Reporter) run(ctx context.Context) {
 			r.noteGaps(cursor, next, batch)
 			cursor = next
 		}
-		if len(batch) >= r.cfg.BatchSize || r.more {
-			continue // more may be waiting
+		if len(batch) >= r.cfg.BatchSize || r.more || r.rewinding {
+			continue // more may be waiting, or records to send again
 		}
 		select {
 		case <-ctx.Done():
@@ -767,9 +821,13 @@ func (r *Reporter) fetchCursor(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var c Cursor
-	if err := r.do(req, &c); err != nil {
+	body, err := r.do(req)
+	if err != nil {
 		return 0, fmt.Errorf("get cursor: %w", err)
+	}
+	var c Cursor
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&c); err != nil {
+		return 0, fmt.Errorf("get cursor: decode answer: %w", err)
 	}
 	if c.AttemptID < 0 {
 		return 0, fmt.Errorf("get cursor: negative attempt id %d", c.AttemptID)
@@ -777,7 +835,97 @@ func (r *Reporter) fetchCursor(ctx context.Context) (int64, error) {
 	return c.AttemptID, nil
 }
 
+// checkCursor fetches the control plane's cursor and compares it with the
+// highest id it acknowledged (behind).
+func (r *Reporter) checkCursor(ctx context.Context) error {
+	c, err := r.fetchCursor(ctx)
+	if err != nil {
+		return err
+	}
+	r.behind(c, "GET /api/v1/cursor")
+	return nil
+}
+
+// behind compares cursor, the control plane's (answered to the request
+// named by answer), with acked. Below it, the control plane lost the
+// records of the ids between (its database restored from a backup: what it
+// stored after the backup is gone, and once a newer record is stored its
+// cursor is above the hole for good). That is logged at warn with both ids,
+// and the next round goes back to the cursor (rewind): the control plane
+// stores records once per (tenant, attempt id), so sending again is safe.
+func (r *Reporter) behind(cursor int64, answer string) {
+	r.checkedAt, r.cursorDue = time.Now(), false
+	if cursor >= r.acked {
+		return
+	}
+	r.cfg.Logger.Warn("reporter: the control plane's cursor is below the highest attempt id it acknowledged: it lost records "+
+		"(its database restored from a backup?); the records after its cursor are sent again",
+		slog.Int64("cursor", cursor), slog.Int64("acknowledged", r.acked), slog.String("answer", answer))
+	if !r.rewinding || cursor < r.rewindTo {
+		r.rewindTo = cursor
+	}
+	r.lostTo = max(r.lostTo, r.acked)
+	r.rewinding, r.acked = true, cursor
+}
+
+// rewind goes back to r.rewindTo, the control plane's cursor once it was
+// seen behind what it had acknowledged, and returns the cursor to read
+// after: the records after it are read again, oldest first, and sent before
+// newer ones. Gaps above it are dropped (the cursor reads those ids again),
+// and the restartLookback ids below it are looked for again as gaps, as at
+// a start: a record the control plane stored after its backup under an id
+// below its cursor (one that committed late) is among them. Attempts the
+// data plane no longer holds (below the oldest it holds: retention dropped
+// them) cannot be sent again: their ids are logged at error and counted in
+// failures_total{step="lost"}, and the cursor goes back only to just below
+// that oldest attempt.
+func (r *Reporter) rewind(ctx context.Context, cursor int64) (int64, error) {
+	rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{AfterID: 0, BatchSize: 1})
+	if err != nil {
+		return cursor, fmt.Errorf("read the oldest attempt, going back to cursor %d: %w", r.rewindTo, err)
+	}
+	to, lost, oldest := r.rewindTo, r.lostTo, int64(0)
+	if len(rows) > 0 {
+		oldest = rows[0].ID
+		lost = min(lost, oldest-1)
+	}
+	if lost > to {
+		r.failures.WithLabelValues("lost").Inc()
+		r.cfg.Logger.Error("reporter: the control plane lost records of attempts the data plane no longer holds "+
+			"(below its oldest attempt, or none left: retention dropped them); they cannot be sent again",
+			slog.Int64("from_attempt_id", to+1), slog.Int64("to_attempt_id", lost), slog.Int64("oldest_attempt_id", oldest))
+		to = lost
+	}
+	to = min(to, cursor)
+	lo := max(to-restartLookback, 1)
+	kept := make([]gap, 0, len(r.gaps)+1)
+	for _, g := range r.gaps {
+		g.hi = min(g.hi, lo-1) // above: looked for again below, or read again by the cursor
+		if g.lo <= g.hi {
+			kept = append(kept, g)
+		}
+	}
+	var dropped int
+	r.gaps, dropped = addGaps(kept, lo, to-1, nil, r.clock(), 0)
+	r.logDropped(dropped)
+	r.cfg.Logger.Info("reporter: went back to the control plane's cursor; sending the records after it again",
+		slog.Int64("from_cursor", cursor), slog.Int64("cursor", to))
+	r.rewinding, r.rewindTo, r.lostTo = false, 0, 0
+	return to, nil
+}
+
+// send posts records. An answer that carries the control plane's cursor
+// before it stored them (cursor_before) is compared with what it
+// acknowledged before (behind); a control plane that does not answer it is
+// asked for its cursor after a send it did not answer (it may have been
+// restored meanwhile), before this batch raises its cursor above the
+// records it lost, and every cursorCheck.
 func (r *Reporter) send(ctx context.Context, records []Record) error {
+	if r.cursorDue {
+		if err := r.checkCursor(ctx); err != nil {
+			return fmt.Errorf("before posting %d records: %w", len(records), err)
+		}
+	}
 	body, err := json.Marshal(Batch{Records: records})
 	if err != nil {
 		return err
@@ -787,14 +935,29 @@ func (r *Reporter) send(ctx context.Context, records []Record) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if err := r.do(req, nil); err != nil {
+	answer, err := r.do(req)
+	if err != nil {
+		if st := (*errStatus)(nil); !errors.As(err, &st) || !st.refusal() {
+			r.cursorDue = true
+		}
 		return fmt.Errorf("post %d records: %w", len(records), err)
+	}
+	// The records are acknowledged whatever the body says: one that is not
+	// an Answer (a proxy's, a control plane's of another release) only
+	// carries no cursor.
+	var a Answer
+	if json.Unmarshal(answer, &a) == nil && a.CursorBefore != nil && *a.CursorBefore >= 0 {
+		r.behind(*a.CursorBefore, "POST /api/v1/reports")
+	}
+	for _, rec := range records {
+		r.acked = max(r.acked, rec.AttemptID)
 	}
 	return nil
 }
 
-// do sends req with the token and decodes a 2xx answer into out (if non-nil).
-func (r *Reporter) do(req *http.Request, out any) error {
+// do sends req with the token and returns a 2xx answer's body (up to 64
+// KiB; a body cut short is for the caller's decoding to refuse).
+func (r *Reporter) do(req *http.Request) ([]byte, error) {
 	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
 	resp, err := r.cfg.HTTPClient.Do(req)
 	if err != nil {
@@ -802,7 +965,7 @@ func (r *Reporter) do(req *http.Request, out any) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err // the URL is configuration; the log needs only why
 		}
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -814,14 +977,8 @@ func (r *Reporter) do(req *http.Request, out any) error {
 		if len(e.Error) > 200 {
 			e.Error = e.Error[:200]
 		}
-		return &errStatus{status: resp.StatusCode, reason: e.Error}
+		return nil, &errStatus{status: resp.StatusCode, reason: e.Error}
 	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(out); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
-	}
-	return nil
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return body, nil
 }
