@@ -775,14 +775,15 @@ func migratedTo031(t *testing.T) (string, *pgx.Conn) {
 
 // sealV1 seals what a sealer of 031 would, as it would: checkpoints without
 // a received_at range, hashed in the v1 form, of v1 event leaves (no
-// occurred_at), written with 031's columns. As the owner: this sealer's
+// occurred_at), written with 031's columns, of the events read as it read
+// them (no audit_events_to_seal before 078). As the owner: this sealer's
 // query reads occurred_at, which webhook_sealer may read only since 075.
 func (b *bundle) sealV1(t *testing.T) []Checkpoint {
 	t.Helper()
 	ctx := context.Background()
 	time.Sleep(5 * time.Millisecond) // past the test's 1ms grace
-	b.sealer.leaf = eventLeafV1
-	defer func() { b.sealer.leaf = nil }()
+	b.sealer.leaf, b.sealer.read = eventLeafV1, readEventsAs031
+	defer func() { b.sealer.leaf, b.sealer.read = nil, nil }()
 	var out []Checkpoint
 	for {
 		var cp Checkpoint
@@ -821,6 +822,23 @@ func (b *bundle) sealV1(t *testing.T) []Checkpoint {
 	}
 }
 
+// readEventsAs031 reads the events to seal from the table, as every sealer
+// before 078 did.
+func readEventsAs031(ctx context.Context, tx pgx.Tx, first int64, limit int) ([]Event, error) {
+	rows, err := tx.Query(ctx, `SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
+		sha256(convert_to(headers::text, 'UTF8')), scheme, request_uri, signature_verified, coalesce(secret_index, -1)::int, occurred_at
+		FROM webhook_ingress.events WHERE id >= $1 ORDER BY id LIMIT $2`, first, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.ID, &e.Provider, &e.ExternalEventID, &e.EventType, &e.ReceivedAt, &e.BodySHA256, &e.HeadersSHA256,
+			&e.Scheme, &e.RequestURI, &e.SignatureVerified, &e.SecretIndex, &e.OccurredAt)
+		return e, err
+	})
+}
+
 // Checkpoints sealed at 031 (v1: no received_at range) still verify after
 // 032 and the checkpoints sealed after it (v2), and the kept head is still
 // in the chain. A prune of an id of a v1 checkpoint is checked only against
@@ -847,12 +865,12 @@ func TestUpgradeTo032KeepsV1Checkpoints(t *testing.T) {
 	if len(v1) != 2 || v1[1].LastEventID != 20 {
 		t.Fatalf("sealed at 031: %s want 1..10 and 11..20", sealed(v1))
 	}
-	// This version's sealer before inlet migrate: webhook_sealer may not read
-	// occurred_at yet (075), and the error says what to run.
+	// This version's sealer before inlet migrate: there is no
+	// audit_events_to_seal yet (078), and the error says what to run.
 	b.insert(t, ctx)
 	time.Sleep(5 * time.Millisecond)
-	if cps, err := b.sealer.Seal(ctx); err == nil || len(cps) != 0 || !strings.Contains(err.Error(), "migration 075") || !strings.Contains(err.Error(), "run inlet migrate") {
-		t.Fatalf("seal before inlet migrate: %d checkpoints, %v; want none and an error naming migration 075", len(cps), err)
+	if cps, err := b.sealer.Seal(ctx); err == nil || len(cps) != 0 || !strings.Contains(err.Error(), "migration 078") || !strings.Contains(err.Error(), "run inlet migrate") {
+		t.Fatalf("seal before inlet migrate: %d checkpoints, %v; want none and an error naming migration 078", len(cps), err)
 	}
 
 	if _, err := schema.Migrate(ctx, conn); err != nil {

@@ -16,29 +16,41 @@
 // is its last event id. A leaf's hash is tlog.RecordHash(data), that is
 // SHA-256(0x00 || data), where data is, for an event,
 //
-//	"inlet-audit-event-v2\n"
+//	"inlet-audit-event-v3\n"
 //	uint64 id | str provider | str external_event_id | str event_type |
 //	int64 received_at (Unix microseconds, UTC) | body_sha256 (32 bytes) |
 //	SHA-256 of headers::text (32 bytes; jsonb output is canonical) |
 //	str scheme | str request_uri | byte signature_verified (0 or 1) |
 //	int32 secret_index (-1 for NULL) |
 //	byte 0 when occurred_at is NULL, else byte 1 and int64 occurred_at
-//	(Unix microseconds, UTC)
+//	(Unix microseconds, UTC) |
+//	byte payload stored (1 when payload is not NULL, else 0)
 //
-// Sealers before migration 075 wrote format v1: the tag
-// "inlet-audit-event-v1\n" and the same fields without occurred_at. Verify
-// accepts either: the tags differ, so a leaf hash is of one form only, and
-// a v1 leaf matches a row whatever its occurred_at (see below) while a v2
-// leaf does not. No checkpoint records the format, and none sealed before
-// changes.
+// Sealers before migration 078 wrote format v2: the tag
+// "inlet-audit-event-v2\n" and the same fields without the payload byte;
+// sealers before 075 wrote format v1: the tag "inlet-audit-event-v1\n" and
+// the fields without occurred_at either. Verify accepts each: the tags
+// differ, so a leaf hash is of one form only, and a v1 leaf matches a row
+// whatever its occurred_at and payload (see below), a v2 leaf whatever its
+// payload, while a v3 leaf does neither. No checkpoint records the format,
+// and none sealed before changes.
 //
-// An event whose occurred_at was NULL when it was sealed (v2) and holds a
-// time now, every other sealed column intact, is not reported as altered:
+// An event whose occurred_at was NULL when it was sealed (v2, v3) and holds
+// a time now, every other sealed column intact, is not reported as altered:
 // inlet backfill stored fills occurred_at where it is NULL (the one UPDATE
 // events_guard allows) when a source's occurred_at setting finds the time
 // in the stored bytes. Verify counts and lists such events instead
 // (Report.OccurredAtFilled), without failing. A sealed occurred_at that was
 // changed, or set to NULL, is an altered event.
+//
+// payload, the parsed copy of the body that auditors' JSON-path queries
+// read, is not sealed itself: Verify checks every payload against raw_body
+// (051). The leaf seals whether it was stored (v3), so a payload sealed as
+// stored and NULL now, the event gone from every --where answer, is an
+// altered event. One that was NULL when sealed (store_json off, a body too
+// large or not JSON, rows before 012) and holds the parsed body now is what
+// inlet backfill stored fills too: counted and listed
+// (Report.PayloadFilled), not a problem.
 //
 // For an id with no event (a rolled-back insert: identity values are
 // allocated before commit and never reused), "inlet-audit-skip-v1\n" and
@@ -46,7 +58,10 @@
 // raw_body enters through body_sha256, so the sealer never reads bodies; an
 // owner who rewrites raw_body also rewrites the generated body_sha256, but no
 // longer matches the leaf sealed before. Verify also checks that every body
-// still hashes to its body_sha256.
+// still hashes to its body_sha256. The sealer (webhook_sealer) reads the
+// events through webhook_ingress.audit_events_to_seal (078), which runs as
+// its owner and returns the sealed columns, the headers as their digest, and
+// payload IS NOT NULL: never a body or a payload.
 //
 // # Checkpoints
 //
@@ -95,7 +110,10 @@
 //     overlaps [min_received_at, max_received_at].
 //
 // Otherwise the id is reported as a missing event, the reason naming the
-// retention_log row. Verify takes its snapshot only once it holds events
+// retention_log row. Verify reads these runs of ids (one per run of every
+// retention_log row, a long history of them) through a cursor in its
+// snapshot, a page at a time as its sweep by id reaches them, so its memory
+// does not grow with the pruned history. Verify takes its snapshot only once it holds events
 // (ACCESS SHARE): one that starts during a drop waits for it, bounded by its
 // context, and then sees the period gone and its retention_log row
 // together. retention_log is append-only but not chained into the
@@ -160,6 +178,10 @@
 //
 // Compare the periods retention_log lists with what inlet retention logged
 // when it dropped them, kept outside the database, to close these.
+//
+// Whether payload is stored is not proven for an event sealed before 078
+// (a v1 or v2 leaf): the owner can set its payload to NULL unseen (the
+// event then drops out of --where answers, its body intact).
 //
 // occurred_at is not proven for an event sealed before 075 (a v1 leaf): the
 // owner can move it unseen. Nor is an occurred_at filled after sealing: the

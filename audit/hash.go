@@ -30,6 +30,12 @@ type Event struct {
 	// since leaf format v2 (075_audit_occurred_at): auditors query it
 	// (delivery lag, --occurred-after), so moving it is tampering.
 	OccurredAt *time.Time
+	// PayloadStored says that payload, the parsed copy of the body that
+	// auditors' JSON-path queries read, is not NULL: sealed since leaf
+	// format v3 (078_audit_payload_stored), so a payload removed after
+	// sealing is seen (its content is checked against raw_body, 051). The
+	// sealer learns only this, never the payload.
+	PayloadStored bool
 }
 
 const (
@@ -38,6 +44,10 @@ const (
 	// too (075_audit_occurred_at): what the sealer writes now. Verify
 	// still accepts v1 leaves, which the tags tell apart (matchLeaf).
 	eventLeafV2Tag = "inlet-audit-event-v2\n"
+	// eventLeafV3Tag is the form that also seals whether payload is stored
+	// (078_audit_payload_stored): what the sealer writes now. Verify still
+	// accepts v1 and v2 leaves.
+	eventLeafV3Tag = "inlet-audit-event-v3\n"
 	skipLeafTag    = "inlet-audit-skip-v1\n"
 	checkpointTag  = "inlet-audit-checkpoint-v1\n"
 	// checkpointV2Tag is the form of a checkpoint that records the
@@ -52,8 +62,8 @@ func appendString(b []byte, s string) []byte {
 }
 
 // eventLeaf is the RFC 6962 leaf hash of e as the sealer writes it now:
-// format v2, occurred_at included.
-func eventLeaf(e Event) tlog.Hash { return eventLeafV2(e, e.OccurredAt) }
+// format v3, occurred_at and whether payload is stored included.
+func eventLeaf(e Event) tlog.Hash { return eventLeafV3(e, e.OccurredAt, e.PayloadStored) }
 
 // eventLeafV1 is the leaf hash of e in format v1, which every sealer before
 // 075_audit_occurred_at wrote: occurred_at is not in it.
@@ -65,14 +75,30 @@ func eventLeafV1(e Event) tlog.Hash {
 // occurred_at (nil: NULL): the v1 fields after the v2 tag, then a byte 0
 // for NULL, or 1 and int64 occurred_at (Unix microseconds, UTC).
 func eventLeafV2(e Event, occurred *time.Time) tlog.Hash {
-	b := appendEventFields(eventLeafBuf(e, eventLeafV2Tag), e)
-	if occurred == nil {
-		b = append(b, 0)
-	} else {
+	return tlog.RecordHash(appendOccurredAt(appendEventFields(eventLeafBuf(e, eventLeafV2Tag), e), occurred))
+}
+
+// eventLeafV3 is the leaf hash of e in format v3 with occurred as its
+// occurred_at and payloadStored as whether its payload is stored: v2's
+// fields after the v3 tag, then a byte 1 when payload is stored, else 0.
+func eventLeafV3(e Event, occurred *time.Time, payloadStored bool) tlog.Hash {
+	b := appendOccurredAt(appendEventFields(eventLeafBuf(e, eventLeafV3Tag), e), occurred)
+	if payloadStored {
 		b = append(b, 1)
-		b = binary.BigEndian.AppendUint64(b, uint64(occurred.UTC().UnixMicro()))
+	} else {
+		b = append(b, 0)
 	}
 	return tlog.RecordHash(b)
+}
+
+// appendOccurredAt appends occurred as leaf formats v2 and v3 seal it: a
+// byte 0 for NULL, or 1 and int64 occurred_at (Unix microseconds, UTC).
+func appendOccurredAt(b []byte, occurred *time.Time) []byte {
+	if occurred == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	return binary.BigEndian.AppendUint64(b, uint64(occurred.UTC().UnixMicro()))
 }
 
 // eventLeafBuf is a buffer for e's leaf data, holding tag.

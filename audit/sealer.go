@@ -98,6 +98,9 @@ type Sealer struct {
 	// leaf, when set (tests), is the event leaf written instead of
 	// eventLeaf's: eventLeafV1 seals as every sealer before 075 did.
 	leaf func(Event) tlog.Hash
+	// read, when set (tests), reads the events to seal instead of
+	// readEventsToSeal: as a sealer of an older schema read them.
+	read func(ctx context.Context, tx pgx.Tx, first int64, limit int) ([]Event, error)
 }
 
 // NewSealer returns a sealer of cfg.
@@ -290,6 +293,31 @@ func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
 	return cp, nil
 }
 
+// readEventsToSeal reads what the leaves seal of the next limit events from
+// id first, in id order, through audit_events_to_seal (078): webhook_sealer
+// reads neither raw_body nor payload, only whether payload is stored.
+func readEventsToSeal(ctx context.Context, tx pgx.Tx, first int64, limit int) ([]Event, error) {
+	rows, err := queries.New(tx).AuditEventsToSeal(ctx, queries.AuditEventsToSealParams{FirstID: first, BatchSize: int64(limit)})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42501") {
+		// Most likely a sealer of this version on a schema before 078,
+		// which creates the function (undefined_function) and lets
+		// webhook_sealer execute it.
+		return nil, fmt.Errorf("read events from id %d: %w (the sealer reads events through webhook_ingress.audit_events_to_seal "+
+			"since migration 078, which creates it for webhook_sealer: run inlet migrate)", first, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read events from id %d: %w", first, err)
+	}
+	events := make([]Event, len(rows))
+	for i, r := range rows {
+		events[i] = Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID, EventType: r.EventType,
+			ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
+			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex),
+			OccurredAt: r.OccurredAt, PayloadStored: r.PayloadStored}
+	}
+	return events, nil
+}
+
 // nextCheckpoint builds the checkpoint after prev from the events past it,
 // up to the horizon (see the package doc): ids with no visible event are
 // sealed as skipped only up to settled. It also returns the first id of a gap
@@ -297,21 +325,13 @@ func lastCheckpoint(ctx context.Context, tx pgx.Tx) (Checkpoint, error) {
 func (s *Sealer) nextCheckpoint(ctx context.Context, tx pgx.Tx, prev Checkpoint, now time.Time, settled int64) (Checkpoint, int64, error) {
 	cutoff := now.Add(-s.cfg.Grace)
 	first := prev.LastEventID + 1
-	rows, err := queries.New(tx).AuditEventsToSeal(ctx, queries.AuditEventsToSealParams{FirstID: first, BatchSize: int64(s.cfg.MaxLeaves)})
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" {
-		// Most likely a sealer of this version on a schema before 075,
-		// which lets webhook_sealer read occurred_at (the leaves seal it).
-		return Checkpoint{}, 0, fmt.Errorf("read events from id %d: %w (the sealer reads occurred_at since migration 075, which grants it to webhook_sealer: run inlet migrate)", first, err)
+	read := readEventsToSeal
+	if s.read != nil {
+		read = s.read
 	}
+	events, err := read(ctx, tx, first, s.cfg.MaxLeaves)
 	if err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("read events from id %d: %w", first, err)
-	}
-	events := make([]Event, len(rows))
-	for i, r := range rows {
-		events[i] = Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID, EventType: r.EventType,
-			ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
-			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex),
-			OccurredAt: r.OccurredAt}
+		return Checkpoint{}, 0, err
 	}
 
 	cp := Checkpoint{Seq: prev.Seq + 1, FirstEventID: first, Prev: prev.Hash, CreatedAt: now,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,8 @@ import (
 type ProblemKind string
 
 const (
-	// AlteredEvent means an event's sealed columns (or its body) changed.
+	// AlteredEvent means an event's sealed columns (or its body, or its
+	// parsed copy payload) changed, or a payload sealed as stored is gone.
 	AlteredEvent ProblemKind = "altered_event"
 	// MissingEvent means a sealed event is gone.
 	MissingEvent ProblemKind = "missing_event"
@@ -85,6 +87,15 @@ type Report struct {
 	// them, at most VerifyOptions.MaxProblems, in id order.
 	OccurredAtFilled    int64   `json:"occurred_at_filled"`
 	OccurredAtFilledIDs []int64 `json:"occurred_at_filled_ids,omitempty"`
+	// PayloadFilled counts sealed events whose payload was NULL when they
+	// were sealed (leaf format v3) and is stored now, the rest of the row
+	// intact: what inlet backfill stored does when a source keeps a JSON
+	// copy. Not a problem: unlike a filled occurred_at, the payload is
+	// checked, as every payload is, to be raw_body parsed (051).
+	// PayloadFilledIDs lists them, at most VerifyOptions.MaxProblems, in id
+	// order. A payload sealed as stored and NULL now is an AlteredEvent.
+	PayloadFilled    int64   `json:"payload_filled"`
+	PayloadFilledIDs []int64 `json:"payload_filled_ids,omitempty"`
 	// Head is the newest checkpoint's hash (hex), Root its tree root.
 	Head string `json:"head,omitempty"`
 	Root string `json:"root,omitempty"`
@@ -145,7 +156,7 @@ func Verify(ctx context.Context, db DB, opts VerifyOptions) (Report, error) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE ONLY webhook_ingress.events IN ACCESS SHARE MODE"); err != nil {
 		return Report{}, fmt.Errorf("verify: wait for a retention drop in progress (lock webhook_ingress.events): %w", err)
 	}
-	pruned, err := readPruned(ctx, tx)
+	pruned, err := openPruned(ctx, tx)
 	if err != nil {
 		return Report{}, err
 	}
@@ -170,7 +181,7 @@ type verifier struct {
 	// checkpoint (keepFrontier), so memory stays one checkpoint's leaves
 	// and log n hashes, not the whole history.
 	stored map[int64]tlog.Hash
-	pruned *prunes // ids retention_log says were dropped
+	pruned *prunes // ids retention_log says were dropped, read a page at a time
 	rep    Report
 
 	maxProblems int
@@ -190,34 +201,82 @@ type pruneClaim struct {
 
 // prunes answers which claims name an id. Verify asks for ids in increasing
 // order (checkpoint by checkpoint, each range in id order), so it sweeps the
-// claims (by lo) once; runs of different rows may overlap.
+// claims (by lo) once; runs of different rows may overlap. It reads them
+// through a cursor in Verify's transaction, a page at a time, and keeps only
+// that page and the claims still active: memory does not grow with the
+// pruned history (every run of ids of every retention_log row, about one per
+// duplicate delivery or rolled-back insert in a dropped period).
 type prunes struct {
-	claims []pruneClaim // by lo
-	next   int          // the first claim not yet taken into active
+	tx     pgx.Tx
+	page   []pruneClaim // the page read, by lo; page[pos:] not yet taken into active
+	pos    int
+	done   bool         // the cursor is exhausted: page is the last one
 	active []pruneClaim // the claims with lo <= the last id asked and hi above it
 }
 
+// prunedCursor is the cursor Verify reads AuditPrunedIDs through, and
+// prunedPage how many runs it fetches at a time.
+const (
+	prunedCursor = "audit_pruned_ids"
+	prunedPage   = 5000
+)
+
 // at returns the claims whose run holds id, valid until the next call; id
 // must be at least the id of the previous call.
-func (p *prunes) at(id int64) []pruneClaim {
-	for ; p.next < len(p.claims) && p.claims[p.next].lo <= id; p.next++ {
-		p.active = append(p.active, p.claims[p.next])
+func (p *prunes) at(ctx context.Context, id int64) ([]pruneClaim, error) {
+	for {
+		for ; p.pos < len(p.page) && p.page[p.pos].lo <= id; p.pos++ {
+			if p.page[p.pos].hi > id {
+				p.active = append(p.active, p.page[p.pos])
+			}
+		}
+		if p.pos < len(p.page) || p.done {
+			break
+		}
+		if err := p.fetch(ctx); err != nil {
+			return nil, err
+		}
 	}
 	p.active = slices.DeleteFunc(p.active, func(c pruneClaim) bool { return c.hi <= id })
-	return p.active
+	return p.active, nil
 }
 
-func readPruned(ctx context.Context, tx pgx.Tx) (*prunes, error) {
-	rows, err := queries.New(tx).AuditPrunedIDs(ctx)
+// openPruned declares the cursor over AuditPrunedIDs and reads its first
+// page: the whole query (retention_log, the partitions, the probes for
+// events left in each period, the sort by lo) runs then, at the start of
+// Verify as before, and the server hands the sorted runs over a page at a
+// time; it lives until Verify's transaction ends.
+func openPruned(ctx context.Context, tx pgx.Tx) (*prunes, error) {
+	if _, err := tx.Exec(ctx, "DECLARE "+prunedCursor+" NO SCROLL CURSOR FOR\n"+queries.AuditPrunedIDs); err != nil {
+		return nil, fmt.Errorf("read retention_log: declare cursor %s: %w", prunedCursor, err)
+	}
+	p := &prunes{tx: tx}
+	if err := p.fetch(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// fetch replaces the page with the next one.
+func (p *prunes) fetch(ctx context.Context) error {
+	after := int64(0)
+	if len(p.page) > 0 {
+		after = p.page[len(p.page)-1].lo
+	}
+	rows, err := p.tx.Query(ctx, "FETCH FORWARD "+strconv.Itoa(prunedPage)+" FROM "+prunedCursor)
 	if err != nil {
-		return nil, fmt.Errorf("read retention_log: %w", err)
+		return fmt.Errorf("read retention_log: runs of ids after %d: %w", after, err)
 	}
-	out := &prunes{claims: make([]pruneClaim, len(rows))}
-	for i, r := range rows {
-		out.claims[i] = pruneClaim{lo: r.Lo, hi: r.Hi, logID: r.LogID, start: r.PeriodStart, end: r.PeriodEnd,
-			periodIsPartition: r.PeriodIsPartition, periodHasEvents: r.PeriodHasEvents}
+	page, err := pgx.CollectRows(rows, pgx.RowToStructByPos[queries.AuditPrunedIDsRow])
+	if err != nil {
+		return fmt.Errorf("read retention_log: runs of ids after %d: %w", after, err)
 	}
-	return out, nil
+	p.page, p.pos, p.done = p.page[:0], 0, len(page) < prunedPage
+	for _, r := range page {
+		p.page = append(p.page, pruneClaim{lo: r.Lo, hi: r.Hi, logID: r.LogID, start: r.PeriodStart, end: r.PeriodEnd,
+			periodIsPartition: r.PeriodIsPartition, periodHasEvents: r.PeriodHasEvents})
+	}
+	return nil
 }
 
 // prunedReason is why none of claims shows that retention dropped the
@@ -444,7 +503,10 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 			}
 			if !ok || e.ID > id {
 				if want != skipLeaf(id) {
-					claims := v.pruned.at(id)
+					claims, err := v.pruned.at(ctx, id)
+					if err != nil {
+						return nil, err
+					}
 					if len(claims) == 0 {
 						v.add(v.problem(MissingEvent, cp.Seq, id, "event %d missing: sealed by checkpoint %d, no longer in the table", id, cp.Seq))
 						break
@@ -476,16 +538,27 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 				break
 			}
 			switch m := matchLeaf(e.Event, want); {
-			case m == leafAltered:
+			case m == leafPayloadRemoved:
+				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: checkpoint %d sealed it with its payload (the parsed copy of the body) stored, and payload is NULL now",
+					id, cp.Seq))
+			case !m.intact():
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: its leaf no longer matches checkpoint %d", id, cp.Seq))
 			case !e.bodyOK:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: raw_body no longer hashes to body_sha256", id))
 			case !e.payloadOK:
 				v.add(v.problem(AlteredEvent, cp.Seq, id, "event %d altered: payload is not raw_body parsed", id))
-			case m == leafOccurredAtFilled:
-				v.rep.OccurredAtFilled++
-				if len(v.rep.OccurredAtFilledIDs) < v.maxProblems {
-					v.rep.OccurredAtFilledIDs = append(v.rep.OccurredAtFilledIDs, id)
+			default:
+				if m.occurredAtFilled() {
+					v.rep.OccurredAtFilled++
+					if len(v.rep.OccurredAtFilledIDs) < v.maxProblems {
+						v.rep.OccurredAtFilledIDs = append(v.rep.OccurredAtFilledIDs, id)
+					}
+				}
+				if m.payloadFilled() {
+					v.rep.PayloadFilled++
+					if len(v.rep.PayloadFilledIDs) < v.maxProblems {
+						v.rep.PayloadFilledIDs = append(v.rep.PayloadFilledIDs, id)
+					}
 				}
 			}
 			break
@@ -495,32 +568,67 @@ func (v *verifier) checkpoint(ctx context.Context, prev, cp Checkpoint) (*Proble
 }
 
 // leafMatch is how an event row matches the leaf a checkpoint sealed for its
-// id.
-type leafMatch int
+// id: leafAltered, leafPayloadRemoved, or leafIntact with the fills since
+// sealing that it names (leafOccurredAtFilled, leafPayloadFilled, or both
+// together).
+type leafMatch uint8
 
 const (
 	// leafAltered: the row hashes to no form of the leaf: it changed.
-	leafAltered leafMatch = iota
-	// leafIntact: the leaf is the row's, in format v2 (occurred_at sealed)
-	// or v1 (sealed before 075_audit_occurred_at: occurred_at not in it).
-	leafIntact
-	// leafOccurredAtFilled: a v2 leaf sealed while occurred_at was NULL,
-	// which now holds a value; every other sealed column is intact.
-	leafOccurredAtFilled
+	leafAltered leafMatch = 0
+	// leafIntact: the leaf is the row's, in format v3, v2 (sealed before
+	// 078_audit_payload_stored: whether payload is stored not in it) or v1
+	// (sealed before 075_audit_occurred_at: occurred_at not in it either).
+	leafIntact leafMatch = 1
+	// leafOccurredAtFilled: a v2 or v3 leaf sealed while occurred_at was
+	// NULL, which now holds a value; every other sealed column intact.
+	leafOccurredAtFilled leafMatch = leafIntact | 2
+	// leafPayloadFilled: a v3 leaf sealed while payload was NULL, which is
+	// stored now; every other sealed column intact.
+	leafPayloadFilled leafMatch = leafIntact | 4
+	// leafPayloadRemoved: a v3 leaf sealed while payload was stored, which
+	// is NULL now, every other sealed column intact (or occurred_at filled):
+	// altered.
+	leafPayloadRemoved leafMatch = 8
 )
 
-// matchLeaf says how e matches want, the leaf sealed for its id. The two
-// leaf formats start with different tags, so a sealed leaf is of one form
-// only: the row's v1 hash, which leaves occurred_at out, can equal a leaf
-// a sealer before 075 wrote, never a v2 one, whatever occurred_at now
-// holds. An intact row matches at the first hash (v2) or, sealed before
-// 075, at the second.
+// intact: the row matches its leaf, fills since sealing aside.
+func (m leafMatch) intact() bool { return m&leafIntact != 0 }
+
+// occurredAtFilled: intact, occurred_at filled since sealing.
+func (m leafMatch) occurredAtFilled() bool { return m&leafOccurredAtFilled == leafOccurredAtFilled }
+
+// payloadFilled: intact, payload filled since sealing.
+func (m leafMatch) payloadFilled() bool { return m&leafPayloadFilled == leafPayloadFilled }
+
+// matchLeaf says how e matches want, the leaf sealed for its id. The leaf
+// formats start with different tags, so a sealed leaf is of one form only:
+// the row's v1 hash, which leaves occurred_at and payload out, can equal a
+// leaf a sealer before 075 wrote, never a v2 or v3 one, and its v2 hash a
+// leaf a sealer before 078 wrote, never a v3 one, whatever occurred_at and
+// payload now hold. An intact row matches at the first hash (v3) or, sealed
+// before 078, at the second (v2) or third (v1). inlet backfill stored fills
+// occurred_at and payload only where they are NULL, so only a NULL is
+// tried in place of a value the row holds now; a NULL payload is tried as
+// stored only to name a payload removed.
 func matchLeaf(e Event, want tlog.Hash) leafMatch {
-	switch {
-	case eventLeafV2(e, e.OccurredAt) == want, eventLeafV1(e) == want:
+	if eventLeafV3(e, e.OccurredAt, e.PayloadStored) == want || eventLeafV2(e, e.OccurredAt) == want || eventLeafV1(e) == want {
 		return leafIntact
-	case e.OccurredAt != nil && eventLeafV2(e, nil) == want:
+	}
+	if e.OccurredAt != nil && (eventLeafV3(e, nil, e.PayloadStored) == want || eventLeafV2(e, nil) == want) {
 		return leafOccurredAtFilled
+	}
+	if e.PayloadStored {
+		switch {
+		case eventLeafV3(e, e.OccurredAt, false) == want:
+			return leafPayloadFilled
+		case e.OccurredAt != nil && eventLeafV3(e, nil, false) == want:
+			return leafOccurredAtFilled | leafPayloadFilled
+		}
+		return leafAltered
+	}
+	if eventLeafV3(e, e.OccurredAt, true) == want || (e.OccurredAt != nil && eventLeafV3(e, nil, true) == want) {
+		return leafPayloadRemoved
 	}
 	return leafAltered
 }
@@ -551,7 +659,8 @@ func readCheckpoints(ctx context.Context, tx pgx.Tx, after int64) ([]Checkpoint,
 type verifyEvent struct {
 	Event
 	bodyOK bool
-	// payloadOK: payload is NULL or raw_body parsed (051).
+	// payloadOK: payload is NULL or raw_body parsed (051); whether a NULL
+	// one was sealed as stored is the leaf's to say (v3).
 	payloadOK bool
 }
 
@@ -600,7 +709,7 @@ func (c *eventCursor) fill(ctx context.Context) error {
 		c.page = append(c.page, verifyEvent{Event: Event{ID: r.ID, Provider: r.Provider, ExternalEventID: r.ExternalEventID,
 			EventType: r.EventType, ReceivedAt: r.ReceivedAt, BodySHA256: r.BodySha256, HeadersSHA256: r.HeadersSha256,
 			Scheme: r.Scheme, RequestURI: r.RequestUri, SignatureVerified: r.SignatureVerified, SecretIndex: int(r.SecretIndex),
-			OccurredAt: r.OccurredAt},
+			OccurredAt: r.OccurredAt, PayloadStored: r.PayloadStored},
 			bodyOK: r.BodyIntact, payloadOK: r.PayloadIntact})
 	}
 	if len(c.page) < verifyPage {

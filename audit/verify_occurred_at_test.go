@@ -71,7 +71,9 @@ func TestVerifyNoticesARewrittenOccurredAt(t *testing.T) {
 // The leaf formats: v1 is byte for byte what every sealer before 075 wrote
 // (the digest below is the old eventLeaf's), so those checkpoints still
 // verify; v2 adds occurred_at, and its NULL marker differs from every time
-// (the Unix epoch included). matchLeaf tells the cases apart.
+// (the Unix epoch included); it is what every sealer from 075 to 078 wrote.
+// matchLeaf tells the cases apart. (v3, what the sealer writes now:
+// TestEventLeafV3Format.)
 func TestEventLeafFormats(t *testing.T) {
 	t.Parallel()
 	e := Event{ID: 42, Provider: "stripe", ExternalEventID: "evt_1", EventType: "invoice.paid",
@@ -93,8 +95,8 @@ func TestEventLeafFormats(t *testing.T) {
 	if got, want := hexOf(eventLeafV2(e, &occurred)), "f1bb450b84fc624f8a12098666be881ee3bec4214451d95ab0a36db297669700"; got != want {
 		t.Errorf("v2 leaf, occurred_at set: %s, want %s", got, want)
 	}
-	if eventLeaf(e) != eventLeafV2(e, nil) {
-		t.Error("eventLeaf of an event with no occurred_at is not its v2 leaf with the NULL marker")
+	if eventLeaf(e) != eventLeafV3(e, nil, false) {
+		t.Error("eventLeaf of an event with no occurred_at is not its v3 leaf with the NULL marker")
 	}
 	epoch := time.Unix(0, 0).UTC()
 	leaves := map[string]string{}
@@ -107,8 +109,8 @@ func TestEventLeafFormats(t *testing.T) {
 		leaves[hexOf(h)] = name
 	}
 	e.OccurredAt = &occurred
-	if eventLeaf(e) != eventLeafV2(e, &occurred) {
-		t.Error("eventLeaf of an event with occurred_at is not its v2 leaf")
+	if eventLeaf(e) != eventLeafV3(e, &occurred, false) {
+		t.Error("eventLeaf of an event with occurred_at is not its v3 leaf")
 	}
 	for want, tc := range map[leafMatch]struct {
 		e    Event

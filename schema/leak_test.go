@@ -109,6 +109,9 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 		// 067: whether another scoped role of a handler covers a pattern
 		// (a boolean, no row).
 		"another_role_may_own webhook_consumer", "another_role_may_own webhook_worker",
+		// 078: the columns the audit seals of a range of events, payload
+		// only as whether it is stored (never a body or a payload).
+		"audit_events_to_seal webhook_sealer",
 		"claim_handler_jobs webhook_streamer", "claim_jobs webhook_streamer", "claim_limited_jobs webhook_streamer",
 		// 073: the reaper counts expired attempts against their handlers'
 		// breakers (handler names in, circuits out; no job row).

@@ -345,6 +345,11 @@ UNION ALL
 CREATE FUNCTION webhook_ingress.another_role_may_own(p_role text, p_handler text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 
+CREATE TABLE webhook_ingress.audit_events_to_seal_result (id bigint, provider text, external_event_id text, event_type text, received_at timestamp with time zone, body_sha256 bytea, headers_sha256 bytea, scheme text, request_uri text, signature_verified boolean, secret_index smallint, occurred_at timestamp with time zone, payload_stored boolean);
+
+CREATE FUNCTION webhook_ingress.audit_events_to_seal(p_first_id bigint, p_batch_size bigint) RETURNS SETOF webhook_ingress.audit_events_to_seal_result
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE TABLE webhook_ingress.claim_handler_jobs_result (id bigint, event_id bigint, handler text, provider text, event_type text, attempt_count integer, max_attempts integer, lease_expires_at timestamp with time zone, trace_parent text, event_received_at timestamp with time zone, attempted_at timestamp with time zone);
 
 CREATE FUNCTION webhook_ingress.claim_handler_jobs(p_handler text, p_batch_size bigint, p_lease_holder text, p_lease_for interval) RETURNS SETOF webhook_ingress.claim_handler_jobs_result

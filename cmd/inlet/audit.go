@@ -209,14 +209,13 @@ func printVerifyReport(w io.Writer, rep audit.Report) {
 	if rep.OccurredAtFilled > 0 {
 		// Not a problem (inlet backfill stored fills a NULL occurred_at), but
 		// not vouched for either: name them (audit.Report.OccurredAtFilled).
-		ids := make([]string, len(rep.OccurredAtFilledIDs))
-		for i, id := range rep.OccurredAtFilledIDs {
-			ids[i] = strconv.FormatInt(id, 10)
-		}
-		if int64(len(ids)) < rep.OccurredAtFilled {
-			ids = append(ids, "…")
-		}
-		checked += fmt.Sprintf("; occurred_at filled after sealing: %s (ids %s)", plural(int(rep.OccurredAtFilled), "event"), strings.Join(ids, ", "))
+		checked += "; occurred_at filled after sealing: " + filledEvents(rep.OccurredAtFilled, rep.OccurredAtFilledIDs)
+	}
+	if rep.PayloadFilled > 0 {
+		// Not a problem either (inlet backfill stored fills a NULL payload,
+		// which verify checks against the body): name them
+		// (audit.Report.PayloadFilled).
+		checked += "; payload filled after sealing: " + filledEvents(rep.PayloadFilled, rep.PayloadFilledIDs)
 	}
 	if rep.OK {
 		fmt.Fprintf(w, "intact: %s\n", checked)
@@ -236,6 +235,19 @@ func printVerifyReport(w io.Writer, rep audit.Report) {
 	if rep.ChainBroken {
 		fmt.Fprintln(w, "the checkpoint chain is broken: the checkpoints after the break, and the events they cover, were not checked")
 	}
+}
+
+// filledEvents is "N events (ids a, b, …)" for n events of which ids are
+// listed.
+func filledEvents(n int64, ids []int64) string {
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = strconv.FormatInt(id, 10)
+	}
+	if int64(len(list)) < n {
+		list = append(list, "…")
+	}
+	return fmt.Sprintf("%s (ids %s)", plural(int(n), "event"), strings.Join(list, ", "))
 }
 
 func dashIfZero(n int64) string {

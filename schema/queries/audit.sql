@@ -16,16 +16,19 @@ LIMIT 1;
 
 -- name: AuditEventsToSeal :many
 -- The sealed columns of the next batch_size events from id first_id, in id
--- order; the headers as their digest (jsonb output is canonical), the body as
--- body_sha256; occurred_at since leaf format v2 (075_audit_occurred_at).
-SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
-       occurred_at
-FROM webhook_ingress.events
-WHERE id >= sqlc.arg(first_id)
-ORDER BY id
-LIMIT sqlc.arg(batch_size)::bigint;
+-- order, through audit_events_to_seal (078), which runs as its owner: the
+-- headers as their digest (jsonb output is canonical), the body as
+-- body_sha256, occurred_at since leaf format v2 (075_audit_occurred_at),
+-- and whether payload is stored since v3 (payload_stored: the sealer may
+-- read neither raw_body nor payload). The function is STABLE: it reads in
+-- this statement's snapshot, taken after the pass's probe.
+-- The casts give sqlc the columns' nullability (a function's are all
+-- nullable to it): only occurred_at may be NULL.
+SELECT id::bigint AS id, provider::text AS provider, external_event_id::text AS external_event_id,
+       event_type::text AS event_type, received_at::timestamptz AS received_at, body_sha256, headers_sha256,
+       scheme::text AS scheme, request_uri::text AS request_uri, signature_verified::boolean AS signature_verified,
+       secret_index::smallint AS secret_index, occurred_at, payload_stored::boolean AS payload_stored
+FROM webhook_ingress.audit_events_to_seal(sqlc.arg(first_id)::bigint, sqlc.arg(batch_size)::bigint);
 
 -- name: AuditSealProbe :one
 -- How the sealer judges a gap in the ids without a clock (package audit,
@@ -68,9 +71,10 @@ LIMIT sqlc.arg(batch_size)::bigint;
 -- name: AuditEventsToVerify :many
 -- What verify recomputes, batch_size events after (after_id,
 -- after_received_at) in primary key order: the sealed columns (occurred_at
--- too, sealed in leaf format v2: 075_audit_occurred_at), and whether
--- raw_body still hashes to body_sha256 and payload, when kept, is still
--- raw_body parsed (051). Paged on the whole key, not the id
+-- too, sealed in leaf format v2: 075_audit_occurred_at; whether payload is
+-- stored, sealed in v3: 078_audit_payload_stored), and whether raw_body
+-- still hashes to body_sha256 and payload, when kept, is still raw_body
+-- parsed (051). Paged on the whole key, not the id
 -- alone: a second row with an id already read (the key is (id,
 -- received_at), so only the owner's INSERT … OVERRIDING SYSTEM VALUE makes
 -- one) must be read too, to be reported.
@@ -78,6 +82,7 @@ SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
        occurred_at,
+       (payload IS NOT NULL)::boolean AS payload_stored,
        coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact,
        (payload IS NULL OR coalesce(payload = webhook_ingress.jsonb_of(raw_body), false))::boolean AS payload_intact
 FROM webhook_ingress.events
@@ -96,7 +101,10 @@ LIMIT sqlc.arg(batch_size)::bigint;
 -- run against its checkpoints' received_at range too (package audit).
 -- partitions() reads the catalog once; one probe of idx_events_received_at
 -- per row with ids, its bounds pruning the partitions; rows of empty
--- periods (no ids) are not probed.
+-- periods (no ids) are not probed. Verify runs it as a cursor in its
+-- snapshot (DECLARE … CURSOR FOR this text, then FETCH a page at a time:
+-- audit/verify.go) and holds one page of runs, not the whole pruned
+-- history: the sort is done once, by the server (on disk past work_mem).
 WITH parts AS MATERIALIZED (
     SELECT p.period_start, p.period_end FROM webhook_ingress.partitions() p
 ), claims AS MATERIALIZED (

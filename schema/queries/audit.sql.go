@@ -60,14 +60,11 @@ func (q *Queries) AuditCheckpoints(ctx context.Context, arg AuditCheckpointsPara
 }
 
 const AuditEventsToSeal = `-- name: AuditEventsToSeal :many
-SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
-       sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
-       scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
-       occurred_at
-FROM webhook_ingress.events
-WHERE id >= $1
-ORDER BY id
-LIMIT $2::bigint
+SELECT id::bigint AS id, provider::text AS provider, external_event_id::text AS external_event_id,
+       event_type::text AS event_type, received_at::timestamptz AS received_at, body_sha256, headers_sha256,
+       scheme::text AS scheme, request_uri::text AS request_uri, signature_verified::boolean AS signature_verified,
+       secret_index::smallint AS secret_index, occurred_at, payload_stored::boolean AS payload_stored
+FROM webhook_ingress.audit_events_to_seal($1::bigint, $2::bigint)
 `
 
 type AuditEventsToSealParams struct {
@@ -88,11 +85,18 @@ type AuditEventsToSealRow struct {
 	SignatureVerified bool
 	SecretIndex       int16
 	OccurredAt        *time.Time
+	PayloadStored     bool
 }
 
 // The sealed columns of the next batch_size events from id first_id, in id
-// order; the headers as their digest (jsonb output is canonical), the body as
-// body_sha256; occurred_at since leaf format v2 (075_audit_occurred_at).
+// order, through audit_events_to_seal (078), which runs as its owner: the
+// headers as their digest (jsonb output is canonical), the body as
+// body_sha256, occurred_at since leaf format v2 (075_audit_occurred_at),
+// and whether payload is stored since v3 (payload_stored: the sealer may
+// read neither raw_body nor payload). The function is STABLE: it reads in
+// this statement's snapshot, taken after the pass's probe.
+// The casts give sqlc the columns' nullability (a function's are all
+// nullable to it): only occurred_at may be NULL.
 func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealParams) ([]AuditEventsToSealRow, error) {
 	rows, err := q.db.Query(ctx, AuditEventsToSeal, arg.FirstID, arg.BatchSize)
 	if err != nil {
@@ -115,6 +119,7 @@ func (q *Queries) AuditEventsToSeal(ctx context.Context, arg AuditEventsToSealPa
 			&i.SignatureVerified,
 			&i.SecretIndex,
 			&i.OccurredAt,
+			&i.PayloadStored,
 		); err != nil {
 			return nil, err
 		}
@@ -131,6 +136,7 @@ SELECT id, provider, external_event_id, event_type, received_at, body_sha256,
        sha256(convert_to(headers::text, 'UTF8')) AS headers_sha256,
        scheme, request_uri, signature_verified, coalesce(secret_index, -1) AS secret_index,
        occurred_at,
+       (payload IS NOT NULL)::boolean AS payload_stored,
        coalesce(sha256(raw_body) = body_sha256, false)::boolean AS body_intact,
        (payload IS NULL OR coalesce(payload = webhook_ingress.jsonb_of(raw_body), false))::boolean AS payload_intact
 FROM webhook_ingress.events
@@ -158,15 +164,17 @@ type AuditEventsToVerifyRow struct {
 	SignatureVerified bool
 	SecretIndex       int16
 	OccurredAt        *time.Time
+	PayloadStored     bool
 	BodyIntact        bool
 	PayloadIntact     bool
 }
 
 // What verify recomputes, batch_size events after (after_id,
 // after_received_at) in primary key order: the sealed columns (occurred_at
-// too, sealed in leaf format v2: 075_audit_occurred_at), and whether
-// raw_body still hashes to body_sha256 and payload, when kept, is still
-// raw_body parsed (051). Paged on the whole key, not the id
+// too, sealed in leaf format v2: 075_audit_occurred_at; whether payload is
+// stored, sealed in v3: 078_audit_payload_stored), and whether raw_body
+// still hashes to body_sha256 and payload, when kept, is still raw_body
+// parsed (051). Paged on the whole key, not the id
 // alone: a second row with an id already read (the key is (id,
 // received_at), so only the owner's INSERT … OVERRIDING SYSTEM VALUE makes
 // one) must be read too, to be reported.
@@ -192,6 +200,7 @@ func (q *Queries) AuditEventsToVerify(ctx context.Context, arg AuditEventsToVeri
 			&i.SignatureVerified,
 			&i.SecretIndex,
 			&i.OccurredAt,
+			&i.PayloadStored,
 			&i.BodyIntact,
 			&i.PayloadIntact,
 		); err != nil {
@@ -349,7 +358,10 @@ type AuditPrunedIDsRow struct {
 // run against its checkpoints' received_at range too (package audit).
 // partitions() reads the catalog once; one probe of idx_events_received_at
 // per row with ids, its bounds pruning the partitions; rows of empty
-// periods (no ids) are not probed.
+// periods (no ids) are not probed. Verify runs it as a cursor in its
+// snapshot (DECLARE … CURSOR FOR this text, then FETCH a page at a time:
+// audit/verify.go) and holds one page of runs, not the whole pruned
+// history: the sort is done once, by the server (on disk past work_mem).
 func (q *Queries) AuditPrunedIDs(ctx context.Context) ([]AuditPrunedIDsRow, error) {
 	rows, err := q.db.Query(ctx, AuditPrunedIDs)
 	if err != nil {

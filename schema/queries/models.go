@@ -349,6 +349,22 @@ type Subscription struct {
 	OrderPolicy      string
 }
 
+type WebhookIngressAuditEventsToSealResult struct {
+	ID                *int64
+	Provider          *string
+	ExternalEventID   *string
+	EventType         *string
+	ReceivedAt        *time.Time
+	BodySha256        []byte
+	HeadersSha256     []byte
+	Scheme            *string
+	RequestUri        *string
+	SignatureVerified *bool
+	SecretIndex       *int16
+	OccurredAt        *time.Time
+	PayloadStored     *bool
+}
+
 type WebhookIngressAuditVerification struct {
 	ID                int64
 	VerifiedAt        time.Time
