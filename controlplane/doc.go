@@ -7,10 +7,14 @@
 // record strictly: unknown fields, values outside the fixed lists or
 // patterns, and oversize batches are refused with 400 and a reason; a
 // stored batch is answered with how many records it had and how many were
-// new, and the tenant's cursor as it was before it (cursor_before), by which
-// a reporter notices records this database lost (restored from a backup)
-// and sends them again. GET /api/v1/cursor answers the highest attempt id
-// held for the tenant, where its reporter resumes. GET / is the tenant's
+// new, the tenant's cursor as it was before it (cursor_before), and the
+// tenant's highest arrival number held before and after it (arrival_before,
+// arrival: records are numbered per tenant in the order their reports
+// commit, control-plane migration 002), by which a reporter notices records
+// this database lost (restored from a backup), also those stored under ids
+// below the cursor, and sends them again. GET /api/v1/cursor answers the
+// highest attempt id held for the tenant, where its reporter resumes, and
+// its highest arrival number held. GET / is the tenant's
 // page (HTTP Basic: the tenant's name and its token as password): jobs by
 // their latest outcome, failure classes and duration percentiles,
 // server-rendered, no script. A token

@@ -3,29 +3,45 @@
 
 -- name: InsertAttempts
 -- A batch of one tenant's records; a record already held (a resend) is kept
--- as it was. Answers how many were new and the tenant's cursor (the highest
--- attempt id held, 0 for none) as it was before the batch: one statement,
--- one snapshot, so the cursor does not count the batch. A reporter that had
--- a higher id acknowledged learns from it that records were lost (this
--- database restored from a backup) and sends them again.
+-- as it was. Answers how many were new; the tenant's cursor (the highest
+-- attempt id held, 0 for none) and highest arrival number held (0 for none)
+-- as they were before the batch: one statement, one snapshot, so they do not
+-- count the batch; and the highest arrival number held after it. Every
+-- record of the batch is numbered from the tenant's counter (a record
+-- already held leaves its number unused), whose row lock, held until the
+-- report commits, keeps a tenant's numbers in the order its reports commit:
+-- a backup that holds a report's records holds every earlier report's. A
+-- reporter that had a higher attempt id or arrival number acknowledged
+-- learns that records were lost (this database restored from a backup) and
+-- sends them again; the arrival number also falls when the records lost
+-- were stored under ids below the cursor (attempts that committed late).
 WITH before AS (
-    SELECT coalesce(max(attempt_id), 0) AS cursor FROM control_plane.attempts WHERE tenant = $1
+    SELECT coalesce(max(attempt_id), 0) AS cursor, coalesce(max(arrival), 0) AS arrival
+    FROM control_plane.attempts WHERE tenant = $1
+), numbered AS (
+    INSERT INTO control_plane.arrivals AS a (tenant, last)
+    SELECT $1, cardinality($2::bigint[]) WHERE cardinality($2::bigint[]) > 0
+    ON CONFLICT (tenant) DO UPDATE SET last = a.last + excluded.last
+    RETURNING a.last - cardinality($2::bigint[]) AS base
 ), stored AS (
     INSERT INTO control_plane.attempts (tenant, attempt_id, job, outcome, attempt, duration_ms, error_class,
-                                        started_at, finished_at, provider, event_type)
+                                        started_at, finished_at, provider, event_type, arrival)
     SELECT $1, r.attempt_id, r.job, r.outcome, r.attempt, r.duration_ms, nullif(r.error_class, ''),
-           r.started_at, r.finished_at, nullif(r.provider, ''), nullif(r.event_type, '')
+           r.started_at, r.finished_at, nullif(r.provider, ''), nullif(r.event_type, ''), n.base + r.ord
     FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::float8[], $7::text[],
-                $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
-         AS r (attempt_id, job, outcome, attempt, duration_ms, error_class, started_at, finished_at, provider, event_type)
+                $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[]) WITH ORDINALITY
+         AS r (attempt_id, job, outcome, attempt, duration_ms, error_class, started_at, finished_at, provider, event_type, ord)
+    CROSS JOIN numbered n
     ON CONFLICT (tenant, attempt_id) DO NOTHING
-    RETURNING 1
+    RETURNING arrival
 )
-SELECT (SELECT count(*) FROM stored), (SELECT cursor FROM before)
+SELECT (SELECT count(*) FROM stored), b.cursor, b.arrival, greatest(b.arrival, (SELECT max(arrival) FROM stored))
+FROM before b
 
 -- name: Cursor
--- The highest attempt id held for the tenant, 0 for none.
-SELECT coalesce(max(attempt_id), 0) FROM control_plane.attempts WHERE tenant = $1
+-- The highest attempt id held for the tenant, where its reporter resumes,
+-- and its highest arrival number held (InsertAttempts); 0 for none.
+SELECT coalesce(max(attempt_id), 0), coalesce(max(arrival), 0) FROM control_plane.attempts WHERE tenant = $1
 
 -- name: JobsByStatus
 -- Jobs counted by the outcome of their latest reported attempt.

@@ -333,21 +333,29 @@ func (s *Server) postReports(w http.ResponseWriter, r *http.Request, tenant stri
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	n, before, err := s.store(r, tenant, b.Records)
+	st, err := s.store(r, tenant, b.Records)
 	if err != nil {
 		s.log.Error("store report", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.String("error", err.Error()))
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "could not store the report; send it again")
 		return
 	}
-	s.log.Debug("report stored", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.Int64("new", n),
-		slog.Int64("cursor_before", before))
-	writeJSON(w, http.StatusOK, reporter.Answer{Received: len(b.Records), Stored: n, CursorBefore: &before})
+	s.log.Debug("report stored", slog.String("tenant", tenant), slog.Int("records", len(b.Records)), slog.Int64("new", st.stored),
+		slog.Int64("cursor_before", st.cursorBefore), slog.Int64("arrival_before", st.arrivalBefore), slog.Int64("arrival", st.arrival))
+	writeJSON(w, http.StatusOK, reporter.Answer{Received: len(b.Records), Stored: st.stored,
+		CursorBefore: &st.cursorBefore, ArrivalBefore: &st.arrivalBefore, Arrival: &st.arrival})
 }
 
-// store stores recs (a record already held is kept as it was) and returns
-// how many were new and the tenant's cursor as it was before them.
-func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (stored, before int64, err error) {
+// stored is what storing a report did: how many of its records were new,
+// the tenant's cursor and highest arrival number held before it, and its
+// highest arrival number held after it.
+type stored struct {
+	stored, cursorBefore, arrivalBefore, arrival int64
+}
+
+// store stores recs (a record already held is kept as it was), numbering
+// them in the tenant's arrival order (InsertAttempts).
+func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (stored, error) {
 	n := len(recs)
 	var (
 		ids                                      = make([]int64, n)
@@ -360,17 +368,19 @@ func (s *Server) store(r *http.Request, tenant string, recs []reporter.Record) (
 		ids[i], jobs[i], outcomes[i], attempts[i], durs[i] = rec.AttemptID, rec.Job, string(rec.Outcome), int32(rec.Attempt), rec.DurationMS //nolint:gosec // G115: decodeBatch's Validate bounds Attempt to [0, 1e6]
 		classes[i], starts[i], ends[i], provs[i], evtTypes[i] = string(rec.ErrorClass), rec.StartedAt, rec.FinishedAt, rec.Provider, rec.EventType
 	}
-	err = s.pool.QueryRow(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes).
-		Scan(&stored, &before)
+	var st stored
+	err := s.pool.QueryRow(r.Context(), query("InsertAttempts"), tenant, ids, jobs, outcomes, attempts, durs, classes, starts, ends, provs, evtTypes).
+		Scan(&st.stored, &st.cursorBefore, &st.arrivalBefore, &st.arrival)
 	if err != nil {
-		return 0, 0, fmt.Errorf("insert %d records: %w", n, err)
+		return stored{}, fmt.Errorf("insert %d records: %w", n, err)
 	}
-	return stored, before, nil
+	return st, nil
 }
 
 func (s *Server) getCursor(w http.ResponseWriter, r *http.Request, tenant string) {
 	var c reporter.Cursor
-	if err := s.pool.QueryRow(r.Context(), query("Cursor"), tenant).Scan(&c.AttemptID); err != nil {
+	c.Arrival = new(int64)
+	if err := s.pool.QueryRow(r.Context(), query("Cursor"), tenant).Scan(&c.AttemptID, c.Arrival); err != nil {
 		s.log.Error("read cursor", slog.String("tenant", tenant), slog.String("error", err.Error()))
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "could not read the cursor")

@@ -36,12 +36,29 @@
 // the one each answer to a report carries (cursor_before, the cursor before
 // the batch was stored: [Answer]), and, for a control plane that does not
 // answer it, GET /api/v1/cursor before the first send after one that got no
-// answer and at least each minute. A cursor below it is logged at warn with
-// both ids, and the next round goes back to it: the records after it are
-// read again, oldest first, and sent before newer ones, and the 1,000 ids
-// below it are looked for again, as at a start. Records the data plane no
-// longer holds (below its oldest attempt: retention dropped them) are logged
-// at error by id and counted in inlet_reporter_failures_total{step="lost"}.
+// answer and at least each minute. It also keeps the highest arrival number
+// acknowledged (the control plane numbers each tenant's records in the
+// order they arrive, and answers the highest it holds before and after each
+// batch, and with its cursor), which falls also when the records lost were
+// stored under ids below the cursor (attempts that committed late), and a
+// log of, for each acknowledged batch, the number reached and the batch's
+// lowest attempt id (at most 4,096 marks, the older half merged in pairs
+// when full: going back further than needed, never less far). A cursor or
+// a number below is logged at warn, and the next round goes back to the
+// cursor, or to just below the lowest attempt id of the batches whose
+// numbers were lost: the records after it are read again, oldest first,
+// and sent before newer ones, and the 1,000 ids below it are looked for
+// again, as at a start (numbers given before the reporter started are not
+// mapped: it goes back to the cursor, and says so). Records the control
+// plane lost above its cursor that the data plane no longer holds are
+// logged at error by id and counted in
+// inlet_reporter_failures_total{step="lost"}: those below the data plane's
+// oldest attempt at once, those above it (retention drops whole periods,
+// not the lowest ids first) as the rounds after going back miss attempt ids
+// acknowledged since the start (remembered as at most 10,000 runs of ids).
+// Late records lost below the cursor that the data plane no longer holds,
+// and ids not remembered, are not told apart from ids no attempt committed
+// under.
 //
 // A control plane's refusal (400, 413, 422) is not sent again as it was: the
 // batch is narrowed down to the record refused (the records[i] its reason

@@ -68,6 +68,10 @@ type Batch struct {
 // control plane holds for the tenant, 0 for none.
 type Cursor struct {
 	AttemptID int64 `json:"attempt_id"`
+	// Arrival is the tenant's highest arrival number held (as
+	// [Answer.Arrival]), 0 for none. Nil from a control plane that does not
+	// answer it (releases before it).
+	Arrival *int64 `json:"arrival,omitempty"`
 }
 
 // Answer is the answer of POST /api/v1/reports.
@@ -82,6 +86,16 @@ type Answer struct {
 	// from a backup), which the reporter sends again. Nil from a control
 	// plane that does not answer it (releases before it).
 	CursorBefore *int64 `json:"cursor_before,omitempty"`
+	// ArrivalBefore and Arrival are the tenant's highest arrival number
+	// held before and after the batch was stored (0 for none). The control
+	// plane numbers the records it stores in the order they arrive, so a
+	// number below the highest the reporter had acknowledged means records
+	// were lost, also when they were stored under attempt ids below the
+	// cursor (attempts that committed late), which CursorBefore does not
+	// show; the reporter then sends again what it sent since. Nil from a
+	// control plane that does not answer them (releases before them).
+	ArrivalBefore *int64 `json:"arrival_before,omitempty"`
+	Arrival       *int64 `json:"arrival,omitempty"`
 }
 
 // MaxBatch is the most records one batch may carry.

@@ -170,12 +170,28 @@ type Reporter struct {
 	// answered as its cursor: its cursor is below it only if it lost
 	// records (its database restored from a backup).
 	acked int64
-	// rewinding is whether the control plane was seen behind acked since
-	// the last round: the next one goes back to rewindTo, the lowest cursor
-	// it answered since, and sends the records after it again; lostTo is
-	// the highest id it had acknowledged before.
-	rewinding        bool
-	rewindTo, lostTo int64
+	// ackedIDs are the attempt ids the control plane acknowledged since the
+	// reporter started (bounded: maxAckedRuns), by which the rounds after a
+	// rewind tell the records it lost that the data plane no longer holds.
+	ackedIDs idRuns
+	// arrivals map the control plane's arrival numbers to what was sent:
+	// a highest number held below the one acknowledged means it lost
+	// records, also those stored under ids below its cursor.
+	arrivals arrivalLog
+	// rewinding is whether the control plane was seen to have lost records
+	// since the last round: the next one goes back to rewindTo (the lowest
+	// cursor it answered behind acked, or just below the lowest attempt id
+	// of the batches whose arrival numbers it lost) and sends the records
+	// after it again. lostFrom..lostTo are the ids it certainly lost (above
+	// its cursor, up to the highest acknowledged before), when it answered
+	// a cursor behind acked; sweepFrom..sweepTo the part of them above the
+	// data plane's oldest attempt, whose acknowledged ids the rounds after
+	// the rewind look for as they read them again (sweep); readEnd is
+	// whether the last read reached the newest attempt.
+	rewinding                  bool
+	rewindTo, lostFrom, lostTo int64
+	sweepFrom, sweepTo         int64
+	readEnd                    bool
 	// cursorDue is whether the next send first asks the control plane for
 	// its cursor (after a send it did not answer: it may have been restored
 	// meanwhile); checkedAt is when its cursor was last compared with acked.
@@ -259,8 +275,9 @@ func (r *Reporter) Started() <-chan struct{} { return r.started }
 // Stop ends the reporter and waits for it. Records not yet acknowledged are
 // sent again by the next start (the cursor comes from the control plane;
 // the start looks again at the restartLookback ids below it). A running
-// reporter also goes back to the control plane's cursor whenever that is
-// below the highest id it acknowledged (rewind).
+// reporter also goes back whenever the control plane lost records it
+// acknowledged: its cursor, or its highest arrival number, below the
+// highest acknowledged (rewind).
 func (r *Reporter) Stop() {
 	r.loops.Stop()
 }
@@ -268,18 +285,25 @@ func (r *Reporter) Stop() {
 func (r *Reporter) run(ctx context.Context) {
 	log := r.cfg.Logger
 	var cursor int64
+	var arrival *int64
 	err := r.retry(ctx, "fetch_cursor", func() error {
 		c, err := r.fetchCursor(ctx)
 		if err != nil {
 			return err
 		}
-		cursor = c
+		cursor, arrival = c.AttemptID, c.Arrival
 		return r.advanceIDs(ctx, cursor)
 	})
 	if err != nil {
 		return // ctx ended
 	}
 	r.acked, r.checkedAt = cursor, time.Now()
+	// What was acknowledged before this start is not known by id, nor
+	// which batches the control plane's arrival numbers so far went to.
+	r.ackedIDs.floor = cursor
+	if arrival != nil {
+		r.arrivals.begin(*arrival)
+	}
 	// The gaps the last process was looking for are gone with it: the ids
 	// just below the cursor are looked for again (those the control plane
 	// holds already are stored once), so an attempt that committed after
@@ -320,6 +344,9 @@ func (r *Reporter) run(ctx context.Context) {
 		})
 		if err != nil {
 			return
+		}
+		if r.sweepTo > 0 {
+			r.sweep(cursor, next, batch)
 		}
 		if len(batch) > 0 {
 			acked, err := r.deliver(ctx, batch)
@@ -390,11 +417,13 @@ func (r *Reporter) read(ctx context.Context, cursor int64) (batch []Record, next
 	if err != nil {
 		return nil, cursor, err
 	}
+	limit := max(r.cfg.BatchSize-len(batch), 1)
 	rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{
-		AfterID: cursor, BatchSize: int64(max(r.cfg.BatchSize-len(batch), 1))})
+		AfterID: cursor, BatchSize: int64(limit)})
 	if err != nil {
 		return nil, cursor, fmt.Errorf("read attempts after %d: %w", cursor, err)
 	}
+	r.readEnd = len(rows) < limit
 	if len(rows) == 0 {
 		// Nothing after the cursor, which is also what a database restored
 		// under a running reporter looks like (PITR in place: the
@@ -816,33 +845,43 @@ func (e *errStatus) Error() string {
 	return fmt.Sprintf("control plane answered %d: %s", e.status, e.reason)
 }
 
-func (r *Reporter) fetchCursor(ctx context.Context) (int64, error) {
+// fetchCursor asks the control plane for its cursor (and, from one that
+// answers it, its highest arrival number held).
+func (r *Reporter) fetchCursor(ctx context.Context) (Cursor, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+"/api/v1/cursor", nil)
 	if err != nil {
-		return 0, err
+		return Cursor{}, err
 	}
 	body, err := r.do(req)
 	if err != nil {
-		return 0, fmt.Errorf("get cursor: %w", err)
+		return Cursor{}, fmt.Errorf("get cursor: %w", err)
 	}
 	var c Cursor
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&c); err != nil {
-		return 0, fmt.Errorf("get cursor: decode answer: %w", err)
+		return Cursor{}, fmt.Errorf("get cursor: decode answer: %w", err)
 	}
 	if c.AttemptID < 0 {
-		return 0, fmt.Errorf("get cursor: negative attempt id %d", c.AttemptID)
+		return Cursor{}, fmt.Errorf("get cursor: negative attempt id %d", c.AttemptID)
 	}
-	return c.AttemptID, nil
+	if c.Arrival != nil && *c.Arrival < 0 {
+		c.Arrival = nil // not a number the control plane gives: as if not answered
+	}
+	return c, nil
 }
 
 // checkCursor fetches the control plane's cursor and compares it with the
-// highest id it acknowledged (behind).
+// highest id it acknowledged (behind), and its highest arrival number with
+// the highest one it acknowledged (arrived).
 func (r *Reporter) checkCursor(ctx context.Context) error {
 	c, err := r.fetchCursor(ctx)
 	if err != nil {
 		return err
 	}
-	r.behind(c, "GET /api/v1/cursor")
+	const answer = "GET /api/v1/cursor"
+	r.behind(c.AttemptID, answer)
+	if c.Arrival != nil {
+		r.arrived(*c.Arrival, c.AttemptID, answer)
+	}
 	return nil
 }
 
@@ -861,40 +900,105 @@ func (r *Reporter) behind(cursor int64, answer string) {
 	r.cfg.Logger.Warn("reporter: the control plane's cursor is below the highest attempt id it acknowledged: it lost records "+
 		"(its database restored from a backup?); the records after its cursor are sent again",
 		slog.Int64("cursor", cursor), slog.Int64("acknowledged", r.acked), slog.String("answer", answer))
-	if !r.rewinding || cursor < r.rewindTo {
-		r.rewindTo = cursor
+	if r.lostTo == 0 || cursor < r.lostFrom {
+		r.lostFrom = cursor
 	}
 	r.lostTo = max(r.lostTo, r.acked)
-	r.rewinding, r.acked = true, cursor
+	r.goBack(cursor)
+	r.acked = cursor
 }
 
-// rewind goes back to r.rewindTo, the control plane's cursor once it was
-// seen behind what it had acknowledged, and returns the cursor to read
-// after: the records after it are read again, oldest first, and sent before
-// newer ones. Gaps above it are dropped (the cursor reads those ids again),
-// and the restartLookback ids below it are looked for again as gaps, as at
-// a start: a record the control plane stored after its backup under an id
-// below its cursor (one that committed late) is among them. Attempts the
-// data plane no longer holds (below the oldest it holds: retention dropped
-// them) cannot be sent again: their ids are logged at error and counted in
-// failures_total{step="lost"}, and the cursor goes back only to just below
-// that oldest attempt.
+// arrived compares held, the control plane's highest arrival number held
+// (answered to the request named by answer, with its cursor), with the
+// highest it acknowledged. Below it, the control plane lost the records
+// it numbered above held, whatever their attempt ids: also those stored
+// under ids below its cursor (attempts that committed late), which behind
+// does not see. That is logged at warn, and the next round goes back to
+// just below the lowest attempt id of the batches they were given to (the
+// arrival log), and sends everything after it again. Numbers given before
+// the log begins (to a reporter before this one) are not mapped to ids:
+// the reporter then goes back to the control plane's cursor, or lower if
+// the log says so, and looks for the restartLookback ids below it again,
+// and says so.
+func (r *Reporter) arrived(held, cursor int64, answer string) {
+	l := &r.arrivals
+	if !l.known {
+		l.begin(held) // the first answer of a control plane upgraded under the reporter
+		return
+	}
+	if held >= l.acked {
+		return
+	}
+	acked := l.acked
+	minID, ok, covered := l.lose(held)
+	to := cursor
+	switch {
+	case covered && ok:
+		to = minID - 1
+	case ok:
+		to = min(to, minID-1)
+	}
+	r.cfg.Logger.Warn("reporter: the control plane's highest arrival number is below the one it acknowledged: it lost records "+
+		"(its database restored from a backup?); the records sent since are sent again",
+		slog.Int64("arrival", held), slog.Int64("acknowledged_arrival", acked), slog.Int64("from_attempt_id", to+1), slog.String("answer", answer))
+	if !covered {
+		r.cfg.Logger.Warn("reporter: some of the records the control plane lost were acknowledged before this reporter started "+
+			"(or before the control plane answered arrival numbers); "+
+			"the records after its cursor are sent again and the ids below it looked for again, but one stored under a lower id may stay lost",
+			slog.Int64("arrival", held), slog.Int64("from_attempt_id", to+1), slog.Int("looked_for_below", restartLookback))
+	}
+	r.goBack(to)
+}
+
+// goBack makes the next round go back to the cursor to (rewind), or lower
+// if another loss seen since asks so.
+func (r *Reporter) goBack(to int64) {
+	if !r.rewinding || to < r.rewindTo {
+		r.rewindTo = to
+	}
+	r.rewinding = true
+}
+
+// rewind goes back to r.rewindTo and returns the cursor to read after: the
+// records after it are read again, oldest first, and sent before newer
+// ones. Gaps above it are dropped (the cursor reads those ids again), and
+// the restartLookback ids below it are looked for again as gaps, as at a
+// start. Of the ids the control plane certainly lost (lostFrom..lostTo:
+// above a cursor it answered behind what it acknowledged), those below the
+// data plane's oldest attempt cannot be sent again (retention dropped
+// them): they are logged at error and counted in
+// failures_total{step="lost"} now, and the cursor goes back only to just
+// below that oldest attempt. Those above it are looked for as the next
+// rounds read them again (sweep).
 func (r *Reporter) rewind(ctx context.Context, cursor int64) (int64, error) {
-	rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{AfterID: 0, BatchSize: 1})
-	if err != nil {
-		return cursor, fmt.Errorf("read the oldest attempt, going back to cursor %d: %w", r.rewindTo, err)
-	}
-	to, lost, oldest := r.rewindTo, r.lostTo, int64(0)
-	if len(rows) > 0 {
-		oldest = rows[0].ID
-		lost = min(lost, oldest-1)
-	}
-	if lost > to {
-		r.failures.WithLabelValues("lost").Inc()
-		r.cfg.Logger.Error("reporter: the control plane lost records of attempts the data plane no longer holds "+
-			"(below its oldest attempt, or none left: retention dropped them); they cannot be sent again",
-			slog.Int64("from_attempt_id", to+1), slog.Int64("to_attempt_id", lost), slog.Int64("oldest_attempt_id", oldest))
-		to = lost
+	to := r.rewindTo
+	if r.lostTo > r.lostFrom {
+		rows, err := queries.New(r.cfg.Pool).ReporterAttemptsAfter(ctx, queries.ReporterAttemptsAfterParams{AfterID: 0, BatchSize: 1})
+		if err != nil {
+			return cursor, fmt.Errorf("read the oldest attempt, going back to attempt id %d: %w", to, err)
+		}
+		gone, oldest := r.lostTo, int64(0) // the data plane holds none of the lost ids up to gone
+		if len(rows) > 0 {
+			oldest = rows[0].ID
+			gone = min(gone, oldest-1)
+		}
+		if gone > r.lostFrom {
+			r.failures.WithLabelValues("lost").Inc()
+			r.cfg.Logger.Error("reporter: the control plane lost records of attempts the data plane no longer holds "+
+				"(below its oldest attempt, or none left: retention dropped them); they cannot be sent again",
+				slog.Int64("from_attempt_id", r.lostFrom+1), slog.Int64("to_attempt_id", gone), slog.Int64("oldest_attempt_id", oldest))
+			to = max(to, gone)
+		}
+		from := max(r.lostFrom, gone)
+		if from < r.ackedIDs.floor {
+			r.cfg.Logger.Warn("reporter: some of the attempt ids the control plane lost were acknowledged before this reporter started, or too long ago to be remembered; "+
+				"those of them the data plane no longer holds are not told apart from ids no attempt committed under, nor logged or counted as lost",
+				slog.Int64("from_attempt_id", from+1), slog.Int64("to_attempt_id", min(r.ackedIDs.floor, r.lostTo)))
+		}
+		if r.sweepTo > 0 {
+			from = min(from, r.sweepFrom)
+		}
+		r.sweepFrom, r.sweepTo = from, max(r.sweepTo, r.lostTo)
 	}
 	to = min(to, cursor)
 	lo := max(to-restartLookback, 1)
@@ -908,18 +1012,57 @@ func (r *Reporter) rewind(ctx context.Context, cursor int64) (int64, error) {
 	var dropped int
 	r.gaps, dropped = addGaps(kept, lo, to-1, nil, r.clock(), 0)
 	r.logDropped(dropped)
-	r.cfg.Logger.Info("reporter: went back to the control plane's cursor; sending the records after it again",
+	r.cfg.Logger.Info("reporter: went back to send again what the control plane lost; sending the records after the cursor again",
 		slog.Int64("from_cursor", cursor), slog.Int64("cursor", to))
-	r.rewinding, r.rewindTo, r.lostTo = false, 0, 0
+	r.rewinding, r.rewindTo, r.lostFrom, r.lostTo = false, 0, 0, 0
 	return to, nil
+}
+
+// sweep looks, after a rewind, for the acknowledged ids the control plane
+// certainly lost (sweepFrom..sweepTo) among the records a round read after
+// cursor up to next (up to sweepTo when that read reached the newest
+// attempt): an id acknowledged, so committed, that the data plane no longer
+// returns was dropped (retention drops whole event periods, not the lowest
+// ids first, so these can lie above its oldest attempt). Their count and
+// the lowest and highest of them are logged at error and counted in
+// failures_total{step="lost"}: they cannot be sent again.
+func (r *Reporter) sweep(cursor, next int64, batch []Record) {
+	if cursor >= r.sweepTo {
+		r.sweepFrom, r.sweepTo = 0, 0 // looked at in full
+		return
+	}
+	lo, hi := max(cursor, r.sweepFrom), r.sweepTo
+	if !r.readEnd {
+		hi = min(hi, next)
+	}
+	if hi <= lo {
+		return
+	}
+	present := make([]int64, 0, len(batch)+len(r.skipped))
+	for _, rec := range batch {
+		present = append(present, rec.AttemptID)
+	}
+	present = append(present, r.skipped...)
+	slices.Sort(present)
+	if n, first, last := r.ackedIDs.missing(lo, hi, present); n > 0 {
+		r.failures.WithLabelValues("lost").Inc()
+		r.cfg.Logger.Error("reporter: the control plane lost records of attempts the data plane no longer holds "+
+			"(retention dropped them); they cannot be sent again",
+			slog.Int64("from_attempt_id", first), slog.Int64("to_attempt_id", last), slog.Int64("attempts", n))
+	}
+	r.sweepFrom = hi
+	if hi >= r.sweepTo {
+		r.sweepFrom, r.sweepTo = 0, 0
+	}
 }
 
 // send posts records. An answer that carries the control plane's cursor
 // before it stored them (cursor_before) is compared with what it
-// acknowledged before (behind); a control plane that does not answer it is
-// asked for its cursor after a send it did not answer (it may have been
-// restored meanwhile), before this batch raises its cursor above the
-// records it lost, and every cursorCheck.
+// acknowledged before (behind), and so are its highest arrival numbers
+// held before and after them (arrived); a control plane that does not
+// answer them is asked for its cursor after a send it did not answer (it
+// may have been restored meanwhile), before this batch raises its cursor
+// above the records it lost, and every cursorCheck.
 func (r *Reporter) send(ctx context.Context, records []Record) error {
 	if r.cursorDue {
 		if err := r.checkCursor(ctx); err != nil {
@@ -945,12 +1088,29 @@ func (r *Reporter) send(ctx context.Context, records []Record) error {
 	// The records are acknowledged whatever the body says: one that is not
 	// an Answer (a proxy's, a control plane's of another release) only
 	// carries no cursor.
+	const what = "POST /api/v1/reports"
 	var a Answer
-	if json.Unmarshal(answer, &a) == nil && a.CursorBefore != nil && *a.CursorBefore >= 0 {
-		r.behind(*a.CursorBefore, "POST /api/v1/reports")
+	if json.Unmarshal(answer, &a) != nil {
+		a = Answer{}
+	}
+	cursor := r.acked
+	if a.CursorBefore != nil && *a.CursorBefore >= 0 {
+		r.behind(*a.CursorBefore, what)
+		cursor = *a.CursorBefore
+	}
+	if a.ArrivalBefore != nil && a.Arrival != nil && *a.ArrivalBefore >= 0 && *a.Arrival >= *a.ArrivalBefore {
+		r.arrived(*a.ArrivalBefore, cursor, what)
+		if len(records) > 0 {
+			lowest := records[0].AttemptID
+			for _, rec := range records {
+				lowest = min(lowest, rec.AttemptID)
+			}
+			r.arrivals.add(*a.Arrival, lowest)
+		}
 	}
 	for _, rec := range records {
 		r.acked = max(r.acked, rec.AttemptID)
+		r.ackedIDs.add(rec.AttemptID)
 	}
 	return nil
 }
