@@ -203,6 +203,10 @@ type Replication struct {
 	// get past that point, so the next open that finds the publication
 	// drops the slot (dropIfUnusable).
 	publicationGone atomic.Bool
+	// appName is the stream's application_name, read at open: the
+	// re-check ends a stream synchronous_standby_names comes to match
+	// (syncstandby.go).
+	appName atomic.Pointer[string]
 }
 
 func newReplication(cfg Config, wake, nudge func()) *Replication {
@@ -322,6 +326,11 @@ func (r *Replication) open(ctx context.Context) (_ *pgconn.PgConn, err error) {
 		return nil, fmt.Errorf("%w: the replication connection must be a logical one, to the Inlet database: set replication=database, not replication=true",
 			ErrReplicationSetup)
 	}
+	app, err := checkSyncStandby(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	r.appName.Store(&app)
 	r.receiveTimeout.Store(int64(receiveTimeout(senderTimeout(ctx, conn))))
 	if err := ensurePublication(ctx, conn); err != nil {
 		return nil, err
@@ -471,12 +480,22 @@ func publicationProblem(pubInsert, hasJobs bool) error {
 // recheckPublication runs checkPublication's rules on the pool while a
 // stream is up: a publication altered meanwhile (its table dropped from it,
 // inserts no longer published) leaves the stream up and silent, and the next
-// Start would refuse it. It returns that ErrReplicationSetup error; anything
+// Start would refuse it. So does a synchronous_standby_names reloaded to
+// match the stream (syncstandby.go). It returns that ErrReplicationSetup
+// error; anything
 // else (a missing publication, which the stream itself reports on the next
 // change it decodes; a query that failed) is not the stream's to end.
 func (r *Replication) recheckPublication(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, publicationCheckTimeout)
 	defer cancel()
+	if app := r.appName.Load(); app != nil {
+		var names string
+		if err := r.pool.QueryRow(qctx, "SHOW synchronous_standby_names").Scan(&names); err == nil {
+			if err := syncStandbyProblem(names, *app); err != nil {
+				return err
+			}
+		}
+	}
 	p, err := queries.New(r.pool).JobsPublication(qctx)
 	switch {
 	case err == nil:

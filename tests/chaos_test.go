@@ -302,14 +302,18 @@ func TestChaosStandbyPromoted(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = standby.Stop() })
 	// Synchronous from here on: a commit waits for the standby's flush, so
-	// an acknowledged webhook is on both servers.
+	// an acknowledged webhook is on both servers. The standby by name (its
+	// walreceiver's default application_name), never '*', which the
+	// streamer's replication stream matches too: PostgreSQL could then wait
+	// on the stream, which stores nothing (review helper-315; the streamer
+	// refuses to stream under it).
 	func() {
 		conn, err := pgx.Connect(ctx, primary.URL("postgres"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = '*'`); err != nil {
+		if _, err := conn.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (walreceiver)'`); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {

@@ -1,0 +1,117 @@
+package streamer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A logical replication connection is a standby to PostgreSQL's
+// synchronous replication like any other: one synchronous_standby_names
+// matches ('*', or its application_name) may be chosen as the synchronous
+// standby, whenever the physical standby is away or connected after it.
+// A COMMIT is then acknowledged once the streamer has read the WAL, and the
+// streamer stores nothing: ingress answers 2xx for an event only the
+// primary holds, and a failover loses it (review helper-315,
+// TestReplicationStreamIsNeverASynchronousStandby). So the stream is not
+// started while the setting matches it, and a stream is ended when a reload
+// makes it match (the publication re-check, every 30 s): an
+// ErrReplicationSetup, polling covering meanwhile.
+
+// syncStandbyProblem is the ErrReplicationSetup error for a stream whose
+// application_name synchronous_standby_names (names) lists, nil otherwise.
+func syncStandbyProblem(names, appName string) error {
+	if !syncStandbyNamed(names, appName) {
+		return nil
+	}
+	return fmt.Errorf("%w: synchronous_standby_names (%q) matches the replication stream's application_name %q, so PostgreSQL may wait on the streamer as a synchronous standby, "+
+		"which stores nothing, and acknowledge commits a failover then loses: list the physical standbys by name (e.g. FIRST 1 (standby1)) instead of '*', "+
+		"or give the stream another application_name in streamer.replication_url, or use wake: notify",
+		ErrReplicationSetup, names, appName)
+}
+
+// syncStandbyNamed reports whether the synchronous_standby_names value
+// names lists appName, as PostgreSQL's syncrep matches a standby: '*', or
+// the name compared without regard to case (quoted or not). The FIRST/ANY
+// keyword and the count are not names.
+func syncStandbyNamed(names, appName string) bool {
+	for _, n := range standbyNames(names) {
+		if n == "*" || strings.EqualFold(n, appName) {
+			return true
+		}
+	}
+	return false
+}
+
+// standbyNames is the names a synchronous_standby_names value lists:
+// "a, b", or the list in parentheses after a count, with FIRST or ANY or
+// neither ("2 (a, b)", "FIRST 1 (a, \"B c\")", "ANY 2 (*)"). A name in
+// double quotes is taken as written ("" for a quote in it).
+func standbyNames(s string) []string {
+	if open := strings.IndexByte(s, '('); open >= 0 {
+		s = s[open+1:]
+		if end := strings.LastIndexByte(s, ')'); end >= 0 {
+			s = s[:end]
+		}
+	}
+	var names []string
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',':
+			i++
+		case c == '"':
+			var b strings.Builder
+			for i++; i < len(s); i++ {
+				if s[i] == '"' {
+					if i+1 < len(s) && s[i+1] == '"' {
+						b.WriteByte('"')
+						i++
+						continue
+					}
+					i++
+					break
+				}
+				b.WriteByte(s[i])
+			}
+			names = append(names, b.String())
+		default:
+			j := i
+			for j < len(s) && !strings.ContainsRune(" \t\n\r,\"", rune(s[j])) {
+				j++
+			}
+			names = append(names, s[i:j])
+			i = j
+		}
+	}
+	return names
+}
+
+// checkSyncStandby reads, on the replication connection, its
+// application_name and synchronous_standby_names, and returns the name and
+// syncStandbyProblem's verdict.
+func checkSyncStandby(ctx context.Context, conn *pgconn.PgConn) (string, error) {
+	app, err := show(ctx, conn, "application_name")
+	if err != nil {
+		return "", err
+	}
+	names, err := show(ctx, conn, "synchronous_standby_names")
+	if err != nil {
+		return "", err
+	}
+	return app, syncStandbyProblem(names, app)
+}
+
+// show reads one setting on a replication connection (one statement per
+// query: its grammar takes SHOW alone).
+func show(ctx context.Context, conn *pgconn.PgConn, setting string) (string, error) {
+	results, err := conn.Exec(ctx, "SHOW "+setting).ReadAll()
+	if err != nil {
+		return "", explain(fmt.Errorf("read %s: %w", setting, err))
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+		return "", fmt.Errorf("read %s: no value", setting)
+	}
+	return string(results[0].Rows[0][0]), nil
+}
