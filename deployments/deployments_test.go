@@ -30,6 +30,7 @@ import (
 	"github.com/inlet-dev/inlet/internal/config"
 	"github.com/inlet-dev/inlet/retention"
 	"github.com/inlet-dev/inlet/schema"
+	"github.com/inlet-dev/inlet/streamer"
 )
 
 // services are the long-running subcommands every deployment runs, each as
@@ -42,9 +43,12 @@ var services = []string{"ingress", "streamer", "consumer"}
 var ownerTools = []string{"migrate", "retention"}
 
 // streamerStop is how long `inlet streamer` takes to stop after SIGTERM at
-// most (it finishes its claim round, then stops its health listener with a
-// 5s deadline; it has no --drain-timeout).
-const streamerStop = 5 * time.Second
+// most, even while its database does not answer: its claim rounds in
+// progress end, with their give-backs, within streamer.StopTimeout, then it
+// stops its health listener with a 5s deadline (cmd/inlet: runStreamer); it
+// has no --drain-timeout. It was 5s, which the streamer does not keep
+// (review helper-311).
+const streamerStop = streamer.StopTimeout + 5*time.Second
 
 // flagSpec is one flag of a subcommand.
 type flagSpec struct {

@@ -174,8 +174,16 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 	}()
 	round := func(ctx context.Context) (int, bool, error) {
 		// Each claim runs to its own deadline, not Stop's (see claimRound);
-		// once Stop has come no other claim starts.
-		return s.claimApart(context.WithoutCancel(ctx), ctx.Done(), g, pace)
+		// once Stop has come no other claim starts, and what the round
+		// still waits for in the database is cut off claimRoundTimeout
+		// after Stop (claimsCut), as the main claim's round is: the round
+		// had no deadline of its own, and its recount, which holds
+		// inFlight.mu that every claim needs, waited on a database that
+		// did not answer for as long as it took, and Stop with it
+		// (review helper-311).
+		rctx, uncut := cutBy(context.WithoutCancel(ctx), s.claimsCut)
+		defer uncut()
+		return s.claimApart(rctx, ctx.Done(), g, pace)
 	}
 	s.claimLoop(ctx, g.wake, g.wakeUp, round, func() {
 		now := time.Now()
@@ -199,7 +207,11 @@ func (s *Streamer) apartLoop(ctx context.Context, g *apartGroup) {
 // whose references it refused is held out of the claims a while:
 // publishHolds).
 func (s *Streamer) claimApart(ctx context.Context, stop <-chan struct{}, g *apartGroup, pace *apartPace) (int, bool, error) {
-	_, apart, err := s.inFlight.atLimit(ctx, s.cfg.Pool)
+	// The recount (inFlight.atLimit) within claimRoundTimeout, as the main
+	// claim's: it holds inFlight.mu, which every claim and publish needs.
+	actx, cancel := context.WithTimeout(ctx, claimRoundTimeout)
+	_, apart, err := s.inFlight.atLimit(actx, s.cfg.Pool)
+	cancel()
 	if err != nil {
 		return 0, false, fmt.Errorf("claim jobs: %w", err)
 	}

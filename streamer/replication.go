@@ -676,7 +676,12 @@ func dropRetiredSlot(ctx context.Context, db slotDB, slot string) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("drop replication slot %q: begin: %w", slot, err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// Even after ctx has ended, but bounded: Stop waits for it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE NONE"); err != nil {
 		return false, fmt.Errorf("drop replication slot %q: back to the login role: %w", slot, err)
 	}

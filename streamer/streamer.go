@@ -223,6 +223,15 @@ type Streamer struct {
 	// readiness probe cannot wait for it.
 	phase atomic.Int32
 
+	// stopped ends when Stop begins: no claim loop starts another round
+	// (claimLoop). claimsCut and giveBacksCut end claimRoundTimeout and
+	// claimRoundTimeout+giveBackTimeout after it: whatever the claim loops
+	// still wait for in the database then (a claim, a recount, a publish;
+	// a give-back) is cut off, so Stop is bounded (StopTimeout) however the
+	// database answers.
+	stopped, claimsCut, giveBacksCut context.Context
+	halt, cutClaims, cutGiveBacks    context.CancelFunc
+
 	// leasedAt is, per handler, the newest lease time this process got back
 	// from any of its claims, recorded before their references are
 	// published: the mark a give-back stays after (see giveBackUnseen).
@@ -238,6 +247,9 @@ func New(cfg Config) (*Streamer, error) {
 	}
 	s := &Streamer{cfg: cfg, wake: make(chan struct{}, 1), apart: newApartGroups(), inFlight: newInFlight(cfg.MaxLeasedPerHandler, cfg.LeasedRecount, cfg.LeaseDuration, cfg.MinLeasedPerHandler, cfg.BatchSize),
 		holds: newPublishHolds(), leasedAt: map[string]time.Time{}}
+	s.stopped, s.halt = context.WithCancel(context.Background())
+	s.claimsCut, s.cutClaims = context.WithCancel(context.Background())
+	s.giveBacksCut, s.cutGiveBacks = context.WithCancel(context.Background())
 	if cfg.ListenConnect != nil {
 		s.listener = notify.NewListener(notify.ListenerConfig{
 			Connect: cfg.ListenConnect,
@@ -399,15 +411,55 @@ func (s *Streamer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loops and waits for the claim each has under way to finish
-// and publish what it leased: at most claimRoundTimeout, and
-// giveBackTimeout more to give back what a claim that failed may have
-// leased (15 s in all). Jobs it leased stay leased until consumers report or
-// the lease expires; nothing is lost. From its start Healthy reports an
-// error: the streamer claims nothing more.
+// StopTimeout bounds Stop, however the database answers (a lock, a
+// failover, a stalled network): claimRoundTimeout (10 s) for the claims
+// under way when it comes, each loop's one round (claims, recounts and the
+// publishing of what they leased are cut off then), giveBackTimeout (5 s)
+// for giving back what they may have leased and could not publish, and
+// stopSlack for a cut-off statement to end (database.DefaultCancelWait,
+// 1 s) and, after the claim loops, for the wake sources to close their
+// connections (the replication stream confirms its position, 2 s, and
+// closes, 1 s; the LISTEN connection closes within 1 s). A program that
+// stops the streamer on SIGTERM (inlet streamer) needs a grace period
+// before SIGKILL longer than this plus its own stop.
+const StopTimeout = claimRoundTimeout + giveBackTimeout + stopSlack
+
+// stopSlack is the part of StopTimeout past the claims and give-backs.
+const stopSlack = 5 * time.Second
+
+// Stop ends the loops and waits for the claim round each claim loop has
+// under way to finish and publish what it leased. No claim loop starts
+// another round from its start, and what a round still waits for in the database
+// is cut off claimRoundTimeout after it (a claim started before it ends by
+// its own deadline, claimRoundTimeout, anyway), and its give-backs of what
+// it leased but could not publish giveBackTimeout after that, so Stop
+// returns within StopTimeout (20 s) even when the database does not answer
+// at all (review helper-311: a claim apart waited without a deadline, and
+// Stop with it). Jobs it leased stay leased until consumers report or the
+// lease expires; nothing is lost (a lease a cut-off claim may have
+// committed is given back, or else returned by the reaper). From its start
+// Healthy reports an error: the streamer claims nothing more. A stopped
+// streamer is not started again.
 func (s *Streamer) Stop() {
 	s.phase.Store(phaseStopping)
+	s.halt()
+	claims := time.AfterFunc(claimRoundTimeout, func() { s.cutClaims() })
+	giveBacks := time.AfterFunc(claimRoundTimeout+giveBackTimeout, func() { s.cutGiveBacks() })
 	s.loops.Stop()
+	claims.Stop()
+	giveBacks.Stop()
+}
+
+// cutBy returns ctx, ended too when cut ends (claimsCut, giveBacksCut):
+// work that runs to its own deadline rather than Stop's is still cut off
+// at Stop's.
+func cutBy(ctx, cut context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(cut, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 func (s *Streamer) pollLoop(ctx context.Context) {
@@ -434,6 +486,12 @@ func (s *Streamer) pollLoop(ctx context.Context) {
 // loops that claim handlers apart (apart.go) are each one.
 func (s *Streamer) claimLoop(ctx context.Context, wake <-chan struct{}, wakeUp func(),
 	round func(context.Context) (leased int, more bool, err error), after func()) {
+	// Every claim loop ends its round when Stop begins, not when Stop gets
+	// to it (it stops the loops one at a time): one still running a round
+	// then started another while Stop waited for the others, and Stop took
+	// the rounds' sum (review helper-311).
+	ctx, cancel := cutBy(ctx, s.stopped)
+	defer cancel()
 	backoff := 100 * time.Millisecond
 	var lastLeased time.Time
 	for {
@@ -491,11 +549,14 @@ func (s *Streamer) wakeMain() {
 	}
 }
 
-// claimRoundTimeout bounds one claim round that Stop waits for.
+// claimRoundTimeout bounds one claim round that Stop waits for (the main
+// claim's; each claim apart's statement, each recount and each round's
+// publish).
 const claimRoundTimeout = 10 * time.Second
 
 // claimRound runs one claimMain to its end even if Stop comes meanwhile
-// (within claimRoundTimeout). Cancelling the claim would not undo it: the
+// (within claimRoundTimeout, and no later than claimRoundTimeout after
+// Stop: claimsCut). Cancelling the claim would not undo it: the
 // server may run a statement it has received after its client gave up and
 // commit the leases, which nobody would then publish; they would wait a
 // whole lease for the reaper (seen in TestReplicationResumesFromConfirmedPosition
@@ -505,6 +566,8 @@ const claimRoundTimeout = 10 * time.Second
 func (s *Streamer) claimRound(ctx context.Context) (int, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRoundTimeout)
 	defer cancel()
+	rctx, uncut := cutBy(rctx, s.claimsCut)
+	defer uncut()
 	return s.claimMain(rctx)
 }
 
@@ -747,7 +810,7 @@ func (s *Streamer) paceRoutes(ctx context.Context, b *leaseBatch) {
 		back.Delays = append(back.Delays, s.inFlight.topicDefer(t, st.per, now))
 	}
 	if len(back.JobIds) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+		rctx, cancel := s.giveBackContext(ctx)
 		back.LeaseHolder = s.cfg.ID
 		err := queries.New(s.cfg.Pool).DeferJobs(rctx, back)
 		cancel()
@@ -846,8 +909,25 @@ func (s *Streamer) seen(rows []queries.ClaimJobsRow) {
 }
 
 // giveBackTimeout bounds the give-back of a failed claim's leases (see
-// giveBackUnseen), which Stop may wait for after the claim's own deadline.
+// giveBackUnseen), which Stop may wait for after the claim's own deadline,
+// and each other give-back of leases not published (releaseLeases,
+// DeferJobs).
 const giveBackTimeout = 5 * time.Second
+
+// giveBackContext is the context of a give-back in a round with ctx:
+// giveBackTimeout, even after ctx has ended (its leases would otherwise
+// wait for the reaper), and no later than claimRoundTimeout +
+// giveBackTimeout after Stop (giveBacksCut): a round's several give-backs
+// one after the other (beyondFloor, paceRoutes, publish) end with Stop's
+// bound.
+func (s *Streamer) giveBackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	rctx, uncut := cutBy(rctx, s.giveBacksCut)
+	return rctx, func() {
+		uncut()
+		cancel()
+	}
+}
 
 // giveBackUnseen gives back what a failed claim may have leased, of the
 // handlers covered says it claims. An error does not say the claim was
@@ -888,7 +968,7 @@ func (s *Streamer) giveBackUnseen(ctx context.Context, covered func(handler stri
 	if len(handlers) == 0 {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	rctx, cancel := s.giveBackContext(ctx)
 	defer cancel()
 	n, err := queries.New(s.cfg.Pool).ReleaseUnseenJobs(rctx, queries.ReleaseUnseenJobsParams{
 		LeaseHolder: s.cfg.ID, Handlers: handlers, LeasedAfter: after})
@@ -1023,9 +1103,9 @@ func (s *Streamer) publish(ctx context.Context, refs []bus.Ref, traces []string)
 
 // releaseLeases gives back this streamer's leases named in p, unpublished
 // (ReleaseJobs: pending again at once, the attempt not counted), within
-// giveBackTimeout even after ctx has ended.
+// giveBackTimeout even after ctx has ended (giveBackContext).
 func (s *Streamer) releaseLeases(ctx context.Context, p queries.ReleaseJobsParams) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	rctx, cancel := s.giveBackContext(ctx)
 	defer cancel()
 	p.LeaseHolder = s.cfg.ID
 	return queries.New(s.cfg.Pool).ReleaseJobs(rctx, p)
@@ -1073,7 +1153,7 @@ func (s *Streamer) reapLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			n, err := s.ReapOnce(ctx)
+			n, err := s.reapBounded(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.cfg.Logger.Warn("reap expired leases failed", slog.String("error", err.Error()))
@@ -1088,6 +1168,17 @@ func (s *Streamer) reapLoop(ctx context.Context) {
 }
 
 const reapBatch = 1000
+
+// reapBounded is the reaper's ReapOnce, within claimRoundTimeout: a
+// statement the database does not answer (a lock on jobs, a stalled
+// connection) fails and is tried again at the next tick, instead of
+// holding the reaper until the connection breaks. Stop ends it at once
+// (the loop's context).
+func (s *Streamer) reapBounded(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, claimRoundTimeout)
+	defer cancel()
+	return s.ReapOnce(ctx)
+}
 
 // ReapOnce returns up to 1000 expired leases to pending (or dead_letter after
 // the last attempt) and reports how many it handled. Those whose attempt ran
