@@ -249,7 +249,7 @@ func TestReplicationStreamEndsWhenSynchronousStandbyNamesComesToMatchIt(t *testi
 			t.Fatal(err)
 		}
 	}
-	testwait.Eventually(t, 60*time.Second, "the stream ended and said why", func() (bool, string) {
+	testwait.Eventually(t, 120*time.Second, "the stream ended and said why", func() (bool, string) {
 		l := logs.String()
 		return strings.Contains(l, "level=ERROR") && strings.Contains(l, "matches the replication stream's application_name"), l[max(0, len(l)-2000):]
 	})
