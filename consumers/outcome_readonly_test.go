@@ -49,30 +49,8 @@ import (
 func TestReadOnlyFailoverKeepsASuccess(t *testing.T) {
 	t.Parallel()
 	b := consumertest.New(t)
-	logs := &consumertest.LockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("service logs:\n%s", logs.String())
-		}
-	})
-	ctx := context.Background()
-	var db string
-	if err := b.Admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	// Run as one read-write transaction: the session may have been opened
-	// while the database was read-only.
-	setReadOnly := func(on bool) {
-		t.Helper()
-		stmt := `ALTER DATABASE "` + db + `" RESET default_transaction_read_only`
-		if on {
-			stmt = `ALTER DATABASE "` + db + `" SET default_transaction_read_only = on`
-		}
-		if _, err := b.Admin.Exec(ctx, "BEGIN READ WRITE; "+stmt+"; COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { setReadOnly(false) })
+	logs := keptLogs(t)
+	setReadOnly := readOnlySwitch(t, b)
 
 	proxy := newR297Proxy(t, b.Worker.Config())
 	pool := proxy.pool(t, b.Worker.Config(), 2*time.Second)
@@ -137,4 +115,41 @@ func TestReadOnlyFailoverKeepsASuccess(t *testing.T) {
 	if j.AttemptCount != 1 {
 		t.Errorf("job completed on attempt %d, want 1", j.AttemptCount)
 	}
+}
+
+// keptLogs is a service's log, printed only when the test fails.
+func keptLogs(t *testing.T) *consumertest.LockedBuffer {
+	t.Helper()
+	logs := &consumertest.LockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("service logs:\n%s", logs.String())
+		}
+	})
+	return logs
+}
+
+// readOnlySwitch makes b's database read-only (default_transaction_read_only,
+// as a demoted primary is) or writable again, and writable at the test's
+// end. Each switch runs as one read-write transaction: the admin session
+// may have been opened while the database was read-only.
+func readOnlySwitch(t *testing.T, b *consumertest.Bundle) func(on bool) {
+	t.Helper()
+	ctx := context.Background()
+	var db string
+	if err := b.Admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	setReadOnly := func(on bool) {
+		t.Helper()
+		stmt := `ALTER DATABASE "` + db + `" RESET default_transaction_read_only`
+		if on {
+			stmt = `ALTER DATABASE "` + db + `" SET default_transaction_read_only = on`
+		}
+		if _, err := b.Admin.Exec(ctx, "BEGIN READ WRITE; "+stmt+"; COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { setReadOnly(false) })
+	return setReadOnly
 }

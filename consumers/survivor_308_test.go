@@ -35,28 +35,8 @@ import (
 func TestSurvivor308_ExtendedLeaseKeepsASuccessTriedAgain(t *testing.T) {
 	t.Parallel()
 	b := consumertest.New(t)
-	logs := &consumertest.LockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("service logs:\n%s", logs.String())
-		}
-	})
-	ctx := context.Background()
-	var db string
-	if err := b.Admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	setReadOnly := func(on bool) {
-		t.Helper()
-		stmt := `ALTER DATABASE "` + db + `" RESET default_transaction_read_only`
-		if on {
-			stmt = `ALTER DATABASE "` + db + `" SET default_transaction_read_only = on`
-		}
-		if _, err := b.Admin.Exec(ctx, "BEGIN READ WRITE; "+stmt+"; COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { setReadOnly(false) })
+	logs := keptLogs(t)
+	setReadOnly := readOnlySwitch(t, b)
 
 	proxy := newR297Proxy(t, b.Worker.Config())
 	pool := proxy.pool(t, b.Worker.Config(), 2*time.Second)
@@ -153,28 +133,8 @@ func TestSurvivor308_ExtendedLeaseKeepsASuccessTriedAgain(t *testing.T) {
 func TestSurvivor308_OutcomeTriedPastRecordTimeoutWhileTheLeaseLasts(t *testing.T) {
 	t.Parallel()
 	b := consumertest.New(t)
-	logs := &consumertest.LockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("service logs:\n%s", logs.String())
-		}
-	})
-	ctx := context.Background()
-	var db string
-	if err := b.Admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	setReadOnly := func(on bool) {
-		t.Helper()
-		stmt := `ALTER DATABASE "` + db + `" RESET default_transaction_read_only`
-		if on {
-			stmt = `ALTER DATABASE "` + db + `" SET default_transaction_read_only = on`
-		}
-		if _, err := b.Admin.Exec(ctx, "BEGIN READ WRITE; "+stmt+"; COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { setReadOnly(false) })
+	logs := keptLogs(t)
+	setReadOnly := readOnlySwitch(t, b)
 
 	proxy := newR297Proxy(t, b.Worker.Config())
 	pool := proxy.pool(t, b.Worker.Config(), 2*time.Second)
