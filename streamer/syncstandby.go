@@ -45,21 +45,23 @@ func syncStandbyNamed(names, appName string) bool {
 	return false
 }
 
-// standbyNames is the names a synchronous_standby_names value lists:
-// "a, b", or the list in parentheses after a count, with FIRST or ANY or
-// neither ("2 (a, b)", "FIRST 1 (a, \"B c\")", "ANY 2 (*)"). A name in
-// double quotes is taken as written ("" for a quote in it).
+// standbyNames is the names a synchronous_standby_names value lists, read
+// as PostgreSQL's grammar (syncrep_gram.y) reads it: a plain list "a, b",
+// or [FIRST|ANY] NUM ( list ). A name in double quotes is taken as written
+// ("" for a quote in it), parentheses and commas in it included; an
+// unquoted number is a name in a plain list.
 func standbyNames(s string) []string {
-	if open := strings.IndexByte(s, '('); open >= 0 {
-		s = s[open+1:]
-		if end := strings.LastIndexByte(s, ')'); end >= 0 {
-			s = s[:end]
-		}
+	type token struct {
+		text   string
+		quoted bool
 	}
-	var names []string
+	var toks []token
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == ',' || c == '(' || c == ')':
+			toks = append(toks, token{text: s[i : i+1]})
 			i++
 		case c == '"':
 			var b strings.Builder
@@ -75,17 +77,44 @@ func standbyNames(s string) []string {
 				}
 				b.WriteByte(s[i])
 			}
-			names = append(names, b.String())
+			toks = append(toks, token{text: b.String(), quoted: true})
 		default:
 			j := i
-			for j < len(s) && !strings.ContainsRune(" \t\n\r,\"", rune(s[j])) {
+			for j < len(s) && !strings.ContainsRune(" \t\n\r\f\v,()\"", rune(s[j])) {
 				j++
 			}
-			names = append(names, s[i:j])
+			toks = append(toks, token{text: s[i:j]})
 			i = j
 		}
 	}
+	// [FIRST|ANY] NUM ( list ): the names are the list's.
+	k := 0
+	if len(toks) > 0 && !toks[0].quoted && (strings.EqualFold(toks[0].text, "FIRST") || strings.EqualFold(toks[0].text, "ANY")) {
+		k = 1
+	}
+	if len(toks) > k+1 && !toks[k].quoted && isCount(toks[k].text) && !toks[k+1].quoted && toks[k+1].text == "(" {
+		toks = toks[k+2:]
+	}
+	var names []string
+	for _, t := range toks {
+		if t.quoted || (t.text != "," && t.text != "(" && t.text != ")") {
+			names = append(names, t.text)
+		}
+	}
 	return names
+}
+
+// isCount reports an unquoted NUM.
+func isCount(t string) bool {
+	if t == "" {
+		return false
+	}
+	for _, c := range t {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkSyncStandby reads, on the replication connection, its

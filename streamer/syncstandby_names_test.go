@@ -27,6 +27,13 @@ func TestSyncStandbyNamed(t *testing.T) {
 		{`first 1 ("first", s2)`, false},
 		{`"s""1", s2`, false},
 		{"inlet-streamer-replication-2", false},
+		{`"standby(1)", "inlet-streamer-replication"`, true},
+		{`"standby(1)", s2`, false},
+		{`FIRST 1 ("a)b", "inlet-streamer-replication")`, true},
+		{`ANY 1 ("a,(b", s2)`, false},
+		{`1, inlet-streamer-replication`, true},
+		{"s1,\vinlet-streamer-replication", true},
+		{"s1,\finlet-streamer-replication\f", true},
 	} {
 		if got := syncStandbyNamed(c.names, app); got != c.want {
 			t.Errorf("syncStandbyNamed(%q, %q) = %v, want %v (names %q)", c.names, app, got, c.want, standbyNames(c.names))
