@@ -19,8 +19,12 @@ metadata (reporter: in a data plane's config), with a database of its own
 (control_plane.database_url; schema control_plane is created at start).
 Serves on control_plane.listen:
 
-  POST /api/v1/reports   a tenant's batch (bearer: the tenant's token)
-  GET  /api/v1/cursor    the highest attempt id held for the tenant
+  POST /api/v1/reports   a tenant's batch (bearer: the tenant's token);
+                         answers the tenant's cursor and arrival number
+                         before it, by which a reporter notices records a
+                         restore from a backup lost, and sends them again
+  GET  /api/v1/cursor    the highest attempt id and arrival number held for
+                         the tenant
   GET  /                 the tenant's page: HTTP Basic, user = tenant name,
                          password = its token
 
