@@ -16,7 +16,7 @@ import (
 	"github.com/inlet-dev/inlet/reporter"
 )
 
-// TestReview306_OversizeBatchIsRefusedBeforeItIsDecodedWhole (review helper-306).
+// TestOversizeBatchIsRefusedBeforeItIsDecodedWhole (review helper-306, fixed).
 // Defect: one report of 2 MiB (under maxBody) made of empty records,
 // {"records":[{},{},…]}, is decoded whole into ~700,000 reporter.Record
 // values (152 bytes each, the slice grown step by step) before
@@ -36,11 +36,9 @@ import (
 // refused at record MaxBatch+1.
 // Observed: 400 "699046 records, at most 1000 per batch", after 585 MiB
 // were allocated for the one 2,097,151-byte request (293x the body).
-// Suggested fix: decode the batch with json.Decoder tokens: read "records",
-// then each element with dec.Decode(&rec) into a slice capped at MaxBatch,
-// refusing the batch at element MaxBatch+1 (or pre-scan with a bounded
-// counter); keep DisallowUnknownFields per record.
-func TestReview306_OversizeBatchIsRefusedBeforeItIsDecodedWhole(t *testing.T) {
+// Fixed: readRecords decodes one record at a time and refuses the batch at
+// record MaxBatch+1 (9 MiB allocated for the same request).
+func TestOversizeBatchIsRefusedBeforeItIsDecodedWhole(t *testing.T) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDatabase(t))
 	if err != nil {

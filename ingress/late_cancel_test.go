@@ -126,7 +126,7 @@ func startCancelProxy(t *testing.T, dbURL string) *cancelProxy {
 	return p
 }
 
-// TestReview304_LateCancelFailsTheNextWebhook (review helper-304).
+// TestLateCancelDoesNotFailTheNextWebhook (review helper-304, fixed).
 // Defect: since 5d25b05 every pool of internal/database.Open sends
 // PostgreSQL a cancel request when a statement's context ends
 // (database.go:cancelOnContextEnd, pgconn.CancelRequestContextWatcherHandler),
@@ -154,13 +154,9 @@ func startCancelProxy(t *testing.T, dbURL string) *cancelProxy {
 // answered 503 {"status":"unavailable","reason":"database_unavailable"}
 // (Retry-After 5) as soon as the cancel arrived; 0 events stored (3 of 3
 // runs). With the suggested fix applied to a scratch copy: 200, stored.
-// Suggested fix: never return to the pool a connection on which a cancel
-// request was sent (cancelHandler records it in HandleCancel; a pgxpool
-// AfterRelease hook, or closing the PgConn in HandleUnwatchAfterCancel when
-// the statement ended without 57014, destroys it), as the old socket cut
-// did; or send the cancel only where it is needed (the admin API's
-// WithCancelWait) and keep DeadlineContextWatcherHandler elsewhere.
-func TestReview304_LateCancelFailsTheNextWebhook(t *testing.T) {
+// Fixed: a connection a cancel request was sent on is closed at release
+// (internal/database: cancelSent, the pool's AfterRelease).
+func TestLateCancelDoesNotFailTheNextWebhook(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
@@ -241,7 +237,7 @@ func TestReview304_LateCancelFailsTheNextWebhook(t *testing.T) {
 	}
 }
 
-// TestReview304_CancelledInsertStoredWithoutPayload (review helper-304).
+// TestCancelledInsertIsNotStoredWithoutPayload (review helper-304, fixed).
 // Defect: PGStore.insertMatched (ingress/store.go) retries a failed insert
 // without the JSON copy (payload NULL) whenever the error is any
 // PostgreSQL error (isStatementError) and its own context is alive; 5d25b05
@@ -267,10 +263,9 @@ func TestReview304_LateCancelFailsTheNextWebhook(t *testing.T) {
 // Observed: 200 {"status":"stored"}, payload NULL, raw_body the valid JSON
 // sent (3 of 3 runs). With the suggested fix applied to a scratch copy: 503
 // database_unavailable, nothing stored.
-// Suggested fix: in insertMatched retry without the copy only for a data
-// error of the copy (class 22 or 54, permanentSQLState), never for 57014 or
-// anything IsUnavailable.
-func TestReview304_CancelledInsertStoredWithoutPayload(t *testing.T) {
+// Fixed: insertMatched drops the copy only for a data error of it
+// (refusedData: classes 22 and 54).
+func TestCancelledInsertIsNotStoredWithoutPayload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
