@@ -57,13 +57,13 @@ func standbyNames(s string) []string {
 	}
 	var toks []token
 	for i := 0; i < len(s); {
-		switch c := s[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+		switch s[i] {
+		case ' ', '\t', '\n', '\r', '\f', '\v':
 			i++
-		case c == ',' || c == '(' || c == ')':
+		case ',', '(', ')':
 			toks = append(toks, token{text: s[i : i+1]})
 			i++
-		case c == '"':
+		case '"':
 			var b strings.Builder
 			for i++; i < len(s); i++ {
 				if s[i] == '"' {
