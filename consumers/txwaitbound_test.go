@@ -71,7 +71,10 @@ GRANT EXECUTE ON FUNCTION public.review_slow_commit() TO webhook_worker`); err !
 
 	j1 := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
 	j2 := b.JobID(t, b.InsertEvent(t, consumertest.EventParams{}), "ledger")
-	b.StartStreamer(t, consumertest.StreamerOptions{Lease: time.Second})
+	// A 3 s first lease: the test is about the slot's wait bound, not the
+	// first extension's timing (with 1 s, a CI run loaded with every
+	// package's tests once lost job 1's lease before its first extension).
+	b.StartStreamer(t, consumertest.StreamerOptions{Lease: 3 * time.Second})
 
 	final := func(j consumertest.Job) bool { return j.Status == "completed" || j.Status == "dead_letter" }
 	deadline := time.Now().Add(30 * time.Second)
