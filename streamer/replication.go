@@ -130,11 +130,11 @@ func receiveTimeout(senderTimeout time.Duration) time.Duration {
 // connection (SHOW is a replication command): 0 when it is off, and the
 // PostgreSQL default of 60s when it cannot be read.
 func senderTimeout(ctx context.Context, conn *pgconn.PgConn) time.Duration {
-	results, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
-	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+	v, err := show(ctx, conn, "wal_sender_timeout")
+	if err != nil {
 		return time.Minute
 	}
-	d, ok := parsePGDuration(string(results[0].Rows[0][0]))
+	d, ok := parsePGDuration(v)
 	if !ok {
 		return time.Minute
 	}
