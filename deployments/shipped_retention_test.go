@@ -350,10 +350,22 @@ func TestShippedDeploymentsSealSoRetentionDropsOldEvents(t *testing.T) {
 		}
 	}
 
-	out := run(readUnit(t, "inlet-retention.service"), migrateEnv, "")
+	// A period kept as busy is what the shipped timer runs again the next
+	// day; here again at once, at most twice more (a loaded CI run at 95b394f
+	// kept all five busy, every lock wait timing out, once), each busy
+	// reason naming who held the locks.
+	var out string
 	var left int
-	if err := owner.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events WHERE received_at < now() - interval '90 days'`).Scan(&left); err != nil {
-		t.Fatal(err)
+	for try := 1; ; try++ {
+		out = run(readUnit(t, "inlet-retention.service"), migrateEnv, "")
+		if err := owner.QueryRow(ctx, `SELECT count(*) FROM webhook_ingress.events WHERE received_at < now() - interval '90 days'`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 || try == 3 || !strings.Contains(out, "busy: ") {
+			break
+		}
+		t.Logf("retention run %d kept periods as busy; running it again:\n%s", try, out)
+		time.Sleep(2 * time.Second)
 	}
 	if left != 0 {
 		reason := regexp.MustCompile(`(?m)^.*not sealed.*$`).FindString(out)

@@ -443,7 +443,7 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 	case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use: changed since the check
 		part.Verdict, part.Reason = Kept, pgErr.Message
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
-		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s; try again later", o.LockTimeout)
+		part.Verdict, part.Reason = Kept, fmt.Sprintf("busy: its locks were not granted within %s%s; try again later", o.LockTimeout, lockHolders(ctx, db, p.Start))
 	case errors.As(err, &pgErr) && pgErr.Code == "40P01": // deadlock_detected: another transaction's locks crossed ours
 		part.Verdict, part.Reason = Kept, "busy: a transaction holding its tables was in the way; try again later"
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
@@ -457,6 +457,44 @@ func expire(ctx context.Context, db DB, p namedPeriod, o Options) (Partition, er
 		return Partition{}, fmt.Errorf("retention: %s partition %s: %w", step, p.name, err)
 	}
 	return part, nil
+}
+
+// lockHolders names the sessions holding locks on what a drop of the period
+// starting at start locks, read after the wait failed (so the one that held
+// it may be gone): ", held by pid 4242 (inlet-streamer, role
+// inlet_streamer, idle in transaction, in a transaction for 31s,
+// AccessShareLock)". Empty when
+// it cannot tell; the operator's question is who to wait for or stop.
+func lockHolders(ctx context.Context, db DB, start time.Time) string {
+	rows, err := queries.New(db).RetentionLockHolders(ctx, start)
+	if err != nil || len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(", held by ")
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "pid %d (", r.Pid)
+		var what []string
+		if r.ApplicationName != "" {
+			what = append(what, r.ApplicationName)
+		}
+		if r.Role != "" {
+			what = append(what, "role "+r.Role)
+		}
+		switch {
+		case r.State != "" && r.XactSeconds >= 0:
+			what = append(what, fmt.Sprintf("%s, in a transaction for %s", r.State, time.Duration(r.XactSeconds*float64(time.Second)).Round(time.Millisecond)))
+		case r.State != "":
+			what = append(what, r.State)
+		}
+		what = append(what, r.Modes)
+		b.WriteString(strings.Join(what, ", "))
+		b.WriteString(")")
+	}
+	return b.String()
 }
 
 // notOwned says which partitions of the period starting at start belong to

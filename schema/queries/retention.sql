@@ -136,3 +136,34 @@ SELECT period_end FROM webhook_ingress.retention_log
 WHERE period_end <= dropped_at
 ORDER BY period_end DESC
 LIMIT 1;
+
+-- name: RetentionLockHolders :many
+-- Who holds a lock on the tables a drop of the period starting at
+-- period_start must lock (the three parents and the period's partitions),
+-- other than this session: what inlet retention names when its locks were
+-- not granted in time. A role without pg_read_all_stats sees NULL state and
+-- transaction start for other roles' sessions; those stay empty then.
+SELECT l.pid::int AS pid,
+       coalesce(a.usename::text, '')::text AS role,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(extract(epoch FROM clock_timestamp() - a.xact_start), -1)::float8 AS xact_seconds,
+       string_agg(DISTINCT l.mode, ',' ORDER BY l.mode)::text AS modes
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.granted
+  AND l.pid <> pg_catalog.pg_backend_pid()
+  AND l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND l.relation IN (
+      SELECT 'webhook_ingress.events'::regclass UNION ALL
+      SELECT 'webhook_ingress.jobs'::regclass UNION ALL
+      SELECT 'webhook_ingress.job_attempts'::regclass UNION ALL
+      SELECT c.oid FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'webhook_ingress'
+      WHERE c.relname IN (webhook_ingress.partition_name('events', sqlc.arg(period_start)::timestamptz),
+                          webhook_ingress.partition_name('jobs', sqlc.arg(period_start)::timestamptz),
+                          webhook_ingress.partition_name('job_attempts', sqlc.arg(period_start)::timestamptz)))
+GROUP BY l.pid, a.usename, a.application_name, a.state, a.xact_start
+ORDER BY a.xact_start NULLS LAST, l.pid
+LIMIT 5;

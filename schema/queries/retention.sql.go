@@ -162,6 +162,74 @@ func (q *Queries) RetentionKeysPending(ctx context.Context) (bool, error) {
 	return pending, err
 }
 
+const RetentionLockHolders = `-- name: RetentionLockHolders :many
+SELECT l.pid::int AS pid,
+       coalesce(a.usename::text, '')::text AS role,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(extract(epoch FROM clock_timestamp() - a.xact_start), -1)::float8 AS xact_seconds,
+       string_agg(DISTINCT l.mode, ',' ORDER BY l.mode)::text AS modes
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.granted
+  AND l.pid <> pg_catalog.pg_backend_pid()
+  AND l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND l.relation IN (
+      SELECT 'webhook_ingress.events'::regclass UNION ALL
+      SELECT 'webhook_ingress.jobs'::regclass UNION ALL
+      SELECT 'webhook_ingress.job_attempts'::regclass UNION ALL
+      SELECT c.oid FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'webhook_ingress'
+      WHERE c.relname IN (webhook_ingress.partition_name('events', $1::timestamptz),
+                          webhook_ingress.partition_name('jobs', $1::timestamptz),
+                          webhook_ingress.partition_name('job_attempts', $1::timestamptz)))
+GROUP BY l.pid, a.usename, a.application_name, a.state, a.xact_start
+ORDER BY a.xact_start NULLS LAST, l.pid
+LIMIT 5
+`
+
+type RetentionLockHoldersRow struct {
+	Pid             int32
+	Role            string
+	ApplicationName string
+	State           string
+	XactSeconds     float64
+	Modes           string
+}
+
+// Who holds a lock on the tables a drop of the period starting at
+// period_start must lock (the three parents and the period's partitions),
+// other than this session: what inlet retention names when its locks were
+// not granted in time. A role without pg_read_all_stats sees NULL state and
+// transaction start for other roles' sessions; those stay empty then.
+func (q *Queries) RetentionLockHolders(ctx context.Context, periodStart time.Time) ([]RetentionLockHoldersRow, error) {
+	rows, err := q.db.Query(ctx, RetentionLockHolders, periodStart)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RetentionLockHoldersRow
+	for rows.Next() {
+		var i RetentionLockHoldersRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.Role,
+			&i.ApplicationName,
+			&i.State,
+			&i.XactSeconds,
+			&i.Modes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RetentionLockTimeout = `-- name: RetentionLockTimeout :exec
 SELECT pg_catalog.set_config('lock_timeout', $1::text, true)
 `
