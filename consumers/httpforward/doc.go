@@ -36,6 +36,15 @@
 //     Uber-Trace-Id, Uberctx-*, X-Amzn-Trace-Id, X-Cloud-Trace-Context,
 //     X-Datadog-* and Sentry-Trace. The request carries the attempt's W3C
 //     traceparent instead.
+//   - What the proxies and CDN edges in front of ingress said about that
+//     hop: X-Forwarded-*, Forwarded, X-Real-Ip, Via, True-Client-IP,
+//     Cloudflare's CF-Connecting-IP, CF-Connecting-IPv6, CF-Pseudo-IPv4,
+//     CF-IPCountry, CF-Visitor, CF-EW-Via, CF-Worker, CF-Ray and CDN-Loop,
+//     X-Envoy-*, Fastly-*, X-Azure-* and Akamai-* (a relay's unsigned
+//     defaults, less X-Request-Id). The service and its proxies would read
+//     them about the forward: a client address the sender could set, and a
+//     mesh sidecar's instructions from an internal caller (X-Envoy-Retry-On
+//     sends the POST again).
 //
 // Names spelt with '_' for '-' (X_B3_Traceid) are dropped alike, as CGI,
 // WSGI, Rack and PHP read them as the same header; so is any claiming

@@ -260,15 +260,29 @@ var providersOnly = map[string]bool{
 	"Traceparent": true, "Tracestate": true, "Baggage": true, // W3C
 	"B3": true, "Uber-Trace-Id": true, // Zipkin single header, Jaeger
 	"X-Amzn-Trace-Id": true, "X-Cloud-Trace-Context": true, "Sentry-Trace": true,
+	// What the proxies and CDN edges in front of ingress said about that
+	// hop (the relay's unsigned defaults, ingress/verify/relay.go, less
+	// X-Request-Id): who the client was, by which scheme and host, through
+	// which edge. Sent on, the service and the proxies in front of it read
+	// them about the forward: a client address the provider could set
+	// (X-Forwarded-For: 10.0.0.1 reaches the service as its leftmost
+	// entry), a scheme or host to build links with, and the instructions a
+	// mesh sidecar takes from an internal caller (X-Envoy-Retry-On,
+	// X-Envoy-Max-Retries: the POST sent again; X-Envoy-Upstream-Rq-Timeout-Ms).
+	"Forwarded": true, "X-Real-Ip": true, "Via": true, "True-Client-Ip": true,
+	"Cf-Connecting-Ip": true, "Cf-Connecting-Ipv6": true, "Cf-Pseudo-Ipv4": true, "Cf-Ipcountry": true,
+	"Cf-Visitor": true, "Cf-Ew-Via": true, "Cf-Worker": true, "Cf-Ray": true, "Cdn-Loop": true,
 }
 
 // providersOnlyPrefixes extends providersOnly to header families: B3's
-// multi-header form, Datadog's, and Jaeger's baggage.
-var providersOnlyPrefixes = []string{"X-B3-", "X-Datadog-", "Uberctx-"}
+// multi-header form, Datadog's, Jaeger's baggage, and the hop's own
+// (X-Forwarded-*, Envoy's, Fastly's, Azure Front Door's, Akamai's).
+var providersOnlyPrefixes = []string{"X-B3-", "X-Datadog-", "Uberctx-",
+	"X-Forwarded-", "X-Envoy-", "Fastly-", "X-Azure-", "Akamai-"}
 
 // forwardHeaders copies the provider's headers minus hop-by-hop ones, those
 // the Connection header names, the provider's credentials and trace
-// context, and any claiming Inlet's own names: only Inlet sets Inlet-* and
+// context, what proxies in front of ingress said about that hop, and any claiming Inlet's own names: only Inlet sets Inlet-* and
 // Idempotency-Key.
 func forwardHeaders(in http.Header) http.Header {
 	drop := map[string]bool{}
