@@ -16,7 +16,7 @@ import (
 // the sender sent, so the service's leftmost entry is the sender's choice),
 // a scheme or host to build links with, and the instructions an Envoy
 // sidecar takes from an internal caller (X-Envoy-Retry-On: 5xx with
-// X-Envoy-Max-Retries: 5 made the mesh send one attempt's POST six times).
+// X-Envoy-Max-Retries: 5 would have the mesh send one attempt's POST up to six times).
 // The relay drops the same family (ingress/verify/relay.go), less
 // X-Request-Id, which a service may log and is forwarded.
 func TestForwardDropsWhatProxiesSaidAboutTheProvidersHop(t *testing.T) {
