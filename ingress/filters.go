@@ -37,10 +37,14 @@ type filters struct {
 	loaded time.Time
 	// version is filtered routing's version (040) when subs was read; stale
 	// asks the next call to read again, sooner than filterRefresh.
-	version  int64
-	stale    bool
-	subs     []filteredSub
-	compiled map[string]*filter.Filter // by expression, across refreshes
+	version int64
+	stale   bool
+	subs    []filteredSub
+	// compiled holds the programs of the expressions in subs, by
+	// expression, across refreshes; each reload keeps only those still
+	// carried (a consumer role may write its filter: an expression changed
+	// a thousand times must not hold a thousand programs).
+	compiled map[string]*filter.Filter
 
 	// room bounds the memory of the bodies parsed at once (see parseRoom);
 	// the server sizes it from its budget (useParseRoom).
@@ -111,13 +115,17 @@ func (f *filters) current(ctx context.Context) ([]filteredSub, int64, error) {
 	}
 	f.loaded, f.version, f.stale = time.Now(), version, false
 	var subs []filteredSub
+	compiled := make(map[string]*filter.Filter, len(rows))
 	for _, r := range rows {
 		id, handler, provider, etype := r.ID, r.Handler, r.ProviderPattern, r.EventTypePattern
 		var expr string
 		if r.Filter != nil { // always: the query reads only rows with a filter
 			expr = *r.Filter
 		}
-		prg, ok := f.compiled[expr]
+		prg, ok := compiled[expr]
+		if !ok {
+			prg, ok = f.compiled[expr]
+		}
 		if !ok {
 			if prg, err = filter.Compile(expr); err != nil {
 				// Consumers compile their filters before registering them,
@@ -126,16 +134,16 @@ func (f *filters) current(ctx context.Context) ([]filteredSub, int64, error) {
 				// gets no jobs from it. It stays in the copy without a
 				// program, so each event its patterns match counts as an
 				// error (match); this line says it once per expression
-				// (compiled remembers it).
+				// while a subscription carries it (compiled remembers it).
 				f.logger.Error("subscription filter does not compile; its handler gets no jobs through it",
 					slog.Int64("subscription", id), slog.String("handler", handler), slog.String("error", err.Error()))
 				prg = nil
 			}
-			f.compiled[expr] = prg // nil: does not compile
 		}
+		compiled[expr] = prg // nil: does not compile
 		subs = append(subs, filteredSub{id: id, handler: handler, provider: filter.Pattern(provider), etype: filter.Pattern(etype), f: prg})
 	}
-	f.subs = subs
+	f.subs, f.compiled = subs, compiled
 	return subs, version, nil
 }
 

@@ -71,12 +71,11 @@ at once (NOTIFY).`+operatorHelp)
 		return cliError(err)
 	}
 	return withOperator(ctx, env, *cfgPath, func(pool *pgxpool.Pool, cfg inletyaml.Config, _ string) error {
-		if req.Unrouted {
-			// Events committed since the streamer's last fold count too.
-			if err := admin.FoldEventTypes(ctx, pool, maxTypesPerSource(cfg)); err != nil {
-				return err
-			}
-		}
+		// An unrouted replay folds the events committed since the
+		// streamer's last fold first, with the configuration's cap (one
+		// fold: a fold of the CLI's own before it left the events committed
+		// in between to admin.Replay's at the default cap).
+		req.MaxTypesPerSource = maxTypesPerSource(cfg)
 		res, err := admin.Replay(ctx, pool, req)
 		if err != nil {
 			return err
