@@ -109,7 +109,7 @@ func (c APIConfig) validate() error {
 //	POST /api/events/verify      {"id": N} | {"since": "24h", "until": …, "source": …}
 //	GET  /api/dlq                ?handler= &source= &error_class= &since= &until= &before= &limit=
 //	GET  /api/dlq/{job_id}       the job with attempts, error text and event metadata
-//	POST /api/replay             {"job_id": N, "expect_status": S} | {"handler": H, "dead_letters": true} |
+//	POST /api/replay             {"job_id": N, "expect_status": S, "expect_replays": R} | {"handler": H, "dead_letters": true} |
 //	                             {"handler": H, "source": …, "event_type": …, "since": …, "until": …} |
 //	                             {"handler": H, "unrouted": true, filters as before}, "dry_run": bool, "max_jobs": N
 //	     /dashboard/             the web dashboard, when APIConfig.Dashboard is set
@@ -401,8 +401,12 @@ type replayBody struct {
 	// ExpectStatus, with job_id: replay only while the job still has this
 	// status (ReplayRequest.ExpectStatus); 409 if it moved.
 	ExpectStatus string `json:"expect_status"`
-	Handler      string `json:"handler"`
-	DeadLetters  bool   `json:"dead_letters"`
+	// ExpectReplays, with job_id: replay only while the job has been
+	// replayed this many times (its "replays"; ReplayRequest.ExpectReplays);
+	// 409 if it was replayed since. Absent checks nothing.
+	ExpectReplays *int   `json:"expect_replays"`
+	Handler       string `json:"handler"`
+	DeadLetters   bool   `json:"dead_letters"`
 	// Unrouted, with handler, is inlet replay --unrouted.
 	Unrouted  bool   `json:"unrouted"`
 	Source    string `json:"source"`
@@ -420,7 +424,7 @@ func (a *API) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	p := params{now: a.cfg.Now()}
 	req := ReplayRequest{
-		JobID: b.JobID, ExpectStatus: b.ExpectStatus, Handler: b.Handler, DeadLetters: b.DeadLetters, Unrouted: b.Unrouted,
+		JobID: b.JobID, ExpectStatus: b.ExpectStatus, ExpectReplays: b.ExpectReplays, Handler: b.Handler, DeadLetters: b.DeadLetters, Unrouted: b.Unrouted,
 		Provider: b.Source, EventType: b.EventType,
 		Since: p.parseTime("since", b.Since), Until: p.parseTime("until", b.Until),
 		DryRun: b.DryRun, MaxJobs: b.MaxJobs, MaxTypesPerSource: a.cfg.MaxTypesPerSource,

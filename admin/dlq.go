@@ -49,6 +49,9 @@ type DeadLetter struct {
 	// (order_policy block; 0 under skip).
 	OrderKey *string `json:"order_key,omitempty"`
 	Holding  int64   `json:"holding,omitempty"`
+	// Replays is how many times the job was replayed (its replay markers):
+	// with its status, the version ReplayRequest.ExpectReplays checks.
+	Replays int `json:"replays"`
 }
 
 // DeadLetterPage is one page of dead letters, newest job first.
@@ -79,7 +82,7 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) (DeadLetter
 			page.DeadLetters = append(page.DeadLetters, DeadLetter{JobID: r.ID, EventID: r.EventID, Handler: r.Handler,
 				Provider: r.Provider, EventType: r.EventType, AttemptCount: int(r.AttemptCount), MaxAttempts: int(r.MaxAttempts),
 				LastErrorClass: r.LastErrorClass, DeadSince: r.UpdatedAt, ExternalEventID: r.ExternalEventID, ReceivedAt: r.ReceivedAt,
-				OrderKey: r.OrderKey, Holding: r.Holding})
+				OrderKey: r.OrderKey, Holding: r.Holding, Replays: int(r.Replays)})
 		}
 		return nil
 	})

@@ -41,7 +41,10 @@
 // ([ErrConflict]); in a batch it is counted as skipped. One job replayed
 // with an expected status (ReplayRequest.ExpectStatus: the dashboard's
 // button sends the status it showed) is refused the same way once its
-// status moved. Replay never changes
+// status moved, and with an expected replay count
+// (ReplayRequest.ExpectReplays, Job.Replays: the button sends that too) once
+// it was replayed since, even when it is back in the status it had (a
+// completed job replayed and completed again). Replay never changes
 // events, and it sends one NOTIFY hint (delivered at COMMIT) so streamers
 // pick the jobs up at once rather than at their next poll.
 //

@@ -381,7 +381,12 @@ type Job struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
 	CompletedAt    *time.Time `json:"completed_at"`
-	Attempts       []Attempt  `json:"attempts"`
+	// Replays is how many times the job was replayed: its replay markers
+	// in Attempts. With its status, the version ReplayRequest.ExpectReplays
+	// checks (a completed job replayed and completed again is completed
+	// still, with one replay more).
+	Replays  int       `json:"replays"`
+	Attempts []Attempt `json:"attempts"`
 }
 
 // Attempt is one row of the view webhook_ingress.attempts: a finished
@@ -499,6 +504,9 @@ func attachAttempts(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 				runs[r.JobID] = max(runs[r.JobID], 1) + 1
 			case runs[r.JobID] == 0:
 				runs[r.JobID] = 1
+			}
+			if r.Outcome == "replayed" {
+				j.Replays++
 			}
 			j.Attempts = append(j.Attempts, Attempt{ID: r.ID, Run: runs[r.JobID], Attempt: int(r.Attempt), WorkerID: r.WorkerID, StartedAt: r.StartedAt,
 				FinishedAt: r.FinishedAt, Outcome: r.Outcome, ErrorClass: r.ErrorClass, Error: r.Error, DurationMS: r.DurationMs})

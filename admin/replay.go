@@ -21,8 +21,8 @@ const DefaultMaxJobs = 10000
 
 // ReplayRequest says what to replay. Exactly one of three shapes:
 //
-//   - JobID: that one job (with ExpectStatus, only while it still has
-//     that status);
+//   - JobID: that one job (with ExpectStatus and ExpectReplays, only while
+//     it still has that status and that replay count);
 //   - Handler with DeadLetters: every dead letter of the handler;
 //   - Handler with at least one of Provider, EventType, Since, Until: every
 //     event matching the filter, to that handler: its existing jobs are
@@ -38,8 +38,18 @@ type ReplayRequest struct {
 	// meanwhile. Checked on the job's row locked for the replay, in its
 	// transaction. "" checks nothing.
 	ExpectStatus string
-	Handler      string
-	DeadLetters  bool
+	// ExpectReplays, with JobID, is how many times the job had been
+	// replayed when the replay was asked for (Job.Replays,
+	// DeadLetter.Replays: its replay markers), the job's version beside
+	// its status: a job replayed since is refused (ErrConflict) even when
+	// it is back in the status it was seen in (a completed job replayed and
+	// completed again, a dead letter replayed and dead-lettered again), so
+	// a stale page's button never runs its handler once more. The
+	// dashboard's Replay buttons send it. Checked on the locked row, as
+	// ExpectStatus. nil checks nothing.
+	ExpectReplays *int
+	Handler       string
+	DeadLetters   bool
 	// Provider (exact source name), EventType (glob), Since (inclusive) and
 	// Until (exclusive, on received_at) filter the events of a handler
 	// replay.
@@ -101,6 +111,10 @@ func (r ReplayRequest) Validate() error {
 		return invalid("expected status %q: want pending, leased, completed, failed or dead_letter", r.ExpectStatus)
 	case r.ExpectStatus != "" && r.JobID == 0:
 		return invalid("an expected status is that of one job: give it with a job id")
+	case r.ExpectReplays != nil && *r.ExpectReplays < 0:
+		return invalid("expected replays %d: a replay count is not negative", *r.ExpectReplays)
+	case r.ExpectReplays != nil && r.JobID == 0:
+		return invalid("an expected replay count is that of one job: give it with a job id")
 	case r.JobID > 0 && (r.Handler != "" || r.DeadLetters || r.Unrouted || filter):
 		return invalid("a job id replays that job alone: give no handler, dead letters or filter with it")
 	case r.JobID > 0:
@@ -213,13 +227,14 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 	var plan ReplayResult
 	q := queries.New(tx)
 	if req.JobID > 0 {
-		status, err := q.AdminLockJob(ctx, req.JobID)
+		job, err := q.AdminLockJob(ctx, req.JobID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return plan, notFound("no such job")
 		}
 		if err != nil {
 			return plan, err
 		}
+		status := job.Status
 		// The row is locked (FOR UPDATE, which in READ COMMITTED reads its
 		// latest committed version) until the replay commits, so the status
 		// checked here is the one runReplay re-queues from, in the same
@@ -227,6 +242,20 @@ func planReplay(ctx context.Context, tx pgx.Tx, req ReplayRequest) (ReplayResult
 		// letter replayed and claimed meanwhile says it moved.
 		if req.ExpectStatus != "" && status != req.ExpectStatus {
 			return plan, conflict("no longer %s: it is %s now", statusPhrase(req.ExpectStatus), statusPhrase(status))
+		}
+		// The status alone misses a job that went back to it (completed,
+		// replayed, completed again): its replay count tells.
+		if req.ExpectReplays != nil {
+			n, err := q.AdminJobReplays(ctx, queries.AdminJobReplaysParams{JobID: req.JobID, EventReceivedAt: job.EventReceivedAt})
+			if err != nil {
+				return plan, fmt.Errorf("count its replays: %w", err)
+			}
+			if want := *req.ExpectReplays; int(n) != want {
+				if int(n) > want {
+					return plan, conflict("replayed meanwhile (replay count %d now, %d when asked): it is %s now", n, want, statusPhrase(status))
+				}
+				return plan, conflict("its replay count is %d, not %d as asked", n, want)
+			}
 		}
 		if status == "leased" {
 			return plan, conflict("it is leased (in flight): wait until it finishes or its lease expires")

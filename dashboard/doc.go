@@ -6,13 +6,15 @@
 //
 // Pages:
 //
-//	GET  /dashboard/             events per source per hour over the last 24h, source
+//	GET  /dashboard/             events per source per hour over the last 24h, the last
+//	                             reconcile run of each source and listing scope, source
 //	                             activity (silent sources flagged), handlers with lag and failure
 //	                             rate, dead letters with a Replay button, recent events
 //	GET  /dashboard/events       the event log, newest first (?source= &before=)
 //	GET  /dashboard/events/{id}  one event: metadata, headers, the body as escaped text
 //	                             (hex when it is not UTF-8), jobs with their attempts
-//	POST /dashboard/replay       re-queue one job (admin.Replay) while it has the status shown, then back with a message
+//	POST /dashboard/replay       re-queue one job (admin.Replay) while it has the status and replay
+//	                             count shown, then back with a message
 //	GET  /dashboard/login        the token form; POST checks it and starts a session
 //	POST /dashboard/logout       ends the session
 //

@@ -43,7 +43,8 @@ type overviewPage struct {
 	UnroutedTypes []admin.EventType
 	// Audit is shown first when the newest verification found tampering.
 	Audit auditStatus
-	// Reconcile is each source's last inlet reconcile run.
+	// Reconcile is the last inlet reconcile run of each source and
+	// listing scope (loadReconcileRuns).
 	Reconcile []queries.ReconcileRun
 }
 
@@ -220,19 +221,31 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 // replay re-queues the form's job_id, only while it still has the form's
-// expect_status (admin.ReplayRequest.ExpectStatus, checked under the job's
-// row lock); a form without one (posted by a script, or rendered before
-// the field existed) replays the job whatever its status.
+// expect_status and had been replayed expect_replays times
+// (admin.ReplayRequest.ExpectStatus and ExpectReplays, checked under the
+// job's row lock): the job as the page showed it, not a run of it someone
+// else started since. A form without them (posted by a script, or rendered
+// before the fields existed) replays the job whatever its status and
+// replays.
 func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request, s *session) {
 	id, err := strconv.ParseInt(r.PostFormValue("job_id"), 10, 64)
 	if err != nil || id <= 0 {
 		d.fail(w, r, s, http.StatusBadRequest, "job_id: a job id is a positive integer.")
 		return
 	}
+	req := admin.ReplayRequest{JobID: id, ExpectStatus: r.PostFormValue("expect_status")}
+	if v := r.PostFormValue("expect_replays"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			d.fail(w, r, s, http.StatusBadRequest, "expect_replays: a replay count is a non-negative integer.")
+			return
+		}
+		req.ExpectReplays = &n
+	}
 	back := localPath(r.PostFormValue("return"))
 	ctx, cancel := d.context(r)
 	defer cancel()
-	res, err := admin.Replay(ctx, d.cfg.DB, admin.ReplayRequest{JobID: id, ExpectStatus: r.PostFormValue("expect_status")})
+	res, err := admin.Replay(ctx, d.cfg.DB, req)
 	switch code := statusOf(err); {
 	case err == nil:
 		d.cfg.Logger.Info("dashboard replay", slog.Int64("job_id", id), slog.Int("requeued", res.Requeued))

@@ -9,8 +9,11 @@ import (
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
-// loadReconcileRuns is each source's newest inlet reconcile run (none when
-// reconcile never ran).
+// loadReconcileRuns is the newest inlet reconcile run of each listing scope
+// of each source (a reconcile.sources entry; the whole source when it has
+// none), a dry run only where the scope has no other (none when reconcile
+// never ran): one entry's failure shows even when another entry of the same
+// source succeeds after it.
 func loadReconcileRuns(ctx context.Context, tx pgx.Tx) ([]queries.ReconcileRun, error) {
 	runs, err := queries.New(tx).LatestReconcileRuns(ctx)
 	if err != nil {

@@ -50,8 +50,8 @@ var funcs = template.FuncMap{
 	"join":  strings.Join,
 	"color": seriesColor,
 	// replayArgs is the argument of the "replay" template.
-	"replayArgs": func(csrf string, jobID int64, ret, status string) replayButton {
-		return replayButton{CSRF: csrf, JobID: jobID, Return: ret, ExpectStatus: status}
+	"replayArgs": func(csrf string, jobID int64, ret, status string, replays int) replayButton {
+		return replayButton{CSRF: csrf, JobID: jobID, Return: ret, ExpectStatus: status, ExpectReplays: replays}
 	},
 }
 
@@ -65,6 +65,12 @@ type replayButton struct {
 	// letter never re-runs a job replayed and completed meanwhile; review
 	// helper-194).
 	ExpectStatus string
+	// ExpectReplays is how many times the job had been replayed when the
+	// page was rendered (admin.Job.Replays, admin.DeadLetter.Replays): the
+	// status alone is the same after someone else's replay ran the job to
+	// the same end (completed, replayed, completed again), and the stale
+	// button re-ran its handler (review helper-321).
+	ExpectReplays int
 }
 
 func parsePages() (map[string]*template.Template, error) {

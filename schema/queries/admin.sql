@@ -170,7 +170,10 @@ ORDER BY job_id, id;
 -- many later jobs of that key it holds back until it is replayed (its
 -- unfinished jobs, 020_order_lanes). The policy is the one the claims
 -- obey, from the handler's enabled subscriptions (order_skips_dead,
--- 027_order_policy_enabled).
+-- 027_order_policy_enabled). replays is how many times the job was replayed
+-- (its replay markers, as AdminJobReplays counts them): the version the
+-- dashboard's Replay button sends back, so a dead letter replayed and
+-- dead-lettered again meanwhile is not replayed from a stale page.
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
        coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at,
        j.order_key,
@@ -179,7 +182,9 @@ SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j
             ELSE (SELECT count(*) FROM webhook_ingress.order_lanes l
                   WHERE l.handler = j.handler AND l.order_key = j.order_key
                     AND (l.order_at, l.job_id) > (j.order_at, j.id))
-       END::bigint AS holding
+       END::bigint AS holding,
+       (SELECT count(*) FROM webhook_ingress.job_attempts a
+        WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.outcome = 'replayed') AS replays
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.status = 'dead_letter'
@@ -236,8 +241,24 @@ WHERE bytes_before < sqlc.arg(batch_bytes)::bigint
 ORDER BY id;
 
 -- name: AdminLockJob :one
--- The job a single replay is about, locked until the replay commits.
-SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE;
+-- The job a single replay is about, locked until the replay commits; its
+-- event_received_at finds its replay markers (AdminJobReplays).
+SELECT status, event_received_at FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE;
+
+-- name: AdminJobReplays :one
+-- How many times job job_id was replayed: its replay markers (outcome
+-- 'replayed', one per replay, AdminRequeueJobs). The job's version a single
+-- replay's expected count is checked against: unlike its status, it changes
+-- on every replay, so a completed job replayed and completed again
+-- meanwhile (or a dead letter replayed and dead-lettered again) no longer
+-- matches the count the page was rendered with. Read after AdminLockJob, in
+-- a statement of its own: in READ COMMITTED its snapshot is taken after the
+-- lock was granted, so it holds the marker of every replay committed
+-- before (a subquery of AdminLockJob would read the snapshot taken before
+-- its wait), and no other replay can add one while the lock is held.
+-- event_received_at (the job's) reads one partition of job_attempts.
+SELECT count(*) FROM webhook_ingress.job_attempts
+WHERE job_id = sqlc.arg(job_id) AND event_received_at = sqlc.arg(event_received_at) AND outcome = 'replayed';
 
 -- name: AdminHandlerKnown :one
 -- Does handler handler have an enabled subscription, and any job at all?

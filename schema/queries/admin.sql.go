@@ -645,6 +645,34 @@ func (q *Queries) AdminJobAttempts(ctx context.Context, jobIds []int64) ([]Admin
 	return items, nil
 }
 
+const AdminJobReplays = `-- name: AdminJobReplays :one
+SELECT count(*) FROM webhook_ingress.job_attempts
+WHERE job_id = $1 AND event_received_at = $2 AND outcome = 'replayed'
+`
+
+type AdminJobReplaysParams struct {
+	JobID           int64
+	EventReceivedAt time.Time
+}
+
+// How many times job job_id was replayed: its replay markers (outcome
+// 'replayed', one per replay, AdminRequeueJobs). The job's version a single
+// replay's expected count is checked against: unlike its status, it changes
+// on every replay, so a completed job replayed and completed again
+// meanwhile (or a dead letter replayed and dead-lettered again) no longer
+// matches the count the page was rendered with. Read after AdminLockJob, in
+// a statement of its own: in READ COMMITTED its snapshot is taken after the
+// lock was granted, so it holds the marker of every replay committed
+// before (a subquery of AdminLockJob would read the snapshot taken before
+// its wait), and no other replay can add one while the lock is held.
+// event_received_at (the job's) reads one partition of job_attempts.
+func (q *Queries) AdminJobReplays(ctx context.Context, arg AdminJobReplaysParams) (int64, error) {
+	row := q.db.QueryRow(ctx, AdminJobReplays, arg.JobID, arg.EventReceivedAt)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const AdminListDeadLetters = `-- name: AdminListDeadLetters :many
 SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j.max_attempts,
        coalesce(j.last_error_class, ''), j.updated_at, e.external_event_id, e.received_at,
@@ -654,7 +682,9 @@ SELECT j.id, j.event_id, j.handler, j.provider, j.event_type, j.attempt_count, j
             ELSE (SELECT count(*) FROM webhook_ingress.order_lanes l
                   WHERE l.handler = j.handler AND l.order_key = j.order_key
                     AND (l.order_at, l.job_id) > (j.order_at, j.id))
-       END::bigint AS holding
+       END::bigint AS holding,
+       (SELECT count(*) FROM webhook_ingress.job_attempts a
+        WHERE a.job_id = j.id AND a.event_received_at = j.event_received_at AND a.outcome = 'replayed') AS replays
 FROM webhook_ingress.jobs j
 JOIN webhook_ingress.events e ON e.id = j.event_id
 WHERE j.status = 'dead_letter'
@@ -692,6 +722,7 @@ type AdminListDeadLettersRow struct {
 	ReceivedAt      time.Time
 	OrderKey        *string
 	Holding         int64
+	Replays         int64
 }
 
 // Dead-lettered jobs with their event's metadata; the time range is when the
@@ -702,7 +733,10 @@ type AdminListDeadLettersRow struct {
 // many later jobs of that key it holds back until it is replayed (its
 // unfinished jobs, 020_order_lanes). The policy is the one the claims
 // obey, from the handler's enabled subscriptions (order_skips_dead,
-// 027_order_policy_enabled).
+// 027_order_policy_enabled). replays is how many times the job was replayed
+// (its replay markers, as AdminJobReplays counts them): the version the
+// dashboard's Replay button sends back, so a dead letter replayed and
+// dead-lettered again meanwhile is not replayed from a stale page.
 func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLettersParams) ([]AdminListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, AdminListDeadLetters,
 		arg.Handler,
@@ -734,6 +768,7 @@ func (q *Queries) AdminListDeadLetters(ctx context.Context, arg AdminListDeadLet
 			&i.ReceivedAt,
 			&i.OrderKey,
 			&i.Holding,
+			&i.Replays,
 		); err != nil {
 			return nil, err
 		}
@@ -1022,15 +1057,21 @@ func (q *Queries) AdminListEventsWhere(ctx context.Context, arg AdminListEventsW
 }
 
 const AdminLockJob = `-- name: AdminLockJob :one
-SELECT status FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE
+SELECT status, event_received_at FROM webhook_ingress.jobs WHERE id = $1 FOR UPDATE
 `
 
-// The job a single replay is about, locked until the replay commits.
-func (q *Queries) AdminLockJob(ctx context.Context, id int64) (string, error) {
+type AdminLockJobRow struct {
+	Status          string
+	EventReceivedAt time.Time
+}
+
+// The job a single replay is about, locked until the replay commits; its
+// event_received_at finds its replay markers (AdminJobReplays).
+func (q *Queries) AdminLockJob(ctx context.Context, id int64) (AdminLockJobRow, error) {
 	row := q.db.QueryRow(ctx, AdminLockJob, id)
-	var status string
-	err := row.Scan(&status)
-	return status, err
+	var i AdminLockJobRow
+	err := row.Scan(&i.Status, &i.EventReceivedAt)
+	return i, err
 }
 
 const AdminNotifyJobs = `-- name: AdminNotifyJobs :exec

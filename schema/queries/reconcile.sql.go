@@ -44,14 +44,27 @@ func (q *Queries) FinishReconcileRun(ctx context.Context, arg FinishReconcileRun
 }
 
 const LatestReconcileRuns = `-- name: LatestReconcileRuns :many
-SELECT DISTINCT ON (source) id, source, api, window_since, window_until, started_at, finished_at, dry_run,
+SELECT id, source, api, window_since, window_until, started_at, finished_at, dry_run,
        listed, already_stored, missing, stored, duplicates, by_type, error, scope
 FROM webhook_ingress.reconcile_runs
-ORDER BY source, id DESC
+WHERE id IN (SELECT DISTINCT ON (source, coalesce(scope, '')) id
+             FROM webhook_ingress.reconcile_runs
+             ORDER BY source, coalesce(scope, ''), dry_run, id DESC)
+ORDER BY source, coalesce(scope, '')
 `
 
-// The newest run of each source, for the dashboard (a handful of sources; the
-// index on (source, id) makes each a probe).
+// The dashboard's reconciliation table: one row per listing scope of each
+// source (a reconcile.sources entry's, as recorded in scope: account=us,
+// types=a,b, repo=owner/name hook=123; NULL and ” are one, the whole
+// source), the scope's newest run that was not a dry run. Per scope, not per
+// source: an entry that fails on every round (its key revoked) is never its
+// source's newest run when another entry of the source succeeds after it,
+// and the source's newest run alone showed "ok" and hid the failure (review
+// helper-321). A dry run stores nothing and covers nothing, so it never hides
+// the scope's last real run; a scope with dry runs only shows its newest dry
+// run (marked so on the page). The runs are chosen on their narrow columns
+// first and only those rows read whole (by_type can be long). No index leads
+// with scope: the table is read whole, a few rows a day per entry.
 func (q *Queries) LatestReconcileRuns(ctx context.Context) ([]ReconcileRun, error) {
 	rows, err := q.db.Query(ctx, LatestReconcileRuns)
 	if err != nil {
