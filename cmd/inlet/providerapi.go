@@ -51,6 +51,9 @@ func (p *providerAPI) lister(command, kind string, since, until time.Time) (back
 func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAsGiven string, until time.Time) (backfill.Lister, error) {
 	var lister backfill.Lister
 	var err error
+	if err := p.otherProvidersFlags(command, kind); err != nil {
+		return nil, err
+	}
 	switch kind {
 	case "stripe":
 		c := backfill.StripeConfig{APIKey: orEnv(*p.apiKey, "STRIPE_API_KEY"), BaseURL: *p.baseURL, Since: since, SinceAsGiven: sinceAsGiven, Until: until,
@@ -77,6 +80,40 @@ func (p *providerAPI) listerSince(command, kind string, since time.Time, sinceAs
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return lister, nil
+}
+
+// otherProvidersFlags refuses, as a usage error, the flags of the provider
+// kind is not: inlet backfill github --types push listed and stored every
+// type the hook delivered, the flag accepted and ignored (review
+// helper-323), as --repo or --hook-id would be for stripe.
+func (p *providerAPI) otherProvidersFlags(command, kind string) error {
+	var given []string
+	switch kind {
+	case "stripe":
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--token", *p.token != ""}, {"--repo", *p.repo != ""}, {"--org", *p.org != ""}, {"--hook-id", *p.hookID != 0}} {
+			if f.set {
+				given = append(given, f.name)
+			}
+		}
+	case "github":
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--api-key", *p.apiKey != ""}, {"--types", *p.types != ""}} {
+			if f.set {
+				given = append(given, f.name)
+			}
+		}
+	default:
+		return nil
+	}
+	if len(given) > 0 {
+		return fmt.Errorf("%w: inlet %s %s does not take %s: it is a flag of the other provider's API", errUsage, command, kind, strings.Join(given, ", "))
+	}
+	return nil
 }
 
 // stripeTypes are the types of --types, trimmed, the empty ones left out.
