@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,6 +79,9 @@ interval until SIGTERM.`+auditHelp)
 	fs.Visit(func(f *flag.Flag) { graceGiven = graceGiven || f.Name == "grace" })
 	if (graceGiven && *grace <= 0) || *every < 0 || *maxLeaves < 1 {
 		return fmt.Errorf("%w: --grace must be positive, --every not negative, --max-leaves at least 1", errUsage)
+	}
+	if *asJSON && *every > 0 {
+		return fmt.Errorf("%w: --json prints one pass's checkpoints: not with --every (the running sealer logs each checkpoint it writes)", errUsage)
 	}
 	sealerRole := func(cfg inletyaml.Config) string {
 		if *role != "" || cfg.Audit.DBRole == nil {
@@ -160,6 +165,11 @@ its verify is not recorded).`+auditHelp)
 	}
 	if *maxProblems < 1 {
 		return fmt.Errorf("%w: --max-problems must be at least 1", errUsage)
+	}
+	// A mistyped --head is a usage error (exit 2), not a failed
+	// verification (exit 1, what a cron job alarms on as tampering).
+	if b, err := hex.DecodeString(*head); *head != "" && (err != nil || len(b) != sha256.Size) {
+		return fmt.Errorf("%w: --head %q is not a checkpoint hash (64 hex digits, as verify and seal print it)", errUsage, *head)
 	}
 	verifierRole := func(cfg inletyaml.Config) string {
 		if *role == "" && cfg.Admin.DBRole != nil {
