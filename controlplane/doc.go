@@ -1,6 +1,9 @@
 // Package controlplane is inlet control-plane: a small multi-tenant receiver
 // of the reporters' attempt records (package reporter) with a database of its
-// own (schema control_plane, migrated at start from embedded SQL).
+// own (schema control_plane, migrated at start from embedded SQL; behind a
+// long transaction on its tables, such as a backup's, the migration waits
+// at most 3 s at a time, so the page and reports are not held up behind it,
+// and gives up after 2 minutes: [MigrateWith]).
 //
 // Each tenant is one data plane with its own token. POST /api/v1/reports
 // stores a batch idempotently on (tenant, attempt id) after checking every

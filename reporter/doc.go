@@ -60,6 +60,23 @@
 // and ids not remembered, are not told apart from ids no attempt committed
 // under.
 //
+// One reporter per database sends at a time: with [Config.Leader] (inlet
+// streamer: a session advisory lock named [LockName], on a connection of
+// its own) a reporter that does not lead sends the control plane nothing,
+// and tries again every Interval; the leader checks it still leads after
+// each round. Several streamers' reporters would each send every record,
+// and each one's check above would compare its own acknowledgements with
+// what all of them stored: a restore that lost a late record could go
+// unnoticed. A reporter that takes the lead starts as at a start: from the
+// control plane's cursor (so it skips nothing the last leader did not get
+// acknowledged), the 1,000 ids below it looked for again, nothing known of
+// what was sent before. So a restore of the control plane around a change
+// of leader is noticed as at a start: the new leader goes back to the
+// cursor and the 1,000 ids below it, and a late record the restore lost
+// further below is not sent again. An old leader may still send for the
+// round it is in when it loses the lock: a restore then can be hidden from
+// the new leader by what the old one stores, the same way.
+//
 // A control plane's refusal (400, 413, 422) is not sent again as it was: the
 // batch is narrowed down to the record refused (the records[i] its reason
 // names, else by halves), which is sent once more alone with its values

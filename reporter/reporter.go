@@ -73,12 +73,34 @@ type Config struct {
 	// step, and when the last step succeeded (alert on its age). Nil
 	// discards them.
 	Metrics prometheus.Registerer
+	// Leader elects the one reporter of a database (cmd/inlet: a
+	// monitor.Leader over the advisory lock [LockName], on a connection of
+	// its own): the reporter sends nothing while it does not lead, asking
+	// again each round and at least every Interval. Several reporters of
+	// one tenant would each send every record, and each one's check for a
+	// restored control plane would be fooled by the others' records. On
+	// taking the lead it starts over as at a start: the control plane's
+	// cursor, the restartLookback ids below it. An election that fails
+	// counts as not leading. Nil: it always leads (one reporter per
+	// database is then the caller's to ensure).
+	Leader Leader
 
 	// cursorCheck is how often a running reporter asks the control plane
 	// for its cursor when no answer to a report carried it. Defaults to
 	// cursorCheckEvery; tests shorten it (export_test.go).
 	cursorCheck time.Duration
 }
+
+// Leader says whether this reporter is the one of its database that sends
+// ([Config.Leader]).
+type Leader interface {
+	Leading(ctx context.Context) (bool, error)
+}
+
+// LockName names the session advisory lock under which the reporters of
+// the streamers on one database elect the one that sends (cmd/inlet's
+// monitor.NewNamedLeader).
+const LockName = "inlet:metadata-reporter"
 
 // cursorCheckEvery is how often a running reporter compares the control
 // plane's cursor with the highest attempt id it had acknowledged, when no
@@ -197,6 +219,10 @@ type Reporter struct {
 	// meanwhile); checkedAt is when its cursor was last compared with acked.
 	cursorDue bool
 	checkedAt time.Time
+	// leading is whether the last election made this reporter the one that
+	// sends; begun whether it started once (its later starts are on taking
+	// the lead again); toldFollowing whether not leading was logged since.
+	leading, begun, toldFollowing bool
 
 	sent      prometheus.Counter
 	failures  *prometheus.CounterVec
@@ -240,11 +266,12 @@ func New(cfg Config) (*Reporter, error) {
 			Help: "Attempt records the control plane acknowledged (sent again after a restart or a lost answer: counted again)."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "failures_total",
 			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database); refused: records the control plane refused even with their values folded, skipped; " +
-				"and lost: a control plane restored from a backup lost records the data plane no longer holds, not sent again (the log names their ids)."}, []string{"step"}),
+				"lost: a control plane restored from a backup lost records the data plane no longer holds, not sent again (the log names their ids); " +
+				"and elect: the election of the one reporter of the database failed (nothing sent until it succeeds)."}, []string{"step"}),
 		succeeded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "last_success_timestamp_seconds",
 			Help: "When a step last succeeded (unix seconds): a reporter that stopped getting through shows as its age, failures_total as why."}),
 	}
-	for _, step := range []string{"fetch_cursor", "read", "send", "refused", "lost"} {
+	for _, step := range []string{"fetch_cursor", "read", "send", "refused", "lost", "elect"} {
 		r.failures.WithLabelValues(step)
 	}
 	reg := metrics.OrDiscard(cfg.Metrics)
@@ -277,13 +304,85 @@ func (r *Reporter) Started() <-chan struct{} { return r.started }
 // the start looks again at the restartLookback ids below it). A running
 // reporter also goes back whenever the control plane lost records it
 // acknowledged: its cursor, or its highest arrival number, below the
-// highest acknowledged (rewind).
+// highest acknowledged (rewind). A reporter with a Leader gives up
+// nothing itself: the caller closes the Leader after Stop, and another
+// replica's reporter takes the lead at its next look.
 func (r *Reporter) Stop() {
 	r.loops.Stop()
 }
 
 func (r *Reporter) run(ctx context.Context) {
-	log := r.cfg.Logger
+	for ctx.Err() == nil {
+		if !r.awaitLead(ctx) {
+			return
+		}
+		cursor, ok := r.begin(ctx)
+		if !ok {
+			return
+		}
+		r.report(ctx, cursor)
+	}
+}
+
+// awaitLead returns once this reporter leads (true), asking every Interval,
+// or when ctx ends (false).
+func (r *Reporter) awaitLead(ctx context.Context) bool {
+	for {
+		if r.leads(ctx) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(r.cfg.Interval):
+		}
+	}
+}
+
+// leads reports whether this reporter is the one of its database that
+// sends (Config.Leader; always, without one), and logs a change. A failed
+// election is counted in failures_total{step="elect"} and taken as not
+// leading: the lock may be gone with the election's connection, and
+// another replica may hold it. A reporter that follows has done its step:
+// last_success is set, so a follower does not show as stuck.
+func (r *Reporter) leads(ctx context.Context) bool {
+	if r.cfg.Leader == nil {
+		r.leading = true
+		return true
+	}
+	ok, err := r.cfg.Leader.Leading(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false // stopping
+	case err != nil:
+		ok = false
+		r.failures.WithLabelValues("elect").Inc()
+		r.cfg.Logger.Warn("reporter: leader election failed; sending nothing until it succeeds", slog.String("error", err.Error()))
+	case !ok:
+		r.succeeded.SetToCurrentTime()
+	}
+	switch {
+	case ok:
+		r.toldFollowing = false
+	case r.leading:
+		r.toldFollowing = true
+		r.cfg.Logger.Info("reporter: no longer leads (another replica's reporter does, or the election's connection was lost); " +
+			"sending nothing until it leads again, then starting over from the control plane's cursor")
+	case !r.toldFollowing && err == nil:
+		r.toldFollowing = true
+		r.cfg.Logger.Info("reporter: another replica's reporter leads; sending nothing while it does")
+	}
+	r.leading = ok
+	return ok
+}
+
+// begin starts reporting, at the start and each time the reporter takes
+// the lead again: from the control plane's cursor, with everything it knew
+// of what it sent before forgotten (another reporter may have sent since,
+// and the numbers it was given are not mapped), and the restartLookback
+// ids below the cursor looked for again. It returns the cursor, or false
+// when ctx ended.
+func (r *Reporter) begin(ctx context.Context) (int64, bool) {
 	var cursor int64
 	var arrival *int64
 	err := r.retry(ctx, "fetch_cursor", func() error {
@@ -295,24 +394,42 @@ func (r *Reporter) run(ctx context.Context) {
 		return r.advanceIDs(ctx, cursor)
 	})
 	if err != nil {
-		return // ctx ended
+		return 0, false // ctx ended
 	}
-	r.acked, r.checkedAt = cursor, time.Now()
+	r.acked, r.checkedAt, r.cursorDue = cursor, time.Now(), false
 	// What was acknowledged before this start is not known by id, nor
 	// which batches the control plane's arrival numbers so far went to.
-	r.ackedIDs.floor = cursor
+	r.ackedIDs = idRuns{floor: cursor}
+	r.arrivals = arrivalLog{}
 	if arrival != nil {
 		r.arrivals.begin(*arrival)
 	}
-	// The gaps the last process was looking for are gone with it: the ids
-	// just below the cursor are looked for again (those the control plane
-	// holds already are stored once), so an attempt that committed after
-	// later ids, and after the last report acknowledged, is not lost.
+	r.rewinding, r.rewindTo, r.lostFrom, r.lostTo = false, 0, 0, 0
+	r.sweepFrom, r.sweepTo, r.readEnd = 0, 0, false
+	r.lastRead, r.skipped, r.more = 0, r.skipped[:0], false
+	// The gaps the last process (or the last leader) was looking for are
+	// gone with it: the ids just below the cursor are looked for again
+	// (those the control plane holds already are stored once), so an
+	// attempt that committed after later ids, and after the last report
+	// acknowledged, is not lost.
+	r.gaps, r.nextGaps = nil, nil
 	if cursor > 1 {
 		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, r.clock(), 0)
 	}
-	log.Info("reporter started", slog.Int64("cursor", cursor),
+	msg := "reporter started"
+	if r.begun {
+		msg = "reporter took the lead again; starting from the control plane's cursor, as at a start"
+	}
+	r.begun = true
+	r.cfg.Logger.Info(msg, slog.Int64("cursor", cursor), slog.Bool("elected", r.cfg.Leader != nil),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
+	return cursor, true
+}
+
+// report runs rounds from cursor until ctx ends or the reporter no longer
+// leads (asked after each round).
+func (r *Reporter) report(ctx context.Context, cursor int64) {
+	log := r.cfg.Logger
 	for {
 		// A control plane restored from a backup under the running
 		// reporter holds fewer records than it acknowledged: each answer
@@ -361,13 +478,17 @@ func (r *Reporter) run(ctx context.Context) {
 			r.noteGaps(cursor, next, batch)
 			cursor = next
 		}
-		if len(batch) >= r.cfg.BatchSize || r.more || r.rewinding {
-			continue // more may be waiting, or records to send again
+		// More may be waiting, or records to send again: the next round
+		// follows at once; otherwise after Interval.
+		if len(batch) < r.cfg.BatchSize && !r.more && !r.rewinding {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(r.cfg.Interval):
+			}
 		}
-		select {
-		case <-ctx.Done():
+		if !r.leads(ctx) {
 			return
-		case <-time.After(r.cfg.Interval):
 		}
 	}
 }
@@ -916,7 +1037,8 @@ func (r *Reporter) behind(cursor int64, answer string) {
 // does not see. That is logged at warn, and the next round goes back to
 // just below the lowest attempt id of the batches they were given to (the
 // arrival log), and sends everything after it again. Numbers given before
-// the log begins (to a reporter before this one) are not mapped to ids:
+// the log begins (to a reporter before this one, or to another replica's
+// before this one took the lead) are not mapped to ids:
 // the reporter then goes back to the control plane's cursor, or lower if
 // the log says so, and looks for the restartLookback ids below it again,
 // and says so.
@@ -942,7 +1064,7 @@ func (r *Reporter) arrived(held, cursor int64, answer string) {
 		"(its database restored from a backup?); the records sent since are sent again",
 		slog.Int64("arrival", held), slog.Int64("acknowledged_arrival", acked), slog.Int64("from_attempt_id", to+1), slog.String("answer", answer))
 	if !covered {
-		r.cfg.Logger.Warn("reporter: some of the records the control plane lost were acknowledged before this reporter started "+
+		r.cfg.Logger.Warn("reporter: some of the records the control plane lost were acknowledged before this reporter started or took the lead "+
 			"(or before the control plane answered arrival numbers); "+
 			"the records after its cursor are sent again and the ids below it looked for again, but one stored under a lower id may stay lost",
 			slog.Int64("arrival", held), slog.Int64("from_attempt_id", to+1), slog.Int("looked_for_below", restartLookback))

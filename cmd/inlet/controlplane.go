@@ -54,7 +54,9 @@ It never receives bodies, headers or database credentials of a data plane.`)
 		return err
 	}
 	defer pool.Close()
-	applied, err := controlplane.Migrate(ctx, pool)
+	// Its waits for tables in use (a backup of the database) are logged
+	// here; after 2 minutes of them it fails, and the supervisor restarts it.
+	applied, err := controlplane.MigrateWith(ctx, pool, controlplane.MigrateConfig{Logger: log})
 	if err != nil {
 		return err
 	}
