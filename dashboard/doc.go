@@ -7,7 +7,8 @@
 // Pages:
 //
 //	GET  /dashboard/             events per source per hour over the last 24h, the last
-//	                             reconcile run of each source and listing scope, source
+//	                             reconcile run of each source and listing scope (the scopes
+//	                             not run for 24h before their source's newest run apart), source
 //	                             activity (silent sources flagged), handlers with lag and failure
 //	                             rate, dead letters with a Replay button, recent events
 //	GET  /dashboard/events       the event log, newest first (?source= &before=)

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inlet-dev/inlet/admin"
-	"github.com/inlet-dev/inlet/schema/queries"
 )
 
 // Page sizes.
@@ -44,8 +43,8 @@ type overviewPage struct {
 	// Audit is shown first when the newest verification found tampering.
 	Audit auditStatus
 	// Reconcile is the last inlet reconcile run of each source and
-	// listing scope (loadReconcileRuns).
-	Reconcile []queries.ReconcileRun
+	// listing scope, the scopes no longer run apart (loadReconcileRuns).
+	Reconcile reconcileRuns
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s *session) {
