@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/logvalue"
@@ -26,21 +27,26 @@ const OtherType = "_other"
 
 // EventTypesConfig configures the event-type watcher.
 type EventTypesConfig struct {
-	// DB folds and reads event_types, as webhook_streamer. Required.
-	DB Querier
+	// DB folds and reads event_types, and claims each report in a
+	// transaction of its own (see Check), as webhook_streamer: a pool.
+	// Required.
+	DB TxQuerier
 	// MaxTypesPerSource caps the distinct types a source keeps (the rest
 	// count as _other): GitHub's and Shopify's type headers are not signed,
 	// so a replayed request with random types must not grow the table, the
 	// metric or the alerts. Defaults to DefaultMaxTypesPerSource.
 	MaxTypesPerSource int
-	// AlertURL, when set, receives a JSON POST per new type (source,
-	// status "new_event_type", event_type, routed, first_seen, reason), the
-	// same sink as the silent-source alerts, and per type that stops being
-	// routed (status "event_type_unrouted"). Routed is "yes" or "no" by
+	// AlertURL, when set, receives a JSON POST per new type (alert_id,
+	// source, status "new_event_type", event_type, routed, first_seen,
+	// reason), the same sink as the silent-source alerts, and per type that
+	// stops being routed (status "event_type_unrouted"). Routed is "yes" or "no" by
 	// whether an enabled subscription's patterns match the type (a filtered
 	// subscription routes only the events that pass it); for _other,
 	// "partly" when some of its events created a job, "unknown" otherwise.
 	// Answers are judged as for the silence alerts (see postAlert).
+	// alert_id is the same on every POST of one report and differs between
+	// reports (see typeAlertID): a sink may drop a POST whose alert_id it
+	// took.
 	AlertURL string
 	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
 	// that follows no redirect (see alertClient).
@@ -53,7 +59,9 @@ type EventTypesConfig struct {
 	Metrics prometheus.Registerer
 	// Leader, when set, lets only the replica it elects log and alert new
 	// types (every replica folds and exports the metric). Nil: this replica
-	// always reports.
+	// always reports. Either way each report is claimed in PostgreSQL first
+	// (see Check), so a leader deposed while its POST is in flight and the
+	// one after it do not both send it.
 	Leader interface {
 		Leading(context.Context) (bool, error)
 	}
@@ -195,7 +203,11 @@ func (w *EventTypes) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Check folds, reads event_types, and reports new types.
+// Check folds, reads event_types, and reports new types. Each report is
+// claimed first (claimReport): the type's event_types row is locked in a
+// transaction across the POST and the record, so a replica that leads
+// meanwhile skips that type while the POST is in flight, and finds it
+// reported once the claim commits (review helper-323).
 func (w *EventTypes) Check(ctx context.Context) error {
 	db := queries.New(w.cfg.DB)
 	maxTypes := int32(min(w.cfg.MaxTypesPerSource, math.MaxInt32)) //nolint:gosec // G115: clamped to int32 just before
@@ -244,17 +256,101 @@ func (w *EventTypes) Check(ctx context.Context) error {
 		// for minutes: review helper-83). A refusal of one alert's payload
 		// does not stop the others: one type's alert refused for good held
 		// back every later type's, at every check (review helper-176).
-		if w.report(ctx, r, post) {
+		if w.claimReport(ctx, r, post) {
 			post = false
 		}
 	}
 	return nil
 }
 
-// report logs a new type once and, when post, alerts it and records that
-// (also when the sink refused the alert for good: see postAlert). It
-// reports whether the sink is down (see errSinkUnavailable), so that the
-// check posts no more.
+// claimReport reports r (report) and records it, under a claim on its
+// event_types row: in a transaction on the pool (not the election's
+// connection) the row is locked (SKIP LOCKED) and read again; only if it
+// is still new or changed is it logged, POSTed and recorded on the locked
+// row before the commit. A row locked by another replica's claim is
+// skipped this check: its POST is in flight, and if that replica dies its
+// transaction rolls back and the type is reported at the next check. An
+// alert is never lost, and never sent by two leaders; one whose answer was
+// lost (or whose record failed) is sent again, with the same alert_id.
+// It reports whether the sink is down (see report). Failures are logged:
+// the type is reported at the next check.
+func (w *EventTypes) claimReport(ctx context.Context, r EventTypeRow, post bool) (down bool) {
+	attrs := typeAttrs(r.Source, r.Type)
+	tx, err := beginClaim(ctx, w.cfg.DB, w.cfg.HTTPClient)
+	if err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "event type report not claimed", append(attrs, slog.String("error", err.Error()))...)
+		return false
+	}
+	defer rollbackClaim(ctx, tx)
+	q := queries.New(tx)
+	c, err := q.MonitorClaimEventType(ctx, queries.MonitorClaimEventTypeParams{Provider: r.Source, EventType: r.Type})
+	if errors.Is(err, pgx.ErrNoRows) {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "event type being reported by another replica; left to it", attrs...)
+		return false
+	}
+	if err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "event type report not claimed", append(attrs, slog.String("error", err.Error()))...)
+		return false
+	}
+	r = EventTypeRow{Source: c.Provider, Type: c.EventType, FirstSeen: c.FirstSeen, Events: c.Events,
+		UnroutedEvents: c.UnroutedEvents, Routed: c.Routed, New: c.IsNew, Subscribed: c.Subscribed, Changed: c.IsChanged}
+	if !r.New && !r.Changed {
+		return false // another replica reported it since this check read the rows
+	}
+	record, down, msg := w.report(ctx, r, post, typeAlertID(r, c.LastRoutedAt))
+	if !record {
+		return down // rolled back: reported at the next check
+	}
+	if err := q.MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{
+		Provider: r.Source, EventType: r.Type, Routed: &r.Subscribed}); err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
+		return down
+	}
+	if err := tx.Commit(ctx); err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
+		return down
+	}
+	w.mu.Lock()
+	delete(w.logged, [2]string{r.Source, r.Type})
+	w.mu.Unlock()
+	return down
+}
+
+// typeAlertID is the alert_id of r's report: the source, the type and the
+// status. A type is new once (its row's alerted_at is set once, and the
+// row is never deleted); it may stop being routed more than once, so an
+// unrouted report is named by the newest event a job was created for
+// (lastRouted, nil: none) too, which does not move while nothing routes
+// the type. first_seen is left out: a fold may still move it earlier
+// (an event stored before it, committed after) between two POSTs of one
+// report.
+func typeAlertID(r EventTypeRow, lastRouted *time.Time) string {
+	status := typeStatus(r)
+	if status != "event_type_unrouted" {
+		return alertID("event_type", r.Source, r.Type, status)
+	}
+	routed := "none"
+	if lastRouted != nil {
+		routed = lastRouted.UTC().Format(time.RFC3339Nano)
+	}
+	return alertID("event_type", r.Source, r.Type, status, routed)
+}
+
+// typeStatus is the status of r's report: new_event_type for a new type
+// (and for _other), event_type_unrouted for one reported before whose
+// routing moved (its routed-again report is logged only).
+func typeStatus(r EventTypeRow) string {
+	if r.Type == OtherType || r.New {
+		return "new_event_type"
+	}
+	return "event_type_unrouted"
+}
+
+// report logs a new type once and, when post, alerts it (named id).
+// record: the report is to be recorded (the alert was taken, or refused for
+// good: see postAlert; or none was due). down: the sink is down (see
+// errSinkUnavailable), so that the check posts no more. msg is the log
+// line's message.
 //
 // Routed is judged as 049's change reports judge it: by whether an enabled
 // subscription's patterns match the type (r.Subscribed), the state recorded
@@ -262,9 +358,9 @@ func (w *EventTypes) Check(ctx context.Context) error {
 // instead was alerted routed while no subscription matched it any more (and
 // never alerted again), or unrouted while a filtered subscription routed
 // its other events (review helper-153).
-func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool {
+func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool, id string) (record, down bool, msg string) {
 	key := [2]string{r.Source, r.Type}
-	msg, status, alert := "new event type", "new_event_type", true
+	msg, status, alert := "new event type", typeStatus(r), true
 	var routed, reason string
 	switch {
 	case r.Type == OtherType:
@@ -279,7 +375,7 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 	default:
 		// Reported before, and its routing moved (049): it stopped being
 		// routed (alerted), or is routed again (logged only).
-		msg, status, alert = "event type no longer routed", "event_type_unrouted", !r.Subscribed
+		msg, alert = "event type no longer routed", !r.Subscribed
 		routed, reason = "no", "no enabled subscription matches it any more: its events create no job "+
 			"(inlet events types; a handler subscribed later catches up with inlet replay --handler H --unrouted)"
 		if r.Subscribed {
@@ -299,29 +395,21 @@ func (w *EventTypes) report(ctx context.Context, r EventTypeRow, post bool) bool
 		w.cfg.Logger.LogAttrs(ctx, level, msg, append(attrs, slog.String("reason", reason))...)
 	}
 	if !post {
-		return false
+		return false, false, msg
 	}
 	if w.cfg.AlertURL != "" && alert {
 		err := postAlert(ctx, w.cfg.HTTPClient, w.cfg.AlertURL, w.cfg.Logger, msg, map[string]any{
-			"source": r.Source, "status": status, "event_type": r.Type, "routed": routed,
+			"alert_id": id, "source": r.Source, "status": status, "event_type": r.Type, "routed": routed,
 			"first_seen": r.FirstSeen, "reason": reason,
 		}, attrs...)
 		switch {
 		case errors.Is(err, errAlertRejected):
-			w.refused.Inc() // recorded below: every retry would be refused alike
+			w.refused.Inc() // recorded: every retry would be refused alike
 		case err != nil:
-			return errors.Is(err, errSinkUnavailable) // not recorded: retried next Check
+			return false, errors.Is(err, errSinkUnavailable), msg // not recorded: retried next Check
 		}
 	}
-	if err := queries.New(w.cfg.DB).MonitorEventTypeAlerted(ctx, queries.MonitorEventTypeAlertedParams{
-		Provider: r.Source, EventType: r.Type, Routed: &r.Subscribed}); err != nil {
-		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg+": could not record the alert", append(attrs, slog.String("error", err.Error()))...)
-		return false
-	}
-	w.mu.Lock()
-	delete(w.logged, key)
-	w.mu.Unlock()
-	return false
+	return true, false, msg
 }
 
 // newTypeRouting is the routed field and reason of a new named type's

@@ -36,7 +36,8 @@ type Section struct {
 	// named here is watched before its first event.
 	MaxSilence map[string]time.Duration `yaml:"max_silence"`
 	// AlertURL receives a JSON POST when a source goes silent or resumes
-	// (source, status, last_seen, threshold_seconds, reason). Defaults to
+	// (alert_id, source, status, last_seen, threshold_seconds, reason;
+	// alert_id is the same on every POST of one change). Defaults to
 	// "": log line and metric only. New event types are POSTed here too
 	// (status new_event_type).
 	AlertURL string `yaml:"alert_url"`

@@ -3,6 +3,8 @@ package monitor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +14,11 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inlet-dev/inlet/internal/metrics"
@@ -23,9 +27,10 @@ import (
 
 // SilenceConfig configures the silent-source detector.
 type SilenceConfig struct {
-	// DB reads event arrival times (provider, received_at), as
-	// webhook_streamer. Required.
-	DB Querier
+	// DB reads event arrival times (provider, received_at) and claims each
+	// change's report in a transaction of its own (see Check), as
+	// webhook_streamer: a pool. Required.
+	DB TxQuerier
 	// Factor: a source is silent once the time since its last event exceeds
 	// Factor × the median gap between its recent events. Defaults to 2.
 	Factor float64
@@ -49,8 +54,11 @@ type SilenceConfig struct {
 	// with an event is judged.
 	Sources []string
 	// AlertURL, when set, receives a JSON POST on each change (silent,
-	// resumed): source, status, last_seen, threshold_seconds, reason. See
-	// postAlert for what each answer does.
+	// resumed, removed): alert_id, source, status, last_seen,
+	// threshold_seconds, reason. alert_id is the same on every POST of one
+	// change (one sent again after its answer was lost) and differs between
+	// changes (see silenceAlertID): a sink may drop a POST whose alert_id it
+	// took. See postAlert for what each answer does.
 	AlertURL string
 	// HTTPClient posts the alerts. Defaults to a client with a 10s timeout
 	// that follows no redirect (see alertClient).
@@ -63,10 +71,12 @@ type SilenceConfig struct {
 	// inlet_alerts_refused_total{kind="silence"}. Nil: not exported.
 	Metrics prometheus.Registerer
 	// Leader, when set, lets only the replica it elects report changes (log
-	// line and alert), so several streamers send one alert per change; the
-	// others still judge every source and export the gauges. If the
-	// election fails the change is reported anyway: twice beats never. Nil:
-	// this replica always reports.
+	// line and alert); the others still judge every source and export the
+	// gauges. If the election fails the change is reported anyway: twice
+	// beats never. Nil: this replica always reports. Either way each change
+	// is claimed in PostgreSQL before it is reported (see Check), so a
+	// leader deposed while its POST is in flight and the one after it do
+	// not both send it.
 	Leader interface {
 		Leading(context.Context) (bool, error)
 	}
@@ -240,6 +250,14 @@ func (h *SilenceDetector) hold(st SourceStatus, r queries.MonitorReportedSilence
 // exception is an alert the sink refuses for good (a 4xx that refuses its
 // payload, see postAlert): it is logged at ERROR, counted and recorded as
 // if taken, as every retry would get the same answer.
+//
+// Each report is claimed first (claimReport): its source_alerts row is
+// locked in a transaction across the POST and the record, so a replica
+// that leads meanwhile skips that change while the POST is in flight, and
+// finds it reported once the claim commits. The lead alone did not fence
+// it: checked once before posting, a leader whose election connection died
+// during a slow POST and the one elected after it both sent the change
+// (review helper-323).
 func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 	out, err := h.Evaluate(ctx)
 	if err != nil {
@@ -315,25 +333,91 @@ func (h *SilenceDetector) Check(ctx context.Context) ([]SourceStatus, error) {
 		// stop the others: a sink that refuses one source's alert for good
 		// held back every later source's, at every check (review
 		// helper-176).
-		record, down := h.report(ctx, st, post)
+		down, err := h.claimReport(ctx, st, post)
+		if err != nil {
+			return out, err
+		}
 		post = post && !down
-		if !record {
-			continue // sent again at the next check
-		}
-		// last_seen only for a judgement of the source's own pace (enough
-		// arrivals for a median): a hold keeps such a report after
-		// retention, not one that max_silence alone made, which must
-		// close when that max_silence goes (review helper-174).
-		var lastSeen *time.Time
-		if st.Median != 0 {
-			lastSeen = nonZero(st.LastSeen)
-		}
-		if err := queries.New(h.cfg.DB).MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{
-			Source: st.Source, Silent: st.Silent, LastSeen: lastSeen, Threshold: nonZero(st.Threshold)}); err != nil {
-			return out, fmt.Errorf("silence: record the report of %s: %w", st.Source, err)
-		}
 	}
 	return out, nil
+}
+
+// claimReport reports st's change (report) and records it, under a claim
+// on its source_alerts row: the row is made to exist (on its own, see
+// MonitorEnsureSilenceRow), then, in a transaction on the pool (not the
+// election's connection), locked (SKIP LOCKED) and checked to still differ
+// from st; only then is the change logged and POSTed, and recorded on the
+// locked row before the commit. A row locked
+// by another replica's claim is skipped this check: its POST is in flight,
+// and if that replica dies its transaction rolls back and the change is
+// reported at the next check. An alert is never lost, and never sent by
+// two leaders; one whose answer was lost (or whose record failed) is sent
+// again, with the same alert_id. down: as report's.
+func (h *SilenceDetector) claimReport(ctx context.Context, st SourceStatus, post bool) (down bool, err error) {
+	if err := queries.New(h.cfg.DB).MonitorEnsureSilenceRow(ctx, st.Source); err != nil {
+		return false, fmt.Errorf("silence: add the report row of %s: %w", st.Source, err)
+	}
+	tx, err := beginClaim(ctx, h.cfg.DB, h.cfg.HTTPClient)
+	if err != nil {
+		return false, fmt.Errorf("silence: claim the report of %s: %w", st.Source, err)
+	}
+	defer rollbackClaim(ctx, tx)
+	q := queries.New(tx)
+	row, err := q.MonitorClaimSilence(ctx, st.Source)
+	if errors.Is(err, pgx.ErrNoRows) {
+		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "silence change being reported by another replica; left to it",
+			slog.String("source", st.Source))
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("silence: claim the report of %s: %w", st.Source, err)
+	}
+	if row.Silent == st.Silent {
+		return false, nil // another replica reported it since this check read the rows
+	}
+	record, down := h.report(ctx, st, post, silenceAlertID(st, row.ReportedAt))
+	if !record {
+		return down, nil // rolled back: sent again at the next check
+	}
+	// last_seen only for a judgement of the source's own pace (enough
+	// arrivals for a median): a hold keeps such a report after retention,
+	// not one that max_silence alone made, which must close when that
+	// max_silence goes (review helper-174).
+	var lastSeen *time.Time
+	if st.Median != 0 {
+		lastSeen = nonZero(st.LastSeen)
+	}
+	if err := q.MonitorRecordSilence(ctx, queries.MonitorRecordSilenceParams{
+		Source: st.Source, Silent: st.Silent, LastSeen: lastSeen, Threshold: nonZero(st.Threshold)}); err != nil {
+		return down, fmt.Errorf("silence: record the report of %s: %w", st.Source, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return down, fmt.Errorf("silence: commit the report of %s: %w", st.Source, err)
+	}
+	return down, nil
+}
+
+// silenceAlertID is the alert_id of st's change: the source, the status
+// and the instant of the report the change follows (source_alerts'
+// reported_at, the row's insert for a source never reported). That row
+// moves only when a change is recorded, so every POST of one change (sent
+// again after an answer that was lost) carries the same id, from whichever
+// replica, and the next change another; last_seen alone would not do, as
+// a "resumed" sent again has a newer last_seen, and a source whose
+// max_silence is raised and lowered again goes silent twice with one.
+func silenceAlertID(st SourceStatus, after time.Time) string {
+	return alertID("silence", st.Source, silenceStatus(st), after.UTC().Format(time.RFC3339Nano))
+}
+
+// silenceStatus is the alert's status of st's change.
+func silenceStatus(st SourceStatus) string {
+	switch {
+	case st.Silent:
+		return "silent"
+	case st.removed:
+		return "removed"
+	}
+	return "resumed"
 }
 
 // nonZero is &v, or nil (NULL) for the zero value.
@@ -393,17 +477,15 @@ func (h *SilenceDetector) judge(name string, arrivals []time.Time, now time.Time
 	return st
 }
 
-// report logs st's change and, when post, POSTs its alert. record: the
-// change is to be recorded as reported (the alert was taken or refused for
-// good, or there is no alert URL; false when not post). down: the sink
-// cannot take alerts now (see postAlert), so the check posts no more.
-func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool) (record, down bool) {
-	status := "resumed"
-	switch {
-	case st.Silent:
-		status = "silent"
-	case st.removed:
-		status, st.Reason = "removed", "no longer a configured source: not watched"
+// report logs st's change and, when post, POSTs its alert, named id.
+// record: the change is to be recorded as reported (the alert was taken or
+// refused for good, or there is no alert URL; false when not post). down:
+// the sink cannot take alerts now (see postAlert), so the check posts no
+// more.
+func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool, id string) (record, down bool) {
+	status := silenceStatus(st)
+	if st.removed {
+		st.Reason = "no longer a configured source: not watched"
 	}
 	attrs := []slog.Attr{slog.String("source", st.Source), slog.String("status", status),
 		slog.Time("last_seen", st.LastSeen), slog.Duration("threshold", st.Threshold)}
@@ -422,7 +504,7 @@ func (h *SilenceDetector) report(ctx context.Context, st SourceStatus, post bool
 		return false, false
 	}
 	err := postAlert(ctx, h.cfg.HTTPClient, h.cfg.AlertURL, h.cfg.Logger, "silence", map[string]any{
-		"source": st.Source, "status": status, "last_seen": st.LastSeen,
+		"alert_id": id, "source": st.Source, "status": status, "last_seen": st.LastSeen,
 		"threshold_seconds": st.Threshold.Seconds(), "reason": st.Reason,
 	}, slog.String("source", st.Source))
 	switch {
@@ -463,7 +545,15 @@ var (
 // payload is refused for good),
 // or neither (a 3xx: the alert URL is wrong, the sink never saw the alert;
 // sent again at the next check, until the operator fixes the URL).
+//
+// The POST is bounded by alertTimeout(client), also when the client sets no
+// timeout: it runs inside its claim's transaction (beginClaim).
 func postAlert(ctx context.Context, client *http.Client, alertURL string, log *slog.Logger, kind string, payload map[string]any, attrs ...slog.Attr) error {
+	if client.Timeout <= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, alertTimeout(client))
+		defer cancel()
+	}
 	body, _ := json.Marshal(payload)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, alertURL, bytes.NewReader(body))
 	if err != nil {
@@ -539,9 +629,76 @@ func newRefusedCounter(kind string) prometheus.Counter {
 // the operator fixes the URL.
 func alertClient() *http.Client {
 	return &http.Client{
-		Timeout:       10 * time.Second,
+		Timeout:       defaultAlertTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// defaultAlertTimeout bounds an alert's POST when its client sets no
+// timeout; alertClient's is the same.
+const defaultAlertTimeout = 10 * time.Second
+
+// alertTimeout is how long an alert's POST may take with client: its
+// Timeout, or defaultAlertTimeout when it sets none.
+func alertTimeout(client *http.Client) time.Duration {
+	if client.Timeout > 0 {
+		return client.Timeout
+	}
+	return defaultAlertTimeout
+}
+
+// claimMargin is how much longer than its POST an alert's claim may last:
+// the statements around the POST, and a process slowed down (a GC pause,
+// a starved CPU). A claim ended by it rolls back, and the alert, posted
+// but not recorded, is sent again at the next check.
+const claimMargin = 10 * time.Second
+
+// TxQuerier is what the silence detector and the event-type watcher read
+// through and claim their reports in: a pool.
+type TxQuerier interface {
+	Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// beginClaim begins the transaction that claims one report (a silence
+// change, an event type), bounded so that the claim outlives the POST of
+// client (alertTimeout) but not by much: a role's or database's
+// idle_in_transaction_session_timeout (or transaction_timeout) shorter than
+// the POST ended the claim before the alert was recorded, so it was sent
+// again at every check; none left a leader cut off by the network holding
+// the row, and the change unreported, until TCP gave up on it (hours).
+func beginClaim(ctx context.Context, db TxQuerier, client *http.Client) (pgx.Tx, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bound := (alertTimeout(client) + claimMargin).Milliseconds()
+	if err := queries.New(tx).MonitorBoundAlertClaim(ctx, strconv.FormatInt(bound, 10)); err != nil {
+		rollbackClaim(ctx, tx)
+		return nil, fmt.Errorf("bound the claim to %d ms: %w", bound, err)
+	}
+	return tx, nil
+}
+
+// rollbackClaim ends a claim not committed (a no-op after Commit), also
+// when ctx is done (stopping): the row would stay locked until the pool
+// closes the connection.
+func rollbackClaim(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// alertID is the alert_id of an alert, from what names its change: an
+// opaque 32 hex digits (the first 128 bits of a SHA-256), short enough for
+// any sink's deduplication key (an event type is up to 256 bytes the
+// sender chose).
+func alertID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		_, _ = fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // alertError is err without the alert URL: a chat webhook URL carries its

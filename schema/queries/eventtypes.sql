@@ -25,6 +25,26 @@ ORDER BY provider, event_type;
 UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = sqlc.narg(routed)::boolean
 WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text;
 
+-- name: MonitorClaimEventType :one
+-- Claim the report of (provider, event_type), new or changed: lock its row
+-- until the report is recorded (MonitorEventTypeAlerted in the same
+-- transaction) or given up, with the columns of MonitorEventTypes as they
+-- are now. No row when another replica's claim holds it (its alert POST in
+-- flight: a leader deposed meanwhile): SKIP LOCKED, never a wait, and that
+-- replica records it, or rolls back and the type is reported at the next
+-- check. The row returned is the latest committed: a report another
+-- replica recorded meanwhile shows here (review helper-323). A fold that
+-- adds to the row waits for the claim (at most its bound,
+-- MonitorBoundAlertClaim). last_routed_at names an unrouted alert
+-- (alert_id).
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, last_routed_at, (alerted_at IS NULL)::boolean AS is_new,
+       (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
+       (alerted_at IS NOT NULL AND event_type <> '_other'
+        AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed
+FROM webhook_ingress.event_types
+WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text
+FOR UPDATE SKIP LOCKED;
+
 -- name: AdminEventTypes :many
 -- Every type seen, unrouted first (the latest event created no job), then
 -- not known (seen only before 013), then routed; with the handlers whose

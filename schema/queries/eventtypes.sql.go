@@ -254,6 +254,63 @@ func (q *Queries) FoldEventTypes(ctx context.Context, maxTypesPerSource int32) (
 	return folded, err
 }
 
+const MonitorClaimEventType = `-- name: MonitorClaimEventType :one
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, last_routed_at, (alerted_at IS NULL)::boolean AS is_new,
+       (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
+       (alerted_at IS NOT NULL AND event_type <> '_other'
+        AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed
+FROM webhook_ingress.event_types
+WHERE provider = $1::text AND event_type = $2::text
+FOR UPDATE SKIP LOCKED
+`
+
+type MonitorClaimEventTypeParams struct {
+	Provider  string
+	EventType string
+}
+
+type MonitorClaimEventTypeRow struct {
+	Provider       string
+	EventType      string
+	FirstSeen      time.Time
+	Events         int64
+	UnroutedEvents int64
+	Routed         *bool
+	LastRoutedAt   *time.Time
+	IsNew          bool
+	Subscribed     bool
+	IsChanged      bool
+}
+
+// Claim the report of (provider, event_type), new or changed: lock its row
+// until the report is recorded (MonitorEventTypeAlerted in the same
+// transaction) or given up, with the columns of MonitorEventTypes as they
+// are now. No row when another replica's claim holds it (its alert POST in
+// flight: a leader deposed meanwhile): SKIP LOCKED, never a wait, and that
+// replica records it, or rolls back and the type is reported at the next
+// check. The row returned is the latest committed: a report another
+// replica recorded meanwhile shows here (review helper-323). A fold that
+// adds to the row waits for the claim (at most its bound,
+// MonitorBoundAlertClaim). last_routed_at names an unrouted alert
+// (alert_id).
+func (q *Queries) MonitorClaimEventType(ctx context.Context, arg MonitorClaimEventTypeParams) (MonitorClaimEventTypeRow, error) {
+	row := q.db.QueryRow(ctx, MonitorClaimEventType, arg.Provider, arg.EventType)
+	var i MonitorClaimEventTypeRow
+	err := row.Scan(
+		&i.Provider,
+		&i.EventType,
+		&i.FirstSeen,
+		&i.Events,
+		&i.UnroutedEvents,
+		&i.Routed,
+		&i.LastRoutedAt,
+		&i.IsNew,
+		&i.Subscribed,
+		&i.IsChanged,
+	)
+	return i, err
+}
+
 const MonitorEventTypeAlerted = `-- name: MonitorEventTypeAlerted :exec
 UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = $1::boolean
 WHERE provider = $2::text AND event_type = $3::text

@@ -90,3 +90,39 @@ INSERT INTO webhook_ingress.source_alerts (source, silent, reported_at, last_see
 VALUES (sqlc.arg(source)::text, sqlc.arg(silent)::boolean, now(), sqlc.narg(last_seen)::timestamptz, sqlc.narg(threshold)::interval)
 ON CONFLICT (source) DO UPDATE SET silent = excluded.silent, reported_at = excluded.reported_at,
     last_seen = excluded.last_seen, threshold = excluded.threshold;
+
+-- name: MonitorEnsureSilenceRow :exec
+-- A row for source source that says it was not reported silent (as no row
+-- does), so that the claim of its first report (MonitorClaimSilence) has a
+-- row to lock. Run on its own, committed before the claim's transaction
+-- begins: an insert left uncommitted until the claim ends would make
+-- another replica's insert of the same source wait for the whole POST
+-- instead of skipping the row.
+INSERT INTO webhook_ingress.source_alerts (source, silent) VALUES (sqlc.arg(source)::text, false)
+ON CONFLICT (source) DO NOTHING;
+
+-- name: MonitorClaimSilence :one
+-- Claim the report of a change of source source: lock its row until the
+-- report is recorded (MonitorRecordSilence in the same transaction) or
+-- given up. No row when another replica's claim holds it (its alert POST in
+-- flight: a leader deposed meanwhile): SKIP LOCKED, never a wait, and that
+-- replica records it, or rolls back and the change is reported at the next
+-- check. The row returned is the latest committed: a change another replica
+-- reported meanwhile shows here (review helper-323). reported_at, the
+-- instant of the report this change follows, names the alert (alert_id).
+SELECT silent, reported_at FROM webhook_ingress.source_alerts
+WHERE source = sqlc.arg(source)::text
+FOR UPDATE SKIP LOCKED;
+
+-- name: MonitorBoundAlertClaim :exec
+-- Bound the transaction of an alert's claim to timeout_ms milliseconds
+-- (the POST's timeout and a margin), whatever the role or database set:
+-- idle_in_transaction_session_timeout counts the POST (the session is idle
+-- in the transaction meanwhile), so a shorter one would end the claim
+-- before the alert is recorded (sent again at every check), and none
+-- would let a leader cut off by the network hold the row until TCP gives
+-- up on it (2 h). transaction_timeout (PostgreSQL 17) likewise, where it
+-- exists.
+SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', sqlc.arg(timeout_ms)::text, true) AS idle,
+       (SELECT pg_catalog.set_config('transaction_timeout', sqlc.arg(timeout_ms)::text, true)
+        WHERE pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL) AS whole;
