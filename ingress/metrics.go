@@ -49,7 +49,7 @@ func newIngressMetrics(reg prometheus.Registerer, sources []string, inflight *bo
 		overloaded: counter("overloaded_total", "Webhooks answered 503 overloaded, nothing stored, for want of memory: ingress.max_inflight_bytes stayed in use for "+
 			"ingress.store_timeout (the database is not keeping up with the bodies arriving), too many requests were waiting for it already, "+
 			"or the room to parse bodies for subscription filters stayed in use for ingress.store_timeout.", "source"),
-		handshakes: counter("handshakes_total", "Provider endpoint checks answered (Slack url_verification, Meta subscribe, X crc, Zoom url_validation, "+
+		handshakes: counter("handshakes_total", "Provider endpoint checks answered (Slack url_verification and ssl_check, Meta subscribe, X crc, Zoom url_validation, "+
 			"Twitch callback_verification, Discord ping, ...), by source and kind. Not events: nothing is stored. A refused one counts in rejected_total.", "source", "kind"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metrics.Namespace, Subsystem: "ingress", Name: "ingest_duration_seconds",

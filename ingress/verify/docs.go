@@ -25,7 +25,7 @@ func ProviderDocs() []ProviderDoc {
 	for _, typ := range schemeTypes() {
 		d := ProviderDoc{Type: typ, PresetDoc: schemeDocs[typ]}
 		if typ == typeSlack {
-			d.Kinds = []string{slackHandshake.kind}
+			d.Kinds = []string{slackHandshake.kind, slackSSLCheck}
 		}
 		docs = append(docs, d)
 	}
@@ -106,7 +106,7 @@ var schemeDocs = map[string]PresetDoc{
 		ID:        "body event_id, else synthetic",
 		Type:      "event.type of an event_callback, else body type",
 		Occurred:  "body event_time",
-		Handshake: "signed POST url_verification: its challenge echoed",
+		Handshake: "signed POST url_verification: its challenge echoed; signed form POST ssl_check=1 (a slash command's URL check): 200, empty",
 		Source:    "type: slack\nsecrets: [\"${SLACK_SIGNING_SECRET}\"]",
 		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
 	},

@@ -22,7 +22,7 @@ import (
 // 200) and counts it in metrics by source and Kind.
 type Handshake struct {
 	// Kind labels the handshake in metrics and logs: "url_verification"
-	// (Slack), "subscribe" (Meta), "crc" (X), "url_validation" (Zoom),
+	// and "ssl_check" (Slack), "subscribe" (Meta), "crc" (X), "url_validation" (Zoom),
 	// "callback_verification" (Twitch), "ping" (Discord, WooCommerce),
 	// "challenge" (Dropbox), "validation_token" (Microsoft Graph),
 	// "verification" (Okta).
@@ -48,7 +48,7 @@ func (h *Handshake) Write(w http.ResponseWriter) {
 
 // HandshakeKinds is every Handshake.Kind a verifier returns.
 func HandshakeKinds() []string {
-	return []string{"url_verification", "subscribe", "crc", "url_validation", "callback_verification",
+	return []string{"url_verification", "ssl_check", "subscribe", "crc", "url_validation", "callback_verification",
 		"ping", "challenge", "validation_token", "verification"}
 }
 

@@ -90,6 +90,14 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 		}
 		return Result{SecretIndex: index, Handshake: hs}, nil
 	}
+	// ssl_check: Slack checking a slash command's Request URL (a signed
+	// form POST of ssl_check=1 and the app's legacy verification token,
+	// answered 200 by Slack's own Bolt before any listener). Not an event:
+	// stored, it reached every handler of the source as a command without
+	// a command, the token in its body (review helper-330).
+	if form != nil && form.Get("ssl_check") == "1" {
+		return Result{SecretIndex: index, Handshake: textAnswer(slackSSLCheck, "")}, nil
+	}
 	id, typ, err := v.ident.resolve("slack", req, form, func(needID bool) (string, string, error) {
 		return slackEvent(req.Body, form, needID)
 	})
@@ -98,6 +106,10 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	}
 	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }
+
+// slackSSLCheck is the Handshake.Kind of Slack's ssl_check, a signed form
+// POST checking a slash command's Request URL: answered 200, empty.
+const slackSSLCheck = "ssl_check"
 
 // slackHandshake is Slack's url_verification: a signed event whose
 // challenge is echoed as {"challenge": …}. It is answered, not stored.
