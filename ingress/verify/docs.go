@@ -106,7 +106,7 @@ var schemeDocs = map[string]PresetDoc{
 		ID:        "body event_id, else synthetic",
 		Type:      "event.type of an event_callback, else body type",
 		Occurred:  "body event_time",
-		Handshake: "signed POST url_verification: its challenge echoed; signed form POST ssl_check=1 (a slash command's URL check): 200, empty",
+		Handshake: "signed POST url_verification: its challenge echoed; form POST ssl_check=1, signed or not as Slack sends it (a slash command's URL check): 200, empty",
 		Source:    "type: slack\nsecrets: [\"${SLACK_SIGNING_SECRET}\"]",
 		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
 	},

@@ -37,6 +37,14 @@ func newSlack(cfg Config, ident *identity) *slackVerifier {
 
 func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	header := req.Header.Get(slackSignatureHeader)
+	// Slack sends its ssl_check without a signature (no X-Slack-Signature,
+	// no timestamp: slackapi/bolt-js#1397; Bolt answers it before any
+	// verification): answered 200, empty, and stored nowhere, so answering
+	// an unsigned one gives nothing away (review helper-335). A signed one
+	// is answered after its signature, below.
+	if header == "" && isSlackSSLCheck(req.Body) {
+		return Result{SecretIndex: -1, Handshake: textAnswer(slackSSLCheck, "")}, nil
+	}
 	if header == "" {
 		return Result{}, fmt.Errorf("slack: %w: no %s header", ErrSignatureMissing, slackSignatureHeader)
 	}
@@ -95,7 +103,7 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	// answered 200 by Slack's own Bolt before any listener). Not an event:
 	// stored, it reached every handler of the source as a command without
 	// a command, the token in its body (review helper-330).
-	if form != nil && form.Get("ssl_check") == "1" {
+	if form != nil && isSlackSSLCheck(req.Body) {
 		return Result{SecretIndex: index, Handshake: textAnswer(slackSSLCheck, "")}, nil
 	}
 	id, typ, err := v.ident.resolve("slack", req, form, func(needID bool) (string, string, error) {
@@ -107,8 +115,20 @@ func (v *slackVerifier) Verify(req *Request) (Result, error) {
 	return Result{EventID: id, EventType: typ, SecretIndex: index}, nil
 }
 
-// slackSSLCheck is the Handshake.Kind of Slack's ssl_check, a signed form
-// POST checking a slash command's Request URL: answered 200, empty.
+// isSlackSSLCheck reports whether body is Slack's ssl_check: a form whose
+// ssl_check is "1" (a slash command's text holding "ssl_check=1" arrives
+// escaped, %3D, in its text field, and does not match).
+func isSlackSSLCheck(body []byte) bool {
+	if len(body) > 4096 || jsonObject(body) {
+		return false
+	}
+	form, err := url.ParseQuery(string(body))
+	return err == nil && form.Get("ssl_check") == "1"
+}
+
+// slackSSLCheck is the Handshake.Kind of Slack's ssl_check, a form POST
+// checking a slash command's Request URL, signed or not: answered 200,
+// empty.
 const slackSSLCheck = "ssl_check"
 
 // slackHandshake is Slack's url_verification: a signed event whose
