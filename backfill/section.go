@@ -150,6 +150,33 @@ func (src ReconcileSource) Lister(since, until time.Time) (Lister, error) {
 	if src.Source == "" {
 		return nil, fmt.Errorf("source: the name events are stored under is required")
 	}
+	// A setting of the other provider's API is refused, not ignored: types
+	// on a github entry listed and stored every type the hook delivered
+	// (the CLI's --types alike: review helpers 323 and 335).
+	var other []string
+	switch src.Type {
+	case "stripe":
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{"token", src.Token != ""}, {"repo", src.Repo != ""}, {"org", src.Org != ""}, {"hook_id", src.HookID != 0}} {
+			if k.set {
+				other = append(other, k.key)
+			}
+		}
+	case "github":
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{"api_key", src.APIKey != ""}, {"types", len(src.Types) > 0}} {
+			if k.set {
+				other = append(other, k.key)
+			}
+		}
+	}
+	if len(other) > 0 {
+		return nil, fmt.Errorf("%s: not a setting of a %s entry (the other provider's API)", strings.Join(other, ", "), src.Type)
+	}
 	switch src.Type {
 	case "stripe":
 		return NewStripe(StripeConfig{APIKey: src.APIKey, BaseURL: src.BaseURL, Types: src.Types, Account: src.Account, Since: since, Until: until})

@@ -134,3 +134,31 @@ func TestScheduleRunsOnOneReplica(t *testing.T) {
 		t.Errorf("inlet_reconcile_missing_total = %v, want 2", got)
 	}
 }
+
+// A reconcile.sources entry with a setting of the other provider's API is
+// refused naming the key, as the CLI refuses the flag: types on a github
+// entry was accepted and ignored, every type the hook delivered listed and
+// stored (review helper-335).
+func TestReconcileSourceRefusesTheOtherProvidersSettings(t *testing.T) {
+	for _, c := range []struct {
+		src  backfill.ReconcileSource
+		want string
+	}{
+		{backfill.ReconcileSource{Source: "gh", Type: "github", Token: "ghp_x", Repo: "acme/app", HookID: 7, Types: []string{"push"}}, "types"},
+		{backfill.ReconcileSource{Source: "gh", Type: "github", Token: "ghp_x", Repo: "acme/app", HookID: 7, APIKey: "sk_test_x"}, "api_key"},
+		{backfill.ReconcileSource{Source: "st", Type: "stripe", APIKey: "sk_test_x", Repo: "acme/app"}, "repo"},
+		{backfill.ReconcileSource{Source: "st", Type: "stripe", APIKey: "sk_test_x", Token: "ghp_x", HookID: 7}, "token, hook_id"},
+	} {
+		err := backfill.Section{Sources: []backfill.ReconcileSource{c.src}}.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want+": not a setting of a "+c.src.Type+" entry") {
+			t.Errorf("%+v: %v; want an error naming %s", c.src, err, c.want)
+		}
+	}
+	ok := backfill.Section{Sources: []backfill.ReconcileSource{
+		{Source: "gh", Type: "github", Token: "ghp_x", Repo: "acme/app", HookID: 7},
+		{Source: "st", Type: "stripe", APIKey: "sk_test_x", Types: []string{"invoice.*"}},
+	}}.WithDefaults()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("entries with their own provider's settings only: %v", err)
+	}
+}
