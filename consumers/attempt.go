@@ -541,6 +541,16 @@ func (s *Service) giveBackHung(r *runner, refs []bus.Ref) {
 		slog.Duration("wait_bound", r.waitBound), slog.Int("slots", cap(r.slots)))
 }
 
+// giveBackPaced gives back the leases of references of a rate-limited
+// handler whose next start token comes later than their leases allow
+// (waitForToken): uncounted (GiveBackAttempt), each job is due again at
+// once, and the streamer leases it again at the handler's rate.
+func (s *Service) giveBackPaced(r *runner, refs []bus.Ref) {
+	s.giveBackRefs(r.h.Name, refs, slog.LevelInfo, "job references would wait for the handler's rate limit longer than their leases allow; "+
+		"their leases were given back and the attempts do not count, for the streamer to lease them again at the rate (those not given back expire, and the reaper counts them)",
+		slog.Float64("rate_limit", r.h.RateLimit), slog.Int("burst", r.h.Burst))
+}
+
 // giveBackRefs gives back the leases of refs, references that never
 // started, and logs how many at level, or at warn when some were not. One
 // deadline for them all, so a database that does not answer holds the

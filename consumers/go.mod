@@ -18,6 +18,7 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	golang.org/x/time v0.16.0
 )
 
 require (

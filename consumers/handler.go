@@ -77,12 +77,25 @@ type Handler struct {
 	// handlers of Concurrency × max body (64 MiB per handler at the
 	// defaults).
 	Concurrency int
-	// RateLimit caps how many of this handler's jobs start per second across
-	// every consumer replica: the streamers lease no faster (a token bucket
-	// kept in webhook_ingress.handler_limits). 0: no rate limit.
+	// RateLimit caps how many of this handler's jobs start per second. The
+	// streamers lease its jobs no faster, across every replica (a token
+	// bucket kept in webhook_ingress.handler_limits), and each consumer
+	// process paces its starts with a token bucket of its own (RateLimit,
+	// Burst): in any time t a process starts at most Burst + RateLimit·t of
+	// them, also when jobs leased while its slots were busy (a stalled
+	// downstream) queue in it. Across N replicas starts stay within the rate
+	// over time, as the leases do (at most Burst + RateLimit·t leased by
+	// time t), but after a stall they may reach N·Burst at once, and up to
+	// N·RateLimit while backlogs queued in several replicas drain. A job
+	// waits for its token while holding a Concurrency slot; one whose token
+	// comes later than its lease allows (half of what is left, or
+	// LeaseExtend/2 with the lease extended) is given back uncounted, and
+	// the streamers lease it again at the rate. 0: no rate limit, and no
+	// pacing.
 	RateLimit float64
-	// Burst is how many jobs may start at once under RateLimit. Defaults to
-	// RateLimit rounded up (at least 1).
+	// Burst is how many jobs may start at once under RateLimit: the burst of
+	// the streamers' shared bucket and of each consumer process's. Defaults
+	// to RateLimit rounded up (at least 1).
 	Burst int
 	// MaxInFlight caps this handler's jobs leased at once across every
 	// replica (Concurrency caps one process). 0: only the streamers'

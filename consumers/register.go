@@ -22,6 +22,8 @@ import (
 // longer declares are disabled. Events stored after the commit get jobs for
 // the new set. Registering an unchanged set writes nothing. Rows of handlers
 // this service does not declare are left alone: another service may run them.
+// The limits of a handler another database role is also given are shared:
+// see registerLimits.
 func (s *Service) Register(ctx context.Context) error {
 	// Handlers by name, each one's patterns by (provider, type): two
 	// registrations of a handler (replicas starting together, two services
@@ -31,6 +33,7 @@ func (s *Service) Register(ctx context.Context) error {
 	// Its locks (subscriptions, handler_limits) are ones ingress's fan-out
 	// and the streamers' claims need: BEGIN bounds how long the session may
 	// sit idle holding them (recordTxOptions), as record's does.
+	var shared []sharedLimits
 	err := pgx.BeginTxFunc(ctx, s.cfg.Pool, recordTxOptions, func(tx pgx.Tx) error {
 		for _, h := range handlers {
 			h.Patterns = slices.Clone(h.Patterns)
@@ -62,8 +65,12 @@ func (s *Service) Register(ctx context.Context) error {
 				}
 				providers[i], types[i] = p.Provider, p.EventType
 			}
-			if err := registerLimits(ctx, tx, h); err != nil {
+			sl, err := registerLimits(ctx, tx, h)
+			if err != nil {
 				return err
+			}
+			if sl != sharedLimitsNone {
+				shared = append(shared, sl)
 			}
 			tag, err := tx.Exec(ctx, schema.Query("DisableOtherSubscriptions"), h.Name, providers, types)
 			if err != nil {
@@ -79,6 +86,14 @@ func (s *Service) Register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register subscriptions: %w", err)
 	}
+	// Said once per registration, after its commit.
+	for _, sl := range shared {
+		msg := "limits of a shared handler left as another database role's registration set them: this consumer declares none"
+		if sl.changed {
+			msg = "limits of a shared handler changed by this registration: every database role given the handler should declare the same limits"
+		}
+		s.logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.String("handler", sl.handler))
+	}
 	return nil
 }
 
@@ -92,16 +107,49 @@ func isRowSecurityViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")
 }
 
+// sharedLimits is what registerLimits did to the limits of a handler
+// another database role is also given, for Register to warn about.
+type sharedLimits struct {
+	handler string
+	// changed: this registration rewrote settings another role's may have
+	// set; otherwise it declares none and left the row.
+	changed bool
+}
+
+// sharedLimitsNone: nothing to warn about.
+var sharedLimitsNone = sharedLimits{}
+
 // registerLimits writes h's rate limit, in-flight limit and breaker
 // settings, or removes its row when it has none (its jobs are then claimed
 // as every other handler's).
-func registerLimits(ctx context.Context, tx pgx.Tx, h Handler) error {
+//
+// A handler another consumer role is also given (consumer_roles, besides
+// the role registering: 080 another_role_given) has one row for all of
+// them, which that role's consumers may have written, and the registration
+// never removes what it does not declare (review helper-331: a role
+// declaring no limits removed the other's, an open circuit included). With
+// no limits declared it leaves the row; with some, it writes each kind it
+// declares (rate and burst, in-flight, breaker; the last registration
+// wins) and keeps the others, so an open circuit stays open. Every role
+// sharing a handler should declare the same limits. The returned
+// sharedLimits says which of the two happened to a row that exists.
+func registerLimits(ctx context.Context, tx pgx.Tx, h Handler) (sharedLimits, error) {
 	q := queries.New(tx)
+	st, err := q.HandlerLimitsShared(ctx, h.Name)
+	if err != nil {
+		return sharedLimitsNone, fmt.Errorf("ask whether another database role is given handler %q: %w", h.Name, err)
+	}
 	if !h.limited() {
-		if _, err := q.DeleteHandlerLimits(ctx, h.Name); err != nil {
-			return fmt.Errorf("remove limits of handler %q: %w", h.Name, err)
+		if st.Shared {
+			if st.Limited {
+				return sharedLimits{handler: h.Name}, nil
+			}
+			return sharedLimitsNone, nil
 		}
-		return nil
+		if _, err := q.DeleteHandlerLimits(ctx, h.Name); err != nil {
+			return sharedLimitsNone, fmt.Errorf("remove limits of handler %q: %w", h.Name, err)
+		}
+		return sharedLimitsNone, nil
 	}
 	p := queries.UpsertHandlerLimitsParams{Handler: h.Name}
 	if h.RateLimit > 0 {
@@ -116,8 +164,18 @@ func registerLimits(ctx context.Context, tx pgx.Tx, h Handler) error {
 		n := int32(h.BreakerFailures) //nolint:gosec // G115: validate caps BreakerFailures at 10,000
 		p.BreakerFailures, p.BreakerProbeInterval = &n, &h.BreakerProbeInterval
 	}
-	if _, err := q.UpsertHandlerLimits(ctx, p); err != nil {
-		return fmt.Errorf("register limits of handler %q: %w", h.Name, err)
+	if st.Shared {
+		n, err := q.UpsertSharedHandlerLimits(ctx, queries.UpsertSharedHandlerLimitsParams(p))
+		if err != nil {
+			return sharedLimitsNone, fmt.Errorf("register limits of shared handler %q: %w", h.Name, err)
+		}
+		if st.Limited && n > 0 {
+			return sharedLimits{handler: h.Name, changed: true}, nil
+		}
+		return sharedLimitsNone, nil
 	}
-	return nil
+	if _, err := q.UpsertHandlerLimits(ctx, p); err != nil {
+		return sharedLimitsNone, fmt.Errorf("register limits of handler %q: %w", h.Name, err)
+	}
+	return sharedLimitsNone, nil
 }

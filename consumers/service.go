@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/inlet-dev/inlet/consumers/bus"
 	"github.com/inlet-dev/inlet/schema/queries"
@@ -169,6 +170,11 @@ type runner struct {
 	// from slots held by handlers that ignore their context (slotsHung).
 	heldMu sync.Mutex
 	held   map[*slotHold]struct{}
+	// pace paces the starts of a handler with a RateLimit in this process
+	// (RateLimit, Burst; waitForToken): the streamers lease at the rate,
+	// but references leased while every slot was busy would otherwise all
+	// start at once when slots free (review helper-331). nil without one.
+	pace *rate.Limiter
 }
 
 // slotHold is one slot held by an attempt: its handler's deadline, unix ns
@@ -251,8 +257,12 @@ func New(cfg Config) (*Service, error) {
 		busGapSet: make(chan struct{}, 1),
 	}
 	for _, h := range cfg.Handlers {
-		s.runners = append(s.runners, &runner{h: h, slots: make(chan struct{}, h.Concurrency),
-			hangLimit: slotHangLimit(h, cfg.LeaseExtend), waitBound: slotWaitBound(h, cfg.LeaseExtend)})
+		r := &runner{h: h, slots: make(chan struct{}, h.Concurrency),
+			hangLimit: slotHangLimit(h, cfg.LeaseExtend), waitBound: slotWaitBound(h, cfg.LeaseExtend)}
+		if h.RateLimit > 0 {
+			r.pace = rate.NewLimiter(rate.Limit(h.RateLimit), h.Burst)
+		}
+		s.runners = append(s.runners, r)
 		if h.BreakerFailures > 0 {
 			if s.breakers == nil {
 				s.breakers = map[string]*breaker{}
@@ -646,7 +656,10 @@ func (s *Service) busHealthy() error {
 // Stop's deadline (workCtx) their leases are given back (giveBackUnstarted),
 // as they are, uncounted, when every slot is held by a handler that ignores
 // its context (giveBackHung, after runner.waitBound), and the message is
-// then acknowledged: the streamer publishes their jobs again.
+// then acknowledged: the streamer publishes their jobs again. A
+// rate-limited handler's reference also waits, its slot taken, for a token
+// of the handler's bucket (waitForToken); references whose token comes
+// later than their leases allow are given back likewise (giveBackPaced).
 func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
 	for {
 		var msg *message.Message
@@ -725,13 +738,31 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					break refs
 				}
 			}
-			// The next references whose slots are free now start together
-			// with this one and share its read, up to TakeBatch of them.
+			// A rate-limited handler's reference starts on a token of its
+			// bucket too, its slot held meanwhile (the message is
+			// acknowledged: only Stop's deadline ends the wait).
+			switch s.waitForToken(r, mine[i:], &extended) {
+			case tokenDone:
+				<-r.slots
+				s.giveBackUnstarted(r.h.Name, mine[i:])
+				return
+			case tokenLate:
+				<-r.slots
+				s.giveBackPaced(r, mine[i:])
+				break refs
+			}
+			// The next references whose slots are free now, and tokens for
+			// a rate-limited handler, start together with this one and
+			// share its read, up to TakeBatch of them.
 			j := i + 1
 		slots:
 			for j < len(mine) && (s.cfg.TakeBatch <= 0 || j-i < s.cfg.TakeBatch) {
 				select {
 				case r.slots <- struct{}{}:
+					if r.pace != nil && !r.pace.Allow() {
+						<-r.slots
+						break slots
+					}
 					j++
 				default:
 					break slots
@@ -825,6 +856,74 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time,
 			wait = time.Second // past its end unless a try landed: now and then
 		}
 		extendAt = time.Now().Add(wait)
+	}
+}
+
+// tokenWait is how a wait for a start token ended (waitForToken).
+type tokenWait int
+
+const (
+	tokenTaken tokenWait = iota // the reference may start
+	tokenDone                   // Stop's deadline came first
+	tokenLate                   // the token comes later than the leases allow: give the references back
+)
+
+// waitForToken waits for a token of r's bucket (runner.pace) for
+// waiting[0], which holds one of r's slots; a handler without a RateLimit
+// has none and starts at once. The streamers lease a rate-limited
+// handler's jobs at its rate, but the references leased while its slots
+// were busy (a downstream that stalled) wait here, and without the bucket
+// they all started at once when slots freed, the downstream getting the
+// whole backlog right when it recovered (review helper-331). In any time t
+// the process starts at most Burst + RateLimit·t of the handler's jobs.
+//
+// The references waiting keep their leases: a token due within half of
+// what is left of the first of them to run out (extended's, or what they
+// carry: slotWaitExpiry) is waited for as it is; one due later, but within
+// LeaseExtend/2, after extending their leases (extendWaiting, as
+// waitForSlot does); one due later still, or when the extension failed,
+// is not taken (its reservation cancelled, so it costs the bucket
+// nothing), and the caller gives the references back uncounted
+// (giveBackPaced): the streamer leases their jobs again at the rate.
+// One reader waits for one token at a time, so a wait is at most a token's
+// interval (two when both of the handler's topics deliver): only a rate
+// slower than about 2/LeaseExtend (4/LeaseExtend) gives references back,
+// or an extension that failed. It waits until
+// Stop's deadline (workCtx) at most, and reports tokenDone then.
+func (s *Service) waitForToken(r *runner, waiting []bus.Ref, extended *time.Time) tokenWait {
+	if r.pace == nil {
+		return tokenTaken
+	}
+	now := time.Now()
+	res := r.pace.ReserveN(now, 1) // Burst is at least 1: always OK
+	delay := res.DelayFrom(now)
+	if delay == 0 {
+		return tokenTaken
+	}
+	expires := *extended
+	if expires.IsZero() {
+		expires = slotWaitExpiry(now, s.cfg.LeaseExtend, waiting)
+	}
+	if delay > expires.Sub(now)/2 {
+		if delay > s.cfg.LeaseExtend/2 {
+			res.Cancel()
+			return tokenLate
+		}
+		at := time.Now()
+		if !s.extendWaiting(r.h.Name, waiting) {
+			res.Cancel()
+			return tokenLate
+		}
+		*extended = at.Add(s.cfg.LeaseExtend)
+	}
+	t := time.NewTimer(res.Delay())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return tokenTaken
+	case <-s.workCtx.Done():
+		res.Cancel()
+		return tokenDone
 	}
 }
 

@@ -106,6 +106,9 @@ func TestCatalogGrantsReachNoBody(t *testing.T) {
 	// The claims run as their owner (036) so that the streamer's role
 	// needs no table-wide SELECT for their tuple ids.
 	want := []string{
+		// 080: whether another consumer role is given a handler (a
+		// boolean, no row).
+		"another_role_given webhook_consumer", "another_role_given webhook_worker",
 		// 067: whether another scoped role of a handler covers a pattern
 		// (a boolean, no row).
 		"another_role_may_own webhook_consumer", "another_role_may_own webhook_worker",

@@ -342,6 +342,9 @@ UNION ALL
    FROM webhook_ingress.jobs j
   WHERE j.completed_attempt_id IS NOT NULL;
 
+CREATE FUNCTION webhook_ingress.another_role_given(p_role text, p_handler text) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT NULL $$;
+
 CREATE FUNCTION webhook_ingress.another_role_may_own(p_role text, p_handler text, p_provider_pattern text, p_event_type_pattern text) RETURNS boolean
     LANGUAGE sql AS $$ SELECT NULL $$;
 

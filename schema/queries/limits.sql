@@ -32,8 +32,47 @@ WHERE (l.rate_per_second, l.burst, l.max_in_flight, l.breaker_failures, l.breake
       IS DISTINCT FROM
       (excluded.rate_per_second, excluded.burst, excluded.max_in_flight, excluded.breaker_failures, excluded.breaker_probe_interval);
 
+-- name: UpsertSharedHandlerLimits :execrows
+-- As UpsertHandlerLimits, for a handler another consumer role is also given
+-- (HandlerLimitsShared; review helper-331): each kind of limit declared
+-- (rate and burst, in-flight, breaker) is written, the last registration's
+-- winning; a kind not declared keeps what the row holds, which another
+-- role's consumers may have declared. So a breaker is never removed here,
+-- and its circuit, open or not, and its failure count are kept. Writes
+-- nothing when unchanged.
+INSERT INTO webhook_ingress.handler_limits AS l
+    (handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at)
+VALUES (sqlc.arg(handler)::text, sqlc.narg(rate_per_second)::float8, sqlc.narg(burst)::int4, sqlc.narg(max_in_flight)::int4,
+        sqlc.narg(breaker_failures)::int4, sqlc.narg(breaker_probe_interval)::interval,
+        coalesce(sqlc.narg(burst)::int4, 0), now())
+ON CONFLICT (handler) DO UPDATE
+SET rate_per_second        = coalesce(excluded.rate_per_second, l.rate_per_second),
+    burst                  = coalesce(excluded.burst, l.burst),
+    max_in_flight          = coalesce(excluded.max_in_flight, l.max_in_flight),
+    breaker_failures       = coalesce(excluded.breaker_failures, l.breaker_failures),
+    breaker_probe_interval = coalesce(excluded.breaker_probe_interval, l.breaker_probe_interval),
+    tokens                 = least(l.tokens, coalesce(excluded.burst, l.burst, 0)),
+    next_probe_at          = CASE WHEN excluded.breaker_failures IS NULL THEN l.next_probe_at
+                                  ELSE least(l.next_probe_at, now() + excluded.breaker_probe_interval) END,
+    updated_at             = now()
+WHERE (l.rate_per_second, l.burst, l.max_in_flight, l.breaker_failures, l.breaker_probe_interval)
+      IS DISTINCT FROM
+      (coalesce(excluded.rate_per_second, l.rate_per_second), coalesce(excluded.burst, l.burst),
+       coalesce(excluded.max_in_flight, l.max_in_flight), coalesce(excluded.breaker_failures, l.breaker_failures),
+       coalesce(excluded.breaker_probe_interval, l.breaker_probe_interval));
+
+-- name: HandlerLimitsShared :one
+-- Before a registration writes handler's limits: whether a consumer role
+-- other than the registrant is given the handler (080 another_role_given:
+-- its consumers may have declared the limits the row holds), and whether
+-- the handler has a row.
+SELECT webhook_ingress.another_role_given(current_user::text, sqlc.arg(handler)::text)::boolean AS shared,
+       EXISTS (SELECT FROM webhook_ingress.handler_limits WHERE handler = sqlc.arg(handler)::text)::boolean AS limited;
+
 -- name: DeleteHandlerLimits :execrows
 -- A consumer registers a handler without limits: it is claimed as others.
+-- Not for a handler another consumer role is also given (080: a policy
+-- deletes nothing then; the registration leaves the row).
 DELETE FROM webhook_ingress.handler_limits WHERE handler = sqlc.arg(handler)::text;
 
 -- name: ListLimitedHandlers :many

@@ -109,6 +109,8 @@ DELETE FROM webhook_ingress.handler_limits WHERE handler = $1::text
 `
 
 // A consumer registers a handler without limits: it is claimed as others.
+// Not for a handler another consumer role is also given (080: a policy
+// deletes nothing then; the registration leaves the row).
 func (q *Queries) DeleteHandlerLimits(ctx context.Context, handler string) (int64, error) {
 	result, err := q.db.Exec(ctx, DeleteHandlerLimits, handler)
 	if err != nil {
@@ -150,6 +152,27 @@ func (q *Queries) HandlerFailed(ctx context.Context, handler string) (HandlerFai
 	row := q.db.QueryRow(ctx, HandlerFailed, handler)
 	var i HandlerFailedRow
 	err := row.Scan(&i.Was, &i.Now)
+	return i, err
+}
+
+const HandlerLimitsShared = `-- name: HandlerLimitsShared :one
+SELECT webhook_ingress.another_role_given(current_user::text, $1::text)::boolean AS shared,
+       EXISTS (SELECT FROM webhook_ingress.handler_limits WHERE handler = $1::text)::boolean AS limited
+`
+
+type HandlerLimitsSharedRow struct {
+	Shared  bool
+	Limited bool
+}
+
+// Before a registration writes handler's limits: whether a consumer role
+// other than the registrant is given the handler (080 another_role_given:
+// its consumers may have declared the limits the row holds), and whether
+// the handler has a row.
+func (q *Queries) HandlerLimitsShared(ctx context.Context, handler string) (HandlerLimitsSharedRow, error) {
+	row := q.db.QueryRow(ctx, HandlerLimitsShared, handler)
+	var i HandlerLimitsSharedRow
+	err := row.Scan(&i.Shared, &i.Limited)
 	return i, err
 }
 
@@ -387,6 +410,60 @@ type UpsertHandlerLimitsParams struct {
 // outcomes of a handler without one).
 func (q *Queries) UpsertHandlerLimits(ctx context.Context, arg UpsertHandlerLimitsParams) (int64, error) {
 	result, err := q.db.Exec(ctx, UpsertHandlerLimits,
+		arg.Handler,
+		arg.RatePerSecond,
+		arg.Burst,
+		arg.MaxInFlight,
+		arg.BreakerFailures,
+		arg.BreakerProbeInterval,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const UpsertSharedHandlerLimits = `-- name: UpsertSharedHandlerLimits :execrows
+INSERT INTO webhook_ingress.handler_limits AS l
+    (handler, rate_per_second, burst, max_in_flight, breaker_failures, breaker_probe_interval, tokens, updated_at)
+VALUES ($1::text, $2::float8, $3::int4, $4::int4,
+        $5::int4, $6::interval,
+        coalesce($3::int4, 0), now())
+ON CONFLICT (handler) DO UPDATE
+SET rate_per_second        = coalesce(excluded.rate_per_second, l.rate_per_second),
+    burst                  = coalesce(excluded.burst, l.burst),
+    max_in_flight          = coalesce(excluded.max_in_flight, l.max_in_flight),
+    breaker_failures       = coalesce(excluded.breaker_failures, l.breaker_failures),
+    breaker_probe_interval = coalesce(excluded.breaker_probe_interval, l.breaker_probe_interval),
+    tokens                 = least(l.tokens, coalesce(excluded.burst, l.burst, 0)),
+    next_probe_at          = CASE WHEN excluded.breaker_failures IS NULL THEN l.next_probe_at
+                                  ELSE least(l.next_probe_at, now() + excluded.breaker_probe_interval) END,
+    updated_at             = now()
+WHERE (l.rate_per_second, l.burst, l.max_in_flight, l.breaker_failures, l.breaker_probe_interval)
+      IS DISTINCT FROM
+      (coalesce(excluded.rate_per_second, l.rate_per_second), coalesce(excluded.burst, l.burst),
+       coalesce(excluded.max_in_flight, l.max_in_flight), coalesce(excluded.breaker_failures, l.breaker_failures),
+       coalesce(excluded.breaker_probe_interval, l.breaker_probe_interval))
+`
+
+type UpsertSharedHandlerLimitsParams struct {
+	Handler              string
+	RatePerSecond        *float64
+	Burst                *int32
+	MaxInFlight          *int32
+	BreakerFailures      *int32
+	BreakerProbeInterval *time.Duration
+}
+
+// As UpsertHandlerLimits, for a handler another consumer role is also given
+// (HandlerLimitsShared; review helper-331): each kind of limit declared
+// (rate and burst, in-flight, breaker) is written, the last registration's
+// winning; a kind not declared keeps what the row holds, which another
+// role's consumers may have declared. So a breaker is never removed here,
+// and its circuit, open or not, and its failure count are kept. Writes
+// nothing when unchanged.
+func (q *Queries) UpsertSharedHandlerLimits(ctx context.Context, arg UpsertSharedHandlerLimitsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, UpsertSharedHandlerLimits,
 		arg.Handler,
 		arg.RatePerSecond,
 		arg.Burst,
