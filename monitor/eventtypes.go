@@ -297,7 +297,7 @@ func (w *EventTypes) claimReport(ctx context.Context, r EventTypeRow, post bool)
 	if !r.New && !r.Changed {
 		return false // another replica reported it since this check read the rows
 	}
-	record, down, msg := w.report(ctx, r, post, typeAlertID(r, c.LastRoutedAt))
+	record, down, msg := w.report(ctx, r, post, typeAlertID(r, c.ReportedAt))
 	if !record {
 		return down // rolled back: reported at the next check
 	}
@@ -319,21 +319,29 @@ func (w *EventTypes) claimReport(ctx context.Context, r EventTypeRow, post bool)
 // typeAlertID is the alert_id of r's report: the source, the type and the
 // status. A type is new once (its row's alerted_at is set once, and the
 // row is never deleted); it may stop being routed more than once, so an
-// unrouted report is named by the newest event a job was created for
-// (lastRouted, nil: none) too, which does not move while nothing routes
-// the type. first_seen is left out: a fold may still move it earlier
-// (an event stored before it, committed after) between two POSTs of one
-// report.
-func typeAlertID(r EventTypeRow, lastRouted *time.Time) string {
+// unrouted report is named by the report it follows too (after: the row's
+// reported_at, which every recorded report stamps, new, unrouted or routed
+// again; alerted_at for a row not reported since 081). That moves only when
+// a report is recorded, so every POST of one report (sent again after an
+// answer that was lost) carries one id, from whichever replica, and the
+// next unrouting another, also when no event of the type arrived in
+// between: named by the newest routed event (last_routed_at), a type
+// unrouted, routed again and unrouted again by its subscription alone got
+// one id twice, and a sink that drops an id it took dropped the second
+// (review helper-334); the part "after" keeps these ids apart from those
+// that version sent. first_seen is left out: a fold may still move it
+// earlier (an event stored before it, committed after) between two POSTs
+// of one report.
+func typeAlertID(r EventTypeRow, after *time.Time) string {
 	status := typeStatus(r)
 	if status != "event_type_unrouted" {
 		return alertID("event_type", r.Source, r.Type, status)
 	}
-	routed := "none"
-	if lastRouted != nil {
-		routed = lastRouted.UTC().Format(time.RFC3339Nano)
+	prev := "none" // not reached: an unrouted report follows a recorded one
+	if after != nil {
+		prev = after.UTC().Format(time.RFC3339Nano)
 	}
-	return alertID("event_type", r.Source, r.Type, status, routed)
+	return alertID("event_type", r.Source, r.Type, status, "after", prev)
 }
 
 // typeStatus is the status of r's report: new_event_type for a new type

@@ -84,7 +84,7 @@ webhook_streamer UPDATE jobs: status, attempt_count, next_attempt_at, lease_hold
 webhook_streamer SELECT job_attempts: id, job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, duration_ms
 webhook_streamer INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error
 webhook_streamer SELECT subscriptions: handler, enabled, order_key, order_policy
-webhook_streamer UPDATE event_types: alerted_at, alerted_routed
+webhook_streamer UPDATE event_types: alerted_at, alerted_routed, reported_at
 webhook_streamer UPDATE handler_limits: tokens, refilled_at, circuit, circuit_changed_at, next_probe_at
 webhook_worker UPDATE jobs: status, next_attempt_at, lease_holder_id, lease_expires_at, worker_id, last_error, last_error_class, updated_at, completed_at, completed_attempt_id
 webhook_worker INSERT job_attempts: job_id, event_received_at, attempt, worker_id, started_at, finished_at, outcome, error_class, error

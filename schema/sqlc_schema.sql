@@ -92,7 +92,8 @@ CREATE TABLE webhook_ingress.event_types (
     last_unrouted_at timestamp with time zone,
     routed boolean,
     alerted_at timestamp with time zone,
-    alerted_routed boolean
+    alerted_routed boolean,
+    reported_at timestamp with time zone
 );
 
 CREATE TABLE webhook_ingress.events (

@@ -21,8 +21,11 @@ ORDER BY provider, event_type;
 
 -- name: MonitorEventTypeAlerted :exec
 -- The log line and alert of (provider, event_type), new or changed, went
--- out, when a subscription matched it or not (routed).
-UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = sqlc.narg(routed)::boolean
+-- out, when a subscription matched it or not (routed). alerted_at is the
+-- first report's; reported_at (081) moves with every report, so the next
+-- one's alert_id differs (MonitorClaimEventType).
+UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = sqlc.narg(routed)::boolean,
+    reported_at = now()
 WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type)::text;
 
 -- name: MonitorClaimEventType :one
@@ -35,9 +38,12 @@ WHERE provider = sqlc.arg(provider)::text AND event_type = sqlc.arg(event_type):
 -- check. The row returned is the latest committed: a report another
 -- replica recorded meanwhile shows here (review helper-323). A fold that
 -- adds to the row waits for the claim (at most its bound,
--- MonitorBoundAlertClaim). last_routed_at names an unrouted alert
--- (alert_id).
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, last_routed_at, (alerted_at IS NULL)::boolean AS is_new,
+-- MonitorBoundAlertClaim). reported_at, the instant the report this one
+-- follows was recorded (alerted_at for a row not reported since 081),
+-- names an unrouted alert (alert_id): it moves only when a report is
+-- recorded (review helper-334).
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, coalesce(reported_at, alerted_at) AS reported_at,
+       (alerted_at IS NULL)::boolean AS is_new,
        (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
        (alerted_at IS NOT NULL AND event_type <> '_other'
         AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed

@@ -255,7 +255,8 @@ func (q *Queries) FoldEventTypes(ctx context.Context, maxTypesPerSource int32) (
 }
 
 const MonitorClaimEventType = `-- name: MonitorClaimEventType :one
-SELECT provider, event_type, first_seen, events, unrouted_events, routed, last_routed_at, (alerted_at IS NULL)::boolean AS is_new,
+SELECT provider, event_type, first_seen, events, unrouted_events, routed, coalesce(reported_at, alerted_at) AS reported_at,
+       (alerted_at IS NULL)::boolean AS is_new,
        (event_type <> '_other' AND webhook_ingress.type_subscribed(provider, event_type))::boolean AS subscribed,
        (alerted_at IS NOT NULL AND event_type <> '_other'
         AND webhook_ingress.type_subscribed(provider, event_type) IS DISTINCT FROM alerted_routed)::boolean AS is_changed
@@ -276,7 +277,7 @@ type MonitorClaimEventTypeRow struct {
 	Events         int64
 	UnroutedEvents int64
 	Routed         *bool
-	LastRoutedAt   *time.Time
+	ReportedAt     *time.Time
 	IsNew          bool
 	Subscribed     bool
 	IsChanged      bool
@@ -291,8 +292,10 @@ type MonitorClaimEventTypeRow struct {
 // check. The row returned is the latest committed: a report another
 // replica recorded meanwhile shows here (review helper-323). A fold that
 // adds to the row waits for the claim (at most its bound,
-// MonitorBoundAlertClaim). last_routed_at names an unrouted alert
-// (alert_id).
+// MonitorBoundAlertClaim). reported_at, the instant the report this one
+// follows was recorded (alerted_at for a row not reported since 081),
+// names an unrouted alert (alert_id): it moves only when a report is
+// recorded (review helper-334).
 func (q *Queries) MonitorClaimEventType(ctx context.Context, arg MonitorClaimEventTypeParams) (MonitorClaimEventTypeRow, error) {
 	row := q.db.QueryRow(ctx, MonitorClaimEventType, arg.Provider, arg.EventType)
 	var i MonitorClaimEventTypeRow
@@ -303,7 +306,7 @@ func (q *Queries) MonitorClaimEventType(ctx context.Context, arg MonitorClaimEve
 		&i.Events,
 		&i.UnroutedEvents,
 		&i.Routed,
-		&i.LastRoutedAt,
+		&i.ReportedAt,
 		&i.IsNew,
 		&i.Subscribed,
 		&i.IsChanged,
@@ -312,7 +315,8 @@ func (q *Queries) MonitorClaimEventType(ctx context.Context, arg MonitorClaimEve
 }
 
 const MonitorEventTypeAlerted = `-- name: MonitorEventTypeAlerted :exec
-UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = $1::boolean
+UPDATE webhook_ingress.event_types SET alerted_at = coalesce(alerted_at, now()), alerted_routed = $1::boolean,
+    reported_at = now()
 WHERE provider = $2::text AND event_type = $3::text
 `
 
@@ -323,7 +327,9 @@ type MonitorEventTypeAlertedParams struct {
 }
 
 // The log line and alert of (provider, event_type), new or changed, went
-// out, when a subscription matched it or not (routed).
+// out, when a subscription matched it or not (routed). alerted_at is the
+// first report's; reported_at (081) moves with every report, so the next
+// one's alert_id differs (MonitorClaimEventType).
 func (q *Queries) MonitorEventTypeAlerted(ctx context.Context, arg MonitorEventTypeAlertedParams) error {
 	_, err := q.db.Exec(ctx, MonitorEventTypeAlerted, arg.Routed, arg.Provider, arg.EventType)
 	return err

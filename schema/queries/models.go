@@ -134,6 +134,7 @@ type EventType struct {
 	Routed          *bool
 	AlertedAt       *time.Time
 	AlertedRouted   *bool
+	ReportedAt      *time.Time
 }
 
 type EventTypeArrival struct {
