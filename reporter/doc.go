@@ -70,12 +70,27 @@
 // unnoticed. A reporter that takes the lead starts as at a start: from the
 // control plane's cursor (so it skips nothing the last leader did not get
 // acknowledged), the 1,000 ids below it looked for again, nothing known of
-// what was sent before. So a restore of the control plane around a change
+// what was sent before (its arrival numbers and acknowledged ids: another
+// leader's are not in them). One that takes the lead again still looks for
+// the gaps it knew (ids passed unseen: facts about the data plane, which
+// the other leader never knew of), and the time it followed does not age
+// them. So a restore of the control plane around a change
 // of leader is noticed as at a start: the new leader goes back to the
 // cursor and the 1,000 ids below it, and a late record the restore lost
 // further below is not sent again. An old leader may still send for the
 // round it is in when it loses the lock: a restore then can be hidden from
 // the new leader by what the old one stores, the same way.
+//
+// A failed election (an error, not an answer: the election's connection
+// lost and a reconnect refused, a database restart, max_connections) is
+// logged at warn and counted in inlet_reporter_failures_total{step="elect"},
+// and changes nothing: a leader keeps sending (asking again at most every
+// Interval) until an election answers that another replica's reporter
+// leads, and a follower keeps sending nothing. The lock may be gone with
+// the election's connection and another replica's reporter take it: the
+// two then send the same records until this one's election answers,
+// which the control plane stores once, and a restore meanwhile is noticed
+// as weakly as around a change of leader.
 //
 // A control plane's refusal (400, 413, 422) is not sent again as it was: the
 // batch is narrowed down to the record refused (the records[i] its reason

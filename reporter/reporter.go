@@ -62,7 +62,9 @@ type Config struct {
 	// reporter spends retrying a failed read or send (the database or the
 	// control plane unavailable) does not count: it cannot look then; nor
 	// do rounds that left the id unread for want of budget (they were
-	// busy reporting others found late). Defaults to 10m.
+	// busy reporting others found late), nor time it spends not leading
+	// (Leader: another replica's reporter sends, and knows nothing of this
+	// one's gaps). Defaults to 10m.
 	GapTTL time.Duration
 	// HTTPClient sends the requests. Defaults to a client with a 30s timeout.
 	HTTPClient *http.Client
@@ -79,10 +81,17 @@ type Config struct {
 	// again each round and at least every Interval. Several reporters of
 	// one tenant would each send every record, and each one's check for a
 	// restored control plane would be fooled by the others' records. On
-	// taking the lead it starts over as at a start: the control plane's
-	// cursor, the restartLookback ids below it. An election that fails
-	// counts as not leading. Nil: it always leads (one reporter per
-	// database is then the caller's to ensure).
+	// taking the lead again it starts from the control plane's cursor, the
+	// restartLookback ids below it looked for again, and still looks for
+	// the gaps it knew. An election that fails (an error: its connection
+	// lost, a reconnect refused) changes nothing: a leader keeps sending
+	// (asking again at most every Interval) until an election answers
+	// that another replica leads, a follower stays one. Two reporters may
+	// so send at once for a while (the lock retaken by another replica
+	// while this one's election cannot reach the database): they only
+	// send duplicates, which the control plane stores once. Nil: it
+	// always leads (one reporter per database is then the caller's to
+	// ensure).
 	Leader Leader
 
 	// cursorCheck is how often a running reporter asks the control plane
@@ -178,8 +187,9 @@ type Reporter struct {
 	// follow (too far ahead), so it is logged once.
 	refusedCursor int64
 	// stalled is the time spent in failed tries of a read or a send and the
-	// waits after them: no gap was looked for then, so [Reporter.clock]
-	// leaves it out and an outage does not expire the gaps.
+	// waits after them, and not leading: no gap was looked for then, so
+	// [Reporter.clock] leaves it out and an outage (or another replica's
+	// lead) does not expire the gaps.
 	stalled time.Duration
 	// lastRead is the highest id collect read, valid or not; skipped are
 	// the ids it read but could not report, which are no gaps.
@@ -193,7 +203,8 @@ type Reporter struct {
 	// records (its database restored from a backup).
 	acked int64
 	// ackedIDs are the attempt ids the control plane acknowledged since the
-	// reporter started (bounded: maxAckedRuns), by which the rounds after a
+	// reporter started or last took the lead (bounded: maxAckedRuns; begin
+	// says why not before), by which the rounds after a
 	// rewind tell the records it lost that the data plane no longer holds.
 	ackedIDs idRuns
 	// arrivals map the control plane's arrival numbers to what was sent:
@@ -219,10 +230,14 @@ type Reporter struct {
 	// meanwhile); checkedAt is when its cursor was last compared with acked.
 	cursorDue bool
 	checkedAt time.Time
-	// leading is whether the last election made this reporter the one that
-	// sends; begun whether it started once (its later starts are on taking
-	// the lead again); toldFollowing whether not leading was logged since.
+	// leading is whether this reporter is the one that sends (the last
+	// election that answered without an error said so); begun whether it
+	// started once (its later starts are on taking the lead again);
+	// toldFollowing whether not leading was logged since. electFailed is
+	// when the last election of a leader failed (zero once one answers):
+	// it keeps sending, and asks again at most every Interval.
 	leading, begun, toldFollowing bool
+	electFailed                   time.Time
 
 	sent      prometheus.Counter
 	failures  *prometheus.CounterVec
@@ -267,7 +282,7 @@ func New(cfg Config) (*Reporter, error) {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "failures_total",
 			Help: "Failed steps, each retried with backoff: fetch_cursor and send (the control plane), read (the database); refused: records the control plane refused even with their values folded, skipped; " +
 				"lost: a control plane restored from a backup lost records the data plane no longer holds, not sent again (the log names their ids); " +
-				"and elect: the election of the one reporter of the database failed (nothing sent until it succeeds)."}, []string{"step"}),
+				"and elect: the election of the one reporter of the database failed (a leader keeps sending, a follower sends nothing, until one answers)."}, []string{"step"}),
 		succeeded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "reporter", Name: "last_success_timestamp_seconds",
 			Help: "When a step last succeeded (unix seconds): a reporter that stopped getting through shows as its age, failures_total as why."}),
 	}
@@ -313,9 +328,13 @@ func (r *Reporter) Stop() {
 
 func (r *Reporter) run(ctx context.Context) {
 	for ctx.Err() == nil {
+		// Following, it cannot look for its gaps (and the leader does not
+		// know them): that time does not age them (clock).
+		waited := time.Now()
 		if !r.awaitLead(ctx) {
 			return
 		}
+		r.stalled += time.Since(waited)
 		cursor, ok := r.begin(ctx)
 		if !ok {
 			return
@@ -340,48 +359,86 @@ func (r *Reporter) awaitLead(ctx context.Context) bool {
 }
 
 // leads reports whether this reporter is the one of its database that
-// sends (Config.Leader; always, without one), and logs a change. A failed
-// election is counted in failures_total{step="elect"} and taken as not
-// leading: the lock may be gone with the election's connection, and
-// another replica may hold it. A reporter that follows has done its step:
+// sends (Config.Leader; always, without one), and logs a change. Only an
+// election that answers changes it: a failed one (an error: the election's
+// connection lost and a reconnect refused, a database restart,
+// max_connections) is counted in failures_total{step="elect"}, logged at
+// warn, and leaves it as it was. A leader that stopped on such a blip
+// started over, when it next won, from the control plane's cursor and
+// lost the gaps it was looking for (review helper-334); it keeps sending
+// instead, asking again at most every Interval, until an election answers.
+// The lock may be gone with the election's connection and another
+// replica's reporter take it meanwhile: the two then send the same records
+// until this one's election answers, which the control plane stores once.
+// A follower stays one. A reporter that follows has done its step:
 // last_success is set, so a follower does not show as stuck.
 func (r *Reporter) leads(ctx context.Context) bool {
 	if r.cfg.Leader == nil {
 		r.leading = true
 		return true
 	}
+	if r.leading && !r.electFailed.IsZero() && time.Since(r.electFailed) < r.cfg.Interval {
+		return true // its election failing: not asked at every round (each a connection attempt)
+	}
 	ok, err := r.cfg.Leader.Leading(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false // stopping
 	case err != nil:
-		ok = false
 		r.failures.WithLabelValues("elect").Inc()
-		r.cfg.Logger.Warn("reporter: leader election failed; sending nothing until it succeeds", slog.String("error", err.Error()))
+		if !r.leading {
+			r.cfg.Logger.Warn("reporter: leader election failed; sending nothing until it elects this reporter", slog.String("error", err.Error()))
+			return false
+		}
+		r.electFailed = time.Now()
+		r.cfg.Logger.Warn("reporter: leader election failed; still sending as the leader until an election answers "+
+			"(another replica's reporter may take the lead meanwhile: both then send the same records, stored once)", slog.String("error", err.Error()))
+		return true
 	case !ok:
 		r.succeeded.SetToCurrentTime()
 	}
 	switch {
+	case ok && !r.electFailed.IsZero():
+		r.cfg.Logger.Info("reporter: the election answers again and this reporter took the lead again; it kept sending meanwhile and goes on where it is")
+		r.toldFollowing = false
 	case ok:
 		r.toldFollowing = false
 	case r.leading:
 		r.toldFollowing = true
-		r.cfg.Logger.Info("reporter: no longer leads (another replica's reporter does, or the election's connection was lost); " +
-			"sending nothing until it leads again, then starting over from the control plane's cursor")
-	case !r.toldFollowing && err == nil:
+		r.cfg.Logger.Info("reporter: no longer leads (another replica's reporter does); " +
+			"sending nothing until it leads again, then starting over from the control plane's cursor, still looking for the gaps it knew")
+	case !r.toldFollowing:
 		r.toldFollowing = true
 		r.cfg.Logger.Info("reporter: another replica's reporter leads; sending nothing while it does")
 	}
-	r.leading = ok
+	r.leading, r.electFailed = ok, time.Time{}
 	return ok
 }
 
 // begin starts reporting, at the start and each time the reporter takes
-// the lead again: from the control plane's cursor, with everything it knew
-// of what it sent before forgotten (another reporter may have sent since,
-// and the numbers it was given are not mapped), and the restartLookback
-// ids below the cursor looked for again. It returns the cursor, or false
-// when ctx ended.
+// the lead again: from the control plane's cursor, with the
+// restartLookback ids below it looked for again. It returns the cursor, or
+// false when ctx ended. On taking the lead again it keeps, of what it
+// knew, what stays true whoever led meanwhile, and forgets what another
+// leader's sends made incomplete:
+//   - the gaps (runs of ids the cursor passed unseen) are facts about the
+//     data plane: kept below the lookback with their ages (the time it
+//     followed does not age them), so an attempt that commits late, further
+//     below the cursor than the lookback, is still reported (the other
+//     leader never knew of it; looking for an id the control plane holds
+//     is harmless: it stores each once);
+//   - a rewind it had yet to make (the control plane lost records, some
+//     below its cursor) is a fact about the control plane: kept;
+//   - the arrival log and the acknowledged ids are facts about what this
+//     reporter sent, incomplete once another sent: the numbers and ids the
+//     other leader was given are not in them, and a log or a set with that
+//     hole would go back less far than a restore needs, or leave lost ids
+//     unsaid. Both start over at the control plane's answer, as at a
+//     start (numbers and ids below are "acknowledged before this reporter
+//     started or took the lead"), and so does acked (the control plane's
+//     cursor holds the other leader's records too); a sweep for lost ids
+//     not finished, which looks among the acknowledged ids, is given up,
+//     and said so.
 func (r *Reporter) begin(ctx context.Context) (int64, bool) {
 	var cursor int64
 	var arrival *int64
@@ -397,33 +454,52 @@ func (r *Reporter) begin(ctx context.Context) (int64, bool) {
 		return 0, false // ctx ended
 	}
 	r.acked, r.checkedAt, r.cursorDue = cursor, time.Now(), false
-	// What was acknowledged before this start is not known by id, nor
-	// which batches the control plane's arrival numbers so far went to.
 	r.ackedIDs = idRuns{floor: cursor}
 	r.arrivals = arrivalLog{}
 	if arrival != nil {
 		r.arrivals.begin(*arrival)
 	}
-	r.rewinding, r.rewindTo, r.lostFrom, r.lostTo = false, 0, 0, 0
+	if r.sweepTo > r.sweepFrom {
+		r.cfg.Logger.Warn("reporter: took the lead again before it had looked for every acknowledged attempt id the control plane lost; "+
+			"those of them the data plane no longer holds are not logged or counted as lost",
+			slog.Int64("from_attempt_id", r.sweepFrom+1), slog.Int64("to_attempt_id", r.sweepTo))
+	}
 	r.sweepFrom, r.sweepTo, r.readEnd = 0, 0, false
 	r.lastRead, r.skipped, r.more = 0, r.skipped[:0], false
-	// The gaps the last process (or the last leader) was looking for are
-	// gone with it: the ids just below the cursor are looked for again
-	// (those the control plane holds already are stored once), so an
-	// attempt that committed after later ids, and after the last report
-	// acknowledged, is not lost.
-	r.gaps, r.nextGaps = nil, nil
-	if cursor > 1 {
-		r.gaps, _ = addGaps(nil, max(cursor-restartLookback, 1), cursor-1, nil, r.clock(), 0)
-	}
+	// The ids just below the cursor are looked for again (those the control
+	// plane holds already are stored once), so an attempt that committed
+	// after later ids, and after the last report acknowledged (by the last
+	// process, or the last leader), is not lost; the gaps the last process
+	// was looking for are gone with it, and those this one knew are kept.
+	kept := len(r.gaps)
+	var dropped int
+	r.gaps, dropped = lookBack(r.gaps, cursor, r.clock())
+	r.nextGaps = nil
+	r.logDropped(dropped)
 	msg := "reporter started"
 	if r.begun {
-		msg = "reporter took the lead again; starting from the control plane's cursor, as at a start"
+		msg = "reporter took the lead again; starting from the control plane's cursor, still looking for the gaps it knew"
 	}
 	r.begun = true
-	r.cfg.Logger.Info(msg, slog.Int64("cursor", cursor), slog.Bool("elected", r.cfg.Leader != nil),
+	r.cfg.Logger.Info(msg, slog.Int64("cursor", cursor), slog.Int("gaps_known", kept), slog.Bool("elected", r.cfg.Leader != nil),
 		slog.Bool("database_ids", r.cfg.SendDatabaseIDs), slog.Bool("provider", r.cfg.IncludeProvider))
 	return cursor, true
+}
+
+// lookBack returns the gaps of a start, or of a rewind, from cursor: the
+// restartLookback ids below it, aged from now, then the parts of known
+// (the gaps the reporter was looking for) below those, with their ages;
+// the parts above are looked for again by the lookback or read again by
+// the cursor. The lookback comes first, so a full memory (maxGaps runs)
+// drops old gaps, not it; dropped is how many runs did not fit.
+func lookBack(known []gap, cursor int64, now time.Time) (gaps []gap, dropped int) {
+	lo := max(cursor-restartLookback, 1)
+	gaps = make([]gap, 0, len(known)+1)
+	gaps, dropped = addGaps(gaps, lo, cursor-1, nil, now, 0)
+	for _, g := range known {
+		gaps, dropped = addGaps(gaps, g.lo, min(g.hi, lo-1), nil, g.since, dropped)
+	}
+	return gaps, dropped
 }
 
 // report runs rounds from cursor until ctx ends or the reporter no longer
@@ -1113,7 +1189,7 @@ func (r *Reporter) rewind(ctx context.Context, cursor int64) (int64, error) {
 		}
 		from := max(r.lostFrom, gone)
 		if from < r.ackedIDs.floor {
-			r.cfg.Logger.Warn("reporter: some of the attempt ids the control plane lost were acknowledged before this reporter started, or too long ago to be remembered; "+
+			r.cfg.Logger.Warn("reporter: some of the attempt ids the control plane lost were acknowledged before this reporter started or took the lead, or too long ago to be remembered; "+
 				"those of them the data plane no longer holds are not told apart from ids no attempt committed under, nor logged or counted as lost",
 				slog.Int64("from_attempt_id", from+1), slog.Int64("to_attempt_id", min(r.ackedIDs.floor, r.lostTo)))
 		}
@@ -1123,16 +1199,8 @@ func (r *Reporter) rewind(ctx context.Context, cursor int64) (int64, error) {
 		r.sweepFrom, r.sweepTo = from, max(r.sweepTo, r.lostTo)
 	}
 	to = min(to, cursor)
-	lo := max(to-restartLookback, 1)
-	kept := make([]gap, 0, len(r.gaps)+1)
-	for _, g := range r.gaps {
-		g.hi = min(g.hi, lo-1) // above: looked for again below, or read again by the cursor
-		if g.lo <= g.hi {
-			kept = append(kept, g)
-		}
-	}
 	var dropped int
-	r.gaps, dropped = addGaps(kept, lo, to-1, nil, r.clock(), 0)
+	r.gaps, dropped = lookBack(r.gaps, to, r.clock())
 	r.logDropped(dropped)
 	r.cfg.Logger.Info("reporter: went back to send again what the control plane lost; sending the records after the cursor again",
 		slog.Int64("from_cursor", cursor), slog.Int64("cursor", to))
