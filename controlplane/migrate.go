@@ -151,35 +151,11 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool, files []string, lockTi
 	return applied, nil
 }
 
-// lockHoldersSQL lists the sessions, other than this one, holding a lock
-// on a table or index of schema control_plane: read after a migration's
-// wait for one failed (so the one that held it may be gone). A role
-// without pg_read_all_stats sees no state or transaction start of other
-// roles' sessions; those stay empty then.
-const lockHoldersSQL = `
-SELECT l.pid::int,
-       coalesce(a.application_name, '')::text,
-       coalesce(a.usename::text, '')::text,
-       coalesce(a.state, '')::text,
-       coalesce(extract(epoch FROM clock_timestamp() - a.xact_start), -1)::float8,
-       string_agg(DISTINCT l.mode, ',' ORDER BY l.mode)::text
-FROM pg_catalog.pg_locks l
-LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-WHERE l.granted
-  AND l.pid <> pg_catalog.pg_backend_pid()
-  AND l.locktype = 'relation'
-  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c
-                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'control_plane')
-GROUP BY l.pid, a.application_name, a.usename, a.state, a.xact_start
-ORDER BY a.xact_start NULLS LAST, l.pid
-LIMIT 5`
-
 // lockHolders names the sessions holding locks on control_plane's tables:
 // ", held by pid 4242 (pg_dump, role backup, idle in transaction, in a
 // transaction for 31s, AccessShareLock)". Empty when it cannot tell.
 func lockHolders(ctx context.Context, pool *pgxpool.Pool) string {
-	rows, err := pool.Query(ctx, lockHoldersSQL)
+	rows, err := pool.Query(ctx, query("LockHolders"))
 	if err != nil {
 		return ""
 	}

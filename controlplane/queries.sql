@@ -71,3 +71,27 @@ SELECT count(*),
        max(received_at)
 FROM control_plane.attempts
 WHERE tenant = $1 AND outcome <> 'replayed'
+
+-- name: LockHolders
+-- The sessions, other than this one, holding a lock on a table or index of
+-- schema control_plane: read after a migration's wait for one failed (so
+-- the one that held it may be gone). A role without pg_read_all_stats sees
+-- no state or transaction start of other roles' sessions; those stay empty
+-- then.
+SELECT l.pid::int,
+       coalesce(a.application_name, '')::text,
+       coalesce(a.usename::text, '')::text,
+       coalesce(a.state, '')::text,
+       coalesce(extract(epoch FROM clock_timestamp() - a.xact_start), -1)::float8,
+       string_agg(DISTINCT l.mode, ',' ORDER BY l.mode)::text
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.granted
+  AND l.pid <> pg_catalog.pg_backend_pid()
+  AND l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'control_plane')
+GROUP BY l.pid, a.application_name, a.usename, a.state, a.xact_start
+ORDER BY a.xact_start NULLS LAST, l.pid
+LIMIT 5;
