@@ -208,6 +208,15 @@ consumers/example).`)
 		return err
 	}
 	noteLoopback(log, "consumer.health_listen", hs.Addr())
+	// Started before inlet migrate finished (a rollout that starts the
+	// services beside the migration job): wait for it, not ready meanwhile,
+	// as ingress and the streamer do. Registering against the older schema
+	// failed on what it lacks (080's another_role_given: exit 1, a crash
+	// loop; review helper-339).
+	if !awaitSchema(ctx, pool, log) {
+		_ = hs.Stop(context.Background())
+		return nil
+	}
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
@@ -222,4 +231,34 @@ consumers/example).`)
 	}
 	log.Info("consumer stopped")
 	return nil
+}
+
+// schemaRecheck is how often a service waiting for inlet migrate reads the
+// schema version again.
+var schemaRecheck = 2 * time.Second
+
+// awaitSchema returns once the database's schema is current (true), or
+// false when ctx ends first. Only ErrSchemaNotCurrent is waited out: any
+// other failure of the check (the database unreachable) is left to what
+// follows, which reports it as before.
+func awaitSchema(ctx context.Context, db schema.Querier, log *slog.Logger) bool {
+	told := false
+	for {
+		err := schema.Check(ctx, db)
+		if !errors.Is(err, schema.ErrSchemaNotCurrent) {
+			if told && err == nil {
+				log.Info("database schema is current; starting")
+			}
+			return true
+		}
+		if !told {
+			told = true
+			log.Warn("waiting for inlet migrate before registering (readyz answers 503 meanwhile)", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(schemaRecheck):
+		}
+	}
 }
