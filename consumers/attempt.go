@@ -55,8 +55,13 @@ const (
 // handler's Timeout ends (unix ns), set once the handler is called: the
 // wait for a transactional handler's connection is not its time, and
 // extendLease and a reference waiting for a slot (runner.slotsHung) tell a
-// handler that ignores its context by it.
-func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messageRead, idx int, handlerDeadline *atomic.Int64, handlerDone func()) {
+// handler that ignores its context by it. A rate-limited handler's attempt
+// takes its start token last, right before the handler is called
+// (takeToken, takeTxSlot): one whose token comes later than its lease
+// allows is given back uncounted (giveBackPaced), as it is at Stop's
+// deadline (giveBack).
+func (s *Service) attempt(r *runner, ref bus.Ref, traceParent string, rd *messageRead, idx int, handlerDeadline *atomic.Int64, handlerDone func()) {
+	h := r.h
 	ctx, span := s.tracer.Start(withTraceParent(s.workCtx, traceParent), "inlet.consumer.attempt",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			attribute.Int64("inlet.job_id", ref.JobID), attribute.Int64("inlet.event_id", ref.EventID),
@@ -134,22 +139,39 @@ func (s *Service) attempt(h Handler, ref bus.Ref, traceParent string, rd *messag
 	var timedOut bool
 	if h.TxFunc != nil {
 		var outcome string
-		var recorded, notRun bool
-		timedOut, outcome, recorded, notRun, f = s.runTx(ctx, h, ref, l, ev, stopExtending, handlerDeadline)
+		var recorded bool
+		var why notRun
+		timedOut, outcome, recorded, why, f = s.runTx(ctx, r, ref, l, ev, stopExtending, handlerDeadline)
 		returned = true
 		handlerDone()
 		switch {
 		case recorded:
 			traceOutcome(span, s.report(h, l, outcome, nil, "", attrs), "")
 			return
-		case notRun && ctx.Err() != nil:
+		case why != ran && ctx.Err() != nil:
 			s.giveBack(ref, l, attrs) // Stop's deadline came first
 			return
-		case notRun:
+		case why == notRunPaced:
+			s.giveBackPaced(h, ref, l, attrs)
+			return
+		case why != ran:
 			traceOutcome(span, s.giveBackStarved(h, ref, l, attrs), ClassTransaction)
 			return
 		}
 	} else {
+		// The start token last: the read and the liveness write above may
+		// wait on the database (review helper-338).
+		if w := s.takeToken(ctx, r); w != tokenTaken {
+			returned = true
+			stopExtending() // before the lease is given back: an extension then would find it lost
+			handlerDone()
+			if w == tokenLate && ctx.Err() == nil {
+				s.giveBackPaced(h, ref, l, attrs)
+			} else {
+				s.giveBack(ref, l, attrs) // Stop's deadline came first
+			}
+			return
+		}
 		handlerDeadline.Store(deadlineNanos(time.Now().Add(h.Timeout)))
 		f, timedOut = s.run(ctx, h, ev)
 		returned = true
@@ -541,14 +563,31 @@ func (s *Service) giveBackHung(r *runner, refs []bus.Ref) {
 		slog.Duration("wait_bound", r.waitBound), slog.Int("slots", cap(r.slots)))
 }
 
-// giveBackPaced gives back the leases of references of a rate-limited
-// handler whose next start token comes later than their leases allow
-// (waitForToken): uncounted (GiveBackAttempt), each job is due again at
-// once, and the streamer leases it again at the handler's rate.
-func (s *Service) giveBackPaced(r *runner, refs []bus.Ref) {
-	s.giveBackRefs(r.h.Name, refs, slog.LevelInfo, "job references would wait for the handler's rate limit longer than their leases allow; "+
-		"their leases were given back and the attempts do not count, for the streamer to lease them again at the rate (those not given back expire, and the reaper counts them)",
-		slog.Float64("rate_limit", r.h.RateLimit), slog.Int("burst", r.h.Burst))
+// giveBackPaced gives back the lease of an attempt of a rate-limited
+// handler whose next start token comes later than its lease allows
+// (awaitToken): read (its event fetched, which writes nothing; its lease
+// perhaps extended, naming this consumer), its handler never called, so
+// GiveBackAttempt (fenced on its lease token) makes its job pending again
+// at once with the attempt uncounted (attempt_count less one, worker_id
+// cleared), no attempt row written and nothing counted toward the
+// handler's circuit breaker or metrics: the streamers lease it again at the
+// handler's rate. When it fails, the lease expires and the reaper counts
+// the attempt.
+func (s *Service) giveBackPaced(h Handler, ref bus.Ref, l lease, attrs []slog.Attr) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), giveBackTimeout)
+	defer cancel()
+	given, err := s.giveBackLease(ctx, ref, l.partition, l.leasedAt)
+	attrs = append(attrs, slog.Float64("rate_limit", h.RateLimit), slog.Int("burst", h.Burst))
+	const why = "job would wait for the handler's rate limit longer than its lease allows"
+	switch {
+	case err != nil:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, why+"; giving its lease back failed, so the reaper will count the attempt when the lease expires",
+			append(attrs, slog.String("error", err.Error()))...)
+	case !given:
+		s.logger.LogAttrs(ctx, slog.LevelWarn, why+"; its lease was not given back: it was no longer this attempt's", attrs...)
+	default:
+		s.logger.LogAttrs(ctx, slog.LevelInfo, why+"; its lease was given back and the attempt does not count, for the streamer to lease it again at the rate", attrs...)
+	}
 }
 
 // giveBackRefs gives back the leases of refs, references that never

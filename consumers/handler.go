@@ -83,13 +83,18 @@ type Handler struct {
 	// process paces its starts with a token bucket of its own (RateLimit,
 	// Burst): in any time t a process starts at most Burst + RateLimit·t of
 	// them, also when jobs leased while its slots were busy (a stalled
-	// downstream) queue in it. Across N replicas starts stay within the rate
-	// over time, as the leases do (at most Burst + RateLimit·t leased by
-	// time t), but after a stall they may reach N·Burst at once, and up to
-	// N·RateLimit while backlogs queued in several replicas drain. A job
-	// waits for its token while holding a Concurrency slot; one whose token
-	// comes later than its lease allows (half of what is left, or
-	// LeaseExtend/2 with the lease extended) is given back uncounted, and
+	// downstream, or, for a TxFunc, busy transaction slots) queue in it.
+	// Across N replicas starts stay within the rate over time, as the
+	// leases do (at most Burst + RateLimit·t leased by time t), but after a
+	// stall they may reach N·Burst at once, and up to N·RateLimit while
+	// backlogs queued in several replicas drain. A job takes its token
+	// last, right before its handler is called: once it holds a Concurrency
+	// slot and its event is read, and for a TxFunc once it holds a
+	// transaction slot too (it holds none while it waits for the token, so
+	// other transactional handlers are not held back). Its jobs wait for
+	// their tokens in turn, their leases extended; one whose token comes
+	// more than LeaseExtend/2 later (a rate slower than about
+	// 2/LeaseExtend) is given back uncounted, its handler not called, and
 	// the streamers lease it again at the rate. 0: no rate limit, and no
 	// pacing.
 	RateLimit float64

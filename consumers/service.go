@@ -171,10 +171,20 @@ type runner struct {
 	heldMu sync.Mutex
 	held   map[*slotHold]struct{}
 	// pace paces the starts of a handler with a RateLimit in this process
-	// (RateLimit, Burst; waitForToken): the streamers lease at the rate,
-	// but references leased while every slot was busy would otherwise all
-	// start at once when slots free (review helper-331). nil without one.
+	// (RateLimit, Burst): the streamers lease at the rate, but references
+	// leased while every slot was busy would otherwise all start at once
+	// when slots free (review helper-331). A token is taken only right
+	// before the handler is called: after its event was read, and for a
+	// transactional handler with its transaction slot held (takeToken,
+	// takeTxSlot; review helper-338). nil without one.
 	pace *rate.Limiter
+	// paceTurn is held by the one attempt of the handler waiting for a
+	// token of pace (awaitToken): its attempts wait for their tokens in
+	// turn, in the order they came, each for at most a token's interval
+	// (its tokens are taken by no one else, or, for a transactional
+	// handler, by an attempt that already holds a transaction slot). nil
+	// without pace.
+	paceTurn chan struct{}
 }
 
 // slotHold is one slot held by an attempt: its handler's deadline, unix ns
@@ -261,6 +271,7 @@ func New(cfg Config) (*Service, error) {
 			hangLimit: slotHangLimit(h, cfg.LeaseExtend), waitBound: slotWaitBound(h, cfg.LeaseExtend)}
 		if h.RateLimit > 0 {
 			r.pace = rate.NewLimiter(rate.Limit(h.RateLimit), h.Burst)
+			r.paceTurn = make(chan struct{}, 1)
 		}
 		s.runners = append(s.runners, r)
 		if h.BreakerFailures > 0 {
@@ -657,9 +668,9 @@ func (s *Service) busHealthy() error {
 // as they are, uncounted, when every slot is held by a handler that ignores
 // its context (giveBackHung, after runner.waitBound), and the message is
 // then acknowledged: the streamer publishes their jobs again. A
-// rate-limited handler's reference also waits, its slot taken, for a token
-// of the handler's bucket (waitForToken); references whose token comes
-// later than their leases allow are given back likewise (giveBackPaced).
+// rate-limited handler's attempt waits for its start token once it holds
+// its slot and has read its event, right before its handler is called
+// (attempt: takeToken, takeTxSlot), not here.
 func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Message) {
 	for {
 		var msg *message.Message
@@ -738,31 +749,14 @@ func (s *Service) read(ctx context.Context, r *runner, ch <-chan *message.Messag
 					break refs
 				}
 			}
-			// A rate-limited handler's reference starts on a token of its
-			// bucket too, its slot held meanwhile (the message is
-			// acknowledged: only Stop's deadline ends the wait).
-			switch s.waitForToken(r, mine[i:], &extended) {
-			case tokenDone:
-				<-r.slots
-				s.giveBackUnstarted(r.h.Name, mine[i:])
-				return
-			case tokenLate:
-				<-r.slots
-				s.giveBackPaced(r, mine[i:])
-				break refs
-			}
-			// The next references whose slots are free now, and tokens for
-			// a rate-limited handler, start together with this one and
-			// share its read, up to TakeBatch of them.
+			// The next references whose slots are free now start together
+			// with this one and share its read, up to TakeBatch of them (a
+			// rate-limited handler's each then waits for its token).
 			j := i + 1
 		slots:
 			for j < len(mine) && (s.cfg.TakeBatch <= 0 || j-i < s.cfg.TakeBatch) {
 				select {
 				case r.slots <- struct{}{}:
-					if r.pace != nil && !r.pace.Allow() {
-						<-r.slots
-						break slots
-					}
 					j++
 				default:
 					break slots
@@ -859,74 +853,6 @@ func (s *Service) waitForSlot(r *runner, waiting []bus.Ref, extended *time.Time,
 	}
 }
 
-// tokenWait is how a wait for a start token ended (waitForToken).
-type tokenWait int
-
-const (
-	tokenTaken tokenWait = iota // the reference may start
-	tokenDone                   // Stop's deadline came first
-	tokenLate                   // the token comes later than the leases allow: give the references back
-)
-
-// waitForToken waits for a token of r's bucket (runner.pace) for
-// waiting[0], which holds one of r's slots; a handler without a RateLimit
-// has none and starts at once. The streamers lease a rate-limited
-// handler's jobs at its rate, but the references leased while its slots
-// were busy (a downstream that stalled) wait here, and without the bucket
-// they all started at once when slots freed, the downstream getting the
-// whole backlog right when it recovered (review helper-331). In any time t
-// the process starts at most Burst + RateLimit·t of the handler's jobs.
-//
-// The references waiting keep their leases: a token due within half of
-// what is left of the first of them to run out (extended's, or what they
-// carry: slotWaitExpiry) is waited for as it is; one due later, but within
-// LeaseExtend/2, after extending their leases (extendWaiting, as
-// waitForSlot does); one due later still, or when the extension failed,
-// is not taken (its reservation cancelled, so it costs the bucket
-// nothing), and the caller gives the references back uncounted
-// (giveBackPaced): the streamer leases their jobs again at the rate.
-// One reader waits for one token at a time, so a wait is at most a token's
-// interval (two when both of the handler's topics deliver): only a rate
-// slower than about 2/LeaseExtend (4/LeaseExtend) gives references back,
-// or an extension that failed. It waits until
-// Stop's deadline (workCtx) at most, and reports tokenDone then.
-func (s *Service) waitForToken(r *runner, waiting []bus.Ref, extended *time.Time) tokenWait {
-	if r.pace == nil {
-		return tokenTaken
-	}
-	now := time.Now()
-	res := r.pace.ReserveN(now, 1) // Burst is at least 1: always OK
-	delay := res.DelayFrom(now)
-	if delay == 0 {
-		return tokenTaken
-	}
-	expires := *extended
-	if expires.IsZero() {
-		expires = slotWaitExpiry(now, s.cfg.LeaseExtend, waiting)
-	}
-	if delay > expires.Sub(now)/2 {
-		if delay > s.cfg.LeaseExtend/2 {
-			res.Cancel()
-			return tokenLate
-		}
-		at := time.Now()
-		if !s.extendWaiting(r.h.Name, waiting) {
-			res.Cancel()
-			return tokenLate
-		}
-		*extended = at.Add(s.cfg.LeaseExtend)
-	}
-	t := time.NewTimer(res.Delay())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return tokenTaken
-	case <-s.workCtx.Done():
-		res.Cancel()
-		return tokenDone
-	}
-}
-
 // slotWaitExpiry is when, on now's monotonic clock, the first lease of
 // waiting runs out, at most extend after now (the first extension is due
 // before half of it): what is left of each is its LeaseExpiresAt less this
@@ -1019,6 +945,87 @@ func (s *Service) start(ctx context.Context, r *runner, ref bus.Ref, msg *messag
 			s.inFlight.Add(-1)
 			free()
 		}()
-		s.attempt(r.h, ref, traceParent, rd, idx, &hold.deadline, free)
+		s.attempt(r, ref, traceParent, rd, idx, &hold.deadline, free)
 	})
+}
+
+// tokenWait is how a wait for a start token ended (awaitToken, takeToken).
+type tokenWait int
+
+const (
+	tokenTaken tokenWait = iota // a token is there (awaitToken), or was taken (takeToken): the handler may be called
+	tokenDone                   // Stop's deadline came first
+	tokenLate                   // the next token comes later than the lease allows: give the job back
+)
+
+// takeToken takes a token of r's bucket (runner.pace) for an attempt of a
+// handler that is not transactional, right before the handler is called:
+// its slot held, its event read (take, with the liveness write and the
+// lease extension that may come before the call), its lease extended
+// meanwhile (extendLease). Nothing but starting the handler's clock is
+// left between the token and the call (Service.run), so in any time t the
+// process calls the handler at most Burst + RateLimit·t times, however
+// long its attempts waited before (review helper-331): a token taken
+// before those waits is spent while they last, and the attempts holding
+// one then start together (review helper-338, for a transactional
+// handler's wait for a transaction slot: takeTxSlot). A handler without a
+// RateLimit has no bucket and is not held. The handler's attempts wait in
+// turn (runner.paceTurn), each until a token is there (awaitToken, whose
+// answer it returns: tokenTaken with the token taken).
+func (s *Service) takeToken(ctx context.Context, r *runner) tokenWait {
+	if r.pace == nil {
+		return tokenTaken
+	}
+	select {
+	case r.paceTurn <- struct{}{}:
+	case <-ctx.Done():
+		return tokenDone
+	}
+	defer func() { <-r.paceTurn }()
+	for {
+		if w := s.awaitToken(ctx, r); w != tokenTaken {
+			return w
+		}
+		if r.pace.Allow() { // no one else takes this handler's tokens: only a rounding waits again
+			return tokenTaken
+		}
+	}
+}
+
+// awaitToken waits, for an attempt that holds r's turn (runner.paceTurn),
+// until r's bucket has a token, and leaves it there: the caller takes it
+// (Allow) when nothing else is left to wait for. Tokens are taken only as
+// they come, never reserved ahead, so the next is at most a token's
+// interval away. The attempt's lease is extended meanwhile (extendLease):
+// a token due within LeaseExtend/2 is waited for; one due later (a rate
+// slower than about 2/LeaseExtend) reports tokenLate at once, and the
+// caller gives the job back uncounted (giveBackPaced), for the streamers
+// to lease it again at the rate. It waits until ctx ends (Stop's deadline)
+// at most, and reports tokenDone then.
+func (s *Service) awaitToken(ctx context.Context, r *runner) tokenWait {
+	for {
+		d := untilToken(r.pace, time.Now())
+		if d == 0 {
+			return tokenTaken
+		}
+		if d > s.cfg.LeaseExtend/2 {
+			return tokenLate
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return tokenDone
+		}
+	}
+}
+
+// untilToken is how long after now lim has a whole token: 0 when it has one.
+func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
+	missing := 1 - lim.TokensAt(now)
+	if missing <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(missing / float64(lim.Limit()) * float64(time.Second)))
 }

@@ -109,12 +109,14 @@ const ClassTransaction ErrorClass = "transaction"
 //
 // It returns whether the attempt's own deadline passed; when the success
 // was written (or fenced out), the outcome recorded with recorded true;
-// notRun when the handler was never called because no transaction slot
-// came (within txWait, or before Stop's deadline), an attempt that must not
-// count; and the handler's error (or the transaction's, classed
-// [ClassTransaction]) with its verdict, read once (judge), to be recorded
-// as a failed attempt.
-func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded, notRun bool, f failure) {
+// why the handler was never called, when it was not (an attempt that must
+// not count): no transaction slot came within txWait (notRunStarved),
+// Stop's deadline came first (notRunStopped), or the handler's next start
+// token comes later than the lease allows (notRunPaced: takeTxSlot); and
+// the handler's error (or the transaction's, classed [ClassTransaction])
+// with its verdict, read once (judge), to be recorded as a failed attempt.
+func (s *Service) runTx(ctx context.Context, r *runner, ref bus.Ref, l lease, ev *Event, stopExtending func(), handlerDeadline *atomic.Int64) (timedOut bool, outcome string, recorded bool, why notRun, f failure) {
+	h := r.h
 	// A connection of the pool's share for handler transactions
 	// (txReserve), before the handler's own clock starts: waiting for one
 	// is not the handler's time, and the lease is extended meanwhile.
@@ -129,27 +131,26 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 	// helper-151: given back, a hung handler's job was leased again for
 	// ever). Its honest attempts holding slots while another handler's hung
 	// ones pin the rest are no fault of its own (review helper-158).
-	wait := time.NewTimer(s.txWait)
-	select {
-	case s.txSlots <- struct{}{}:
-		wait.Stop()
+	// A rate-limited handler takes its start token with the slot
+	// (takeTxSlot).
+	switch why = s.takeTxSlot(ctx, r); why {
+	case ran:
 		release := s.holdTx(h.Name)
 		defer func() {
 			release()
 			<-s.txSlots
 		}()
-	case <-ctx.Done():
-		wait.Stop()
-		stopExtending()
-		return false, "", false, true, failure{}
-	case <-wait.C:
+	case notRunStarved:
 		stopExtending()
 		if s.overdueTx(h.Name, txHoldLimit(h.Timeout, s.cfg.LeaseExtend)) {
-			return false, "", false, false, judge(WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
+			return false, "", false, ran, judge(WithClass(fmt.Errorf("no connection for the handler's transaction within %s: "+
 				"its own transactions held them longer than their Timeouts and commits allow (a handler that ignores its context, or a commit that does not end)",
 				s.txWait), ClassTransaction))
 		}
-		return false, "", false, true, failure{}
+		return false, "", false, why, failure{}
+	default:
+		stopExtending()
+		return false, "", false, why, failure{}
 	}
 	// Above READ COMMITTED the lease is pushed out once before the
 	// transaction and not extended while it is open: an extension from
@@ -167,19 +168,113 @@ func (s *Service) runTx(ctx context.Context, h Handler, ref bus.Ref, l lease, ev
 		// A run again begins with the extender stopped (by the last run).
 		timedOut, outcome, recorded, f, rerun = s.runTxOnce(ctx, h, ref, l, ev, deadline, snapshot || try > 1, stopExtending)
 		if !rerun || f.permanent || ctx.Err() != nil {
-			return timedOut, outcome, recorded, false, f
+			return timedOut, outcome, recorded, ran, f
 		}
 		pause := time.Duration(1+rand.IntN(20*min(try, 10))) * time.Millisecond //nolint:gosec // G404: jitter
 		if time.Until(deadline) <= pause {
-			return timedOut, outcome, recorded, false, f
+			return timedOut, outcome, recorded, ran, f
 		}
 		s.logger.LogAttrs(ctx, slog.LevelDebug, "handler's transaction aborted by a serialization failure or a deadlock; running it again",
 			slog.Int64("job_id", ref.JobID), slog.Int("attempt", ref.Attempt), slog.Int("try", try))
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return timedOut, outcome, recorded, false, f
+			return timedOut, outcome, recorded, ran, f
 		}
+	}
+}
+
+// notRun says whether an attempt's handler was called (ran), and if not,
+// why: each of these attempts is given back uncounted (attempt).
+type notRun int
+
+const (
+	ran           notRun = iota // the handler was called (or the attempt failed waiting: runTx's f)
+	notRunStopped               // Stop's deadline came first
+	notRunStarved               // no transaction slot within txWait (giveBackStarved)
+	notRunPaced                 // the handler's next start token comes later than the lease allows (giveBackPaced)
+)
+
+// takeTxSlot takes a transaction slot (txSlots) for an attempt of r and,
+// for a rate-limited handler, a token of its bucket (runner.pace) with it,
+// the slot held: the token is taken where the handler starts, so in any
+// time t the process calls it at most Burst + RateLimit·t times. Taken
+// before the slot, tokens gathered while the slots were busy (a stalled
+// downstream in the handler's own transactions, or another handler's) and
+// the attempts holding them called the handler back to back once slots
+// freed (review helper-338). Left between the token and the call: above
+// READ COMMITTED the extender stopped and the lease pushed out once, and
+// the BEGIN (runTxOnce), each one round trip; a run again after a
+// conflict (40001, 40P01) is the same start, and takes no token.
+//
+// It never holds a transaction slot while it waits for a token, which may
+// take up to LeaseExtend/2 at a slow rate: the slots are shared by every
+// transactional handler of the process, and one held idle would hold the
+// others' transactions back (and their waits count toward their txWait).
+// So the attempt whose turn it is (runner.paceTurn) waits for a token
+// without taking it (awaitToken), then tries for a slot; when none is
+// free it gives up its turn, the token left in the bucket, and waits for a
+// slot as any transactional attempt does; with the slot, it takes a token
+// if one is there, and otherwise (another attempt of the handler took it
+// first) gives the slot back and waits for its turn again. The next token
+// is so never more than a token's interval away: one due later than
+// LeaseExtend/2 reports notRunPaced at once, as for any handler (takeToken).
+//
+// txWait bounds each wait for a slot, from when it began: a wait that got
+// a slot but no token proved the slots free up. It reports ran with the
+// slot held, notRunStopped when ctx ended first (Stop's deadline), and
+// notRunStarved when a wait for a slot passed txWait, no slot held then.
+func (s *Service) takeTxSlot(ctx context.Context, r *runner) notRun {
+	for {
+		if r.pace != nil {
+			if why, got := s.txSlotOnTurn(ctx, r); got || why != ran {
+				return why
+			}
+		}
+		wait := time.NewTimer(s.txWait)
+		select {
+		case s.txSlots <- struct{}{}:
+			wait.Stop()
+		case <-ctx.Done():
+			wait.Stop()
+			return notRunStopped
+		case <-wait.C:
+			return notRunStarved
+		}
+		if r.pace == nil || r.pace.Allow() {
+			return ran
+		}
+		<-s.txSlots
+	}
+}
+
+// txSlotOnTurn is takeTxSlot's wait on r's turn: it waits for the turn and
+// a token, and takes a slot and the token when a slot is free. got says it
+// did (why ran); why other than ran says the attempt is not run; neither,
+// that no slot was free, and the turn was given up, the token left.
+func (s *Service) txSlotOnTurn(ctx context.Context, r *runner) (why notRun, got bool) {
+	select {
+	case r.paceTurn <- struct{}{}:
+	case <-ctx.Done():
+		return notRunStopped, false
+	}
+	defer func() { <-r.paceTurn }()
+	for {
+		switch s.awaitToken(ctx, r) {
+		case tokenDone:
+			return notRunStopped, false
+		case tokenLate:
+			return notRunPaced, false
+		}
+		select {
+		case s.txSlots <- struct{}{}:
+		default:
+			return ran, false
+		}
+		if r.pace.Allow() {
+			return ran, true
+		}
+		<-s.txSlots // an attempt that waited for a slot took the token: wait for the next one, the turn kept
 	}
 }
 
