@@ -1027,5 +1027,12 @@ func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
 	if missing <= 0 {
 		return 0
 	}
-	return time.Duration(math.Ceil(missing / float64(lim.Limit()) * float64(time.Second)))
+	// Capped as x/time/rate caps its own: at a rate below ~1e-10/s the
+	// product overflows int64 and converted to a negative wait, which would
+	// spin instead of giving the job back (noted by review helper-341).
+	d := math.Ceil(missing / float64(lim.Limit()) * float64(time.Second))
+	if d >= math.MaxInt64 || math.IsNaN(d) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
 }

@@ -238,22 +238,28 @@ consumers/example).`)
 var schemaRecheck = 2 * time.Second
 
 // awaitSchema returns once the database's schema is current (true), or
-// false when ctx ends first. Only ErrSchemaNotCurrent is waited out: any
-// other failure of the check (the database unreachable) is left to what
-// follows, which reports it as before.
+// false when ctx ends first. Any failed check is waited out, not only
+// ErrSchemaNotCurrent: a database with no schema yet (a first install whose
+// migration job runs beside the services) or one refusing connections for
+// a moment would otherwise make Start fail and the process exit (a crash
+// loop), where ingress and the streamer stay up, not ready (review
+// helpers 339 and 341). Each different failure is logged once.
 func awaitSchema(ctx context.Context, db schema.Querier, log *slog.Logger) bool {
-	told := false
+	said := ""
 	for {
 		err := schema.Check(ctx, db)
-		if !errors.Is(err, schema.ErrSchemaNotCurrent) {
-			if told && err == nil {
+		if ctx.Err() != nil {
+			return false // SIGTERM, also during the check: not a failure
+		}
+		if err == nil {
+			if said != "" {
 				log.Info("database schema is current; starting")
 			}
 			return true
 		}
-		if !told {
-			told = true
-			log.Warn("waiting for inlet migrate before registering (readyz answers 503 meanwhile)", slog.String("error", err.Error()))
+		if msg := err.Error(); msg != said {
+			said = msg
+			log.Warn("waiting for inlet migrate and the database before registering (readyz answers 503 meanwhile)", slog.String("error", msg))
 		}
 		select {
 		case <-ctx.Done():
