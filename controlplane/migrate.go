@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inlet-dev/inlet/internal/database"
 )
 
 //go:embed migrations/*.up.sql
@@ -160,32 +162,16 @@ func lockHolders(ctx context.Context, pool *pgxpool.Pool) string {
 		return ""
 	}
 	defer rows.Close()
-	var held []string
+	var holders []database.LockHolder
 	for rows.Next() {
-		var pid int
-		var app, role, state, modes string
-		var xact float64
-		if err := rows.Scan(&pid, &app, &role, &state, &xact, &modes); err != nil {
+		var h database.LockHolder
+		if err := rows.Scan(&h.PID, &h.Application, &h.Role, &h.State, &h.XactSeconds, &h.Modes); err != nil {
 			return ""
 		}
-		var what []string
-		if app != "" {
-			what = append(what, app)
-		}
-		if role != "" {
-			what = append(what, "role "+role)
-		}
-		switch {
-		case state != "" && xact >= 0:
-			what = append(what, fmt.Sprintf("%s, in a transaction for %s", state, time.Duration(xact*float64(time.Second)).Round(time.Millisecond)))
-		case state != "":
-			what = append(what, state)
-		}
-		what = append(what, modes)
-		held = append(held, fmt.Sprintf("pid %d (%s)", pid, strings.Join(what, ", ")))
+		holders = append(holders, h)
 	}
-	if rows.Err() != nil || len(held) == 0 {
+	if rows.Err() != nil {
 		return ""
 	}
-	return ", held by " + strings.Join(held, "; ")
+	return database.DescribeLockHolders(holders)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inlet-dev/inlet/internal/database"
 	"github.com/inlet-dev/inlet/schema/queries"
 )
 
@@ -470,31 +471,12 @@ func lockHolders(ctx context.Context, db DB, start time.Time) string {
 	if err != nil || len(rows) == 0 {
 		return ""
 	}
-	var b strings.Builder
-	b.WriteString(", held by ")
+	holders := make([]database.LockHolder, len(rows))
 	for i, r := range rows {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "pid %d (", r.Pid)
-		var what []string
-		if r.ApplicationName != "" {
-			what = append(what, r.ApplicationName)
-		}
-		if r.Role != "" {
-			what = append(what, "role "+r.Role)
-		}
-		switch {
-		case r.State != "" && r.XactSeconds >= 0:
-			what = append(what, fmt.Sprintf("%s, in a transaction for %s", r.State, time.Duration(r.XactSeconds*float64(time.Second)).Round(time.Millisecond)))
-		case r.State != "":
-			what = append(what, r.State)
-		}
-		what = append(what, r.Modes)
-		b.WriteString(strings.Join(what, ", "))
-		b.WriteString(")")
+		holders[i] = database.LockHolder{PID: int(r.Pid), Application: r.ApplicationName, Role: r.Role,
+			State: r.State, XactSeconds: r.XactSeconds, Modes: r.Modes}
 	}
-	return b.String()
+	return database.DescribeLockHolders(holders)
 }
 
 // notOwned says which partitions of the period starting at start belong to
