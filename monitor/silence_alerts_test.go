@@ -392,7 +392,10 @@ func TestSilenceHangingSinkHoldsCheckOneTimeout(t *testing.T) {
 	for _, s := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 		maxSilence["src_"+s] = time.Hour
 	}
-	const timeout = 250 * time.Millisecond
+	// 1 s: the check also claims each source's report in a transaction of its
+	// own (8 here), which took ~0.8 s on a loaded CI run (945fd5a, with a
+	// 250 ms timeout); a wait per source would take 8 s.
+	const timeout = time.Second
 	var logs strings.Builder
 	var logMu sync.Mutex
 	h, err := monitor.NewSilenceDetector(monitor.SilenceConfig{

@@ -55,7 +55,16 @@ func TestRelayHoldsBodiesWithinItsBudget(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout {
 		t.Fatalf("A (a body that stopped arriving): %d, want 408", resp.StatusCode)
 	}
-	code, body, _ = do(t, stripeRequest(t, rs.URL, []byte(`{"id":"evt_budget_c","type":"invoice.paid"}`), time.Now()))
+	// The budget free, C is admitted; its forward to ingress has
+	// relay.timeout (1 s here), which a loaded CI run exceeded once
+	// (945fd5a: 503 ingress_unavailable, not overloaded): that answer,
+	// and only it, is tried again, as the provider would.
+	for try := 0; ; try++ {
+		code, body, _ = do(t, stripeRequest(t, rs.URL, []byte(`{"id":"evt_budget_c","type":"invoice.paid"}`), time.Now()))
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"ingress_unavailable"`) || try == 2 {
+			break
+		}
+	}
 	if code != http.StatusOK {
 		t.Fatalf("a webhook once the budget was free: %d %s, want 200", code, strings.TrimSpace(body))
 	}
